@@ -1,0 +1,320 @@
+//! The behaviours every [`Store`] backend must have. A backend's test calls [`run_all`] with a
+//! factory of fresh, empty stores; each case panics with a message naming the rule broken.
+//!
+//! The suite is ordinary code (not `#[cfg(test)]`) so that backends in other crates (etcd)
+//! run exactly the same cases.
+
+use std::ops::ControlFlow;
+
+use crate::{KEY_LEN_MAX, ReadTxn, Store, StoreError, WriteTxn, prefix_end};
+
+/// One named case of the suite.
+pub type Case<S> = (&'static str, fn(&S));
+
+/// Every case, by name.
+pub fn cases<S: Store>() -> Vec<Case<S>> {
+    vec![
+        ("empty store reads nothing", empty_store_reads_nothing::<S>),
+        ("put, get and overwrite", put_get_overwrite::<S>),
+        ("delete reports existence", delete_reports_existence::<S>),
+        (
+            "commit publishes, drop discards",
+            commit_publishes_drop_discards::<S>,
+        ),
+        ("snapshots are isolated", snapshots_are_isolated::<S>),
+        (
+            "a transaction reads its own writes",
+            txn_reads_own_writes::<S>,
+        ),
+        (
+            "visit is ordered and bounded",
+            visit_is_ordered_and_bounded::<S>,
+        ),
+        ("scan honours its limit", scan_honours_limit::<S>),
+        ("atomic add", atomic_add::<S>),
+        ("limits are enforced", limits_are_enforced::<S>),
+        (
+            "binary keys and prefix ends",
+            binary_keys_and_prefix_ends::<S>,
+        ),
+        ("large batch commits whole", large_batch_commits_whole::<S>),
+    ]
+}
+
+/// Runs every case, each on a fresh store from `fresh`.
+pub fn run_all<S: Store>(fresh: impl Fn() -> S) {
+    for (name, case) in cases::<S>() {
+        let store = fresh();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(&store)));
+        if let Err(panic) = outcome {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            panic!("conformance case '{name}' failed: {message}");
+        }
+    }
+}
+
+fn put_all<S: Store>(store: &S, pairs: &[(&[u8], &[u8])]) {
+    let mut txn = store.begin().expect("begin");
+    for (k, v) in pairs {
+        txn.put(k, v).expect("put");
+    }
+    txn.commit().expect("commit");
+}
+
+fn read<S: Store>(store: &S, key: &[u8]) -> Option<Vec<u8>> {
+    let snap = store.snapshot().expect("snapshot");
+    snap.get(key).expect("get").map(|v| v.into_owned())
+}
+
+fn keys_in(view: &impl ReadTxn, start: &[u8], end: &[u8]) -> Vec<Vec<u8>> {
+    view.scan(start, end, usize::MAX)
+        .expect("scan")
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect()
+}
+
+fn empty_store_reads_nothing<S: Store>(store: &S) {
+    assert_eq!(read(store, b"a"), None, "get on an empty store");
+    let snap = store.snapshot().expect("snapshot");
+    assert!(
+        keys_in(&snap, b"", b"").is_empty(),
+        "full scan of an empty store"
+    );
+    assert!(!snap.any_in(b"\x00", b"").expect("any_in"));
+}
+
+fn put_get_overwrite<S: Store>(store: &S) {
+    put_all(store, &[(b"k", b"one")]);
+    assert_eq!(read(store, b"k").as_deref(), Some(&b"one"[..]));
+    put_all(store, &[(b"k", b"two")]);
+    assert_eq!(read(store, b"k").as_deref(), Some(&b"two"[..]), "overwrite");
+    put_all(store, &[(b"empty-value", b"")]);
+    assert_eq!(
+        read(store, b"empty-value").as_deref(),
+        Some(&b""[..]),
+        "empty value is kept"
+    );
+}
+
+fn delete_reports_existence<S: Store>(store: &S) {
+    put_all(store, &[(b"k", b"v")]);
+    let mut txn = store.begin().expect("begin");
+    assert!(
+        txn.delete(b"k").expect("delete"),
+        "delete of a present key returns true"
+    );
+    assert!(
+        !txn.delete(b"k").expect("delete"),
+        "second delete returns false"
+    );
+    assert!(
+        !txn.delete(b"never").expect("delete"),
+        "delete of an absent key"
+    );
+    txn.commit().expect("commit");
+    assert_eq!(read(store, b"k"), None);
+}
+
+fn commit_publishes_drop_discards<S: Store>(store: &S) {
+    {
+        let mut txn = store.begin().expect("begin");
+        txn.put(b"dropped", b"x").expect("put");
+    }
+    assert_eq!(
+        read(store, b"dropped"),
+        None,
+        "a dropped transaction leaves nothing"
+    );
+    let mut txn = store.begin().expect("begin");
+    txn.put(b"kept", b"y").expect("put");
+    assert_eq!(
+        read(store, b"kept"),
+        None,
+        "uncommitted write is invisible to others"
+    );
+    txn.commit().expect("commit");
+    assert_eq!(read(store, b"kept").as_deref(), Some(&b"y"[..]));
+}
+
+fn snapshots_are_isolated<S: Store>(store: &S) {
+    put_all(store, &[(b"a", b"1")]);
+    let before = store.snapshot().expect("snapshot");
+    put_all(store, &[(b"a", b"2"), (b"b", b"3")]);
+    assert_eq!(before.get(b"a").expect("get").as_deref(), Some(&b"1"[..]));
+    assert_eq!(before.get(b"b").expect("get"), None);
+    assert_eq!(keys_in(&before, b"", b""), vec![b"a".to_vec()]);
+    assert_eq!(read(store, b"a").as_deref(), Some(&b"2"[..]));
+}
+
+fn txn_reads_own_writes<S: Store>(store: &S) {
+    put_all(store, &[(b"a", b"1"), (b"c", b"3")]);
+    let mut txn = store.begin().expect("begin");
+    txn.put(b"b", b"2").expect("put");
+    txn.delete(b"c").expect("delete");
+    assert_eq!(txn.get(b"b").expect("get").as_deref(), Some(&b"2"[..]));
+    assert_eq!(txn.get(b"c").expect("get"), None);
+    assert_eq!(keys_in(&txn, b"", b""), vec![b"a".to_vec(), b"b".to_vec()]);
+    txn.commit().expect("commit");
+}
+
+fn visit_is_ordered_and_bounded<S: Store>(store: &S) {
+    put_all(
+        store,
+        &[
+            (b"b", b""),
+            (b"a", b""),
+            (b"ba", b""),
+            (b"c", b""),
+            (b"bb", b""),
+        ],
+    );
+    let snap = store.snapshot().expect("snapshot");
+    let all: Vec<Vec<u8>> = ["a", "b", "ba", "bb", "c"]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect();
+    assert_eq!(keys_in(&snap, b"", b""), all, "full scan in key order");
+    assert_eq!(
+        keys_in(&snap, b"b", b"bb"),
+        all[1..3].to_vec(),
+        "start inclusive, end exclusive"
+    );
+    assert_eq!(keys_in(&snap, b"b", b"c"), all[1..4].to_vec());
+    assert_eq!(
+        keys_in(&snap, b"bz", b""),
+        all[4..].to_vec(),
+        "empty end is unbounded"
+    );
+    assert!(
+        keys_in(&snap, b"c", b"b").is_empty(),
+        "start past end is empty"
+    );
+    let mut seen = Vec::new();
+    let visited = snap
+        .visit(b"", b"", &mut |k, _| {
+            seen.push(k.to_vec());
+            if seen.len() == 2 {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })
+        .expect("visit");
+    assert_eq!(visited, 2, "Break stops the visit");
+    assert_eq!(seen, all[..2].to_vec());
+}
+
+fn scan_honours_limit<S: Store>(store: &S) {
+    let keys: Vec<Vec<u8>> = (0u32..100).map(|i| i.to_be_bytes().to_vec()).collect();
+    let mut txn = store.begin().expect("begin");
+    for k in &keys {
+        txn.put(k, k).expect("put");
+    }
+    txn.commit().expect("commit");
+    let snap = store.snapshot().expect("snapshot");
+    let page = snap.scan(&keys[10], b"", 7).expect("scan");
+    assert_eq!(page.len(), 7);
+    assert_eq!(page[0].0, keys[10]);
+    assert_eq!(page[6].1, keys[16], "values come with their keys");
+    assert!(snap.scan(b"", b"", 0).expect("scan").is_empty(), "limit 0");
+}
+
+fn atomic_add<S: Store>(store: &S) {
+    let mut txn = store.begin().expect("begin");
+    assert_eq!(
+        txn.add(b"n", 5).expect("add"),
+        5,
+        "absent counter starts at 0"
+    );
+    assert_eq!(txn.add(b"n", 10).expect("add"), 15);
+    assert_eq!(txn.add(b"n", -3).expect("add"), 12);
+    assert!(
+        matches!(txn.add(b"n", -13), Err(StoreError::Counter { .. })),
+        "going below zero is refused"
+    );
+    assert_eq!(
+        txn.add(b"n", 0).expect("add"),
+        12,
+        "a refused add changes nothing"
+    );
+    txn.put(b"big", &u64::MAX.to_le_bytes()).expect("put");
+    assert!(
+        matches!(txn.add(b"big", 1), Err(StoreError::Counter { .. })),
+        "overflow"
+    );
+    txn.put(b"bad", b"abc").expect("put");
+    assert!(
+        matches!(txn.add(b"bad", 1), Err(StoreError::Counter { .. })),
+        "malformed"
+    );
+    txn.commit().expect("commit");
+    assert_eq!(
+        read(store, b"n"),
+        Some(12u64.to_le_bytes().to_vec()),
+        "counter is little-endian"
+    );
+}
+
+fn limits_are_enforced<S: Store>(store: &S) {
+    let mut txn = store.begin().expect("begin");
+    assert!(
+        matches!(txn.put(b"", b"v"), Err(StoreError::Limit(_))),
+        "empty key"
+    );
+    let long = vec![b'k'; KEY_LEN_MAX + 1];
+    assert!(
+        matches!(txn.put(&long, b"v"), Err(StoreError::Limit(_))),
+        "key too long"
+    );
+    let longest = vec![b'k'; KEY_LEN_MAX];
+    txn.put(&longest, b"v")
+        .expect("a key of KEY_LEN_MAX bytes is accepted");
+    txn.commit().expect("commit");
+    assert_eq!(read(store, &longest).as_deref(), Some(&b"v"[..]));
+}
+
+fn binary_keys_and_prefix_ends<S: Store>(store: &S) {
+    put_all(
+        store,
+        &[
+            (b"\x01\x00", b"a"),
+            (b"\x01\xff", b"b"),
+            (b"\x01\xff\xff", b"c"),
+            (b"\x02", b"d"),
+            (b"\xff\xff", b"e"),
+        ],
+    );
+    let snap = store.snapshot().expect("snapshot");
+    assert_eq!(prefix_end(b"\x01"), b"\x02".to_vec());
+    assert_eq!(prefix_end(b"\x01\xff"), b"\x02".to_vec());
+    assert_eq!(prefix_end(b"\xff\xff"), Vec::<u8>::new());
+    assert_eq!(
+        keys_in(&snap, b"\x01", &prefix_end(b"\x01")).len(),
+        3,
+        "prefix range"
+    );
+    assert_eq!(
+        keys_in(&snap, b"\xff", &prefix_end(b"\xff")).len(),
+        1,
+        "last prefix"
+    );
+}
+
+fn large_batch_commits_whole<S: Store>(store: &S) {
+    let mut txn = store.begin().expect("begin");
+    for i in 0u32..20_000 {
+        txn.put(&i.to_be_bytes(), &[7u8; 64]).expect("put");
+    }
+    txn.commit().expect("commit");
+    let snap = store.snapshot().expect("snapshot");
+    assert_eq!(
+        snap.visit(b"", b"", &mut |_, _| ControlFlow::Continue(()))
+            .expect("visit"),
+        20_000
+    );
+}

@@ -1,0 +1,115 @@
+//! Fault injection at the storage seam: [`FaultStore`] wraps any backend and makes the N-th
+//! write operation (put, delete or commit) from now fail with an I/O error, as a full disk or
+//! a dying device would. Tests use it to show that a failed operation leaves no partial state.
+
+use std::borrow::Cow;
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::{ReadTxn, Result, Store, StoreError, WriteTxn};
+
+/// Countdown value meaning "never fail".
+const NEVER: u64 = u64::MAX;
+
+/// A backend wrapper that fails on command.
+#[derive(Debug)]
+pub struct FaultStore<S> {
+    inner: S,
+    /// Write operations left before the injected failure; [`NEVER`] disables it.
+    countdown: AtomicU64,
+}
+
+impl<S: Store> FaultStore<S> {
+    pub fn new(inner: S) -> Self {
+        Self {
+            inner,
+            countdown: AtomicU64::new(NEVER),
+        }
+    }
+
+    /// The `n`-th write operation from now (0 = the next one) fails, once.
+    pub fn fail_after(&self, n: u64) {
+        self.countdown.store(n, Ordering::SeqCst);
+    }
+
+    /// Cancels a pending failure.
+    pub fn heal(&self) {
+        self.countdown.store(NEVER, Ordering::SeqCst);
+    }
+
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+/// Counts one write operation down; fails when the countdown reaches zero.
+fn tick(countdown: &AtomicU64) -> Result<()> {
+    let step = countdown.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| match left {
+        NEVER => None,
+        0 => Some(NEVER),
+        n => Some(n - 1),
+    });
+    match step {
+        Ok(0) => Err(StoreError::Io("injected fault".into())),
+        _ => Ok(()),
+    }
+}
+
+/// A write transaction of a [`FaultStore`].
+#[derive(Debug)]
+pub struct FaultTxn<'s, T> {
+    inner: T,
+    countdown: &'s AtomicU64,
+}
+
+impl<T: ReadTxn> ReadTxn for FaultTxn<'_, T> {
+    fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
+        self.inner.get(key)
+    }
+
+    fn visit(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+    ) -> Result<usize> {
+        self.inner.visit(start, end, visit)
+    }
+}
+
+impl<T: WriteTxn> WriteTxn for FaultTxn<'_, T> {
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        tick(self.countdown)?;
+        self.inner.put(key, value)
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        tick(self.countdown)?;
+        self.inner.delete(key)
+    }
+
+    fn commit(self) -> Result<()> {
+        tick(self.countdown)?;
+        self.inner.commit()
+    }
+}
+
+impl<S: Store> Store for FaultStore<S> {
+    type Snapshot<'s> = S::Snapshot<'s>;
+    type Txn<'s> = FaultTxn<'s, S::Txn<'s>>;
+
+    fn snapshot(&self) -> Result<Self::Snapshot<'_>> {
+        self.inner.snapshot()
+    }
+
+    fn begin(&self) -> Result<Self::Txn<'_>> {
+        Ok(FaultTxn {
+            inner: self.inner.begin()?,
+            countdown: &self.countdown,
+        })
+    }
+
+    fn size_bytes(&self) -> Result<u64> {
+        self.inner.size_bytes()
+    }
+}

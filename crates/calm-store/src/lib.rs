@@ -1,0 +1,191 @@
+//! `calm-store`: the ordered, transactional key-value seam under calm's metadata.
+//!
+//! Everything durable that calm keeps goes through the [`Store`] trait: byte-string keys in
+//! lexicographic order, snapshot reads, and write transactions that are applied whole or not
+//! at all. The namespace (`calm-meta`) is written against this trait only, so that a backend
+//! can be swapped (LMDB for one machine, etcd for several) and so that a test can wrap a
+//! backend to inject faults.
+//!
+//! This crate knows nothing about inodes, names or handles: keys and values are opaque bytes.
+//! The one exception is [`WriteTxn::add`], which interprets a value as a little-endian `u64`
+//! counter, because atomic counters (handle high-water mark, statistics) are the one
+//! read-modify-write every backend must be able to do natively.
+//!
+//! Backends:
+//! - [`lmdb::LmdbStore`]: the embedded default (heed over LMDB), one writer at a time, readers
+//!   never blocked, every commit durable (fsync) before it returns.
+//! - [`mem::MemStore`]: an in-memory `BTreeMap`, the obviously-correct reference model the
+//!   other backends are checked against. It is not durable and never used by the server.
+//!
+//! [`conformance`] holds the suite of behaviours every backend must pass.
+
+use std::borrow::Cow;
+use std::ops::ControlFlow;
+
+pub mod conformance;
+pub mod fault;
+pub mod lmdb;
+pub mod mem;
+
+/// Longest key any backend must accept, in bytes. LMDB's compiled-in limit is 511; keeping the
+/// contract below it leaves the namespace's layout (1 + 8 + 255 bytes at most) well inside.
+pub const KEY_LEN_MAX: usize = 511;
+
+/// Longest value any backend must accept, in bytes (LMDB has no practical limit; etcd's
+/// default request limit is 1.5 MiB, which a later backend has to respect).
+pub const VALUE_LEN_MAX: usize = 1 << 20;
+
+/// Errors of the storage seam. Split by what the caller can do about them.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store has no room left (LMDB map full, disk full, quota). Nothing of the failed
+    /// transaction was applied.
+    #[error("store is full: {0}")]
+    Full(String),
+    /// A key or value is outside the limits of the seam. Nothing was applied.
+    #[error("{0}")]
+    Limit(String),
+    /// A value handled by [`WriteTxn::add`] is not an 8-byte counter, or the addition would
+    /// leave the range of `u64`. Nothing was applied.
+    #[error("counter {key:?}: {reason}")]
+    Counter { key: Vec<u8>, reason: &'static str },
+    /// An optimistic backend found that a key it read changed before commit; the caller may
+    /// run the whole transaction again. LMDB never returns this.
+    #[error("transaction conflict, retry")]
+    Conflict,
+    /// An earlier commit failed to reach the disk: the store refuses every further write until
+    /// it is reopened, because what is on disk is no longer known (fsync-gate semantics).
+    #[error("store is poisoned by an earlier failed commit; restart to recover")]
+    Poisoned,
+    /// The store files could not be read or written, or are not a store.
+    #[error("store I/O: {0}")]
+    Io(String),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// A consistent read-only view: a snapshot, or the current state of a write transaction
+/// (which sees its own uncommitted writes).
+pub trait ReadTxn {
+    /// The value stored under `key`, if any.
+    fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>>;
+
+    /// Calls `visit` for each pair with `start <= key < end`, in ascending key order, until
+    /// it returns `ControlFlow::Break`. An empty `end` means "to the end of the keyspace".
+    /// Returns the number of pairs visited.
+    fn visit(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+    ) -> Result<usize>;
+
+    /// Up to `limit` pairs with `start <= key < end`, in ascending order (owned copies).
+    fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        self.visit(start, end, &mut |k, v| {
+            out.push((k.to_vec(), v.to_vec()));
+            if out.len() >= limit {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })?;
+        Ok(out)
+    }
+
+    /// Whether any key lies in `start <= key < end`.
+    fn any_in(&self, start: &[u8], end: &[u8]) -> Result<bool> {
+        Ok(self.visit(start, end, &mut |_, _| ControlFlow::Break(()))? > 0)
+    }
+}
+
+/// A write transaction. Writes are visible to this transaction's own reads at once and to
+/// everyone else after [`WriteTxn::commit`] returns; dropping it without commit discards all.
+pub trait WriteTxn: ReadTxn {
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
+    /// Removes `key`; returns whether it existed.
+    fn delete(&mut self, key: &[u8]) -> Result<bool>;
+    /// Adds `delta` to the little-endian `u64` counter under `key` (absent = 0) and returns
+    /// the new value. Fails with [`StoreError::Counter`] on a malformed value or on overflow.
+    fn add(&mut self, key: &[u8], delta: i64) -> Result<u64> {
+        let old = match self.get(key)? {
+            None => 0,
+            Some(bytes) => decode_counter(key, &bytes)?,
+        };
+        let new = old
+            .checked_add_signed(delta)
+            .ok_or_else(|| StoreError::Counter {
+                key: key.to_vec(),
+                reason: "addition leaves the u64 range",
+            })?;
+        self.put(key, &new.to_le_bytes())?;
+        Ok(new)
+    }
+    /// Makes every write of this transaction durable and visible, or none of them.
+    fn commit(self) -> Result<()>;
+}
+
+/// An ordered transactional key-value store.
+pub trait Store: Send + Sync + 'static {
+    type Snapshot<'s>: ReadTxn
+    where
+        Self: 's;
+    type Txn<'s>: WriteTxn
+    where
+        Self: 's;
+
+    /// A consistent snapshot of the last committed state.
+    fn snapshot(&self) -> Result<Self::Snapshot<'_>>;
+    /// Starts a write transaction. Backends with a single writer (LMDB) block here until the
+    /// previous write transaction ends.
+    fn begin(&self) -> Result<Self::Txn<'_>>;
+    /// Bytes the store occupies on its medium (for status and fsck rates).
+    fn size_bytes(&self) -> Result<u64>;
+}
+
+/// Decodes a counter value written by [`WriteTxn::add`].
+pub fn decode_counter(key: &[u8], bytes: &[u8]) -> Result<u64> {
+    let array: [u8; 8] = bytes.try_into().map_err(|_| StoreError::Counter {
+        key: key.to_vec(),
+        reason: "value is not an 8-byte counter",
+    })?;
+    Ok(u64::from_le_bytes(array))
+}
+
+/// Checks the limits of the seam on a key and a value; every backend calls it before writing.
+pub fn check_limits(key: &[u8], value: &[u8]) -> Result<()> {
+    if key.is_empty() {
+        return Err(StoreError::Limit("empty key".into()));
+    }
+    if key.len() > KEY_LEN_MAX {
+        return Err(StoreError::Limit(format!(
+            "key of {} bytes exceeds KEY_LEN_MAX ({KEY_LEN_MAX} bytes)",
+            key.len()
+        )));
+    }
+    if value.len() > VALUE_LEN_MAX {
+        return Err(StoreError::Limit(format!(
+            "value of {} bytes exceeds VALUE_LEN_MAX ({VALUE_LEN_MAX} bytes)",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The smallest key greater than every key that starts with `prefix`, or empty (= end of the
+/// keyspace) when `prefix` is all 0xff.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last != 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    end
+}

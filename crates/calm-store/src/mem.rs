@@ -1,0 +1,145 @@
+//! The reference backend: committed state is an immutable `BTreeMap` behind an `Arc`; a write
+//! transaction works on its own copy and publishes it on commit. Obviously correct and
+//! obviously slow (each write transaction copies the map), which is what a model is for: the
+//! conformance suite and the property tests run the real backends side by side with it.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::ops::{Bound, ControlFlow};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::{ReadTxn, Result, Store, WriteTxn, check_limits};
+
+type Map = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// An in-memory store. Not durable.
+#[derive(Debug, Default)]
+pub struct MemStore {
+    committed: Mutex<Arc<Map>>,
+    /// Serialises writers, as LMDB does.
+    writer: Mutex<()>,
+}
+
+impl MemStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every committed pair, in key order (for comparisons in tests).
+    pub fn dump(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let map = self.committed.lock().expect("mem store lock").clone();
+        map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+}
+
+/// A snapshot of a [`MemStore`].
+#[derive(Debug)]
+pub struct MemSnapshot {
+    map: Arc<Map>,
+}
+
+/// A write transaction of a [`MemStore`].
+#[derive(Debug)]
+pub struct MemTxn<'s> {
+    store: &'s MemStore,
+    map: Map,
+    _writer: MutexGuard<'s, ()>,
+}
+
+fn visit_map(
+    map: &Map,
+    start: &[u8],
+    end: &[u8],
+    visit: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+) -> usize {
+    let upper = if end.is_empty() {
+        Bound::Unbounded
+    } else {
+        Bound::Excluded(end)
+    };
+    if !end.is_empty() && start >= end {
+        return 0;
+    }
+    let mut count = 0;
+    for (key, value) in map.range::<[u8], _>((Bound::Included(start), upper)) {
+        count += 1;
+        if visit(key, value).is_break() {
+            break;
+        }
+    }
+    count
+}
+
+impl ReadTxn for MemSnapshot {
+    fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
+        Ok(self.map.get(key).map(|v| Cow::Borrowed(v.as_slice())))
+    }
+
+    fn visit(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+    ) -> Result<usize> {
+        Ok(visit_map(&self.map, start, end, visit))
+    }
+}
+
+impl ReadTxn for MemTxn<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
+        Ok(self.map.get(key).map(|v| Cow::Borrowed(v.as_slice())))
+    }
+
+    fn visit(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+    ) -> Result<usize> {
+        Ok(visit_map(&self.map, start, end, visit))
+    }
+}
+
+impl WriteTxn for MemTxn<'_> {
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        check_limits(key, value)?;
+        self.map.insert(key.to_vec(), value.to_vec());
+        Ok(())
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        check_limits(key, &[])?;
+        Ok(self.map.remove(key).is_some())
+    }
+
+    fn commit(self) -> Result<()> {
+        *self.store.committed.lock().expect("mem store lock") = Arc::new(self.map);
+        Ok(())
+    }
+}
+
+impl Store for MemStore {
+    type Snapshot<'s> = MemSnapshot;
+    type Txn<'s> = MemTxn<'s>;
+
+    fn snapshot(&self) -> Result<MemSnapshot> {
+        Ok(MemSnapshot {
+            map: self.committed.lock().expect("mem store lock").clone(),
+        })
+    }
+
+    fn begin(&self) -> Result<MemTxn<'_>> {
+        let writer = self.writer.lock().expect("mem store writer lock");
+        let map = (**self.committed.lock().expect("mem store lock")).clone();
+        Ok(MemTxn {
+            store: self,
+            map,
+            _writer: writer,
+        })
+    }
+
+    fn size_bytes(&self) -> Result<u64> {
+        let map = self.committed.lock().expect("mem store lock").clone();
+        Ok(map.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum())
+    }
+}
