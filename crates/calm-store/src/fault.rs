@@ -3,10 +3,9 @@
 //! a dying device would. Tests use it to show that a failed operation leaves no partial state.
 
 use std::borrow::Cow;
-use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::{ReadTxn, Result, Store, StoreError, WriteTxn};
+use crate::{ReadTxn, Result, Store, StoreError, Visitor, WriteTxn};
 
 /// Countdown value meaning "never fail".
 const NEVER: u64 = u64::MAX;
@@ -67,12 +66,7 @@ impl<T: ReadTxn> ReadTxn for FaultTxn<'_, T> {
         self.inner.get(key)
     }
 
-    fn visit(
-        &self,
-        start: &[u8],
-        end: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
-    ) -> Result<usize> {
+    fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
         self.inner.visit(start, end, visit)
     }
 }

@@ -65,6 +65,9 @@ pub enum StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// What [`ReadTxn::visit`] calls for each pair; `Break` stops the visit.
+pub type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> ControlFlow<()> + 'a;
+
 /// A consistent read-only view: a snapshot, or the current state of a write transaction
 /// (which sees its own uncommitted writes).
 pub trait ReadTxn {
@@ -74,12 +77,7 @@ pub trait ReadTxn {
     /// Calls `visit` for each pair with `start <= key < end`, in ascending key order, until
     /// it returns `ControlFlow::Break`. An empty `end` means "to the end of the keyspace".
     /// Returns the number of pairs visited.
-    fn visit(
-        &self,
-        start: &[u8],
-        end: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
-    ) -> Result<usize>;
+    fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize>;
 
     /// Up to `limit` pairs with `start <= key < end`, in ascending order (owned copies).
     fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {

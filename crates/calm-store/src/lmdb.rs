@@ -10,14 +10,14 @@
 //! Writers are serialised by LMDB itself; readers never block and are never blocked.
 
 use std::borrow::Cow;
-use std::ops::{Bound, ControlFlow};
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions, MdbError, RoTxn, RwTxn, WithoutTls};
 
-use crate::{ReadTxn, Result, Store, StoreError, WriteTxn, check_limits};
+use crate::{ReadTxn, Result, Store, StoreError, Visitor, WriteTxn, check_limits};
 
 /// Default upper bound of the memory map, in bytes: address space only, the file grows with the
 /// data. 1 TiB holds several hundred million inodes.
@@ -176,7 +176,7 @@ fn visit_range(
     txn: &RoTxn<'_>,
     start: &[u8],
     end: &[u8],
-    visit: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+    visit: &mut Visitor<'_>,
 ) -> Result<usize> {
     if !end.is_empty() && start >= end {
         return Ok(0);
@@ -213,12 +213,7 @@ impl ReadTxn for LmdbSnapshot<'_> {
             .map(Cow::Borrowed))
     }
 
-    fn visit(
-        &self,
-        start: &[u8],
-        end: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
-    ) -> Result<usize> {
+    fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
         visit_range(&self.db, &self.txn, start, end, visit)
     }
 }
@@ -232,12 +227,7 @@ impl ReadTxn for LmdbTxn<'_> {
             .map(Cow::Borrowed))
     }
 
-    fn visit(
-        &self,
-        start: &[u8],
-        end: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
-    ) -> Result<usize> {
+    fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
         visit_range(&self.db, &self.txn, start, end, visit)
     }
 }

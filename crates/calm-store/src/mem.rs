@@ -5,10 +5,10 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::ops::{Bound, ControlFlow};
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::{ReadTxn, Result, Store, WriteTxn, check_limits};
+use crate::{ReadTxn, Result, Store, Visitor, WriteTxn, check_limits};
 
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -46,12 +46,7 @@ pub struct MemTxn<'s> {
     _writer: MutexGuard<'s, ()>,
 }
 
-fn visit_map(
-    map: &Map,
-    start: &[u8],
-    end: &[u8],
-    visit: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
-) -> usize {
+fn visit_map(map: &Map, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> usize {
     let upper = if end.is_empty() {
         Bound::Unbounded
     } else {
@@ -75,12 +70,7 @@ impl ReadTxn for MemSnapshot {
         Ok(self.map.get(key).map(|v| Cow::Borrowed(v.as_slice())))
     }
 
-    fn visit(
-        &self,
-        start: &[u8],
-        end: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
-    ) -> Result<usize> {
+    fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
         Ok(visit_map(&self.map, start, end, visit))
     }
 }
@@ -90,12 +80,7 @@ impl ReadTxn for MemTxn<'_> {
         Ok(self.map.get(key).map(|v| Cow::Borrowed(v.as_slice())))
     }
 
-    fn visit(
-        &self,
-        start: &[u8],
-        end: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
-    ) -> Result<usize> {
+    fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
         Ok(visit_map(&self.map, start, end, visit))
     }
 }

@@ -1,0 +1,331 @@
+//! The key layout and record encodings of format version 1 (docs/design/store-layout.md is the
+//! written form of this module; change both together and bump [`FORMAT_VERSION`]).
+//!
+//! One flat, ordered keyspace. The first byte of a key names its family; handles in keys are
+//! big-endian so that key order is handle order; numbers in values are little-endian.
+//!
+//! | family | key                                   | value                                  |
+//! |--------|---------------------------------------|----------------------------------------|
+//! | `D`    | `D` parent:u64be name                 | child:u64 cookie:u64 kind:u8           |
+//! | `E`    | `E` parent:u64be cookie:u64be         | child:u64 kind:u8 name                 |
+//! | `I`    | `I` handle:u64be                      | inode record (96 bytes + symlink target)|
+//! | `N`    | `N` counter-name                      | u64 counter                            |
+//! | `S`    | `S` field-name                        | superblock field                       |
+//! | `X`    | `X` handle:u64be name                 | xattr value                            |
+
+use crate::error::{MetaError, Result};
+use crate::types::{Handle, Kind};
+
+/// The format this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// First bytes of the format field, so a foreign store is refused rather than misread.
+pub const FORMAT_MAGIC: &[u8; 8] = b"CALMMETA";
+
+pub const TAG_DENTRY: u8 = b'D';
+pub const TAG_READDIR: u8 = b'E';
+pub const TAG_INODE: u8 = b'I';
+pub const TAG_COUNTER: u8 = b'N';
+pub const TAG_SUPER: u8 = b'S';
+pub const TAG_XATTR: u8 = b'X';
+
+/// Superblock: magic and format version.
+pub const KEY_FORMAT: &[u8] = b"Sformat";
+/// Superblock: the handle high-water mark. Every handle ever handed out is below it.
+pub const KEY_HWM: &[u8] = b"Shwm";
+/// Superblock: how many times the store was opened for writing (the generation of inodes
+/// created during that opening).
+pub const KEY_EPOCH: &[u8] = b"Sepoch";
+/// Counter: live inodes.
+pub const KEY_INODES: &[u8] = b"Ninodes";
+/// Counter: sum of regular-file sizes, in bytes.
+pub const KEY_FILE_BYTES: &[u8] = b"Nfile_bytes";
+
+/// Length of the fixed part of an inode record.
+pub const INODE_FIXED_LEN: usize = 96;
+
+pub fn format_value() -> Vec<u8> {
+    let mut v = FORMAT_MAGIC.to_vec();
+    v.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    v
+}
+
+/// Checks the format field of an existing store.
+pub fn check_format(value: &[u8]) -> Result<()> {
+    if value.len() != 12 || &value[..8] != FORMAT_MAGIC {
+        return Err(MetaError::Corrupt(
+            "the store's format field is not calm's (not a calm store?)".into(),
+        ));
+    }
+    let version = u32::from_le_bytes(value[8..12].try_into().expect("4 bytes"));
+    if version != FORMAT_VERSION {
+        return Err(MetaError::Corrupt(format!(
+            "store format version {version}; this build reads version {FORMAT_VERSION}"
+        )));
+    }
+    Ok(())
+}
+
+pub fn inode_key(handle: Handle) -> [u8; 9] {
+    let mut k = [0u8; 9];
+    k[0] = TAG_INODE;
+    k[1..].copy_from_slice(&handle.to_be_bytes());
+    k
+}
+
+fn handle_prefix(tag: u8, handle: Handle) -> [u8; 9] {
+    let mut k = [0u8; 9];
+    k[0] = tag;
+    k[1..].copy_from_slice(&handle.to_be_bytes());
+    k
+}
+
+pub fn dentry_key(parent: Handle, name: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9 + name.len());
+    k.extend_from_slice(&handle_prefix(TAG_DENTRY, parent));
+    k.extend_from_slice(name);
+    k
+}
+
+/// `[start, end)` of every dentry of `parent`.
+pub fn dentry_range(parent: Handle) -> ([u8; 9], [u8; 9]) {
+    (
+        handle_prefix(TAG_DENTRY, parent),
+        handle_prefix(TAG_DENTRY, parent + 1),
+    )
+}
+
+pub fn readdir_key(parent: Handle, cookie: u64) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    k[..9].copy_from_slice(&handle_prefix(TAG_READDIR, parent));
+    k[9..].copy_from_slice(&cookie.to_be_bytes());
+    k
+}
+
+pub fn xattr_key(handle: Handle, name: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9 + name.len());
+    k.extend_from_slice(&handle_prefix(TAG_XATTR, handle));
+    k.extend_from_slice(name);
+    k
+}
+
+/// `[start, end)` of every xattr of `handle`.
+pub fn xattr_range(handle: Handle) -> ([u8; 9], [u8; 9]) {
+    (
+        handle_prefix(TAG_XATTR, handle),
+        handle_prefix(TAG_XATTR, handle + 1),
+    )
+}
+
+/// Reads the big-endian handle at `key[1..9]`.
+pub fn key_handle(key: &[u8]) -> Option<Handle> {
+    Some(u64::from_be_bytes(key.get(1..9)?.try_into().ok()?))
+}
+
+/// A directory entry's value under its `D` key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dentry {
+    pub child: Handle,
+    pub cookie: u64,
+    pub kind: Kind,
+}
+
+impl Dentry {
+    pub const LEN: usize = 17;
+
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut v = [0u8; Self::LEN];
+        v[..8].copy_from_slice(&self.child.to_le_bytes());
+        v[8..16].copy_from_slice(&self.cookie.to_le_bytes());
+        v[16] = self.kind as u8;
+        v
+    }
+
+    pub fn decode(value: &[u8]) -> Result<Dentry> {
+        if value.len() != Self::LEN {
+            return Err(MetaError::Corrupt(format!(
+                "dentry value of {} bytes",
+                value.len()
+            )));
+        }
+        Ok(Dentry {
+            child: u64::from_le_bytes(value[..8].try_into().expect("8 bytes")),
+            cookie: u64::from_le_bytes(value[8..16].try_into().expect("8 bytes")),
+            kind: Kind::from_u8(value[16])
+                .ok_or_else(|| MetaError::Corrupt(format!("dentry kind {}", value[16])))?,
+        })
+    }
+}
+
+/// The value under an `E` key: what readdir returns without touching the `D` family.
+pub fn encode_readdir_value(child: Handle, kind: Kind, name: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(9 + name.len());
+    v.extend_from_slice(&child.to_le_bytes());
+    v.push(kind as u8);
+    v.extend_from_slice(name);
+    v
+}
+
+pub fn decode_readdir_value(value: &[u8]) -> Result<(Handle, Kind, &[u8])> {
+    if value.len() < 10 {
+        return Err(MetaError::Corrupt(format!(
+            "readdir value of {} bytes",
+            value.len()
+        )));
+    }
+    let child = u64::from_le_bytes(value[..8].try_into().expect("8 bytes"));
+    let kind = Kind::from_u8(value[8])
+        .ok_or_else(|| MetaError::Corrupt(format!("readdir kind {}", value[8])))?;
+    Ok((child, kind, &value[9..]))
+}
+
+/// An inode record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inode {
+    pub handle: Handle,
+    pub kind: Kind,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u32,
+    pub generation: u64,
+    pub size: u64,
+    pub rdev: u64,
+    pub atime_ns: i64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    /// Directories: the one directory holding this one (the root holds itself). Others: 0.
+    pub parent: Handle,
+    /// Directories: the cookie the next entry gets. Cookies only grow.
+    pub next_cookie: u64,
+    /// Directories: the number of entries.
+    pub entries: u64,
+    /// Symlinks: the target.
+    pub target: Vec<u8>,
+}
+
+impl Inode {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(INODE_FIXED_LEN + self.target.len());
+        v.push(self.kind as u8);
+        v.extend_from_slice(&[0u8; 3]);
+        v.extend_from_slice(&self.mode.to_le_bytes());
+        v.extend_from_slice(&self.uid.to_le_bytes());
+        v.extend_from_slice(&self.gid.to_le_bytes());
+        v.extend_from_slice(&self.nlink.to_le_bytes());
+        v.extend_from_slice(&[0u8; 4]);
+        for field in [self.generation, self.size, self.rdev] {
+            v.extend_from_slice(&field.to_le_bytes());
+        }
+        for time in [self.atime_ns, self.mtime_ns, self.ctime_ns] {
+            v.extend_from_slice(&time.to_le_bytes());
+        }
+        for field in [self.parent, self.next_cookie, self.entries] {
+            v.extend_from_slice(&field.to_le_bytes());
+        }
+        debug_assert_eq!(v.len(), INODE_FIXED_LEN);
+        v.extend_from_slice(&self.target);
+        v
+    }
+
+    pub fn decode(handle: Handle, value: &[u8]) -> Result<Inode> {
+        if value.len() < INODE_FIXED_LEN {
+            return Err(MetaError::Corrupt(format!(
+                "inode {handle}: record of {} bytes",
+                value.len()
+            )));
+        }
+        let u32_at = |at: usize| u32::from_le_bytes(value[at..at + 4].try_into().expect("4"));
+        let u64_at = |at: usize| u64::from_le_bytes(value[at..at + 8].try_into().expect("8"));
+        let kind = Kind::from_u8(value[0])
+            .ok_or_else(|| MetaError::Corrupt(format!("inode {handle}: kind {}", value[0])))?;
+        Ok(Inode {
+            handle,
+            kind,
+            mode: u32_at(4),
+            uid: u32_at(8),
+            gid: u32_at(12),
+            nlink: u32_at(16),
+            generation: u64_at(24),
+            size: u64_at(32),
+            rdev: u64_at(40),
+            atime_ns: u64_at(48) as i64,
+            mtime_ns: u64_at(56) as i64,
+            ctime_ns: u64_at(64) as i64,
+            parent: u64_at(72),
+            next_cookie: u64_at(80),
+            entries: u64_at(88),
+            target: value[INODE_FIXED_LEN..].to_vec(),
+        })
+    }
+
+    pub fn attr(&self) -> crate::types::Attr {
+        crate::types::Attr {
+            handle: self.handle,
+            generation: self.generation,
+            kind: self.kind,
+            mode: self.mode,
+            uid: self.uid,
+            gid: self.gid,
+            nlink: self.nlink,
+            size: self.size,
+            rdev: self.rdev,
+            atime_ns: self.atime_ns,
+            mtime_ns: self.mtime_ns,
+            ctime_ns: self.ctime_ns,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inode_round_trips() {
+        let inode = Inode {
+            handle: 42,
+            kind: Kind::Symlink,
+            mode: 0o777,
+            uid: 1000,
+            gid: 100,
+            nlink: 1,
+            generation: 7,
+            size: 3,
+            rdev: 0,
+            atime_ns: -5,
+            mtime_ns: 1_700_000_000_000_000_000,
+            ctime_ns: 9,
+            parent: 0,
+            next_cookie: 0,
+            entries: 0,
+            target: b"a/b".to_vec(),
+        };
+        assert_eq!(Inode::decode(42, &inode.encode()).unwrap(), inode);
+        assert!(matches!(
+            Inode::decode(1, &[0u8; 10]),
+            Err(MetaError::Corrupt(_))
+        ));
+    }
+
+    #[test]
+    fn keys_sort_by_handle_then_name() {
+        assert!(dentry_key(1, b"zzz") < dentry_key(2, b""));
+        assert!(inode_key(255) < inode_key(256));
+        assert!(readdir_key(3, 9) < readdir_key(3, 256));
+        let (start, end) = dentry_range(7);
+        assert!(start.as_slice() <= dentry_key(7, b"x").as_slice());
+        assert!(dentry_key(7, &[0xff; 255]).as_slice() < end.as_slice());
+    }
+
+    #[test]
+    fn format_is_checked() {
+        check_format(&format_value()).unwrap();
+        let mut newer = format_value();
+        newer[8] = 2;
+        assert!(matches!(check_format(&newer), Err(MetaError::Corrupt(_))));
+        assert!(matches!(
+            check_format(b"garbage"),
+            Err(MetaError::Corrupt(_))
+        ));
+    }
+}

@@ -1,0 +1,422 @@
+//! `calm-meta`: the POSIX namespace over a [`calm_store::Store`].
+//!
+//! [`Meta`] is the namespace's face: reads (lookup, getattr, readdir, xattrs, statfs) run at
+//! once on a store snapshot, on the caller's thread; mutations go to the group committer
+//! ([`commit`]) and their futures complete once the commit that holds them is durable.
+//!
+//! What it deliberately does not know: the wire (gRPC lives in calm-server), errno beyond the
+//! mapping table in [`error`], file data (kept outside the metadata store), permissions (the
+//! FUSE client checks them with the attributes it gets, as `default_permissions` does), and
+//! clocks other than the committer's `now`.
+//!
+//! Opening a store reads the superblock and bumps the epoch: a constant amount of work,
+//! whatever the number of files. Nothing is ever scanned at start.
+
+pub mod alloc;
+pub mod commit;
+pub mod error;
+pub mod fsck;
+pub mod layout;
+pub mod ops;
+pub mod types;
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use calm_store::{ReadTxn, Store, WriteTxn, decode_counter};
+use tokio::sync::{mpsc, oneshot};
+
+pub use crate::commit::{CommitStats, MetaOptions};
+pub use crate::error::{MetaError, Result};
+use crate::layout::*;
+use crate::ops::{Done, Op};
+pub use crate::types::*;
+
+/// The namespace, open on a store. Cheap to share behind an `Arc`; every method takes `&self`.
+pub struct Meta<S: Store> {
+    store: Arc<S>,
+    queue: Option<mpsc::Sender<commit::Request>>,
+    committer: Option<JoinHandle<()>>,
+    stats: Arc<CommitStats>,
+    epoch: u64,
+}
+
+impl<S: Store> std::fmt::Debug for Meta<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Meta").field("epoch", &self.epoch).finish()
+    }
+}
+
+/// Figures for `calm status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaStatus {
+    pub epoch: u64,
+    pub inodes: u64,
+    pub file_bytes: u64,
+    pub handle_high_water: u64,
+    pub store_bytes: u64,
+    pub commits: u64,
+    pub ops_committed: u64,
+    pub failed_commits: u64,
+    pub largest_batch: u64,
+    pub commit_ns_total: u64,
+}
+
+fn counter<R: ReadTxn>(view: &R, key: &[u8]) -> Result<u64> {
+    match view.get(key)? {
+        Some(bytes) => Ok(decode_counter(key, &bytes)?),
+        None => Ok(0),
+    }
+}
+
+impl<S: Store> Meta<S> {
+    /// Opens the namespace on `store`, formatting an empty store. Reads a constant number of
+    /// keys and commits one small transaction (the epoch bump).
+    pub fn open(store: S, options: MetaOptions) -> Result<Self> {
+        let store = Arc::new(store);
+        let mut txn = store.begin()?;
+        match txn.get(KEY_FORMAT)? {
+            Some(format) => check_format(&format)?,
+            None => {
+                if txn.any_in(b"", b"")? {
+                    return Err(MetaError::Corrupt(
+                        "the store holds data but no calm superblock".into(),
+                    ));
+                }
+                format_store(&mut txn)?;
+            }
+        }
+        let epoch = txn.add(KEY_EPOCH, 1)?;
+        txn.commit()?;
+
+        let (sender, receiver) = mpsc::channel(options.queue_ops_max);
+        let stats = Arc::new(CommitStats::default());
+        let committer = {
+            let store = store.clone();
+            let stats = stats.clone();
+            std::thread::Builder::new()
+                .name("calm-commit".into())
+                .spawn(move || commit::run(store, receiver, options, epoch, stats))
+                .map_err(|e| MetaError::Io(format!("starting the committer: {e}")))?
+        };
+        Ok(Self {
+            store,
+            queue: Some(sender),
+            committer: Some(committer),
+            stats,
+            epoch,
+        })
+    }
+
+    /// The store under the namespace.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// This opening's epoch: the generation of inodes created now.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    async fn submit(&self, op: Op) -> Result<Done> {
+        let (reply, answer) = oneshot::channel();
+        let queue = self
+            .queue
+            .as_ref()
+            .ok_or_else(|| MetaError::Io("namespace is shutting down".into()))?;
+        queue
+            .send(commit::Request { op, reply })
+            .await
+            .map_err(|_| MetaError::Io("committer stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| MetaError::Io("committer stopped before answering".into()))?
+    }
+
+    async fn submit_attr(&self, op: Op) -> Result<Attr> {
+        match self.submit(op).await? {
+            Done::Attr(attr) => Ok(attr),
+            Done::Nothing => unreachable!("operation answers with attributes"),
+        }
+    }
+
+    async fn submit_unit(&self, op: Op) -> Result<()> {
+        self.submit(op).await.map(|_| ())
+    }
+
+    // ----- reads -----
+
+    pub fn getattr(&self, handle: Handle) -> Result<Attr> {
+        let snap = self.store.snapshot()?;
+        Ok(ops::load(&snap, handle)?.attr())
+    }
+
+    /// The entry `name` of directory `parent`; "." is the directory, ".." its parent.
+    pub fn lookup(&self, parent: Handle, name: &[u8]) -> Result<Attr> {
+        let snap = self.store.snapshot()?;
+        let dir = ops::load_dir(&snap, parent)?;
+        let child = match name {
+            b"." => parent,
+            b".." => dir.parent,
+            _ => {
+                ops::check_name(name)?;
+                ops::get_dentry(&snap, parent, name)?
+                    .ok_or(MetaError::NotFound)?
+                    .child
+            }
+        };
+        Ok(ops::load(&snap, child)?.attr())
+    }
+
+    pub fn readlink(&self, handle: Handle) -> Result<Vec<u8>> {
+        let snap = self.store.snapshot()?;
+        let inode = ops::load(&snap, handle)?;
+        if inode.kind != Kind::Symlink {
+            return Err(MetaError::Invalid("not a symlink".into()));
+        }
+        Ok(inode.target)
+    }
+
+    /// Up to `limit` entries of directory `dir` (at most [`READDIR_ENTRIES_MAX`]) after
+    /// `after_cookie` (0 = from the start). Resuming with the last entry's cookie continues
+    /// exactly where the listing stopped, whatever was created or removed in between.
+    pub fn readdir(&self, dir: Handle, after_cookie: u64, limit: usize) -> Result<Vec<DirEntry>> {
+        let snap = self.store.snapshot()?;
+        ops::load_dir(&snap, dir)?;
+        let limit = limit.min(READDIR_ENTRIES_MAX);
+        let mut entries = Vec::with_capacity(limit.min(256));
+        if limit == 0 || after_cookie == u64::MAX {
+            return Ok(entries);
+        }
+        let start = readdir_key(dir, after_cookie + 1);
+        let end = readdir_key(dir + 1, 0);
+        let mut corrupt = None;
+        snap.visit(&start, &end[..9], &mut |key, value| {
+            let cookie = u64::from_be_bytes(key[9..17].try_into().expect("readdir key"));
+            match decode_readdir_value(value) {
+                Ok((handle, kind, name)) => entries.push(DirEntry {
+                    name: name.to_vec(),
+                    handle,
+                    kind,
+                    cookie,
+                }),
+                Err(error) => {
+                    corrupt = Some(error);
+                    return ControlFlow::Break(());
+                }
+            }
+            if entries.len() >= limit {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })?;
+        match corrupt {
+            Some(error) => Err(error),
+            None => Ok(entries),
+        }
+    }
+
+    pub fn getxattr(&self, handle: Handle, name: &[u8]) -> Result<Vec<u8>> {
+        let snap = self.store.snapshot()?;
+        ops::load(&snap, handle)?;
+        match snap.get(&xattr_key(handle, name))? {
+            Some(value) => Ok(value.into_owned()),
+            None => Err(MetaError::NoData),
+        }
+    }
+
+    pub fn listxattr(&self, handle: Handle) -> Result<Vec<Vec<u8>>> {
+        let snap = self.store.snapshot()?;
+        ops::load(&snap, handle)?;
+        Ok(ops::xattr_names(&snap, handle)?)
+    }
+
+    pub fn statfs(&self) -> Result<StatFs> {
+        let snap = self.store.snapshot()?;
+        Ok(StatFs {
+            inodes: counter(&snap, KEY_INODES)?,
+            file_bytes: counter(&snap, KEY_FILE_BYTES)?,
+            store_bytes: self.store.size_bytes()?,
+            name_len_max: NAME_LEN_MAX as u32,
+        })
+    }
+
+    pub fn status(&self) -> Result<MetaStatus> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let snap = self.store.snapshot()?;
+        Ok(MetaStatus {
+            epoch: self.epoch,
+            inodes: counter(&snap, KEY_INODES)?,
+            file_bytes: counter(&snap, KEY_FILE_BYTES)?,
+            handle_high_water: counter(&snap, KEY_HWM)?,
+            store_bytes: self.store.size_bytes()?,
+            commits: self.stats.commits.load(Relaxed),
+            ops_committed: self.stats.ops.load(Relaxed),
+            failed_commits: self.stats.failed_commits.load(Relaxed),
+            largest_batch: self.stats.largest_batch.load(Relaxed),
+            commit_ns_total: self.stats.commit_ns_total.load(Relaxed),
+        })
+    }
+
+    // ----- mutations (durable when they return) -----
+
+    /// Creates a file, directory, symlink or special file named `name` in `parent`. With
+    /// `exclusive` false and a regular file already there, returns it (open with O_CREAT).
+    pub async fn make(
+        &self,
+        parent: Handle,
+        name: &[u8],
+        node: NewNode,
+        exclusive: bool,
+    ) -> Result<Attr> {
+        self.submit_attr(Op::Make {
+            parent,
+            name: name.to_vec(),
+            node,
+            exclusive,
+        })
+        .await
+    }
+
+    pub async fn create(&self, parent: Handle, name: &[u8], mode: u32) -> Result<Attr> {
+        self.make(parent, name, NewNode::file(mode, 0, 0), true)
+            .await
+    }
+
+    pub async fn mkdir(&self, parent: Handle, name: &[u8], mode: u32) -> Result<Attr> {
+        self.make(parent, name, NewNode::dir(mode, 0, 0), true)
+            .await
+    }
+
+    pub async fn symlink(&self, parent: Handle, name: &[u8], target: &[u8]) -> Result<Attr> {
+        self.make(parent, name, NewNode::symlink(target, 0, 0), true)
+            .await
+    }
+
+    /// A new name `name` in `parent` for the inode `handle`.
+    pub async fn link(&self, handle: Handle, parent: Handle, name: &[u8]) -> Result<Attr> {
+        self.submit_attr(Op::Link {
+            handle,
+            parent,
+            name: name.to_vec(),
+        })
+        .await
+    }
+
+    pub async fn unlink(&self, parent: Handle, name: &[u8]) -> Result<()> {
+        self.submit_unit(Op::Unlink {
+            parent,
+            name: name.to_vec(),
+        })
+        .await
+    }
+
+    pub async fn rmdir(&self, parent: Handle, name: &[u8]) -> Result<()> {
+        self.submit_unit(Op::Rmdir {
+            parent,
+            name: name.to_vec(),
+        })
+        .await
+    }
+
+    /// Renames with Linux's `renameat2` semantics; `flags` takes [`RENAME_NOREPLACE`] or
+    /// [`RENAME_EXCHANGE`].
+    pub async fn rename(
+        &self,
+        parent: Handle,
+        name: &[u8],
+        new_parent: Handle,
+        new_name: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        self.submit_unit(Op::Rename {
+            parent,
+            name: name.to_vec(),
+            new_parent,
+            new_name: new_name.to_vec(),
+            flags,
+        })
+        .await
+    }
+
+    pub async fn setattr(&self, handle: Handle, attr: SetAttr) -> Result<Attr> {
+        self.submit_attr(Op::SetAttr { handle, attr }).await
+    }
+
+    /// Sets an xattr; `flags` takes [`XATTR_CREATE`] or [`XATTR_REPLACE`].
+    pub async fn setxattr(
+        &self,
+        handle: Handle,
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        self.submit_unit(Op::SetXattr {
+            handle,
+            name: name.to_vec(),
+            value: value.to_vec(),
+            flags,
+        })
+        .await
+    }
+
+    pub async fn removexattr(&self, handle: Handle, name: &[u8]) -> Result<()> {
+        self.submit_unit(Op::RemoveXattr {
+            handle,
+            name: name.to_vec(),
+        })
+        .await
+    }
+
+    /// Stops taking mutations, lets the committer finish what is queued, and returns the
+    /// store. Dropping a `Meta` does the same.
+    pub fn shutdown(mut self) -> Arc<S> {
+        self.stop();
+        self.store.clone()
+    }
+
+    fn stop(&mut self) {
+        self.queue.take();
+        if let Some(committer) = self.committer.take() {
+            let _ = committer.join();
+        }
+    }
+}
+
+impl<S: Store> Drop for Meta<S> {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Writes the superblock and the root directory of an empty store.
+fn format_store<T: WriteTxn>(txn: &mut T) -> Result<()> {
+    let now = commit::now_ns();
+    txn.put(KEY_FORMAT, &format_value())?;
+    // Handle 0 is never used and 1 is the root: the first allocation starts at 2.
+    txn.put(KEY_HWM, &(ROOT + 1).to_le_bytes())?;
+    let root = Inode {
+        handle: ROOT,
+        kind: Kind::Dir,
+        mode: 0o755,
+        uid: 0,
+        gid: 0,
+        nlink: 2,
+        generation: 1,
+        size: 0,
+        rdev: 0,
+        atime_ns: now,
+        mtime_ns: now,
+        ctime_ns: now,
+        parent: ROOT,
+        next_cookie: FIRST_COOKIE,
+        entries: 0,
+        target: Vec::new(),
+    };
+    txn.put(&inode_key(ROOT), &root.encode())?;
+    txn.add(KEY_INODES, 1)?;
+    txn.add(KEY_FILE_BYTES, 0)?;
+    Ok(())
+}

@@ -1,0 +1,744 @@
+//! Namespace mutations as deterministic functions of (transaction state, operation, `now`).
+//!
+//! The rule that keeps failed operations from leaving partial state: every function does all
+//! of its checks (reads only) first, and only then writes. A check that fails returns
+//! [`Failure::Meta`] with nothing written, so the other operations of the same group commit go
+//! on. A store error ([`Failure::Store`]) can happen mid-write; the committer then drops the
+//! whole transaction, so again nothing of it remains.
+//!
+//! No clock, thread or channel in here: the committer passes `now` and the generation in.
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+
+use calm_store::{ReadTxn, StoreError, WriteTxn};
+
+use crate::alloc::HandleAllocator;
+use crate::error::MetaError;
+use crate::layout::{
+    Dentry, Inode, KEY_FILE_BYTES, KEY_INODES, dentry_key, encode_readdir_value, inode_key,
+    readdir_key, xattr_key, xattr_range,
+};
+use crate::types::*;
+
+/// A mutation of the namespace, as the committer receives it.
+#[derive(Debug, Clone)]
+pub enum Op {
+    Make {
+        parent: Handle,
+        name: Vec<u8>,
+        node: NewNode,
+        exclusive: bool,
+    },
+    Link {
+        handle: Handle,
+        parent: Handle,
+        name: Vec<u8>,
+    },
+    Unlink {
+        parent: Handle,
+        name: Vec<u8>,
+    },
+    Rmdir {
+        parent: Handle,
+        name: Vec<u8>,
+    },
+    Rename {
+        parent: Handle,
+        name: Vec<u8>,
+        new_parent: Handle,
+        new_name: Vec<u8>,
+        flags: u32,
+    },
+    SetAttr {
+        handle: Handle,
+        attr: SetAttr,
+    },
+    SetXattr {
+        handle: Handle,
+        name: Vec<u8>,
+        value: Vec<u8>,
+        flags: u32,
+    },
+    RemoveXattr {
+        handle: Handle,
+        name: Vec<u8>,
+    },
+}
+
+/// What a successful mutation returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Done {
+    Attr(Attr),
+    Nothing,
+}
+
+/// Why a mutation failed.
+#[derive(Debug)]
+pub enum Failure {
+    /// The namespace said no; nothing was written.
+    Meta(MetaError),
+    /// The store failed; the transaction must be dropped.
+    Store(StoreError),
+}
+
+impl From<MetaError> for Failure {
+    fn from(error: MetaError) -> Self {
+        Failure::Meta(error)
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(error: StoreError) -> Self {
+        Failure::Store(error)
+    }
+}
+
+impl From<Failure> for MetaError {
+    fn from(failure: Failure) -> Self {
+        match failure {
+            Failure::Meta(error) => error,
+            Failure::Store(error) => error.into(),
+        }
+    }
+}
+
+type Outcome<T> = Result<T, Failure>;
+
+/// What a mutation works with.
+#[allow(missing_debug_implementations)] // holds a transaction, which has nothing to show
+pub struct Ctx<'a, T> {
+    pub txn: &'a mut T,
+    pub alloc: &'a mut HandleAllocator,
+    /// The commit's time, in ns since the epoch.
+    pub now: i64,
+    /// Generation given to inodes created now.
+    pub generation: u64,
+}
+
+fn is_dot(name: &[u8]) -> bool {
+    name == b"." || name == b".."
+}
+
+/// Checks a name for a directory entry (not "." or "..", which each caller treats itself).
+pub fn check_name(name: &[u8]) -> Result<(), MetaError> {
+    if name.is_empty() {
+        return Err(MetaError::NotFound);
+    }
+    if name.len() > NAME_LEN_MAX {
+        return Err(MetaError::NameTooLong);
+    }
+    if name.iter().any(|b| *b == b'/' || *b == 0) {
+        return Err(MetaError::Invalid(
+            "a name may not contain '/' or NUL".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn check_xattr_name(name: &[u8]) -> Result<(), MetaError> {
+    if name.is_empty() || name.len() > XATTR_NAME_LEN_MAX || name.contains(&0) {
+        return Err(MetaError::Range);
+    }
+    Ok(())
+}
+
+pub fn load<R: ReadTxn + ?Sized>(view: &R, handle: Handle) -> Outcome<Inode> {
+    match view.get(&inode_key(handle))? {
+        Some(bytes) => Ok(Inode::decode(handle, &bytes)?),
+        None => Err(MetaError::NotFound.into()),
+    }
+}
+
+pub fn load_dir<R: ReadTxn + ?Sized>(view: &R, handle: Handle) -> Outcome<Inode> {
+    let inode = load(view, handle)?;
+    if inode.kind != Kind::Dir {
+        return Err(MetaError::NotDir.into());
+    }
+    Ok(inode)
+}
+
+pub fn get_dentry<R: ReadTxn + ?Sized>(
+    view: &R,
+    parent: Handle,
+    name: &[u8],
+) -> Outcome<Option<Dentry>> {
+    match view.get(&dentry_key(parent, name))? {
+        Some(bytes) => Ok(Some(Dentry::decode(&bytes)?)),
+        None => Ok(None),
+    }
+}
+
+/// The names of every xattr of `handle`.
+pub fn xattr_names<R: ReadTxn + ?Sized>(view: &R, handle: Handle) -> Outcome<Vec<Vec<u8>>> {
+    let (start, end) = xattr_range(handle);
+    let mut names = Vec::new();
+    view.visit(&start, &end, &mut |key, _| {
+        names.push(key[9..].to_vec());
+        ControlFlow::Continue(())
+    })?;
+    Ok(names)
+}
+
+/// Whether `ancestor` is `start` or lies on the path from `start` up to the root.
+fn is_ancestor<R: ReadTxn + ?Sized>(view: &R, ancestor: Handle, start: Handle) -> Outcome<bool> {
+    let mut at = start;
+    // A chain longer than every handle ever allocated is a cycle: corruption.
+    for _ in 0..u32::MAX {
+        if at == ancestor {
+            return Ok(true);
+        }
+        if at == ROOT {
+            return Ok(false);
+        }
+        at = load(view, at)?.parent;
+    }
+    Err(MetaError::Corrupt(format!(
+        "directory parent chain from {start} does not reach the root"
+    ))
+    .into())
+}
+
+fn put_inode<T: WriteTxn>(txn: &mut T, inode: &Inode) -> Outcome<()> {
+    txn.put(&inode_key(inode.handle), &inode.encode())?;
+    Ok(())
+}
+
+fn add_entry<T: WriteTxn>(
+    txn: &mut T,
+    dir: &mut Inode,
+    name: &[u8],
+    child: Handle,
+    kind: Kind,
+) -> Outcome<()> {
+    let cookie = dir.next_cookie;
+    dir.next_cookie += 1;
+    dir.entries += 1;
+    let dentry = Dentry {
+        child,
+        cookie,
+        kind,
+    };
+    txn.put(&dentry_key(dir.handle, name), &dentry.encode())?;
+    txn.put(
+        &readdir_key(dir.handle, cookie),
+        &encode_readdir_value(child, kind, name),
+    )?;
+    Ok(())
+}
+
+fn remove_entry<T: WriteTxn>(
+    txn: &mut T,
+    dir: &mut Inode,
+    name: &[u8],
+    dentry: &Dentry,
+) -> Outcome<()> {
+    txn.delete(&dentry_key(dir.handle, name))?;
+    txn.delete(&readdir_key(dir.handle, dentry.cookie))?;
+    dir.entries -= 1;
+    Ok(())
+}
+
+fn touch(inode: &mut Inode, now: i64) {
+    inode.mtime_ns = now;
+    inode.ctime_ns = now;
+}
+
+/// Removes an inode record and its xattrs, and updates the counters.
+fn destroy<T: WriteTxn>(txn: &mut T, inode: &Inode) -> Outcome<()> {
+    txn.delete(&inode_key(inode.handle))?;
+    for name in xattr_names(txn, inode.handle)? {
+        txn.delete(&xattr_key(inode.handle, &name))?;
+    }
+    txn.add(KEY_INODES, -1)?;
+    if inode.kind == Kind::File && inode.size > 0 {
+        txn.add(KEY_FILE_BYTES, -(inode.size as i64))?;
+    }
+    Ok(())
+}
+
+/// Drops one link of a non-directory; destroys it when none is left.
+fn drop_link<T: WriteTxn>(txn: &mut T, mut inode: Inode, now: i64) -> Outcome<()> {
+    debug_assert!(inode.kind != Kind::Dir);
+    inode.nlink -= 1;
+    if inode.nlink == 0 {
+        destroy(txn, &inode)
+    } else {
+        inode.ctime_ns = now;
+        put_inode(txn, &inode)
+    }
+}
+
+/// Applies one mutation in `ctx.txn`.
+pub fn apply<T: WriteTxn>(ctx: &mut Ctx<'_, T>, op: &Op) -> Outcome<Done> {
+    match op {
+        Op::Make {
+            parent,
+            name,
+            node,
+            exclusive,
+        } => make(ctx, *parent, name, node, *exclusive),
+        Op::Link {
+            handle,
+            parent,
+            name,
+        } => link(ctx, *handle, *parent, name),
+        Op::Unlink { parent, name } => unlink(ctx, *parent, name),
+        Op::Rmdir { parent, name } => rmdir(ctx, *parent, name),
+        Op::Rename {
+            parent,
+            name,
+            new_parent,
+            new_name,
+            flags,
+        } => rename(ctx, *parent, name, *new_parent, new_name, *flags),
+        Op::SetAttr { handle, attr } => setattr(ctx, *handle, attr),
+        Op::SetXattr {
+            handle,
+            name,
+            value,
+            flags,
+        } => setxattr(ctx, *handle, name, value, *flags),
+        Op::RemoveXattr { handle, name } => removexattr(ctx, *handle, name),
+    }
+}
+
+fn make<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    parent: Handle,
+    name: &[u8],
+    node: &NewNode,
+    exclusive: bool,
+) -> Outcome<Done> {
+    if is_dot(name) {
+        return Err(MetaError::Exists.into());
+    }
+    check_name(name)?;
+    let mut dir = load_dir(ctx.txn, parent)?;
+    if let Some(existing) = get_dentry(ctx.txn, parent, name)? {
+        if exclusive || node.kind != Kind::File {
+            return Err(MetaError::Exists.into());
+        }
+        // open(O_CREAT) without O_EXCL of an existing name opens what is there.
+        let inode = load(ctx.txn, existing.child)?;
+        if inode.kind == Kind::Dir {
+            return Err(MetaError::IsDir.into());
+        }
+        return Ok(Done::Attr(inode.attr()));
+    }
+    match node.kind {
+        Kind::Symlink => {
+            if node.target.is_empty() {
+                return Err(MetaError::NotFound.into());
+            }
+            if node.target.len() > SYMLINK_LEN_MAX {
+                return Err(MetaError::NameTooLong.into());
+            }
+            if node.target.contains(&0) {
+                return Err(
+                    MetaError::Invalid("a symlink target may not contain NUL".into()).into(),
+                );
+            }
+        }
+        Kind::Dir if dir.nlink >= LINK_COUNT_MAX => return Err(MetaError::TooManyLinks.into()),
+        _ => {}
+    }
+
+    // Checks done; writes from here on.
+    let handle = ctx.alloc.allocate(ctx.txn)?;
+    let is_dir = node.kind == Kind::Dir;
+    let is_device = matches!(node.kind, Kind::CharDevice | Kind::BlockDevice);
+    let inode = Inode {
+        handle,
+        kind: node.kind,
+        mode: node.mode & MODE_PERMISSION_MASK,
+        uid: node.uid,
+        gid: node.gid,
+        nlink: if is_dir { 2 } else { 1 },
+        generation: ctx.generation,
+        size: if node.kind == Kind::Symlink {
+            node.target.len() as u64
+        } else {
+            0
+        },
+        rdev: if is_device { node.rdev } else { 0 },
+        atime_ns: ctx.now,
+        mtime_ns: ctx.now,
+        ctime_ns: ctx.now,
+        parent: if is_dir { parent } else { 0 },
+        next_cookie: if is_dir { FIRST_COOKIE } else { 0 },
+        entries: 0,
+        target: if node.kind == Kind::Symlink {
+            node.target.clone()
+        } else {
+            Vec::new()
+        },
+    };
+    add_entry(ctx.txn, &mut dir, name, handle, node.kind)?;
+    if is_dir {
+        dir.nlink += 1;
+    }
+    touch(&mut dir, ctx.now);
+    put_inode(ctx.txn, &dir)?;
+    put_inode(ctx.txn, &inode)?;
+    ctx.txn.add(KEY_INODES, 1)?;
+    Ok(Done::Attr(inode.attr()))
+}
+
+fn link<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    handle: Handle,
+    parent: Handle,
+    name: &[u8],
+) -> Outcome<Done> {
+    if is_dot(name) {
+        return Err(MetaError::Exists.into());
+    }
+    check_name(name)?;
+    let mut inode = load(ctx.txn, handle)?;
+    if inode.kind == Kind::Dir {
+        return Err(MetaError::NotPermitted("hard link to a directory".into()).into());
+    }
+    let mut dir = load_dir(ctx.txn, parent)?;
+    if get_dentry(ctx.txn, parent, name)?.is_some() {
+        return Err(MetaError::Exists.into());
+    }
+    if inode.nlink >= LINK_COUNT_MAX {
+        return Err(MetaError::TooManyLinks.into());
+    }
+
+    add_entry(ctx.txn, &mut dir, name, handle, inode.kind)?;
+    touch(&mut dir, ctx.now);
+    put_inode(ctx.txn, &dir)?;
+    inode.nlink += 1;
+    inode.ctime_ns = ctx.now;
+    put_inode(ctx.txn, &inode)?;
+    Ok(Done::Attr(inode.attr()))
+}
+
+fn unlink<T: WriteTxn>(ctx: &mut Ctx<'_, T>, parent: Handle, name: &[u8]) -> Outcome<Done> {
+    if is_dot(name) {
+        return Err(MetaError::IsDir.into());
+    }
+    check_name(name)?;
+    let mut dir = load_dir(ctx.txn, parent)?;
+    let dentry = get_dentry(ctx.txn, parent, name)?.ok_or(MetaError::NotFound)?;
+    if dentry.kind == Kind::Dir {
+        return Err(MetaError::IsDir.into());
+    }
+    let inode = load(ctx.txn, dentry.child)?;
+
+    remove_entry(ctx.txn, &mut dir, name, &dentry)?;
+    touch(&mut dir, ctx.now);
+    put_inode(ctx.txn, &dir)?;
+    drop_link(ctx.txn, inode, ctx.now)?;
+    Ok(Done::Nothing)
+}
+
+fn rmdir<T: WriteTxn>(ctx: &mut Ctx<'_, T>, parent: Handle, name: &[u8]) -> Outcome<Done> {
+    match name {
+        b"." => return Err(MetaError::Invalid("rmdir of '.'".into()).into()),
+        b".." => return Err(MetaError::NotEmpty.into()),
+        _ => check_name(name)?,
+    }
+    let mut dir = load_dir(ctx.txn, parent)?;
+    let dentry = get_dentry(ctx.txn, parent, name)?.ok_or(MetaError::NotFound)?;
+    if dentry.kind != Kind::Dir {
+        return Err(MetaError::NotDir.into());
+    }
+    let child = load(ctx.txn, dentry.child)?;
+    if child.entries > 0 {
+        return Err(MetaError::NotEmpty.into());
+    }
+
+    remove_entry(ctx.txn, &mut dir, name, &dentry)?;
+    dir.nlink -= 1;
+    touch(&mut dir, ctx.now);
+    put_inode(ctx.txn, &dir)?;
+    destroy(ctx.txn, &child)?;
+    Ok(Done::Nothing)
+}
+
+/// Inodes loaded once and changed in place during one rename, where the same inode can play
+/// several roles (source and destination parent are often the same directory).
+struct Staged {
+    inodes: BTreeMap<Handle, Inode>,
+}
+
+impl Staged {
+    fn new() -> Self {
+        Self {
+            inodes: BTreeMap::new(),
+        }
+    }
+
+    fn load<R: ReadTxn + ?Sized>(&mut self, view: &R, handle: Handle) -> Outcome<&mut Inode> {
+        match self.inodes.entry(handle) {
+            std::collections::btree_map::Entry::Occupied(entry) => Ok(entry.into_mut()),
+            std::collections::btree_map::Entry::Vacant(entry) => {
+                Ok(entry.insert(load(view, handle)?))
+            }
+        }
+    }
+
+    fn get(&mut self, handle: Handle) -> &mut Inode {
+        self.inodes.get_mut(&handle).expect("staged before use")
+    }
+
+    fn flush<T: WriteTxn>(self, txn: &mut T) -> Outcome<()> {
+        for inode in self.inodes.values() {
+            put_inode(txn, inode)?;
+        }
+        Ok(())
+    }
+}
+
+/// The change of `nlink` a rename causes in `dir`, to check against the limit beforehand.
+fn nlink_after(nlink: u32, delta: i64) -> Result<u32, MetaError> {
+    let after = nlink as i64 + delta;
+    if after > LINK_COUNT_MAX as i64 {
+        return Err(MetaError::TooManyLinks);
+    }
+    Ok(after as u32)
+}
+
+fn rename<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    sp: Handle,
+    sname: &[u8],
+    dp: Handle,
+    dname: &[u8],
+    flags: u32,
+) -> Outcome<Done> {
+    if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 {
+        return Err(MetaError::Invalid(format!("unsupported rename flags {flags:#x}")).into());
+    }
+    let exchange = flags & RENAME_EXCHANGE != 0;
+    if exchange && flags & RENAME_NOREPLACE != 0 {
+        return Err(
+            MetaError::Invalid("RENAME_NOREPLACE and RENAME_EXCHANGE together".into()).into(),
+        );
+    }
+    for name in [sname, dname] {
+        if is_dot(name) {
+            return Err(MetaError::Busy("rename of '.' or '..'".into()).into());
+        }
+        check_name(name)?;
+    }
+    let mut staged = Staged::new();
+    for dir in [sp, dp] {
+        if staged.load(ctx.txn, dir)?.kind != Kind::Dir {
+            return Err(MetaError::NotDir.into());
+        }
+    }
+    let src = get_dentry(ctx.txn, sp, sname)?.ok_or(MetaError::NotFound)?;
+    let dst = get_dentry(ctx.txn, dp, dname)?;
+    if exchange && dst.is_none() {
+        return Err(MetaError::NotFound.into());
+    }
+    if sp == dp && sname == dname {
+        return Ok(Done::Nothing);
+    }
+    if let Some(dst) = &dst {
+        if dst.child == src.child {
+            // Two links to the same inode: POSIX says do nothing and succeed.
+            return Ok(Done::Nothing);
+        }
+        if flags & RENAME_NOREPLACE != 0 {
+            return Err(MetaError::Exists.into());
+        }
+    }
+    let src_is_dir = src.kind == Kind::Dir;
+    let dst_is_dir = dst.is_some_and(|d| d.kind == Kind::Dir);
+    if let (Some(dst), false) = (&dst, exchange) {
+        if src_is_dir && !dst_is_dir {
+            return Err(MetaError::NotDir.into());
+        }
+        if !src_is_dir && dst_is_dir {
+            return Err(MetaError::IsDir.into());
+        }
+        if dst_is_dir && staged.load(ctx.txn, dst.child)?.entries > 0 {
+            return Err(MetaError::NotEmpty.into());
+        }
+    }
+    if src_is_dir && sp != dp && is_ancestor(ctx.txn, src.child, dp)? {
+        return Err(MetaError::Invalid("a directory cannot move under itself".into()).into());
+    }
+    if exchange && dst_is_dir && sp != dp && is_ancestor(ctx.txn, dst.expect("exchange").child, sp)?
+    {
+        return Err(MetaError::Invalid("a directory cannot move under itself".into()).into());
+    }
+    // Subdirectory counts (nlink) of both parents after the move.
+    let (mut sp_delta, mut dp_delta) = (0i64, 0i64);
+    if src_is_dir && sp != dp {
+        sp_delta -= 1;
+        dp_delta += 1;
+    }
+    if dst_is_dir {
+        if exchange {
+            if sp != dp {
+                dp_delta -= 1;
+                sp_delta += 1;
+            }
+        } else {
+            dp_delta -= 1; // the replaced directory goes away
+        }
+    }
+    let sp_nlink = nlink_after(staged.get(sp).nlink, sp_delta)?;
+    let dp_nlink = if sp == dp {
+        nlink_after(staged.get(dp).nlink, sp_delta + dp_delta)?
+    } else {
+        nlink_after(staged.get(dp).nlink, dp_delta)?
+    };
+    staged.load(ctx.txn, src.child)?;
+    if let Some(dst) = &dst {
+        staged.load(ctx.txn, dst.child)?;
+    }
+
+    // Checks done; writes from here on.
+    let now = ctx.now;
+    remove_entry(ctx.txn, staged.get(sp), sname, &src)?;
+    if let Some(dst) = &dst {
+        remove_entry(ctx.txn, staged.get(dp), dname, dst)?;
+    }
+    add_entry(ctx.txn, staged.get(dp), dname, src.child, src.kind)?;
+    if src_is_dir {
+        staged.get(src.child).parent = dp;
+    }
+    staged.get(src.child).ctime_ns = now;
+    if let Some(dst) = dst {
+        if exchange {
+            add_entry(ctx.txn, staged.get(sp), sname, dst.child, dst.kind)?;
+            if dst_is_dir {
+                staged.get(dst.child).parent = sp;
+            }
+            staged.get(dst.child).ctime_ns = now;
+        } else {
+            let replaced = staged.inodes.remove(&dst.child).expect("staged");
+            if dst_is_dir {
+                destroy(ctx.txn, &replaced)?;
+            } else {
+                drop_link(ctx.txn, replaced, now)?;
+            }
+        }
+    }
+    if sp == dp {
+        staged.get(sp).nlink = dp_nlink;
+    } else {
+        staged.get(sp).nlink = sp_nlink;
+        staged.get(dp).nlink = dp_nlink;
+    }
+    touch(staged.get(sp), now);
+    touch(staged.get(dp), now);
+    staged.flush(ctx.txn)?;
+    Ok(Done::Nothing)
+}
+
+fn resolve(time: SetTime, now: i64) -> i64 {
+    match time {
+        SetTime::Now => now,
+        SetTime::At(ns) => ns,
+    }
+}
+
+fn setattr<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle, attr: &SetAttr) -> Outcome<Done> {
+    let mut inode = load(ctx.txn, handle)?;
+    if let Some(size) = attr.size {
+        match inode.kind {
+            Kind::Dir => return Err(MetaError::IsDir.into()),
+            Kind::File => {}
+            _ => return Err(MetaError::Invalid("size of a non-regular file".into()).into()),
+        }
+        if size > FILE_SIZE_MAX {
+            return Err(MetaError::FileTooBig.into());
+        }
+    }
+
+    if let Some(mode) = attr.mode {
+        inode.mode = mode & MODE_PERMISSION_MASK;
+    }
+    if let Some(uid) = attr.uid {
+        inode.uid = uid;
+    }
+    if let Some(gid) = attr.gid {
+        inode.gid = gid;
+    }
+    if let Some(size) = attr.size
+        && size != inode.size
+    {
+        ctx.txn
+            .add(KEY_FILE_BYTES, size as i64 - inode.size as i64)?;
+        inode.size = size;
+        if attr.mtime.is_none() {
+            inode.mtime_ns = ctx.now;
+        }
+    }
+    if let Some(atime) = attr.atime {
+        inode.atime_ns = resolve(atime, ctx.now);
+    }
+    if let Some(mtime) = attr.mtime {
+        inode.mtime_ns = resolve(mtime, ctx.now);
+    }
+    inode.ctime_ns = attr.ctime.unwrap_or(ctx.now);
+    put_inode(ctx.txn, &inode)?;
+    Ok(Done::Attr(inode.attr()))
+}
+
+fn setxattr<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    handle: Handle,
+    name: &[u8],
+    value: &[u8],
+    flags: u32,
+) -> Outcome<Done> {
+    if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 {
+        return Err(MetaError::Invalid(format!("unsupported setxattr flags {flags:#x}")).into());
+    }
+    if flags == XATTR_CREATE | XATTR_REPLACE {
+        return Err(MetaError::Invalid("XATTR_CREATE and XATTR_REPLACE together".into()).into());
+    }
+    check_xattr_name(name)?;
+    if value.len() > XATTR_VALUE_LEN_MAX {
+        return Err(MetaError::TooBig.into());
+    }
+    let mut inode = load(ctx.txn, handle)?;
+    let key = xattr_key(handle, name);
+    let exists = ctx.txn.get(&key)?.is_some();
+    if exists && flags & XATTR_CREATE != 0 {
+        return Err(MetaError::Exists.into());
+    }
+    if !exists && flags & XATTR_REPLACE != 0 {
+        return Err(MetaError::NoData.into());
+    }
+    if !exists {
+        let listed: usize = xattr_names(ctx.txn, handle)?
+            .iter()
+            .map(|n| n.len() + 1)
+            .sum();
+        if listed + name.len() + 1 > XATTR_LIST_BYTES_MAX {
+            return Err(MetaError::NoSpace(format!(
+                "xattr names of one inode exceed {XATTR_LIST_BYTES_MAX} bytes"
+            ))
+            .into());
+        }
+    }
+
+    ctx.txn.put(&key, value)?;
+    inode.ctime_ns = ctx.now;
+    put_inode(ctx.txn, &inode)?;
+    Ok(Done::Nothing)
+}
+
+fn removexattr<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle, name: &[u8]) -> Outcome<Done> {
+    check_xattr_name(name)?;
+    let mut inode = load(ctx.txn, handle)?;
+    let key = xattr_key(handle, name);
+    if ctx.txn.get(&key)?.is_none() {
+        return Err(MetaError::NoData.into());
+    }
+
+    ctx.txn.delete(&key)?;
+    inode.ctime_ns = ctx.now;
+    put_inode(ctx.txn, &inode)?;
+    Ok(Done::Nothing)
+}

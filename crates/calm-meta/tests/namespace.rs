@@ -1,0 +1,613 @@
+//! Named conformance tests of the namespace rules, each on a fresh store.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use calm_meta::error::CODES;
+use calm_meta::fsck;
+use calm_meta::layout::{KEY_INODES, dentry_key, inode_key};
+use calm_meta::*;
+use calm_store::fault::FaultStore;
+use calm_store::lmdb::{LmdbOptions, LmdbStore};
+use calm_store::mem::MemStore;
+use calm_store::{Store, WriteTxn};
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap()
+}
+
+fn mem() -> Meta<MemStore> {
+    Meta::open(MemStore::new(), MetaOptions::default()).unwrap()
+}
+
+fn clean<S: Store>(meta: &Meta<S>) {
+    let report = fsck::check(&meta.store().snapshot().unwrap(), &mut |_| {}).unwrap();
+    assert!(report.is_clean(), "fsck: {:?}", report.problems);
+}
+
+#[test]
+fn error_codes_map_one_to_one_to_errno() {
+    let codes: HashSet<u32> = CODES.iter().map(|c| c.0).collect();
+    let errnos: HashSet<i32> = CODES.iter().map(|c| c.1).collect();
+    assert_eq!(codes.len(), CODES.len(), "codes unique");
+    assert_eq!(errnos.len(), CODES.len(), "errnos unique");
+    for (code, errno, name) in CODES {
+        let error = MetaError::from_code(*code, "detail").expect("known code");
+        assert_eq!(error.code(), *code, "{name}");
+        assert_eq!(error.errno(), *errno, "{name}");
+    }
+    assert_eq!(MetaError::from_code(9999, ""), None);
+}
+
+#[test]
+fn bad_names_get_the_right_error() {
+    let rt = rt();
+    let meta = mem();
+    let long = vec![b'x'; NAME_LEN_MAX + 1];
+    let cases: Vec<(&[u8], MetaError)> = vec![
+        (b"", MetaError::NotFound),
+        (b".", MetaError::Exists),
+        (b"..", MetaError::Exists),
+        (&long, MetaError::NameTooLong),
+    ];
+    for (name, expected) in cases {
+        assert_eq!(
+            rt.block_on(meta.create(ROOT, name, 0o644)).unwrap_err(),
+            expected,
+            "{name:?}"
+        );
+    }
+    for name in [&b"a/b"[..], b"a\0b"] {
+        assert_eq!(
+            rt.block_on(meta.create(ROOT, name, 0o644))
+                .unwrap_err()
+                .errno(),
+            22,
+            "{name:?}"
+        );
+        assert_eq!(meta.lookup(ROOT, name).unwrap_err().errno(), 22);
+    }
+    let longest = vec![b'x'; NAME_LEN_MAX];
+    rt.block_on(meta.create(ROOT, &longest, 0o644))
+        .expect("255 bytes is allowed");
+    assert_eq!(
+        meta.lookup(ROOT, &long).unwrap_err(),
+        MetaError::NameTooLong
+    );
+    assert_eq!(
+        rt.block_on(meta.unlink(ROOT, b".")).unwrap_err(),
+        MetaError::IsDir
+    );
+    assert_eq!(rt.block_on(meta.rmdir(ROOT, b".")).unwrap_err().errno(), 22);
+    assert_eq!(
+        rt.block_on(meta.rmdir(ROOT, b"..")).unwrap_err(),
+        MetaError::NotEmpty
+    );
+    assert_eq!(
+        rt.block_on(meta.rename(ROOT, b".", ROOT, b"x", 0))
+            .unwrap_err()
+            .errno(),
+        16
+    );
+    clean(&meta);
+}
+
+#[test]
+fn create_mkdir_lookup_and_dot_entries() {
+    let rt = rt();
+    let meta = mem();
+    let d = rt.block_on(meta.mkdir(ROOT, b"d", 0o755)).unwrap();
+    assert_eq!((d.kind, d.nlink, d.mode), (Kind::Dir, 2, 0o755));
+    assert_eq!(
+        meta.getattr(ROOT).unwrap().nlink,
+        3,
+        "a subdirectory adds a link to its parent"
+    );
+    let f = rt
+        .block_on(meta.make(d.handle, b"f", NewNode::file(0o4755 | 0o100000, 7, 8), true))
+        .unwrap();
+    assert_eq!(
+        (f.mode, f.uid, f.gid, f.nlink),
+        (0o4755, 7, 8, 1),
+        "type bits dropped, set-id kept"
+    );
+    assert_eq!(meta.lookup(d.handle, b"f").unwrap(), f);
+    assert_eq!(meta.lookup(d.handle, b".").unwrap().handle, d.handle);
+    assert_eq!(meta.lookup(d.handle, b"..").unwrap().handle, ROOT);
+    assert_eq!(meta.lookup(ROOT, b"..").unwrap().handle, ROOT);
+    assert_eq!(
+        rt.block_on(meta.create(d.handle, b"f", 0o644)).unwrap_err(),
+        MetaError::Exists,
+        "exclusive"
+    );
+    let again = rt
+        .block_on(meta.make(d.handle, b"f", NewNode::file(0o600, 0, 0), false))
+        .unwrap();
+    assert_eq!(
+        again.handle, f.handle,
+        "O_CREAT without O_EXCL opens the existing file"
+    );
+    assert_eq!(
+        rt.block_on(meta.make(ROOT, b"d", NewNode::file(0o600, 0, 0), false))
+            .unwrap_err(),
+        MetaError::IsDir
+    );
+    assert_eq!(
+        rt.block_on(meta.create(f.handle, b"x", 0o644)).unwrap_err(),
+        MetaError::NotDir
+    );
+    assert_eq!(
+        rt.block_on(meta.create(12345, b"x", 0o644)).unwrap_err(),
+        MetaError::NotFound
+    );
+    assert_eq!(meta.lookup(f.handle, b"x").unwrap_err(), MetaError::NotDir);
+    let dev = rt
+        .block_on(meta.make(
+            ROOT,
+            b"null",
+            NewNode::node(Kind::CharDevice, 0o666, 0, 0, 0x0103),
+            true,
+        ))
+        .unwrap();
+    assert_eq!((dev.kind, dev.rdev), (Kind::CharDevice, 0x0103));
+    assert_ne!(dev.generation, 0);
+    clean(&meta);
+}
+
+#[test]
+fn symlinks_and_hard_links() {
+    let rt = rt();
+    let meta = mem();
+    let s = rt.block_on(meta.symlink(ROOT, b"s", b"../target")).unwrap();
+    assert_eq!((s.kind, s.size), (Kind::Symlink, 9));
+    assert_eq!(meta.readlink(s.handle).unwrap(), b"../target");
+    assert_eq!(
+        rt.block_on(meta.symlink(ROOT, b"e", b"")).unwrap_err(),
+        MetaError::NotFound
+    );
+    let too_long = vec![b'a'; SYMLINK_LEN_MAX + 1];
+    assert_eq!(
+        rt.block_on(meta.symlink(ROOT, b"l", &too_long))
+            .unwrap_err(),
+        MetaError::NameTooLong
+    );
+    let f = rt.block_on(meta.create(ROOT, b"f", 0o644)).unwrap();
+    assert_eq!(meta.readlink(f.handle).unwrap_err().errno(), 22);
+    let linked = rt.block_on(meta.link(f.handle, ROOT, b"g")).unwrap();
+    assert_eq!(linked.nlink, 2);
+    assert_eq!(
+        rt.block_on(meta.link(f.handle, ROOT, b"g")).unwrap_err(),
+        MetaError::Exists
+    );
+    assert_eq!(
+        rt.block_on(meta.link(ROOT, ROOT, b"r"))
+            .unwrap_err()
+            .errno(),
+        1,
+        "no links to directories"
+    );
+    rt.block_on(meta.unlink(ROOT, b"f")).unwrap();
+    assert_eq!(
+        meta.getattr(f.handle).unwrap().nlink,
+        1,
+        "still reachable as g"
+    );
+    rt.block_on(meta.unlink(ROOT, b"g")).unwrap();
+    assert_eq!(
+        meta.getattr(f.handle).unwrap_err(),
+        MetaError::NotFound,
+        "last link frees the inode"
+    );
+    assert_eq!(meta.statfs().unwrap().inodes, 2, "root and the symlink");
+    clean(&meta);
+}
+
+#[test]
+fn rmdir_and_unlink_rules() {
+    let rt = rt();
+    let meta = mem();
+    let d = rt.block_on(meta.mkdir(ROOT, b"d", 0o755)).unwrap();
+    rt.block_on(meta.create(d.handle, b"f", 0o644)).unwrap();
+    assert_eq!(
+        rt.block_on(meta.rmdir(ROOT, b"d")).unwrap_err(),
+        MetaError::NotEmpty
+    );
+    assert_eq!(
+        rt.block_on(meta.unlink(ROOT, b"d")).unwrap_err(),
+        MetaError::IsDir
+    );
+    assert_eq!(
+        rt.block_on(meta.rmdir(d.handle, b"f")).unwrap_err(),
+        MetaError::NotDir
+    );
+    assert_eq!(
+        rt.block_on(meta.unlink(d.handle, b"nope")).unwrap_err(),
+        MetaError::NotFound
+    );
+    rt.block_on(meta.unlink(d.handle, b"f")).unwrap();
+    rt.block_on(meta.rmdir(ROOT, b"d")).unwrap();
+    assert_eq!(meta.getattr(ROOT).unwrap().nlink, 2);
+    clean(&meta);
+}
+
+#[test]
+fn rename_rules() {
+    let rt = rt();
+    let meta = mem();
+    let a = rt.block_on(meta.mkdir(ROOT, b"a", 0o755)).unwrap();
+    let b = rt.block_on(meta.mkdir(a.handle, b"b", 0o755)).unwrap();
+    let f = rt.block_on(meta.create(ROOT, b"f", 0o644)).unwrap();
+    let g = rt.block_on(meta.create(ROOT, b"g", 0o644)).unwrap();
+    let rename = |sp, s: &[u8], dp, d: &[u8], flags| rt.block_on(meta.rename(sp, s, dp, d, flags));
+
+    assert_eq!(
+        rename(ROOT, b"a", b.handle, b"x", 0).unwrap_err().errno(),
+        22,
+        "under itself"
+    );
+    assert_eq!(
+        rename(ROOT, b"a", a.handle, b"x", 0).unwrap_err().errno(),
+        22,
+        "into itself"
+    );
+    assert_eq!(
+        rename(ROOT, b"f", ROOT, b"a", 0).unwrap_err(),
+        MetaError::IsDir
+    );
+    assert_eq!(
+        rename(ROOT, b"a", ROOT, b"f", 0).unwrap_err(),
+        MetaError::NotDir
+    );
+    assert_eq!(
+        rename(ROOT, b"f", ROOT, b"g", RENAME_NOREPLACE).unwrap_err(),
+        MetaError::Exists
+    );
+    assert_eq!(
+        rename(ROOT, b"f", ROOT, b"zz", RENAME_EXCHANGE).unwrap_err(),
+        MetaError::NotFound
+    );
+    assert_eq!(
+        rename(ROOT, b"f", ROOT, b"g", 3).unwrap_err().errno(),
+        22,
+        "both flags"
+    );
+    assert_eq!(
+        rename(ROOT, b"nope", ROOT, b"x", 0).unwrap_err(),
+        MetaError::NotFound
+    );
+    rename(ROOT, b"f", ROOT, b"f", 0).expect("same name is a no-op");
+
+    let c = rt.block_on(meta.mkdir(ROOT, b"c", 0o755)).unwrap();
+    rt.block_on(meta.create(c.handle, b"inside", 0o644))
+        .unwrap();
+    assert_eq!(
+        rename(a.handle, b"b", ROOT, b"c", 0).unwrap_err(),
+        MetaError::NotEmpty
+    );
+
+    // replace a file: the replaced inode is gone
+    rename(ROOT, b"f", ROOT, b"g", 0).unwrap();
+    assert_eq!(meta.lookup(ROOT, b"g").unwrap().handle, f.handle);
+    assert_eq!(meta.getattr(g.handle).unwrap_err(), MetaError::NotFound);
+
+    // move a directory across parents: link counts follow
+    rename(a.handle, b"b", ROOT, b"b", 0).unwrap();
+    assert_eq!(meta.getattr(a.handle).unwrap().nlink, 2);
+    assert_eq!(meta.getattr(ROOT).unwrap().nlink, 5);
+    assert_eq!(meta.lookup(b.handle, b"..").unwrap().handle, ROOT);
+
+    // replace an empty directory with a directory
+    rename(ROOT, b"b", ROOT, b"a", 0).unwrap();
+    assert_eq!(meta.getattr(a.handle).unwrap_err(), MetaError::NotFound);
+    assert_eq!(meta.getattr(ROOT).unwrap().nlink, 4);
+
+    // exchange a directory and a file across parents
+    rename(ROOT, b"a", c.handle, b"inside", RENAME_EXCHANGE).unwrap();
+    assert_eq!(meta.lookup(c.handle, b"inside").unwrap().handle, b.handle);
+    assert_eq!(meta.lookup(ROOT, b"a").unwrap().kind, Kind::File);
+    assert_eq!(meta.lookup(b.handle, b"..").unwrap().handle, c.handle);
+    assert_eq!(
+        (
+            meta.getattr(ROOT).unwrap().nlink,
+            meta.getattr(c.handle).unwrap().nlink
+        ),
+        (3, 3)
+    );
+    clean(&meta);
+}
+
+#[test]
+fn readdir_cookies_are_stable_across_changes() {
+    let rt = rt();
+    let meta = Arc::new(mem());
+    let d = rt.block_on(meta.mkdir(ROOT, b"d", 0o755)).unwrap().handle;
+    let names: Vec<Vec<u8>> = (0..5000).map(|i| format!("f{i:05}").into_bytes()).collect();
+    rt.block_on(async {
+        let tasks: Vec<_> = names
+            .chunks(500)
+            .map(|chunk| {
+                let (meta, chunk) = (meta.clone(), chunk.to_vec());
+                tokio::spawn(async move {
+                    for n in chunk {
+                        meta.create(d, &n, 0o644).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    // List in pages; between pages remove some entries not yet listed and add new ones.
+    let mut seen = HashSet::new();
+    let mut cookie = 0;
+    let mut removed = HashSet::new();
+    let mut page_no = 0;
+    loop {
+        let page = meta.readdir(d, cookie, 100).unwrap();
+        let Some(last) = page.last() else { break };
+        cookie = last.cookie;
+        for e in &page {
+            assert!(seen.insert(e.name.clone()), "{:?} listed twice", e.name);
+        }
+        page_no += 1;
+        if page_no > 20 {
+            continue; // stop changing the directory, or the listing never ends
+        }
+        let victim = format!("f{:05}", 4999 - page_no).into_bytes();
+        if !seen.contains(&victim) && rt.block_on(meta.unlink(d, &victim)).is_ok() {
+            removed.insert(victim);
+        }
+        rt.block_on(meta.create(d, format!("new{page_no}").as_bytes(), 0o644))
+            .unwrap();
+    }
+    for n in &names {
+        assert!(
+            seen.contains(n) || removed.contains(n),
+            "{:?} neither listed nor removed",
+            n
+        );
+    }
+    for n in &removed {
+        assert!(!seen.contains(n), "removed {:?} was listed", n);
+    }
+    assert_eq!(
+        meta.readdir(d, 0, usize::MAX).unwrap().len(),
+        READDIR_ENTRIES_MAX,
+        "page size is bounded"
+    );
+    assert_eq!(meta.readdir(d, u64::MAX, 10).unwrap().len(), 0);
+    clean(&meta);
+}
+
+#[test]
+fn xattr_rules() {
+    let rt = rt();
+    let meta = mem();
+    let f = rt.block_on(meta.create(ROOT, b"f", 0o644)).unwrap().handle;
+    assert_eq!(meta.getxattr(f, b"user.a").unwrap_err(), MetaError::NoData);
+    assert_eq!(
+        rt.block_on(meta.setxattr(f, b"user.a", b"1", XATTR_REPLACE))
+            .unwrap_err(),
+        MetaError::NoData
+    );
+    rt.block_on(meta.setxattr(f, b"user.a", b"1", XATTR_CREATE))
+        .unwrap();
+    assert_eq!(
+        rt.block_on(meta.setxattr(f, b"user.a", b"2", XATTR_CREATE))
+            .unwrap_err(),
+        MetaError::Exists
+    );
+    rt.block_on(meta.setxattr(f, b"user.a", b"2", XATTR_REPLACE))
+        .unwrap();
+    rt.block_on(meta.setxattr(f, b"user.b", b"", 0)).unwrap();
+    assert_eq!(meta.getxattr(f, b"user.a").unwrap(), b"2");
+    assert_eq!(
+        meta.listxattr(f).unwrap(),
+        vec![b"user.a".to_vec(), b"user.b".to_vec()]
+    );
+    assert_eq!(
+        rt.block_on(meta.setxattr(f, b"", b"", 0)).unwrap_err(),
+        MetaError::Range
+    );
+    assert_eq!(
+        rt.block_on(meta.setxattr(f, &[b'n'; 256], b"", 0))
+            .unwrap_err(),
+        MetaError::Range
+    );
+    let big = vec![0u8; XATTR_VALUE_LEN_MAX + 1];
+    assert_eq!(
+        rt.block_on(meta.setxattr(f, b"user.c", &big, 0))
+            .unwrap_err(),
+        MetaError::TooBig
+    );
+    rt.block_on(meta.removexattr(f, b"user.a")).unwrap();
+    assert_eq!(
+        rt.block_on(meta.removexattr(f, b"user.a")).unwrap_err(),
+        MetaError::NoData
+    );
+    rt.block_on(meta.unlink(ROOT, b"f")).unwrap();
+    clean(&meta); // the xattrs went with the inode
+}
+
+#[test]
+fn setattr_sets_what_it_is_given() {
+    let rt = rt();
+    let meta = mem();
+    let f = rt.block_on(meta.create(ROOT, b"f", 0o644)).unwrap();
+    let set = SetAttr {
+        mode: Some(0o600),
+        uid: Some(5),
+        gid: Some(6),
+        size: Some(4096),
+        atime: Some(SetTime::At(1_000)),
+        mtime: Some(SetTime::At(2_000)),
+        ctime: None,
+    };
+    let a = rt.block_on(meta.setattr(f.handle, set)).unwrap();
+    assert_eq!(
+        (a.mode, a.uid, a.gid, a.size, a.atime_ns, a.mtime_ns),
+        (0o600, 5, 6, 4096, 1_000, 2_000)
+    );
+    assert!(a.ctime_ns >= f.ctime_ns, "ctime moves forward");
+    let truncated = rt
+        .block_on(meta.setattr(
+            f.handle,
+            SetAttr {
+                size: Some(10),
+                ..SetAttr::default()
+            },
+        ))
+        .unwrap();
+    assert!(
+        truncated.mtime_ns > 2_000,
+        "a size change without a given mtime sets mtime to now"
+    );
+    assert_eq!(meta.statfs().unwrap().file_bytes, 10);
+    let big = SetAttr {
+        size: Some(FILE_SIZE_MAX + 1),
+        ..SetAttr::default()
+    };
+    assert_eq!(
+        rt.block_on(meta.setattr(f.handle, big)).unwrap_err(),
+        MetaError::FileTooBig
+    );
+    let dir_size = SetAttr {
+        size: Some(1),
+        ..SetAttr::default()
+    };
+    assert_eq!(
+        rt.block_on(meta.setattr(ROOT, dir_size)).unwrap_err(),
+        MetaError::IsDir
+    );
+    clean(&meta);
+}
+
+#[test]
+fn concurrent_operations_share_commits() {
+    let rt = rt();
+    let meta = Arc::new(Meta::open(MemStore::new(), MetaOptions::default()).unwrap());
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..64)
+            .map(|t| {
+                let meta = meta.clone();
+                tokio::spawn(async move {
+                    for i in 0..50 {
+                        meta.create(ROOT, format!("{t}-{i}").as_bytes(), 0o644)
+                            .await
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    let status = meta.status().unwrap();
+    assert_eq!(status.ops_committed, 3200);
+    assert!(
+        status.commits < status.ops_committed,
+        "groups formed: {status:?}"
+    );
+    assert!(status.largest_batch > 1);
+    clean(&*meta);
+}
+
+#[test]
+fn a_store_failure_fails_the_whole_group_and_leaves_nothing() {
+    let rt = rt();
+    let meta = Meta::open(FaultStore::new(MemStore::new()), MetaOptions::default()).unwrap();
+    rt.block_on(meta.mkdir(ROOT, b"d", 0o755)).unwrap();
+    let d = meta.lookup(ROOT, b"d").unwrap().handle;
+    rt.block_on(meta.create(d, b"f", 0o644)).unwrap();
+    for countdown in 0..12 {
+        let before = meta.store().inner().dump();
+        meta.store().fail_after(countdown);
+        let outcome = rt.block_on(meta.rename(d, b"f", ROOT, b"g", 0));
+        meta.store().heal();
+        match outcome {
+            Err(error) => {
+                assert_eq!(error.errno(), 5, "an injected store fault is EIO");
+                assert!(
+                    meta.store().inner().dump() == before,
+                    "failed rename left state (fault at {countdown})"
+                );
+            }
+            Ok(()) => {
+                // The fault fell after the commit: the rename is whole. Put it back.
+                rt.block_on(meta.rename(ROOT, b"g", d, b"f", 0)).unwrap();
+            }
+        }
+        clean(&meta);
+    }
+    // After faults, handles still never repeat.
+    let a = rt.block_on(meta.create(ROOT, b"a", 0o644)).unwrap().handle;
+    let b = rt.block_on(meta.create(ROOT, b"b", 0o644)).unwrap().handle;
+    assert_ne!(a, b);
+}
+
+#[test]
+fn restart_reuses_no_handle_and_reads_no_more_than_the_superblock() {
+    let rt = rt();
+    let dir = tempfile::tempdir().unwrap();
+    let mut handles = HashSet::new();
+    for round in 0..3 {
+        let store = LmdbStore::open(dir.path(), &LmdbOptions::default()).unwrap();
+        let meta = Meta::open(
+            store,
+            MetaOptions {
+                handle_chunk: 16,
+                ..MetaOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(meta.epoch(), round + 1);
+        for i in 0..20 {
+            let attr = rt
+                .block_on(meta.create(ROOT, format!("r{round}-{i}").as_bytes(), 0o644))
+                .unwrap();
+            assert!(handles.insert(attr.handle), "handle {} reused", attr.handle);
+            assert_eq!(attr.generation, round + 1);
+        }
+        clean(&meta);
+        let store = meta.shutdown();
+        Arc::into_inner(store).expect("sole owner").close();
+    }
+}
+
+#[test]
+fn fsck_reports_damage() {
+    let rt = rt();
+    let meta = mem();
+    let d = rt.block_on(meta.mkdir(ROOT, b"d", 0o755)).unwrap().handle;
+    let f = rt.block_on(meta.create(d, b"f", 0o644)).unwrap().handle;
+    rt.block_on(meta.create(d, b"g", 0o644)).unwrap();
+    clean(&meta);
+    let store = meta.shutdown();
+    let damage = |f: &dyn Fn(&mut calm_store::mem::MemTxn<'_>)| {
+        let mut txn = store.begin().unwrap();
+        f(&mut txn);
+        txn.commit().unwrap();
+    };
+    damage(&|txn| {
+        txn.delete(&inode_key(f)).unwrap(); // a dentry now points nowhere
+        txn.put(KEY_INODES, &99u64.to_le_bytes()).unwrap();
+        txn.delete(&dentry_key(ROOT, b"d")).unwrap(); // d is nameless: an orphan directory
+    });
+    let report = fsck::check(&store.snapshot().unwrap(), &mut |_| {}).unwrap();
+    let text = report.problems.join("\n");
+    assert!(!report.is_clean());
+    assert!(
+        text.contains(&format!("points to handle {f}, which is not a live inode")),
+        "{text}"
+    );
+    assert!(text.contains("counter Ninodes"), "{text}");
+    assert!(
+        text.contains(&format!("directory {d} has 0 names")),
+        "{text}"
+    );
+}
