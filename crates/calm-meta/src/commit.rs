@@ -119,12 +119,7 @@ fn commit_batch<S: Store>(
     results: &mut Vec<Result<Done, MetaError>>,
 ) -> Result<(), MetaError> {
     let mut txn = store.begin()?;
-    let mut ctx = Ctx {
-        txn: &mut txn,
-        alloc,
-        now: now_ns(),
-        generation,
-    };
+    let mut ctx = Ctx::new(&mut txn, alloc, now_ns(), generation);
     for request in batch {
         match ops::apply(&mut ctx, &request.op) {
             Ok(done) => results.push(Ok(done)),
@@ -132,6 +127,7 @@ fn commit_batch<S: Store>(
             Err(Failure::Store(error)) => return Err(error.into()),
         }
     }
+    ctx.flush().map_err(MetaError::from)?;
     txn.commit()?;
     Ok(())
 }

@@ -8,7 +8,7 @@
 //!
 //! No clock, thread or channel in here: the committer passes `now` and the generation in.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
 
 use calm_store::{ReadTxn, StoreError, WriteTxn};
@@ -105,7 +105,10 @@ impl From<Failure> for MetaError {
 
 type Outcome<T> = Result<T, Failure>;
 
-/// What a mutation works with.
+/// What the mutations of one group commit work with: the transaction, the allocator, the
+/// group's `now`, and an overlay of the inodes the group touched. Each inode is read from the
+/// store at most once and written at most once per group (a directory receiving a thousand
+/// creates in one group is rewritten once), and the counters are summed and written once.
 #[allow(missing_debug_implementations)] // holds a transaction, which has nothing to show
 pub struct Ctx<'a, T> {
     pub txn: &'a mut T,
@@ -114,6 +117,88 @@ pub struct Ctx<'a, T> {
     pub now: i64,
     /// Generation given to inodes created now.
     pub generation: u64,
+    /// Inodes read or changed by this group; `None` = removed.
+    inodes: HashMap<Handle, Cached>,
+    inode_delta: i64,
+    file_bytes_delta: i64,
+}
+
+struct Cached {
+    inode: Option<Inode>,
+    dirty: bool,
+}
+
+impl<'a, T: WriteTxn> Ctx<'a, T> {
+    pub fn new(txn: &'a mut T, alloc: &'a mut HandleAllocator, now: i64, generation: u64) -> Self {
+        Self {
+            txn,
+            alloc,
+            now,
+            generation,
+            inodes: HashMap::new(),
+            inode_delta: 0,
+            file_bytes_delta: 0,
+        }
+    }
+
+    /// The inode `handle` as this group sees it.
+    fn load(&mut self, handle: Handle) -> Outcome<Inode> {
+        if let Some(cached) = self.inodes.get(&handle) {
+            return cached
+                .inode
+                .clone()
+                .ok_or_else(|| MetaError::NotFound.into());
+        }
+        let inode = load(self.txn, handle)?;
+        self.inodes.insert(
+            handle,
+            Cached {
+                inode: Some(inode.clone()),
+                dirty: false,
+            },
+        );
+        Ok(inode)
+    }
+
+    fn load_dir(&mut self, handle: Handle) -> Outcome<Inode> {
+        let inode = self.load(handle)?;
+        if inode.kind != Kind::Dir {
+            return Err(MetaError::NotDir.into());
+        }
+        Ok(inode)
+    }
+
+    fn store(&mut self, inode: Inode) {
+        self.inodes.insert(
+            inode.handle,
+            Cached {
+                inode: Some(inode),
+                dirty: true,
+            },
+        );
+    }
+
+    /// Writes what the group changed: every dirty inode once, the counters once.
+    pub fn flush(self) -> Outcome<()> {
+        for (handle, cached) in self.inodes {
+            match cached {
+                Cached { dirty: false, .. } => {}
+                Cached {
+                    inode: Some(inode), ..
+                } => put_inode(self.txn, &inode)?,
+                Cached { inode: None, .. } => {
+                    self.txn.delete(&inode_key(handle))?;
+                }
+            }
+        }
+        if self.inode_delta != 0 {
+            self.txn.add(KEY_INODES, self.inode_delta)?;
+        }
+        if self.file_bytes_delta != 0 {
+            self.txn.add(KEY_FILE_BYTES, self.file_bytes_delta)?;
+        }
+        Ok(())
+    }
 }
 
 fn is_dot(name: &[u8]) -> bool {
@@ -181,7 +266,11 @@ pub fn xattr_names<R: ReadTxn + ?Sized>(view: &R, handle: Handle) -> Outcome<Vec
 }
 
 /// Whether `ancestor` is `start` or lies on the path from `start` up to the root.
-fn is_ancestor<R: ReadTxn + ?Sized>(view: &R, ancestor: Handle, start: Handle) -> Outcome<bool> {
+fn is_ancestor<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    ancestor: Handle,
+    start: Handle,
+) -> Outcome<bool> {
     let mut at = start;
     // A chain longer than every handle ever allocated is a cycle: corruption.
     for _ in 0..u32::MAX {
@@ -191,7 +280,7 @@ fn is_ancestor<R: ReadTxn + ?Sized>(view: &R, ancestor: Handle, start: Handle) -
         if at == ROOT {
             return Ok(false);
         }
-        at = load(view, at)?.parent;
+        at = ctx.load(at)?.parent;
     }
     Err(MetaError::Corrupt(format!(
         "directory parent chain from {start} does not reach the root"
@@ -244,28 +333,35 @@ fn touch(inode: &mut Inode, now: i64) {
     inode.ctime_ns = now;
 }
 
-/// Removes an inode record and its xattrs, and updates the counters.
-fn destroy<T: WriteTxn>(txn: &mut T, inode: &Inode) -> Outcome<()> {
-    txn.delete(&inode_key(inode.handle))?;
-    for name in xattr_names(txn, inode.handle)? {
-        txn.delete(&xattr_key(inode.handle, &name))?;
+/// Removes an inode and its xattrs.
+fn destroy<T: WriteTxn>(ctx: &mut Ctx<'_, T>, inode: &Inode) -> Outcome<()> {
+    for name in xattr_names(ctx.txn, inode.handle)? {
+        ctx.txn.delete(&xattr_key(inode.handle, &name))?;
     }
-    txn.add(KEY_INODES, -1)?;
-    if inode.kind == Kind::File && inode.size > 0 {
-        txn.add(KEY_FILE_BYTES, -(inode.size as i64))?;
+    ctx.inodes.insert(
+        inode.handle,
+        Cached {
+            inode: None,
+            dirty: true,
+        },
+    );
+    ctx.inode_delta -= 1;
+    if inode.kind == Kind::File {
+        ctx.file_bytes_delta -= inode.size as i64;
     }
     Ok(())
 }
 
 /// Drops one link of a non-directory; destroys it when none is left.
-fn drop_link<T: WriteTxn>(txn: &mut T, mut inode: Inode, now: i64) -> Outcome<()> {
+fn drop_link<T: WriteTxn>(ctx: &mut Ctx<'_, T>, mut inode: Inode) -> Outcome<()> {
     debug_assert!(inode.kind != Kind::Dir);
     inode.nlink -= 1;
     if inode.nlink == 0 {
-        destroy(txn, &inode)
+        destroy(ctx, &inode)
     } else {
-        inode.ctime_ns = now;
-        put_inode(txn, &inode)
+        inode.ctime_ns = ctx.now;
+        ctx.store(inode);
+        Ok(())
     }
 }
 
@@ -314,13 +410,13 @@ fn make<T: WriteTxn>(
         return Err(MetaError::Exists.into());
     }
     check_name(name)?;
-    let mut dir = load_dir(ctx.txn, parent)?;
+    let mut dir = ctx.load_dir(parent)?;
     if let Some(existing) = get_dentry(ctx.txn, parent, name)? {
         if exclusive || node.kind != Kind::File {
             return Err(MetaError::Exists.into());
         }
         // open(O_CREAT) without O_EXCL of an existing name opens what is there.
-        let inode = load(ctx.txn, existing.child)?;
+        let inode = ctx.load(existing.child)?;
         if inode.kind == Kind::Dir {
             return Err(MetaError::IsDir.into());
         }
@@ -379,10 +475,11 @@ fn make<T: WriteTxn>(
         dir.nlink += 1;
     }
     touch(&mut dir, ctx.now);
-    put_inode(ctx.txn, &dir)?;
-    put_inode(ctx.txn, &inode)?;
-    ctx.txn.add(KEY_INODES, 1)?;
-    Ok(Done::Attr(inode.attr()))
+    ctx.store(dir);
+    let attr = inode.attr();
+    ctx.store(inode);
+    ctx.inode_delta += 1;
+    Ok(Done::Attr(attr))
 }
 
 fn link<T: WriteTxn>(
@@ -395,11 +492,11 @@ fn link<T: WriteTxn>(
         return Err(MetaError::Exists.into());
     }
     check_name(name)?;
-    let mut inode = load(ctx.txn, handle)?;
+    let mut inode = ctx.load(handle)?;
     if inode.kind == Kind::Dir {
         return Err(MetaError::NotPermitted("hard link to a directory".into()).into());
     }
-    let mut dir = load_dir(ctx.txn, parent)?;
+    let mut dir = ctx.load_dir(parent)?;
     if get_dentry(ctx.txn, parent, name)?.is_some() {
         return Err(MetaError::Exists.into());
     }
@@ -409,11 +506,12 @@ fn link<T: WriteTxn>(
 
     add_entry(ctx.txn, &mut dir, name, handle, inode.kind)?;
     touch(&mut dir, ctx.now);
-    put_inode(ctx.txn, &dir)?;
+    ctx.store(dir);
     inode.nlink += 1;
     inode.ctime_ns = ctx.now;
-    put_inode(ctx.txn, &inode)?;
-    Ok(Done::Attr(inode.attr()))
+    let attr = inode.attr();
+    ctx.store(inode);
+    Ok(Done::Attr(attr))
 }
 
 fn unlink<T: WriteTxn>(ctx: &mut Ctx<'_, T>, parent: Handle, name: &[u8]) -> Outcome<Done> {
@@ -421,17 +519,17 @@ fn unlink<T: WriteTxn>(ctx: &mut Ctx<'_, T>, parent: Handle, name: &[u8]) -> Out
         return Err(MetaError::IsDir.into());
     }
     check_name(name)?;
-    let mut dir = load_dir(ctx.txn, parent)?;
+    let mut dir = ctx.load_dir(parent)?;
     let dentry = get_dentry(ctx.txn, parent, name)?.ok_or(MetaError::NotFound)?;
     if dentry.kind == Kind::Dir {
         return Err(MetaError::IsDir.into());
     }
-    let inode = load(ctx.txn, dentry.child)?;
+    let inode = ctx.load(dentry.child)?;
 
     remove_entry(ctx.txn, &mut dir, name, &dentry)?;
     touch(&mut dir, ctx.now);
-    put_inode(ctx.txn, &dir)?;
-    drop_link(ctx.txn, inode, ctx.now)?;
+    ctx.store(dir);
+    drop_link(ctx, inode)?;
     Ok(Done::Nothing)
 }
 
@@ -441,12 +539,12 @@ fn rmdir<T: WriteTxn>(ctx: &mut Ctx<'_, T>, parent: Handle, name: &[u8]) -> Outc
         b".." => return Err(MetaError::NotEmpty.into()),
         _ => check_name(name)?,
     }
-    let mut dir = load_dir(ctx.txn, parent)?;
+    let mut dir = ctx.load_dir(parent)?;
     let dentry = get_dentry(ctx.txn, parent, name)?.ok_or(MetaError::NotFound)?;
     if dentry.kind != Kind::Dir {
         return Err(MetaError::NotDir.into());
     }
-    let child = load(ctx.txn, dentry.child)?;
+    let child = ctx.load(dentry.child)?;
     if child.entries > 0 {
         return Err(MetaError::NotEmpty.into());
     }
@@ -454,8 +552,8 @@ fn rmdir<T: WriteTxn>(ctx: &mut Ctx<'_, T>, parent: Handle, name: &[u8]) -> Outc
     remove_entry(ctx.txn, &mut dir, name, &dentry)?;
     dir.nlink -= 1;
     touch(&mut dir, ctx.now);
-    put_inode(ctx.txn, &dir)?;
-    destroy(ctx.txn, &child)?;
+    ctx.store(dir);
+    destroy(ctx, &child)?;
     Ok(Done::Nothing)
 }
 
@@ -472,11 +570,11 @@ impl Staged {
         }
     }
 
-    fn load<R: ReadTxn + ?Sized>(&mut self, view: &R, handle: Handle) -> Outcome<&mut Inode> {
+    fn load<T: WriteTxn>(&mut self, ctx: &mut Ctx<'_, T>, handle: Handle) -> Outcome<&mut Inode> {
         match self.inodes.entry(handle) {
             std::collections::btree_map::Entry::Occupied(entry) => Ok(entry.into_mut()),
             std::collections::btree_map::Entry::Vacant(entry) => {
-                Ok(entry.insert(load(view, handle)?))
+                Ok(entry.insert(ctx.load(handle)?))
             }
         }
     }
@@ -485,11 +583,10 @@ impl Staged {
         self.inodes.get_mut(&handle).expect("staged before use")
     }
 
-    fn flush<T: WriteTxn>(self, txn: &mut T) -> Outcome<()> {
-        for inode in self.inodes.values() {
-            put_inode(txn, inode)?;
+    fn flush<T: WriteTxn>(self, ctx: &mut Ctx<'_, T>) {
+        for inode in self.inodes.into_values() {
+            ctx.store(inode);
         }
-        Ok(())
     }
 }
 
@@ -527,7 +624,7 @@ fn rename<T: WriteTxn>(
     }
     let mut staged = Staged::new();
     for dir in [sp, dp] {
-        if staged.load(ctx.txn, dir)?.kind != Kind::Dir {
+        if staged.load(ctx, dir)?.kind != Kind::Dir {
             return Err(MetaError::NotDir.into());
         }
     }
@@ -557,15 +654,14 @@ fn rename<T: WriteTxn>(
         if !src_is_dir && dst_is_dir {
             return Err(MetaError::IsDir.into());
         }
-        if dst_is_dir && staged.load(ctx.txn, dst.child)?.entries > 0 {
+        if dst_is_dir && staged.load(ctx, dst.child)?.entries > 0 {
             return Err(MetaError::NotEmpty.into());
         }
     }
-    if src_is_dir && sp != dp && is_ancestor(ctx.txn, src.child, dp)? {
+    if src_is_dir && sp != dp && is_ancestor(ctx, src.child, dp)? {
         return Err(MetaError::Invalid("a directory cannot move under itself".into()).into());
     }
-    if exchange && dst_is_dir && sp != dp && is_ancestor(ctx.txn, dst.expect("exchange").child, sp)?
-    {
+    if exchange && dst_is_dir && sp != dp && is_ancestor(ctx, dst.expect("exchange").child, sp)? {
         return Err(MetaError::Invalid("a directory cannot move under itself".into()).into());
     }
     // Subdirectory counts (nlink) of both parents after the move.
@@ -590,9 +686,9 @@ fn rename<T: WriteTxn>(
     } else {
         nlink_after(staged.get(dp).nlink, dp_delta)?
     };
-    staged.load(ctx.txn, src.child)?;
+    staged.load(ctx, src.child)?;
     if let Some(dst) = &dst {
-        staged.load(ctx.txn, dst.child)?;
+        staged.load(ctx, dst.child)?;
     }
 
     // Checks done; writes from here on.
@@ -616,9 +712,9 @@ fn rename<T: WriteTxn>(
         } else {
             let replaced = staged.inodes.remove(&dst.child).expect("staged");
             if dst_is_dir {
-                destroy(ctx.txn, &replaced)?;
+                destroy(ctx, &replaced)?;
             } else {
-                drop_link(ctx.txn, replaced, now)?;
+                drop_link(ctx, replaced)?;
             }
         }
     }
@@ -630,7 +726,7 @@ fn rename<T: WriteTxn>(
     }
     touch(staged.get(sp), now);
     touch(staged.get(dp), now);
-    staged.flush(ctx.txn)?;
+    staged.flush(ctx);
     Ok(Done::Nothing)
 }
 
@@ -642,7 +738,7 @@ fn resolve(time: SetTime, now: i64) -> i64 {
 }
 
 fn setattr<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle, attr: &SetAttr) -> Outcome<Done> {
-    let mut inode = load(ctx.txn, handle)?;
+    let mut inode = ctx.load(handle)?;
     if let Some(size) = attr.size {
         match inode.kind {
             Kind::Dir => return Err(MetaError::IsDir.into()),
@@ -666,8 +762,7 @@ fn setattr<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle, attr: &SetAttr) ->
     if let Some(size) = attr.size
         && size != inode.size
     {
-        ctx.txn
-            .add(KEY_FILE_BYTES, size as i64 - inode.size as i64)?;
+        ctx.file_bytes_delta += size as i64 - inode.size as i64;
         inode.size = size;
         if attr.mtime.is_none() {
             inode.mtime_ns = ctx.now;
@@ -680,8 +775,9 @@ fn setattr<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle, attr: &SetAttr) ->
         inode.mtime_ns = resolve(mtime, ctx.now);
     }
     inode.ctime_ns = attr.ctime.unwrap_or(ctx.now);
-    put_inode(ctx.txn, &inode)?;
-    Ok(Done::Attr(inode.attr()))
+    let attr = inode.attr();
+    ctx.store(inode);
+    Ok(Done::Attr(attr))
 }
 
 fn setxattr<T: WriteTxn>(
@@ -701,7 +797,7 @@ fn setxattr<T: WriteTxn>(
     if value.len() > XATTR_VALUE_LEN_MAX {
         return Err(MetaError::TooBig.into());
     }
-    let mut inode = load(ctx.txn, handle)?;
+    let mut inode = ctx.load(handle)?;
     let key = xattr_key(handle, name);
     let exists = ctx.txn.get(&key)?.is_some();
     if exists && flags & XATTR_CREATE != 0 {
@@ -725,13 +821,13 @@ fn setxattr<T: WriteTxn>(
 
     ctx.txn.put(&key, value)?;
     inode.ctime_ns = ctx.now;
-    put_inode(ctx.txn, &inode)?;
+    ctx.store(inode);
     Ok(Done::Nothing)
 }
 
 fn removexattr<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle, name: &[u8]) -> Outcome<Done> {
     check_xattr_name(name)?;
-    let mut inode = load(ctx.txn, handle)?;
+    let mut inode = ctx.load(handle)?;
     let key = xattr_key(handle, name);
     if ctx.txn.get(&key)?.is_none() {
         return Err(MetaError::NoData.into());
@@ -739,6 +835,6 @@ fn removexattr<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle, name: &[u8]) -
 
     ctx.txn.delete(&key)?;
     inode.ctime_ns = ctx.now;
-    put_inode(ctx.txn, &inode)?;
+    ctx.store(inode);
     Ok(Done::Nothing)
 }

@@ -5,10 +5,14 @@
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
+use calm_meta::alloc::HandleAllocator;
 use calm_meta::fsck;
+use calm_meta::ops::{self, Ctx, Done, Failure, Op};
 use calm_meta::*;
-use calm_store::Store;
 use calm_store::mem::MemStore;
+use calm_store::{Store, WriteTxn};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -312,15 +316,11 @@ fn name(n: u8) -> Vec<u8> {
     vec![b'a' + n]
 }
 
-fn answer<T>(r: Result<T>) -> Answer {
-    r.map(|_| ()).map_err(|e| e.errno())
-}
-
 /// Each node's kind, nlink, size, sorted children and xattr names.
 type Tree = BTreeMap<Handle, (Kind, u32, u64, Vec<(Vec<u8>, Handle)>, Vec<Vec<u8>>)>;
 
 /// Lists the real tree as the model's shape, to compare the two.
-fn real_tree(meta: &Meta<MemStore>, dir: Handle, out: &mut Tree) {
+fn real_tree(meta: &Meta<Arc<MemStore>>, dir: Handle, out: &mut Tree) {
     let attr = meta.getattr(dir).unwrap();
     let mut children = Vec::new();
     let mut cookie = 0;
@@ -380,80 +380,210 @@ fn model_tree(model: &Model) -> Tree {
         .collect()
 }
 
+/// A step with its handles picked: what both the model and the namespace run.
+#[derive(Debug, Clone)]
+enum Call {
+    Make(Handle, Vec<u8>, Kind, bool),
+    Unlink(Handle, Vec<u8>),
+    Rmdir(Handle, Vec<u8>),
+    Link(Handle, Handle, Vec<u8>),
+    Rename(Handle, Vec<u8>, Handle, Vec<u8>, u32),
+    Truncate(Handle, u64),
+    SetXattr(Handle, Vec<u8>, u8, u32),
+    RemoveXattr(Handle, Vec<u8>),
+}
+
+fn resolve(model: &Model, step: &Step) -> Call {
+    let handles: Vec<Handle> = model.nodes.keys().copied().collect();
+    let dirs: Vec<Handle> = model
+        .nodes
+        .iter()
+        .filter(|(_, n)| n.kind == Kind::Dir)
+        .map(|(h, _)| *h)
+        .collect();
+    let any = |i: usize| handles[i % handles.len()];
+    // Mostly directories as parents, sometimes any handle (ENOTDIR), sometimes a dead one.
+    let parent = |i: usize| {
+        if i % 16 == 15 {
+            999_999
+        } else if i % 8 == 7 {
+            any(i)
+        } else {
+            dirs[i % dirs.len()]
+        }
+    };
+    let xname = |n: u8| format!("user.{n}").into_bytes();
+    match *step {
+        Step::Make(p, n, k, x) => Call::Make(parent(p), name(n), k, x),
+        Step::Unlink(p, n) => Call::Unlink(parent(p), name(n)),
+        Step::Rmdir(p, n) => Call::Rmdir(parent(p), name(n)),
+        Step::Link(h, p, n) => Call::Link(any(h), parent(p), name(n)),
+        Step::Rename(a, b, c, d, f) => Call::Rename(parent(a), name(b), parent(c), name(d), f),
+        Step::Truncate(h, size) => Call::Truncate(any(h), size),
+        Step::SetXattr(h, n, v, f) => Call::SetXattr(any(h), xname(n), v, f),
+        Step::RemoveXattr(h, n) => Call::RemoveXattr(any(h), xname(n)),
+    }
+}
+
+/// The operation a call stands for, for [`ops::apply`].
+fn to_op(call: &Call) -> Op {
+    match call.clone() {
+        Call::Make(parent, name, k, exclusive) => {
+            let node = match k {
+                Kind::Symlink => NewNode::symlink(b"x", 0, 0),
+                k => NewNode::node(k, 0o644, 0, 0, 0),
+            };
+            Op::Make {
+                parent,
+                name,
+                node,
+                exclusive,
+            }
+        }
+        Call::Unlink(parent, name) => Op::Unlink { parent, name },
+        Call::Rmdir(parent, name) => Op::Rmdir { parent, name },
+        Call::Link(handle, parent, name) => Op::Link {
+            handle,
+            parent,
+            name,
+        },
+        Call::Rename(parent, name, new_parent, new_name, flags) => Op::Rename {
+            parent,
+            name,
+            new_parent,
+            new_name,
+            flags,
+        },
+        Call::Truncate(handle, size) => Op::SetAttr {
+            handle,
+            attr: SetAttr {
+                size: Some(size),
+                ..SetAttr::default()
+            },
+        },
+        Call::SetXattr(handle, name, v, flags) => Op::SetXattr {
+            handle,
+            name,
+            value: vec![v],
+            flags,
+        },
+        Call::RemoveXattr(handle, name) => Op::RemoveXattr { handle, name },
+    }
+}
+
+/// Applies `calls` in one transaction through one [`Ctx`], as one group commit does.
+fn run_group(
+    store: &MemStore,
+    alloc: &mut HandleAllocator,
+    calls: &[Call],
+) -> Vec<Result<Option<Handle>, i32>> {
+    let mut txn = store.begin().unwrap();
+    let mut ctx = Ctx::new(&mut txn, alloc, 1_000, 1);
+    let answers = calls
+        .iter()
+        .map(|call| match ops::apply(&mut ctx, &to_op(call)) {
+            Ok(Done::Attr(attr)) => Ok(Some(attr.handle)),
+            Ok(Done::Nothing) => Ok(None),
+            Err(Failure::Meta(error)) => Err(error.errno()),
+            Err(Failure::Store(error)) => panic!("store failed: {error}"),
+        })
+        .collect();
+    ctx.flush().unwrap();
+    txn.commit().unwrap();
+    alloc.committed();
+    answers
+}
+
+/// Runs `call` on the namespace; a created handle comes back with the answer.
+async fn run_real(meta: &Meta<Arc<MemStore>>, call: Call) -> Result<Option<Handle>, i32> {
+    let unit = |r: Result<()>| r.map(|()| None).map_err(|e| e.errno());
+    let attr = |r: Result<Attr>| r.map(|a| Some(a.handle)).map_err(|e| e.errno());
+    match call {
+        Call::Make(p, n, k, x) => {
+            let node = match k {
+                Kind::Symlink => NewNode::symlink(b"x", 0, 0),
+                k => NewNode::node(k, 0o644, 0, 0, 0),
+            };
+            attr(meta.make(p, &n, node, x).await)
+        }
+        Call::Unlink(p, n) => unit(meta.unlink(p, &n).await),
+        Call::Rmdir(p, n) => unit(meta.rmdir(p, &n).await),
+        Call::Link(h, p, n) => attr(meta.link(h, p, &n).await),
+        Call::Rename(sp, sn, dp, dn, f) => unit(meta.rename(sp, &sn, dp, &dn, f).await),
+        Call::Truncate(h, size) => {
+            let set = SetAttr {
+                size: Some(size),
+                ..SetAttr::default()
+            };
+            attr(meta.setattr(h, set).await)
+        }
+        Call::SetXattr(h, n, v, f) => unit(meta.setxattr(h, &n, &[v], f).await),
+        Call::RemoveXattr(h, n) => unit(meta.removexattr(h, &n).await),
+    }
+}
+
+/// Applies `call` to the model, given the namespace's answer (for the handle of a new node).
+fn run_model(model: &mut Model, call: &Call, real: Result<Option<Handle>, i32>) -> Answer {
+    match call {
+        Call::Make(p, n, k, exclusive) => {
+            let mut expected = model.make(*p, n);
+            let existing_file = expected == Err(EEXIST) && !exclusive && *k == Kind::File;
+            if existing_file {
+                let existing = model.nodes[&model.child(*p, n).unwrap()].kind;
+                expected = if existing == Kind::Dir {
+                    Err(EISDIR)
+                } else {
+                    Ok(())
+                };
+            }
+            if let (Ok(()), Ok(Some(handle)), false) = (&expected, &real, existing_file) {
+                model.add(*p, n, *handle, *k);
+            }
+            expected
+        }
+        Call::Unlink(p, n) => model.unlink(*p, n),
+        Call::Rmdir(p, n) => model.rmdir(*p, n),
+        Call::Link(h, p, n) => model.link(*h, *p, n),
+        Call::Rename(sp, sn, dp, dn, f) => model.rename(*sp, sn, *dp, dn, *f),
+        Call::Truncate(h, size) => model.truncate(*h, *size),
+        Call::SetXattr(h, n, v, f) => model.setxattr(*h, n, &[*v], *f),
+        Call::RemoveXattr(h, n) => model.removexattr(*h, n),
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
+    /// Steps go in groups. A group of one goes through `Meta` and its committer; a larger
+    /// group is applied in one transaction through one `Ctx` (one inode overlay, one flush),
+    /// exactly what the committer does with the calls it finds queued together.
     #[test]
-    fn namespace_matches_the_model(steps in prop::collection::vec(step(), 1..80)) {
+    fn namespace_matches_the_model(groups in prop::collection::vec(prop::collection::vec(step(), 1..6), 1..30)) {
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let meta = Meta::open(MemStore::new(), MetaOptions { handle_chunk: 5, ..MetaOptions::default() }).unwrap();
+        let store = Arc::new(MemStore::new());
+        let meta = Meta::open(store.clone(), MetaOptions { handle_chunk: 5, ..MetaOptions::default() }).unwrap();
+        let mut alloc = HandleAllocator::new(3);
         let mut model = Model::new();
-        for step in steps {
-            // Handles the step may pick from: every live one, directories first.
-            let handles: Vec<Handle> = model.nodes.keys().copied().collect();
-            let dirs: Vec<Handle> = model.nodes.iter().filter(|(_, n)| n.kind == Kind::Dir).map(|(h, _)| *h).collect();
-            let any = |i: usize| handles[i % handles.len()];
-            // Mostly directories as parents, sometimes any handle (ENOTDIR), sometimes a dead one.
-            let parent = |i: usize| if i % 16 == 15 { 999_999 } else if i % 8 == 7 { any(i) } else { dirs[i % dirs.len()] };
-            let before = meta.store().dump();
-            let (expected, got) = match step.clone() {
-                Step::Make(p, n, k, exclusive) => {
-                    let (p, n) = (parent(p), name(n));
-                    let node = match k {
-                        Kind::Symlink => NewNode::symlink(b"x", 0, 0),
-                        k => NewNode::node(k, 0o644, 0, 0, 0),
-                    };
-                    let mut expected = model.make(p, &n);
-                    let exists_as_file = expected == Err(EEXIST) && !exclusive && k == Kind::File;
-                    if exists_as_file {
-                        let existing = model.nodes[&model.child(p, &n).unwrap()].kind;
-                        expected = if existing == Kind::Dir { Err(EISDIR) } else { Ok(()) };
-                    }
-                    let got = rt.block_on(meta.make(p, &n, node, exclusive));
-                    if let (Ok(()), Ok(attr), false) = (&expected, &got, exists_as_file) {
-                        model.add(p, &n, attr.handle, k);
-                    }
-                    (expected, answer(got))
-                }
-                Step::Unlink(p, n) => {
-                    let (p, n) = (parent(p), name(n));
-                    (model.unlink(p, &n), answer(rt.block_on(meta.unlink(p, &n))))
-                }
-                Step::Rmdir(p, n) => {
-                    let (p, n) = (parent(p), name(n));
-                    (model.rmdir(p, &n), answer(rt.block_on(meta.rmdir(p, &n))))
-                }
-                Step::Link(h, p, n) => {
-                    let (h, p, n) = (any(h), parent(p), name(n));
-                    (model.link(h, p, &n), answer(rt.block_on(meta.link(h, p, &n))))
-                }
-                Step::Rename(a, b, c, d, f) => {
-                    let (sp, sn, dp, dn) = (parent(a), name(b), parent(c), name(d));
-                    (model.rename(sp, &sn, dp, &dn, f), answer(rt.block_on(meta.rename(sp, &sn, dp, &dn, f))))
-                }
-                Step::Truncate(h, size) => {
-                    let h = any(h);
-                    let attr = SetAttr { size: Some(size), ..SetAttr::default() };
-                    (model.truncate(h, size), answer(rt.block_on(meta.setattr(h, attr))))
-                }
-                Step::SetXattr(h, n, v, f) => {
-                    let (h, n) = (any(h), format!("user.{n}").into_bytes());
-                    (model.setxattr(h, &n, &[v], f), answer(rt.block_on(meta.setxattr(h, &n, &[v], f))))
-                }
-                Step::RemoveXattr(h, n) => {
-                    let (h, n) = (any(h), format!("user.{n}").into_bytes());
-                    (model.removexattr(h, &n), answer(rt.block_on(meta.removexattr(h, &n))))
-                }
+        for group in groups {
+            let before = store.dump();
+            let calls: Vec<Call> = group.iter().map(|s| resolve(&model, s)).collect();
+            let answers = if calls.len() == 1 {
+                vec![rt.block_on(run_real(&meta, calls[0].clone()))]
+            } else {
+                run_group(&store, &mut alloc, &calls)
             };
-            prop_assert_eq!(got, expected, "step {:?}", step);
-            if got.is_err() {
-                prop_assert!(meta.store().dump() == before, "failed step {:?} changed the store", step);
+            for (call, real) in calls.iter().zip(&answers) {
+                let expected = run_model(&mut model, call, *real);
+                prop_assert_eq!(real.map(|_| ()), expected, "call {:?} in group {:?}", call, calls);
+            }
+            if answers.iter().all(|a| a.is_err()) {
+                prop_assert!(store.dump() == before, "failed calls {:?} changed the store", calls);
             }
         }
         let mut real = BTreeMap::new();
         real_tree(&meta, ROOT, &mut real);
         prop_assert_eq!(real, model_tree(&model));
-        let report = fsck::check(&meta.store().snapshot().unwrap(), &mut |_| {}).unwrap();
+        let report = fsck::check(&store.snapshot().unwrap(), &mut |_| {}).unwrap();
         prop_assert!(report.is_clean(), "fsck: {:?}", report.problems);
         prop_assert_eq!(report.inodes as usize, model.nodes.len());
     }

@@ -146,6 +146,25 @@ pub trait Store: Send + Sync + 'static {
     fn size_bytes(&self) -> Result<u64>;
 }
 
+/// A shared store is a store: lets a test (or a tool) keep a handle on a store that a
+/// namespace also owns.
+impl<S: Store> Store for std::sync::Arc<S> {
+    type Snapshot<'s> = S::Snapshot<'s>;
+    type Txn<'s> = S::Txn<'s>;
+
+    fn snapshot(&self) -> Result<Self::Snapshot<'_>> {
+        (**self).snapshot()
+    }
+
+    fn begin(&self) -> Result<Self::Txn<'_>> {
+        (**self).begin()
+    }
+
+    fn size_bytes(&self) -> Result<u64> {
+        (**self).size_bytes()
+    }
+}
+
 /// Decodes a counter value written by [`WriteTxn::add`].
 pub fn decode_counter(key: &[u8], bytes: &[u8]) -> Result<u64> {
     let array: [u8; 8] = bytes.try_into().map_err(|_| StoreError::Counter {

@@ -1,0 +1,37 @@
+//! `calm-bench`: the drivers behind `calm bench …`. Each benchmark measures calm and its
+//! baseline in the same run, on the same machine and data, and reports both with their ratio;
+//! none of them asserts a timing.
+//!
+//! - [`startup`]: seed 004 (PVFS2). Restart-to-ready of a populated store, cold cache, after a
+//!   clean stop and after kill -9, against the seed's full scan that rebuilds the used-handle
+//!   ledger.
+//! - [`mdtest`]: create, stat and unlink rates in-process and over gRPC, against the same
+//!   operations on the kernel's tmpfs.
+
+pub mod mdtest;
+pub mod plot;
+pub mod startup;
+
+use std::time::Duration;
+
+/// A progress bar for long work, drawn on stderr (hidden when stderr is not a terminal).
+pub fn progress(total: u64, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "{what} {{bar:40}} {{pos}}/{{len}} ({{per_sec}}, eta {{eta}})"
+        ))
+        .expect("valid template"),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// Empties the page cache so that the next read comes from the disk. Needs root; returns
+/// whether it worked (a benchmark reports a warm cache when it did not).
+pub fn drop_caches() -> bool {
+    std::process::Command::new("sync")
+        .status()
+        .is_ok_and(|s| s.success())
+        && std::fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok()
+}

@@ -1,0 +1,278 @@
+//! mdtest-style metadata rates: C clients, each in a directory of its own, create N/C files,
+//! then stat them, then unlink them. Three modes in one run:
+//! - `inprocess`: C tasks calling [`calm_meta::Meta`] directly (durable group commit on LMDB);
+//! - `grpc`: C clients, each with its own connection, against a server in this process;
+//! - `kernel-tmpfs`: the baseline, C threads doing the same on the kernel's tmpfs
+//!   (`/dev/shm`), which keeps nothing across a crash.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use calm_meta::{Handle, Meta, MetaError, MetaOptions, ROOT};
+use calm_store::lmdb::{LmdbOptions, LmdbStore};
+use serde::Serialize;
+
+#[derive(Debug, Clone)]
+pub struct MdtestOptions {
+    /// Client counts to run, one round each.
+    pub clients: Vec<usize>,
+    /// Files per round (split evenly across clients).
+    pub files: u64,
+    /// Where calm's stores are made.
+    pub dir: PathBuf,
+    /// Where the kernel baseline runs (a tmpfs).
+    pub tmpfs_dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MdtestResult {
+    pub mode: &'static str,
+    pub op: &'static str,
+    pub clients: usize,
+    pub files: u64,
+    pub seconds: f64,
+    pub ops_per_sec: f64,
+}
+
+const OPS: [&str; 3] = ["create", "stat", "unlink"];
+
+fn name(i: u64) -> Vec<u8> {
+    format!("file.{i}").into_bytes()
+}
+
+/// Runs `op(client, i)` for i in 0..per_client on `clients` concurrent tasks; returns seconds.
+async fn phase<F, Fut>(clients: usize, per_client: u64, op: F) -> Result<f64, String>
+where
+    F: Fn(usize, u64) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<(), MetaError>> + Send,
+{
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| {
+            let op = op.clone();
+            tokio::spawn(async move {
+                for i in 0..per_client {
+                    op(c, i).await?;
+                }
+                Ok::<_, MetaError>(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
+fn row(
+    mode: &'static str,
+    op: &'static str,
+    clients: usize,
+    files: u64,
+    seconds: f64,
+) -> MdtestResult {
+    MdtestResult {
+        mode,
+        op,
+        clients,
+        files,
+        seconds,
+        ops_per_sec: files as f64 / seconds.max(1e-9),
+    }
+}
+
+fn open_meta(dir: &std::path::Path) -> Result<(tempfile::TempDir, Arc<Meta<LmdbStore>>), String> {
+    let work = tempfile::Builder::new()
+        .prefix("calm-bench-mdtest-")
+        .tempdir_in(dir)
+        .map_err(|e| format!("making a directory in {}: {e}", dir.display()))?;
+    let store = LmdbStore::open(work.path(), &LmdbOptions::default()).map_err(|e| e.to_string())?;
+    let meta = Meta::open(store, MetaOptions::default()).map_err(|e| e.to_string())?;
+    Ok((work, Arc::new(meta)))
+}
+
+async fn inprocess(
+    options: &MdtestOptions,
+    clients: usize,
+    per_client: u64,
+) -> Result<Vec<MdtestResult>, String> {
+    let (_work, meta) = open_meta(&options.dir)?;
+    let mut dirs: Vec<Handle> = Vec::new();
+    for c in 0..clients {
+        dirs.push(
+            meta.mkdir(ROOT, format!("client.{c}").as_bytes(), 0o755)
+                .await
+                .map_err(|e| e.to_string())?
+                .handle,
+        );
+    }
+    let dirs = Arc::new(dirs);
+    let files = per_client * clients as u64;
+    let (m, d) = (meta.clone(), dirs.clone());
+    let create = phase(clients, per_client, move |c, i| {
+        let (m, d) = (m.clone(), d.clone());
+        async move { m.create(d[c], &name(i), 0o644).await.map(|_| ()) }
+    })
+    .await?;
+    let (m, d) = (meta.clone(), dirs.clone());
+    let stat = phase(clients, per_client, move |c, i| {
+        let (m, d) = (m.clone(), d.clone());
+        async move { m.lookup(d[c], &name(i)).map(|_| ()) }
+    })
+    .await?;
+    let (m, d) = (meta.clone(), dirs.clone());
+    let unlink = phase(clients, per_client, move |c, i| {
+        let (m, d) = (m.clone(), d.clone());
+        async move { m.unlink(d[c], &name(i)).await }
+    })
+    .await?;
+    Ok([create, stat, unlink]
+        .iter()
+        .zip(OPS)
+        .map(|(s, op)| row("inprocess", op, clients, files, *s))
+        .collect())
+}
+
+async fn grpc(
+    options: &MdtestOptions,
+    clients: usize,
+    per_client: u64,
+) -> Result<Vec<MdtestResult>, String> {
+    let (_work, meta) = open_meta(&options.dir)?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| e.to_string())?
+        .to_string();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let info = calm_server::ServerInfo {
+        data_dir: String::new(),
+        started: Instant::now(),
+        ready_ms: 0,
+    };
+    let server = tokio::spawn(calm_server::serve(meta.clone(), info, listener, async {
+        let _ = stopped.await;
+    }));
+    let mut conns = Vec::new();
+    let mut dirs = Vec::new();
+    for c in 0..clients {
+        let client = calm_client::Client::connect(&addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        dirs.push(
+            client
+                .mkdir(ROOT, format!("client.{c}").as_bytes(), 0o755)
+                .await
+                .map_err(|e| e.to_string())?
+                .handle,
+        );
+        conns.push(client);
+    }
+    let (conns, dirs) = (Arc::new(conns), Arc::new(dirs));
+    let files = per_client * clients as u64;
+    let (k, d) = (conns.clone(), dirs.clone());
+    let create = phase(clients, per_client, move |c, i| {
+        let (k, d) = (k.clone(), d.clone());
+        async move { k[c].create(d[c], &name(i), 0o644).await.map(|_| ()) }
+    })
+    .await?;
+    let (k, d) = (conns.clone(), dirs.clone());
+    let stat = phase(clients, per_client, move |c, i| {
+        let (k, d) = (k.clone(), d.clone());
+        async move { k[c].lookup(d[c], &name(i)).await.map(|_| ()) }
+    })
+    .await?;
+    let (k, d) = (conns.clone(), dirs.clone());
+    let unlink = phase(clients, per_client, move |c, i| {
+        let (k, d) = (k.clone(), d.clone());
+        async move { k[c].unlink(d[c], &name(i)).await }
+    })
+    .await?;
+    drop(conns);
+    let _ = stop.send(());
+    server
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    Ok([create, stat, unlink]
+        .iter()
+        .zip(OPS)
+        .map(|(s, op)| row("grpc", op, clients, files, *s))
+        .collect())
+}
+
+/// The baseline on the kernel's tmpfs, with threads.
+fn kernel(
+    options: &MdtestOptions,
+    clients: usize,
+    per_client: u64,
+) -> Result<Vec<MdtestResult>, String> {
+    let work = tempfile::Builder::new()
+        .prefix("calm-bench-mdtest-")
+        .tempdir_in(&options.tmpfs_dir)
+        .map_err(|e| format!("making a directory in {}: {e}", options.tmpfs_dir.display()))?;
+    let dirs: Vec<PathBuf> = (0..clients)
+        .map(|c| work.path().join(format!("client.{c}")))
+        .collect();
+    for d in &dirs {
+        std::fs::create_dir(d).map_err(|e| e.to_string())?;
+    }
+    let run = |op: fn(&std::path::Path) -> std::io::Result<()>| -> Result<f64, String> {
+        let started = Instant::now();
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = dirs
+                .iter()
+                .map(|d| {
+                    scope.spawn(move || {
+                        for i in 0..per_client {
+                            op(&d.join(format!("file.{i}")))?;
+                        }
+                        Ok::<_, std::io::Error>(())
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().expect("thread").map_err(|e| e.to_string())?;
+            }
+            Ok::<_, String>(())
+        })?;
+        Ok(started.elapsed().as_secs_f64())
+    };
+    let create = run(|p| std::fs::File::create_new(p).map(|_| ()))?;
+    let stat = run(|p| std::fs::symlink_metadata(p).map(|_| ()))?;
+    let unlink = run(|p| std::fs::remove_file(p))?;
+    let files = per_client * clients as u64;
+    Ok([create, stat, unlink]
+        .iter()
+        .zip(OPS)
+        .map(|(s, op)| row("kernel-tmpfs", op, clients, files, *s))
+        .collect())
+}
+
+/// Runs every mode for every client count.
+pub fn run(options: &MdtestOptions) -> Result<Vec<MdtestResult>, String> {
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let mut results = Vec::new();
+    for &clients in &options.clients {
+        if clients == 0 {
+            return Err("--clients values must be positive".into());
+        }
+        let per_client = options.files / clients as u64;
+        if per_client == 0 {
+            return Err(format!(
+                "--files {} is fewer than one per client",
+                options.files
+            ));
+        }
+        results.extend(runtime.block_on(inprocess(options, clients, per_client))?);
+        results.extend(runtime.block_on(grpc(options, clients, per_client))?);
+        results.extend(kernel(options, clients, per_client)?);
+    }
+    Ok(results)
+}

@@ -1,0 +1,331 @@
+//! Seed 004 (PVFS2 start-up): restart-to-ready of a store holding N files, against the seed's
+//! baseline, a full scan that rebuilds the ledger of used handles.
+//!
+//! For each N: populate a fresh store through the real create path, stop; drop the page cache;
+//! start `calm serve` as a new process and time spawn → ready line (clean restart); then start
+//! it again, run a create storm over gRPC, kill -9 it mid-storm, drop the cache and time the
+//! restart again; finally, on the same store and again from a cold cache, time the baseline
+//! scan. Each restart is checked by looking up a file created during population.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use calm_meta::layout::{TAG_INODE, key_handle};
+use calm_meta::{Meta, MetaOptions, ROOT};
+use calm_store::lmdb::{LmdbOptions, LmdbStore};
+use calm_store::{ReadTxn, Store};
+use serde::Serialize;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct StartupOptions {
+    pub files: Vec<u64>,
+    /// Where the stores are made (one subdirectory per N, removed afterwards).
+    pub dir: PathBuf,
+    /// The `calm` binary to start as the server.
+    pub calm_exe: PathBuf,
+    /// Files per directory in the populated tree.
+    pub files_per_dir: u64,
+    /// Concurrent creators while populating.
+    pub populate_tasks: usize,
+}
+
+/// One row of the result.
+#[derive(Debug, Clone, Serialize)]
+pub struct StartupResult {
+    pub files: u64,
+    /// Spawn of `calm serve` to its ready line, after a clean stop, cold cache.
+    pub restart_ms: f64,
+    /// The same after kill -9 during a create storm, cold cache.
+    pub restart_after_kill_ms: f64,
+    /// The baseline: open the store and scan every inode to rebuild the used-handle ledger.
+    pub scan_rebuild_ms: f64,
+    /// What the server itself printed as "ready in N ms" (clean, after kill).
+    pub server_ready_ms: u64,
+    pub server_ready_after_kill_ms: u64,
+    /// scan_rebuild_ms / restart_ms.
+    pub scan_over_restart: f64,
+    pub store_bytes: u64,
+    pub populate_seconds: f64,
+    /// Whether the page cache could be dropped before each timed start.
+    pub cold_cache: bool,
+}
+
+/// A `calm serve` child process.
+struct Server {
+    child: Child,
+    /// Kept open: the server prints a last line when it stops.
+    _stdout: BufReader<ChildStdout>,
+    addr: String,
+    server_ms: u64,
+    spawn_to_ready: Duration,
+}
+
+fn start_server(calm_exe: &Path, data: &Path) -> Result<Server, String> {
+    let started = Instant::now();
+    let mut child = Command::new(calm_exe)
+        .arg("serve")
+        .arg("--data")
+        .arg(data)
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", calm_exe.display()))?;
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    stdout
+        .read_line(&mut line)
+        .map_err(|e| format!("reading the server's ready line: {e}"))?;
+    let spawn_to_ready = started.elapsed();
+    // "ready in N ms on ADDR"
+    let words: Vec<&str> = line.split_whitespace().collect();
+    match words.as_slice() {
+        ["ready", "in", ms, "ms", "on", addr] => Ok(Server {
+            server_ms: ms.parse().map_err(|_| format!("bad ready line {line:?}"))?,
+            addr: addr.to_string(),
+            child,
+            _stdout: stdout,
+            spawn_to_ready,
+        }),
+        _ => {
+            let _ = child.kill();
+            Err(format!("the server did not become ready: {line:?}"))
+        }
+    }
+}
+
+impl Server {
+    fn stop(mut self) -> Result<(), String> {
+        sigterm(self.child.id());
+        let status = self.child.wait().map_err(|e| e.to_string())?;
+        if !status.success() {
+            return Err(format!("server exited with {status} after SIGTERM"));
+        }
+        Ok(())
+    }
+
+    fn kill9(mut self) -> Result<(), String> {
+        self.child.kill().map_err(|e| e.to_string())?;
+        self.child.wait().map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+/// Sends SIGTERM with the `kill` command (no libc binding needed for one signal).
+fn sigterm(pid: u32) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+}
+
+fn file_name(i: u64) -> Vec<u8> {
+    format!("f{i:09}").into_bytes()
+}
+
+fn dir_name(d: u64) -> Vec<u8> {
+    format!("d{d:06}").into_bytes()
+}
+
+/// Creates `files` files (in directories of `files_per_dir`) through the real create path.
+fn populate(data: &Path, files: u64, options: &StartupOptions) -> Result<f64, String> {
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let store = LmdbStore::open(data, &LmdbOptions::default()).map_err(|e| e.to_string())?;
+    let meta = Arc::new(Meta::open(store, MetaOptions::default()).map_err(|e| e.to_string())?);
+    let started = Instant::now();
+    let bar = crate::progress(files, &format!("populating {files} files"));
+    let dir_count = files.div_ceil(options.files_per_dir);
+    let dirs: Vec<u64> = runtime
+        .block_on(async {
+            let mut dirs = Vec::new();
+            for d in 0..dir_count {
+                dirs.push(meta.mkdir(ROOT, &dir_name(d), 0o755).await?.handle);
+            }
+            Ok::<_, calm_meta::MetaError>(dirs)
+        })
+        .map_err(|e| e.to_string())?;
+    let dirs = Arc::new(dirs);
+    let tasks = options.populate_tasks as u64;
+    runtime.block_on(async {
+        let mut handles = Vec::new();
+        for t in 0..tasks {
+            let (meta, dirs, bar) = (meta.clone(), dirs.clone(), bar.clone());
+            let per_dir = options.files_per_dir;
+            handles.push(tokio::spawn(async move {
+                let mut i = t;
+                while i < files {
+                    meta.create(dirs[(i / per_dir) as usize], &file_name(i), 0o644)
+                        .await?;
+                    bar.inc(1);
+                    i += tasks;
+                }
+                Ok::<_, calm_meta::MetaError>(())
+            }));
+        }
+        for h in handles {
+            h.await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+        }
+        Ok::<_, String>(())
+    })?;
+    bar.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
+    drop(runtime);
+    let meta = Arc::into_inner(meta).ok_or("namespace still shared")?;
+    Arc::into_inner(meta.shutdown())
+        .ok_or("store still shared")?
+        .close();
+    Ok(seconds)
+}
+
+/// Looks up a file created by [`populate`] on a running server.
+fn verify(addr: &str, files: u64, files_per_dir: u64) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let client = calm_client::Client::connect(addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let last = files - 1;
+        let dir = client
+            .lookup(ROOT, &dir_name(last / files_per_dir))
+            .await
+            .map_err(|e| e.to_string())?;
+        client
+            .lookup(dir.handle, &file_name(last))
+            .await
+            .map_err(|e| format!("file {last} missing after restart: {e}"))?;
+        Ok(())
+    })
+}
+
+/// Runs a create storm over gRPC against `addr` for `duration`, then returns without waiting
+/// for the creates in flight (the caller kills the server under them).
+fn storm(addr: &str, duration: Duration) -> Result<u64, String> {
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let created = runtime.block_on(async {
+        let client = calm_client::Client::connect(addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let dir = client
+            .mkdir(ROOT, b"storm", 0o755)
+            .await
+            .map_err(|e| e.to_string())?;
+        let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        for c in 0..8u64 {
+            let (client, count) = (client.clone(), count.clone());
+            tokio::spawn(async move {
+                for i in 0.. {
+                    if client
+                        .create(dir.handle, format!("s{c}-{i}").as_bytes(), 0o644)
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                    count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
+        tokio::time::sleep(duration).await;
+        Ok::<_, String>(count.load(std::sync::atomic::Ordering::Relaxed))
+    })?;
+    runtime.shutdown_background();
+    Ok(created)
+}
+
+/// The seed's baseline: open the store and walk every inode to rebuild the ledger of used
+/// handles (as free extents), the work PVFS2 did at each start.
+fn scan_rebuild(data: &Path) -> Result<(Duration, u64), String> {
+    let started = Instant::now();
+    let options = LmdbOptions {
+        read_only: true,
+        ..LmdbOptions::default()
+    };
+    let store = LmdbStore::open(data, &options).map_err(|e| e.to_string())?;
+    let snap = store.snapshot().map_err(|e| e.to_string())?;
+    let mut free_extents: Vec<(u64, u64)> = Vec::new();
+    let mut expected_next = 0u64;
+    let mut used = 0u64;
+    snap.visit(&[TAG_INODE], &[TAG_INODE + 1], &mut |key, _| {
+        if let Some(handle) = key_handle(key) {
+            if handle > expected_next {
+                free_extents.push((expected_next, handle - expected_next));
+            }
+            expected_next = handle + 1;
+            used += 1;
+        }
+        std::ops::ControlFlow::Continue(())
+    })
+    .map_err(|e| e.to_string())?;
+    let elapsed = started.elapsed();
+    drop(snap);
+    store.close();
+    std::hint::black_box(&free_extents);
+    Ok((elapsed, used))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Runs the benchmark for every N of `options.files`.
+pub fn run(options: &StartupOptions) -> Result<Vec<StartupResult>, String> {
+    let mut results = Vec::new();
+    for &files in &options.files {
+        if files == 0 {
+            return Err("--files values must be positive".into());
+        }
+        let work = tempfile::Builder::new()
+            .prefix("calm-bench-startup-")
+            .tempdir_in(&options.dir)
+            .map_err(|e| format!("making a directory in {}: {e}", options.dir.display()))?;
+        let data = work.path().join("data");
+        let populate_seconds = populate(&data, files, options)?;
+
+        let mut cold_cache = crate::drop_caches();
+        let server = start_server(&options.calm_exe, &data)?;
+        let restart = server.spawn_to_ready;
+        let server_ms = server.server_ms;
+        verify(&server.addr, files, options.files_per_dir)?;
+        server.stop()?;
+
+        let server = start_server(&options.calm_exe, &data)?;
+        storm(&server.addr, Duration::from_millis(500))?;
+        server.kill9()?;
+        cold_cache &= crate::drop_caches();
+        let server = start_server(&options.calm_exe, &data)?;
+        let restart_after_kill = server.spawn_to_ready;
+        let server_ms_after_kill = server.server_ms;
+        verify(&server.addr, files, options.files_per_dir)?;
+        server.stop()?;
+
+        cold_cache &= crate::drop_caches();
+        let (scan, used) = scan_rebuild(&data)?;
+        if used < files {
+            return Err(format!(
+                "the baseline scan saw {used} inodes, expected at least {files}"
+            ));
+        }
+        let store_bytes = std::fs::metadata(data.join("data.mdb")).map_or(0, |m| m.len());
+        results.push(StartupResult {
+            files,
+            restart_ms: ms(restart),
+            restart_after_kill_ms: ms(restart_after_kill),
+            scan_rebuild_ms: ms(scan),
+            server_ready_ms: server_ms,
+            server_ready_after_kill_ms: server_ms_after_kill,
+            scan_over_restart: ms(scan) / ms(restart).max(1e-9),
+            store_bytes,
+            populate_seconds,
+            cold_cache,
+        });
+    }
+    Ok(results)
+}

@@ -1,0 +1,222 @@
+//! `calm-client`: the Rust client of calm's metadata server. Each method mirrors one of
+//! [`calm_meta::Meta`] and returns the same [`MetaError`] the server's namespace returned, so
+//! code written against the in-process namespace reads the same against a remote one.
+//!
+//! A [`Client`] is one HTTP/2 connection; clones share it and may be used from many tasks at
+//! once (requests are multiplexed).
+
+use calm_meta::{Attr, DirEntry, Handle, MetaError, NewNode, SetAttr, StatFs};
+use calm_proto::pb::meta_client::MetaClient;
+use calm_proto::{MESSAGE_BYTES_MAX, error_from_status, pb};
+use tonic::transport::Channel;
+
+pub use calm_proto::pb::StatusReply;
+
+pub type Result<T, E = MetaError> = std::result::Result<T, E>;
+
+/// A connection to a metadata server.
+#[derive(Debug, Clone)]
+pub struct Client {
+    rpc: MetaClient<Channel>,
+}
+
+fn check<T>(reply: std::result::Result<tonic::Response<T>, tonic::Status>) -> Result<T> {
+    reply
+        .map(tonic::Response::into_inner)
+        .map_err(|status| error_from_status(&status))
+}
+
+impl Client {
+    /// Connects to `addr` (`HOST:PORT`, or a full `http://` URI).
+    pub async fn connect(addr: &str) -> Result<Client> {
+        let uri = if addr.contains("://") {
+            addr.to_string()
+        } else {
+            format!("http://{addr}")
+        };
+        let endpoint = Channel::from_shared(uri)
+            .map_err(|e| MetaError::Invalid(format!("server address {addr:?}: {e}")))?
+            .tcp_nodelay(true);
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| MetaError::Io(format!("connecting to {addr}: {e}")))?;
+        Ok(Self::from_channel(channel))
+    }
+
+    /// A client over an existing channel.
+    pub fn from_channel(channel: Channel) -> Client {
+        Client {
+            rpc: MetaClient::new(channel)
+                .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(MESSAGE_BYTES_MAX),
+        }
+    }
+
+    fn rpc(&self) -> MetaClient<Channel> {
+        self.rpc.clone()
+    }
+
+    pub async fn lookup(&self, parent: Handle, name: &[u8]) -> Result<Attr> {
+        let request = pb::LookupRequest {
+            parent,
+            name: name.to_vec(),
+        };
+        check(self.rpc().lookup(request).await)?.try_into()
+    }
+
+    pub async fn getattr(&self, handle: Handle) -> Result<Attr> {
+        check(self.rpc().get_attr(pb::HandleRequest { handle }).await)?.try_into()
+    }
+
+    pub async fn setattr(&self, handle: Handle, attr: &SetAttr) -> Result<Attr> {
+        let request = calm_proto::setattr_to_wire(handle, attr);
+        check(self.rpc().set_attr(request).await)?.try_into()
+    }
+
+    pub async fn make(
+        &self,
+        parent: Handle,
+        name: &[u8],
+        node: &NewNode,
+        exclusive: bool,
+    ) -> Result<Attr> {
+        let request = pb::MakeRequest {
+            parent,
+            name: name.to_vec(),
+            kind: node.kind as u32,
+            mode: node.mode,
+            uid: node.uid,
+            gid: node.gid,
+            rdev: node.rdev,
+            target: node.target.clone(),
+            exclusive,
+        };
+        check(self.rpc().make(request).await)?.try_into()
+    }
+
+    pub async fn create(&self, parent: Handle, name: &[u8], mode: u32) -> Result<Attr> {
+        self.make(parent, name, &NewNode::file(mode, 0, 0), true)
+            .await
+    }
+
+    pub async fn mkdir(&self, parent: Handle, name: &[u8], mode: u32) -> Result<Attr> {
+        self.make(parent, name, &NewNode::dir(mode, 0, 0), true)
+            .await
+    }
+
+    pub async fn link(&self, handle: Handle, parent: Handle, name: &[u8]) -> Result<Attr> {
+        let request = pb::LinkRequest {
+            handle,
+            parent,
+            name: name.to_vec(),
+        };
+        check(self.rpc().link(request).await)?.try_into()
+    }
+
+    pub async fn unlink(&self, parent: Handle, name: &[u8]) -> Result<()> {
+        let request = pb::RemoveRequest {
+            parent,
+            name: name.to_vec(),
+        };
+        check(self.rpc().unlink(request).await).map(|_| ())
+    }
+
+    pub async fn rmdir(&self, parent: Handle, name: &[u8]) -> Result<()> {
+        let request = pb::RemoveRequest {
+            parent,
+            name: name.to_vec(),
+        };
+        check(self.rpc().rmdir(request).await).map(|_| ())
+    }
+
+    pub async fn rename(
+        &self,
+        parent: Handle,
+        name: &[u8],
+        new_parent: Handle,
+        new_name: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        let request = pb::RenameRequest {
+            parent,
+            name: name.to_vec(),
+            new_parent,
+            new_name: new_name.to_vec(),
+            flags,
+        };
+        check(self.rpc().rename(request).await).map(|_| ())
+    }
+
+    pub async fn readlink(&self, handle: Handle) -> Result<Vec<u8>> {
+        Ok(check(self.rpc().readlink(pb::HandleRequest { handle }).await)?.target)
+    }
+
+    pub async fn readdir(
+        &self,
+        dir: Handle,
+        after_cookie: u64,
+        limit: u32,
+    ) -> Result<Vec<DirEntry>> {
+        let request = pb::ReadDirRequest {
+            handle: dir,
+            after_cookie,
+            limit,
+        };
+        check(self.rpc().read_dir(request).await)?
+            .entries
+            .into_iter()
+            .map(DirEntry::try_from)
+            .collect()
+    }
+
+    pub async fn setxattr(
+        &self,
+        handle: Handle,
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        let request = pb::SetXattrRequest {
+            handle,
+            name: name.to_vec(),
+            value: value.to_vec(),
+            flags,
+        };
+        check(self.rpc().set_xattr(request).await).map(|_| ())
+    }
+
+    pub async fn getxattr(&self, handle: Handle, name: &[u8]) -> Result<Vec<u8>> {
+        let request = pb::XattrRequest {
+            handle,
+            name: name.to_vec(),
+        };
+        Ok(check(self.rpc().get_xattr(request).await)?.value)
+    }
+
+    pub async fn listxattr(&self, handle: Handle) -> Result<Vec<Vec<u8>>> {
+        Ok(check(self.rpc().list_xattr(pb::HandleRequest { handle }).await)?.names)
+    }
+
+    pub async fn removexattr(&self, handle: Handle, name: &[u8]) -> Result<()> {
+        let request = pb::XattrRequest {
+            handle,
+            name: name.to_vec(),
+        };
+        check(self.rpc().remove_xattr(request).await).map(|_| ())
+    }
+
+    pub async fn statfs(&self) -> Result<StatFs> {
+        let s = check(self.rpc().stat_fs(pb::Empty {}).await)?;
+        Ok(StatFs {
+            inodes: s.inodes,
+            file_bytes: s.file_bytes,
+            store_bytes: s.store_bytes,
+            name_len_max: s.name_len_max,
+        })
+    }
+
+    pub async fn status(&self) -> Result<StatusReply> {
+        check(self.rpc().status(pb::Empty {}).await)
+    }
+}

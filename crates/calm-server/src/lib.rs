@@ -1,0 +1,270 @@
+//! `calm-server`: the gRPC face of the namespace.
+//!
+//! [`MetaService`] turns each RPC into one call on [`calm_meta::Meta`] and each
+//! [`calm_meta::MetaError`] into a status with its stable code. Reads run inline on the
+//! runtime's threads (an LMDB read is a few microseconds of memory access); mutations await the
+//! group committer. Limits: a request or reply larger than [`calm_proto::MESSAGE_BYTES_MAX`] is
+//! refused before it is decoded; at most [`STREAMS_PER_CONNECTION_MAX`] requests run at once
+//! per connection; a message that does not decode gets an `Internal` status and the server
+//! goes on serving.
+//!
+//! What it does not know: how the store is laid out (calm-meta) or what a client does with
+//! the answers.
+
+use std::fs::File;
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use calm_meta::{Meta, MetaError};
+use calm_proto::pb::meta_server::{Meta as MetaRpc, MetaServer};
+use calm_proto::{MESSAGE_BYTES_MAX, pb, status_from_error};
+use calm_store::Store;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Request, Response, Status};
+
+/// Requests one client connection may have in flight at once.
+pub const STREAMS_PER_CONNECTION_MAX: usize = 1024;
+
+/// Name of the lock file that keeps two servers off one data directory.
+pub const LOCK_FILE: &str = "calm.lock";
+
+/// Takes the data directory's lock, so that a second server on the same directory is refused
+/// with a clear error instead of sharing the store. Held for as long as the returned file lives.
+pub fn lock_data_dir(dir: &Path) -> Result<File, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let path = dir.join(LOCK_FILE);
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(format!(
+            "{} is in use by another calm server (lock {} is held)",
+            dir.display(),
+            path.display()
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(format!("locking {}: {e}", path.display())),
+    }
+}
+
+/// What the service reports about itself in status.
+#[derive(Debug, Clone)]
+pub struct ServerInfo {
+    pub data_dir: String,
+    /// When the process started.
+    pub started: Instant,
+    /// Milliseconds from start to accepting requests.
+    pub ready_ms: u64,
+}
+
+/// The metadata service.
+#[derive(Debug)]
+pub struct MetaService<S: Store> {
+    meta: Arc<Meta<S>>,
+    info: ServerInfo,
+    requests: AtomicU64,
+    request_errors: AtomicU64,
+}
+
+impl<S: Store> MetaService<S> {
+    pub fn new(meta: Arc<Meta<S>>, info: ServerInfo) -> Self {
+        Self {
+            meta,
+            info,
+            requests: AtomicU64::new(0),
+            request_errors: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts the request and turns a namespace answer into a gRPC one.
+    fn answer<T>(&self, result: Result<T, MetaError>) -> Result<Response<T>, Status> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        match result {
+            Ok(reply) => Ok(Response::new(reply)),
+            Err(error) => {
+                self.request_errors.fetch_add(1, Ordering::Relaxed);
+                Err(status_from_error(&error))
+            }
+        }
+    }
+}
+
+fn attr(result: Result<calm_meta::Attr, MetaError>) -> Result<pb::Attr, MetaError> {
+    result.map(|a| pb::Attr::from(&a))
+}
+
+#[tonic::async_trait]
+impl<S: Store> MetaRpc for MetaService<S> {
+    async fn lookup(&self, r: Request<pb::LookupRequest>) -> Result<Response<pb::Attr>, Status> {
+        let r = r.into_inner();
+        self.answer(attr(self.meta.lookup(r.parent, &r.name)))
+    }
+
+    async fn get_attr(&self, r: Request<pb::HandleRequest>) -> Result<Response<pb::Attr>, Status> {
+        self.answer(attr(self.meta.getattr(r.into_inner().handle)))
+    }
+
+    async fn set_attr(&self, r: Request<pb::SetAttrRequest>) -> Result<Response<pb::Attr>, Status> {
+        let r = r.into_inner();
+        let set = calm_proto::setattr_from_wire(&r);
+        self.answer(attr(self.meta.setattr(r.handle, set).await))
+    }
+
+    async fn make(&self, r: Request<pb::MakeRequest>) -> Result<Response<pb::Attr>, Status> {
+        let r = r.into_inner();
+        let result = match calm_proto::node_from_request(&r) {
+            Ok(node) => self.meta.make(r.parent, &r.name, node, r.exclusive).await,
+            Err(error) => Err(error),
+        };
+        self.answer(attr(result))
+    }
+
+    async fn link(&self, r: Request<pb::LinkRequest>) -> Result<Response<pb::Attr>, Status> {
+        let r = r.into_inner();
+        self.answer(attr(self.meta.link(r.handle, r.parent, &r.name).await))
+    }
+
+    async fn unlink(&self, r: Request<pb::RemoveRequest>) -> Result<Response<pb::Empty>, Status> {
+        let r = r.into_inner();
+        self.answer(
+            self.meta
+                .unlink(r.parent, &r.name)
+                .await
+                .map(|()| pb::Empty {}),
+        )
+    }
+
+    async fn rmdir(&self, r: Request<pb::RemoveRequest>) -> Result<Response<pb::Empty>, Status> {
+        let r = r.into_inner();
+        self.answer(
+            self.meta
+                .rmdir(r.parent, &r.name)
+                .await
+                .map(|()| pb::Empty {}),
+        )
+    }
+
+    async fn rename(&self, r: Request<pb::RenameRequest>) -> Result<Response<pb::Empty>, Status> {
+        let r = r.into_inner();
+        let result = self
+            .meta
+            .rename(r.parent, &r.name, r.new_parent, &r.new_name, r.flags)
+            .await;
+        self.answer(result.map(|()| pb::Empty {}))
+    }
+
+    async fn readlink(
+        &self,
+        r: Request<pb::HandleRequest>,
+    ) -> Result<Response<pb::ReadlinkReply>, Status> {
+        let result = self.meta.readlink(r.into_inner().handle);
+        self.answer(result.map(|target| pb::ReadlinkReply { target }))
+    }
+
+    async fn read_dir(
+        &self,
+        r: Request<pb::ReadDirRequest>,
+    ) -> Result<Response<pb::ReadDirReply>, Status> {
+        let r = r.into_inner();
+        let result = self
+            .meta
+            .readdir(r.handle, r.after_cookie, r.limit as usize);
+        self.answer(result.map(|entries| pb::ReadDirReply {
+            entries: entries.iter().map(pb::DirEntry::from).collect(),
+        }))
+    }
+
+    async fn set_xattr(
+        &self,
+        r: Request<pb::SetXattrRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let r = r.into_inner();
+        let result = self
+            .meta
+            .setxattr(r.handle, &r.name, &r.value, r.flags)
+            .await;
+        self.answer(result.map(|()| pb::Empty {}))
+    }
+
+    async fn get_xattr(
+        &self,
+        r: Request<pb::XattrRequest>,
+    ) -> Result<Response<pb::XattrValue>, Status> {
+        let r = r.into_inner();
+        let result = self.meta.getxattr(r.handle, &r.name);
+        self.answer(result.map(|value| pb::XattrValue { value }))
+    }
+
+    async fn list_xattr(
+        &self,
+        r: Request<pb::HandleRequest>,
+    ) -> Result<Response<pb::XattrNames>, Status> {
+        let result = self.meta.listxattr(r.into_inner().handle);
+        self.answer(result.map(|names| pb::XattrNames { names }))
+    }
+
+    async fn remove_xattr(
+        &self,
+        r: Request<pb::XattrRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let r = r.into_inner();
+        let result = self.meta.removexattr(r.handle, &r.name).await;
+        self.answer(result.map(|()| pb::Empty {}))
+    }
+
+    async fn stat_fs(&self, _: Request<pb::Empty>) -> Result<Response<pb::StatFsReply>, Status> {
+        self.answer(self.meta.statfs().map(|s| pb::StatFsReply {
+            inodes: s.inodes,
+            file_bytes: s.file_bytes,
+            store_bytes: s.store_bytes,
+            name_len_max: s.name_len_max,
+        }))
+    }
+
+    async fn status(&self, _: Request<pb::Empty>) -> Result<Response<pb::StatusReply>, Status> {
+        let result = self.meta.status().map(|s| pb::StatusReply {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            data_dir: self.info.data_dir.clone(),
+            epoch: s.epoch,
+            inodes: s.inodes,
+            file_bytes: s.file_bytes,
+            handle_high_water: s.handle_high_water,
+            store_bytes: s.store_bytes,
+            commits: s.commits,
+            ops_committed: s.ops_committed,
+            failed_commits: s.failed_commits,
+            largest_batch: s.largest_batch,
+            commit_ns_total: s.commit_ns_total,
+            uptime_ms: self.info.started.elapsed().as_millis() as u64,
+            ready_ms: self.info.ready_ms,
+            requests: self.requests.load(Ordering::Relaxed),
+            request_errors: self.request_errors.load(Ordering::Relaxed),
+        });
+        self.answer(result)
+    }
+}
+
+/// Serves `meta` on `listener` until `shutdown` completes; then stops accepting, lets the
+/// requests in flight finish, and returns.
+pub async fn serve<S: Store>(
+    meta: Arc<Meta<S>>,
+    info: ServerInfo,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    let service = MetaServer::new(MetaService::new(meta, info))
+        .max_decoding_message_size(MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(MESSAGE_BYTES_MAX);
+    tonic::transport::Server::builder()
+        .concurrency_limit_per_connection(STREAMS_PER_CONNECTION_MAX)
+        .add_service(service)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await
+}

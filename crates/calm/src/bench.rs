@@ -1,0 +1,181 @@
+//! `calm bench …`: parse the arguments, run a driver from calm-bench, print a table (or JSON
+//! with `--json`, the table then going to stderr), and an SVG plot with `--plot FILE`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, anyhow};
+use calm_bench::{mdtest, plot, startup};
+use clap::Subcommand;
+
+#[derive(Debug, Subcommand)]
+pub enum Bench {
+    /// Seed 004: restart-to-ready at N files, cold cache, clean and after kill -9, against a
+    /// full scan that rebuilds the used-handle ledger.
+    Startup {
+        /// File counts, comma-separated (e.g. 100000,1400000,10000000).
+        #[arg(long, value_delimiter = ',', default_value = "100000")]
+        files: Vec<u64>,
+        /// Where to build the stores.
+        #[arg(long, default_value_os_t = std::env::temp_dir())]
+        dir: PathBuf,
+        /// Files per directory.
+        #[arg(long, default_value_t = 10_000)]
+        files_per_dir: u64,
+        /// Concurrent creators while populating.
+        #[arg(long, default_value_t = 512)]
+        populate_tasks: usize,
+        #[arg(long)]
+        json: bool,
+        /// Write an SVG plot of the times over N.
+        #[arg(long)]
+        plot: Option<PathBuf>,
+    },
+    /// create, stat and unlink rates in-process, over gRPC and on the kernel's tmpfs.
+    Mdtest {
+        /// Concurrent clients, comma-separated for several rounds.
+        #[arg(long, value_delimiter = ',', default_value = "64")]
+        clients: Vec<usize>,
+        /// Files per round.
+        #[arg(long, default_value_t = 100_000)]
+        files: u64,
+        #[arg(long, default_value_os_t = std::env::temp_dir())]
+        dir: PathBuf,
+        #[arg(long, default_value = "/dev/shm")]
+        tmpfs_dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Prints the table to stdout, or to stderr when stdout carries JSON.
+fn table(json: bool, lines: &[String]) {
+    for line in lines {
+        if json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    }
+}
+
+pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
+    match bench {
+        Bench::Startup {
+            files,
+            dir,
+            files_per_dir,
+            populate_tasks,
+            json,
+            plot: plot_path,
+        } => {
+            let options = startup::StartupOptions {
+                files,
+                dir,
+                calm_exe: std::env::current_exe().context("finding the calm binary")?,
+                files_per_dir,
+                populate_tasks,
+            };
+            let results = startup::run(&options).map_err(|e| anyhow!(e))?;
+            let mut lines = vec![format!(
+                "{:>10} {:>12} {:>16} {:>15} {:>11} {:>10} {:>6}",
+                "files",
+                "restart ms",
+                "after kill9 ms",
+                "scan rebuild ms",
+                "scan/restart",
+                "store MB",
+                "cold"
+            )];
+            for r in &results {
+                lines.push(format!(
+                    "{:>10} {:>12.1} {:>16.1} {:>15.1} {:>11.0}x {:>10.1} {:>6}",
+                    r.files,
+                    r.restart_ms,
+                    r.restart_after_kill_ms,
+                    r.scan_rebuild_ms,
+                    r.scan_over_restart,
+                    r.store_bytes as f64 / 1e6,
+                    r.cold_cache
+                ));
+            }
+            table(json, &lines);
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"bench": "startup", "results": results})
+                );
+            }
+            if let Some(path) = plot_path {
+                let series = vec![
+                    (
+                        "calm restart (clean)".to_string(),
+                        results
+                            .iter()
+                            .map(|r| (r.files as f64, r.restart_ms))
+                            .collect(),
+                    ),
+                    (
+                        "calm restart (after kill -9)".to_string(),
+                        results
+                            .iter()
+                            .map(|r| (r.files as f64, r.restart_after_kill_ms))
+                            .collect(),
+                    ),
+                    (
+                        "baseline: scan to rebuild handles".to_string(),
+                        results
+                            .iter()
+                            .map(|r| (r.files as f64, r.scan_rebuild_ms))
+                            .collect(),
+                    ),
+                ];
+                plot::log_log_svg(
+                    &path,
+                    "restart to ready, cold cache",
+                    "files",
+                    "ms",
+                    &series,
+                )
+                .map_err(|e| anyhow!(e))?;
+            }
+        }
+        Bench::Mdtest {
+            clients,
+            files,
+            dir,
+            tmpfs_dir,
+            json,
+        } => {
+            let options = mdtest::MdtestOptions {
+                clients,
+                files,
+                dir,
+                tmpfs_dir,
+            };
+            let results = mdtest::run(&options).map_err(|e| anyhow!(e))?;
+            let mut lines = vec![format!(
+                "{:>13} {:>7} {:>8} {:>9} {:>12} {:>14}",
+                "mode", "op", "clients", "files", "ops/s", "vs tmpfs"
+            )];
+            for r in &results {
+                let baseline = results
+                    .iter()
+                    .find(|b| b.mode == "kernel-tmpfs" && b.op == r.op && b.clients == r.clients)
+                    .map_or(f64::NAN, |b| r.ops_per_sec / b.ops_per_sec);
+                lines.push(format!(
+                    "{:>13} {:>7} {:>8} {:>9} {:>12.0} {:>13.2}x",
+                    r.mode, r.op, r.clients, r.files, r.ops_per_sec, baseline
+                ));
+            }
+            table(json, &lines);
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"bench": "mdtest", "results": results})
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

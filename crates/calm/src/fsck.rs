@@ -1,0 +1,92 @@
+//! `calm fsck DATA_DIR`: open the store read-only, read it once in key order with a progress
+//! bar, and report. Exit 0 when clean, 1 when damage was found, 2 when the store cannot be read.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use calm_meta::fsck;
+use calm_store::Store;
+use calm_store::lmdb::{LmdbOptions, LmdbStore};
+use indicatif::{ProgressBar, ProgressStyle};
+
+pub fn run(data: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let options = LmdbOptions {
+        read_only: true,
+        ..LmdbOptions::default()
+    };
+    let store = LmdbStore::open(data, &options)
+        .with_context(|| format!("opening the store in {}", data.display()))?;
+    let store_bytes = store.size_bytes()?;
+    let bar = ProgressBar::new(store_bytes);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "fsck {bar:40} {bytes} of keys and values ({bytes_per_sec}), store file {total_bytes}",
+        )
+        .expect("valid template"),
+    );
+    let started = Instant::now();
+    let snapshot = store.snapshot()?;
+    let report = fsck::check(&snapshot, &mut |read| {
+        bar.set_position(read.min(store_bytes))
+    })?;
+    let seconds = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    drop(snapshot);
+    let mb_per_s = store_bytes as f64 / 1e6 / seconds.max(1e-9);
+    if json {
+        let value = serde_json::json!({
+            "clean": report.is_clean(),
+            "keys": report.keys,
+            "inodes": report.inodes,
+            "directories": report.directories,
+            "dentries": report.dentries,
+            "xattrs": report.xattrs,
+            "handle_high_water": report.handle_high_water,
+            "bytes_read": report.bytes_read,
+            "store_bytes": store_bytes,
+            "seconds": seconds,
+            "mb_per_s": mb_per_s,
+            "problem_count": report.problem_count,
+            "problems": report.problems,
+        });
+        println!("{value}");
+    } else {
+        println!(
+            "read {} keys ({:.1} MB of keys and values, store file {:.1} MB) in {:.3} s: {:.0} MB/s",
+            report.keys,
+            report.bytes_read as f64 / 1e6,
+            store_bytes as f64 / 1e6,
+            seconds,
+            mb_per_s
+        );
+        println!(
+            "{} inodes ({} directories), {} names, {} xattrs, handle high-water mark {}",
+            report.inodes,
+            report.directories,
+            report.dentries,
+            report.xattrs,
+            report.handle_high_water
+        );
+        if report.is_clean() {
+            println!("clean");
+        } else {
+            println!("DAMAGED: {} problems", report.problem_count);
+            for problem in &report.problems {
+                println!("  - {problem}");
+            }
+            if report.problem_count > report.problems.len() as u64 {
+                println!(
+                    "  … and {} more",
+                    report.problem_count - report.problems.len() as u64
+                );
+            }
+        }
+    }
+    Ok(if report.is_clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

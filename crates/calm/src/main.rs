@@ -1,0 +1,77 @@
+//! `calm`: one binary, thin. Each subcommand parses its arguments and calls into a library
+//! crate; nothing here knows the store layout or the wire format.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod fsck;
+mod serve;
+mod status;
+
+/// The metadata plane that stays fast as everything grows.
+#[derive(Debug, Parser)]
+#[command(name = "calm", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the metadata server (gRPC) on an embedded store.
+    Serve {
+        /// Address to listen on (port 0 picks a free port; the ready line names it).
+        #[arg(long, default_value = "127.0.0.1:7420")]
+        listen: String,
+        /// Directory of the store (created when absent).
+        #[arg(long, default_value = "./calm-data")]
+        data: PathBuf,
+    },
+    /// Show a running server's counts and figures.
+    Status {
+        #[arg(long, default_value = "127.0.0.1:7420")]
+        server: String,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Verify a store offline (the server may be running: fsck reads a snapshot).
+    Fsck {
+        /// The data directory to check.
+        data: PathBuf,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reproduce a seed's experiment, with its baseline in the same run.
+    #[command(subcommand)]
+    Bench(bench::Bench),
+}
+
+fn main() -> ExitCode {
+    let started = std::time::Instant::now();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CALM_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Serve { listen, data } => serve::run(&listen, &data, started),
+        Command::Status { server, json } => status::run(&server, json),
+        Command::Fsck { data, json } => fsck::run(&data, json),
+        Command::Bench(bench) => bench::run(bench),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("calm: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! `calm status`: ask a running server for its figures.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let status = runtime
+        .block_on(async {
+            let client = calm_client::Client::connect(server).await?;
+            client.status().await
+        })
+        .with_context(|| format!("asking {server} for its status"))?;
+    let average_batch = status.ops_committed as f64 / status.commits.max(1) as f64;
+    let average_commit_ms = status.commit_ns_total as f64 / status.commits.max(1) as f64 / 1e6;
+    if json {
+        let value = serde_json::json!({
+            "version": status.version,
+            "data_dir": status.data_dir,
+            "epoch": status.epoch,
+            "inodes": status.inodes,
+            "file_bytes": status.file_bytes,
+            "handle_high_water": status.handle_high_water,
+            "store_bytes": status.store_bytes,
+            "commits": status.commits,
+            "ops_committed": status.ops_committed,
+            "failed_commits": status.failed_commits,
+            "largest_batch": status.largest_batch,
+            "average_batch": average_batch,
+            "average_commit_ms": average_commit_ms,
+            "uptime_ms": status.uptime_ms,
+            "ready_ms": status.ready_ms,
+            "requests": status.requests,
+            "request_errors": status.request_errors,
+        });
+        println!("{value}");
+    } else {
+        let rows = [
+            ("server", format!("{server} (calm {})", status.version)),
+            ("data", status.data_dir.clone()),
+            ("epoch", status.epoch.to_string()),
+            ("inodes", status.inodes.to_string()),
+            ("file bytes", status.file_bytes.to_string()),
+            ("handle high-water", status.handle_high_water.to_string()),
+            ("store bytes", status.store_bytes.to_string()),
+            ("commits", status.commits.to_string()),
+            ("ops committed", status.ops_committed.to_string()),
+            ("failed commits", status.failed_commits.to_string()),
+            (
+                "ops per commit",
+                format!("{average_batch:.1} (largest {})", status.largest_batch),
+            ),
+            (
+                "commit time",
+                format!("{average_commit_ms:.2} ms on average"),
+            ),
+            (
+                "requests",
+                format!(
+                    "{} ({} answered with an error)",
+                    status.requests, status.request_errors
+                ),
+            ),
+            ("ready after", format!("{} ms", status.ready_ms)),
+            ("uptime", format!("{:.1} s", status.uptime_ms as f64 / 1e3)),
+        ];
+        for (name, value) in rows {
+            println!("{name:<18} {value}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
