@@ -24,6 +24,7 @@ use std::ops::ControlFlow;
 
 pub mod conformance;
 pub mod fault;
+#[cfg(feature = "lmdb")]
 pub mod lmdb;
 pub mod mem;
 

@@ -1,0 +1,59 @@
+//! The dependency rules of ARCHITECTURE.md, enforced: the store seam knows no async runtime
+//! and no wire; the namespace knows no wire, no server, no CLI; the wire, the client and the
+//! server link no store backend (only the binary and the benchmarks choose LMDB).
+
+use std::process::Command;
+
+fn dependencies_of(krate: &str) -> String {
+    let output = Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "--offline",
+            "--locked",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "-p",
+            krate,
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo tree");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn assert_absent(krate: &str, forbidden: &[&str]) {
+    let tree = dependencies_of(krate);
+    for name in forbidden {
+        let found = tree
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some(name));
+        assert!(!found, "{krate} must not depend on {name}:\n{tree}");
+    }
+}
+
+#[test]
+fn pure_crates_keep_their_dependencies_out() {
+    assert_absent("calm-store", &["tokio", "tonic", "prost", "calm-meta"]);
+    assert_absent(
+        "calm-meta",
+        &[
+            "tonic",
+            "prost",
+            "hyper",
+            "h2",
+            "clap",
+            "indicatif",
+            "tracing",
+        ],
+    );
+    assert_absent("calm-proto", &["heed", "calm-server", "calm-client"]);
+    assert_absent("calm-client", &["heed", "calm-server"]);
+    assert_absent("calm-server", &["heed", "clap", "indicatif"]);
+}

@@ -1,0 +1,95 @@
+//! Starting the real `calm` binary in tests: each server gets a temporary data directory and a
+//! port the kernel picks (`--listen 127.0.0.1:0`, read back from the ready line), and is killed
+//! when its guard is dropped, so a failing test never leaves a server behind.
+
+#![allow(dead_code)] // each test file uses a part of this
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
+
+pub const CALM: &str = env!("CARGO_BIN_EXE_calm");
+
+pub struct Server {
+    pub child: Child,
+    pub addr: String,
+    pub ready_line: String,
+    pub stdout: BufReader<ChildStdout>,
+}
+
+impl Server {
+    /// Starts `calm serve` on `data` and waits for its ready line.
+    pub fn start(data: &Path) -> Server {
+        let mut child = Command::new(CALM)
+            .arg("serve")
+            .arg("--data")
+            .arg(data)
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn calm serve");
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read the ready line");
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let addr = match words.as_slice() {
+            ["ready", "in", _, "ms", "on", addr] => addr.to_string(),
+            _ => {
+                let _ = child.kill();
+                panic!("unexpected first line from calm serve: {line:?}");
+            }
+        };
+        Server {
+            child,
+            addr,
+            ready_line: line,
+            stdout,
+        }
+    }
+
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on the pid of our own child; no memory is shared.
+        let rc = unsafe { libc::kill(self.child.id() as i32, signal) };
+        assert_eq!(rc, 0, "kill({signal})");
+    }
+
+    /// kill -9, and wait until the process is gone.
+    pub fn kill9(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("wait");
+    }
+
+    /// SIGTERM; returns the exit status and what the server printed after the ready line.
+    pub fn terminate(mut self) -> (std::process::ExitStatus, String) {
+        self.signal(libc::SIGTERM);
+        let status = self.child.wait().expect("wait");
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut self.stdout, &mut rest);
+        (status, rest)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `calm ARGS…` to completion.
+pub fn calm(args: &[&str]) -> Output {
+    Command::new(CALM).args(args).output().expect("run calm")
+}
+
+pub fn data_dir(tmp: &tempfile::TempDir) -> PathBuf {
+    tmp.path().join("data")
+}
+
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
