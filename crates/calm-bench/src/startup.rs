@@ -81,17 +81,15 @@ fn start_server(calm_exe: &Path, data: &Path) -> Result<Server, String> {
         .read_line(&mut line)
         .map_err(|e| format!("reading the server's ready line: {e}"))?;
     let spawn_to_ready = started.elapsed();
-    // "ready in N ms on ADDR"
-    let words: Vec<&str> = line.split_whitespace().collect();
-    match words.as_slice() {
-        ["ready", "in", ms, "ms", "on", addr] => Ok(Server {
-            server_ms: ms.parse().map_err(|_| format!("bad ready line {line:?}"))?,
-            addr: addr.to_string(),
+    match calm_server::parse_ready_line(&line) {
+        Some((server_ms, addr)) => Ok(Server {
+            server_ms,
+            addr,
             child,
             _stdout: stdout,
             spawn_to_ready,
         }),
-        _ => {
+        None => {
             let _ = child.kill();
             Err(format!("the server did not become ready: {line:?}"))
         }

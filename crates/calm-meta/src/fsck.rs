@@ -1,23 +1,20 @@
 //! Offline verification of a namespace store, in one sequential pass over the whole keyspace.
 //!
-//! The families arrive in key order `D`, `E`, `I`, `N`, `S`, `X`, and each check is a merge of
-//! the current family against what earlier ones left behind, sorted the way it needs:
-//! - `D` (dentries, grouped by parent): kept as compact rows; per-parent entry and
-//!   subdirectory counts are taken on the fly;
-//! - `E` (readdir index, by parent then cookie): merged with the rows sorted by (parent,
-//!   cookie); every dentry has exactly its index entry and no index entry is left over;
-//! - `I` (inodes, by handle): merged with the rows sorted by child and with the per-parent
-//!   counts: every dentry points to a live inode of its kind, link counts match, every
+//! The families arrive in key order `D`, `I`, `N`, `S`, `X`, and each check is a merge of the
+//! current family against what earlier ones left behind, sorted the way it needs:
+//! - `D` (by directory: first its readdir index by cookie, then its names): each directory is
+//!   checked as it ends, every name against its index entry and no index entry left over;
+//!   compact rows (parent, child, kind) and per-directory counts are kept for later;
+//! - `I` (inodes, by handle): merged with the rows sorted by child and with the per-directory
+//!   counts: every name points to a live inode of its kind, link counts match, every
 //!   directory has one name and the right parent, no inode is an orphan;
 //! - `N`, `S`: counters and superblock, checked against what was counted; every handle is below
 //!   the high-water mark;
 //! - `X` (xattrs, by handle): each belongs to a live inode.
 //!
-//! Memory is about 40 bytes per dentry (names are kept as 64-bit hashes). Nothing here does
-//! I/O of its own: the caller passes a snapshot and a progress callback.
+//! Memory is about 24 bytes per name, plus the index of the largest directory. Nothing here
+//! does I/O of its own: the caller passes a snapshot and a progress callback.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::ops::ControlFlow;
 
 use calm_store::{ReadTxn, decode_counter};
@@ -59,14 +56,22 @@ impl FsckReport {
     }
 }
 
-/// One dentry, compactly.
+/// One name, compactly.
 #[derive(Debug, Clone, Copy)]
 struct Row {
     parent: Handle,
+    child: Handle,
+    kind: Kind,
+}
+
+/// One readdir index entry of the directory being read.
+#[derive(Debug, Clone)]
+struct IndexEntry {
     cookie: u64,
     child: Handle,
     kind: Kind,
-    name_hash: u64,
+    name: Vec<u8>,
+    matched: bool,
 }
 
 /// Entries and subdirectories counted under one parent.
@@ -77,16 +82,9 @@ struct DirCount {
     subdirs: u64,
 }
 
-fn name_hash(name: &[u8]) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    name.hash(&mut hasher);
-    hasher.finish()
-}
-
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Clone, Copy)]
 enum Phase {
     Dentries,
-    Readdir,
     Inodes,
     After,
 }
@@ -96,6 +94,9 @@ struct Checker {
     phase: Phase,
     rows: Vec<Row>,
     counts: Vec<DirCount>,
+    /// The directory whose `D` keys are being read, and its index entries so far.
+    dir_at: Option<Handle>,
+    index: Vec<IndexEntry>,
     /// Merge cursors into `rows` and `counts`.
     row_at: usize,
     count_at: usize,
@@ -114,17 +115,7 @@ impl Checker {
         while self.phase < phase {
             match self.phase {
                 Phase::Dentries => {
-                    self.rows.sort_unstable_by_key(|r| (r.parent, r.cookie));
-                    self.row_at = 0;
-                    self.phase = Phase::Readdir;
-                }
-                Phase::Readdir => {
-                    for row in &self.rows[self.row_at..] {
-                        self.report.problem(format!(
-                            "dentry {}/{} has no readdir index entry (cookie {})",
-                            row.parent, row.child, row.cookie
-                        ));
-                    }
+                    self.close_dir();
                     self.rows.sort_unstable_by_key(|r| (r.child, r.parent));
                     self.row_at = 0;
                     self.count_at = 0;
@@ -150,15 +141,25 @@ impl Checker {
         }
     }
 
+    /// The directory being read ended: its index entries with no name are problems.
+    fn close_dir(&mut self) {
+        let Some(parent) = self.dir_at.take() else {
+            return;
+        };
+        for entry in self.index.drain(..).filter(|e| !e.matched) {
+            self.report.problem(format!(
+                "readdir entry {parent}/{} ({:?}) has no dentry",
+                entry.cookie,
+                String::from_utf8_lossy(&entry.name)
+            ));
+        }
+    }
+
     fn pair(&mut self, key: &[u8], value: &[u8]) {
         self.report.keys += 1;
         self.report.bytes_read += (key.len() + value.len()) as u64;
         match key[0] {
             TAG_DENTRY => self.dentry(key, value),
-            TAG_READDIR => {
-                self.enter(Phase::Readdir);
-                self.readdir(key, value);
-            }
             TAG_INODE => {
                 self.enter(Phase::Inodes);
                 self.inode(key, value);
@@ -197,23 +198,76 @@ impl Checker {
     }
 
     fn dentry(&mut self, key: &[u8], value: &[u8]) {
-        let Some(parent) = key_handle(key) else {
+        let Some(parent) = key_handle(key).filter(|_| key.len() >= 10) else {
             return self
                 .report
-                .problem("dentry key shorter than 9 bytes".into());
+                .problem("dentry key shorter than 10 bytes".into());
         };
-        let name = &key[9..];
+        if self.dir_at != Some(parent) {
+            self.close_dir();
+            self.dir_at = Some(parent);
+        }
+        match key[9] {
+            SUB_INDEX => self.index_entry(parent, key, value),
+            SUB_NAME => self.name_entry(parent, &key[10..], value),
+            other => self.report.problem(format!(
+                "directory {parent}: key with unknown second tag {other:#04x}"
+            )),
+        }
+    }
+
+    fn index_entry(&mut self, parent: Handle, key: &[u8], value: &[u8]) {
+        if key.len() != 18 {
+            return self
+                .report
+                .problem(format!("directory {parent}: readdir key not 18 bytes"));
+        }
+        let cookie = u64::from_be_bytes(key[10..18].try_into().expect("8 bytes"));
+        match decode_readdir_value(value) {
+            Ok((child, kind, name)) => self.index.push(IndexEntry {
+                cookie,
+                child,
+                kind,
+                name: name.to_vec(),
+                matched: false,
+            }),
+            Err(e) => self
+                .report
+                .problem(format!("readdir entry {parent}/{cookie}: {e}")),
+        }
+    }
+
+    fn name_entry(&mut self, parent: Handle, name: &[u8], value: &[u8]) {
         let dentry = match Dentry::decode(value) {
             Ok(d) => d,
             Err(e) => return self.report.problem(format!("dentry in {parent}: {e}")),
         };
         self.report.dentries += 1;
+        match self
+            .index
+            .binary_search_by_key(&dentry.cookie, |e| e.cookie)
+        {
+            Ok(at) => {
+                let entry = &mut self.index[at];
+                entry.matched = true;
+                if entry.child != dentry.child || entry.kind != dentry.kind || entry.name != name {
+                    self.report.problem(format!(
+                        "readdir entry {parent}/{} disagrees with its dentry {:?}",
+                        dentry.cookie,
+                        String::from_utf8_lossy(name)
+                    ));
+                }
+            }
+            Err(_) => self.report.problem(format!(
+                "dentry {parent}/{:?} has no readdir index entry (cookie {})",
+                String::from_utf8_lossy(name),
+                dentry.cookie
+            )),
+        }
         self.rows.push(Row {
             parent,
-            cookie: dentry.cookie,
             child: dentry.child,
             kind: dentry.kind,
-            name_hash: name_hash(name),
         });
         if self.counts.last().is_none_or(|c| c.parent != parent) {
             self.counts.push(DirCount {
@@ -225,46 +279,6 @@ impl Checker {
         let count = self.counts.last_mut().expect("pushed");
         count.entries += 1;
         count.subdirs += u64::from(dentry.kind == Kind::Dir);
-    }
-
-    fn readdir(&mut self, key: &[u8], value: &[u8]) {
-        if key.len() != 17 {
-            return self.report.problem("readdir key not 17 bytes".into());
-        }
-        let parent = key_handle(key).expect("17 bytes");
-        let cookie = u64::from_be_bytes(key[9..17].try_into().expect("8 bytes"));
-        let (child, kind, name) = match decode_readdir_value(value) {
-            Ok(v) => v,
-            Err(e) => {
-                return self
-                    .report
-                    .problem(format!("readdir entry {parent}/{cookie}: {e}"));
-            }
-        };
-        while let Some(row) = self.rows.get(self.row_at)
-            && (row.parent, row.cookie) < (parent, cookie)
-        {
-            let row = *row;
-            self.report.problem(format!(
-                "dentry {}/{} has no readdir index entry (cookie {})",
-                row.parent, row.child, row.cookie
-            ));
-            self.row_at += 1;
-        }
-        match self.rows.get(self.row_at) {
-            Some(row) if (row.parent, row.cookie) == (parent, cookie) => {
-                if row.child != child || row.kind != kind || row.name_hash != name_hash(name) {
-                    self.report.problem(format!(
-                        "readdir entry {parent}/{cookie} disagrees with its dentry"
-                    ));
-                }
-                self.row_at += 1;
-            }
-            _ => self.report.problem(format!(
-                "readdir entry {parent}/{cookie} ({:?}) has no dentry",
-                String::from_utf8_lossy(name)
-            )),
-        }
     }
 
     fn inode(&mut self, key: &[u8], value: &[u8]) {
@@ -453,6 +467,8 @@ pub fn check<R: ReadTxn>(view: &R, progress: &mut dyn FnMut(u64)) -> Result<Fsck
         phase: Phase::Dentries,
         rows: Vec::new(),
         counts: Vec::new(),
+        dir_at: None,
+        index: Vec::new(),
         row_at: 0,
         count_at: 0,
         live: Vec::new(),

@@ -190,10 +190,10 @@ impl<S: Store> Meta<S> {
             return Ok(entries);
         }
         let start = readdir_key(dir, after_cookie + 1);
-        let end = readdir_key(dir + 1, 0);
+        let end = readdir_end(dir);
         let mut corrupt = None;
-        snap.visit(&start, &end[..9], &mut |key, value| {
-            let cookie = u64::from_be_bytes(key[9..17].try_into().expect("readdir key"));
+        snap.visit(&start, &end, &mut |key, value| {
+            let cookie = u64::from_be_bytes(key[10..18].try_into().expect("readdir key"));
             match decode_readdir_value(value) {
                 Ok((handle, kind, name)) => entries.push(DirEntry {
                     name: name.to_vec(),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use calm_meta::error::CODES;
 use calm_meta::fsck;
-use calm_meta::layout::{KEY_INODES, dentry_key, inode_key};
+use calm_meta::layout::{KEY_INODES, dentry_key, encode_readdir_value, inode_key, readdir_key};
 use calm_meta::*;
 use calm_store::fault::FaultStore;
 use calm_store::lmdb::{LmdbOptions, LmdbStore};
@@ -593,10 +593,17 @@ fn fsck_reports_damage() {
         f(&mut txn);
         txn.commit().unwrap();
     };
+    let g_cookie = meta_cookie(&store, d, b"g");
     damage(&|txn| {
         txn.delete(&inode_key(f)).unwrap(); // a dentry now points nowhere
         txn.put(KEY_INODES, &99u64.to_le_bytes()).unwrap();
         txn.delete(&dentry_key(ROOT, b"d")).unwrap(); // d is nameless: an orphan directory
+        txn.delete(&readdir_key(d, g_cookie)).unwrap(); // g is missing from readdir
+        txn.put(
+            &readdir_key(d, 999),
+            &encode_readdir_value(f, Kind::File, b"ghost"),
+        )
+        .unwrap();
     });
     let report = fsck::check(&store.snapshot().unwrap(), &mut |_| {}).unwrap();
     let text = report.problems.join("\n");
@@ -610,4 +617,21 @@ fn fsck_reports_damage() {
         text.contains(&format!("directory {d} has 0 names")),
         "{text}"
     );
+    assert!(
+        text.contains(&format!("dentry {d}/\"g\" has no readdir index entry")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("readdir entry {d}/999 (\"ghost\") has no dentry")),
+        "{text}"
+    );
+}
+
+/// The readdir cookie of `name` in `dir`, read from its dentry.
+fn meta_cookie(store: &MemStore, dir: Handle, name: &[u8]) -> u64 {
+    let snap = store.snapshot().unwrap();
+    let value = calm_store::ReadTxn::get(&snap, &dentry_key(dir, name))
+        .unwrap()
+        .unwrap();
+    calm_meta::layout::Dentry::decode(&value).unwrap().cookie
 }

@@ -54,6 +54,19 @@ pub fn lock_data_dir(dir: &Path) -> Result<File, String> {
     }
 }
 
+/// The line `calm serve` prints once it accepts requests: `ready in N ms on ADDR`.
+pub fn ready_line(ready_ms: u64, addr: &std::net::SocketAddr) -> String {
+    format!("ready in {ready_ms} ms on {addr}")
+}
+
+/// Reads a [`ready_line`] back: the milliseconds and the address.
+pub fn parse_ready_line(line: &str) -> Option<(u64, String)> {
+    match line.split_whitespace().collect::<Vec<_>>().as_slice() {
+        ["ready", "in", ms, "ms", "on", addr] => Some((ms.parse().ok()?, addr.to_string())),
+        _ => None,
+    }
+}
+
 /// What the service reports about itself in status.
 #[derive(Debug, Clone)]
 pub struct ServerInfo {

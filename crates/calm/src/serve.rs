@@ -31,7 +31,7 @@ pub fn run(listen: &str, data: &Path, started: Instant) -> anyhow::Result<ExitCo
         started,
         ready_ms,
     };
-    println!("ready in {ready_ms} ms on {addr}");
+    println!("{}", calm_server::ready_line(ready_ms, &addr));
     std::io::stdout().flush()?;
 
     runtime.block_on(calm_server::serve(

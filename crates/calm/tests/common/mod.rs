@@ -32,13 +32,9 @@ impl Server {
         let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
         let mut line = String::new();
         stdout.read_line(&mut line).expect("read the ready line");
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let addr = match words.as_slice() {
-            ["ready", "in", _, "ms", "on", addr] => addr.to_string(),
-            _ => {
-                let _ = child.kill();
-                panic!("unexpected first line from calm serve: {line:?}");
-            }
+        let Some((_, addr)) = calm_server::parse_ready_line(&line) else {
+            let _ = child.kill();
+            panic!("unexpected first line from calm serve: {line:?}");
         };
         Server {
             child,
