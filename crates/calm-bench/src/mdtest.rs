@@ -1,5 +1,6 @@
-//! mdtest-style metadata rates: C clients, each in a directory of its own, create N/C files,
-//! then stat them, then unlink them. Three modes in one run:
+//! mdtest-style metadata rates: C clients create N/C files each, then stat them, then unlink
+//! them; as in mdtest, all clients work in one shared directory, or (`unique_dir`, mdtest's
+//! `-u`) each in a directory of its own. Three modes in one run:
 //! - `inprocess`: C tasks calling [`calm_meta::Meta`] directly (durable group commit on LMDB);
 //! - `grpc`: C clients, each with its own connection, against a server in this process;
 //! - `kernel-tmpfs`: the baseline, C threads doing the same on the kernel's tmpfs
@@ -24,12 +25,16 @@ pub struct MdtestOptions {
     pub dir: PathBuf,
     /// Where the kernel baseline runs (a tmpfs).
     pub tmpfs_dir: PathBuf,
+    /// One directory per client (mdtest -u) instead of one shared directory.
+    pub unique_dir: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct MdtestResult {
     pub mode: &'static str,
     pub op: &'static str,
+    /// "shared" (one directory for all clients) or "unique" (one per client).
+    pub dirs: &'static str,
     pub clients: usize,
     pub files: u64,
     pub seconds: f64,
@@ -38,8 +43,21 @@ pub struct MdtestResult {
 
 const OPS: [&str; 3] = ["create", "stat", "unlink"];
 
-fn name(i: u64) -> Vec<u8> {
-    format!("file.{i}").into_bytes()
+/// File `i` of client `c`: distinct across clients, so a shared directory works too.
+fn name(c: usize, i: u64) -> Vec<u8> {
+    format!("file.{c}.{i}").into_bytes()
+}
+
+fn dirs_label(options: &MdtestOptions) -> &'static str {
+    if options.unique_dir {
+        "unique"
+    } else {
+        "shared"
+    }
+}
+
+fn dir_count(options: &MdtestOptions, clients: usize) -> usize {
+    if options.unique_dir { clients } else { 1 }
 }
 
 /// Runs `op(client, i)` for i in 0..per_client on `clients` concurrent tasks; returns seconds.
@@ -71,6 +89,7 @@ where
 fn row(
     mode: &'static str,
     op: &'static str,
+    dirs: &'static str,
     clients: usize,
     files: u64,
     seconds: f64,
@@ -78,6 +97,7 @@ fn row(
     MdtestResult {
         mode,
         op,
+        dirs,
         clients,
         files,
         seconds,
@@ -102,9 +122,9 @@ async fn inprocess(
 ) -> Result<Vec<MdtestResult>, String> {
     let (_work, meta) = open_meta(&options.dir)?;
     let mut dirs: Vec<Handle> = Vec::new();
-    for c in 0..clients {
+    for c in 0..dir_count(options, clients) {
         dirs.push(
-            meta.mkdir(ROOT, format!("client.{c}").as_bytes(), 0o755)
+            meta.mkdir(ROOT, format!("dir.{c}").as_bytes(), 0o755)
                 .await
                 .map_err(|e| e.to_string())?
                 .handle,
@@ -115,25 +135,29 @@ async fn inprocess(
     let (m, d) = (meta.clone(), dirs.clone());
     let create = phase(clients, per_client, move |c, i| {
         let (m, d) = (m.clone(), d.clone());
-        async move { m.create(d[c], &name(i), 0o644).await.map(|_| ()) }
+        async move {
+            m.create(d[c % d.len()], &name(c, i), 0o644)
+                .await
+                .map(|_| ())
+        }
     })
     .await?;
     let (m, d) = (meta.clone(), dirs.clone());
     let stat = phase(clients, per_client, move |c, i| {
         let (m, d) = (m.clone(), d.clone());
-        async move { m.lookup(d[c], &name(i)).map(|_| ()) }
+        async move { m.lookup(d[c % d.len()], &name(c, i)).map(|_| ()) }
     })
     .await?;
     let (m, d) = (meta.clone(), dirs.clone());
     let unlink = phase(clients, per_client, move |c, i| {
         let (m, d) = (m.clone(), d.clone());
-        async move { m.unlink(d[c], &name(i)).await }
+        async move { m.unlink(d[c % d.len()], &name(c, i)).await }
     })
     .await?;
     Ok([create, stat, unlink]
         .iter()
         .zip(OPS)
-        .map(|(s, op)| row("inprocess", op, clients, files, *s))
+        .map(|(s, op)| row("inprocess", op, dirs_label(options), clients, files, *s))
         .collect())
 }
 
@@ -165,13 +189,15 @@ async fn grpc(
         let client = calm_client::Client::connect(&addr)
             .await
             .map_err(|e| e.to_string())?;
-        dirs.push(
-            client
-                .mkdir(ROOT, format!("client.{c}").as_bytes(), 0o755)
-                .await
-                .map_err(|e| e.to_string())?
-                .handle,
-        );
+        if c < dir_count(options, clients) {
+            dirs.push(
+                client
+                    .mkdir(ROOT, format!("dir.{c}").as_bytes(), 0o755)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .handle,
+            );
+        }
         conns.push(client);
     }
     let (conns, dirs) = (Arc::new(conns), Arc::new(dirs));
@@ -179,19 +205,23 @@ async fn grpc(
     let (k, d) = (conns.clone(), dirs.clone());
     let create = phase(clients, per_client, move |c, i| {
         let (k, d) = (k.clone(), d.clone());
-        async move { k[c].create(d[c], &name(i), 0o644).await.map(|_| ()) }
+        async move {
+            k[c].create(d[c % d.len()], &name(c, i), 0o644)
+                .await
+                .map(|_| ())
+        }
     })
     .await?;
     let (k, d) = (conns.clone(), dirs.clone());
     let stat = phase(clients, per_client, move |c, i| {
         let (k, d) = (k.clone(), d.clone());
-        async move { k[c].lookup(d[c], &name(i)).await.map(|_| ()) }
+        async move { k[c].lookup(d[c % d.len()], &name(c, i)).await.map(|_| ()) }
     })
     .await?;
     let (k, d) = (conns.clone(), dirs.clone());
     let unlink = phase(clients, per_client, move |c, i| {
         let (k, d) = (k.clone(), d.clone());
-        async move { k[c].unlink(d[c], &name(i)).await }
+        async move { k[c].unlink(d[c % d.len()], &name(c, i)).await }
     })
     .await?;
     drop(conns);
@@ -203,7 +233,7 @@ async fn grpc(
     Ok([create, stat, unlink]
         .iter()
         .zip(OPS)
-        .map(|(s, op)| row("grpc", op, clients, files, *s))
+        .map(|(s, op)| row("grpc", op, dirs_label(options), clients, files, *s))
         .collect())
 }
 
@@ -217,8 +247,8 @@ fn kernel(
         .prefix("calm-bench-mdtest-")
         .tempdir_in(&options.tmpfs_dir)
         .map_err(|e| format!("making a directory in {}: {e}", options.tmpfs_dir.display()))?;
-    let dirs: Vec<PathBuf> = (0..clients)
-        .map(|c| work.path().join(format!("client.{c}")))
+    let dirs: Vec<PathBuf> = (0..dir_count(options, clients))
+        .map(|c| work.path().join(format!("dir.{c}")))
         .collect();
     for d in &dirs {
         std::fs::create_dir(d).map_err(|e| e.to_string())?;
@@ -226,12 +256,12 @@ fn kernel(
     let run = |op: fn(&std::path::Path) -> std::io::Result<()>| -> Result<f64, String> {
         let started = Instant::now();
         std::thread::scope(|scope| {
-            let threads: Vec<_> = dirs
-                .iter()
-                .map(|d| {
+            let threads: Vec<_> = (0..clients)
+                .map(|c| {
+                    let d = &dirs[c % dirs.len()];
                     scope.spawn(move || {
                         for i in 0..per_client {
-                            op(&d.join(format!("file.{i}")))?;
+                            op(&d.join(format!("file.{c}.{i}")))?;
                         }
                         Ok::<_, std::io::Error>(())
                     })
@@ -251,7 +281,7 @@ fn kernel(
     Ok([create, stat, unlink]
         .iter()
         .zip(OPS)
-        .map(|(s, op)| row("kernel-tmpfs", op, clients, files, *s))
+        .map(|(s, op)| row("kernel-tmpfs", op, dirs_label(options), clients, files, *s))
         .collect())
 }
 

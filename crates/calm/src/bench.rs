@@ -43,6 +43,9 @@ pub enum Bench {
         dir: PathBuf,
         #[arg(long, default_value = "/dev/shm")]
         tmpfs_dir: PathBuf,
+        /// Each client in a directory of its own (mdtest -u); default: one shared directory.
+        #[arg(long)]
+        unique_dir: bool,
         #[arg(long)]
         json: bool,
     },
@@ -145,6 +148,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             files,
             dir,
             tmpfs_dir,
+            unique_dir,
             json,
         } => {
             let options = mdtest::MdtestOptions {
@@ -152,11 +156,12 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 files,
                 dir,
                 tmpfs_dir,
+                unique_dir,
             };
             let results = mdtest::run(&options).map_err(|e| anyhow!(e))?;
             let mut lines = vec![format!(
-                "{:>13} {:>7} {:>8} {:>9} {:>12} {:>14}",
-                "mode", "op", "clients", "files", "ops/s", "vs tmpfs"
+                "{:>13} {:>7} {:>7} {:>8} {:>9} {:>12} {:>14}",
+                "mode", "op", "dirs", "clients", "files", "ops/s", "vs tmpfs"
             )];
             for r in &results {
                 let baseline = results
@@ -164,8 +169,8 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                     .find(|b| b.mode == "kernel-tmpfs" && b.op == r.op && b.clients == r.clients)
                     .map_or(f64::NAN, |b| r.ops_per_sec / b.ops_per_sec);
                 lines.push(format!(
-                    "{:>13} {:>7} {:>8} {:>9} {:>12.0} {:>13.2}x",
-                    r.mode, r.op, r.clients, r.files, r.ops_per_sec, baseline
+                    "{:>13} {:>7} {:>7} {:>8} {:>9} {:>12.0} {:>13.2}x",
+                    r.mode, r.op, r.dirs, r.clients, r.files, r.ops_per_sec, baseline
                 ));
             }
             table(json, &lines);
