@@ -42,6 +42,7 @@ pub fn log_log_svg(
     chart
         .configure_mesh()
         .x_desc(x_label)
+        .x_label_formatter(&|x| format!("{x:.0}"))
         .y_desc(y_label)
         .draw()
         .map_err(|e| err(&e))?;

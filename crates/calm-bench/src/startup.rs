@@ -5,7 +5,8 @@
 //! start `calm serve` as a new process and time spawn → ready line (clean restart); then start
 //! it again, run a create storm over gRPC, kill -9 it mid-storm, drop the cache and time the
 //! restart again; finally, on the same store and again from a cold cache, time the baseline
-//! scan. Each restart is checked by looking up a file created during population.
+//! scan, and fsck the store. Each restart is checked by looking up a file created during
+//! population.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -31,25 +32,38 @@ pub struct StartupOptions {
     pub files_per_dir: u64,
     /// Concurrent creators while populating.
     pub populate_tasks: usize,
+    /// Times each measurement is repeated (the median is reported, and the maximum).
+    pub repeat: usize,
 }
 
 /// One row of the result.
 #[derive(Debug, Clone, Serialize)]
 pub struct StartupResult {
     pub files: u64,
-    /// Spawn of `calm serve` to its ready line, after a clean stop, cold cache.
+    /// Spawn of `calm serve` to its ready line, after a clean stop, cold cache (median).
     pub restart_ms: f64,
-    /// The same after kill -9 during a create storm, cold cache.
+    /// The same after kill -9 during a create storm, cold cache (median).
     pub restart_after_kill_ms: f64,
-    /// The baseline: open the store and scan every inode to rebuild the used-handle ledger.
+    /// The baseline: open the store and scan every inode to rebuild the used-handle ledger,
+    /// cold cache (median).
     pub scan_rebuild_ms: f64,
-    /// What the server itself printed as "ready in N ms" (clean, after kill).
+    /// The slowest of the repeats of each.
+    pub restart_ms_max: f64,
+    pub restart_after_kill_ms_max: f64,
+    pub scan_rebuild_ms_max: f64,
+    pub repeats: usize,
+    /// What the server itself printed as "ready in N ms" (median; clean, after kill).
     pub server_ready_ms: u64,
     pub server_ready_after_kill_ms: u64,
     /// scan_rebuild_ms / restart_ms.
     pub scan_over_restart: f64,
     pub store_bytes: u64,
     pub populate_seconds: f64,
+    /// `calm fsck`'s pass over the same store, cold cache: time, rate over the store file, and
+    /// whether it found the store clean after the kill -9.
+    pub fsck_ms: f64,
+    pub fsck_mb_per_s: f64,
+    pub fsck_clean: bool,
     /// Whether the page cache could be dropped before each timed start.
     pub cold_cache: bool,
 }
@@ -205,16 +219,16 @@ fn verify(addr: &str, files: u64, files_per_dir: u64) -> Result<(), String> {
 
 /// Runs a create storm over gRPC against `addr` for `duration`, then returns without waiting
 /// for the creates in flight (the caller kills the server under them).
-fn storm(addr: &str, duration: Duration) -> Result<u64, String> {
+fn storm(addr: &str, duration: Duration, round: usize) -> Result<u64, String> {
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let created = runtime.block_on(async {
         let client = calm_client::Client::connect(addr)
             .await
             .map_err(|e| e.to_string())?;
         let dir = client
-            .mkdir(ROOT, b"storm", 0o755)
+            .mkdir(ROOT, format!("storm{round}").as_bytes(), 0o755)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| format!("creating the storm's directory: {e}"))?;
         let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
         for c in 0..8u64 {
             let (client, count) = (client.clone(), count.clone());
@@ -269,6 +283,29 @@ fn scan_rebuild(data: &Path) -> Result<(Duration, u64), String> {
     Ok((elapsed, used))
 }
 
+/// fsck over the whole store, as `calm fsck` does: (time, clean?).
+fn fsck(data: &Path) -> Result<(Duration, bool), String> {
+    let started = Instant::now();
+    let options = LmdbOptions {
+        read_only: true,
+        ..LmdbOptions::default()
+    };
+    let store = LmdbStore::open(data, &options).map_err(|e| e.to_string())?;
+    let snap = store.snapshot().map_err(|e| e.to_string())?;
+    let report = calm_meta::fsck::check(&snap, &mut |_| {}).map_err(|e| e.to_string())?;
+    let elapsed = started.elapsed();
+    drop(snap);
+    store.close();
+    Ok((elapsed, report.is_clean()))
+}
+
+/// The median (upper median for an even count) and the maximum.
+fn median_max(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    (v[v.len() / 2], v[v.len() - 1])
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -287,41 +324,57 @@ pub fn run(options: &StartupOptions) -> Result<Vec<StartupResult>, String> {
         let data = work.path().join("data");
         let populate_seconds = populate(&data, files, options)?;
 
-        let mut cold_cache = crate::drop_caches();
-        let server = start_server(&options.calm_exe, &data)?;
-        let restart = server.spawn_to_ready;
-        let server_ms = server.server_ms;
-        verify(&server.addr, files, options.files_per_dir)?;
-        server.stop()?;
+        let mut cold_cache = true;
+        let (mut clean, mut killed, mut scans) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..options.repeat.max(1) {
+            cold_cache &= crate::drop_caches();
+            let server = start_server(&options.calm_exe, &data)?;
+            clean.push((ms(server.spawn_to_ready), server.server_ms));
+            verify(&server.addr, files, options.files_per_dir)?;
+            server.stop()?;
 
-        let server = start_server(&options.calm_exe, &data)?;
-        storm(&server.addr, Duration::from_millis(500))?;
-        server.kill9()?;
-        cold_cache &= crate::drop_caches();
-        let server = start_server(&options.calm_exe, &data)?;
-        let restart_after_kill = server.spawn_to_ready;
-        let server_ms_after_kill = server.server_ms;
-        verify(&server.addr, files, options.files_per_dir)?;
-        server.stop()?;
+            let server = start_server(&options.calm_exe, &data)?;
+            storm(&server.addr, Duration::from_millis(500), round)?;
+            server.kill9()?;
+            cold_cache &= crate::drop_caches();
+            let server = start_server(&options.calm_exe, &data)?;
+            killed.push((ms(server.spawn_to_ready), server.server_ms));
+            verify(&server.addr, files, options.files_per_dir)?;
+            server.stop()?;
 
-        cold_cache &= crate::drop_caches();
-        let (scan, used) = scan_rebuild(&data)?;
-        if used < files {
-            return Err(format!(
-                "the baseline scan saw {used} inodes, expected at least {files}"
-            ));
+            cold_cache &= crate::drop_caches();
+            let (scan, used) = scan_rebuild(&data)?;
+            if used < files {
+                return Err(format!(
+                    "the baseline scan saw {used} inodes, expected at least {files}"
+                ));
+            }
+            scans.push(ms(scan));
         }
+        cold_cache &= crate::drop_caches();
+        let (fsck_time, fsck_clean) = fsck(&data)?;
         let store_bytes = std::fs::metadata(data.join("data.mdb")).map_or(0, |m| m.len());
+        let (restart_ms, restart_ms_max) = median_max(clean.iter().map(|c| c.0));
+        let (restart_after_kill_ms, restart_after_kill_ms_max) =
+            median_max(killed.iter().map(|k| k.0));
+        let (scan_rebuild_ms, scan_rebuild_ms_max) = median_max(scans.iter().copied());
         results.push(StartupResult {
             files,
-            restart_ms: ms(restart),
-            restart_after_kill_ms: ms(restart_after_kill),
-            scan_rebuild_ms: ms(scan),
-            server_ready_ms: server_ms,
-            server_ready_after_kill_ms: server_ms_after_kill,
-            scan_over_restart: ms(scan) / ms(restart).max(1e-9),
+            restart_ms,
+            restart_after_kill_ms,
+            scan_rebuild_ms,
+            restart_ms_max,
+            restart_after_kill_ms_max,
+            scan_rebuild_ms_max,
+            repeats: clean.len(),
+            server_ready_ms: median_max(clean.iter().map(|c| c.1 as f64)).0 as u64,
+            server_ready_after_kill_ms: median_max(killed.iter().map(|k| k.1 as f64)).0 as u64,
+            scan_over_restart: scan_rebuild_ms / restart_ms.max(1e-9),
             store_bytes,
             populate_seconds,
+            fsck_ms: ms(fsck_time),
+            fsck_mb_per_s: store_bytes as f64 / 1e6 / fsck_time.as_secs_f64().max(1e-9),
+            fsck_clean,
             cold_cache,
         });
     }

@@ -25,6 +25,9 @@ pub enum Bench {
         /// Concurrent creators while populating.
         #[arg(long, default_value_t = 512)]
         populate_tasks: usize,
+        /// Repeats of each timed start and scan (the median is reported, and the maximum).
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
         #[arg(long)]
         json: bool,
         /// Write an SVG plot of the times over N.
@@ -69,6 +72,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             dir,
             files_per_dir,
             populate_tasks,
+            repeat,
             json,
             plot: plot_path,
         } => {
@@ -78,30 +82,39 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 calm_exe: std::env::current_exe().context("finding the calm binary")?,
                 files_per_dir,
                 populate_tasks,
+                repeat,
             };
             let results = startup::run(&options).map_err(|e| anyhow!(e))?;
             let mut lines = vec![format!(
-                "{:>10} {:>12} {:>16} {:>15} {:>11} {:>10} {:>6}",
+                "{:>10} {:>11} {:>15} {:>16} {:>13} {:>9} {:>10} {:>8} {:>5}",
                 "files",
                 "restart ms",
                 "after kill9 ms",
                 "scan rebuild ms",
                 "scan/restart",
                 "store MB",
+                "fsck MB/s",
+                "fsck",
                 "cold"
             )];
             for r in &results {
                 lines.push(format!(
-                    "{:>10} {:>12.1} {:>16.1} {:>15.1} {:>11.0}x {:>10.1} {:>6}",
+                    "{:>10} {:>11} {:>15} {:>16} {:>12.0}x {:>9.1} {:>10.0} {:>8} {:>5}",
                     r.files,
-                    r.restart_ms,
-                    r.restart_after_kill_ms,
-                    r.scan_rebuild_ms,
+                    format!("{:.1} ({:.0})", r.restart_ms, r.restart_ms_max),
+                    format!(
+                        "{:.1} ({:.0})",
+                        r.restart_after_kill_ms, r.restart_after_kill_ms_max
+                    ),
+                    format!("{:.0} ({:.0})", r.scan_rebuild_ms, r.scan_rebuild_ms_max),
                     r.scan_over_restart,
                     r.store_bytes as f64 / 1e6,
+                    r.fsck_mb_per_s,
+                    if r.fsck_clean { "clean" } else { "DAMAGED" },
                     r.cold_cache
                 ));
             }
+            lines.push("(medians of the repeats; the slowest in parentheses)".to_string());
             table(json, &lines);
             if json {
                 println!(
