@@ -39,6 +39,17 @@ fn assert_absent(krate: &str, forbidden: &[&str]) {
 }
 
 #[test]
+fn the_lock_manager_depends_on_nothing() {
+    let tree = dependencies_of("calm-locks");
+    let lines: Vec<&str> = tree.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "calm-locks must stay dependency-free:\n{tree}"
+    );
+}
+
+#[test]
 fn pure_crates_keep_their_dependencies_out() {
     assert_absent("calm-store", &["tokio", "tonic", "prost", "calm-meta"]);
     assert_absent(
