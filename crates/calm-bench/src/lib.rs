@@ -7,7 +7,11 @@
 //!   ledger.
 //! - [`mdtest`]: create, stat and unlink rates in-process and over gRPC, against the same
 //!   operations on the kernel's tmpfs.
+//! - [`locks`]: seed 001 (Lustre flock): N byte-range locks on one resource against a naive
+//!   list and the kernel's own fcntl locks.
 
+pub mod alloc;
+pub mod locks;
 pub mod mdtest;
 pub mod plot;
 pub mod startup;

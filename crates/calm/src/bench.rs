@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, anyhow};
-use calm_bench::{mdtest, plot, startup};
+use calm_bench::{locks, mdtest, plot, startup};
 use clap::Subcommand;
 
 #[derive(Debug, Subcommand)]
@@ -28,6 +28,27 @@ pub enum Bench {
         /// Repeats of each timed start and scan (the median is reported, and the maximum).
         #[arg(long, default_value_t = 3)]
         repeat: usize,
+        #[arg(long)]
+        json: bool,
+        /// Write an SVG plot of the times over N.
+        #[arg(long)]
+        plot: Option<PathBuf>,
+    },
+    /// Seed 001: N byte-range locks on one file (ascending, random, split, conflict test)
+    /// against a naive list and the kernel's fcntl locks, each capped in time.
+    Locks {
+        /// Lock counts, comma-separated.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "1000,10000,25000,50000,100000,1000000"
+        )]
+        sizes: Vec<u64>,
+        /// Longest a baseline runs for one size, in seconds.
+        #[arg(long, default_value_t = 60.0)]
+        cap_seconds: f64,
+        #[arg(long, default_value = "/dev/shm")]
+        tmpfs_dir: PathBuf,
         #[arg(long)]
         json: bool,
         /// Write an SVG plot of the times over N.
@@ -67,6 +88,67 @@ fn table(json: bool, lines: &[String]) {
 
 pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
     match bench {
+        Bench::Locks {
+            sizes,
+            cap_seconds,
+            tmpfs_dir,
+            json,
+            plot: plot_path,
+        } => {
+            let options = locks::LocksOptions {
+                sizes,
+                cap_seconds,
+                tmpfs_dir,
+            };
+            let report = locks::run(&options).map_err(|e| anyhow!(e))?;
+            let mut lines = vec![format!(
+                "{:>13} {:>10} {:>9} {:>14} {:>10} {:>8}",
+                "impl", "case", "n", "seconds", "completed", "stopped"
+            )];
+            for r in &report.results {
+                lines.push(format!(
+                    "{:>13} {:>10} {:>9} {:>14.9} {:>10} {:>8}",
+                    r.implementation, r.case, r.n, r.seconds, r.completed, r.stopped
+                ));
+            }
+            lines.push(match report.bytes_per_lock {
+                Some(b) => format!("calm: {b:.1} heap bytes per lock"),
+                None => "calm: bytes per lock not measured".to_string(),
+            });
+            lines.push(
+                "(getlk: seconds per operation; lock RPCs over gRPC are not built yet)".into(),
+            );
+            table(json, &lines);
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            }
+            if let Some(path) = plot_path {
+                let mut series = Vec::new();
+                for implementation in ["calm", "naive-list", "kernel-fcntl"] {
+                    for case in ["ascending", "random", "split"] {
+                        let points: Vec<(f64, f64)> = report
+                            .results
+                            .iter()
+                            .filter(|r| {
+                                r.implementation == implementation && r.case == case && !r.stopped
+                            })
+                            .map(|r| (r.n as f64, r.seconds))
+                            .collect();
+                        if !points.is_empty() {
+                            series.push((format!("{implementation} {case}"), points));
+                        }
+                    }
+                }
+                plot::log_log_svg(
+                    &path,
+                    "N byte-range locks on one file",
+                    "locks",
+                    "seconds",
+                    &series,
+                )
+                .map_err(|e| anyhow!(e))?;
+            }
+        }
         Bench::Startup {
             files,
             dir,

@@ -7,6 +7,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+
+/// Counts live heap bytes so that `calm bench locks` can report memory per lock.
+#[global_allocator]
+static ALLOCATOR: calm_bench::alloc::Counting = calm_bench::alloc::Counting;
 mod fsck;
 mod serve;
 mod status;
