@@ -46,7 +46,21 @@ pub fn log_log_svg(
         .y_desc(y_label)
         .draw()
         .map_err(|e| err(&e))?;
-    let colors = [RED, BLUE, GREEN, MAGENTA, CYAN, BLACK];
+    // Distinct colours for up to twelve curves (then they repeat).
+    let colors = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+        RGBColor(188, 189, 34),
+        RGBColor(23, 190, 207),
+        RGBColor(0, 0, 0),
+        RGBColor(0, 0, 128),
+    ];
     for (i, (name, points)) in series.iter().enumerate() {
         let color = colors[i % colors.len()];
         chart

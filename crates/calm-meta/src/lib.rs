@@ -193,7 +193,17 @@ impl<S: Store> Meta<S> {
         let end = readdir_end(dir);
         let mut corrupt = None;
         snap.visit(&start, &end, &mut |key, value| {
-            let cookie = u64::from_be_bytes(key[10..18].try_into().expect("readdir key"));
+            let Some(cookie) = key
+                .get(10..18)
+                .filter(|_| key.len() == 18)
+                .map(|c| u64::from_be_bytes(c.try_into().expect("8 bytes")))
+            else {
+                corrupt = Some(MetaError::Corrupt(format!(
+                    "directory {dir}: readdir key of {} bytes",
+                    key.len()
+                )));
+                return ControlFlow::Break(());
+            };
             match decode_readdir_value(value) {
                 Ok((handle, kind, name)) => entries.push(DirEntry {
                     name: name.to_vec(),

@@ -635,3 +635,19 @@ fn meta_cookie(store: &MemStore, dir: Handle, name: &[u8]) -> u64 {
         .unwrap();
     calm_meta::layout::Dentry::decode(&value).unwrap().cookie
 }
+
+#[test]
+fn a_corrupt_readdir_key_is_an_error_not_a_crash() {
+    let rt = rt();
+    let store = Arc::new(MemStore::new());
+    let meta = Meta::open(store.clone(), MetaOptions::default()).unwrap();
+    let d = rt.block_on(meta.mkdir(ROOT, b"d", 0o755)).unwrap().handle;
+    rt.block_on(meta.create(d, b"f", 0o644)).unwrap();
+    let mut bad = readdir_key(d, 0)[..10].to_vec();
+    bad.extend_from_slice(&[0xff, 0xff, 0xff]); // 13 bytes: inside the index range, too short
+    let mut txn = store.begin().unwrap();
+    txn.put(&bad, b"junk").unwrap();
+    txn.commit().unwrap();
+    let error = meta.readdir(d, 0, 100).unwrap_err();
+    assert!(matches!(error, MetaError::Corrupt(_)), "{error:?}");
+}
