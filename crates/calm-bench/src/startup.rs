@@ -252,15 +252,19 @@ fn storm(addr: &str, duration: Duration, round: usize) -> Result<u64, String> {
     Ok(created)
 }
 
-/// The seed's baseline: open the store and walk every inode to rebuild the ledger of used
-/// handles (as free extents), the work PVFS2 did at each start.
-fn scan_rebuild(data: &Path) -> Result<(Duration, u64), String> {
-    let started = Instant::now();
+fn open_read_only(data: &Path) -> Result<LmdbStore, String> {
     let options = LmdbOptions {
         read_only: true,
         ..LmdbOptions::default()
     };
-    let store = LmdbStore::open(data, &options).map_err(|e| e.to_string())?;
+    LmdbStore::open(data, &options).map_err(|e| e.to_string())
+}
+
+/// The seed's baseline: open the store and walk every inode to rebuild the ledger of used
+/// handles (as free extents), the work PVFS2 did at each start.
+fn scan_rebuild(data: &Path) -> Result<(Duration, u64), String> {
+    let started = Instant::now();
+    let store = open_read_only(data)?;
     let snap = store.snapshot().map_err(|e| e.to_string())?;
     let mut free_extents: Vec<(u64, u64)> = Vec::new();
     let mut expected_next = 0u64;
@@ -286,11 +290,7 @@ fn scan_rebuild(data: &Path) -> Result<(Duration, u64), String> {
 /// fsck over the whole store, as `calm fsck` does: (time, clean?).
 fn fsck(data: &Path) -> Result<(Duration, bool), String> {
     let started = Instant::now();
-    let options = LmdbOptions {
-        read_only: true,
-        ..LmdbOptions::default()
-    };
-    let store = LmdbStore::open(data, &options).map_err(|e| e.to_string())?;
+    let store = open_read_only(data)?;
     let snap = store.snapshot().map_err(|e| e.to_string())?;
     let report = calm_meta::fsck::check(&snap, &mut |_| {}).map_err(|e| e.to_string())?;
     let elapsed = started.elapsed();

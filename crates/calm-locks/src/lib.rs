@@ -97,6 +97,18 @@ pub struct Lock {
     pub kind: LockKind,
 }
 
+/// The lock an entry of the `own` index stands for.
+fn own_entry_to_lock(((owner, start), (end, kind)): (&(u64, u64), &(u64, LockKind))) -> Lock {
+    Lock {
+        owner: *owner,
+        range: Range {
+            start: *start,
+            end: *end,
+        },
+        kind: *kind,
+    }
+}
+
 /// The byte-range locks of one resource.
 #[derive(Debug, Clone, Default)]
 pub struct RangeLocks {
@@ -173,14 +185,7 @@ impl RangeLocks {
         before
             .into_iter()
             .chain(inside)
-            .map(|((owner, start), (end, kind))| Lock {
-                owner: *owner,
-                range: Range {
-                    start: *start,
-                    end: *end,
-                },
-                kind: *kind,
-            })
+            .map(own_entry_to_lock)
             .collect()
     }
 
@@ -279,17 +284,7 @@ impl RangeLocks {
 
     /// Every lock, ordered by owner then start.
     pub fn locks(&self) -> Vec<Lock> {
-        self.own
-            .iter()
-            .map(|((owner, start), (end, kind))| Lock {
-                owner: *owner,
-                range: Range {
-                    start: *start,
-                    end: *end,
-                },
-                kind: *kind,
-            })
-            .collect()
+        self.own.iter().map(own_entry_to_lock).collect()
     }
 
     /// Whole-structure consistency (debug and tests): the three indexes agree, an owner's locks
