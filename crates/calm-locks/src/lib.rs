@@ -97,23 +97,42 @@ pub struct Lock {
     pub kind: LockKind,
 }
 
+/// Bit 63 of a packed `own` value: set for a write lock. Free because `end <= OFFSET_MAX`, and
+/// it makes an entry 24 bytes instead of 32 (smaller tree nodes, fewer cache misses).
+const WRITE_BIT: u64 = 1 << 63;
+const _: () = assert!(OFFSET_MAX & WRITE_BIT == 0);
+
+fn pack(end: u64, kind: LockKind) -> u64 {
+    debug_assert!(end <= OFFSET_MAX);
+    match kind {
+        LockKind::Read => end,
+        LockKind::Write => end | WRITE_BIT,
+    }
+}
+
+fn unpack(value: u64) -> (u64, LockKind) {
+    if value & WRITE_BIT == 0 {
+        (value, LockKind::Read)
+    } else {
+        (value & !WRITE_BIT, LockKind::Write)
+    }
+}
+
 /// The lock an entry of the `own` index stands for.
-fn own_entry_to_lock(((owner, start), (end, kind)): (&(u64, u64), &(u64, LockKind))) -> Lock {
+fn own_entry_to_lock(((owner, start), value): (&(u64, u64), &u64)) -> Lock {
+    let (end, kind) = unpack(*value);
     Lock {
         owner: *owner,
-        range: Range {
-            start: *start,
-            end: *end,
-        },
-        kind: *kind,
+        range: Range { start: *start, end },
+        kind,
     }
 }
 
 /// The byte-range locks of one resource.
 #[derive(Debug, Clone, Default)]
 pub struct RangeLocks {
-    /// Every lock: `(owner, start)` → `(end, kind)`.
-    own: BTreeMap<(u64, u64), (u64, LockKind)>,
+    /// Every lock: `(owner, start)` → `end` with the kind in bit 63 (see [`pack`]).
+    own: BTreeMap<(u64, u64), u64>,
     /// Every write lock: `start` → `(end, owner)`. Disjoint across owners.
     writes: BTreeMap<u64, (u64, u64)>,
     /// Every read lock.
@@ -180,7 +199,7 @@ impl RangeLocks {
             .own
             .range((Bound::Included((owner, 0)), Bound::Excluded((owner, a))))
             .next_back()
-            .filter(|(_, (end, _))| *end >= a);
+            .filter(|(_, value)| unpack(**value).0 >= a);
         let inside = self.own.range((owner, a)..=(owner, b));
         before
             .into_iter()
@@ -191,7 +210,7 @@ impl RangeLocks {
 
     fn insert(&mut self, lock: Lock) {
         let Lock { owner, range, kind } = lock;
-        self.own.insert((owner, range.start), (range.end, kind));
+        self.own.insert((owner, range.start), pack(range.end, kind));
         match kind {
             LockKind::Write => {
                 self.writes.insert(range.start, (range.end, owner));
