@@ -1,5 +1,5 @@
 //! An interval treap over an arena: the read locks of one resource, which (unlike write locks)
-//! may overlap each other when their owners differ. Keys are `(start, owner)`; each node keeps
+//! may overlap each other when their owners differ, and the ranges waiters ask for. Keys are `(start, owner)`; each node keeps
 //! the largest `end` of its subtree, so "find a lock overlapping [a, b]" descends only into
 //! subtrees that can hold one: O(log n + k) expected, k = locks overlapping.
 //!
@@ -174,26 +174,38 @@ impl Treap {
         found
     }
 
-    /// The first read lock (in key order) overlapping `[a, b]` whose owner is not `skip`:
-    /// `(start, end, owner)`.
-    pub fn find_overlap(&self, a: u64, b: u64, skip: u64) -> Option<(u64, u64, u64)> {
-        self.find_in(self.root, a, b, skip)
+    /// Calls `visit(start, end, owner)` for every entry overlapping `[a, b]`, in key order,
+    /// until it returns false. Returns false when stopped. Descends only into subtrees whose
+    /// largest `end` reaches `a` and whose keys can start at or before `b`.
+    pub fn visit_overlaps(
+        &self,
+        a: u64,
+        b: u64,
+        visit: &mut dyn FnMut(u64, u64, u64) -> bool,
+    ) -> bool {
+        self.visit_in(self.root, a, b, visit)
     }
 
-    fn find_in(&self, t: u32, a: u64, b: u64, skip: u64) -> Option<(u64, u64, u64)> {
+    fn visit_in(
+        &self,
+        t: u32,
+        a: u64,
+        b: u64,
+        visit: &mut dyn FnMut(u64, u64, u64) -> bool,
+    ) -> bool {
         if t == NIL || self.nodes[t as usize].max_end < a {
-            return None;
+            return true;
         }
         let node = self.nodes[t as usize];
-        if let Some(found) = self.find_in(node.left, a, b, skip) {
-            return Some(found);
+        if !self.visit_in(node.left, a, b, visit) {
+            return false;
         }
         if node.start > b {
-            return None;
+            return true;
         }
-        if node.end >= a && node.owner != skip {
-            return Some((node.start, node.end, node.owner));
+        if node.end >= a && !visit(node.start, node.end, node.owner) {
+            return false;
         }
-        self.find_in(node.right, a, b, skip)
+        self.visit_in(node.right, a, b, visit)
     }
 }
