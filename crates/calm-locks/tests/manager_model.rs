@@ -284,8 +284,7 @@ proptest! {
     #[test]
     fn manager_matches_the_model(ops in prop::collection::vec(op(), 1..80)) {
         let mut real = LockManager::new(Limits::default(), 1);
-        let mut model = Model::default();
-        model.next_wait = 1;
+        let mut model = Model { next_wait: 1, ..Model::default() };
         let mut slots = [real.open_session(0, LEASE_MS).unwrap(), real.open_session(0, LEASE_MS).unwrap()];
         let mut fenced: Vec<SessionId> = Vec::new();
         for op in &ops {
