@@ -5,7 +5,13 @@
 //! A [`Client`] is one HTTP/2 connection; clones share it and may be used from many tasks at
 //! once (requests are multiplexed).
 
+use calm_locks::{Holder, Request as LockRequest, SessionId};
 use calm_meta::{Attr, DirEntry, Handle, MetaError, NewNode, SetAttr, StatFs};
+use calm_proto::locks::{
+    LockAnswer, LockCall, LockFailure, holder_from_wire, lock_failure_from_status, owner_from_wire,
+    scope_from_wire,
+};
+use calm_proto::pb::locks_client::LocksClient;
 use calm_proto::pb::meta_client::MetaClient;
 use calm_proto::{MESSAGE_BYTES_MAX, error_from_status, pb};
 use tonic::transport::Channel;
@@ -18,6 +24,25 @@ pub type Result<T, E = MetaError> = std::result::Result<T, E>;
 #[derive(Debug, Clone)]
 pub struct Client {
     rpc: MetaClient<Channel>,
+    locks: LocksClient<Channel>,
+}
+
+/// A file's locks and waiting requests as the server lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockListing {
+    pub locks: Vec<Holder>,
+    /// `(wait id, session, request)` in arrival order.
+    pub waiting: Vec<(u64, SessionId, LockRequest)>,
+    /// Every lock held, even past what one reply carries.
+    pub total: u64,
+}
+
+fn check_lock<T>(
+    reply: std::result::Result<tonic::Response<T>, tonic::Status>,
+) -> Result<T, LockFailure> {
+    reply
+        .map(tonic::Response::into_inner)
+        .map_err(|status| lock_failure_from_status(&status))
 }
 
 fn check<T>(reply: std::result::Result<tonic::Response<T>, tonic::Status>) -> Result<T> {
@@ -47,7 +72,10 @@ impl Client {
     /// A client over an existing channel.
     pub fn from_channel(channel: Channel) -> Client {
         Client {
-            rpc: MetaClient::new(channel)
+            rpc: MetaClient::new(channel.clone())
+                .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            locks: LocksClient::new(channel)
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
         }
@@ -218,5 +246,111 @@ impl Client {
 
     pub async fn status(&self) -> Result<StatusReply> {
         check(self.rpc().status(pb::Empty {}).await)
+    }
+
+    // ---- locks ----
+
+    /// Opens a lock session whose lease lasts `lease_ms` unless renewed.
+    pub async fn open_lock_session(&self, lease_ms: u64) -> Result<SessionId, LockFailure> {
+        let reply = self
+            .locks
+            .clone()
+            .open_session(pb::OpenSessionRequest { lease_ms })
+            .await;
+        check_lock(reply).map(|r| r.session)
+    }
+
+    /// Renews the lease; returns how many milliseconds it now lasts.
+    pub async fn keep_alive(&self, session: SessionId) -> Result<u64, LockFailure> {
+        let reply = self
+            .locks
+            .clone()
+            .keep_alive(pb::SessionRequest { session })
+            .await;
+        check_lock(reply).map(|r| r.lease_ms)
+    }
+
+    /// Ends the session: its locks are released, its waiting requests refused.
+    pub async fn close_lock_session(&self, session: SessionId) -> Result<(), LockFailure> {
+        let reply = self
+            .locks
+            .clone()
+            .close_session(pb::SessionRequest { session })
+            .await;
+        check_lock(reply).map(|_| ())
+    }
+
+    /// Applies `calls` in order in one round trip; one answer each.
+    pub async fn lock_batch(
+        &self,
+        session: SessionId,
+        calls: &[LockCall],
+    ) -> Result<Vec<LockAnswer>, LockFailure> {
+        let batch = pb::LockBatch {
+            session,
+            ops: calls.iter().map(LockCall::to_wire).collect(),
+        };
+        let reply = check_lock(self.locks.clone().apply(batch).await)?;
+        Ok(reply.results.iter().map(LockAnswer::from_wire).collect())
+    }
+
+    /// Takes a lock, waiting as long as it takes (F_SETLKW); [`Client::lock_cancel`] with the
+    /// same `tag` ends the wait with [`calm_proto::locks::LockCode::Cancelled`].
+    pub async fn lock_wait(
+        &self,
+        session: SessionId,
+        tag: u64,
+        request: LockRequest,
+    ) -> Result<LockAnswer, LockFailure> {
+        let wait = pb::WaitRequest {
+            session,
+            tag,
+            op: Some(LockCall::Set(request).to_wire()),
+        };
+        let reply = check_lock(self.locks.clone().wait(wait).await)?;
+        Ok(LockAnswer::from_wire(&reply))
+    }
+
+    /// Cancels the waiting request `tag` (EINTR). False when it was not waiting.
+    pub async fn lock_cancel(&self, session: SessionId, tag: u64) -> Result<bool, LockFailure> {
+        let reply = self
+            .locks
+            .clone()
+            .cancel(pb::CancelRequest { session, tag })
+            .await;
+        check_lock(reply).map(|r| r.cancelled)
+    }
+
+    /// The locks and waiting requests of the file `handle`.
+    pub async fn list_locks(&self, handle: Handle) -> Result<LockListing, LockFailure> {
+        let reply = self
+            .locks
+            .clone()
+            .list(pb::ListLocksRequest { resource: handle })
+            .await;
+        let reply = check_lock(reply)?;
+        let locks = reply
+            .locks
+            .iter()
+            .map(holder_from_wire)
+            .collect::<Result<_, _>>()?;
+        let waiting = reply
+            .waiting
+            .iter()
+            .map(|w| {
+                let request = LockRequest {
+                    resource: handle,
+                    owner: owner_from_wire(w.owner.as_ref())?,
+                    scope: scope_from_wire(w.range.as_ref())?,
+                    kind: calm_proto::locks::kind_from_wire(w.kind)?,
+                };
+                Ok((w.wait, w.session, request))
+            })
+            .collect::<Result<_, LockFailure>>()?;
+        Ok(LockListing {
+            locks,
+            waiting,
+            total: reply.total,
+        })
     }
 }

@@ -443,7 +443,8 @@ impl LockManager {
         self.deadlines.first().map(|(deadline_ms, _)| *deadline_ms)
     }
 
-    fn live(&self, session: SessionId) -> Result<(), LockError> {
+    /// Whether `session` may be used: live, fenced (ended), or never handed out.
+    pub fn live(&self, session: SessionId) -> Result<(), LockError> {
         if self.sessions.contains_key(&session) {
             Ok(())
         } else if session < self.next_session {

@@ -7,6 +7,8 @@
 
 use calm_meta::{Attr, DirEntry, Kind, MetaError, NewNode, SetAttr, SetTime};
 
+pub mod locks;
+
 /// The generated messages, client and server.
 #[allow(missing_debug_implementations, clippy::all)]
 pub mod pb {

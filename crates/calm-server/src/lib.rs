@@ -1,4 +1,4 @@
-//! `calm-server`: the gRPC face of the namespace.
+//! `calm-server`: the gRPC face of the namespace and of the lock manager ([`locks`]).
 //!
 //! [`MetaService`] turns each RPC into one call on [`calm_meta::Meta`] and each
 //! [`calm_meta::MetaError`] into a status with its stable code. Reads run inline on the
@@ -19,12 +19,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use calm_meta::{Meta, MetaError};
+use calm_proto::pb::locks_server::LocksServer;
 use calm_proto::pb::meta_server::{Meta as MetaRpc, MetaServer};
 use calm_proto::{MESSAGE_BYTES_MAX, pb, status_from_error};
 use calm_store::Store;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status};
+
+pub mod locks;
+
+pub use locks::{LockService, LockTable};
 
 /// Requests one client connection may have in flight at once.
 pub const STREAMS_PER_CONNECTION_MAX: usize = 1024;
@@ -81,15 +86,17 @@ pub struct ServerInfo {
 #[derive(Debug)]
 pub struct MetaService<S: Store> {
     meta: Arc<Meta<S>>,
+    locks: Arc<LockTable>,
     info: ServerInfo,
     requests: AtomicU64,
     request_errors: AtomicU64,
 }
 
 impl<S: Store> MetaService<S> {
-    pub fn new(meta: Arc<Meta<S>>, info: ServerInfo) -> Self {
+    pub fn new(meta: Arc<Meta<S>>, locks: Arc<LockTable>, info: ServerInfo) -> Self {
         Self {
             meta,
+            locks,
             info,
             requests: AtomicU64::new(0),
             request_errors: AtomicU64::new(0),
@@ -242,6 +249,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
     }
 
     async fn status(&self, _: Request<pb::Empty>) -> Result<Response<pb::StatusReply>, Status> {
+        let locks = self.locks.stats();
         let result = self.meta.status().map(|s| pb::StatusReply {
             version: env!("CARGO_PKG_VERSION").to_string(),
             data_dir: self.info.data_dir.clone(),
@@ -259,25 +267,38 @@ impl<S: Store> MetaRpc for MetaService<S> {
             ready_ms: self.info.ready_ms,
             requests: self.requests.load(Ordering::Relaxed),
             request_errors: self.request_errors.load(Ordering::Relaxed),
+            lock_sessions: locks.sessions as u64,
+            locks: locks.locks,
+            lock_waits: locks.waits as u64,
+            locked_files: locks.resources as u64,
         });
         self.answer(result)
     }
 }
 
-/// Serves `meta` on `listener` until `shutdown` completes; then stops accepting, lets the
-/// requests in flight finish, and returns.
+/// Serves `meta` and its locks on `listener` until `shutdown` completes; then stops
+/// accepting, lets the requests in flight finish, and returns. Locks live in memory: they
+/// end with the server, and the sessions that held them are fenced by the next one.
 pub async fn serve<S: Store>(
     meta: Arc<Meta<S>>,
     info: ServerInfo,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    let service = MetaServer::new(MetaService::new(meta, info))
+    let table = Arc::new(LockTable::new(calm_locks::Limits::default(), meta.epoch()));
+    let leases = tokio::spawn(table.clone().run_leases());
+    let service = MetaServer::new(MetaService::new(meta.clone(), table.clone(), info))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
-    tonic::transport::Server::builder()
+    let locks = LocksServer::new(LockService::new(meta, table))
+        .max_decoding_message_size(MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(MESSAGE_BYTES_MAX);
+    let served = tonic::transport::Server::builder()
         .concurrency_limit_per_connection(STREAMS_PER_CONNECTION_MAX)
         .add_service(service)
+        .add_service(locks)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-        .await
+        .await;
+    leases.abort();
+    served
 }

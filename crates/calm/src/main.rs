@@ -12,6 +12,7 @@ mod bench;
 #[global_allocator]
 static ALLOCATOR: calm_bench::alloc::Counting = calm_bench::alloc::Counting;
 mod fsck;
+mod locks;
 mod serve;
 mod status;
 
@@ -36,6 +37,16 @@ enum Command {
     },
     /// Show a running server's counts and figures.
     Status {
+        #[arg(long, default_value = "127.0.0.1:7420")]
+        server: String,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the locks held on a file and the requests waiting for them.
+    Locks {
+        /// Path of the file inside calm's namespace, from its root (`/dir/file`).
+        path: String,
         #[arg(long, default_value = "127.0.0.1:7420")]
         server: String,
         /// Print JSON instead of a table.
@@ -68,6 +79,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Serve { listen, data } => serve::run(&listen, &data, started),
         Command::Status { server, json } => status::run(&server, json),
+        Command::Locks { path, server, json } => locks::run(&server, &path, json),
         Command::Fsck { data, json } => fsck::run(&data, json),
         Command::Bench(bench) => bench::run(bench),
     };

@@ -35,6 +35,10 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
             "ready_ms": status.ready_ms,
             "requests": status.requests,
             "request_errors": status.request_errors,
+            "lock_sessions": status.lock_sessions,
+            "locks": status.locks,
+            "lock_waits": status.lock_waits,
+            "locked_files": status.locked_files,
         });
         println!("{value}");
     } else {
@@ -62,6 +66,13 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
                 format!(
                     "{} ({} answered with an error)",
                     status.requests, status.request_errors
+                ),
+            ),
+            (
+                "locks",
+                format!(
+                    "{} held on {} files, {} waiting, {} sessions",
+                    status.locks, status.locked_files, status.lock_waits, status.lock_sessions
                 ),
             ),
             ("ready after", format!("{} ms", status.ready_ms)),

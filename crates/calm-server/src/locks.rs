@@ -1,0 +1,478 @@
+//! The lock service: [`calm_locks::LockManager`] behind a mutex, its waiting requests as
+//! pending RPCs, and the lease clock.
+//!
+//! - One mutex over the manager: an operation is a few hundred nanoseconds of memory work,
+//!   and a batch of operations takes the mutex once. Nothing awaits while holding it.
+//! - A waiting request (`Wait`) is a oneshot channel the manager's events complete: the
+//!   client never polls. `Cancel` by tag is EINTR; a `Wait` RPC dropped by its client (the
+//!   connection went away) cancels too.
+//! - Leases: one task sleeps until the soonest deadline and expires what is due; a new session
+//!   wakes it. Time is milliseconds since the server started (monotonic).
+//! - Session ids start at `epoch << 32`: the store's epoch grows at every start, so a session
+//!   of an earlier server life is fenced, never confused with a new one.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use calm_locks::{
+    Event, Limits, LockError, LockManager, Outcome, Request as LockRequest, SessionId, Stats,
+    WaitId,
+};
+use calm_meta::{Meta, MetaError};
+use calm_proto::locks::{
+    LOCK_BATCH_OPS_MAX, LockCode, LockFailure, code_of, holder_to_wire, kind_from_wire,
+    kind_to_wire, owner_from_wire, owner_to_wire, scope_from_wire, scope_to_wire,
+    status_from_lock_failure,
+};
+use calm_proto::pb;
+use calm_proto::pb::locks_server::Locks as LocksRpc;
+use calm_store::Store;
+use tokio::sync::{Notify, oneshot};
+use tonic::{Request, Response, Status};
+
+/// Most locks (and, separately, waiting requests) one `List` reply carries: 65 536 holders
+/// of about 40 bytes stay well under the message limit. `total` says how many there are.
+pub const LIST_LOCKS_MAX: usize = 65_536;
+
+/// Operation numbers of [`pb::LockOp`].
+const OP_SET: u32 = 1;
+const OP_TEST: u32 = 2;
+const OP_UNLOCK: u32 = 3;
+const OP_RELEASE: u32 = 4;
+
+type Reply = Result<(), LockError>;
+
+#[derive(Debug)]
+struct Inner {
+    manager: LockManager,
+    /// The RPC each waiting request completes.
+    pending: HashMap<WaitId, oneshot::Sender<Reply>>,
+    /// `(session, tag)` of every waiting request, and back.
+    by_tag: HashMap<(SessionId, u64), WaitId>,
+    tags: HashMap<WaitId, (SessionId, u64)>,
+}
+
+impl Inner {
+    /// Completes the RPCs of the requests the manager granted or refused.
+    fn deliver(&mut self) {
+        for event in self.manager.take_events() {
+            let (wait, reply) = match event {
+                Event::Granted(wait) => (wait, Ok(())),
+                Event::Refused(wait, error) => (wait, Err(error)),
+            };
+            self.forget(wait);
+            if let Some(sender) = self.pending.remove(&wait) {
+                // The receiver is gone only if its RPC is being dropped; the guard then finds
+                // nothing pending and the lock stays with its owner, as after a signal that
+                // arrives once the kernel has granted the lock.
+                let _ = sender.send(reply);
+            }
+        }
+    }
+
+    fn forget(&mut self, wait: WaitId) {
+        if let Some(tag) = self.tags.remove(&wait) {
+            self.by_tag.remove(&tag);
+        }
+    }
+}
+
+/// The lock state of one server, shared by the lock service, the status RPC and the lease
+/// task.
+#[derive(Debug)]
+pub struct LockTable {
+    inner: Mutex<Inner>,
+    started: Instant,
+    /// Wakes the lease task when a session with a sooner deadline may exist.
+    lease_changed: Notify,
+}
+
+impl LockTable {
+    pub fn new(limits: Limits, epoch: u64) -> Self {
+        LockTable {
+            inner: Mutex::new(Inner {
+                manager: LockManager::new(limits, (epoch << 32) | 1),
+                pending: HashMap::new(),
+                by_tag: HashMap::new(),
+                tags: HashMap::new(),
+            }),
+            started: Instant::now(),
+            lease_changed: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.lock().manager.stats()
+    }
+
+    /// Expires due sessions until `shutdown`; never returns otherwise.
+    pub async fn run_leases(self: Arc<Self>) {
+        loop {
+            let next = {
+                let mut inner = self.lock();
+                inner.manager.expire(self.now_ms());
+                inner.deliver();
+                inner.manager.next_deadline()
+            };
+            let sleep = match next {
+                Some(deadline_ms) => {
+                    Duration::from_millis(deadline_ms.saturating_sub(self.now_ms()))
+                }
+                None => Duration::from_secs(3600),
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(sleep) => {}
+                _ = self.lease_changed.notified() => {}
+            }
+        }
+    }
+}
+
+/// Cancels a waiting request whose RPC is dropped before it completes.
+struct WaitGuard<'a> {
+    table: &'a LockTable,
+    wait: WaitId,
+    armed: bool,
+}
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut inner = self.table.lock();
+        if inner.pending.remove(&self.wait).is_some() {
+            inner.manager.cancel(self.wait);
+            inner.forget(self.wait);
+            inner.deliver();
+        }
+    }
+}
+
+/// One parsed operation.
+enum Call {
+    Set(LockRequest),
+    Test(LockRequest),
+    Unlock(LockRequest),
+    Release(calm_locks::Owner, Option<u64>),
+}
+
+fn failure(code: LockCode, message: impl Into<String>) -> LockFailure {
+    LockFailure::new(code, message)
+}
+
+fn parse(op: &pb::LockOp) -> Result<Call, LockFailure> {
+    let owner = owner_from_wire(op.owner.as_ref())?;
+    if op.op == OP_RELEASE {
+        return Ok(Call::Release(
+            owner,
+            (op.resource != 0).then_some(op.resource),
+        ));
+    }
+    if op.resource == 0 {
+        return Err(failure(LockCode::Invalid, "a lock needs a file handle"));
+    }
+    let scope = scope_from_wire(op.range.as_ref())?;
+    let kind = if op.op == OP_UNLOCK {
+        calm_locks::LockKind::Read
+    } else {
+        kind_from_wire(op.kind)?
+    };
+    let request = LockRequest {
+        resource: op.resource,
+        owner,
+        scope,
+        kind,
+    };
+    match op.op {
+        OP_SET => Ok(Call::Set(request)),
+        OP_TEST => Ok(Call::Test(request)),
+        OP_UNLOCK => Ok(Call::Unlock(request)),
+        other => Err(failure(
+            LockCode::Invalid,
+            format!("lock operation {other} is not 1 set, 2 test, 3 unlock or 4 release"),
+        )),
+    }
+}
+
+fn result_of(outcome: Result<u64, LockError>) -> pb::LockResult {
+    match outcome {
+        Ok(released) => pb::LockResult {
+            code: LockCode::Ok as u32,
+            released,
+            ..Default::default()
+        },
+        Err(error) => {
+            let conflict = match &error {
+                LockError::Conflict(holder) => Some(holder_to_wire(holder)),
+                _ => None,
+            };
+            pb::LockResult {
+                code: code_of(&error) as u32,
+                conflict,
+                message: error.to_string(),
+                released: 0,
+            }
+        }
+    }
+}
+
+fn result_of_failure(failure: LockFailure) -> pb::LockResult {
+    pb::LockResult {
+        code: failure.code as u32,
+        message: failure.message,
+        ..Default::default()
+    }
+}
+
+/// The `calm.v1.Locks` service.
+#[derive(Debug)]
+pub struct LockService<S: Store> {
+    meta: Arc<Meta<S>>,
+    table: Arc<LockTable>,
+}
+
+impl<S: Store> LockService<S> {
+    pub fn new(meta: Arc<Meta<S>>, table: Arc<LockTable>) -> Self {
+        LockService { meta, table }
+    }
+
+    /// A set names a file that exists (locks of a file unlinked while open stay until
+    /// released, as POSIX wants, but a new lock needs a live handle).
+    fn check_file(&self, request: &LockRequest) -> Result<(), LockFailure> {
+        match self.meta.getattr(request.resource) {
+            Ok(_) => Ok(()),
+            Err(MetaError::NotFound | MetaError::Stale) => Err(failure(
+                LockCode::NoSuchFile,
+                format!("no file with handle {}", request.resource),
+            )),
+            Err(error) => Err(failure(LockCode::Unavailable, error.to_string())),
+        }
+    }
+
+    fn session_ok(inner: &Inner, session: SessionId) -> Result<(), Status> {
+        inner
+            .manager
+            .live(session)
+            .map_err(|error| status_from_lock_failure(&LockFailure::from(&error)))
+    }
+}
+
+#[tonic::async_trait]
+impl<S: Store> LocksRpc for LockService<S> {
+    async fn open_session(
+        &self,
+        r: Request<pb::OpenSessionRequest>,
+    ) -> Result<Response<pb::SessionReply>, Status> {
+        let lease_ms = r.into_inner().lease_ms;
+        let session = {
+            let mut inner = self.table.lock();
+            inner.manager.open_session(self.table.now_ms(), lease_ms)
+        }
+        .map_err(|error| status_from_lock_failure(&LockFailure::from(&error)))?;
+        self.table.lease_changed.notify_one();
+        Ok(Response::new(pb::SessionReply { session, lease_ms }))
+    }
+
+    async fn keep_alive(
+        &self,
+        r: Request<pb::SessionRequest>,
+    ) -> Result<Response<pb::SessionReply>, Status> {
+        let session = r.into_inner().session;
+        let mut inner = self.table.lock();
+        let result = inner.manager.renew(session, self.table.now_ms());
+        inner.deliver();
+        let deadline_ms =
+            result.map_err(|error| status_from_lock_failure(&LockFailure::from(&error)))?;
+        let lease_ms = deadline_ms.saturating_sub(self.table.now_ms());
+        Ok(Response::new(pb::SessionReply { session, lease_ms }))
+    }
+
+    async fn close_session(
+        &self,
+        r: Request<pb::SessionRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let session = r.into_inner().session;
+        let mut inner = self.table.lock();
+        let result = inner.manager.close_session(session);
+        inner.deliver();
+        result.map_err(|error| status_from_lock_failure(&LockFailure::from(&error)))?;
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn apply(
+        &self,
+        r: Request<pb::LockBatch>,
+    ) -> Result<Response<pb::LockBatchReply>, Status> {
+        let batch = r.into_inner();
+        if batch.ops.len() > LOCK_BATCH_OPS_MAX {
+            return Err(status_from_lock_failure(&failure(
+                LockCode::Invalid,
+                format!(
+                    "{} operations in one batch; the limit is {LOCK_BATCH_OPS_MAX}",
+                    batch.ops.len()
+                ),
+            )));
+        }
+        // Parse and check files before taking the mutex.
+        let calls: Vec<Result<Call, LockFailure>> = batch
+            .ops
+            .iter()
+            .map(|op| {
+                let call = parse(op)?;
+                if let Call::Set(request) = &call {
+                    self.check_file(request)?;
+                }
+                Ok(call)
+            })
+            .collect();
+        let session = batch.session;
+        let mut inner = self.table.lock();
+        Self::session_ok(&inner, session)?;
+        let manager = &mut inner.manager;
+        let results = calls
+            .into_iter()
+            .map(|call| match call {
+                Err(failure) => result_of_failure(failure),
+                Ok(Call::Set(request)) => {
+                    result_of(manager.set(session, request, false).map(|_| 0))
+                }
+                Ok(Call::Test(request)) => match manager.test(session, request) {
+                    Ok(Some(holder)) => result_of(Err(LockError::Conflict(holder))),
+                    Ok(None) => result_of(Ok(0)),
+                    Err(error) => result_of(Err(error)),
+                },
+                Ok(Call::Unlock(request)) => result_of(
+                    manager
+                        .unlock(session, request.resource, request.owner, request.scope)
+                        .map(|()| 0),
+                ),
+                Ok(Call::Release(owner, resource)) => {
+                    result_of(manager.release(session, owner, resource))
+                }
+            })
+            .collect();
+        inner.deliver();
+        Ok(Response::new(pb::LockBatchReply { results }))
+    }
+
+    async fn wait(&self, r: Request<pb::WaitRequest>) -> Result<Response<pb::LockResult>, Status> {
+        let r = r.into_inner();
+        let op = r.op.unwrap_or_default();
+        let request = match parse(&op) {
+            Ok(Call::Set(request)) => request,
+            Ok(_) => {
+                return Ok(Response::new(result_of_failure(failure(
+                    LockCode::Invalid,
+                    "only a set can wait",
+                ))));
+            }
+            Err(failure) => return Ok(Response::new(result_of_failure(failure))),
+        };
+        if let Err(failure) = self.check_file(&request) {
+            return Ok(Response::new(result_of_failure(failure)));
+        }
+        let (sender, receiver) = oneshot::channel();
+        let wait = {
+            let mut inner = self.table.lock();
+            Self::session_ok(&inner, r.session)?;
+            if inner.by_tag.contains_key(&(r.session, r.tag)) {
+                return Ok(Response::new(result_of_failure(failure(
+                    LockCode::Invalid,
+                    format!("tag {} already names a waiting request", r.tag),
+                ))));
+            }
+            let outcome = inner.manager.set(r.session, request, true);
+            let wait = match outcome {
+                Ok(Outcome::Granted) => None,
+                Ok(Outcome::Waiting(wait)) => {
+                    inner.pending.insert(wait, sender);
+                    inner.by_tag.insert((r.session, r.tag), wait);
+                    inner.tags.insert(wait, (r.session, r.tag));
+                    Some(wait)
+                }
+                Err(error) => {
+                    inner.deliver();
+                    return Ok(Response::new(result_of(Err(error))));
+                }
+            };
+            inner.deliver();
+            wait
+        };
+        let Some(wait) = wait else {
+            return Ok(Response::new(result_of(Ok(0))));
+        };
+        let mut guard = WaitGuard {
+            table: &self.table,
+            wait,
+            armed: true,
+        };
+        let reply = receiver.await;
+        guard.armed = false;
+        let reply = reply.unwrap_or(Err(LockError::Cancelled));
+        Ok(Response::new(result_of(reply.map(|()| 0))))
+    }
+
+    async fn cancel(
+        &self,
+        r: Request<pb::CancelRequest>,
+    ) -> Result<Response<pb::CancelReply>, Status> {
+        let r = r.into_inner();
+        let mut inner = self.table.lock();
+        Self::session_ok(&inner, r.session)?;
+        let Some(wait) = inner.by_tag.get(&(r.session, r.tag)).copied() else {
+            return Ok(Response::new(pb::CancelReply { cancelled: false }));
+        };
+        let cancelled = inner.manager.cancel(wait);
+        inner.forget(wait);
+        if let Some(sender) = inner.pending.remove(&wait) {
+            let _ = sender.send(Err(LockError::Cancelled));
+        }
+        inner.deliver();
+        Ok(Response::new(pb::CancelReply { cancelled }))
+    }
+
+    async fn list(
+        &self,
+        r: Request<pb::ListLocksRequest>,
+    ) -> Result<Response<pb::ListLocksReply>, Status> {
+        let resource = r.into_inner().resource;
+        let inner = self.table.lock();
+        let held = inner.manager.locks(resource);
+        let total = held.len() as u64;
+        let locks = held
+            .iter()
+            .take(LIST_LOCKS_MAX)
+            .map(holder_to_wire)
+            .collect();
+        let waiting = inner
+            .manager
+            .waiting(resource)
+            .into_iter()
+            .take(LIST_LOCKS_MAX)
+            .map(|w| pb::LockWaiter {
+                wait: w.wait,
+                session: w.session,
+                owner: Some(owner_to_wire(w.request.owner)),
+                range: scope_to_wire(w.request.scope),
+                kind: kind_to_wire(w.request.kind),
+            })
+            .collect();
+        Ok(Response::new(pb::ListLocksReply {
+            locks,
+            waiting,
+            total,
+        }))
+    }
+}
