@@ -31,6 +31,8 @@ pub struct LocksOptions {
     pub cap_seconds: f64,
     /// Where the kernel baseline's file is made (a tmpfs).
     pub tmpfs_dir: PathBuf,
+    /// Where the gRPC run's store is made.
+    pub store_dir: PathBuf,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -52,8 +54,9 @@ pub struct LocksReport {
     /// Heap bytes per lock held by calm's manager at the largest size (None when the counting
     /// allocator is not installed).
     pub bytes_per_lock: Option<f64>,
-    /// Lock operations per second over gRPC on one file: None until the lock RPCs exist.
-    pub grpc_ops_per_sec: Option<f64>,
+    /// Lock operations per second over gRPC on one file, in batches of `grpc.batch_ops`.
+    pub grpc_ops_per_sec: f64,
+    pub grpc: GrpcFigures,
     pub results: Vec<LocksResult>,
 }
 
@@ -311,6 +314,8 @@ pub fn run(options: &LocksOptions) -> Result<LocksReport, String> {
     run_impl(&|| Ok(NaiveList::default()), options, &mut results)?;
     run_impl(&|| Kernel::open(&options.tmpfs_dir), options, &mut results)?;
 
+    let grpc = grpc_run(&options.store_dir)?;
+
     let largest = options.sizes.iter().copied().max().unwrap_or(0);
     let before = crate::alloc::live_bytes();
     let mut locks = RangeLocks::new();
@@ -332,8 +337,181 @@ pub fn run(options: &LocksOptions) -> Result<LocksReport, String> {
     Ok(LocksReport {
         bench: "locks",
         bytes_per_lock,
-        grpc_ops_per_sec: None,
+        grpc_ops_per_sec: grpc.batched_ops_per_sec,
+        grpc,
         results,
+    })
+}
+
+/// Concurrent clients (one connection and one session each) in the gRPC run.
+pub const GRPC_CLIENTS: u64 = 4;
+/// Operations per batch in the batched part of the gRPC run.
+pub const GRPC_BATCH_OPS: u64 = 512;
+/// Batches each client sends in the batched part.
+pub const GRPC_BATCHES: u64 = 400;
+/// Single-operation requests each client sends in the unbatched part.
+pub const GRPC_SINGLE_OPS: u64 = 8_000;
+/// Requests each client keeps in flight in the unbatched part.
+pub const GRPC_IN_FLIGHT: u64 = 16;
+
+/// The gRPC part: every client sets one-byte write locks of its own (no conflicts, all on one
+/// file), first in batches (one batch in flight per client), then one operation per request
+/// (`in_flight` requests in flight per client).
+#[derive(Debug, Clone, Serialize)]
+pub struct GrpcFigures {
+    pub clients: u64,
+    pub batch_ops: u64,
+    /// Single-operation requests in flight per client in the unbatched part.
+    pub in_flight: u64,
+    pub batched_ops: u64,
+    pub batched_seconds: f64,
+    pub batched_ops_per_sec: f64,
+    pub unbatched_ops: u64,
+    pub unbatched_seconds: f64,
+    pub unbatched_ops_per_sec: f64,
+}
+
+fn grpc_run(store_dir: &std::path::Path) -> Result<GrpcFigures, String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime.block_on(grpc_async(store_dir))
+}
+
+async fn grpc_async(store_dir: &std::path::Path) -> Result<GrpcFigures, String> {
+    use calm_locks::{Owner, Request, Scope};
+    use calm_proto::locks::LockCall;
+
+    let (_work, meta) = crate::mdtest::open_meta(store_dir)?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| e.to_string())?
+        .to_string();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let info = calm_server::ServerInfo {
+        data_dir: String::new(),
+        started: Instant::now(),
+        ready_ms: 0,
+    };
+    let server = tokio::spawn(calm_server::serve(meta.clone(), info, listener, async {
+        let _ = stopped.await;
+    }));
+    let mut clients = Vec::new();
+    for _ in 0..GRPC_CLIENTS {
+        let client = calm_client::Client::connect(&addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let session = client
+            .open_lock_session(60_000)
+            .await
+            .map_err(|e| e.to_string())?;
+        clients.push((client, session));
+    }
+    let file = clients[0]
+        .0
+        .create(calm_meta::ROOT, b"hot", 0o644)
+        .await
+        .map_err(|e| e.to_string())?
+        .handle;
+    let set = move |c: u64, i: u64| {
+        LockCall::Set(Request {
+            resource: file,
+            owner: Owner::Process { pid: c as u32 + 1 },
+            scope: Scope::Range(Range {
+                start: (c << 40) + 2 * i,
+                end: (c << 40) + 2 * i,
+            }),
+            kind: LockKind::Write,
+        })
+    };
+    let check = |answers: Vec<calm_proto::locks::LockAnswer>| -> Result<(), String> {
+        match answers.iter().find(|a| !a.is_ok()) {
+            Some(refused) => Err(format!("a lock was refused: {refused:?}")),
+            None => Ok(()),
+        }
+    };
+
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (c, (client, session)) in clients.iter().cloned().enumerate() {
+        tasks.push(tokio::spawn(async move {
+            for b in 0..GRPC_BATCHES {
+                let calls: Vec<LockCall> = (0..GRPC_BATCH_OPS)
+                    .map(|i| set(c as u64, b * GRPC_BATCH_OPS + i))
+                    .collect();
+                let answers = client
+                    .lock_batch(session, &calls)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                check(answers)?;
+            }
+            Ok::<(), String>(())
+        }));
+    }
+    for task in tasks {
+        task.await.map_err(|e| e.to_string())??;
+    }
+    let batched_seconds = started.elapsed().as_secs_f64();
+    let batched_ops = GRPC_CLIENTS * GRPC_BATCHES * GRPC_BATCH_OPS;
+
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    let offset = GRPC_BATCHES * GRPC_BATCH_OPS;
+    for (c, (client, session)) in clients.iter().cloned().enumerate() {
+        for lane in 0..GRPC_IN_FLIGHT {
+            let client = client.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in (lane..GRPC_SINGLE_OPS).step_by(GRPC_IN_FLIGHT as usize) {
+                    let answers = client
+                        .lock_batch(session, &[set(c as u64, offset + i)])
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    check(answers)?;
+                }
+                Ok::<(), String>(())
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.map_err(|e| e.to_string())??;
+    }
+    let unbatched_seconds = started.elapsed().as_secs_f64();
+    let unbatched_ops = GRPC_CLIENTS * GRPC_SINGLE_OPS;
+
+    // Every lock is there: the server did the work it acknowledged.
+    let listing = clients[0]
+        .0
+        .list_locks(file)
+        .await
+        .map_err(|e| e.to_string())?;
+    if listing.total != batched_ops + unbatched_ops {
+        return Err(format!(
+            "{} locks held after {} acknowledged sets",
+            listing.total,
+            batched_ops + unbatched_ops
+        ));
+    }
+    drop(clients);
+    let _ = stop.send(());
+    server
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    Ok(GrpcFigures {
+        clients: GRPC_CLIENTS,
+        batch_ops: GRPC_BATCH_OPS,
+        in_flight: GRPC_IN_FLIGHT,
+        batched_ops,
+        batched_seconds,
+        batched_ops_per_sec: batched_ops as f64 / batched_seconds,
+        unbatched_ops,
+        unbatched_seconds,
+        unbatched_ops_per_sec: unbatched_ops as f64 / unbatched_seconds,
     })
 }
 

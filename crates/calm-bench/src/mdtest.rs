@@ -105,7 +105,9 @@ fn row(
     }
 }
 
-fn open_meta(dir: &std::path::Path) -> Result<(tempfile::TempDir, Arc<Meta<LmdbStore>>), String> {
+pub(crate) fn open_meta(
+    dir: &std::path::Path,
+) -> Result<(tempfile::TempDir, Arc<Meta<LmdbStore>>), String> {
     let work = tempfile::Builder::new()
         .prefix("calm-bench-mdtest-")
         .tempdir_in(dir)

@@ -24,6 +24,7 @@ use calm_proto::pb::meta_server::{Meta as MetaRpc, MetaServer};
 use calm_proto::{MESSAGE_BYTES_MAX, pb, status_from_error};
 use calm_store::Store;
 use tokio::net::TcpListener;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status};
 
@@ -293,11 +294,19 @@ pub async fn serve<S: Store>(
     let locks = LocksServer::new(LockService::new(meta, table))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
+    // Replies are small and latency-bound: without TCP_NODELAY, Nagle's algorithm holds a
+    // reply back until the client's delayed ACK (40 ms) whenever a previous segment is
+    // unacknowledged.
+    let incoming = TcpListenerStream::new(listener).map(|stream| {
+        let stream = stream?;
+        stream.set_nodelay(true)?;
+        Ok::<_, std::io::Error>(stream)
+    });
     let served = tonic::transport::Server::builder()
         .concurrency_limit_per_connection(STREAMS_PER_CONNECTION_MAX)
         .add_service(service)
         .add_service(locks)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await;
     leases.abort();
     served

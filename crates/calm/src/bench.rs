@@ -49,6 +49,9 @@ pub enum Bench {
         cap_seconds: f64,
         #[arg(long, default_value = "/dev/shm")]
         tmpfs_dir: PathBuf,
+        /// Where the gRPC run's temporary store is made.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
         #[arg(long)]
         json: bool,
         /// Write an SVG plot of the times over N.
@@ -92,6 +95,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             sizes,
             cap_seconds,
             tmpfs_dir,
+            dir,
             json,
             plot: plot_path,
         } => {
@@ -99,6 +103,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 sizes,
                 cap_seconds,
                 tmpfs_dir,
+                store_dir: dir,
             };
             let report = locks::run(&options).map_err(|e| anyhow!(e))?;
             let mut lines = vec![format!(
@@ -115,9 +120,21 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 Some(b) => format!("calm: {b:.1} heap bytes per lock"),
                 None => "calm: bytes per lock not measured".to_string(),
             });
-            lines.push(
-                "(getlk: seconds per operation; lock RPCs over gRPC are not built yet)".into(),
-            );
+            let g = &report.grpc;
+            lines.push(format!(
+                "gRPC, one file, {} clients: {:.0} lock ops/s in batches of {} ({} ops in {:.2} s), \
+                 {:.0} ops/s one per request, {} in flight per client ({} ops in {:.2} s)",
+                g.clients,
+                g.batched_ops_per_sec,
+                g.batch_ops,
+                g.batched_ops,
+                g.batched_seconds,
+                g.unbatched_ops_per_sec,
+                g.in_flight,
+                g.unbatched_ops,
+                g.unbatched_seconds
+            ));
+            lines.push("(getlk: seconds per operation)".into());
             table(json, &lines);
             if json {
                 println!("{}", serde_json::to_string(&report)?);
