@@ -141,23 +141,27 @@ impl RangeLocks {
         }
     }
 
-    /// Appends to `out` `owner`'s locks overlapping `[a, b]`, in order.
+    /// Appends to `out` `owner`'s locks overlapping `[a, b]`, in order. An owner's locks are
+    /// disjoint, so their ends grow with their starts: walking back from the last lock that
+    /// starts at or before `b`, the first one that ends before `a` ends the search (one descent
+    /// of the tree instead of two).
     fn own_overlapping(&self, owner: u64, a: u64, b: u64, out: &mut Vec<Lock>) {
         let Some(map) = self.own.get(&owner) else {
             return;
         };
-        let before = map
-            .range(..a)
-            .next_back()
-            .filter(|(_, value)| unpack(**value).0 >= a);
-        for (start, value) in before.into_iter().chain(map.range(a..=b)) {
+        let first = out.len();
+        for (start, value) in map.range(..=b).rev() {
             let (end, kind) = unpack(*value);
+            if end < a {
+                break;
+            }
             out.push(Lock {
                 owner,
                 range: Range { start: *start, end },
                 kind,
             });
         }
+        out[first..].reverse();
     }
 
     fn insert(&mut self, lock: Lock) {
