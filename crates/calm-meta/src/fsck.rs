@@ -36,6 +36,8 @@ pub struct FsckReport {
     pub directories: u64,
     pub dentries: u64,
     pub xattrs: u64,
+    pub changelog_records: u64,
+    pub changelog_readers: u64,
     pub handle_high_water: u64,
     /// The first [`PROBLEMS_LISTED_MAX`] problems, each a sentence.
     pub problems: Vec<String>,
@@ -91,6 +93,9 @@ enum Phase {
 
 struct Checker {
     report: FsckReport,
+    /// First and last changelog index seen.
+    cl_range: Option<(u64, u64)>,
+    cl_users: Vec<calm_changelog::User>,
     phase: Phase,
     rows: Vec<Row>,
     counts: Vec<DirCount>,
@@ -190,6 +195,19 @@ impl Checker {
             TAG_XATTR => {
                 self.enter(Phase::After);
                 self.xattr(key);
+            }
+            TAG_CHANGELOG => {
+                self.enter(Phase::After);
+                self.changelog_record(key, value);
+            }
+            TAG_CL_USER => {
+                self.enter(Phase::After);
+                match cl_user_id(key).and_then(|id| calm_changelog::User::decode(id, value)) {
+                    Some(user) => self.cl_users.push(user),
+                    None => self
+                        .report
+                        .problem(format!("changelog reader key {key:?} does not decode")),
+                }
             }
             other => self
                 .report
@@ -417,8 +435,76 @@ impl Checker {
         }
     }
 
+    fn changelog_record(&mut self, key: &[u8], value: &[u8]) {
+        let Some(index) = changelog_index(key) else {
+            return self
+                .report
+                .problem(format!("changelog key of {} bytes", key.len()));
+        };
+        self.report.changelog_records += 1;
+        if let Err(error) = calm_changelog::Record::decode(index, value) {
+            self.report
+                .problem(format!("changelog record {index}: {error}"));
+        }
+        match self.cl_range {
+            None => self.cl_range = Some((index, index)),
+            Some((first, last)) => {
+                if index != last + 1 {
+                    self.report.problem(format!(
+                        "changelog records {last} and {index} are stored with a gap between"
+                    ));
+                }
+                self.cl_range = Some((first, index));
+            }
+        }
+    }
+
+    /// Records end at `Ncl_last`; every reader's uncleared records are stored; reader ids
+    /// are below `Ncl_user_next`.
+    fn check_changelog(&mut self) {
+        let counter = |key: &[u8]| {
+            self.counters
+                .iter()
+                .find(|(k, _)| k == key)
+                .map_or(0, |(_, n)| *n)
+        };
+        let (last, user_next) = (counter(KEY_CL_LAST), counter(KEY_CL_USER_NEXT));
+        self.report.changelog_readers = self.cl_users.len() as u64;
+        if let Some((_, stored_last)) = self.cl_range
+            && stored_last != last
+        {
+            self.report.problem(format!(
+                "the last changelog record stored is {stored_last}, the counter says {last}"
+            ));
+        }
+        let mut problems = Vec::new();
+        for user in &self.cl_users {
+            if u64::from(user.id) >= user_next {
+                problems.push(format!("changelog reader cl{} at or above the next id {user_next}", user.id));
+            }
+            if user.cleared > last {
+                problems.push(format!(
+                    "changelog reader cl{} cleared {} past the last record {last}",
+                    user.id, user.cleared
+                ));
+            } else if user.cleared < last {
+                let needed = user.cleared + 1;
+                if !self.cl_range.is_some_and(|(first, _)| first <= needed) {
+                    problems.push(format!(
+                        "changelog reader cl{} needs record {needed}, which is not stored",
+                        user.id
+                    ));
+                }
+            }
+        }
+        for problem in problems {
+            self.report.problem(problem);
+        }
+    }
+
     fn finish(mut self) -> FsckReport {
         self.enter(Phase::After);
+        self.check_changelog();
         match &self.format {
             None => self.report.problem("no superblock format field".into()),
             Some(format) => {
@@ -464,6 +550,8 @@ impl Checker {
 pub fn check<R: ReadTxn>(view: &R, progress: &mut dyn FnMut(u64)) -> Result<FsckReport> {
     let mut checker = Checker {
         report: FsckReport::default(),
+        cl_range: None,
+        cl_users: Vec::new(),
         phase: Phase::Dentries,
         rows: Vec::new(),
         counts: Vec::new(),

@@ -9,8 +9,10 @@
 //! | `D`    | `D` parent:u64be `c` cookie:u64be     | child:u64 kind:u8 name (readdir index) |
 //! | `D`    | `D` parent:u64be `n` name             | child:u64 cookie:u64 kind:u8 (dentry)  |
 //! | `I`    | `I` handle:u64be                      | inode record (96 bytes + symlink target)|
+//! | `L`    | `L` index:u64be                       | changelog record (calm-changelog)      |
 //! | `N`    | `N` counter-name                      | u64 counter                            |
 //! | `S`    | `S` field-name                        | superblock field                       |
+//! | `U`    | `U` reader:u32be                      | changelog reader (calm-changelog)      |
 //! | `X`    | `X` handle:u64be name                 | xattr value                            |
 //!
 //! A directory's readdir index and its names share the prefix `D parent`, so they sit side by
@@ -21,8 +23,11 @@
 use crate::error::{MetaError, Result};
 use crate::types::{Handle, Kind};
 
-/// The format this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format this build writes. Version 2 added the changelog (`L`, `U`, `Ncl_*`); a
+/// version-1 store has none of those keys and is upgraded in place when opened for writing.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format this build opens.
+pub const FORMAT_VERSION_MIN: u32 = 1;
 /// First bytes of the format field, so a foreign store is refused rather than misread.
 pub const FORMAT_MAGIC: &[u8; 8] = b"CALMMETA";
 
@@ -32,8 +37,10 @@ pub const SUB_INDEX: u8 = b'c';
 /// Second tag inside a directory's `D` range: the names.
 pub const SUB_NAME: u8 = b'n';
 pub const TAG_INODE: u8 = b'I';
+pub const TAG_CHANGELOG: u8 = b'L';
 pub const TAG_COUNTER: u8 = b'N';
 pub const TAG_SUPER: u8 = b'S';
+pub const TAG_CL_USER: u8 = b'U';
 pub const TAG_XATTR: u8 = b'X';
 
 /// Superblock: magic and format version.
@@ -47,6 +54,10 @@ pub const KEY_EPOCH: &[u8] = b"Sepoch";
 pub const KEY_INODES: &[u8] = b"Ninodes";
 /// Counter: sum of regular-file sizes, in bytes.
 pub const KEY_FILE_BYTES: &[u8] = b"Nfile_bytes";
+/// Counter: the index of the last changelog record written (0: none yet). Indices are dense.
+pub const KEY_CL_LAST: &[u8] = b"Ncl_last";
+/// Counter: the next changelog reader id (ids are never reused).
+pub const KEY_CL_USER_NEXT: &[u8] = b"Ncl_user_next";
 
 /// Length of the fixed part of an inode record.
 pub const INODE_FIXED_LEN: usize = 96;
@@ -57,21 +68,53 @@ pub fn format_value() -> Vec<u8> {
     v
 }
 
-/// Checks the format field of an existing store.
-pub fn check_format(value: &[u8]) -> Result<()> {
+/// Checks the format field of an existing store; returns its version.
+pub fn check_format(value: &[u8]) -> Result<u32> {
     if value.len() != 12 || &value[..8] != FORMAT_MAGIC {
         return Err(MetaError::Corrupt(
             "the store's format field is not calm's (not a calm store?)".into(),
         ));
     }
     let version = u32::from_le_bytes(value[8..12].try_into().expect("4 bytes"));
-    if version != FORMAT_VERSION {
+    if !(FORMAT_VERSION_MIN..=FORMAT_VERSION).contains(&version) {
         return Err(MetaError::Corrupt(format!(
-            "store format version {version}; this build reads version {FORMAT_VERSION}"
+            "store format version {version}; this build reads versions \
+             {FORMAT_VERSION_MIN} to {FORMAT_VERSION}"
         )));
     }
-    Ok(())
+    Ok(version)
 }
+
+pub fn changelog_key(index: u64) -> [u8; 9] {
+    let mut k = [0u8; 9];
+    k[0] = TAG_CHANGELOG;
+    k[1..].copy_from_slice(&index.to_be_bytes());
+    k
+}
+
+/// The index a changelog key names.
+pub fn changelog_index(key: &[u8]) -> Option<u64> {
+    (key.len() == 9 && key[0] == TAG_CHANGELOG)
+        .then(|| u64::from_be_bytes(key[1..9].try_into().expect("8 bytes")))
+}
+
+/// The end (exclusive) of the changelog range.
+pub const CHANGELOG_END: &[u8] = &[TAG_CHANGELOG + 1];
+
+pub fn cl_user_key(id: u32) -> [u8; 5] {
+    let mut k = [0u8; 5];
+    k[0] = TAG_CL_USER;
+    k[1..].copy_from_slice(&id.to_be_bytes());
+    k
+}
+
+/// The reader id a reader key names.
+pub fn cl_user_id(key: &[u8]) -> Option<u32> {
+    (key.len() == 5 && key[0] == TAG_CL_USER)
+        .then(|| u32::from_be_bytes(key[1..5].try_into().expect("4 bytes")))
+}
+
+pub const CL_USER_END: &[u8] = &[TAG_CL_USER + 1];
 
 pub fn inode_key(handle: Handle) -> [u8; 9] {
     let mut k = [0u8; 9];
@@ -328,10 +371,15 @@ mod tests {
 
     #[test]
     fn format_is_checked() {
-        check_format(&format_value()).unwrap();
+        assert_eq!(check_format(&format_value()).unwrap(), FORMAT_VERSION);
+        let mut older = format_value();
+        older[8] = 1;
+        assert_eq!(check_format(&older).unwrap(), 1, "version 1 opens (and is upgraded)");
         let mut newer = format_value();
-        newer[8] = 2;
+        newer[8] = FORMAT_VERSION as u8 + 1;
         assert!(matches!(check_format(&newer), Err(MetaError::Corrupt(_))));
+        older[8] = 0;
+        assert!(matches!(check_format(&older), Err(MetaError::Corrupt(_))));
         assert!(matches!(
             check_format(b"garbage"),
             Err(MetaError::Corrupt(_))

@@ -13,6 +13,7 @@
 //! whatever the number of files. Nothing is ever scanned at start.
 
 pub mod alloc;
+pub mod changelog;
 pub mod commit;
 pub mod error;
 pub mod fsck;
@@ -24,9 +25,11 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use calm_changelog::{Mask, Record, User, UserId};
 use calm_store::{ReadTxn, Store, WriteTxn, decode_counter};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
+pub use crate::changelog::Caller;
 pub use crate::commit::{CommitStats, MetaOptions};
 pub use crate::error::{MetaError, Result};
 use crate::layout::*;
@@ -38,8 +41,28 @@ pub struct Meta<S: Store> {
     store: Arc<S>,
     queue: Option<mpsc::Sender<commit::Request>>,
     committer: Option<JoinHandle<()>>,
+    /// Wakes the changelog GC thread; dropping it stops the thread.
+    gc_stop: Option<std::sync::mpsc::Sender<()>>,
+    gc: Option<JoinHandle<()>>,
+    /// The index of the last changelog record committed.
+    cl_last: watch::Receiver<u64>,
     stats: Arc<CommitStats>,
     epoch: u64,
+}
+
+/// Most records one changelog read returns.
+pub const CL_READ_RECORDS_MAX: usize = 65_536;
+/// Most encoded bytes one changelog read returns (under the 4 MiB gRPC message limit).
+pub const CL_READ_BYTES_MAX: usize = 3 << 20;
+
+/// The changelog's readers as a snapshot sees them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangelogUsers {
+    /// Index of the last record written (0: none yet).
+    pub last: u64,
+    /// Index of the first record still stored (`last + 1` when none is).
+    pub first: u64,
+    pub users: Vec<User>,
 }
 
 impl<S: Store> std::fmt::Debug for Meta<S> {
@@ -77,7 +100,12 @@ impl<S: Store> Meta<S> {
         let store = Arc::new(store);
         let mut txn = store.begin()?;
         match txn.get(KEY_FORMAT)? {
-            Some(format) => check_format(&format)?,
+            Some(format) => {
+                if check_format(&format)? < FORMAT_VERSION {
+                    // Version 1 differs only by having no changelog yet.
+                    txn.put(KEY_FORMAT, &format_value())?;
+                }
+            }
             None => {
                 if txn.any_in(b"", b"")? {
                     return Err(MetaError::Corrupt(
@@ -88,22 +116,42 @@ impl<S: Store> Meta<S> {
             }
         }
         let epoch = txn.add(KEY_EPOCH, 1)?;
+        let cl = changelog::ClState::load(&txn, options.changelog)?;
         txn.commit()?;
 
         let (sender, receiver) = mpsc::channel(options.queue_ops_max);
+        let (last_sender, cl_last) = watch::channel(cl.last);
         let stats = Arc::new(CommitStats::default());
+        let gc_every = gc_period(&options.changelog);
         let committer = {
             let store = store.clone();
             let stats = stats.clone();
             std::thread::Builder::new()
                 .name("calm-commit".into())
-                .spawn(move || commit::run(store, receiver, options, epoch, stats))
+                .spawn(move || {
+                    commit::run(store, receiver, options, epoch, cl, last_sender, stats)
+                })
                 .map_err(|e| MetaError::Io(format!("starting the committer: {e}")))?
+        };
+        let (gc_stop, gc) = match gc_every {
+            Some(every) => {
+                let (stop, stopped) = std::sync::mpsc::channel::<()>();
+                let queue = sender.downgrade();
+                let thread = std::thread::Builder::new()
+                    .name("calm-cl-gc".into())
+                    .spawn(move || changelog_gc(queue, stopped, every))
+                    .map_err(|e| MetaError::Io(format!("starting the changelog GC: {e}")))?;
+                (Some(stop), Some(thread))
+            }
+            None => (None, None),
         };
         Ok(Self {
             store,
             queue: Some(sender),
             committer: Some(committer),
+            gc_stop,
+            gc,
+            cl_last,
             stats,
             epoch,
         })
@@ -120,13 +168,18 @@ impl<S: Store> Meta<S> {
     }
 
     async fn submit(&self, op: Op) -> Result<Done> {
+        self.apply_as(Caller::default(), op).await
+    }
+
+    /// Applies a mutation on behalf of `caller` (recorded in its changelog record).
+    pub async fn apply_as(&self, caller: Caller, op: Op) -> Result<Done> {
         let (reply, answer) = oneshot::channel();
         let queue = self
             .queue
             .as_ref()
             .ok_or_else(|| MetaError::Io("namespace is shutting down".into()))?;
         queue
-            .send(commit::Request { op, reply })
+            .send(commit::Request { op, caller, reply })
             .await
             .map_err(|_| MetaError::Io("committer stopped".into()))?;
         answer
@@ -137,7 +190,7 @@ impl<S: Store> Meta<S> {
     async fn submit_attr(&self, op: Op) -> Result<Attr> {
         match self.submit(op).await? {
             Done::Attr(attr) => Ok(attr),
-            Done::Nothing => unreachable!("operation answers with attributes"),
+            _ => unreachable!("operation answers with attributes"),
         }
     }
 
@@ -380,6 +433,111 @@ impl<S: Store> Meta<S> {
         .await
     }
 
+    // ----- changelog -----
+
+    async fn submit_user(&self, op: Op) -> Result<User> {
+        match self.submit(op).await? {
+            Done::User(user) => Ok(user),
+            _ => unreachable!("changelog operation answers with its reader"),
+        }
+    }
+
+    /// Registers a changelog reader; it gets every record written from now on whose type is
+    /// in `mask`.
+    pub async fn changelog_register(&self, name: &str, mask: Mask) -> Result<User> {
+        self.submit_user(Op::ClRegister {
+            name: name.to_string(),
+            mask,
+        })
+        .await
+    }
+
+    /// Deregisters a reader; what only it still needed is purged in the background.
+    pub async fn changelog_deregister(&self, id: UserId) -> Result<User> {
+        self.submit_user(Op::ClDeregister { id }).await
+    }
+
+    /// Marks every record up to `index` (0: the last) processed by `id`. Returns at once; the
+    /// purge of what every reader has cleared runs in the background.
+    pub async fn changelog_clear(&self, id: UserId, index: u64) -> Result<User> {
+        self.submit_user(Op::ClClear { id, index }).await
+    }
+
+    pub async fn changelog_set_mask(&self, id: UserId, mask: Mask) -> Result<User> {
+        self.submit_user(Op::ClMask { id, mask }).await
+    }
+
+    /// The readers, and the first and last indices, on a snapshot.
+    pub fn changelog_users(&self) -> Result<ChangelogUsers> {
+        let snap = self.store.snapshot()?;
+        let state = changelog::ClState::load(&snap, calm_changelog::ChangelogConfig::default())?;
+        Ok(ChangelogUsers {
+            last: state.last,
+            first: state.first,
+            users: state.registry.users().cloned().collect(),
+        })
+    }
+
+    /// Records from index `from` on, at most `max_records` (and [`CL_READ_RECORDS_MAX`]) and
+    /// about `max_bytes` encoded bytes (and [`CL_READ_BYTES_MAX`]; at least one record).
+    /// With `reader`, starts after what it has cleared and skips types outside its mask.
+    pub fn changelog_read(
+        &self,
+        from: u64,
+        max_records: usize,
+        max_bytes: usize,
+        reader: Option<UserId>,
+    ) -> Result<Vec<Record>> {
+        let snap = self.store.snapshot()?;
+        let (mut from, mask) = (from, reader_mask(&snap, reader)?);
+        if let Some((cleared, _)) = mask {
+            from = from.max(cleared + 1);
+        }
+        let max_records = max_records.clamp(1, CL_READ_RECORDS_MAX);
+        let max_bytes = max_bytes.clamp(1, CL_READ_BYTES_MAX);
+        let mut records = Vec::new();
+        let mut bytes = 0;
+        let mut bad = None;
+        snap.visit(&changelog_key(from), CHANGELOG_END, &mut |key, value| {
+            let index = changelog_index(key).unwrap_or(0);
+            match Record::decode(index, value) {
+                Ok(record) => {
+                    if mask.is_none_or(|(_, m)| m.contains(record.kind)) {
+                        bytes += value.len();
+                        records.push(record);
+                    }
+                }
+                Err(error) => {
+                    bad = Some(MetaError::Corrupt(format!("changelog record {index}: {error}")));
+                    return ControlFlow::Break(());
+                }
+            }
+            if records.len() >= max_records || bytes >= max_bytes {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })?;
+        match bad {
+            Some(error) => Err(error),
+            None => Ok(records),
+        }
+    }
+
+    /// The index of the last record committed.
+    pub fn changelog_last(&self) -> u64 {
+        *self.cl_last.borrow()
+    }
+
+    /// Waits until a record after `after` is committed, or `timeout` passes; returns the last
+    /// index then. For follow mode (a long poll): no fixed-interval polling.
+    pub async fn changelog_wait(&self, after: u64, timeout: std::time::Duration) -> u64 {
+        let mut last = self.cl_last.clone();
+        let _ = tokio::time::timeout(timeout, last.wait_for(|index| *index > after)).await;
+        let index = *last.borrow();
+        index
+    }
+
     /// Stops taking mutations, lets the committer finish what is queued, and returns the
     /// store. Dropping a `Meta` does the same.
     pub fn shutdown(mut self) -> Arc<S> {
@@ -388,9 +546,52 @@ impl<S: Store> Meta<S> {
     }
 
     fn stop(&mut self) {
+        self.gc_stop.take();
+        if let Some(gc) = self.gc.take() {
+            let _ = gc.join();
+        }
         self.queue.take();
         if let Some(committer) = self.committer.take() {
             let _ = committer.join();
+        }
+    }
+}
+
+/// A reader's cleared index and mask, if `reader` is given.
+fn reader_mask<R: ReadTxn>(view: &R, reader: Option<UserId>) -> Result<Option<(u64, Mask)>> {
+    let Some(id) = reader else {
+        return Ok(None);
+    };
+    let bytes = view.get(&cl_user_key(id))?.ok_or(MetaError::NotFound)?;
+    let user = User::decode(id, &bytes)
+        .ok_or_else(|| MetaError::Corrupt(format!("changelog reader cl{id} does not decode")))?;
+    Ok(Some((user.cleared, user.mask)))
+}
+
+/// How often the GC thread asks for a pass, when idle readers are to be collected at all.
+fn gc_period(config: &calm_changelog::ChangelogConfig) -> Option<std::time::Duration> {
+    (config.idle_time_max_ns > 0 || config.idle_records_max > 0).then(|| {
+        std::time::Duration::from_nanos(config.gc_interval_min_ns.max(1_000_000) as u64)
+    })
+}
+
+/// The changelog GC thread: every `every`, queues a GC pass (the committer decides whether
+/// one is due). Ends when `stop` is dropped or the namespace is gone.
+fn changelog_gc(
+    queue: mpsc::WeakSender<commit::Request>,
+    stop: std::sync::mpsc::Receiver<()>,
+    every: std::time::Duration,
+) {
+    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(every) {
+        let Some(queue) = queue.upgrade() else { return };
+        let (reply, _answer) = oneshot::channel();
+        let request = commit::Request {
+            op: Op::ClGc,
+            caller: Caller::default(),
+            reply,
+        };
+        if queue.blocking_send(request).is_err() {
+            return;
         }
     }
 }

@@ -13,7 +13,11 @@ use std::ops::ControlFlow;
 
 use calm_store::{ReadTxn, StoreError, WriteTxn};
 
+use calm_changelog::record::RenameFrom;
+use calm_changelog::{Mask, Record, RecordType, User, UserId, flags as cl_flags};
+
 use crate::alloc::HandleAllocator;
+use crate::changelog::{Caller, ClState};
 use crate::error::MetaError;
 use crate::layout::{
     Dentry, Inode, KEY_FILE_BYTES, KEY_INODES, dentry_key, encode_readdir_value, inode_key,
@@ -64,6 +68,25 @@ pub enum Op {
         handle: Handle,
         name: Vec<u8>,
     },
+    /// Changelog: register a reader.
+    ClRegister {
+        name: String,
+        mask: Mask,
+    },
+    ClDeregister {
+        id: UserId,
+    },
+    /// Changelog: `id` has processed every record up to `index` (0: up to the last).
+    ClClear {
+        id: UserId,
+        index: u64,
+    },
+    ClMask {
+        id: UserId,
+        mask: Mask,
+    },
+    /// Changelog: deregister readers idle past the limits, if a GC pass is due.
+    ClGc,
 }
 
 /// What a successful mutation returns.
@@ -71,6 +94,7 @@ pub enum Op {
 pub enum Done {
     Attr(Attr),
     Nothing,
+    User(User),
 }
 
 /// Why a mutation failed.
@@ -103,7 +127,7 @@ impl From<Failure> for MetaError {
     }
 }
 
-type Outcome<T> = Result<T, Failure>;
+pub(crate) type Outcome<T> = Result<T, Failure>;
 
 /// What the mutations of one group commit work with: the transaction, the allocator, the
 /// group's `now`, and an overlay of the inodes the group touched. Each inode is read from the
@@ -117,6 +141,10 @@ pub struct Ctx<'a, T> {
     pub now: i64,
     /// Generation given to inodes created now.
     pub generation: u64,
+    /// The changelog's state: readers, indices.
+    pub cl: &'a mut ClState,
+    /// Who asks for the operation being applied.
+    pub caller: Caller,
     /// Inodes read or changed by this group; `None` = removed.
     inodes: HashMap<Handle, Cached>,
     inode_delta: i64,
@@ -129,12 +157,20 @@ struct Cached {
 }
 
 impl<'a, T: WriteTxn> Ctx<'a, T> {
-    pub fn new(txn: &'a mut T, alloc: &'a mut HandleAllocator, now: i64, generation: u64) -> Self {
+    pub fn new(
+        txn: &'a mut T,
+        alloc: &'a mut HandleAllocator,
+        cl: &'a mut ClState,
+        now: i64,
+        generation: u64,
+    ) -> Self {
         Self {
             txn,
             alloc,
             now,
             generation,
+            cl,
+            caller: Caller::default(),
             inodes: HashMap::new(),
             inode_delta: 0,
             file_bytes_delta: 0,
@@ -176,6 +212,39 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
                 dirty: true,
             },
         );
+    }
+
+    /// Appends a changelog record of the operation being applied (if some reader wants its
+    /// type), in the group's transaction.
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &mut self,
+        kind: RecordType,
+        flags: u16,
+        target: Handle,
+        generation: u64,
+        parent: Handle,
+        name: &[u8],
+        rename: Option<RenameFrom>,
+    ) -> Outcome<()> {
+        if !self.cl.wants(kind) {
+            return Ok(());
+        }
+        let record = Record {
+            index: 0,
+            kind,
+            flags,
+            time_ns: self.now,
+            target,
+            generation,
+            parent,
+            name: name.to_vec(),
+            session: self.caller.session,
+            uid: self.caller.uid,
+            gid: self.caller.gid,
+            rename,
+        };
+        self.cl.append(self.txn, record)
     }
 
     /// Writes what the group changed: every dirty inode once, the counters once.
@@ -365,8 +434,56 @@ fn drop_link<T: WriteTxn>(ctx: &mut Ctx<'_, T>, mut inode: Inode) -> Outcome<()>
     }
 }
 
-/// Applies one mutation in `ctx.txn`.
+/// The changelog record type a mutation writes when it succeeds (before it is applied:
+/// the backlog check needs it).
+pub fn record_type(op: &Op) -> Option<RecordType> {
+    Some(match op {
+        Op::Make { node, .. } => make_record_type(node.kind),
+        Op::Link { .. } => RecordType::Hardlink,
+        Op::Unlink { .. } => RecordType::Unlink,
+        Op::Rmdir { .. } => RecordType::Rmdir,
+        Op::Rename { .. } => RecordType::Rename,
+        Op::SetAttr { attr, .. } => setattr_record_type(attr),
+        Op::SetXattr { .. } | Op::RemoveXattr { .. } => RecordType::Xattr,
+        Op::ClRegister { .. }
+        | Op::ClDeregister { .. }
+        | Op::ClClear { .. }
+        | Op::ClMask { .. }
+        | Op::ClGc => return None,
+    })
+}
+
+fn make_record_type(kind: Kind) -> RecordType {
+    match kind {
+        Kind::File => RecordType::Create,
+        Kind::Dir => RecordType::Mkdir,
+        Kind::Symlink => RecordType::Softlink,
+        _ => RecordType::Mknod,
+    }
+}
+
+/// One record per setattr, named after the weightiest change: a size change is TRUNC, an
+/// owner or mode change SATTR, then MTIME, ATIME, and CTIME for a change of ctime alone.
+fn setattr_record_type(attr: &SetAttr) -> RecordType {
+    if attr.size.is_some() {
+        RecordType::Trunc
+    } else if attr.mode.is_some() || attr.uid.is_some() || attr.gid.is_some() {
+        RecordType::Setattr
+    } else if attr.mtime.is_some() {
+        RecordType::Mtime
+    } else if attr.atime.is_some() {
+        RecordType::Atime
+    } else {
+        RecordType::Ctime
+    }
+}
+
+/// Applies one mutation in `ctx.txn`, with its changelog record.
 pub fn apply<T: WriteTxn>(ctx: &mut Ctx<'_, T>, op: &Op) -> Outcome<Done> {
+    if let Some(kind) = record_type(op) {
+        let (now, caller) = (ctx.now, ctx.caller);
+        ctx.cl.make_room(ctx.txn, kind, now, caller)?;
+    }
     match op {
         Op::Make {
             parent,
@@ -396,6 +513,20 @@ pub fn apply<T: WriteTxn>(ctx: &mut Ctx<'_, T>, op: &Op) -> Outcome<Done> {
             flags,
         } => setxattr(ctx, *handle, name, value, *flags),
         Op::RemoveXattr { handle, name } => removexattr(ctx, *handle, name),
+        Op::ClRegister { name, mask } => {
+            let now = ctx.now;
+            ctx.cl.register(ctx.txn, name, *mask, now).map(Done::User)
+        }
+        Op::ClDeregister { id } => ctx.cl.deregister(ctx.txn, *id).map(Done::User),
+        Op::ClClear { id, index } => {
+            let now = ctx.now;
+            ctx.cl.clear(ctx.txn, *id, *index, now).map(Done::User)
+        }
+        Op::ClMask { id, mask } => ctx.cl.set_mask(ctx.txn, *id, *mask).map(Done::User),
+        Op::ClGc => {
+            let now = ctx.now;
+            ctx.cl.gc_idle(ctx.txn, now).map(|_| Done::Nothing)
+        }
     }
 }
 
@@ -477,6 +608,8 @@ fn make<T: WriteTxn>(
     touch(&mut dir, ctx.now);
     ctx.store(dir);
     let attr = inode.attr();
+    let kind = make_record_type(node.kind);
+    ctx.record(kind, 0, handle, inode.generation, parent, name, None)?;
     ctx.store(inode);
     ctx.inode_delta += 1;
     Ok(Done::Attr(attr))
@@ -510,7 +643,9 @@ fn link<T: WriteTxn>(
     inode.nlink += 1;
     inode.ctime_ns = ctx.now;
     let attr = inode.attr();
+    let generation = inode.generation;
     ctx.store(inode);
+    ctx.record(RecordType::Hardlink, 0, handle, generation, parent, name, None)?;
     Ok(Done::Attr(attr))
 }
 
@@ -529,7 +664,10 @@ fn unlink<T: WriteTxn>(ctx: &mut Ctx<'_, T>, parent: Handle, name: &[u8]) -> Out
     remove_entry(ctx.txn, &mut dir, name, &dentry)?;
     touch(&mut dir, ctx.now);
     ctx.store(dir);
+    let flags = if inode.nlink == 1 { cl_flags::LAST_LINK } else { 0 };
+    let (target, generation) = (inode.handle, inode.generation);
     drop_link(ctx, inode)?;
+    ctx.record(RecordType::Unlink, flags, target, generation, parent, name, None)?;
     Ok(Done::Nothing)
 }
 
@@ -554,6 +692,8 @@ fn rmdir<T: WriteTxn>(ctx: &mut Ctx<'_, T>, parent: Handle, name: &[u8]) -> Outc
     touch(&mut dir, ctx.now);
     ctx.store(dir);
     destroy(ctx, &child)?;
+    let flags = cl_flags::LAST_LINK;
+    ctx.record(RecordType::Rmdir, flags, child.handle, child.generation, parent, name, None)?;
     Ok(Done::Nothing)
 }
 
@@ -702,6 +842,27 @@ fn rename<T: WriteTxn>(
         staged.get(src.child).parent = dp;
     }
     staged.get(src.child).ctime_ns = now;
+    let source_generation = staged.get(src.child).generation;
+    let mut flags = 0;
+    let mut rename_from = RenameFrom {
+        source_parent: sp,
+        source_name: sname.to_vec(),
+        overwritten: 0,
+        overwritten_generation: 0,
+    };
+    if let Some(dst) = &dst {
+        let replaced = staged.get(dst.child);
+        rename_from.overwritten = dst.child;
+        rename_from.overwritten_generation = replaced.generation;
+        if exchange {
+            flags |= cl_flags::EXCHANGE;
+        } else {
+            flags |= cl_flags::OVERWRITE;
+            if dst_is_dir || replaced.nlink == 1 {
+                flags |= cl_flags::LAST_LINK;
+            }
+        }
+    }
     if let Some(dst) = dst {
         if exchange {
             add_entry(ctx.txn, staged.get(sp), sname, dst.child, dst.kind)?;
@@ -727,6 +888,15 @@ fn rename<T: WriteTxn>(
     touch(staged.get(sp), now);
     touch(staged.get(dp), now);
     staged.flush(ctx);
+    ctx.record(
+        RecordType::Rename,
+        flags,
+        src.child,
+        source_generation,
+        dp,
+        dname,
+        Some(rename_from),
+    )?;
     Ok(Done::Nothing)
 }
 
@@ -775,8 +945,11 @@ fn setattr<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle, attr: &SetAttr) ->
         inode.mtime_ns = resolve(mtime, ctx.now);
     }
     inode.ctime_ns = attr.ctime.unwrap_or(ctx.now);
+    let kind = setattr_record_type(attr);
     let attr = inode.attr();
+    let generation = inode.generation;
     ctx.store(inode);
+    ctx.record(kind, 0, handle, generation, 0, b"", None)?;
     Ok(Done::Attr(attr))
 }
 
@@ -821,7 +994,9 @@ fn setxattr<T: WriteTxn>(
 
     ctx.txn.put(&key, value)?;
     inode.ctime_ns = ctx.now;
+    let generation = inode.generation;
     ctx.store(inode);
+    ctx.record(RecordType::Xattr, 0, handle, generation, 0, name, None)?;
     Ok(Done::Nothing)
 }
 
@@ -835,6 +1010,8 @@ fn removexattr<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle, name: &[u8]) -
 
     ctx.txn.delete(&key)?;
     inode.ctime_ns = ctx.now;
+    let generation = inode.generation;
     ctx.store(inode);
+    ctx.record(RecordType::Xattr, 0, handle, generation, 0, name, None)?;
     Ok(Done::Nothing)
 }

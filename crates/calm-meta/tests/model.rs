@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use std::sync::Arc;
 
+use calm_changelog::ChangelogConfig;
 use calm_meta::alloc::HandleAllocator;
+use calm_meta::changelog::ClState;
 use calm_meta::fsck;
 use calm_meta::ops::{self, Ctx, Done, Failure, Op};
 use calm_meta::*;
@@ -478,12 +480,13 @@ fn run_group(
     calls: &[Call],
 ) -> Vec<Result<Option<Handle>, i32>> {
     let mut txn = store.begin().unwrap();
-    let mut ctx = Ctx::new(&mut txn, alloc, 1_000, 1);
+    let mut cl = ClState::load(&txn, ChangelogConfig::default()).unwrap();
+    let mut ctx = Ctx::new(&mut txn, alloc, &mut cl, 1_000, 1);
     let answers = calls
         .iter()
         .map(|call| match ops::apply(&mut ctx, &to_op(call)) {
             Ok(Done::Attr(attr)) => Ok(Some(attr.handle)),
-            Ok(Done::Nothing) => Ok(None),
+            Ok(Done::Nothing | Done::User(_)) => Ok(None),
             Err(Failure::Meta(error)) => Err(error.errno()),
             Err(Failure::Store(error)) => panic!("store failed: {error}"),
         })

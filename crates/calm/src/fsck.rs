@@ -43,6 +43,8 @@ pub fn run(data: &Path, json: bool) -> anyhow::Result<ExitCode> {
             "directories": report.directories,
             "dentries": report.dentries,
             "xattrs": report.xattrs,
+            "changelog_records": report.changelog_records,
+            "changelog_readers": report.changelog_readers,
             "handle_high_water": report.handle_high_water,
             "bytes_read": report.bytes_read,
             "store_bytes": store_bytes,
@@ -68,6 +70,10 @@ pub fn run(data: &Path, json: bool) -> anyhow::Result<ExitCode> {
             report.dentries,
             report.xattrs,
             report.handle_high_water
+        );
+        println!(
+            "changelog: {} records stored, {} readers",
+            report.changelog_records, report.changelog_readers
         );
         if report.is_clean() {
             println!("clean");

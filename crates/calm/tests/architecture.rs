@@ -50,6 +50,17 @@ fn the_lock_manager_depends_on_nothing() {
 }
 
 #[test]
+fn the_changelog_core_depends_on_nothing() {
+    let tree = dependencies_of("calm-changelog");
+    let lines: Vec<&str> = tree.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "calm-changelog must stay dependency-free:\n{tree}"
+    );
+}
+
+#[test]
 fn pure_crates_keep_their_dependencies_out() {
     assert_absent("calm-store", &["tokio", "tonic", "prost", "calm-meta"]);
     assert_absent(
@@ -61,7 +72,6 @@ fn pure_crates_keep_their_dependencies_out() {
             "h2",
             "clap",
             "indicatif",
-            "tracing",
         ],
     );
     assert_absent("calm-proto", &["heed", "calm-server", "calm-client"]);

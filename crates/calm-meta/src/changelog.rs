@@ -1,0 +1,283 @@
+//! The changelog inside the namespace: every mutation appends its record in the very
+//! transaction that applies it, so the two are durable together or not at all.
+//!
+//! No shared lock on the hot path: records get their indices from [`ClState::last`], which
+//! only the committer thread touches, one group commit at a time. Indices are dense and follow
+//! commit order because groups commit one after the other and, inside a group, operations
+//! apply in queue order.
+//!
+//! What this module owns: the committer's changelog state (readers, last index, first
+//! retained index), the backlog check run before an operation writes anything, the readers'
+//! mutations (register, deregister, clear, mask), purge and idle GC. The record format and the
+//! reader rules are calm-changelog's.
+
+use calm_changelog::{
+    ChangelogConfig, ChangelogError, Mask, Record, RecordType, Registry, User, UserId,
+};
+use calm_store::{ReadTxn, WriteTxn, decode_counter};
+
+use crate::error::MetaError;
+use crate::layout::*;
+use crate::ops::{Failure, Outcome};
+
+/// Who asks for a mutation; recorded in its changelog record.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Caller {
+    /// The client session (0: none).
+    pub session: u64,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Most records one purge step deletes (one step rides along each group commit, or runs
+/// alone when the committer is idle).
+pub const PURGE_RECORDS_PER_STEP: u64 = 2048;
+
+/// The committer's changelog state. Cloned before a group and put back if its commit fails.
+#[derive(Debug, Clone)]
+pub struct ClState {
+    pub registry: Registry,
+    /// Index of the last record written (0: none).
+    pub last: u64,
+    /// Index of the first record still stored (`last + 1` when none is).
+    pub first: u64,
+    pub config: ChangelogConfig,
+    /// Types written at all (the union of the readers' masks), cached.
+    mask: Mask,
+    /// A purge step failed; the next group commit clears this.
+    purge_deferred: bool,
+}
+
+impl ClState {
+    pub fn new(registry: Registry, last: u64, first: u64, config: ChangelogConfig) -> Self {
+        let mask = registry.global_mask();
+        ClState {
+            registry,
+            last,
+            first,
+            config,
+            mask,
+            purge_deferred: false,
+        }
+    }
+
+    /// Reads the state of a store: its readers (at most `users_max`, so a bounded scan), the
+    /// last index, and the first stored record (one seek).
+    pub fn load<R: ReadTxn>(view: &R, config: ChangelogConfig) -> Result<ClState, MetaError> {
+        let mut users = Vec::new();
+        let mut bad = None;
+        view.visit(&[TAG_CL_USER], CL_USER_END, &mut |key, value| {
+            match cl_user_id(key).and_then(|id| User::decode(id, value)) {
+                Some(user) => users.push(user),
+                None => bad = Some(format!("changelog reader key {key:?} does not decode")),
+            }
+            std::ops::ControlFlow::Continue(())
+        })?;
+        if let Some(why) = bad {
+            return Err(MetaError::Corrupt(why));
+        }
+        let counter = |key: &[u8]| -> Result<u64, MetaError> {
+            Ok(match view.get(key)? {
+                Some(bytes) => decode_counter(key, &bytes)?,
+                None => 0,
+            })
+        };
+        let last = counter(KEY_CL_LAST)?;
+        let next_id = counter(KEY_CL_USER_NEXT)? as UserId;
+        let mut first = last + 1;
+        view.visit(&[TAG_CHANGELOG], CHANGELOG_END, &mut |key, _| {
+            if let Some(index) = changelog_index(key) {
+                first = index;
+            }
+            std::ops::ControlFlow::Break(())
+        })?;
+        Ok(ClState::new(Registry::new(users, next_id), last, first, config))
+    }
+
+    /// Whether records of type `kind` are written.
+    pub fn wants(&self, kind: RecordType) -> bool {
+        self.mask.contains(kind)
+    }
+
+    fn refresh_mask(&mut self) {
+        self.mask = self.registry.global_mask();
+    }
+
+    /// Makes room for one record of `kind` under the backlog limit, before the operation
+    /// writes anything: deregisters the most lagging reader (with a MARK saying so) while the
+    /// policy says so, or refuses with ENOSPC.
+    pub fn make_room<T: WriteTxn>(
+        &mut self,
+        txn: &mut T,
+        kind: RecordType,
+        now: i64,
+        caller: Caller,
+    ) -> Outcome<()> {
+        while self.wants(kind) {
+            match self.registry.make_room(self.last, 1, &self.config) {
+                Ok(None) => return Ok(()),
+                Ok(Some(victim)) => {
+                    tracing::warn!(
+                        reader = victim,
+                        limit = self.config.backlog_records_max,
+                        "changelog backlog limit reached: deregistering the most lagging reader"
+                    );
+                    self.remove_user(txn, victim, "backlog limit", now, caller)?;
+                }
+                Err(error) => return Err(Failure::Meta(MetaError::NoSpace(error.to_string()))),
+            }
+        }
+        Ok(())
+    }
+
+    /// Deregisters `id` and writes a MARK naming it and why (for the remaining readers).
+    fn remove_user<T: WriteTxn>(
+        &mut self,
+        txn: &mut T,
+        id: UserId,
+        why: &str,
+        now: i64,
+        caller: Caller,
+    ) -> Outcome<()> {
+        self.registry.deregister(id).map_err(cl_error)?;
+        txn.delete(&cl_user_key(id))?;
+        self.refresh_mask();
+        let text = format!("cl{id} deregistered: {why}");
+        self.append(txn, mark(text.into_bytes(), now, caller))
+    }
+
+    /// Appends `record` (its index is assigned here) if its type is wanted.
+    pub fn append<T: WriteTxn>(&mut self, txn: &mut T, mut record: Record) -> Outcome<()> {
+        if !self.wants(record.kind) {
+            return Ok(());
+        }
+        record.index = self.last + 1;
+        let bytes = record
+            .encode()
+            .map_err(|e| Failure::Meta(MetaError::Invalid(e.to_string())))?;
+        txn.put(&changelog_key(record.index), &bytes)?;
+        self.last = record.index;
+        Ok(())
+    }
+
+    /// Writes `last` once per group.
+    pub fn flush<T: WriteTxn>(&self, txn: &mut T, before: u64) -> Outcome<()> {
+        if self.last != before {
+            txn.add(KEY_CL_LAST, (self.last - before) as i64)?;
+        }
+        Ok(())
+    }
+
+    pub fn register<T: WriteTxn>(
+        &mut self,
+        txn: &mut T,
+        name: &str,
+        mask: Mask,
+        now: i64,
+    ) -> Outcome<User> {
+        let user = self
+            .registry
+            .register(name, mask, self.last, now, &self.config)
+            .map_err(cl_error)?;
+        txn.put(&cl_user_key(user.id), &user.encode())?;
+        txn.add(KEY_CL_USER_NEXT, 1)?;
+        self.refresh_mask();
+        Ok(user)
+    }
+
+    pub fn deregister<T: WriteTxn>(&mut self, txn: &mut T, id: UserId) -> Outcome<User> {
+        let user = self.registry.deregister(id).map_err(cl_error)?;
+        txn.delete(&cl_user_key(id))?;
+        self.refresh_mask();
+        Ok(user)
+    }
+
+    pub fn clear<T: WriteTxn>(
+        &mut self,
+        txn: &mut T,
+        id: UserId,
+        index: u64,
+        now: i64,
+    ) -> Outcome<User> {
+        let user = self
+            .registry
+            .clear(id, index, self.last, now)
+            .map_err(cl_error)?;
+        txn.put(&cl_user_key(id), &user.encode())?;
+        Ok(user)
+    }
+
+    pub fn set_mask<T: WriteTxn>(&mut self, txn: &mut T, id: UserId, mask: Mask) -> Outcome<User> {
+        let user = self.registry.set_mask(id, mask).map_err(cl_error)?;
+        txn.put(&cl_user_key(id), &user.encode())?;
+        self.refresh_mask();
+        Ok(user)
+    }
+
+    /// Whether stored records wait for a purge (and the last step did not fail).
+    pub fn purge_pending(&self) -> bool {
+        !self.purge_deferred && self.registry.purge_point(self.last) >= self.first
+    }
+
+    /// After a failed purge step: wait for the next group instead of retrying at once.
+    pub fn defer_purge(&mut self) {
+        self.purge_deferred = true;
+    }
+
+    /// Deletes up to [`PURGE_RECORDS_PER_STEP`] records every reader has cleared. Returns how
+    /// many. Indices are dense, so the keys are computed, not searched.
+    pub fn purge_step<T: WriteTxn>(&mut self, txn: &mut T) -> Outcome<u64> {
+        self.purge_deferred = false;
+        let point = self.registry.purge_point(self.last);
+        if point < self.first {
+            return Ok(0);
+        }
+        let upto = point.min(self.first + PURGE_RECORDS_PER_STEP - 1);
+        for index in self.first..=upto {
+            txn.delete(&changelog_key(index))?;
+        }
+        let purged = upto + 1 - self.first;
+        self.first = upto + 1;
+        Ok(purged)
+    }
+
+    /// Deregisters readers idle past the configured limits, when a GC pass is due.
+    pub fn gc_idle<T: WriteTxn>(&mut self, txn: &mut T, now: i64) -> Outcome<Vec<UserId>> {
+        let victims = self.registry.idle_victims(self.last, now, &self.config);
+        for id in &victims {
+            tracing::warn!(reader = id, "changelog reader idle past its limit: deregistering");
+            self.remove_user(txn, *id, "idle", now, Caller::default())?;
+        }
+        Ok(victims)
+    }
+}
+
+fn cl_error(error: ChangelogError) -> Failure {
+    Failure::Meta(match error {
+        ChangelogError::NoSuchUser(_) => MetaError::NotFound,
+        ChangelogError::TooManyUsers { .. } | ChangelogError::BacklogFull { .. } => {
+            MetaError::NoSpace(error.to_string())
+        }
+        _ => MetaError::Invalid(error.to_string()),
+    })
+}
+
+/// A MARK record carrying `text`.
+pub fn mark(text: Vec<u8>, now: i64, caller: Caller) -> Record {
+    let mut text = text;
+    text.truncate(calm_changelog::record::RECORD_NAME_LEN_MAX);
+    Record {
+        index: 0,
+        kind: RecordType::Mark,
+        flags: 0,
+        time_ns: now,
+        target: 0,
+        generation: 0,
+        parent: 0,
+        name: text,
+        session: caller.session,
+        uid: caller.uid,
+        gid: caller.gid,
+        rename: None,
+    }
+}
