@@ -12,5 +12,5 @@
 pub mod record;
 pub mod users;
 
-pub use record::{Mask, Record, RecordType, RecordError, flags};
+pub use record::{Mask, Record, RecordError, RecordType, flags};
 pub use users::{BacklogPolicy, ChangelogConfig, ChangelogError, Registry, User, UserId};

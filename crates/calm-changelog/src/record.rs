@@ -226,7 +226,9 @@ impl std::fmt::Display for RecordError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             RecordError::Truncated => write!(f, "changelog record truncated"),
-            RecordError::Version(v) => write!(f, "changelog record version {v}; this build reads 1"),
+            RecordError::Version(v) => {
+                write!(f, "changelog record version {v}; this build reads 1")
+            }
             RecordError::UnknownType(t) => write!(f, "unknown changelog record type {t:?}"),
             RecordError::NameTooLong(n) => write!(f, "a record name of {n} bytes (at most 255)"),
         }
@@ -290,13 +292,13 @@ fn u64_of(b: &[u8]) -> u64 {
 impl Record {
     /// The encoded form (without the index). Names are at most [`RECORD_NAME_LEN_MAX`].
     pub fn encode(&self) -> Result<Vec<u8>, RecordError> {
-        let extra = self
-            .rename
-            .as_ref()
-            .map_or(0, |r| 26 + r.source_name.len());
-        for name in [Some(&self.name), self.rename.as_ref().map(|r| &r.source_name)]
-            .into_iter()
-            .flatten()
+        let extra = self.rename.as_ref().map_or(0, |r| 26 + r.source_name.len());
+        for name in [
+            Some(&self.name),
+            self.rename.as_ref().map(|r| &r.source_name),
+        ]
+        .into_iter()
+        .flatten()
         {
             if name.len() > RECORD_NAME_LEN_MAX {
                 return Err(RecordError::NameTooLong(name.len()));
@@ -408,7 +410,10 @@ mod tests {
             let bytes = r.encode().unwrap();
             assert_eq!(Record::decode(42, &bytes).unwrap(), r);
             for cut in 0..bytes.len() {
-                assert!(Record::decode(42, &bytes[..cut]).is_err(), "{kind:?} cut at {cut}");
+                assert!(
+                    Record::decode(42, &bytes[..cut]).is_err(),
+                    "{kind:?} cut at {cut}"
+                );
             }
         }
         let mut bytes = record(RecordType::Create).encode().unwrap();
@@ -432,7 +437,10 @@ mod tests {
         assert!(Mask::parse("CREAT,NOPE").is_err());
         assert!(Mask::parse("ALL").unwrap().contains(RecordType::Atime));
         assert!(!Mask::parse("DEFAULT").unwrap().contains(RecordType::Atime));
-        assert!(!Mask::all().contains(RecordType::Open), "reserved types are not emitted");
+        assert!(
+            !Mask::all().contains(RecordType::Open),
+            "reserved types are not emitted"
+        );
         for t in RecordType::ALL {
             assert_eq!(RecordType::from_name(t.name()), Some(t));
             assert_eq!(RecordType::from_number(t as u8), Some(t));

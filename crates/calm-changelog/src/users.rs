@@ -123,12 +123,20 @@ impl Default for ChangelogConfig {
 #[non_exhaustive]
 pub enum ChangelogError {
     NoSuchUser(UserId),
-    TooManyUsers { limit: usize },
+    TooManyUsers {
+        limit: usize,
+    },
     /// Clearing past the last record.
-    IndexAhead { index: u64, current: u64 },
+    IndexAhead {
+        index: u64,
+        current: u64,
+    },
     BadName(String),
     /// The backlog limit is reached and the policy is to refuse.
-    BacklogFull { limit: u64, lagging: UserId },
+    BacklogFull {
+        limit: u64,
+        lagging: UserId,
+    },
 }
 
 impl std::fmt::Display for ChangelogError {
@@ -232,9 +240,7 @@ impl Registry {
     }
 
     pub fn deregister(&mut self, id: UserId) -> Result<User, ChangelogError> {
-        self.users
-            .remove(&id)
-            .ok_or(ChangelogError::NoSuchUser(id))
+        self.users.remove(&id).ok_or(ChangelogError::NoSuchUser(id))
     }
 
     /// Marks every record up to `index` (0: up to `current`) processed by `id`. Clearing never
@@ -270,9 +276,7 @@ impl Registry {
 
     /// The types written at all: those some reader wants.
     pub fn global_mask(&self) -> Mask {
-        self.users
-            .values()
-            .fold(Mask::NONE, |m, u| m.union(u.mask))
+        self.users.values().fold(Mask::NONE, |m, u| m.union(u.mask))
     }
 
     /// Records up to this index may be purged: every reader has cleared them (all of them,

@@ -91,7 +91,12 @@ impl ClState {
             }
             std::ops::ControlFlow::Break(())
         })?;
-        Ok(ClState::new(Registry::new(users, next_id), last, first, config))
+        Ok(ClState::new(
+            Registry::new(users, next_id),
+            last,
+            first,
+            config,
+        ))
     }
 
     /// Whether records of type `kind` are written.
@@ -180,7 +185,7 @@ impl ClState {
             .register(name, mask, self.last, now, &self.config)
             .map_err(cl_error)?;
         txn.put(&cl_user_key(user.id), &user.encode())?;
-        txn.add(KEY_CL_USER_NEXT, 1)?;
+        txn.put(KEY_CL_USER_NEXT, &(u64::from(user.id) + 1).to_le_bytes())?;
         self.refresh_mask();
         Ok(user)
     }
@@ -245,7 +250,10 @@ impl ClState {
     pub fn gc_idle<T: WriteTxn>(&mut self, txn: &mut T, now: i64) -> Outcome<Vec<UserId>> {
         let victims = self.registry.idle_victims(self.last, now, &self.config);
         for id in &victims {
-            tracing::warn!(reader = id, "changelog reader idle past its limit: deregistering");
+            tracing::warn!(
+                reader = id,
+                "changelog reader idle past its limit: deregistering"
+            );
             self.remove_user(txn, *id, "idle", now, Caller::default())?;
         }
         Ok(victims)

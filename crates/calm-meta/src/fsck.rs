@@ -480,7 +480,10 @@ impl Checker {
         let mut problems = Vec::new();
         for user in &self.cl_users {
             if u64::from(user.id) >= user_next {
-                problems.push(format!("changelog reader cl{} at or above the next id {user_next}", user.id));
+                problems.push(format!(
+                    "changelog reader cl{} at or above the next id {user_next}",
+                    user.id
+                ));
             }
             if user.cleared > last {
                 problems.push(format!(
@@ -489,7 +492,7 @@ impl Checker {
                 ));
             } else if user.cleared < last {
                 let needed = user.cleared + 1;
-                if !self.cl_range.is_some_and(|(first, _)| first <= needed) {
+                if self.cl_range.is_none_or(|(first, _)| first > needed) {
                     problems.push(format!(
                         "changelog reader cl{} needs record {needed}, which is not stored",
                         user.id

@@ -374,7 +374,11 @@ mod tests {
         assert_eq!(check_format(&format_value()).unwrap(), FORMAT_VERSION);
         let mut older = format_value();
         older[8] = 1;
-        assert_eq!(check_format(&older).unwrap(), 1, "version 1 opens (and is upgraded)");
+        assert_eq!(
+            check_format(&older).unwrap(),
+            1,
+            "version 1 opens (and is upgraded)"
+        );
         let mut newer = format_value();
         newer[8] = FORMAT_VERSION as u8 + 1;
         assert!(matches!(check_format(&newer), Err(MetaError::Corrupt(_))));

@@ -128,9 +128,7 @@ impl<S: Store> Meta<S> {
             let stats = stats.clone();
             std::thread::Builder::new()
                 .name("calm-commit".into())
-                .spawn(move || {
-                    commit::run(store, receiver, options, epoch, cl, last_sender, stats)
-                })
+                .spawn(move || commit::run(store, receiver, options, epoch, cl, last_sender, stats))
                 .map_err(|e| MetaError::Io(format!("starting the committer: {e}")))?
         };
         let (gc_stop, gc) = match gc_every {
@@ -508,7 +506,9 @@ impl<S: Store> Meta<S> {
                     }
                 }
                 Err(error) => {
-                    bad = Some(MetaError::Corrupt(format!("changelog record {index}: {error}")));
+                    bad = Some(MetaError::Corrupt(format!(
+                        "changelog record {index}: {error}"
+                    )));
                     return ControlFlow::Break(());
                 }
             }
@@ -534,8 +534,7 @@ impl<S: Store> Meta<S> {
     pub async fn changelog_wait(&self, after: u64, timeout: std::time::Duration) -> u64 {
         let mut last = self.cl_last.clone();
         let _ = tokio::time::timeout(timeout, last.wait_for(|index| *index > after)).await;
-        let index = *last.borrow();
-        index
+        *last.borrow()
     }
 
     /// Stops taking mutations, lets the committer finish what is queued, and returns the
@@ -570,9 +569,8 @@ fn reader_mask<R: ReadTxn>(view: &R, reader: Option<UserId>) -> Result<Option<(u
 
 /// How often the GC thread asks for a pass, when idle readers are to be collected at all.
 fn gc_period(config: &calm_changelog::ChangelogConfig) -> Option<std::time::Duration> {
-    (config.idle_time_max_ns > 0 || config.idle_records_max > 0).then(|| {
-        std::time::Duration::from_nanos(config.gc_interval_min_ns.max(1_000_000) as u64)
-    })
+    (config.idle_time_max_ns > 0 || config.idle_records_max > 0)
+        .then(|| std::time::Duration::from_nanos(config.gc_interval_min_ns.max(1_000_000) as u64))
 }
 
 /// The changelog GC thread: every `every`, queues a GC pass (the committer decides whether

@@ -645,7 +645,15 @@ fn link<T: WriteTxn>(
     let attr = inode.attr();
     let generation = inode.generation;
     ctx.store(inode);
-    ctx.record(RecordType::Hardlink, 0, handle, generation, parent, name, None)?;
+    ctx.record(
+        RecordType::Hardlink,
+        0,
+        handle,
+        generation,
+        parent,
+        name,
+        None,
+    )?;
     Ok(Done::Attr(attr))
 }
 
@@ -664,10 +672,22 @@ fn unlink<T: WriteTxn>(ctx: &mut Ctx<'_, T>, parent: Handle, name: &[u8]) -> Out
     remove_entry(ctx.txn, &mut dir, name, &dentry)?;
     touch(&mut dir, ctx.now);
     ctx.store(dir);
-    let flags = if inode.nlink == 1 { cl_flags::LAST_LINK } else { 0 };
+    let flags = if inode.nlink == 1 {
+        cl_flags::LAST_LINK
+    } else {
+        0
+    };
     let (target, generation) = (inode.handle, inode.generation);
     drop_link(ctx, inode)?;
-    ctx.record(RecordType::Unlink, flags, target, generation, parent, name, None)?;
+    ctx.record(
+        RecordType::Unlink,
+        flags,
+        target,
+        generation,
+        parent,
+        name,
+        None,
+    )?;
     Ok(Done::Nothing)
 }
 
@@ -693,7 +713,15 @@ fn rmdir<T: WriteTxn>(ctx: &mut Ctx<'_, T>, parent: Handle, name: &[u8]) -> Outc
     ctx.store(dir);
     destroy(ctx, &child)?;
     let flags = cl_flags::LAST_LINK;
-    ctx.record(RecordType::Rmdir, flags, child.handle, child.generation, parent, name, None)?;
+    ctx.record(
+        RecordType::Rmdir,
+        flags,
+        child.handle,
+        child.generation,
+        parent,
+        name,
+        None,
+    )?;
     Ok(Done::Nothing)
 }
 

@@ -65,14 +65,7 @@ fn pure_crates_keep_their_dependencies_out() {
     assert_absent("calm-store", &["tokio", "tonic", "prost", "calm-meta"]);
     assert_absent(
         "calm-meta",
-        &[
-            "tonic",
-            "prost",
-            "hyper",
-            "h2",
-            "clap",
-            "indicatif",
-        ],
+        &["tonic", "prost", "hyper", "h2", "clap", "indicatif"],
     );
     assert_absent("calm-proto", &["heed", "calm-server", "calm-client"]);
     assert_absent("calm-client", &["heed", "calm-server"]);
