@@ -5,12 +5,15 @@
 //! A [`Client`] is one HTTP/2 connection; clones share it and may be used from many tasks at
 //! once (requests are multiplexed).
 
+use calm_changelog::{Record, User, UserId};
 use calm_locks::{Holder, Request as LockRequest, SessionId};
-use calm_meta::{Attr, DirEntry, Handle, MetaError, NewNode, SetAttr, StatFs};
+use calm_meta::{Attr, Caller, DirEntry, Handle, MetaError, NewNode, SetAttr, StatFs};
+use calm_proto::changelog::{GID_KEY, SESSION_KEY, UID_KEY, record_from_wire, user_from_wire};
 use calm_proto::locks::{
     LockAnswer, LockCall, LockFailure, holder_from_wire, lock_failure_from_status, owner_from_wire,
     scope_from_wire,
 };
+use calm_proto::pb::changelog_client::ChangelogClient;
 use calm_proto::pb::locks_client::LocksClient;
 use calm_proto::pb::meta_client::MetaClient;
 use calm_proto::{MESSAGE_BYTES_MAX, error_from_status, pb};
@@ -25,6 +28,9 @@ pub type Result<T, E = MetaError> = std::result::Result<T, E>;
 pub struct Client {
     rpc: MetaClient<Channel>,
     locks: LocksClient<Channel>,
+    changelog: ChangelogClient<Channel>,
+    /// Sent with every mutation, for its changelog record.
+    caller: Option<Caller>,
 }
 
 /// A file's locks and waiting requests as the server lists them.
@@ -75,14 +81,42 @@ impl Client {
             rpc: MetaClient::new(channel.clone())
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
-            locks: LocksClient::new(channel)
+            locks: LocksClient::new(channel.clone())
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            changelog: ChangelogClient::new(channel)
+                .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            caller: None,
         }
     }
 
     fn rpc(&self) -> MetaClient<Channel> {
         self.rpc.clone()
+    }
+
+    /// This client, naming `caller` (session, uid, gid) in every mutation it sends; the
+    /// server records it in the mutation's changelog record.
+    pub fn with_caller(&self, caller: Caller) -> Client {
+        Client {
+            caller: Some(caller),
+            ..self.clone()
+        }
+    }
+
+    fn tagged<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(caller) = self.caller {
+            let metadata = request.metadata_mut();
+            for (key, value) in [
+                (SESSION_KEY, caller.session.to_string()),
+                (UID_KEY, caller.uid.to_string()),
+                (GID_KEY, caller.gid.to_string()),
+            ] {
+                metadata.insert(key, value.parse().expect("digits are valid metadata"));
+            }
+        }
+        request
     }
 
     pub async fn lookup(&self, parent: Handle, name: &[u8]) -> Result<Attr> {
@@ -99,7 +133,7 @@ impl Client {
 
     pub async fn setattr(&self, handle: Handle, attr: &SetAttr) -> Result<Attr> {
         let request = calm_proto::setattr_to_wire(handle, attr);
-        check(self.rpc().set_attr(request).await)?.try_into()
+        check(self.rpc().set_attr(self.tagged(request)).await)?.try_into()
     }
 
     pub async fn make(
@@ -120,7 +154,7 @@ impl Client {
             target: node.target.clone(),
             exclusive,
         };
-        check(self.rpc().make(request).await)?.try_into()
+        check(self.rpc().make(self.tagged(request)).await)?.try_into()
     }
 
     pub async fn create(&self, parent: Handle, name: &[u8], mode: u32) -> Result<Attr> {
@@ -139,7 +173,7 @@ impl Client {
             parent,
             name: name.to_vec(),
         };
-        check(self.rpc().link(request).await)?.try_into()
+        check(self.rpc().link(self.tagged(request)).await)?.try_into()
     }
 
     pub async fn unlink(&self, parent: Handle, name: &[u8]) -> Result<()> {
@@ -147,7 +181,7 @@ impl Client {
             parent,
             name: name.to_vec(),
         };
-        check(self.rpc().unlink(request).await).map(|_| ())
+        check(self.rpc().unlink(self.tagged(request)).await).map(|_| ())
     }
 
     pub async fn rmdir(&self, parent: Handle, name: &[u8]) -> Result<()> {
@@ -155,7 +189,7 @@ impl Client {
             parent,
             name: name.to_vec(),
         };
-        check(self.rpc().rmdir(request).await).map(|_| ())
+        check(self.rpc().rmdir(self.tagged(request)).await).map(|_| ())
     }
 
     pub async fn rename(
@@ -173,7 +207,7 @@ impl Client {
             new_name: new_name.to_vec(),
             flags,
         };
-        check(self.rpc().rename(request).await).map(|_| ())
+        check(self.rpc().rename(self.tagged(request)).await).map(|_| ())
     }
 
     pub async fn readlink(&self, handle: Handle) -> Result<Vec<u8>> {
@@ -211,7 +245,7 @@ impl Client {
             value: value.to_vec(),
             flags,
         };
-        check(self.rpc().set_xattr(request).await).map(|_| ())
+        check(self.rpc().set_xattr(self.tagged(request)).await).map(|_| ())
     }
 
     pub async fn getxattr(&self, handle: Handle, name: &[u8]) -> Result<Vec<u8>> {
@@ -231,7 +265,7 @@ impl Client {
             handle,
             name: name.to_vec(),
         };
-        check(self.rpc().remove_xattr(request).await).map(|_| ())
+        check(self.rpc().remove_xattr(self.tagged(request)).await).map(|_| ())
     }
 
     pub async fn statfs(&self) -> Result<StatFs> {
@@ -246,6 +280,66 @@ impl Client {
 
     pub async fn status(&self) -> Result<StatusReply> {
         check(self.rpc().status(pb::Empty {}).await)
+    }
+
+    // ---- changelog ----
+
+    /// Registers a changelog reader; `mask` is Lustre's type names, comma-separated (empty:
+    /// DEFAULT).
+    pub async fn changelog_register(&self, name: &str, mask: &str) -> Result<User> {
+        let request = pb::ClRegisterRequest {
+            name: name.to_string(),
+            mask: mask.to_string(),
+        };
+        user_from_wire(&check(self.changelog.clone().register(request).await)?)
+    }
+
+    pub async fn changelog_deregister(&self, id: UserId) -> Result<User> {
+        let request = pb::ClUserRequest { id };
+        user_from_wire(&check(self.changelog.clone().deregister(request).await)?)
+    }
+
+    /// The last index, the first stored, the global mask and every reader.
+    pub async fn changelog_users(&self) -> Result<pb::ClUsersReply> {
+        check(self.changelog.clone().users(pb::Empty {}).await)
+    }
+
+    /// Records from `from` (after what `user` cleared, within its mask); when there are none
+    /// yet, waits up to `wait_ms` for some. Returns them and the last index.
+    pub async fn changelog_read(
+        &self,
+        from: u64,
+        max_records: u32,
+        user: Option<UserId>,
+        wait_ms: u32,
+    ) -> Result<(Vec<Record>, u64)> {
+        let request = pb::ClReadRequest {
+            from,
+            max_records,
+            max_bytes: 0,
+            user,
+            wait_ms,
+        };
+        let reply = check(self.changelog.clone().read(request).await)?;
+        let records = reply
+            .records
+            .iter()
+            .map(record_from_wire)
+            .collect::<Result<_>>()?;
+        Ok((records, reply.last))
+    }
+
+    pub async fn changelog_clear(&self, id: UserId, index: u64) -> Result<User> {
+        let request = pb::ClClearRequest { id, index };
+        user_from_wire(&check(self.changelog.clone().clear(request).await)?)
+    }
+
+    pub async fn changelog_set_mask(&self, id: UserId, mask: &str) -> Result<User> {
+        let request = pb::ClMaskRequest {
+            id,
+            mask: mask.to_string(),
+        };
+        user_from_wire(&check(self.changelog.clone().set_mask(request).await)?)
     }
 
     // ---- locks ----

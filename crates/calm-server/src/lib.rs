@@ -18,7 +18,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use calm_meta::{Meta, MetaError};
+use calm_meta::ops::{Done, Op};
+use calm_meta::{Caller, Meta, MetaError};
+use calm_proto::changelog::{GID_KEY, SESSION_KEY, UID_KEY};
+use calm_proto::pb::changelog_server::ChangelogServer;
 use calm_proto::pb::locks_server::LocksServer;
 use calm_proto::pb::meta_server::{Meta as MetaRpc, MetaServer};
 use calm_proto::{MESSAGE_BYTES_MAX, pb, status_from_error};
@@ -28,8 +31,10 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status};
 
+pub mod changelog;
 pub mod locks;
 
+pub use changelog::ChangelogService;
 pub use locks::{LockService, LockTable};
 
 /// Requests one client connection may have in flight at once.
@@ -121,6 +126,38 @@ fn attr(result: Result<calm_meta::Attr, MetaError>) -> Result<pb::Attr, MetaErro
     result.map(|a| pb::Attr::from(&a))
 }
 
+fn done_attr(result: Result<Done, MetaError>) -> Result<pb::Attr, MetaError> {
+    match result? {
+        Done::Attr(a) => Ok(pb::Attr::from(&a)),
+        other => Err(MetaError::Io(format!("unexpected answer {other:?}"))),
+    }
+}
+
+fn done_empty(result: Result<Done, MetaError>) -> Result<pb::Empty, MetaError> {
+    result.map(|_| pb::Empty {})
+}
+
+/// Who asks, from the request's metadata (`calm-session`, `calm-uid`, `calm-gid`); recorded in
+/// changelog records. Absent or unreadable entries count as 0.
+fn caller_of<T>(request: &Request<T>) -> Caller {
+    fn get<N: std::str::FromStr + Default>(
+        metadata: &tonic::metadata::MetadataMap,
+        key: &str,
+    ) -> N {
+        metadata
+            .get(key)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default()
+    }
+    let m = request.metadata();
+    Caller {
+        session: get(m, SESSION_KEY),
+        uid: get(m, UID_KEY),
+        gid: get(m, GID_KEY),
+    }
+}
+
 #[tonic::async_trait]
 impl<S: Store> MetaRpc for MetaService<S> {
     async fn lookup(&self, r: Request<pb::LookupRequest>) -> Result<Response<pb::Attr>, Status> {
@@ -133,52 +170,75 @@ impl<S: Store> MetaRpc for MetaService<S> {
     }
 
     async fn set_attr(&self, r: Request<pb::SetAttrRequest>) -> Result<Response<pb::Attr>, Status> {
+        let caller = caller_of(&r);
         let r = r.into_inner();
-        let set = calm_proto::setattr_from_wire(&r);
-        self.answer(attr(self.meta.setattr(r.handle, set).await))
+        let op = Op::SetAttr {
+            handle: r.handle,
+            attr: calm_proto::setattr_from_wire(&r),
+        };
+        self.answer(done_attr(self.meta.apply_as(caller, op).await))
     }
 
     async fn make(&self, r: Request<pb::MakeRequest>) -> Result<Response<pb::Attr>, Status> {
+        let caller = caller_of(&r);
         let r = r.into_inner();
         let result = match calm_proto::node_from_request(&r) {
-            Ok(node) => self.meta.make(r.parent, &r.name, node, r.exclusive).await,
+            Ok(node) => {
+                let op = Op::Make {
+                    parent: r.parent,
+                    name: r.name,
+                    node,
+                    exclusive: r.exclusive,
+                };
+                self.meta.apply_as(caller, op).await
+            }
             Err(error) => Err(error),
         };
-        self.answer(attr(result))
+        self.answer(done_attr(result))
     }
 
     async fn link(&self, r: Request<pb::LinkRequest>) -> Result<Response<pb::Attr>, Status> {
+        let caller = caller_of(&r);
         let r = r.into_inner();
-        self.answer(attr(self.meta.link(r.handle, r.parent, &r.name).await))
+        let op = Op::Link {
+            handle: r.handle,
+            parent: r.parent,
+            name: r.name,
+        };
+        self.answer(done_attr(self.meta.apply_as(caller, op).await))
     }
 
     async fn unlink(&self, r: Request<pb::RemoveRequest>) -> Result<Response<pb::Empty>, Status> {
+        let caller = caller_of(&r);
         let r = r.into_inner();
-        self.answer(
-            self.meta
-                .unlink(r.parent, &r.name)
-                .await
-                .map(|()| pb::Empty {}),
-        )
+        let op = Op::Unlink {
+            parent: r.parent,
+            name: r.name,
+        };
+        self.answer(done_empty(self.meta.apply_as(caller, op).await))
     }
 
     async fn rmdir(&self, r: Request<pb::RemoveRequest>) -> Result<Response<pb::Empty>, Status> {
+        let caller = caller_of(&r);
         let r = r.into_inner();
-        self.answer(
-            self.meta
-                .rmdir(r.parent, &r.name)
-                .await
-                .map(|()| pb::Empty {}),
-        )
+        let op = Op::Rmdir {
+            parent: r.parent,
+            name: r.name,
+        };
+        self.answer(done_empty(self.meta.apply_as(caller, op).await))
     }
 
     async fn rename(&self, r: Request<pb::RenameRequest>) -> Result<Response<pb::Empty>, Status> {
+        let caller = caller_of(&r);
         let r = r.into_inner();
-        let result = self
-            .meta
-            .rename(r.parent, &r.name, r.new_parent, &r.new_name, r.flags)
-            .await;
-        self.answer(result.map(|()| pb::Empty {}))
+        let op = Op::Rename {
+            parent: r.parent,
+            name: r.name,
+            new_parent: r.new_parent,
+            new_name: r.new_name,
+            flags: r.flags,
+        };
+        self.answer(done_empty(self.meta.apply_as(caller, op).await))
     }
 
     async fn readlink(
@@ -206,12 +266,15 @@ impl<S: Store> MetaRpc for MetaService<S> {
         &self,
         r: Request<pb::SetXattrRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
+        let caller = caller_of(&r);
         let r = r.into_inner();
-        let result = self
-            .meta
-            .setxattr(r.handle, &r.name, &r.value, r.flags)
-            .await;
-        self.answer(result.map(|()| pb::Empty {}))
+        let op = Op::SetXattr {
+            handle: r.handle,
+            name: r.name,
+            value: r.value,
+            flags: r.flags,
+        };
+        self.answer(done_empty(self.meta.apply_as(caller, op).await))
     }
 
     async fn get_xattr(
@@ -235,9 +298,13 @@ impl<S: Store> MetaRpc for MetaService<S> {
         &self,
         r: Request<pb::XattrRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
+        let caller = caller_of(&r);
         let r = r.into_inner();
-        let result = self.meta.removexattr(r.handle, &r.name).await;
-        self.answer(result.map(|()| pb::Empty {}))
+        let op = Op::RemoveXattr {
+            handle: r.handle,
+            name: r.name,
+        };
+        self.answer(done_empty(self.meta.apply_as(caller, op).await))
     }
 
     async fn stat_fs(&self, _: Request<pb::Empty>) -> Result<Response<pb::StatFsReply>, Status> {
@@ -291,7 +358,10 @@ pub async fn serve<S: Store>(
     let service = MetaServer::new(MetaService::new(meta.clone(), table.clone(), info))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
-    let locks = LocksServer::new(LockService::new(meta, table))
+    let locks = LocksServer::new(LockService::new(meta.clone(), table))
+        .max_decoding_message_size(MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(MESSAGE_BYTES_MAX);
+    let changelog = ChangelogServer::new(ChangelogService::new(meta))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
     // Replies are small and latency-bound: without TCP_NODELAY, Nagle's algorithm holds a
@@ -306,6 +376,7 @@ pub async fn serve<S: Store>(
         .concurrency_limit_per_connection(STREAMS_PER_CONNECTION_MAX)
         .add_service(service)
         .add_service(locks)
+        .add_service(changelog)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await;
     leases.abort();

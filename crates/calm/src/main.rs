@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod changelog;
 
 /// Counts live heap bytes so that `calm bench locks` can report memory per lock.
 #[global_allocator]
@@ -42,6 +43,13 @@ enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// The metadata changelog: readers, records, clear.
+    Changelog {
+        #[arg(long, default_value = "127.0.0.1:7420", global = true)]
+        server: String,
+        #[command(subcommand)]
+        command: changelog::ChangelogCommand,
     },
     /// List the locks held on a file and the requests waiting for them.
     Locks {
@@ -79,6 +87,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Serve { listen, data } => serve::run(&listen, &data, started),
         Command::Status { server, json } => status::run(&server, json),
+        Command::Changelog { server, command } => changelog::run(&server, command),
         Command::Locks { path, server, json } => locks::run(&server, &path, json),
         Command::Fsck { data, json } => fsck::run(&data, json),
         Command::Bench(bench) => bench::run(bench),

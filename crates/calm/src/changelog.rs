@@ -1,0 +1,276 @@
+//! `calm changelog …`: readers and records of a running server's changelog, for people (a
+//! table, Lustre's `lfs changelog` line format) and for scripts (`--json`, one JSON object
+//! per line).
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::{Context, anyhow};
+use calm_changelog::{Record, User, flags};
+use clap::Subcommand;
+
+#[derive(Debug, Subcommand)]
+pub enum ChangelogCommand {
+    /// Register a reader; prints its id (cl<N>). It gets every record written from now on.
+    Register {
+        #[arg(long, default_value = "")]
+        name: String,
+        /// Record types, Lustre's names comma-separated (CREAT,MKDIR,UNLNK,…), ALL or DEFAULT.
+        #[arg(long, default_value = "DEFAULT")]
+        mask: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deregister a reader; what only it still needed is purged in the background.
+    Deregister { id: String },
+    /// The current index and every reader: cleared index, idle time, mask.
+    Users {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print records; with --user, those after its cleared index and within its mask.
+    Read {
+        #[arg(long)]
+        user: Option<String>,
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// Keep printing records as they are committed (long poll), until interrupted.
+        #[arg(long)]
+        follow: bool,
+        /// Stop after this many records (0: no limit).
+        #[arg(long, default_value_t = 0)]
+        max: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Mark every record up to INDEX (0: the last) processed by reader ID.
+    Clear { id: String, index: u64 },
+    /// Set a reader's mask.
+    Mask { id: String, types: String },
+}
+
+fn user_id(text: &str) -> anyhow::Result<u32> {
+    User::parse_label(text).ok_or_else(|| anyhow!("{text:?} is not a reader id (cl<N>)"))
+}
+
+pub fn run(server: &str, command: ChangelogCommand) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let client = calm_client::Client::connect(server)
+            .await
+            .with_context(|| format!("connecting to {server}"))?;
+        match command {
+            ChangelogCommand::Register { name, mask, json } => {
+                let user = client.changelog_register(&name, &mask).await?;
+                if json {
+                    println!("{}", user_json(&user, 0));
+                } else {
+                    println!("{}", user.label());
+                }
+            }
+            ChangelogCommand::Deregister { id } => {
+                let user = client.changelog_deregister(user_id(&id)?).await?;
+                println!("deregistered {}", user.label());
+            }
+            ChangelogCommand::Users { json } => {
+                let reply = client.changelog_users().await?;
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as i64);
+                let users: Vec<User> = reply
+                    .users
+                    .iter()
+                    .map(calm_proto::changelog::user_from_wire)
+                    .collect::<Result<_, _>>()?;
+                if json {
+                    let value = serde_json::json!({
+                        "current_index": reply.last,
+                        "first_index": reply.first,
+                        "mask": reply.global_mask,
+                        "users": users.iter().map(|u| user_json(u, now)).collect::<Vec<_>>(),
+                    });
+                    println!("{value}");
+                } else {
+                    println!("current index: {}", reply.last);
+                    println!("first stored:  {}", reply.first);
+                    println!("written types: {}", reply.global_mask);
+                    println!(
+                        "{:<8} {:>20} {:>10}  {:<16} mask",
+                        "ID", "index", "(idle s)", "name"
+                    );
+                    for user in &users {
+                        let idle = (now - user.last_clear_ns).max(0) / 1_000_000_000;
+                        println!(
+                            "{:<8} {:>20} {:>10}  {:<16} {}",
+                            user.label(),
+                            user.cleared,
+                            format!("({idle})"),
+                            user.name,
+                            user.mask.names()
+                        );
+                    }
+                }
+            }
+            ChangelogCommand::Read {
+                user,
+                from,
+                follow,
+                max,
+                json,
+            } => {
+                let user = user.as_deref().map(user_id).transpose()?;
+                read(&client, user, from, follow, max, json).await?;
+            }
+            ChangelogCommand::Clear { id, index } => {
+                let user = client.changelog_clear(user_id(&id)?, index).await?;
+                println!("{} cleared up to {}", user.label(), user.cleared);
+            }
+            ChangelogCommand::Mask { id, types } => {
+                let user = client.changelog_set_mask(user_id(&id)?, &types).await?;
+                println!("{} mask {}", user.label(), user.mask.names());
+            }
+        }
+        anyhow::Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Longest one follow request waits before asking again, in ms.
+const FOLLOW_WAIT_MS: u32 = 10_000;
+/// Records per read request.
+const READ_BATCH: u32 = 4096;
+
+async fn read(
+    client: &calm_client::Client,
+    user: Option<u32>,
+    from: u64,
+    follow: bool,
+    max: u64,
+    json: bool,
+) -> anyhow::Result<()> {
+    let mut next = from;
+    let mut printed = 0u64;
+    let mut out = std::io::stdout().lock();
+    loop {
+        let wait = if follow { FOLLOW_WAIT_MS } else { 0 };
+        let (records, _last) = client.changelog_read(next, READ_BATCH, user, wait).await?;
+        if records.is_empty() && !follow {
+            return Ok(());
+        }
+        for record in &records {
+            if json {
+                writeln!(out, "{}", record_json(record))?;
+            } else {
+                writeln!(out, "{}", record_line(record))?;
+            }
+            printed += 1;
+            next = record.index + 1;
+            if max > 0 && printed >= max {
+                out.flush()?;
+                return Ok(());
+            }
+        }
+        out.flush()?;
+    }
+}
+
+fn user_json(user: &User, now_ns: i64) -> serde_json::Value {
+    serde_json::json!({
+        "id": user.label(),
+        "name": user.name,
+        "mask": user.mask.names(),
+        "cleared": user.cleared,
+        "idle_s": if now_ns > 0 { (now_ns - user.last_clear_ns).max(0) / 1_000_000_000 } else { 0 },
+    })
+}
+
+fn record_json(record: &Record) -> serde_json::Value {
+    let mut value = serde_json::json!({
+        "index": record.index,
+        "type": record.kind.name(),
+        "flags": record.flags,
+        "time_ns": record.time_ns,
+        "target": record.target,
+        "generation": record.generation,
+        "parent": record.parent,
+        "name": String::from_utf8_lossy(&record.name),
+        "session": record.session,
+        "uid": record.uid,
+        "gid": record.gid,
+    });
+    if let Some(rename) = &record.rename {
+        value["source_parent"] = rename.source_parent.into();
+        value["source_name"] = String::from_utf8_lossy(&rename.source_name).into();
+        value["overwritten"] = rename.overwritten.into();
+    }
+    value
+}
+
+/// Lustre's `lfs changelog` line: `index NNTYPE HH:MM:SS.ffffffff YYYY.MM.DD flags
+/// t=[target:gen] p=[parent] name` (and ` s=[source parent] source name` for RENME).
+fn record_line(record: &Record) -> String {
+    let (date, time) = utc(record.time_ns);
+    let mut line = format!(
+        "{} {:02}{} {time} {date} {:#x} t=[{:#x}:{:#x}] p=[{:#x}] {}",
+        record.index,
+        record.kind as u8,
+        record.kind.name(),
+        record.flags,
+        record.target,
+        record.generation,
+        record.parent,
+        String::from_utf8_lossy(&record.name)
+    );
+    if let Some(rename) = &record.rename {
+        line.push_str(&format!(
+            " s=[{:#x}] {}",
+            rename.source_parent,
+            String::from_utf8_lossy(&rename.source_name)
+        ));
+        if record.flags & flags::OVERWRITE != 0 {
+            line.push_str(&format!(" o=[{:#x}]", rename.overwritten));
+        }
+    }
+    line
+}
+
+/// `(YYYY.MM.DD, HH:MM:SS.nnnnnnnnn)` in UTC.
+fn utc(time_ns: i64) -> (String, String) {
+    let secs = time_ns.div_euclid(1_000_000_000);
+    let nanos = time_ns.rem_euclid(1_000_000_000);
+    let (days, day_secs) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (
+        format!("{year:04}.{month:02}.{day:02}"),
+        format!(
+            "{:02}:{:02}:{:02}.{nanos:09}",
+            day_secs / 3600,
+            day_secs % 3600 / 60,
+            day_secs % 60
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), ("1970.01.01".into(), "00:00:00.000000000".into()));
+        // 2026-11-22 10:35:26.5 UTC
+        let t = 1_795_343_726_500_000_000;
+        assert_eq!(utc(t), ("2026.11.22".into(), "10:35:26.500000000".into()));
+        assert_eq!(utc(951_782_400 * 1_000_000_000).0, "2000.02.29");
+    }
+}
