@@ -7,10 +7,14 @@
 //!   ledger.
 //! - [`mdtest`]: create, stat and unlink rates in-process and over gRPC, against the same
 //!   operations on the kernel's tmpfs.
+//! - [`changelog`]: seed 003 (Lustre changelog): metadata rates with the changelog off, on
+//!   with an idle reader, and on with a reader reading and clearing; a reader draining a
+//!   backlog against the peak create rate.
 //! - [`locks`]: seed 001 (Lustre flock): N byte-range locks on one resource against a naive
 //!   list and the kernel's own fcntl locks.
 
 pub mod alloc;
+pub mod changelog;
 pub mod locks;
 pub mod mdtest;
 pub mod plot;

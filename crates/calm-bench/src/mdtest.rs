@@ -61,7 +61,7 @@ fn dir_count(options: &MdtestOptions, clients: usize) -> usize {
 }
 
 /// Runs `op(client, i)` for i in 0..per_client on `clients` concurrent tasks; returns seconds.
-async fn phase<F, Fut>(clients: usize, per_client: u64, op: F) -> Result<f64, String>
+pub(crate) async fn phase<F, Fut>(clients: usize, per_client: u64, op: F) -> Result<f64, String>
 where
     F: Fn(usize, u64) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = Result<(), MetaError>> + Send,

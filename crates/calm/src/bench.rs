@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, anyhow};
-use calm_bench::{locks, mdtest, plot, startup};
+use calm_bench::{changelog, locks, mdtest, plot, startup};
 use clap::Subcommand;
 
 #[derive(Debug, Subcommand)]
@@ -58,6 +58,26 @@ pub enum Bench {
         #[arg(long)]
         plot: Option<PathBuf>,
     },
+    /// Seed 003: metadata rates with the changelog off, on with an idle reader, and on with a
+    /// reader reading and clearing; and one reader draining a backlog.
+    Changelog {
+        /// Concurrent clients, comma-separated for several rounds.
+        #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+        clients: Vec<usize>,
+        /// Operations per phase and client (a round does at most --ops-max per phase).
+        #[arg(long, default_value_t = 2000)]
+        ops_per_client: u64,
+        #[arg(long, default_value_t = 20_000)]
+        ops_max: u64,
+        /// Runs of each mode per round; the median is reported.
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        /// Where the temporary stores are made.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
     /// create, stat and unlink rates in-process, over gRPC and on the kernel's tmpfs.
     Mdtest {
         /// Concurrent clients, comma-separated for several rounds.
@@ -91,6 +111,51 @@ fn table(json: bool, lines: &[String]) {
 
 pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
     match bench {
+        Bench::Changelog {
+            clients,
+            ops_per_client,
+            ops_max,
+            repeat,
+            dir,
+            json,
+        } => {
+            let options = changelog::ChangelogOptions {
+                clients,
+                ops_per_client,
+                ops_max,
+                repeat,
+                dir,
+            };
+            let report = changelog::run(&options).map_err(|e| anyhow!(e))?;
+            let mut lines = vec![format!(
+                "{:>8} {:>7} {:>7} {:>12} {:>12} {:>14} {:>7}",
+                "op", "clients", "ops", "off ops/s", "on ops/s", "reading ops/s", "ratio"
+            )];
+            for r in &report.results {
+                lines.push(format!(
+                    "{:>8} {:>7} {:>7} {:>12.0} {:>12.0} {:>14.0} {:>7.3}",
+                    r.op,
+                    r.clients,
+                    r.ops,
+                    r.off_ops_per_sec,
+                    r.on_ops_per_sec,
+                    r.on_reading_ops_per_sec,
+                    r.ratio
+                ));
+            }
+            lines.push(format!(
+                "reader: {:.0} records/s read and cleared ({} records), {:.1}x the peak create rate {:.0}/s; medians of {} runs",
+                report.reader_records_per_sec,
+                report.reader_records,
+                report.reader_records_per_sec / report.peak_create_ops_per_sec.max(1.0),
+                report.peak_create_ops_per_sec,
+                report.repeat
+            ));
+            table(json, &lines);
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            }
+        }
         Bench::Locks {
             sizes,
             cap_seconds,
