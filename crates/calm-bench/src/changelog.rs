@@ -3,9 +3,11 @@
 //! while the operations run; the ratio on ÷ off per operation and client count. Then how fast
 //! one reader drains a backlog, against the peak create rate.
 //!
-//! Each (clients, mode) run gets a fresh store; runs of the three modes are interleaved and
-//! repeated, and the median of the repeats is reported, because this machine's noise is as
-//! large as the effect measured. Each client works in a directory of its own.
+//! The three modes run side by side on three fresh stores, interleaved in short slices: each
+//! phase is cut into [`SLICES`] slices, and slice k of every mode runs before slice k+1 of
+//! any. Noise that lasts longer than a slice (this machine's fsync latency drifts by 2× over
+//! seconds) then hits the three modes alike. Rounds are repeated and medians reported. Each
+//! client works in a directory of its own.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -70,55 +72,64 @@ fn renamed(i: u64) -> Vec<u8> {
     format!("g.{i}").into_bytes()
 }
 
-/// Runs the six phases; returns ops/s per phase, in [`OPS`] order.
-async fn phases(
-    meta: &Arc<Meta<LmdbStore>>,
-    clients: usize,
-    per_client: u64,
-) -> Result<[f64; 6], String> {
-    let mut dirs: Vec<Handle> = Vec::new();
-    for c in 0..clients {
-        dirs.push(
-            meta.mkdir(ROOT, &dir_name(c), 0o755)
-                .await
-                .map_err(|e| e.to_string())?
-                .handle,
-        );
+/// Slices per phase (see the module comment).
+pub const SLICES: u64 = 10;
+
+/// Operation `op` on item `i` of a client's directory `dir`.
+async fn one_op(meta: &Meta<LmdbStore>, op: &str, dir: Handle, i: u64) -> Result<(), MetaError> {
+    match op {
+        "mkdir" => meta.mkdir(dir, &name(i), 0o755).await.map(|_| ()),
+        "rmdir" => meta.rmdir(dir, &name(i)).await,
+        "create" => meta.create(dir, &name(i), 0o644).await.map(|_| ()),
+        "setattr" => {
+            let handle = meta.lookup(dir, &name(i))?.handle;
+            let set = SetAttr {
+                mode: Some(0o600),
+                ..SetAttr::default()
+            };
+            meta.setattr(handle, set).await.map(|_| ())
+        }
+        "rename" => meta.rename(dir, &name(i), dir, &renamed(i), 0).await,
+        "unlink" => meta.unlink(dir, &renamed(i)).await,
+        _ => Err(MetaError::Invalid(format!("unknown op {op}"))),
     }
-    let dirs = Arc::new(dirs);
-    let ops = (per_client * clients as u64) as f64;
-    let mut rates = [0.0; 6];
-    for (k, op) in OPS.iter().enumerate() {
-        let (m, d) = (meta.clone(), dirs.clone());
-        let run = move |c: usize, i: u64| {
-            let (m, d) = (m.clone(), d.clone());
-            async move {
-                let dir = d[c];
-                match *op {
-                    "mkdir" => m.mkdir(dir, &name(i), 0o755).await.map(|_| ()),
-                    "rmdir" => m.rmdir(dir, &name(i)).await,
-                    "create" => m.create(dir, &name(i), 0o644).await.map(|_| ()),
-                    "setattr" => {
-                        let handle = m.lookup(dir, &name(i))?.handle;
-                        let set = SetAttr {
-                            mode: Some(0o600),
-                            ..SetAttr::default()
-                        };
-                        m.setattr(handle, set).await.map(|_| ())
-                    }
-                    "rename" => m.rename(dir, &name(i), dir, &renamed(i), 0).await,
-                    "unlink" => m.unlink(dir, &renamed(i)).await,
-                    _ => Err(MetaError::Invalid(format!("unknown op {op}"))),
-                }
-            }
-        };
-        let seconds = phase(clients, per_client, run).await?;
-        rates[k] = ops / seconds.max(1e-9);
-    }
-    Ok(rates)
 }
 
-/// A reader that reads what is committed and clears it, batch by batch, until `stop`.
+/// Items `from..to` of every client, one task per client; returns seconds.
+async fn slice(
+    meta: &Arc<Meta<LmdbStore>>,
+    dirs: &Arc<Vec<Handle>>,
+    op: &'static str,
+    from: u64,
+    to: u64,
+) -> Result<f64, String> {
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..dirs.len())
+        .map(|c| {
+            let (meta, dirs) = (meta.clone(), dirs.clone());
+            tokio::spawn(async move {
+                for i in from..to {
+                    one_op(&meta, op, dirs[c], i).await?;
+                }
+                Ok::<_, MetaError>(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// The reading reader clears once it has read this many records since its last clear, or
+/// [`CLEAR_INTERVAL`] after it, as a consumer of a change feed does (robinhood, backup tools).
+pub const CLEAR_RECORDS: u64 = 1024;
+pub const CLEAR_INTERVAL: Duration = Duration::from_millis(100);
+
+/// A reader that follows the changelog as it is committed and clears in batches, until
+/// `stop`.
 async fn reading_reader(
     meta: Arc<Meta<LmdbStore>>,
     id: u32,
@@ -126,6 +137,7 @@ async fn reading_reader(
     read: Arc<AtomicU64>,
 ) -> Result<(), String> {
     let mut next = 0;
+    let (mut unclear, mut cleared_at) = (0u64, Instant::now());
     while !stop.load(Ordering::Relaxed) {
         let records = meta
             .changelog_read(next, READ_BATCH, usize::MAX, Some(id))
@@ -133,53 +145,81 @@ async fn reading_reader(
         match records.last() {
             Some(last) => {
                 next = last.index + 1;
+                unclear += records.len() as u64;
                 read.fetch_add(records.len() as u64, Ordering::Relaxed);
-                meta.changelog_clear(id, last.index)
-                    .await
-                    .map_err(|e| e.to_string())?;
             }
             None => {
                 let last = meta.changelog_last();
-                meta.changelog_wait(last, Duration::from_millis(50)).await;
+                meta.changelog_wait(last, Duration::from_millis(20)).await;
             }
+        }
+        if unclear > 0 && (unclear >= CLEAR_RECORDS || cleared_at.elapsed() >= CLEAR_INTERVAL) {
+            meta.changelog_clear(id, next - 1)
+                .await
+                .map_err(|e| e.to_string())?;
+            (unclear, cleared_at) = (0, Instant::now());
         }
     }
     Ok(())
 }
 
-async fn one_run(
-    options: &ChangelogOptions,
-    clients: usize,
-    mode: &str,
-) -> Result<[f64; 6], String> {
-    let (_work, meta) = open_meta(&options.dir)?;
-    let per_client = options
+/// Operations per phase and client in a round of `clients`.
+fn per_client(options: &ChangelogOptions, clients: usize) -> u64 {
+    options
         .ops_per_client
         .min(options.ops_max / clients as u64)
-        .max(1);
+        .max(SLICES)
+}
+
+/// One round: the three modes on three stores, phases in [`OPS`] order, slices interleaved.
+/// Returns ops/s as `[mode][op]`.
+async fn interleaved_round(
+    options: &ChangelogOptions,
+    clients: usize,
+) -> Result<[[f64; 6]; 3], String> {
+    let per_client = per_client(options, clients);
     let stop = Arc::new(AtomicBool::new(false));
     let read = Arc::new(AtomicU64::new(0));
-    let mut reader = None;
-    if mode != "off" {
-        let user = meta
-            .changelog_register("bench", Mask::all())
-            .await
-            .map_err(|e| e.to_string())?;
-        if mode == "on_reading" {
-            reader = Some(tokio::spawn(reading_reader(
-                meta.clone(),
-                user.id,
-                stop.clone(),
-                read.clone(),
-            )));
+    let mut stores = Vec::new();
+    let mut readers = Vec::new();
+    for mode in MODES {
+        let (work, meta) = open_meta(&options.dir)?;
+        if mode != "off" {
+            let user = meta
+                .changelog_register("bench", Mask::all())
+                .await
+                .map_err(|e| e.to_string())?;
+            if mode == "on_reading" {
+                readers.push(tokio::spawn(reading_reader(
+                    meta.clone(),
+                    user.id,
+                    stop.clone(),
+                    read.clone(),
+                )));
+            }
+        }
+        let mut dirs = Vec::new();
+        for c in 0..clients {
+            let dir = meta.mkdir(ROOT, &dir_name(c), 0o755).await;
+            dirs.push(dir.map_err(|e| e.to_string())?.handle);
+        }
+        stores.push((work, meta, Arc::new(dirs)));
+    }
+    let mut seconds = [[0.0f64; 6]; 3];
+    for (k, op) in OPS.iter().enumerate() {
+        for s in 0..SLICES {
+            let (from, to) = (s * per_client / SLICES, (s + 1) * per_client / SLICES);
+            for (m, (_, meta, dirs)) in stores.iter().enumerate() {
+                seconds[m][k] += slice(meta, dirs, op, from, to).await?;
+            }
         }
     }
-    let rates = phases(&meta, clients, per_client).await?;
     stop.store(true, Ordering::Relaxed);
-    if let Some(reader) = reader {
+    for reader in readers {
         reader.await.map_err(|e| e.to_string())??;
     }
-    Ok(rates)
+    let ops = (per_client * clients as u64) as f64;
+    Ok(seconds.map(|row| row.map(|s| ops / s.max(1e-9))))
 }
 
 /// One reader drains a backlog of `records` records: read in batches, clear each batch.
@@ -242,17 +282,14 @@ pub fn run(options: &ChangelogOptions) -> Result<ChangelogReport, String> {
         // rates[mode][op] over the repeats.
         let mut rates = vec![vec![Vec::new(); OPS.len()]; MODES.len()];
         for _ in 0..options.repeat {
-            for (m, mode) in MODES.iter().enumerate() {
-                let run = runtime.block_on(one_run(options, clients, mode))?;
-                for (k, rate) in run.iter().enumerate() {
+            let round = runtime.block_on(interleaved_round(options, clients))?;
+            for (m, row) in round.iter().enumerate() {
+                for (k, rate) in row.iter().enumerate() {
                     rates[m][k].push(*rate);
                 }
             }
         }
-        let per_client = options
-            .ops_per_client
-            .min(options.ops_max / clients as u64)
-            .max(1);
+        let per_client = per_client(options, clients);
         for (k, op) in OPS.iter().enumerate() {
             let off = median(&mut rates[0][k]);
             let on = median(&mut rates[1][k]);

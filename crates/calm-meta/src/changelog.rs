@@ -2,7 +2,9 @@
 //! transaction that applies it, so the two are durable together or not at all.
 //!
 //! No shared lock on the hot path: records get their indices from [`ClState::last`], which
-//! only the committer thread touches, one group commit at a time. Indices are dense and follow
+//! only the committer thread touches, one group commit at a time. Nothing but the records is
+//! written per group: the last index is the last record's key, and the counter `Ncl_last` is
+//! written only by purge steps (for when every record is gone). Indices are dense and follow
 //! commit order because groups commit one after the other and, inside a group, operations
 //! apply in queue order.
 //!
@@ -82,8 +84,13 @@ impl ClState {
                 None => 0,
             })
         };
-        let last = counter(KEY_CL_LAST)?;
         let next_id = counter(KEY_CL_USER_NEXT)? as UserId;
+        // The last index is the last record's (one seek); the counter keeps it only for when
+        // every record has been purged (see `purge_step`).
+        let stored_last = view
+            .last_in(&[TAG_CHANGELOG], CHANGELOG_END)?
+            .and_then(|(key, _)| changelog_index(&key));
+        let last = counter(KEY_CL_LAST)?.max(stored_last.unwrap_or(0));
         let mut first = last + 1;
         view.visit(&[TAG_CHANGELOG], CHANGELOG_END, &mut |key, _| {
             if let Some(index) = changelog_index(key) {
@@ -165,14 +172,6 @@ impl ClState {
         Ok(())
     }
 
-    /// Writes `last` once per group.
-    pub fn flush<T: WriteTxn>(&self, txn: &mut T, before: u64) -> Outcome<()> {
-        if self.last != before {
-            txn.add(KEY_CL_LAST, (self.last - before) as i64)?;
-        }
-        Ok(())
-    }
-
     pub fn register<T: WriteTxn>(
         &mut self,
         txn: &mut T,
@@ -240,6 +239,11 @@ impl ClState {
         let upto = point.min(self.first + PURGE_RECORDS_PER_STEP - 1);
         for index in self.first..=upto {
             txn.delete(&changelog_key(index))?;
+        }
+        // The last record carries the last index; once it is purged, the counter must. So the
+        // counter is written only when a purge empties the changelog, never per group.
+        if upto == self.last {
+            txn.put(KEY_CL_LAST, &self.last.to_le_bytes())?;
         }
         let purged = upto + 1 - self.first;
         self.first = upto + 1;

@@ -164,7 +164,6 @@ fn commit_batch<S: Store>(
     stats: &CommitStats,
 ) -> Result<(), MetaError> {
     let mut txn = store.begin()?;
-    let last_before = cl.last;
     let mut ctx = Ctx::new(&mut txn, alloc, cl, now_ns(), generation);
     for request in batch {
         ctx.caller = request.caller;
@@ -176,7 +175,6 @@ fn commit_batch<S: Store>(
     }
     ctx.flush().map_err(MetaError::from)?;
     let purged = cl.purge_step(&mut txn).map_err(MetaError::from)?;
-    cl.flush(&mut txn, last_before).map_err(MetaError::from)?;
     txn.commit()?;
     stats.cl_purged.fetch_add(purged, Ordering::Relaxed);
     Ok(())

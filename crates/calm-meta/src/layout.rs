@@ -54,7 +54,8 @@ pub const KEY_EPOCH: &[u8] = b"Sepoch";
 pub const KEY_INODES: &[u8] = b"Ninodes";
 /// Counter: sum of regular-file sizes, in bytes.
 pub const KEY_FILE_BYTES: &[u8] = b"Nfile_bytes";
-/// Counter: the index of the last changelog record written (0: none yet). Indices are dense.
+/// Counter: the index of the last changelog record written, as of the last purge step (the
+/// last record's own key is the live value; this keeps it when every record is purged).
 pub const KEY_CL_LAST: &[u8] = b"Ncl_last";
 /// Counter: the next changelog reader id (ids are never reused).
 pub const KEY_CL_USER_NEXT: &[u8] = b"Ncl_user_next";

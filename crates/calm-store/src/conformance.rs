@@ -31,6 +31,7 @@ pub fn cases<S: Store>() -> Vec<Case<S>> {
             visit_is_ordered_and_bounded::<S>,
         ),
         ("scan honours its limit", scan_honours_limit::<S>),
+        ("the last pair of a range", last_in_a_range::<S>),
         ("atomic add", atomic_add::<S>),
         ("limits are enforced", limits_are_enforced::<S>),
         (
@@ -207,6 +208,31 @@ fn visit_is_ordered_and_bounded<S: Store>(store: &S) {
         .expect("visit");
     assert_eq!(visited, 2, "Break stops the visit");
     assert_eq!(seen, all[..2].to_vec());
+}
+
+fn last_in_a_range<S: Store>(store: &S) {
+    put_all(
+        store,
+        &[(b"a1", b"1"), (b"a2", b"2"), (b"b1", b"3"), (b"c", b"4")],
+    );
+    let snap = store.snapshot().expect("snapshot");
+    let last = |s: &[u8], e: &[u8]| snap.last_in(s, e).expect("last_in").map(|(k, _)| k);
+    assert_eq!(last(b"a", b"b"), Some(b"a2".to_vec()));
+    assert_eq!(last(b"a", b""), Some(b"c".to_vec()), "empty end: unbounded");
+    assert_eq!(
+        last(b"", b"b1"),
+        Some(b"a2".to_vec()),
+        "the end is excluded"
+    );
+    assert_eq!(last(b"b2", b"c"), None);
+    assert_eq!(last(b"c", b"a"), None, "an empty range");
+    let mut txn = store.begin().expect("begin");
+    txn.put(b"a3", b"5").expect("put");
+    assert_eq!(
+        txn.last_in(b"a", b"b").expect("last_in"),
+        Some((b"a3".to_vec(), b"5".to_vec())),
+        "a transaction sees its own writes"
+    );
 }
 
 fn scan_honours_limit<S: Store>(store: &S) {

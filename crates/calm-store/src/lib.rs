@@ -101,6 +101,17 @@ pub trait ReadTxn {
     fn any_in(&self, start: &[u8], end: &[u8]) -> Result<bool> {
         Ok(self.visit(start, end, &mut |_, _| ControlFlow::Break(()))? > 0)
     }
+
+    /// The pair with the greatest key in `start <= key < end` (empty `end`: no upper bound).
+    /// The default walks the whole range; ordered backends answer with one seek.
+    fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let mut last = None;
+        self.visit(start, end, &mut |k, v| {
+            last = Some((k.to_vec(), v.to_vec()));
+            ControlFlow::Continue(())
+        })?;
+        Ok(last)
+    }
 }
 
 /// A write transaction. Writes are visible to this transaction's own reads at once and to

@@ -204,6 +204,36 @@ fn visit_range(
     Ok(count)
 }
 
+/// The last pair of a range: one seek with a reverse cursor.
+fn last_in_range(
+    db: &Database<Bytes, Bytes>,
+    txn: &RoTxn<'_>,
+    start: &[u8],
+    end: &[u8],
+) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    if !end.is_empty() && start >= end {
+        return Ok(None);
+    }
+    let lower = if start.is_empty() {
+        Bound::Unbounded
+    } else {
+        Bound::Included(start)
+    };
+    let upper = if end.is_empty() {
+        Bound::Unbounded
+    } else {
+        Bound::Excluded(end)
+    };
+    let mut range = db.rev_range(txn, &(lower, upper)).map_err(map_err)?;
+    match range.next() {
+        Some(item) => {
+            let (key, value) = item.map_err(map_err)?;
+            Ok(Some((key.to_vec(), value.to_vec())))
+        }
+        None => Ok(None),
+    }
+}
+
 impl ReadTxn for LmdbSnapshot<'_> {
     fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
         Ok(self
@@ -215,6 +245,10 @@ impl ReadTxn for LmdbSnapshot<'_> {
 
     fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
         visit_range(&self.db, &self.txn, start, end, visit)
+    }
+
+    fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        last_in_range(&self.db, &self.txn, start, end)
     }
 }
 
@@ -229,6 +263,10 @@ impl ReadTxn for LmdbTxn<'_> {
 
     fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
         visit_range(&self.db, &self.txn, start, end, visit)
+    }
+
+    fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        last_in_range(&self.db, &self.txn, start, end)
     }
 }
 

@@ -65,6 +65,20 @@ fn visit_map(map: &Map, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> us
     count
 }
 
+fn last_in_map(map: &Map, start: &[u8], end: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    if !end.is_empty() && start >= end {
+        return None;
+    }
+    let upper = if end.is_empty() {
+        Bound::Unbounded
+    } else {
+        Bound::Excluded(end)
+    };
+    map.range::<[u8], _>((Bound::Included(start), upper))
+        .next_back()
+        .map(|(k, v)| (k.clone(), v.clone()))
+}
+
 impl ReadTxn for MemSnapshot {
     fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
         Ok(self.map.get(key).map(|v| Cow::Borrowed(v.as_slice())))
@@ -72,6 +86,10 @@ impl ReadTxn for MemSnapshot {
 
     fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
         Ok(visit_map(&self.map, start, end, visit))
+    }
+
+    fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        Ok(last_in_map(&self.map, start, end))
     }
 }
 
@@ -82,6 +100,10 @@ impl ReadTxn for MemTxn<'_> {
 
     fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
         Ok(visit_map(&self.map, start, end, visit))
+    }
+
+    fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        Ok(last_in_map(&self.map, start, end))
     }
 }
 

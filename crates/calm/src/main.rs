@@ -35,6 +35,8 @@ enum Command {
         /// Directory of the store (created when absent).
         #[arg(long, default_value = "./calm-data")]
         data: PathBuf,
+        #[command(flatten)]
+        changelog: serve::ChangelogArgs,
     },
     /// Show a running server's counts and figures.
     Status {
@@ -85,7 +87,11 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Serve { listen, data } => serve::run(&listen, &data, started),
+        Command::Serve {
+            listen,
+            data,
+            changelog,
+        } => serve::run(&listen, &data, &changelog, started),
         Command::Status { server, json } => status::run(&server, json),
         Command::Changelog { server, command } => changelog::run(&server, command),
         Command::Locks { path, server, json } => locks::run(&server, &path, json),

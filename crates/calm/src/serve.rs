@@ -8,18 +8,68 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, anyhow};
+use calm_changelog::{BacklogPolicy, ChangelogConfig};
 use calm_meta::{Meta, MetaOptions};
 use calm_server::{ServerInfo, lock_data_dir};
 use calm_store::lmdb::{LmdbOptions, LmdbStore};
 
-pub fn run(listen: &str, data: &Path, started: Instant) -> anyhow::Result<ExitCode> {
+/// Changelog limits and GC, as `calm serve` flags.
+#[derive(Debug, clap::Args)]
+pub struct ChangelogArgs {
+    /// Most changelog records some reader has not cleared yet.
+    #[arg(long, default_value_t = 1 << 32)]
+    changelog_backlog_max: u64,
+    /// At the backlog limit: `gc` deregisters the most lagging reader (logged, with a MARK
+    /// record), `refuse` refuses mutations with ENOSPC before applying anything.
+    #[arg(long, default_value = "gc", value_parser = ["gc", "refuse"])]
+    changelog_backlog_policy: String,
+    /// Deregister a reader that has not cleared for this many seconds (0: never).
+    #[arg(long, default_value_t = 0)]
+    changelog_idle_max_s: u64,
+    /// Deregister a reader this many records behind (0: never).
+    #[arg(long, default_value_t = 0)]
+    changelog_idle_records_max: u64,
+    /// Run the idle-reader GC at most this often, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    changelog_gc_interval_s: u64,
+}
+
+impl ChangelogArgs {
+    fn config(&self) -> ChangelogConfig {
+        let ns = |s: u64| (s.min(i64::MAX as u64 / 1_000_000_000) * 1_000_000_000) as i64;
+        ChangelogConfig {
+            backlog_records_max: self.changelog_backlog_max,
+            policy: match self.changelog_backlog_policy.as_str() {
+                "refuse" => BacklogPolicy::Refuse,
+                _ => BacklogPolicy::GcMostLagging,
+            },
+            idle_time_max_ns: ns(self.changelog_idle_max_s),
+            idle_records_max: self.changelog_idle_records_max,
+            gc_interval_min_ns: ns(self.changelog_gc_interval_s.max(1)),
+            ..ChangelogConfig::default()
+        }
+    }
+}
+
+pub fn run(
+    listen: &str,
+    data: &Path,
+    changelog: &ChangelogArgs,
+    started: Instant,
+) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     let _lock = lock_data_dir(data).map_err(|e| anyhow!(e))?;
     let store = LmdbStore::open(data, &LmdbOptions::default())
         .with_context(|| format!("opening the store in {}", data.display()))?;
     let meta = Arc::new(
-        Meta::open(store, MetaOptions::default())
-            .with_context(|| format!("opening the namespace in {}", data.display()))?,
+        Meta::open(
+            store,
+            MetaOptions {
+                changelog: changelog.config(),
+                ..MetaOptions::default()
+            },
+        )
+        .with_context(|| format!("opening the namespace in {}", data.display()))?,
     );
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind(listen))
