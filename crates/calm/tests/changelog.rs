@@ -161,6 +161,37 @@ fn register_read_clear_and_follow_with_the_cli() {
     assert_eq!(users["users"].as_array().unwrap().len(), 0);
 }
 
+#[test]
+fn a_server_configured_to_refuse_says_why_and_applies_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = [
+        "--changelog-backlog-max",
+        "2",
+        "--changelog-backlog-policy",
+        "refuse",
+    ];
+    let server = Server::start_with(&data_dir(&tmp), &args);
+    let addr = server.addr.as_str();
+    stdout(&["changelog", "register", "--server", addr, "--mask", "ALL"]);
+    runtime().block_on(async {
+        let c = Client::connect(addr).await.unwrap();
+        c.create(ROOT, b"a", 0o644).await.unwrap();
+        c.create(ROOT, b"b", 0o644).await.unwrap();
+        let refused = c.create(ROOT, b"c", 0o644).await.unwrap_err();
+        assert_eq!(refused.errno(), 28, "ENOSPC: {refused:?}");
+        assert!(refused.to_string().contains("cl1"), "{refused}");
+        assert_eq!(
+            c.lookup(ROOT, b"c").await.unwrap_err().errno(),
+            2,
+            "not applied"
+        );
+        c.changelog_clear(1, 0).await.unwrap();
+        c.create(ROOT, b"c", 0o644).await.unwrap();
+    });
+    let bad = calm(&["serve", "--changelog-backlog-policy", "drop"]);
+    assert!(!bad.status.success());
+}
+
 const CLIENTS: usize = 6;
 
 #[test]

@@ -20,11 +20,17 @@ pub struct Server {
 impl Server {
     /// Starts `calm serve` on `data` and waits for its ready line.
     pub fn start(data: &Path) -> Server {
+        Server::start_with(data, &[])
+    }
+
+    /// Starts `calm serve` on `data` with extra arguments.
+    pub fn start_with(data: &Path, args: &[&str]) -> Server {
         let mut child = Command::new(CALM)
             .arg("serve")
             .arg("--data")
             .arg(data)
             .args(["--listen", "127.0.0.1:0"])
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
