@@ -84,6 +84,13 @@ pub struct MetaStatus {
     pub failed_commits: u64,
     pub largest_batch: u64,
     pub commit_ns_total: u64,
+    /// Index of the last changelog record.
+    pub changelog_last: u64,
+    /// Index of the first changelog record still stored.
+    pub changelog_first: u64,
+    pub changelog_readers: u64,
+    /// Records purged since the server started.
+    pub changelog_purged: u64,
 }
 
 fn counter<R: ReadTxn>(view: &R, key: &[u8]) -> Result<u64> {
@@ -306,6 +313,7 @@ impl<S: Store> Meta<S> {
 
     pub fn status(&self) -> Result<MetaStatus> {
         use std::sync::atomic::Ordering::Relaxed;
+        let changelog = self.changelog_users()?;
         let snap = self.store.snapshot()?;
         Ok(MetaStatus {
             epoch: self.epoch,
@@ -318,6 +326,10 @@ impl<S: Store> Meta<S> {
             failed_commits: self.stats.failed_commits.load(Relaxed),
             largest_batch: self.stats.largest_batch.load(Relaxed),
             commit_ns_total: self.stats.commit_ns_total.load(Relaxed),
+            changelog_last: self.changelog_last(),
+            changelog_first: changelog.first,
+            changelog_readers: changelog.users.len() as u64,
+            changelog_purged: self.stats.cl_purged.load(Relaxed),
         })
     }
 

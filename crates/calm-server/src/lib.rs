@@ -339,6 +339,10 @@ impl<S: Store> MetaRpc for MetaService<S> {
             locks: locks.locks,
             lock_waits: locks.waits as u64,
             locked_files: locks.resources as u64,
+            changelog_last: s.changelog_last,
+            changelog_first: s.changelog_first,
+            changelog_readers: s.changelog_readers,
+            changelog_purged: s.changelog_purged,
         });
         self.answer(result)
     }

@@ -39,6 +39,10 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
             "locks": status.locks,
             "lock_waits": status.lock_waits,
             "locked_files": status.locked_files,
+            "changelog_last": status.changelog_last,
+            "changelog_first": status.changelog_first,
+            "changelog_readers": status.changelog_readers,
+            "changelog_purged": status.changelog_purged,
         });
         println!("{value}");
     } else {
@@ -73,6 +77,16 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
                 format!(
                     "{} held on {} files, {} waiting, {} sessions",
                     status.locks, status.locked_files, status.lock_waits, status.lock_sessions
+                ),
+            ),
+            (
+                "changelog",
+                format!(
+                    "last index {}, {} stored, {} readers, {} purged since start",
+                    status.changelog_last,
+                    (status.changelog_last + 1).saturating_sub(status.changelog_first),
+                    status.changelog_readers,
+                    status.changelog_purged
                 ),
             ),
             ("ready after", format!("{} ms", status.ready_ms)),

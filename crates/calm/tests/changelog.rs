@@ -104,6 +104,16 @@ fn register_read_clear_and_follow_with_the_cli() {
     assert_eq!(users["current_index"], 3);
     assert_eq!(users["users"][0]["id"], "cl1");
     assert_eq!(users["users"][0]["cleared"], 0);
+    let status: serde_json::Value =
+        serde_json::from_str(&stdout(&["status", "--server", addr, "--json"])).unwrap();
+    assert_eq!(
+        (
+            status["changelog_last"].as_u64(),
+            status["changelog_readers"].as_u64()
+        ),
+        (Some(3), Some(1))
+    );
+    assert_eq!(status["changelog_first"], 1);
     stdout(&["changelog", "clear", "--server", addr, "cl1", "0"]);
     assert_eq!(
         stdout(&["changelog", "read", "--server", addr, "--user", "cl1"]),
