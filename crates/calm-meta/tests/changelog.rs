@@ -440,3 +440,48 @@ fn the_changelog_survives_a_reopen() {
     let report = fsck::check(&meta.store().snapshot().unwrap(), &mut |_| {}).unwrap();
     assert!(report.is_clean(), "{:?}", report.problems);
 }
+
+#[test]
+fn a_store_failure_drops_the_record_with_its_operation_and_leaves_no_gap() {
+    let rt = rt();
+    let store = calm_store::fault::FaultStore::new(MemStore::new());
+    let meta = Meta::open(store, MetaOptions::default()).unwrap();
+    rt.block_on(meta.changelog_register("r", Mask::all()))
+        .unwrap();
+    let mut created = Vec::new();
+    for countdown in 0..16 {
+        let name = format!("f{countdown}");
+        let before = meta.store().inner().dump();
+        meta.store().fail_after(countdown);
+        let outcome = rt.block_on(meta.create(ROOT, name.as_bytes(), 0o644));
+        meta.store().heal();
+        match outcome {
+            Err(error) => {
+                assert_eq!(error.errno(), 5, "an injected store fault is EIO");
+                assert!(
+                    meta.store().inner().dump() == before,
+                    "a failed create left state (fault at {countdown})"
+                );
+            }
+            Ok(_) => created.push(name),
+        }
+    }
+    assert!(
+        !created.is_empty() && created.len() < 16,
+        "some failed, some went through"
+    );
+    // The next record follows the last committed one: no index was lost to a failed group.
+    rt.block_on(meta.create(ROOT, b"after", 0o644)).unwrap();
+    created.push("after".into());
+    let records = meta
+        .changelog_read(0, usize::MAX, usize::MAX, None)
+        .unwrap();
+    let indices: Vec<u64> = records.iter().map(|r| r.index).collect();
+    assert_eq!(indices, (1..=created.len() as u64).collect::<Vec<_>>());
+    let names: Vec<String> = records
+        .iter()
+        .map(|r| String::from_utf8(r.name.clone()).unwrap())
+        .collect();
+    assert_eq!(names, created, "exactly the committed creates, in order");
+    clean(&meta);
+}
