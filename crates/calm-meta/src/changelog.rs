@@ -167,7 +167,7 @@ impl ClState {
         let bytes = record
             .encode()
             .map_err(|e| Failure::Meta(MetaError::Invalid(e.to_string())))?;
-        txn.put(&changelog_key(record.index), &bytes)?;
+        txn.append(&changelog_key(record.index), &bytes)?;
         self.last = record.index;
         Ok(())
     }

@@ -9,11 +9,11 @@
 //! | `D`    | `D` parent:u64be `c` cookie:u64be     | child:u64 kind:u8 name (readdir index) |
 //! | `D`    | `D` parent:u64be `n` name             | child:u64 cookie:u64 kind:u8 (dentry)  |
 //! | `I`    | `I` handle:u64be                      | inode record (96 bytes + symlink target)|
-//! | `L`    | `L` index:u64be                       | changelog record (calm-changelog)      |
 //! | `N`    | `N` counter-name                      | u64 counter                            |
 //! | `S`    | `S` field-name                        | superblock field                       |
 //! | `U`    | `U` reader:u32be                      | changelog reader (calm-changelog)      |
 //! | `X`    | `X` handle:u64be name                 | xattr value                            |
+//! | `0xFF` | `0xFF` index:u64be                    | changelog record (calm-changelog)      |
 //!
 //! A directory's readdir index and its names share the prefix `D parent`, so they sit side by
 //! side in the tree: creating a name in a small or medium directory dirties one leaf page, not
@@ -23,7 +23,7 @@
 use crate::error::{MetaError, Result};
 use crate::types::{Handle, Kind};
 
-/// The format this build writes. Version 2 added the changelog (`L`, `U`, `Ncl_*`); a
+/// The format this build writes. Version 2 added the changelog (`0xFF`, `U`, `Ncl_*`); a
 /// version-1 store has none of those keys and is upgraded in place when opened for writing.
 pub const FORMAT_VERSION: u32 = 2;
 /// The oldest format this build opens.
@@ -37,7 +37,9 @@ pub const SUB_INDEX: u8 = b'c';
 /// Second tag inside a directory's `D` range: the names.
 pub const SUB_NAME: u8 = b'n';
 pub const TAG_INODE: u8 = b'I';
-pub const TAG_CHANGELOG: u8 = b'L';
+/// The changelog is the last family of the keyspace, so that a new record (the highest index)
+/// is the greatest key of the store and can be appended (full pages, no split in the middle).
+pub const TAG_CHANGELOG: u8 = 0xFF;
 pub const TAG_COUNTER: u8 = b'N';
 pub const TAG_SUPER: u8 = b'S';
 pub const TAG_CL_USER: u8 = b'U';
@@ -99,8 +101,8 @@ pub fn changelog_index(key: &[u8]) -> Option<u64> {
         .then(|| u64::from_be_bytes(key[1..9].try_into().expect("8 bytes")))
 }
 
-/// The end (exclusive) of the changelog range.
-pub const CHANGELOG_END: &[u8] = &[TAG_CHANGELOG + 1];
+/// The end of the changelog range: the end of the keyspace (it is the last family).
+pub const CHANGELOG_END: &[u8] = b"";
 
 pub fn cl_user_key(id: u32) -> [u8; 5] {
     let mut k = [0u8; 5];

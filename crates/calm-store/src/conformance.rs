@@ -32,6 +32,7 @@ pub fn cases<S: Store>() -> Vec<Case<S>> {
         ),
         ("scan honours its limit", scan_honours_limit::<S>),
         ("the last pair of a range", last_in_a_range::<S>),
+        ("append at the end of the keyspace", append_at_the_end::<S>),
         ("atomic add", atomic_add::<S>),
         ("limits are enforced", limits_are_enforced::<S>),
         (
@@ -232,6 +233,33 @@ fn last_in_a_range<S: Store>(store: &S) {
         txn.last_in(b"a", b"b").expect("last_in"),
         Some((b"a3".to_vec(), b"5".to_vec())),
         "a transaction sees its own writes"
+    );
+}
+
+fn append_at_the_end<S: Store>(store: &S) {
+    put_all(store, &[(b"a", b"1"), (b"m", b"2")]);
+    let mut txn = store.begin().expect("begin");
+    txn.append(b"x\x00\x01", b"3")
+        .expect("append above everything");
+    txn.append(b"x\x00\x02", b"4").expect("and again");
+    assert!(
+        matches!(txn.append(b"x\x00\x02", b"5"), Err(StoreError::Limit(_))),
+        "not above"
+    );
+    assert!(
+        matches!(txn.append(b"b", b"6"), Err(StoreError::Limit(_))),
+        "in the middle"
+    );
+    assert_eq!(
+        txn.get(b"x\x00\x02").expect("get").as_deref(),
+        Some(&b"4"[..])
+    );
+    txn.commit().expect("commit");
+    assert_eq!(read(store, b"b"), None, "a refused append wrote nothing");
+    let snap = store.snapshot().expect("snapshot");
+    assert_eq!(
+        keys_in(&snap, b"x", b""),
+        [b"x\x00\x01".to_vec(), b"x\x00\x02".to_vec()]
     );
 }
 

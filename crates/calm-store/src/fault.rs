@@ -77,6 +77,11 @@ impl<T: WriteTxn> WriteTxn for FaultTxn<'_, T> {
         self.inner.put(key, value)
     }
 
+    fn append(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        tick(self.countdown)?;
+        self.inner.append(key, value)
+    }
+
     fn delete(&mut self, key: &[u8]) -> Result<bool> {
         tick(self.countdown)?;
         self.inner.delete(key)

@@ -118,6 +118,19 @@ pub trait ReadTxn {
 /// everyone else after [`WriteTxn::commit`] returns; dropping it without commit discards all.
 pub trait WriteTxn: ReadTxn {
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
+    /// Puts `key`, which must be greater than every key in the store (an append log at the
+    /// end of the keyspace). Backends use it to fill pages instead of splitting them in half.
+    /// A key that is not the greatest fails with [`StoreError::Limit`] and changes nothing.
+    fn append(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        if let Some((last, _)) = self.last_in(b"", b"")?
+            && last.as_slice() >= key
+        {
+            return Err(StoreError::Limit(format!(
+                "append of {key:?}, which is not above the greatest key {last:?}"
+            )));
+        }
+        self.put(key, value)
+    }
     /// Removes `key`; returns whether it existed.
     fn delete(&mut self, key: &[u8]) -> Result<bool>;
     /// Adds `delta` to the little-endian `u64` counter under `key` (absent = 0) and returns

@@ -276,6 +276,22 @@ impl WriteTxn for LmdbTxn<'_> {
         self.db.put(&mut self.txn, key, value).map_err(map_err)
     }
 
+    fn append(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        check_limits(key, value)?;
+        // MDB_APPEND: LMDB checks the order itself (MDB_KEYEXIST otherwise) and splits a full
+        // page at its end instead of its middle, so an append log fills its pages.
+        match self
+            .db
+            .put_with_flags(&mut self.txn, heed::PutFlags::APPEND, key, value)
+        {
+            Ok(()) => Ok(()),
+            Err(heed::Error::Mdb(MdbError::KeyExist)) => Err(StoreError::Limit(format!(
+                "append of {key:?}, which is not above the greatest key"
+            ))),
+            Err(other) => Err(map_err(other)),
+        }
+    }
+
     fn delete(&mut self, key: &[u8]) -> Result<bool> {
         check_limits(key, &[])?;
         self.db.delete(&mut self.txn, key).map_err(map_err)
