@@ -128,6 +128,8 @@ impl Treap {
     }
 
     /// Adds the read lock `[start, end]` of `owner`. The key `(start, owner)` must be new.
+    /// One descent: down to where the new node's priority puts it, then one split of the
+    /// subtree below (expected O(1) nodes).
     pub fn insert(&mut self, start: u64, end: u64, owner: u64) {
         let node = Node {
             start,
@@ -148,30 +150,66 @@ impl Treap {
                 (self.nodes.len() - 1) as u32
             }
         };
-        let (l, r) = self.split(self.root, (start, owner));
-        let l = self.merge(l, n);
-        self.root = self.merge(l, r);
+        self.root = self.insert_at(self.root, n);
         self.len += 1;
     }
 
-    /// Removes the read lock keyed `(start, owner)`; returns whether it was there.
+    fn insert_at(&mut self, t: u32, n: u32) -> u32 {
+        if t == NIL {
+            return n;
+        }
+        if self.nodes[n as usize].priority > self.nodes[t as usize].priority {
+            let (l, r) = self.split(t, self.key(n));
+            self.nodes[n as usize].left = l;
+            self.nodes[n as usize].right = r;
+            self.update(n);
+            return n;
+        }
+        if self.key(n) < self.key(t) {
+            let child = self.insert_at(self.nodes[t as usize].left, n);
+            self.nodes[t as usize].left = child;
+        } else {
+            let child = self.insert_at(self.nodes[t as usize].right, n);
+            self.nodes[t as usize].right = child;
+        }
+        self.update(t);
+        t
+    }
+
+    /// Removes the read lock keyed `(start, owner)`; returns whether it was there. One
+    /// descent to the node, then one merge of its two subtrees.
     pub fn remove(&mut self, start: u64, owner: u64) -> bool {
-        let (l, r) = self.split(self.root, (start, owner));
-        let (m, r) = match owner.checked_add(1) {
-            Some(next) => self.split(r, (start, next)),
-            None => match start.checked_add(1) {
-                Some(next) => self.split(r, (next, 0)),
-                None => (r, NIL),
-            },
-        };
-        let found = m != NIL;
+        let (root, found) = self.remove_at(self.root, (start, owner));
+        self.root = root;
         if found {
-            debug_assert_eq!(self.key(m), (start, owner));
-            self.free.push(m);
             self.len -= 1;
         }
-        self.root = self.merge(l, r);
         found
+    }
+
+    fn remove_at(&mut self, t: u32, key: (u64, u64)) -> (u32, bool) {
+        if t == NIL {
+            return (NIL, false);
+        }
+        let here = self.key(t);
+        if here == key {
+            let node = self.nodes[t as usize];
+            self.free.push(t);
+            return (self.merge(node.left, node.right), true);
+        }
+        let found = if key < here {
+            let (child, found) = self.remove_at(self.nodes[t as usize].left, key);
+            self.nodes[t as usize].left = child;
+            found
+        } else {
+            let (child, found) = self.remove_at(self.nodes[t as usize].right, key);
+            self.nodes[t as usize].right = child;
+            found
+        };
+        if found {
+            self.update(t);
+        }
+        (t, found)
     }
 
     /// Calls `visit(start, end, owner)` for every entry overlapping `[a, b]`, in key order,
@@ -207,5 +245,77 @@ impl Treap {
             return false;
         }
         self.visit_in(node.right, a, b, visit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    impl Treap {
+        /// Order, heap and `max_end` invariants of the subtree `t`; returns its size.
+        fn check(&self, t: u32, low: Option<(u64, u64)>, high: Option<(u64, u64)>) -> usize {
+            if t == NIL {
+                return 0;
+            }
+            let node = self.nodes[t as usize];
+            let key = (node.start, node.owner);
+            assert!(
+                low.is_none_or(|l| l < key) && high.is_none_or(|h| key < h),
+                "order"
+            );
+            let mut max_end = node.end;
+            for child in [node.left, node.right] {
+                if child != NIL {
+                    let c = self.nodes[child as usize];
+                    assert!(c.priority <= node.priority, "heap");
+                    max_end = max_end.max(c.max_end);
+                }
+            }
+            assert_eq!(node.max_end, max_end, "max_end");
+            1 + self.check(node.left, low, Some(key)) + self.check(node.right, Some(key), high)
+        }
+    }
+
+    #[test]
+    fn the_treap_matches_a_list_on_random_operations() {
+        let mut treap = Treap::new();
+        let mut model: Vec<(u64, u64, u64)> = Vec::new();
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let (start, owner) = ((x >> 8) % 200, (x >> 20) % 4);
+            let end = start + (x >> 30) % 20;
+            match x % 3 {
+                0 | 1 if !model.iter().any(|m| (m.0, m.2) == (start, owner)) => {
+                    treap.insert(start, end, owner);
+                    model.push((start, end, owner));
+                }
+                _ => {
+                    let present = model.iter().position(|m| (m.0, m.2) == (start, owner));
+                    assert_eq!(treap.remove(start, owner), present.is_some());
+                    if let Some(i) = present {
+                        model.swap_remove(i);
+                    }
+                }
+            }
+            let (a, b) = ((x >> 40) % 220, (x >> 40) % 220 + (x >> 50) % 30);
+            let mut seen = Vec::new();
+            treap.visit_overlaps(a, b, &mut |s, e, o| {
+                seen.push((s, e, o));
+                true
+            });
+            let mut expected: Vec<(u64, u64, u64)> = model
+                .iter()
+                .copied()
+                .filter(|(s, e, _)| *s <= b && a <= *e)
+                .collect();
+            expected.sort_by_key(|(s, _, o)| (*s, *o));
+            assert_eq!(seen, expected);
+            assert_eq!(treap.check(treap.root, None, None), model.len());
+            assert_eq!(treap.len(), model.len());
+        }
     }
 }
