@@ -385,22 +385,8 @@ async fn grpc_async(store_dir: &std::path::Path) -> Result<GrpcFigures, String> 
     use calm_proto::locks::LockCall;
 
     let (_work, meta) = crate::mdtest::open_meta(store_dir)?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| e.to_string())?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| e.to_string())?
-        .to_string();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let info = calm_server::ServerInfo {
-        data_dir: String::new(),
-        started: Instant::now(),
-        ready_ms: 0,
-    };
-    let server = tokio::spawn(calm_server::serve(meta.clone(), info, listener, async {
-        let _ = stopped.await;
-    }));
+    let server = crate::mdtest::InProcessServer::start(meta.clone()).await?;
+    let addr = server.addr.clone();
     let mut clients = Vec::new();
     for _ in 0..GRPC_CLIENTS {
         let client = calm_client::Client::connect(&addr)
@@ -497,11 +483,7 @@ async fn grpc_async(store_dir: &std::path::Path) -> Result<GrpcFigures, String> 
         ));
     }
     drop(clients);
-    let _ = stop.send(());
-    server
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+    server.stop().await?;
     Ok(GrpcFigures {
         clients: GRPC_CLIENTS,
         batch_ops: GRPC_BATCH_OPS,

@@ -105,6 +105,44 @@ fn row(
     }
 }
 
+/// A gRPC server on 127.0.0.1 (a free port) in this process, for the gRPC runs.
+pub(crate) struct InProcessServer {
+    pub addr: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+impl InProcessServer {
+    pub async fn start(meta: Arc<Meta<LmdbStore>>) -> Result<InProcessServer, String> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| e.to_string())?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| e.to_string())?
+            .to_string();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let info = calm_server::ServerInfo {
+            data_dir: String::new(),
+            started: Instant::now(),
+            ready_ms: 0,
+        };
+        let task = tokio::spawn(calm_server::serve(meta, info, listener, async {
+            let _ = stopped.await;
+        }));
+        Ok(InProcessServer { addr, stop, task })
+    }
+
+    /// Stops accepting, lets requests in flight finish, and waits for the server.
+    pub async fn stop(self) -> Result<(), String> {
+        let _ = self.stop.send(());
+        self.task
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())
+    }
+}
+
 pub(crate) fn open_meta(
     dir: &std::path::Path,
 ) -> Result<(tempfile::TempDir, Arc<Meta<LmdbStore>>), String> {
@@ -169,22 +207,8 @@ async fn grpc(
     per_client: u64,
 ) -> Result<Vec<MdtestResult>, String> {
     let (_work, meta) = open_meta(&options.dir)?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| e.to_string())?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| e.to_string())?
-        .to_string();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let info = calm_server::ServerInfo {
-        data_dir: String::new(),
-        started: Instant::now(),
-        ready_ms: 0,
-    };
-    let server = tokio::spawn(calm_server::serve(meta.clone(), info, listener, async {
-        let _ = stopped.await;
-    }));
+    let server = InProcessServer::start(meta.clone()).await?;
+    let addr = server.addr.clone();
     let mut conns = Vec::new();
     let mut dirs = Vec::new();
     for c in 0..clients {
@@ -227,11 +251,7 @@ async fn grpc(
     })
     .await?;
     drop(conns);
-    let _ = stop.send(());
-    server
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+    server.stop().await?;
     Ok([create, stat, unlink]
         .iter()
         .zip(OPS)

@@ -171,17 +171,15 @@ impl std::fmt::Debug for LmdbTxn<'_> {
     }
 }
 
-fn visit_range(
-    db: &Database<Bytes, Bytes>,
-    txn: &RoTxn<'_>,
-    start: &[u8],
-    end: &[u8],
-    visit: &mut Visitor<'_>,
-) -> Result<usize> {
+/// The LMDB range `start <= key < end`, or None when it is empty. LMDB refuses zero-length
+/// keys, even as a range bound: an empty bound means "unbounded".
+/// A key range as `BTreeMap::range` and heed take it.
+type KeyRange<'k> = (Bound<&'k [u8]>, Bound<&'k [u8]>);
+
+fn bounds<'k>(start: &'k [u8], end: &'k [u8]) -> Option<KeyRange<'k>> {
     if !end.is_empty() && start >= end {
-        return Ok(0);
+        return None;
     }
-    // LMDB refuses zero-length keys, even as a range bound: an empty bound means "unbounded".
     let lower = if start.is_empty() {
         Bound::Unbounded
     } else {
@@ -192,7 +190,19 @@ fn visit_range(
     } else {
         Bound::Excluded(end)
     };
-    let range = (lower, upper);
+    Some((lower, upper))
+}
+
+fn visit_range(
+    db: &Database<Bytes, Bytes>,
+    txn: &RoTxn<'_>,
+    start: &[u8],
+    end: &[u8],
+    visit: &mut Visitor<'_>,
+) -> Result<usize> {
+    let Some(range) = bounds(start, end) else {
+        return Ok(0);
+    };
     let mut count = 0;
     for item in db.range(txn, &range).map_err(map_err)? {
         let (key, value) = item.map_err(map_err)?;
@@ -211,20 +221,10 @@ fn last_in_range(
     start: &[u8],
     end: &[u8],
 ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-    if !end.is_empty() && start >= end {
+    let Some(range) = bounds(start, end) else {
         return Ok(None);
-    }
-    let lower = if start.is_empty() {
-        Bound::Unbounded
-    } else {
-        Bound::Included(start)
     };
-    let upper = if end.is_empty() {
-        Bound::Unbounded
-    } else {
-        Bound::Excluded(end)
-    };
-    let mut range = db.rev_range(txn, &(lower, upper)).map_err(map_err)?;
+    let mut range = db.rev_range(txn, &range).map_err(map_err)?;
     match range.next() {
         Some(item) => {
             let (key, value) = item.map_err(map_err)?;

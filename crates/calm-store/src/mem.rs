@@ -46,17 +46,28 @@ pub struct MemTxn<'s> {
     _writer: MutexGuard<'s, ()>,
 }
 
-fn visit_map(map: &Map, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> usize {
+/// The map range `start <= key < end` (empty `end`: unbounded), or None when it is empty.
+/// A key range as `BTreeMap::range` and heed take it.
+type KeyRange<'k> = (Bound<&'k [u8]>, Bound<&'k [u8]>);
+
+fn bounds<'k>(start: &'k [u8], end: &'k [u8]) -> Option<KeyRange<'k>> {
+    if !end.is_empty() && start >= end {
+        return None;
+    }
     let upper = if end.is_empty() {
         Bound::Unbounded
     } else {
         Bound::Excluded(end)
     };
-    if !end.is_empty() && start >= end {
+    Some((Bound::Included(start), upper))
+}
+
+fn visit_map(map: &Map, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> usize {
+    let Some(range) = bounds(start, end) else {
         return 0;
-    }
+    };
     let mut count = 0;
-    for (key, value) in map.range::<[u8], _>((Bound::Included(start), upper)) {
+    for (key, value) in map.range::<[u8], _>(range) {
         count += 1;
         if visit(key, value).is_break() {
             break;
@@ -66,15 +77,7 @@ fn visit_map(map: &Map, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> us
 }
 
 fn last_in_map(map: &Map, start: &[u8], end: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
-    if !end.is_empty() && start >= end {
-        return None;
-    }
-    let upper = if end.is_empty() {
-        Bound::Unbounded
-    } else {
-        Bound::Excluded(end)
-    };
-    map.range::<[u8], _>((Bound::Included(start), upper))
+    map.range::<[u8], _>(bounds(start, end)?)
         .next_back()
         .map(|(k, v)| (k.clone(), v.clone()))
 }
