@@ -14,6 +14,7 @@ mod changelog;
 static ALLOCATOR: calm_bench::alloc::Counting = calm_bench::alloc::Counting;
 mod fsck;
 mod locks;
+mod mount;
 mod serve;
 mod status;
 
@@ -38,6 +39,8 @@ enum Command {
         #[command(flatten)]
         changelog: serve::ChangelogArgs,
     },
+    /// Mount calm with FUSE: over a running server, or with the server in this process.
+    Mount(mount::MountArgs),
     /// Show a running server's counts and figures.
     Status {
         #[arg(long, default_value = "127.0.0.1:7420")]
@@ -92,6 +95,7 @@ fn main() -> ExitCode {
             data,
             changelog,
         } => serve::run(&listen, &data, &changelog, started),
+        Command::Mount(args) => mount::run(&args, started),
         Command::Status { server, json } => status::run(&server, json),
         Command::Changelog { server, command } => changelog::run(&server, command),
         Command::Locks { path, server, json } => locks::run(&server, &path, json),

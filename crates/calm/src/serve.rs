@@ -51,6 +51,51 @@ impl ChangelogArgs {
     }
 }
 
+/// An open store and namespace, the data directory locked against a second server.
+pub struct Embedded {
+    _lock: std::fs::File,
+    pub meta: Arc<Meta<LmdbStore>>,
+    data: std::path::PathBuf,
+}
+
+impl Embedded {
+    pub fn open(data: &Path, changelog: &ChangelogArgs) -> anyhow::Result<Embedded> {
+        let lock = lock_data_dir(data).map_err(|e| anyhow!(e))?;
+        let store = LmdbStore::open(data, &LmdbOptions::default())
+            .with_context(|| format!("opening the store in {}", data.display()))?;
+        let meta = Meta::open(
+            store,
+            MetaOptions {
+                changelog: changelog.config(),
+                ..MetaOptions::default()
+            },
+        )
+        .with_context(|| format!("opening the namespace in {}", data.display()))?;
+        Ok(Embedded {
+            _lock: lock,
+            meta: Arc::new(meta),
+            data: data.to_path_buf(),
+        })
+    }
+
+    pub fn info(&self, started: Instant) -> ServerInfo {
+        ServerInfo {
+            data_dir: self.data.display().to_string(),
+            started,
+            ready_ms: started.elapsed().as_millis() as u64,
+        }
+    }
+
+    /// Drains queued work and closes the store cleanly (every server task must be done).
+    pub fn close(self) -> anyhow::Result<()> {
+        let meta = Arc::into_inner(self.meta).ok_or_else(|| anyhow!("namespace still in use"))?;
+        let store =
+            Arc::into_inner(meta.shutdown()).ok_or_else(|| anyhow!("store still in use"))?;
+        store.close();
+        Ok(())
+    }
+}
+
 pub fn run(
     listen: &str,
     data: &Path,
@@ -58,47 +103,28 @@ pub fn run(
     started: Instant,
 ) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-    let _lock = lock_data_dir(data).map_err(|e| anyhow!(e))?;
-    let store = LmdbStore::open(data, &LmdbOptions::default())
-        .with_context(|| format!("opening the store in {}", data.display()))?;
-    let meta = Arc::new(
-        Meta::open(
-            store,
-            MetaOptions {
-                changelog: changelog.config(),
-                ..MetaOptions::default()
-            },
-        )
-        .with_context(|| format!("opening the namespace in {}", data.display()))?,
-    );
+    let embedded = Embedded::open(data, changelog)?;
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind(listen))
         .with_context(|| format!("listening on {listen}"))?;
     let addr = listener.local_addr()?;
-    let ready_ms = started.elapsed().as_millis() as u64;
-    let info = ServerInfo {
-        data_dir: data.display().to_string(),
-        started,
-        ready_ms,
-    };
-    println!("{}", calm_server::ready_line(ready_ms, &addr));
+    let info = embedded.info(started);
+    println!("{}", calm_server::ready_line(info.ready_ms, &addr));
     std::io::stdout().flush()?;
 
     runtime.block_on(calm_server::serve(
-        meta.clone(),
+        embedded.meta.clone(),
         info,
         listener,
         shutdown_signal(),
     ))?;
     drop(runtime);
-    let meta = Arc::into_inner(meta).ok_or_else(|| anyhow!("namespace still in use"))?;
-    let store = Arc::into_inner(meta.shutdown()).ok_or_else(|| anyhow!("store still in use"))?;
-    store.close();
+    embedded.close()?;
     println!("stopped");
     Ok(ExitCode::SUCCESS)
 }
 
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("installing the SIGINT handler");

@@ -1,0 +1,1118 @@
+//! The FUSE file system: inode numbers are calm handles (the root is handle 1, FUSE's root
+//! inode), every namespace operation is one metadata RPC, file contents live in
+//! [`crate::data::Objects`].
+//!
+//! Sizes and times: a write goes to the object and marks the file dirty; the size (the
+//! object's length) and mtime reach the metadata server at flush (every close), fsync, release
+//! and before any other attribute change, and `getattr` of a dirty file answers with the
+//! object's length. Other mounts see a file's new size when its writer closes it
+//! (close-to-open consistency, as NFS). A truncate changes the server first, then the object.
+//!
+//! An unlinked file stays readable and writable through the descriptors still open on this
+//! mount; its object is deleted when the last one closes.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use calm_client::Client;
+use calm_locks::{LockKind, Range, Scope};
+use calm_meta::{Attr, Caller, Handle, Kind, MetaError, NewNode, SetAttr, SetTime};
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, RequestId, TimeOrNow, WriteFlags,
+};
+use tokio::runtime::Handle as Runtime;
+
+use crate::data::{Objects, read_at};
+use crate::locks::LockForwarder;
+
+/// Entries a readdir asks the server for at once (the kernel's buffer usually fills first).
+pub const READDIR_BATCH: u32 = 512;
+
+/// How the mount behaves.
+#[derive(Debug, Clone)]
+pub struct MountOptions {
+    /// Where file contents live.
+    pub data_dir: PathBuf,
+    /// How long the kernel may trust attributes and names without asking again.
+    pub ttl: Duration,
+    /// Lease of the mount's lock session: a mount that dies loses its locks this long after.
+    pub lease_ms: u64,
+}
+
+/// Default attribute and entry timeout.
+pub const TTL_DEFAULT: Duration = Duration::from_secs(1);
+
+/// The `fuser` configuration of a calm mount.
+pub fn mount_config() -> fuser::Config {
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        MountOption::FSName("calm".into()),
+        MountOption::Subtype("calm".into()),
+        // The kernel checks permission bits against the attributes it is given.
+        MountOption::DefaultPermissions,
+    ];
+    // One reader: every request is handed to a task at once, and an interrupt is then always
+    // read after the request it names.
+    config.n_threads = Some(1);
+    config
+}
+
+/// A file this mount has open.
+#[derive(Debug)]
+struct OpenFile {
+    handle: Handle,
+    /// The object, for regular files.
+    object: Option<File>,
+    /// Lock owners that locked through this open file: their locks on the file end with it.
+    owners: Mutex<HashSet<u64>>,
+}
+
+/// What this mount knows of a file beyond the server.
+#[derive(Debug, Default)]
+struct Inode {
+    opens: u32,
+    /// Written through this mount since the size was last pushed to the server.
+    dirty: bool,
+    /// Its last link is gone; the object goes with the last close.
+    unlinked: bool,
+    /// The last attributes seen (for an unlinked file still open).
+    attr: Option<Attr>,
+    /// Owners of POSIX locks taken here (released by the flush of a close).
+    lock_owners: HashSet<u64>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    inodes: HashMap<Handle, Inode>,
+    files: HashMap<u64, Arc<OpenFile>>,
+    next_fh: u64,
+}
+
+/// The shared part, which request tasks hold.
+#[derive(Debug)]
+struct Shared {
+    client: Client,
+    objects: Objects,
+    locks: Arc<LockForwarder>,
+    state: Mutex<State>,
+    ttl: Duration,
+}
+
+/// A calm mount.
+#[derive(Debug)]
+pub struct CalmFs {
+    shared: Arc<Shared>,
+    runtime: Runtime,
+}
+
+fn errno(e: &MetaError) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+fn io_errno(e: &std::io::Error) -> Errno {
+    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+fn time(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+fn set_time(t: TimeOrNow) -> SetTime {
+    match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(t) => SetTime::At(match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => d.as_nanos().min(i64::MAX as u128) as i64,
+            Err(e) => -(e.duration().as_nanos().min(i64::MAX as u128) as i64),
+        }),
+    }
+}
+
+fn file_type(kind: Kind) -> FileType {
+    match kind {
+        Kind::File => FileType::RegularFile,
+        Kind::Dir => FileType::Directory,
+        Kind::Symlink => FileType::Symlink,
+        Kind::CharDevice => FileType::CharDevice,
+        Kind::BlockDevice => FileType::BlockDevice,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::Socket => FileType::Socket,
+    }
+}
+
+fn file_attr(attr: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(attr.handle),
+        size: attr.size,
+        blocks: attr.size.div_ceil(512),
+        atime: time(attr.atime_ns),
+        mtime: time(attr.mtime_ns),
+        ctime: time(attr.ctime_ns),
+        crtime: time(attr.ctime_ns),
+        kind: file_type(attr.kind),
+        perm: (attr.mode & 0o7777) as u16,
+        nlink: attr.nlink,
+        uid: attr.uid,
+        gid: attr.gid,
+        rdev: attr.rdev as u32,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+/// A lock's kind from `struct flock`'s type, or None for F_UNLCK.
+fn lock_kind(typ: i32) -> Result<Option<LockKind>, Errno> {
+    match typ {
+        libc::F_RDLCK => Ok(Some(LockKind::Read)),
+        libc::F_WRLCK => Ok(Some(LockKind::Write)),
+        libc::F_UNLCK => Ok(None),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+fn lock_range(start: u64, end: u64) -> Result<Range, Errno> {
+    if start > end || end > calm_locks::OFFSET_MAX {
+        return Err(Errno::EINVAL);
+    }
+    Ok(Range { start, end })
+}
+
+impl Shared {
+    fn caller(&self, req: &Request) -> Client {
+        self.client.with_caller(Caller {
+            session: self.locks.session(),
+            uid: req.uid(),
+            gid: req.gid(),
+        })
+    }
+
+    /// `attr` as this mount sees it: a dirty file's size is its object's length.
+    fn local_view(&self, mut attr: Attr) -> Attr {
+        let mut state = self.state.lock().expect("state");
+        let State { inodes, files, .. } = &mut *state;
+        if let Some(inode) = inodes.get_mut(&attr.handle) {
+            if inode.dirty
+                && let Some(len) = files
+                    .values()
+                    .filter(|f| f.handle == attr.handle)
+                    .find_map(|f| f.object.as_ref()?.metadata().ok().map(|m| m.len()))
+            {
+                attr.size = len;
+            }
+            inode.attr = Some(attr.clone());
+        }
+        attr
+    }
+
+    /// Pushes a dirty file's size and mtime to the server.
+    async fn push(&self, client: &Client, handle: Handle, object: Option<&File>) -> Result<(), Errno> {
+        let dirty = {
+            let mut state = self.state.lock().expect("state");
+            state
+                .inodes
+                .get_mut(&handle)
+                .is_some_and(|inode| std::mem::take(&mut inode.dirty))
+        };
+        if !dirty {
+            return Ok(());
+        }
+        let result = async {
+            let size = match object {
+                Some(file) => file.metadata().map_err(|e| io_errno(&e))?.len(),
+                None => return Ok(()),
+            };
+            let change = SetAttr {
+                size: Some(size),
+                mtime: Some(SetTime::Now),
+                ..SetAttr::default()
+            };
+            client.setattr(handle, &change).await.map_err(|e| errno(&e))?;
+            Ok(())
+        }
+        .await;
+        if result.is_err()
+            && let Some(inode) = self.state.lock().expect("state").inodes.get_mut(&handle)
+        {
+            inode.dirty = true;
+        }
+        result
+    }
+
+    fn object_of(&self, handle: Handle) -> Option<Arc<OpenFile>> {
+        let state = self.state.lock().expect("state");
+        state
+            .files
+            .values()
+            .find(|f| f.handle == handle && f.object.is_some())
+            .cloned()
+    }
+
+    /// The last link of `target` is gone: delete its object now, or at its last close.
+    fn forget_data(&self, target: &Attr) {
+        if target.kind != Kind::File || target.nlink > 1 {
+            return;
+        }
+        let open = {
+            let mut state = self.state.lock().expect("state");
+            match state.inodes.get_mut(&target.handle) {
+                Some(inode) if inode.opens > 0 => {
+                    inode.unlinked = true;
+                    true
+                }
+                _ => false,
+            }
+        };
+        if !open && let Err(e) = self.objects.remove(target.handle) {
+            tracing::warn!(handle = target.handle, %e, "removing a deleted file's data");
+        }
+    }
+
+    fn open_file(&self, attr: &Attr) -> Result<u64, Errno> {
+        let object = if attr.kind == Kind::File {
+            Some(
+                self.objects
+                    .open_object(attr.handle)
+                    .map_err(|e| io_errno(&e))?,
+            )
+        } else {
+            None
+        };
+        let mut state = self.state.lock().expect("state");
+        state.next_fh += 1;
+        let fh = state.next_fh;
+        state.files.insert(
+            fh,
+            Arc::new(OpenFile {
+                handle: attr.handle,
+                object,
+                owners: Mutex::new(HashSet::new()),
+            }),
+        );
+        let inode = state.inodes.entry(attr.handle).or_default();
+        inode.opens += 1;
+        inode.attr = Some(attr.clone());
+        Ok(fh)
+    }
+
+    fn file(&self, fh: FileHandle) -> Result<Arc<OpenFile>, Errno> {
+        self.state
+            .lock()
+            .expect("state")
+            .files
+            .get(&fh.0)
+            .cloned()
+            .ok_or(Errno::EBADF)
+    }
+
+    async fn make(
+        &self,
+        req_client: Client,
+        parent: Handle,
+        name: Vec<u8>,
+        node: NewNode,
+        exclusive: bool,
+    ) -> Result<Attr, Errno> {
+        req_client
+            .make(parent, &name, &node, exclusive)
+            .await
+            .map_err(|e| errno(&e))
+    }
+}
+
+impl CalmFs {
+    /// A mount over `client`, answering requests on `runtime`.
+    pub fn new(
+        client: Client,
+        locks: Arc<LockForwarder>,
+        options: &MountOptions,
+        runtime: Runtime,
+    ) -> std::io::Result<CalmFs> {
+        Ok(CalmFs {
+            shared: Arc::new(Shared {
+                client,
+                objects: Objects::open(&options.data_dir)?,
+                locks,
+                state: Mutex::new(State::default()),
+                ttl: options.ttl,
+            }),
+            runtime,
+        })
+    }
+
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        self.runtime.spawn(task);
+    }
+
+    fn entry_task(
+        &self,
+        reply: ReplyEntry,
+        task: impl Future<Output = Result<Attr, Errno>> + Send + 'static,
+    ) {
+        let shared = self.shared.clone();
+        self.spawn(async move {
+            match task.await {
+                Ok(attr) => {
+                    let attr = shared.local_view(attr);
+                    reply.entry(&shared.ttl, &file_attr(&attr), Generation(attr.generation))
+                }
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn empty_task(
+        &self,
+        reply: ReplyEmpty,
+        task: impl Future<Output = Result<(), Errno>> + Send + 'static,
+    ) {
+        self.spawn(async move {
+            match task.await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+}
+
+impl Filesystem for CalmFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // fcntl and flock locks come to us (and so to the lock manager) instead of staying in
+        // this kernel.
+        if let Err(missing) =
+            config.add_capabilities(InitFlags::FUSE_POSIX_LOCKS | InitFlags::FUSE_FLOCK_LOCKS)
+        {
+            tracing::warn!(?missing, "the kernel does not forward these lock kinds");
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let client = self.shared.client.clone();
+        let name = name.as_bytes().to_vec();
+        self.entry_task(reply, async move {
+            client.lookup(parent.0, &name).await.map_err(|e| errno(&e))
+        });
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let shared = self.shared.clone();
+        self.spawn(async move {
+            match shared.client.getattr(ino.0).await {
+                Ok(attr) => {
+                    let attr = shared.local_view(attr);
+                    reply.attr(&shared.ttl, &file_attr(&attr));
+                }
+                Err(MetaError::NotFound) => {
+                    // Unlinked while open here: what this mount last saw, with no links.
+                    let kept = {
+                        let state = shared.state.lock().expect("state");
+                        state
+                            .inodes
+                            .get(&ino.0)
+                            .filter(|i| i.unlinked)
+                            .and_then(|i| i.attr.clone())
+                    };
+                    match kept {
+                        Some(mut attr) => {
+                            attr.nlink = 0;
+                            let attr = shared.local_view(attr);
+                            reply.attr(&shared.ttl, &file_attr(&attr));
+                        }
+                        None => reply.error(Errno::ENOENT),
+                    }
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        self.spawn(async move {
+            let handle = ino.0;
+            let object = shared.object_of(handle);
+            let object_file = object.as_ref().and_then(|f| f.object.as_ref());
+            if size.is_none()
+                && let Err(e) = shared.push(&client, handle, object_file).await
+            {
+                return reply.error(e);
+            }
+            let change = SetAttr {
+                mode: mode.map(|m| m & 0o7777),
+                uid,
+                gid,
+                size,
+                atime: atime.map(set_time),
+                mtime: mtime.map(set_time),
+                ctime: ctime.map(|t| match set_time(TimeOrNow::SpecificTime(t)) {
+                    SetTime::At(ns) => ns,
+                    SetTime::Now => 0,
+                }),
+            };
+            if size.is_some()
+                && let Some(inode) = shared.state.lock().expect("state").inodes.get_mut(&handle)
+            {
+                // The new size replaces whatever was written and not pushed.
+                inode.dirty = false;
+            }
+            match client.setattr(handle, &change).await {
+                Ok(attr) => {
+                    if let Some(size) = size
+                        && let Err(e) = shared.objects.set_len(handle, size)
+                    {
+                        return reply.error(io_errno(&e));
+                    }
+                    let attr = shared.local_view(attr);
+                    reply.attr(&shared.ttl, &file_attr(&attr));
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let client = self.shared.client.clone();
+        self.spawn(async move {
+            match client.readlink(ino.0).await {
+                Ok(target) => reply.data(&target),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let Some(kind) = Kind::from_mode(mode) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        let node = NewNode::node(
+            kind,
+            mode & !umask & 0o7777,
+            req.uid(),
+            req.gid(),
+            u64::from(rdev),
+        );
+        let name = name.as_bytes().to_vec();
+        self.entry_task(reply, async move {
+            shared.make(client, parent.0, name, node, true).await
+        });
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        let node = NewNode::dir(mode & !umask & 0o7777, req.uid(), req.gid());
+        let name = name.as_bytes().to_vec();
+        self.entry_task(reply, async move {
+            shared.make(client, parent.0, name, node, true).await
+        });
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        let node = NewNode::symlink(target.as_os_str().as_bytes(), req.uid(), req.gid());
+        let name = link_name.as_bytes().to_vec();
+        self.entry_task(reply, async move {
+            shared.make(client, parent.0, name, node, true).await
+        });
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        let node = NewNode::file(mode & !umask & 0o7777, req.uid(), req.gid());
+        let name = name.as_bytes().to_vec();
+        let exclusive = flags & libc::O_EXCL != 0;
+        self.spawn(async move {
+            let attr = match shared.make(client, parent.0, name, node, exclusive).await {
+                Ok(attr) => attr,
+                Err(e) => return reply.error(e),
+            };
+            match shared.open_file(&attr) {
+                Ok(fh) => reply.created(
+                    &shared.ttl,
+                    &file_attr(&attr),
+                    Generation(attr.generation),
+                    FileHandle(fh),
+                    FopenFlags::empty(),
+                ),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let client = self.shared.caller(req);
+        let name = newname.as_bytes().to_vec();
+        self.entry_task(reply, async move {
+            client
+                .link(ino.0, newparent.0, &name)
+                .await
+                .map_err(|e| errno(&e))
+        });
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        let name = name.as_bytes().to_vec();
+        self.empty_task(reply, async move {
+            let target = client.lookup(parent.0, &name).await.map_err(|e| errno(&e))?;
+            client.unlink(parent.0, &name).await.map_err(|e| errno(&e))?;
+            shared.forget_data(&target);
+            Ok(())
+        });
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let client = self.shared.caller(req);
+        let name = name.as_bytes().to_vec();
+        self.empty_task(reply, async move {
+            client.rmdir(parent.0, &name).await.map_err(|e| errno(&e))
+        });
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        let name = name.as_bytes().to_vec();
+        let newname = newname.as_bytes().to_vec();
+        let flags = flags.bits();
+        self.empty_task(reply, async move {
+            // A replaced target may lose its last link with it.
+            let replaced = if flags & calm_meta::RENAME_EXCHANGE == 0 {
+                match client.lookup(newparent.0, &newname).await {
+                    Ok(attr) => Some(attr),
+                    Err(MetaError::NotFound) => None,
+                    Err(e) => return Err(errno(&e)),
+                }
+            } else {
+                None
+            };
+            client
+                .rename(parent.0, &name, newparent.0, &newname, flags)
+                .await
+                .map_err(|e| errno(&e))?;
+            if let Some(target) = replaced
+                && let Err(MetaError::NotFound) = client.getattr(target.handle).await
+            {
+                shared.forget_data(&Attr { nlink: 1, ..target });
+            }
+            Ok(())
+        });
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let shared = self.shared.clone();
+        self.spawn(async move {
+            let attr = match shared.client.getattr(ino.0).await {
+                Ok(attr) => attr,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            match shared.open_file(&attr) {
+                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let file = match self.shared.file(fh) {
+            Ok(file) => file,
+            Err(e) => return reply.error(e),
+        };
+        let Some(object) = &file.object else {
+            return reply.error(Errno::EISDIR);
+        };
+        match read_at(object, offset, size as usize) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(io_errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let file = match self.shared.file(fh) {
+            Ok(file) => file,
+            Err(e) => return reply.error(e),
+        };
+        let Some(object) = &file.object else {
+            return reply.error(Errno::EISDIR);
+        };
+        if offset.saturating_add(data.len() as u64) > calm_meta::FILE_SIZE_MAX {
+            return reply.error(Errno::EFBIG);
+        }
+        if let Err(e) = object.write_all_at(data, offset) {
+            return reply.error(io_errno(&e));
+        }
+        if let Some(inode) = self
+            .shared
+            .state
+            .lock()
+            .expect("state")
+            .inodes
+            .get_mut(&file.handle)
+        {
+            inode.dirty = true;
+        }
+        reply.written(data.len() as u32);
+    }
+
+    fn flush(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        self.empty_task(reply, async move {
+            let file = shared.file(fh)?;
+            shared.push(&client, ino.0, file.object.as_ref()).await?;
+            // A close releases the closing process's POSIX locks on the file.
+            let held = shared
+                .state
+                .lock()
+                .expect("state")
+                .inodes
+                .get_mut(&ino.0)
+                .is_some_and(|inode| inode.lock_owners.remove(&lock_owner.0));
+            if held {
+                let everything = Scope::Range(Range {
+                    start: 0,
+                    end: calm_locks::OFFSET_MAX,
+                });
+                shared
+                    .locks
+                    .unlock(ino.0, lock_owner.0, everything)
+                    .await
+                    .map_err(Errno::from_i32)?;
+            }
+            Ok(())
+        });
+    }
+
+    fn release(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        self.empty_task(reply, async move {
+            let file = shared
+                .state
+                .lock()
+                .expect("state")
+                .files
+                .remove(&fh.0)
+                .ok_or(Errno::EBADF)?;
+            let pushed = shared.push(&client, ino.0, file.object.as_ref()).await;
+            // OFD and flock locks belong to the open file: they end with it.
+            let owners: Vec<u64> = file.owners.lock().expect("owners").drain().collect();
+            let released = shared
+                .locks
+                .release(ino.0, &owners)
+                .await
+                .map_err(Errno::from_i32);
+            let unlinked = {
+                let mut state = shared.state.lock().expect("state");
+                let inode = state.inodes.entry(ino.0).or_default();
+                inode.opens = inode.opens.saturating_sub(1);
+                let last = inode.opens == 0;
+                let unlinked = last && inode.unlinked;
+                if last {
+                    state.inodes.remove(&ino.0);
+                }
+                unlinked
+            };
+            if unlinked && let Err(e) = shared.objects.remove(ino.0) {
+                tracing::warn!(handle = ino.0, %e, "removing a deleted file's data");
+            }
+            pushed.and(released)
+        });
+    }
+
+    fn fsync(&self, req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        self.empty_task(reply, async move {
+            let file = shared.file(fh)?;
+            if let Some(object) = &file.object {
+                let synced = if datasync {
+                    object.sync_data()
+                } else {
+                    object.sync_all()
+                };
+                synced.map_err(|e| io_errno(&e))?;
+            }
+            // The server's commit is durable when it answers.
+            shared.push(&client, ino.0, file.object.as_ref()).await
+        });
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let client = self.shared.client.clone();
+        self.spawn(async move {
+            // Offsets are the server's cookies; 1 and 2 are "." and "..".
+            if offset == 0 && reply.add(ino, 1, FileType::Directory, ".") {
+                return reply.ok();
+            }
+            if offset <= 1 && reply.add(ino, 2, FileType::Directory, "..") {
+                return reply.ok();
+            }
+            let mut after = offset.max(2);
+            loop {
+                let entries = match client.readdir(ino.0, after, READDIR_BATCH).await {
+                    Ok(entries) => entries,
+                    Err(e) => return reply.error(errno(&e)),
+                };
+                if entries.is_empty() {
+                    return reply.ok();
+                }
+                for entry in &entries {
+                    let name = OsStr::from_bytes(&entry.name);
+                    if reply.add(INodeNo(entry.handle), entry.cookie, file_type(entry.kind), name) {
+                        return reply.ok();
+                    }
+                    after = entry.cookie;
+                }
+            }
+        });
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let shared = self.shared.clone();
+        self.spawn(async move {
+            let figures = match shared.client.statfs().await {
+                Ok(figures) => figures,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            // Space is the data directory's file system's.
+            let (blocks, bfree, bavail, bsize) = match statvfs(&shared.objects_root()) {
+                Some(v) => v,
+                None => (0, 0, 0, 4096),
+            };
+            reply.statfs(
+                blocks,
+                bfree,
+                bavail,
+                figures.inodes.saturating_add(1 << 32),
+                1 << 32,
+                bsize,
+                figures.name_len_max,
+                bsize,
+            );
+        });
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let client = self.shared.caller(req);
+        let name = name.as_bytes().to_vec();
+        let value = value.to_vec();
+        self.empty_task(reply, async move {
+            client
+                .setxattr(ino.0, &name, &value, flags as u32)
+                .await
+                .map_err(|e| errno(&e))
+        });
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let client = self.shared.client.clone();
+        let name = name.as_bytes().to_vec();
+        self.spawn(async move {
+            match client.getxattr(ino.0, &name).await {
+                Ok(value) => xattr_reply(reply, size, &value),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let client = self.shared.client.clone();
+        self.spawn(async move {
+            match client.listxattr(ino.0).await {
+                Ok(names) => {
+                    let mut list = Vec::new();
+                    for name in names {
+                        list.extend_from_slice(&name);
+                        list.push(0);
+                    }
+                    xattr_reply(reply, size, &list)
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let client = self.shared.caller(req);
+        let name = name.as_bytes().to_vec();
+        self.empty_task(reply, async move {
+            client.removexattr(ino.0, &name).await.map_err(|e| errno(&e))
+        });
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        reply: ReplyLock,
+    ) {
+        let (kind, range) = match (lock_kind(typ), lock_range(start, end)) {
+            (Ok(Some(kind)), Ok(range)) => (kind, range),
+            (Ok(None), _) | (Err(_), _) | (_, Err(_)) => return reply.error(Errno::EINVAL),
+        };
+        let locks = self.shared.locks.clone();
+        self.spawn(async move {
+            match locks.test(ino.0, lock_owner.0, range, kind).await {
+                Ok(Some(conflict)) => {
+                    let typ = match conflict.kind {
+                        LockKind::Read => libc::F_RDLCK,
+                        LockKind::Write => libc::F_WRLCK,
+                    };
+                    reply.locked(conflict.range.start, conflict.range.end, typ, conflict.pid)
+                }
+                Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
+                Err(e) => reply.error(Errno::from_i32(e)),
+            }
+        });
+    }
+
+    fn setlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        flock: bool,
+        reply: ReplyEmpty,
+    ) {
+        let kind = match lock_kind(typ) {
+            Ok(kind) => kind,
+            Err(e) => return reply.error(e),
+        };
+        let scope = if flock {
+            Scope::WholeFile
+        } else {
+            match lock_range(start, end) {
+                Ok(range) => Scope::Range(range),
+                Err(e) => return reply.error(e),
+            }
+        };
+        let file = match self.shared.file(fh) {
+            Ok(file) => file,
+            Err(e) => return reply.error(e),
+        };
+        let owner = lock_owner.0;
+        if kind.is_some() {
+            file.owners.lock().expect("owners").insert(owner);
+            if !flock
+                && let Some(inode) = self.shared.state.lock().expect("state").inodes.get_mut(&ino.0)
+            {
+                inode.lock_owners.insert(owner);
+            }
+        }
+        let locks = self.shared.locks.clone();
+        let wait = sleep.then_some(req.unique().0);
+        self.empty_task(reply, async move {
+            let result = match kind {
+                Some(kind) => locks.set(ino.0, owner, pid, scope, kind, wait).await,
+                None => locks.unlock(ino.0, owner, scope).await,
+            };
+            result.map_err(Errno::from_i32)
+        });
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        // No ioctl is defined on calm files (what a regular file answers on most file systems).
+        reply.error(Errno::ENOTTY);
+    }
+
+    fn interrupt(&self, _req: &Request, unique: RequestId) {
+        let locks = self.shared.locks.clone();
+        self.spawn(async move { locks.interrupt(unique.0).await });
+    }
+}
+
+impl Shared {
+    fn objects_root(&self) -> PathBuf {
+        self.objects.root().to_path_buf()
+    }
+}
+
+fn xattr_reply(reply: ReplyXattr, size: u32, value: &[u8]) {
+    if size == 0 {
+        reply.size(value.len() as u32);
+    } else if value.len() > size as usize {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(value);
+    }
+}
+
+/// (blocks, free blocks, blocks available to users, block size) of the file system holding
+/// `path`.
+fn statvfs(path: &Path) -> Option<(u64, u64, u64, u32)> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is plain data; all zeros is a valid value.
+    let mut v: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `v` a writable statvfs.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut v) } != 0 {
+        return None;
+    }
+    let frsize = v.f_frsize.max(1);
+    Some((
+        v.f_blocks,
+        v.f_bfree,
+        v.f_bavail,
+        u32::try_from(frsize).unwrap_or(4096),
+    ))
+}

@@ -1,0 +1,20 @@
+//! `calm-fuse`: the FUSE file system over a calm metadata server. The only crate that knows
+//! errno and FUSE.
+//!
+//! - [`data`]: file contents, one object per handle in a local data directory;
+//! - [`locks`]: fcntl (POSIX, OFD) and flock locks forwarded to the server's lock manager, in
+//!   one lock session per mount, with signal-interruptible waits;
+//! - [`mount`]: mount and orderly unmount;
+//! - [`fs`]: the `fuser::Filesystem` implementation: every namespace operation, attribute and
+//!   entry caching, sizes and times kept in the metadata server.
+//!
+//! Every request is answered from a task on the tokio runtime, so a slow server or a lock
+//! wait never holds up the FUSE reader.
+
+pub mod data;
+pub mod fs;
+pub mod locks;
+pub mod mount;
+
+pub use fs::{CalmFs, MountOptions, mount_config};
+pub use mount::{Mounted, mount};

@@ -1,0 +1,137 @@
+//! `calm mount MOUNTPOINT`: the FUSE file system, over a running server (`--server`) or over
+//! a server started in this process on an embedded store (`--embedded DIR`, which also
+//! serves gRPC so that `calm status`, `calm locks` and `calm changelog` work against it).
+//! Unmounts on SIGINT or SIGTERM; ends by itself when unmounted with `fusermount3 -u`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use calm_fuse::MountOptions;
+
+/// `calm mount` flags.
+#[derive(Debug, clap::Args)]
+pub struct MountArgs {
+    /// Where to mount (an existing empty directory).
+    pub mountpoint: PathBuf,
+    /// A running server to mount (its file data goes to --data).
+    #[arg(long, conflicts_with = "embedded")]
+    pub server: Option<String>,
+    /// Run the server in this process on the store in DIR (created when absent); file data
+    /// goes beside the store, in DIR/objects.
+    #[arg(long)]
+    pub embedded: Option<PathBuf>,
+    /// Directory of file contents (default with --embedded: its DIR).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// With --embedded: the address the in-process server listens on.
+    #[arg(long, default_value = "127.0.0.1:7420")]
+    pub listen: String,
+    /// Lease of the mount's lock session, in ms: a mount that dies loses its locks this long
+    /// after its last renewal.
+    #[arg(long, default_value_t = calm_fuse::locks::LEASE_MS_DEFAULT)]
+    pub lock_lease_ms: u64,
+    /// How long the kernel trusts attributes and names, in ms.
+    #[arg(long, default_value_t = 1000)]
+    pub ttl_ms: u64,
+    #[command(flatten)]
+    pub changelog: crate::serve::ChangelogArgs,
+}
+
+pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
+    let data = match (&args.server, &args.embedded, &args.data) {
+        (_, _, Some(data)) => data.clone(),
+        (None, Some(dir), None) => dir.clone(),
+        (Some(_), None, None) => bail!("--server needs --data DIR: where file contents live"),
+        (None, None, _) => bail!("give --server ADDR or --embedded DIR"),
+        (Some(_), Some(_), _) => unreachable!("clap refuses both"),
+    };
+    if !args.mountpoint.is_dir() {
+        bail!("mount point {} is not a directory", args.mountpoint.display());
+    }
+    let options = MountOptions {
+        data_dir: data,
+        ttl: Duration::from_millis(args.ttl_ms),
+        lease_ms: args.lock_lease_ms,
+    };
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    match &args.embedded {
+        None => {
+            let server = args.server.as_deref().expect("checked above");
+            runtime.block_on(mount_over(server, &args.mountpoint, &options, started, None))?;
+        }
+        Some(dir) => {
+            let embedded = crate::serve::Embedded::open(dir, &args.changelog)?;
+            let listener = runtime
+                .block_on(tokio::net::TcpListener::bind(&args.listen))
+                .with_context(|| format!("listening on {}", args.listen))?;
+            let addr = listener.local_addr()?;
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let server = runtime.spawn(calm_server::serve(
+                embedded.meta.clone(),
+                embedded.info(started),
+                listener,
+                async move {
+                    let _ = stopped.await;
+                },
+            ));
+            let mounted = runtime.block_on(mount_over(
+                &addr.to_string(),
+                &args.mountpoint,
+                &options,
+                started,
+                Some(addr),
+            ));
+            let _ = stop.send(());
+            let served = runtime.block_on(server);
+            mounted?;
+            served
+                .map_err(|e| anyhow!("server task: {e}"))?
+                .context("serving")?;
+            drop(runtime);
+            embedded.close()?;
+        }
+    }
+    println!("unmounted");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn mount_over(
+    server: &str,
+    mountpoint: &Path,
+    options: &MountOptions,
+    started: Instant,
+    serving: Option<std::net::SocketAddr>,
+) -> anyhow::Result<()> {
+    let client = calm_client::Client::connect(server)
+        .await
+        .with_context(|| format!("connecting to {server}"))?;
+    let mut mounted = calm_fuse::mount(
+        client,
+        mountpoint,
+        options,
+        tokio::runtime::Handle::current(),
+    )
+    .await
+    .with_context(|| format!("mounting at {}", mountpoint.display()))?;
+    let ms = started.elapsed().as_millis();
+    match serving {
+        Some(addr) => println!(
+            "mounted at {} in {ms} ms; serving on {addr}",
+            mountpoint.display()
+        ),
+        None => println!("mounted at {} in {ms} ms", mountpoint.display()),
+    }
+    std::io::stdout().flush()?;
+    tokio::select! {
+        _ = crate::serve::shutdown_signal() => {}
+        _ = mounted.ended() => {}
+    }
+    mounted
+        .unmount()
+        .await
+        .with_context(|| format!("unmounting {}", mountpoint.display()))?;
+    Ok(())
+}
