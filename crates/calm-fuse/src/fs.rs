@@ -95,6 +95,11 @@ struct State {
     inodes: HashMap<Handle, Inode>,
     files: HashMap<u64, Arc<OpenFile>>,
     next_fh: u64,
+    /// Releases whose locks are still being given back, per file. The kernel sends a release
+    /// without waiting for it (after close(2) has returned), so a lock request that follows a
+    /// close waits for these first: it must not overtake the release of the closed file's
+    /// OFD or flock lock.
+    releasing: HashMap<Handle, u32>,
 }
 
 /// The shared part, which request tasks hold.
@@ -104,6 +109,8 @@ struct Shared {
     objects: Objects,
     locks: Arc<LockForwarder>,
     state: Mutex<State>,
+    /// Signalled when a release has given back its locks.
+    released: tokio::sync::Notify,
     ttl: Duration,
 }
 
@@ -220,10 +227,11 @@ impl Shared {
     async fn push(&self, client: &Client, handle: Handle, object: Option<&File>) -> Result<(), Errno> {
         let dirty = {
             let mut state = self.state.lock().expect("state");
+            // An unlinked file's size and times are nobody's business any more.
             state
                 .inodes
                 .get_mut(&handle)
-                .is_some_and(|inode| std::mem::take(&mut inode.dirty))
+                .is_some_and(|inode| std::mem::take(&mut inode.dirty) && !inode.unlinked)
         };
         if !dirty {
             return Ok(());
@@ -248,6 +256,25 @@ impl Shared {
             inode.dirty = true;
         }
         result
+    }
+
+    /// Waits until no release of `handle` is still giving back locks.
+    async fn after_releases(&self, handle: Handle) {
+        loop {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if !self
+                .state
+                .lock()
+                .expect("state")
+                .releasing
+                .contains_key(&handle)
+            {
+                return;
+            }
+            released.await;
+        }
     }
 
     fn object_of(&self, handle: Handle) -> Option<Arc<OpenFile>> {
@@ -345,6 +372,7 @@ impl CalmFs {
                 objects: Objects::open(&options.data_dir)?,
                 locks,
                 state: Mutex::new(State::default()),
+                released: tokio::sync::Notify::new(),
                 ttl: options.ttl,
             }),
             runtime,
@@ -807,22 +835,41 @@ impl Filesystem for CalmFs {
     ) {
         let shared = self.shared.clone();
         let client = shared.caller(req);
+        // Taken here, in the kernel's order, so that a lock request read after this release
+        // waits for it (see `State::releasing`).
+        let (file, owners) = {
+            let mut state = shared.state.lock().expect("state");
+            let Some(file) = state.files.remove(&fh.0) else {
+                return reply.error(Errno::EBADF);
+            };
+            let owners: Vec<u64> = file.owners.lock().expect("owners").drain().collect();
+            if !owners.is_empty() {
+                *state.releasing.entry(ino.0).or_default() += 1;
+            }
+            (file, owners)
+        };
         self.empty_task(reply, async move {
-            let file = shared
-                .state
-                .lock()
-                .expect("state")
-                .files
-                .remove(&fh.0)
-                .ok_or(Errno::EBADF)?;
             let pushed = shared.push(&client, ino.0, file.object.as_ref()).await;
             // OFD and flock locks belong to the open file: they end with it.
-            let owners: Vec<u64> = file.owners.lock().expect("owners").drain().collect();
-            let released = shared
-                .locks
-                .release(ino.0, &owners)
-                .await
-                .map_err(Errno::from_i32);
+            let released = if owners.is_empty() {
+                Ok(())
+            } else {
+                let released = shared
+                    .locks
+                    .release(ino.0, &owners)
+                    .await
+                    .map_err(Errno::from_i32);
+                let mut state = shared.state.lock().expect("state");
+                if let Some(count) = state.releasing.get_mut(&ino.0) {
+                    *count -= 1;
+                    if *count == 0 {
+                        state.releasing.remove(&ino.0);
+                    }
+                }
+                drop(state);
+                shared.released.notify_waiters();
+                released
+            };
             let unlinked = {
                 let mut state = shared.state.lock().expect("state");
                 let inode = state.inodes.entry(ino.0).or_default();
@@ -994,9 +1041,10 @@ impl Filesystem for CalmFs {
             (Ok(Some(kind)), Ok(range)) => (kind, range),
             (Ok(None), _) | (Err(_), _) | (_, Err(_)) => return reply.error(Errno::EINVAL),
         };
-        let locks = self.shared.locks.clone();
+        let shared = self.shared.clone();
         self.spawn(async move {
-            match locks.test(ino.0, lock_owner.0, range, kind).await {
+            shared.after_releases(ino.0).await;
+            match shared.locks.test(ino.0, lock_owner.0, range, kind).await {
                 Ok(Some(conflict)) => {
                     let typ = match conflict.kind {
                         LockKind::Read => libc::F_RDLCK,
@@ -1049,9 +1097,11 @@ impl Filesystem for CalmFs {
                 inode.lock_owners.insert(owner);
             }
         }
-        let locks = self.shared.locks.clone();
+        let shared = self.shared.clone();
         let wait = sleep.then_some(req.unique().0);
         self.empty_task(reply, async move {
+            shared.after_releases(ino.0).await;
+            let locks = &shared.locks;
             let result = match kind {
                 Some(kind) => locks.set(ino.0, owner, pid, scope, kind, wait).await,
                 None => locks.unlock(ino.0, owner, scope).await,
@@ -1073,6 +1123,18 @@ impl Filesystem for CalmFs {
     ) {
         // No ioctl is defined on calm files (what a regular file answers on most file systems).
         reply.error(Errno::ENOTTY);
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // Every namespace change is durable when the server acknowledges it.
+        reply.ok();
     }
 
     fn interrupt(&self, _req: &Request, unique: RequestId) {
