@@ -56,14 +56,8 @@ impl Objects {
     }
 
     /// Sets the length of `handle`'s object (truncate, or extend with zeros).
+    /// The object stays (even at length 0): open descriptors of the file write to it.
     pub fn set_len(&self, handle: Handle, size: u64) -> io::Result<()> {
-        if size == 0 {
-            // An empty file needs no object.
-            return match std::fs::remove_file(self.path(handle)) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-                _ => Ok(()),
-            };
-        }
         self.open_object(handle)?.set_len(size)
     }
 
@@ -106,6 +100,14 @@ mod tests {
         assert_eq!(read_at(&file, 6, 100).unwrap(), b"world");
         objects.set_len(handle, 5).unwrap();
         assert_eq!(read_at(&file, 0, 100).unwrap(), b"hello");
+        objects.set_len(handle, 8).unwrap();
+        objects.set_len(handle, 0).unwrap();
+        file.write_all_at(b"hello", 0).unwrap();
+        assert_eq!(
+            read_at(&objects.open_object(handle).unwrap(), 0, 100).unwrap(),
+            b"hello",
+            "a truncated object is the one open descriptors write to"
+        );
         objects.set_len(handle, 8).unwrap();
         assert_eq!(read_at(&file, 0, 100).unwrap(), b"hello\0\0\0");
         assert!(dir.join("objects/34/0000000000001234").exists());

@@ -24,10 +24,10 @@ use calm_client::Client;
 use calm_locks::{LockKind, Range, Scope};
 use calm_meta::{Attr, Caller, Handle, Kind, MetaError, NewNode, SetAttr, SetTime};
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, RequestId, TimeOrNow, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, RequestId, TimeOrNow, WriteFlags,
 };
 use tokio::runtime::Handle as Runtime;
 
@@ -224,7 +224,12 @@ impl Shared {
     }
 
     /// Pushes a dirty file's size and mtime to the server.
-    async fn push(&self, client: &Client, handle: Handle, object: Option<&File>) -> Result<(), Errno> {
+    async fn push(
+        &self,
+        client: &Client,
+        handle: Handle,
+        object: Option<&File>,
+    ) -> Result<(), Errno> {
         let dirty = {
             let mut state = self.state.lock().expect("state");
             // An unlinked file's size and times are nobody's business any more.
@@ -246,7 +251,10 @@ impl Shared {
                 mtime: Some(SetTime::Now),
                 ..SetAttr::default()
             };
-            client.setattr(handle, &change).await.map_err(|e| errno(&e))?;
+            client
+                .setattr(handle, &change)
+                .await
+                .map_err(|e| errno(&e))?;
             Ok(())
         }
         .await;
@@ -657,8 +665,14 @@ impl Filesystem for CalmFs {
         let client = shared.caller(req);
         let name = name.as_bytes().to_vec();
         self.empty_task(reply, async move {
-            let target = client.lookup(parent.0, &name).await.map_err(|e| errno(&e))?;
-            client.unlink(parent.0, &name).await.map_err(|e| errno(&e))?;
+            let target = client
+                .lookup(parent.0, &name)
+                .await
+                .map_err(|e| errno(&e))?;
+            client
+                .unlink(parent.0, &name)
+                .await
+                .map_err(|e| errno(&e))?;
             shared.forget_data(&target);
             Ok(())
         });
@@ -888,7 +902,14 @@ impl Filesystem for CalmFs {
         });
     }
 
-    fn fsync(&self, req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+    fn fsync(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         let shared = self.shared.clone();
         let client = shared.caller(req);
         self.empty_task(reply, async move {
@@ -934,7 +955,12 @@ impl Filesystem for CalmFs {
                 }
                 for entry in &entries {
                     let name = OsStr::from_bytes(&entry.name);
-                    if reply.add(INodeNo(entry.handle), entry.cookie, file_type(entry.kind), name) {
+                    if reply.add(
+                        INodeNo(entry.handle),
+                        entry.cookie,
+                        file_type(entry.kind),
+                        name,
+                    ) {
                         return reply.ok();
                     }
                     after = entry.cookie;
@@ -951,10 +977,8 @@ impl Filesystem for CalmFs {
                 Err(e) => return reply.error(errno(&e)),
             };
             // Space is the data directory's file system's.
-            let (blocks, bfree, bavail, bsize) = match statvfs(&shared.objects_root()) {
-                Some(v) => v,
-                None => (0, 0, 0, 4096),
-            };
+            let (blocks, bfree, bavail, bsize) =
+                statvfs(&shared.objects_root()).unwrap_or((0, 0, 0, 4096));
             reply.statfs(
                 blocks,
                 bfree,
@@ -1021,7 +1045,10 @@ impl Filesystem for CalmFs {
         let client = self.shared.caller(req);
         let name = name.as_bytes().to_vec();
         self.empty_task(reply, async move {
-            client.removexattr(ino.0, &name).await.map_err(|e| errno(&e))
+            client
+                .removexattr(ino.0, &name)
+                .await
+                .map_err(|e| errno(&e))
         });
     }
 
@@ -1092,7 +1119,13 @@ impl Filesystem for CalmFs {
         if kind.is_some() {
             file.owners.lock().expect("owners").insert(owner);
             if !flock
-                && let Some(inode) = self.shared.state.lock().expect("state").inodes.get_mut(&ino.0)
+                && let Some(inode) = self
+                    .shared
+                    .state
+                    .lock()
+                    .expect("state")
+                    .inodes
+                    .get_mut(&ino.0)
             {
                 inode.lock_owners.insert(owner);
             }

@@ -36,11 +36,10 @@ pub async fn mount(
     let keep_alive = runtime.spawn(locks.clone().keep_alive());
     let fs = CalmFs::new(client, locks.clone(), options, runtime)?;
     let mountpoint = mountpoint.to_path_buf();
-    let session = tokio::task::spawn_blocking(move || {
-        fuser::Session::new(fs, &mountpoint, &mount_config())
-    })
-    .await
-    .map_err(std::io::Error::other)?;
+    let session =
+        tokio::task::spawn_blocking(move || fuser::Session::new(fs, &mountpoint, &mount_config()))
+            .await
+            .map_err(std::io::Error::other)?;
     let mut session = match session {
         Ok(session) => session,
         Err(e) => {

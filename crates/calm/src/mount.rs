@@ -49,7 +49,10 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
         (Some(_), Some(_), _) => unreachable!("clap refuses both"),
     };
     if !args.mountpoint.is_dir() {
-        bail!("mount point {} is not a directory", args.mountpoint.display());
+        bail!(
+            "mount point {} is not a directory",
+            args.mountpoint.display()
+        );
     }
     let options = MountOptions {
         data_dir: data,
@@ -60,7 +63,13 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
     match &args.embedded {
         None => {
             let server = args.server.as_deref().expect("checked above");
-            runtime.block_on(mount_over(server, &args.mountpoint, &options, started, None))?;
+            runtime.block_on(mount_over(
+                server,
+                &args.mountpoint,
+                &options,
+                started,
+                None,
+            ))?;
         }
         Some(dir) => {
             let embedded = crate::serve::Embedded::open(dir, &args.changelog)?;
