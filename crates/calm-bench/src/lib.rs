@@ -12,11 +12,14 @@
 //!   backlog against the peak create rate.
 //! - [`locks`]: seed 001 (Lustre flock): N byte-range locks on one resource against a naive
 //!   list and the kernel's own fcntl locks.
+//! - [`mount`]: system calls through a real calm mount (create, stat, unlink, N fcntl locks on
+//!   one file) against the same calls on the kernel's tmpfs.
 
 pub mod alloc;
 pub mod changelog;
 pub mod locks;
 pub mod mdtest;
+pub mod mount;
 pub mod plot;
 pub mod startup;
 

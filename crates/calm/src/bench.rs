@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, anyhow};
-use calm_bench::{changelog, locks, mdtest, plot, startup};
+use calm_bench::{changelog, locks, mdtest, mount, plot, startup};
 use clap::Subcommand;
 
 #[derive(Debug, Subcommand)]
@@ -57,6 +57,29 @@ pub enum Bench {
         /// Write an SVG plot of the times over N.
         #[arg(long)]
         plot: Option<PathBuf>,
+    },
+    /// System calls through a real calm mount against the same calls on tmpfs: create, stat and
+    /// unlink rates, and N non-overlapping fcntl write locks on one file.
+    Mount {
+        /// Files created, stat'ed and unlinked on each file system.
+        #[arg(long, default_value_t = 20_000)]
+        files: u64,
+        /// Threads doing the metadata operations.
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        /// Lock counts, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
+        locks: Vec<u64>,
+        /// Longest one lock run may take, in seconds (it then reports the count reached).
+        #[arg(long, default_value_t = 60.0)]
+        cap_seconds: f64,
+        #[arg(long, default_value = "/dev/shm")]
+        tmpfs_dir: PathBuf,
+        /// Where the temporary store, data directory and mount point are made.
+        #[arg(long, default_value_os_t = std::env::temp_dir())]
+        dir: PathBuf,
+        #[arg(long)]
+        json: bool,
     },
     /// Seed 003: metadata rates with the changelog off, on with an idle reader, and on with a
     /// reader reading and clearing; and one reader draining a backlog.
@@ -111,6 +134,49 @@ fn table(json: bool, lines: &[String]) {
 
 pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
     match bench {
+        Bench::Mount {
+            files,
+            threads,
+            locks,
+            cap_seconds,
+            tmpfs_dir,
+            dir,
+            json,
+        } => {
+            let options = mount::MountBenchOptions {
+                files,
+                threads,
+                locks,
+                cap_seconds,
+                tmpfs_dir,
+                dir,
+            };
+            let report = mount::run(&options).map_err(|e| anyhow!(e))?;
+            let mut lines = vec![format!(
+                "{:>6} {:>12} {:>8} {:>10} {:>8} {:>12} {:>12}",
+                "fs", "op", "n", "completed", "stopped", "seconds", "ops/s"
+            )];
+            for r in &report.results {
+                lines.push(format!(
+                    "{:>6} {:>12} {:>8} {:>10} {:>8} {:>12.3} {:>12.0}",
+                    r.fs, r.op, r.n, r.completed, r.stopped, r.seconds, r.ops_per_sec
+                ));
+            }
+            lines.push(format!(
+                "{} threads; attribute and entry timeout {} ms; {}",
+                report.threads,
+                report.ttl_ms,
+                if report.private_namespace {
+                    "mounted in a private mount namespace"
+                } else {
+                    "mounted in this namespace (no private one could be made)"
+                }
+            ));
+            table(json, &lines);
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            }
+        }
         Bench::Changelog {
             clients,
             ops_per_client,

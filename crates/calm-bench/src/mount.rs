@@ -1,0 +1,265 @@
+//! `calm bench mount`: system calls through a real calm mount against the same system calls on
+//! the kernel's tmpfs, in the same run: create, stat and unlink rates, and N non-overlapping
+//! fcntl write locks on one file (the seed-001 shape, where the kernel's own lock list is
+//! O(n) per request).
+//!
+//! The mount is made in a private mount namespace of this process when it can make one (it is
+//! still single-threaded when the benchmark starts), so it vanishes with the process whatever
+//! happens; calm's server runs in this process on a temporary store.
+
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+#[derive(Debug, Clone)]
+pub struct MountBenchOptions {
+    /// Files created, stat'ed and unlinked per file system.
+    pub files: u64,
+    /// Threads doing the metadata operations (names spread over them).
+    pub threads: usize,
+    /// Lock counts.
+    pub locks: Vec<u64>,
+    /// Longest one lock run may take, in seconds (it then reports the count reached).
+    pub cap_seconds: f64,
+    pub tmpfs_dir: PathBuf,
+    /// Where the temporary store, data directory and mount point are made.
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MountResult {
+    pub fs: &'static str,
+    pub op: &'static str,
+    pub n: u64,
+    /// Operations done (less than `n` when the run hit the cap).
+    pub completed: u64,
+    pub stopped: bool,
+    pub seconds: f64,
+    pub ops_per_sec: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MountReport {
+    pub bench: &'static str,
+    /// Whether the mount lived in a private mount namespace.
+    pub private_namespace: bool,
+    /// The mount's attribute and entry timeout (stat results the kernel may answer itself).
+    pub ttl_ms: u64,
+    pub threads: usize,
+    pub results: Vec<MountResult>,
+}
+
+/// Attribute and entry timeout of the benchmark's mount (`calm mount`'s default).
+pub const TTL: Duration = Duration::from_secs(1);
+
+/// Moves this process into a private mount namespace. Only works while it is single-threaded.
+fn enter_private_namespace() -> bool {
+    // SAFETY: unshare(2) and mount(2) with constant arguments; no memory is shared.
+    unsafe {
+        libc::unshare(libc::CLONE_NEWNS) == 0
+            && libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) == 0
+    }
+}
+
+fn result(fs: &'static str, op: &'static str, n: u64, completed: u64, seconds: f64) -> MountResult {
+    MountResult {
+        fs,
+        op,
+        n,
+        completed,
+        stopped: completed < n,
+        seconds,
+        ops_per_sec: completed as f64 / seconds.max(1e-9),
+    }
+}
+
+/// Runs `op(name)` for every file name, spread over `threads`, each thread in its own
+/// directory `dir/tN` (in one shared directory the kernel would serialize them on the
+/// directory's lock); returns the seconds taken.
+fn timed_names(
+    dir: &Path,
+    files: u64,
+    threads: usize,
+    op: impl Fn(&Path) -> std::io::Result<()> + Sync,
+) -> Result<f64, String> {
+    let started = Instant::now();
+    let failed = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads as u64)
+            .map(|t| {
+                let op = &op;
+                scope.spawn(move || -> Result<(), String> {
+                    let mut i = t;
+                    let own = dir.join(format!("t{t}"));
+                    while i < files {
+                        let path = own.join(format!("f{i:08}"));
+                        op(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                        i += threads as u64;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a worker panicked".into())))
+            .find(Result::is_err)
+    });
+    if let Some(Err(e)) = failed {
+        return Err(e);
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
+fn metadata_ops(
+    fs: &'static str,
+    root: &Path,
+    options: &MountBenchOptions,
+    results: &mut Vec<MountResult>,
+) -> Result<(), String> {
+    let dir = root.join("mdtest");
+    for t in 0..options.threads {
+        let own = dir.join(format!("t{t}"));
+        std::fs::create_dir_all(&own).map_err(|e| format!("{}: {e}", own.display()))?;
+    }
+    let n = options.files;
+    let seconds = timed_names(&dir, n, options.threads, |path| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map(drop)
+    })?;
+    results.push(result(fs, "create", n, n, seconds));
+    let seconds = timed_names(&dir, n, options.threads, |path| {
+        std::fs::metadata(path).map(drop)
+    })?;
+    results.push(result(fs, "stat", n, n, seconds));
+    let seconds = timed_names(&dir, n, options.threads, |path| std::fs::remove_file(path))?;
+    results.push(result(fs, "unlink", n, n, seconds));
+    std::fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))
+}
+
+/// `n` one-byte write locks with gaps (so that none merge) on one file, ascending, through one
+/// descriptor; stops at the cap.
+fn fcntl_locks(
+    fs: &'static str,
+    root: &Path,
+    n: u64,
+    cap_seconds: f64,
+) -> Result<MountResult, String> {
+    let path = root.join(format!("locks-{n}"));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let started = Instant::now();
+    let mut done = 0;
+    for i in 0..n {
+        // SAFETY: flock is plain data; all zeros is valid before the fields are set.
+        let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+        lock.l_type = libc::F_WRLCK as i16;
+        lock.l_whence = libc::SEEK_SET as i16;
+        lock.l_start = (2 * i) as i64;
+        lock.l_len = 1;
+        // SAFETY: fcntl(2) F_SETLK on an open descriptor with a valid struct flock.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &lock) } != 0 {
+            return Err(format!(
+                "{fs}: lock {i} refused: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        done += 1;
+        if done % 256 == 0 && started.elapsed().as_secs_f64() > cap_seconds {
+            break;
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    drop(file);
+    std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(result(fs, "fcntl-locks", n, done, seconds))
+}
+
+/// Runs the whole benchmark.
+pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
+    if options.files == 0 || options.threads == 0 || options.locks.contains(&0) {
+        return Err("--files, --threads and --locks values must be positive".into());
+    }
+    let private_namespace = enter_private_namespace();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let (work, meta) = crate::mdtest::open_meta(&options.dir)?;
+    let mountpoint = work.path().join("mnt");
+    std::fs::create_dir(&mountpoint).map_err(|e| e.to_string())?;
+    let fuse_options = calm_fuse::MountOptions {
+        data_dir: work.path().join("objects"),
+        ttl: TTL,
+        lease_ms: calm_fuse::locks::LEASE_MS_DEFAULT,
+    };
+    let (server, mounted) = runtime.block_on(async {
+        let server = crate::mdtest::InProcessServer::start(Arc::clone(&meta)).await?;
+        let client = calm_client::Client::connect(&server.addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mounted = calm_fuse::mount(
+            client,
+            &mountpoint,
+            &fuse_options,
+            tokio::runtime::Handle::current(),
+        )
+        .await
+        .map_err(|e| format!("mounting at {}: {e}", mountpoint.display()))?;
+        Ok::<_, String>((server, mounted))
+    })?;
+    let tmpfs = tempfile::Builder::new()
+        .prefix("calm-bench-mount-")
+        .tempdir_in(&options.tmpfs_dir)
+        .map_err(|e| format!("{}: {e}", options.tmpfs_dir.display()))?;
+
+    let measured = (|| {
+        let mut results = Vec::new();
+        metadata_ops("calm", &mountpoint, options, &mut results)?;
+        metadata_ops("tmpfs", tmpfs.path(), options, &mut results)?;
+        let mut tmpfs_capped = false;
+        for &n in &options.locks {
+            results.push(fcntl_locks("calm", &mountpoint, n, options.cap_seconds)?);
+            if !tmpfs_capped {
+                let r = fcntl_locks("tmpfs", tmpfs.path(), n, options.cap_seconds)?;
+                tmpfs_capped = r.stopped;
+                results.push(r);
+            }
+        }
+        Ok::<_, String>(results)
+    })();
+
+    let ended = runtime.block_on(async {
+        let unmounted = mounted.unmount().await.map_err(|e| e.to_string());
+        let stopped = server.stop().await;
+        unmounted.and(stopped)
+    });
+    drop(runtime);
+    drop(meta);
+    let results = measured?;
+    ended?;
+    Ok(MountReport {
+        bench: "mount",
+        private_namespace,
+        ttl_ms: TTL.as_millis() as u64,
+        threads: options.threads,
+        results,
+    })
+}
