@@ -454,6 +454,23 @@ fn data_and_names_survive_a_remount() {
     let second = Mount::start(tempfile::tempdir().expect("tempdir"), &embedded, &[]);
     assert_eq!(second.sh_ok("cat sum"), sum);
     second.sh_ok("sha256sum -c sum >/dev/null && stat -c %s d/blob | grep -qx 300000");
+
+    // What fsync returned for survives kill -9 of the mount (and of its in-process server).
+    second.sh_ok(
+        "python3 -c '
+import os
+fd = os.open(\"synced\", os.O_CREAT | os.O_WRONLY, 0o600)
+os.write(fd, b\"x\" * 70000)
+os.fsync(fd)
+os.truncate(\"d/blob\", 1000)
+'",
+    );
+    drop(second); // SIGKILL: no unmount, no flush, no clean close of the store
+    let third = Mount::start(tempfile::tempdir().expect("tempdir"), &embedded, &[]);
+    assert_eq!(
+        third.sh_ok("stat -c '%s %a' synced d/blob; head -c 1000 d/blob | wc -c"),
+        "70000 600\n1000 644\n1000\n"
+    );
 }
 
 #[test]
