@@ -209,6 +209,7 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
         data_dir: work.path().join("objects"),
         ttl: TTL,
         lease_ms: calm_fuse::locks::LEASE_MS_DEFAULT,
+        allow_other: false,
     };
     let (server, mounted) = runtime.block_on(async {
         let server = crate::mdtest::InProcessServer::start(Arc::clone(&meta)).await?;

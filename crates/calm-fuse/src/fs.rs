@@ -46,13 +46,16 @@ pub struct MountOptions {
     pub ttl: Duration,
     /// Lease of the mount's lock session: a mount that dies loses its locks this long after.
     pub lease_ms: u64,
+    /// Let every user use the mount (FUSE's `allow_other`; permission bits still apply).
+    /// Without it only the user who mounted may.
+    pub allow_other: bool,
 }
 
 /// Default attribute and entry timeout.
 pub const TTL_DEFAULT: Duration = Duration::from_secs(1);
 
 /// The `fuser` configuration of a calm mount.
-pub fn mount_config() -> fuser::Config {
+pub fn mount_config(options: &MountOptions) -> fuser::Config {
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         MountOption::FSName("calm".into()),
@@ -63,6 +66,9 @@ pub fn mount_config() -> fuser::Config {
     // One reader: every request is handed to a task at once, and an interrupt is then always
     // read after the request it names.
     config.n_threads = Some(1);
+    if options.allow_other {
+        config.acl = fuser::SessionACL::All;
+    }
     config
 }
 
@@ -350,20 +356,6 @@ impl Shared {
             .cloned()
             .ok_or(Errno::EBADF)
     }
-
-    async fn make(
-        &self,
-        req_client: Client,
-        parent: Handle,
-        name: Vec<u8>,
-        node: NewNode,
-        exclusive: bool,
-    ) -> Result<Attr, Errno> {
-        req_client
-            .make(parent, &name, &node, exclusive)
-            .await
-            .map_err(|e| errno(&e))
-    }
 }
 
 impl CalmFs {
@@ -405,6 +397,25 @@ impl CalmFs {
                 }
                 Err(e) => reply.error(e),
             }
+        });
+    }
+
+    /// Creates a node that is not a regular file (those come with an open: `create`).
+    fn make_entry(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        node: NewNode,
+        reply: ReplyEntry,
+    ) {
+        let client = self.shared.caller(req);
+        let name = name.as_bytes().to_vec();
+        self.entry_task(reply, async move {
+            client
+                .make(parent.0, &name, &node, true)
+                .await
+                .map_err(|e| errno(&e))
         });
     }
 
@@ -559,8 +570,6 @@ impl Filesystem for CalmFs {
         let Some(kind) = Kind::from_mode(mode) else {
             return reply.error(Errno::EINVAL);
         };
-        let shared = self.shared.clone();
-        let client = shared.caller(req);
         let node = NewNode::node(
             kind,
             mode & !umask & 0o7777,
@@ -568,10 +577,7 @@ impl Filesystem for CalmFs {
             req.gid(),
             u64::from(rdev),
         );
-        let name = name.as_bytes().to_vec();
-        self.entry_task(reply, async move {
-            shared.make(client, parent.0, name, node, true).await
-        });
+        self.make_entry(req, parent, name, node, reply);
     }
 
     fn mkdir(
@@ -583,13 +589,8 @@ impl Filesystem for CalmFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let shared = self.shared.clone();
-        let client = shared.caller(req);
         let node = NewNode::dir(mode & !umask & 0o7777, req.uid(), req.gid());
-        let name = name.as_bytes().to_vec();
-        self.entry_task(reply, async move {
-            shared.make(client, parent.0, name, node, true).await
-        });
+        self.make_entry(req, parent, name, node, reply);
     }
 
     fn symlink(
@@ -600,13 +601,8 @@ impl Filesystem for CalmFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let shared = self.shared.clone();
-        let client = shared.caller(req);
         let node = NewNode::symlink(target.as_os_str().as_bytes(), req.uid(), req.gid());
-        let name = link_name.as_bytes().to_vec();
-        self.entry_task(reply, async move {
-            shared.make(client, parent.0, name, node, true).await
-        });
+        self.make_entry(req, parent, link_name, node, reply);
     }
 
     fn create(
@@ -625,9 +621,9 @@ impl Filesystem for CalmFs {
         let name = name.as_bytes().to_vec();
         let exclusive = flags & libc::O_EXCL != 0;
         self.spawn(async move {
-            let attr = match shared.make(client, parent.0, name, node, exclusive).await {
+            let attr = match client.make(parent.0, &name, &node, exclusive).await {
                 Ok(attr) => attr,
-                Err(e) => return reply.error(e),
+                Err(e) => return reply.error(errno(&e)),
             };
             match shared.open_file(&attr) {
                 Ok(fh) => reply.created(

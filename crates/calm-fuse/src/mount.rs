@@ -36,8 +36,9 @@ pub async fn mount(
     let keep_alive = runtime.spawn(locks.clone().keep_alive());
     let fs = CalmFs::new(client, locks.clone(), options, runtime)?;
     let mountpoint = mountpoint.to_path_buf();
+    let config = mount_config(options);
     let session =
-        tokio::task::spawn_blocking(move || fuser::Session::new(fs, &mountpoint, &mount_config()))
+        tokio::task::spawn_blocking(move || fuser::Session::new(fs, &mountpoint, &config))
             .await
             .map_err(std::io::Error::other)?;
     let mut session = match session {

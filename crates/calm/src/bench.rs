@@ -132,6 +132,15 @@ fn table(json: bool, lines: &[String]) {
     }
 }
 
+/// Prints the table, and the report as JSON on stdout with `--json`.
+fn emit(json: bool, lines: &[String], report: &impl serde::Serialize) -> anyhow::Result<()> {
+    table(json, lines);
+    if json {
+        println!("{}", serde_json::to_string(report)?);
+    }
+    Ok(())
+}
+
 pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
     match bench {
         Bench::Mount {
@@ -172,10 +181,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                     "mounted in this namespace (no private one could be made)"
                 }
             ));
-            table(json, &lines);
-            if json {
-                println!("{}", serde_json::to_string(&report)?);
-            }
+            emit(json, &lines, &report)?;
         }
         Bench::Changelog {
             clients,
@@ -217,10 +223,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 report.peak_create_ops_per_sec,
                 report.repeat
             ));
-            table(json, &lines);
-            if json {
-                println!("{}", serde_json::to_string(&report)?);
-            }
+            emit(json, &lines, &report)?;
         }
         Bench::Locks {
             sizes,
@@ -266,10 +269,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 g.unbatched_seconds
             ));
             lines.push("(getlk: seconds per operation)".into());
-            table(json, &lines);
-            if json {
-                println!("{}", serde_json::to_string(&report)?);
-            }
+            emit(json, &lines, &report)?;
             if let Some(path) = plot_path {
                 let mut series = Vec::new();
                 for implementation in ["calm", "naive-list", "kernel-fcntl"] {

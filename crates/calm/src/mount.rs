@@ -33,6 +33,10 @@ pub struct MountArgs {
     /// after its last renewal.
     #[arg(long, default_value_t = calm_fuse::locks::LEASE_MS_DEFAULT)]
     pub lock_lease_ms: u64,
+    /// Let every user use the mount, not only the one who mounted it (permission bits still
+    /// apply). Needs root or `user_allow_other` in /etc/fuse.conf.
+    #[arg(long)]
+    pub allow_other: bool,
     /// How long the kernel trusts attributes and names, in ms.
     #[arg(long, default_value_t = 1000)]
     pub ttl_ms: u64,
@@ -58,6 +62,7 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
         data_dir: data,
         ttl: Duration::from_millis(args.ttl_ms),
         lease_ms: args.lock_lease_ms,
+        allow_other: args.allow_other,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     match &args.embedded {

@@ -497,3 +497,23 @@ fn bad_invocations_are_refused_clearly() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not a directory"));
 }
+
+#[test]
+fn other_users_come_in_with_allow_other_and_permission_bits_still_apply() {
+    let as_nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups";
+    let private = Mount::embedded(&[]);
+    private.sh_ok("mkdir open && chmod 777 open");
+    let out = private.sh(&format!("{as_nobody} ls \"$MNT/open\""));
+    assert!(
+        !out.status.success(),
+        "another user read a mount without --allow-other"
+    );
+
+    let shared = Mount::embedded(&["--allow-other"]);
+    let out = shared.sh_ok(&format!(
+        "mkdir open closed && chmod 777 open && chmod 700 closed
+         {as_nobody} touch open/mine && stat -c %u open/mine
+         {as_nobody} touch closed/theirs 2>/dev/null && echo BAD || echo refused"
+    ));
+    assert_eq!(lines(&out), ["65534", "refused"], "{out}");
+}
