@@ -135,6 +135,32 @@ step("rename into missing dir", lambda: os.rename("b", "nodir/b"))
 step("rename across dirs", lambda: os.rename("b", "d2/b"))
 step("after across", lambda: [sorted(os.listdir(".")), sorted(os.listdir("d2"))])
 
+# renameat2 flags
+import ctypes
+
+_libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD, RENAME_NOREPLACE, RENAME_EXCHANGE = -100, 1, 2
+
+
+def renameat2(old, new, flags):
+    if _libc.renameat2(AT_FDCWD, old.encode(), AT_FDCWD, new.encode(), flags) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+write("p", b"P")
+write("q", b"Q")
+step("rename noreplace onto existing", lambda: renameat2("p", "q", RENAME_NOREPLACE))
+step("rename noreplace to new", lambda: renameat2("p", "p2", RENAME_NOREPLACE))
+step("rename exchange", lambda: renameat2("p2", "q", RENAME_EXCHANGE))
+step("after exchange", lambda: [read("p2"), read("q")])
+step("rename exchange with missing", lambda: renameat2("p2", "nothere", RENAME_EXCHANGE))
+step("rename exchange file and dir", lambda: renameat2("q", "d2", RENAME_EXCHANGE))
+step("after file-dir exchange", lambda: [st("q")["type"], st("d2")["type"], sorted(os.listdir("q"))])
+step("rename both flags", lambda: renameat2("p2", "q", RENAME_NOREPLACE | RENAME_EXCHANGE))
+step("exchange back", lambda: renameat2("q", "d2", RENAME_EXCHANGE))
+step("after exchange back", lambda: [st("q")["type"], sorted(os.listdir("d2"))])
+
 # links
 step("link", lambda: os.link("d2/b", "hard"))
 step("nlink after link", lambda: [st("hard")["nlink"], st("d2/b")["nlink"]])
