@@ -61,6 +61,17 @@ fn the_changelog_core_depends_on_nothing() {
 }
 
 #[test]
+fn the_watch_fan_out_depends_on_nothing() {
+    let tree = dependencies_of("calm-watch");
+    let lines: Vec<&str> = tree.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "calm-watch must stay dependency-free:\n{tree}"
+    );
+}
+
+#[test]
 fn pure_crates_keep_their_dependencies_out() {
     assert_absent("calm-store", &["tokio", "tonic", "prost", "calm-meta"]);
     assert_absent(
