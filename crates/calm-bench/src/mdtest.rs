@@ -126,6 +126,7 @@ impl InProcessServer {
             data_dir: String::new(),
             started: Instant::now(),
             ready_ms: 0,
+            watch_limits: calm_watch::Limits::default(),
         };
         let task = tokio::spawn(calm_server::serve(meta, info, listener, async {
             let _ = stopped.await;

@@ -16,7 +16,11 @@ use calm_proto::locks::{
 use calm_proto::pb::changelog_client::ChangelogClient;
 use calm_proto::pb::locks_client::LocksClient;
 use calm_proto::pb::meta_client::MetaClient;
+use calm_proto::pb::watch_client::WatchClient;
 use calm_proto::{MESSAGE_BYTES_MAX, error_from_status, pb};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use tonic::transport::Channel;
 
 pub use calm_proto::pb::StatusReply;
@@ -29,8 +33,11 @@ pub struct Client {
     rpc: MetaClient<Channel>,
     locks: LocksClient<Channel>,
     changelog: ChangelogClient<Channel>,
+    watch: WatchClient<Channel>,
     /// Sent with every mutation, for its changelog record.
     caller: Option<Caller>,
+    /// The highest changelog index a mutation of this client (or its clones) answered with.
+    reached: Arc<AtomicU64>,
 }
 
 /// A file's locks and waiting requests as the server lists them.
@@ -84,10 +91,14 @@ impl Client {
             locks: LocksClient::new(channel.clone())
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
-            changelog: ChangelogClient::new(channel)
+            changelog: ChangelogClient::new(channel.clone())
+                .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            watch: WatchClient::new(channel)
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
             caller: None,
+            reached: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -102,6 +113,29 @@ impl Client {
             caller: Some(caller),
             ..self.clone()
         }
+    }
+
+    /// The highest changelog index a mutation made through this client (or a clone) answered
+    /// with: once a watch stream has passed it, every change this client made is in the stream.
+    pub fn reached(&self) -> u64 {
+        self.reached.load(Ordering::Acquire)
+    }
+
+    /// [`check`] for a mutation: notes the changelog index it reached.
+    fn mutated<T>(
+        &self,
+        reply: std::result::Result<tonic::Response<T>, tonic::Status>,
+    ) -> Result<T> {
+        if let Ok(response) = &reply
+            && let Some(index) = response
+                .metadata()
+                .get(calm_proto::INDEX_KEY)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok())
+        {
+            self.reached.fetch_max(index, Ordering::AcqRel);
+        }
+        check(reply)
     }
 
     fn tagged<T>(&self, message: T) -> tonic::Request<T> {
@@ -133,7 +167,8 @@ impl Client {
 
     pub async fn setattr(&self, handle: Handle, attr: &SetAttr) -> Result<Attr> {
         let request = calm_proto::setattr_to_wire(handle, attr);
-        check(self.rpc().set_attr(self.tagged(request)).await)?.try_into()
+        self.mutated(self.rpc().set_attr(self.tagged(request)).await)?
+            .try_into()
     }
 
     pub async fn make(
@@ -154,7 +189,8 @@ impl Client {
             target: node.target.clone(),
             exclusive,
         };
-        check(self.rpc().make(self.tagged(request)).await)?.try_into()
+        self.mutated(self.rpc().make(self.tagged(request)).await)?
+            .try_into()
     }
 
     pub async fn create(&self, parent: Handle, name: &[u8], mode: u32) -> Result<Attr> {
@@ -173,7 +209,8 @@ impl Client {
             parent,
             name: name.to_vec(),
         };
-        check(self.rpc().link(self.tagged(request)).await)?.try_into()
+        self.mutated(self.rpc().link(self.tagged(request)).await)?
+            .try_into()
     }
 
     pub async fn unlink(&self, parent: Handle, name: &[u8]) -> Result<()> {
@@ -181,7 +218,8 @@ impl Client {
             parent,
             name: name.to_vec(),
         };
-        check(self.rpc().unlink(self.tagged(request)).await).map(|_| ())
+        self.mutated(self.rpc().unlink(self.tagged(request)).await)
+            .map(|_| ())
     }
 
     pub async fn rmdir(&self, parent: Handle, name: &[u8]) -> Result<()> {
@@ -189,7 +227,8 @@ impl Client {
             parent,
             name: name.to_vec(),
         };
-        check(self.rpc().rmdir(self.tagged(request)).await).map(|_| ())
+        self.mutated(self.rpc().rmdir(self.tagged(request)).await)
+            .map(|_| ())
     }
 
     pub async fn rename(
@@ -207,7 +246,8 @@ impl Client {
             new_name: new_name.to_vec(),
             flags,
         };
-        check(self.rpc().rename(self.tagged(request)).await).map(|_| ())
+        self.mutated(self.rpc().rename(self.tagged(request)).await)
+            .map(|_| ())
     }
 
     pub async fn readlink(&self, handle: Handle) -> Result<Vec<u8>> {
@@ -245,7 +285,8 @@ impl Client {
             value: value.to_vec(),
             flags,
         };
-        check(self.rpc().set_xattr(self.tagged(request)).await).map(|_| ())
+        self.mutated(self.rpc().set_xattr(self.tagged(request)).await)
+            .map(|_| ())
     }
 
     pub async fn getxattr(&self, handle: Handle, name: &[u8]) -> Result<Vec<u8>> {
@@ -265,7 +306,8 @@ impl Client {
             handle,
             name: name.to_vec(),
         };
-        check(self.rpc().remove_xattr(self.tagged(request)).await).map(|_| ())
+        self.mutated(self.rpc().remove_xattr(self.tagged(request)).await)
+            .map(|_| ())
     }
 
     pub async fn statfs(&self) -> Result<StatFs> {
@@ -340,6 +382,37 @@ impl Client {
             mask: mask.to_string(),
         };
         user_from_wire(&check(self.changelog.clone().set_mask(request).await)?)
+    }
+
+    // ---- watches ----
+
+    /// Starts watching: a directory's entries (`recursive`: everything below it) or the given
+    /// handles, from changelog index `from` (0: from now).
+    pub async fn watch(&self, what: WatchWhat, from: u64) -> Result<Watch> {
+        let (dir, recursive, handles) = match what {
+            WatchWhat::Dir { handle, recursive } => (handle, recursive, Vec::new()),
+            WatchWhat::Handles(handles) => (0, false, handles),
+        };
+        let request = pb::WatchRequest {
+            dir,
+            recursive,
+            handles,
+            from,
+            batch_max: 0,
+        };
+        let mut stream = check(self.watch.clone().watch(request).await)?;
+        let first = stream
+            .message()
+            .await
+            .map_err(|s| error_from_status(&s))?
+            .ok_or_else(|| MetaError::Io("the watch ended before it began".into()))?;
+        Ok(Watch {
+            id: first.watch_id,
+            stream,
+            client: self.watch.clone(),
+            pending: std::collections::VecDeque::new(),
+            passed: 0,
+        })
     }
 
     // ---- locks ----
@@ -446,5 +519,112 @@ impl Client {
             waiting,
             total: reply.total,
         })
+    }
+}
+
+/// What to watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchWhat {
+    Dir { handle: Handle, recursive: bool },
+    Handles(Vec<Handle>),
+}
+
+/// One event of a watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchEvent {
+    Change(Record),
+    /// Re-read the current state, then apply what follows (which starts at this index).
+    Resync {
+        from: u64,
+    },
+    /// The stream has passed this index.
+    Progress {
+        index: u64,
+    },
+}
+
+/// A running watch.
+#[derive(Debug)]
+pub struct Watch {
+    id: u64,
+    stream: tonic::Streaming<pb::WatchBatch>,
+    client: WatchClient<Channel>,
+    pending: std::collections::VecDeque<WatchEvent>,
+    /// The highest index the stream has shown (a change or a progress event).
+    passed: u64,
+}
+
+impl Watch {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The highest changelog index this stream has passed.
+    pub fn passed(&self) -> u64 {
+        self.passed
+    }
+
+    async fn fill(&mut self) -> Result<bool> {
+        use pb::watch_event::Event as E;
+        let Some(batch) = self
+            .stream
+            .message()
+            .await
+            .map_err(|s| error_from_status(&s))?
+        else {
+            return Ok(false);
+        };
+        for event in batch.events {
+            let event = match event.event {
+                Some(E::Record(bytes)) => {
+                    let wire = <pb::ClRecord as prost::Message>::decode(bytes.as_slice())
+                        .map_err(|e| MetaError::Io(format!("a watch record: {e}")))?;
+                    let record = record_from_wire(&wire)?;
+                    self.passed = self.passed.max(record.index);
+                    WatchEvent::Change(record)
+                }
+                Some(E::ResyncFrom(from)) => WatchEvent::Resync { from },
+                Some(E::Progress(index)) => {
+                    self.passed = self.passed.max(index);
+                    WatchEvent::Progress { index }
+                }
+                None => continue,
+            };
+            self.pending.push_back(event);
+        }
+        Ok(true)
+    }
+
+    /// The next event; None when the stream ended.
+    pub async fn next(&mut self) -> Result<Option<WatchEvent>> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Ok(Some(event));
+            }
+            if !self.fill().await? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Waits until the stream has passed `index` (e.g. [`Client::reached`] after one's own
+    /// mutations): every change up to it that this watch matches is then among the events
+    /// received (still to be taken with [`Watch::next`]). Completion of the mutations
+    /// themselves never waits on this.
+    pub async fn wait_past(&mut self, index: u64) -> Result<()> {
+        if self.passed >= index {
+            return Ok(());
+        }
+        let request = pb::WatchPastRequest {
+            watch_id: self.id,
+            index,
+        };
+        check(self.client.clone().watch_past(request).await)?;
+        while self.passed < index {
+            if !self.fill().await? {
+                return Err(MetaError::Io("the watch ended".into()));
+            }
+        }
+        Ok(())
     }
 }

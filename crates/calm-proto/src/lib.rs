@@ -23,6 +23,10 @@ pub const MESSAGE_BYTES_MAX: usize = 4 << 20;
 /// The metadata key holding a [`MetaError`] code.
 pub const ERROR_CODE_KEY: &str = "calm-code";
 
+/// Response metadata of a mutation: the changelog index reached when it committed (at least the
+/// index of its own record).
+pub const INDEX_KEY: &str = "calm-index";
+
 /// The gRPC status standing for `error`.
 pub fn status_from_error(error: &MetaError) -> tonic::Status {
     use tonic::Code;

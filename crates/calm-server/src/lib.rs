@@ -24,6 +24,7 @@ use calm_proto::changelog::{GID_KEY, SESSION_KEY, UID_KEY};
 use calm_proto::pb::changelog_server::ChangelogServer;
 use calm_proto::pb::locks_server::LocksServer;
 use calm_proto::pb::meta_server::{Meta as MetaRpc, MetaServer};
+use calm_proto::pb::watch_server::WatchServer;
 use calm_proto::{MESSAGE_BYTES_MAX, pb, status_from_error};
 use calm_store::Store;
 use tokio::net::TcpListener;
@@ -33,9 +34,11 @@ use tonic::{Request, Response, Status};
 
 pub mod changelog;
 pub mod locks;
+pub mod watch;
 
 pub use changelog::ChangelogService;
 pub use locks::{LockService, LockTable};
+pub use watch::{WatchHub, WatchService};
 
 /// Requests one client connection may have in flight at once.
 pub const STREAMS_PER_CONNECTION_MAX: usize = 1024;
@@ -86,6 +89,8 @@ pub struct ServerInfo {
     pub started: Instant,
     /// Milliseconds from start to accepting requests.
     pub ready_ms: u64,
+    /// Limits of the watch fan-out (watchers, queue per watcher, handles per watch).
+    pub watch_limits: calm_watch::Limits,
 }
 
 /// The metadata service.
@@ -119,6 +124,24 @@ impl<S: Store> MetaService<S> {
                 Err(status_from_error(&error))
             }
         }
+    }
+}
+
+impl<S: Store> MetaService<S> {
+    /// [`MetaService::answer`] for a mutation: the reply carries the changelog index reached
+    /// (response metadata [`calm_proto::INDEX_KEY`]), at least the index of the mutation's own
+    /// record; a watcher waits for its stream to pass it (own-operation completion).
+    fn mutated<T>(&self, result: Result<T, MetaError>) -> Result<Response<T>, Status> {
+        let mut response = self.answer(result)?;
+        let index = self.meta.changelog_last();
+        response.metadata_mut().insert(
+            calm_proto::INDEX_KEY,
+            index
+                .to_string()
+                .parse()
+                .expect("digits are valid metadata"),
+        );
+        Ok(response)
     }
 }
 
@@ -176,7 +199,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
             handle: r.handle,
             attr: calm_proto::setattr_from_wire(&r),
         };
-        self.answer(done_attr(self.meta.apply_as(caller, op).await))
+        self.mutated(done_attr(self.meta.apply_as(caller, op).await))
     }
 
     async fn make(&self, r: Request<pb::MakeRequest>) -> Result<Response<pb::Attr>, Status> {
@@ -194,7 +217,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
             }
             Err(error) => Err(error),
         };
-        self.answer(done_attr(result))
+        self.mutated(done_attr(result))
     }
 
     async fn link(&self, r: Request<pb::LinkRequest>) -> Result<Response<pb::Attr>, Status> {
@@ -205,7 +228,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
             parent: r.parent,
             name: r.name,
         };
-        self.answer(done_attr(self.meta.apply_as(caller, op).await))
+        self.mutated(done_attr(self.meta.apply_as(caller, op).await))
     }
 
     async fn unlink(&self, r: Request<pb::RemoveRequest>) -> Result<Response<pb::Empty>, Status> {
@@ -215,7 +238,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
             parent: r.parent,
             name: r.name,
         };
-        self.answer(done_empty(self.meta.apply_as(caller, op).await))
+        self.mutated(done_empty(self.meta.apply_as(caller, op).await))
     }
 
     async fn rmdir(&self, r: Request<pb::RemoveRequest>) -> Result<Response<pb::Empty>, Status> {
@@ -225,7 +248,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
             parent: r.parent,
             name: r.name,
         };
-        self.answer(done_empty(self.meta.apply_as(caller, op).await))
+        self.mutated(done_empty(self.meta.apply_as(caller, op).await))
     }
 
     async fn rename(&self, r: Request<pb::RenameRequest>) -> Result<Response<pb::Empty>, Status> {
@@ -238,7 +261,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
             new_name: r.new_name,
             flags: r.flags,
         };
-        self.answer(done_empty(self.meta.apply_as(caller, op).await))
+        self.mutated(done_empty(self.meta.apply_as(caller, op).await))
     }
 
     async fn readlink(
@@ -274,7 +297,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
             value: r.value,
             flags: r.flags,
         };
-        self.answer(done_empty(self.meta.apply_as(caller, op).await))
+        self.mutated(done_empty(self.meta.apply_as(caller, op).await))
     }
 
     async fn get_xattr(
@@ -304,7 +327,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
             handle: r.handle,
             name: r.name,
         };
-        self.answer(done_empty(self.meta.apply_as(caller, op).await))
+        self.mutated(done_empty(self.meta.apply_as(caller, op).await))
     }
 
     async fn stat_fs(&self, _: Request<pb::Empty>) -> Result<Response<pb::StatFsReply>, Status> {
@@ -359,10 +382,18 @@ pub async fn serve<S: Store>(
 ) -> Result<(), tonic::transport::Error> {
     let table = Arc::new(LockTable::new(calm_locks::Limits::default(), meta.epoch()));
     let leases = tokio::spawn(table.clone().run_leases());
+    let watch_limits = info.watch_limits;
     let service = MetaServer::new(MetaService::new(meta.clone(), table.clone(), info))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
     let locks = LocksServer::new(LockService::new(meta.clone(), table))
+        .max_decoding_message_size(MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(MESSAGE_BYTES_MAX);
+    let hub = WatchHub::new(meta.clone(), watch_limits);
+    if let Err(e) = hub.resume().await {
+        tracing::warn!(%e, "resuming the watch feed");
+    }
+    let watch = WatchServer::new(WatchService::new(hub))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
     let changelog = ChangelogServer::new(ChangelogService::new(meta))
@@ -381,6 +412,7 @@ pub async fn serve<S: Store>(
         .add_service(service)
         .add_service(locks)
         .add_service(changelog)
+        .add_service(watch)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await;
     leases.abort();

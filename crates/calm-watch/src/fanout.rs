@@ -114,6 +114,8 @@ pub struct Fanout {
     gone: QueueStats,
     /// Reused by `publish`.
     woken: Vec<WatcherId>,
+    /// Watchers that asked for a progress event (see [`Fanout::due`]).
+    wanting: Vec<WatcherId>,
 }
 
 fn unindex(map: &mut HashMap<Handle, Vec<WatcherId>>, key: Handle, id: WatcherId) {
@@ -332,7 +334,31 @@ impl Fanout {
             .get_mut(&id)
             .ok_or(WatchError::NoSuchWatcher(id))?;
         watcher.wanted = Some(watcher.wanted.map_or(index, |w| w.min(index)));
+        if !self.wanting.contains(&id) {
+            self.wanting.push(id);
+        }
         Ok(())
+    }
+
+    /// Watchers that asked for a progress event and whose stream has now passed the index
+    /// they named (to be woken): O(watchers that asked), not O(watchers).
+    pub fn due(&mut self) -> Vec<WatcherId> {
+        let last = self.last;
+        let watchers = &self.watchers;
+        let mut due = Vec::new();
+        self.wanting.retain(|id| match watchers.get(id) {
+            Some(w) => {
+                let position = if w.live { last } else { w.position };
+                if w.wanted.is_some_and(|want| want <= position) {
+                    due.push(*id);
+                    false
+                } else {
+                    w.wanted.is_some()
+                }
+            }
+            None => false,
+        });
+        due
     }
 
     /// Whether `id` has something to take now (with `tick`: counting a periodic progress

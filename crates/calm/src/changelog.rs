@@ -185,7 +185,7 @@ fn user_json(user: &User, now_ns: i64) -> serde_json::Value {
     })
 }
 
-fn record_json(record: &Record) -> serde_json::Value {
+pub(crate) fn record_json(record: &Record) -> serde_json::Value {
     let mut value = serde_json::json!({
         "index": record.index,
         "type": record.kind.name(),
@@ -209,7 +209,7 @@ fn record_json(record: &Record) -> serde_json::Value {
 
 /// Lustre's `lfs changelog` line: `index NNTYPE HH:MM:SS.ffffffff YYYY.MM.DD flags
 /// t=[target:gen] p=[parent] name` (and ` s=[source parent] source name` for RENME).
-fn record_line(record: &Record) -> String {
+pub(crate) fn record_line(record: &Record) -> String {
     let (date, time) = utc(record.time_ns);
     let mut line = format!(
         "{} {:02}{} {time} {date} {:#x} t=[{:#x}:{:#x}] p=[{:#x}] {}",

@@ -74,7 +74,7 @@ pub fn run(server: &str, path: &str, json: bool) -> anyhow::Result<ExitCode> {
 }
 
 /// Walks `path` from the root with lookups.
-async fn resolve(client: &calm_client::Client, path: &str) -> anyhow::Result<u64> {
+pub(crate) async fn resolve(client: &calm_client::Client, path: &str) -> anyhow::Result<u64> {
     let mut handle = calm_meta::ROOT;
     for name in path.split('/').filter(|c| !c.is_empty()) {
         handle = client

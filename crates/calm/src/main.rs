@@ -17,6 +17,7 @@ mod locks;
 mod mount;
 mod serve;
 mod status;
+mod watch;
 
 /// The metadata plane that stays fast as everything grows.
 #[derive(Debug, Parser)]
@@ -66,6 +67,25 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Follow the changes under a directory (or to a file) as they commit.
+    Watch {
+        /// Path inside calm's namespace, from its root (`/dir`).
+        path: String,
+        /// Everything below the directory, not only its entries.
+        #[arg(long)]
+        recursive: bool,
+        /// Start at this changelog index (0: from now).
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// Stop after this many changes.
+        #[arg(long)]
+        count: Option<u64>,
+        #[arg(long, default_value = "127.0.0.1:7420")]
+        server: String,
+        /// JSON lines instead of changelog lines.
+        #[arg(long)]
+        json: bool,
+    },
     /// Verify a store offline (the server may be running: fsck reads a snapshot).
     Fsck {
         /// The data directory to check.
@@ -99,6 +119,14 @@ fn main() -> ExitCode {
         Command::Status { server, json } => status::run(&server, json),
         Command::Changelog { server, command } => changelog::run(&server, command),
         Command::Locks { path, server, json } => locks::run(&server, &path, json),
+        Command::Watch {
+            path,
+            recursive,
+            from,
+            count,
+            server,
+            json,
+        } => watch::run(&server, &path, recursive, from, json, count),
         Command::Fsck { data, json } => fsck::run(&data, json),
         Command::Bench(bench) => bench::run(bench),
     };

@@ -29,12 +29,26 @@ pub struct ChangelogArgs {
     /// Deregister a reader this many records behind (0: never).
     #[arg(long, default_value_t = 0)]
     changelog_idle_records_max: u64,
+    /// Changes one watcher may have queued (coalesced per object) before it is told to resync.
+    #[arg(long, default_value_t = calm_watch::Limits::default().queue_max)]
+    watch_queue_max: usize,
+    /// Most watchers at once.
+    #[arg(long, default_value_t = calm_watch::Limits::default().watchers_max)]
+    watchers_max: usize,
     /// Run the idle-reader GC at most this often, in seconds.
     #[arg(long, default_value_t = 3600)]
     changelog_gc_interval_s: u64,
 }
 
 impl ChangelogArgs {
+    pub fn watch_limits(&self) -> calm_watch::Limits {
+        calm_watch::Limits {
+            queue_max: self.watch_queue_max.max(1),
+            watchers_max: self.watchers_max,
+            ..calm_watch::Limits::default()
+        }
+    }
+
     fn config(&self) -> ChangelogConfig {
         let ns = |s: u64| (s.min(i64::MAX as u64 / 1_000_000_000) * 1_000_000_000) as i64;
         ChangelogConfig {
@@ -56,6 +70,7 @@ pub struct Embedded {
     _lock: std::fs::File,
     pub meta: Arc<Meta<LmdbStore>>,
     data: std::path::PathBuf,
+    watch_limits: calm_watch::Limits,
 }
 
 impl Embedded {
@@ -75,6 +90,7 @@ impl Embedded {
             _lock: lock,
             meta: Arc::new(meta),
             data: data.to_path_buf(),
+            watch_limits: changelog.watch_limits(),
         })
     }
 
@@ -83,6 +99,7 @@ impl Embedded {
             data_dir: self.data.display().to_string(),
             started,
             ready_ms: started.elapsed().as_millis() as u64,
+            watch_limits: self.watch_limits,
         }
     }
 

@@ -1,0 +1,433 @@
+//! The watch service: one feed task reads the changelog as it commits (a long poll on the
+//! committer's last index), encodes each record once, and publishes it into the fan-out
+//! (`calm-watch`); one task per watch stream takes its events and sends them. A slow stream
+//! only lets its own queue coalesce or resync: the feed never waits for a watcher, and the
+//! committer never waits for the feed.
+//!
+//! The changelog writes only the record types some reader wants, so the first watch registers
+//! an internal reader, `calm-watch`, wanting every type; the feed clears it as it publishes,
+//! keeping the last [`HISTORY_RECORDS`] records so that a watch can resume from a recent index.
+//! A watch from an index the changelog no longer holds starts with a resync.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use calm_changelog::{Mask, Record};
+use calm_meta::{Handle, Kind, Meta, MetaError, ROOT};
+use calm_proto::changelog::record_to_wire;
+use calm_proto::pb::watch_server::Watch as WatchRpc;
+use calm_proto::{pb, status_from_error};
+use calm_store::Store;
+use calm_watch::{Change, Event, Fanout, Limits, Target, WatcherId};
+use prost::Message;
+use tokio::sync::{Notify, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+/// Name of the internal changelog reader that keeps records flowing to watches.
+pub const READER_NAME: &str = "calm-watch";
+/// Most events in one batch of a stream (a request may ask for fewer).
+pub const BATCH_MAX: usize = 65_536;
+/// Default events per batch.
+pub const BATCH_DEFAULT: usize = 1024;
+/// Records the feed reads from the changelog at once.
+const FEED_READ_RECORDS: usize = 4096;
+/// An idle watcher hears from its stream at least this often (a progress event).
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+/// Records the internal reader keeps behind the feed, so that a watch can resume from an index
+/// up to this far back (further back, it starts with a resync).
+pub const HISTORY_RECORDS: u64 = 65_536;
+/// Most directories whose parent the feed remembers (for subtree watches).
+const PARENTS_MAX: usize = 1 << 20;
+
+#[derive(Debug, Default)]
+struct Inner {
+    fanout: Fanout,
+    wakers: HashMap<WatcherId, Arc<Notify>>,
+}
+
+/// What every watch shares.
+#[derive(Debug)]
+pub struct WatchHub<S: Store> {
+    meta: Arc<Meta<S>>,
+    inner: Mutex<Inner>,
+    /// Directory → its parent, kept from the records themselves (MKDIR, RENME, RMDIR).
+    parents: Mutex<HashMap<Handle, Handle>>,
+    feed: tokio::sync::OnceCell<()>,
+}
+
+fn meta_status(error: &MetaError) -> Status {
+    status_from_error(error)
+}
+
+impl<S: Store> WatchHub<S> {
+    pub fn new(meta: Arc<Meta<S>>, limits: Limits) -> Arc<WatchHub<S>> {
+        let last = meta.changelog_last();
+        Arc::new(WatchHub {
+            meta,
+            inner: Mutex::new(Inner {
+                fanout: Fanout::new(limits, last),
+                wakers: HashMap::new(),
+            }),
+            parents: Mutex::new(HashMap::new()),
+            feed: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    /// Starts the feed now when an earlier run left the internal reader registered (so that
+    /// its records keep being cleared).
+    pub async fn resume(self: &Arc<Self>) -> Result<(), MetaError> {
+        let registered = self
+            .meta
+            .changelog_users()?
+            .users
+            .iter()
+            .any(|u| u.name == READER_NAME);
+        if registered {
+            self.start_feed().await?;
+        }
+        Ok(())
+    }
+
+    async fn start_feed(self: &Arc<Self>) -> Result<(), MetaError> {
+        self.feed
+            .get_or_try_init(|| async {
+                let users = self.meta.changelog_users()?;
+                let reader = match users.users.iter().find(|u| u.name == READER_NAME) {
+                    Some(user) => user.id,
+                    None => {
+                        self.meta
+                            .changelog_register(READER_NAME, Mask::all())
+                            .await?
+                            .id
+                    }
+                };
+                tokio::spawn(self.clone().feed(reader));
+                Ok::<_, MetaError>(())
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// The directories above `dir`, up to the root.
+    fn ancestors_of(&self, mut dir: Handle, out: &mut Vec<Handle>) {
+        let mut parents = self.parents.lock().expect("parents");
+        for _ in 0..4096 {
+            if dir == ROOT || dir == 0 {
+                return;
+            }
+            let parent = match parents.get(&dir) {
+                Some(parent) => *parent,
+                None => match self.meta.lookup(dir, b"..") {
+                    Ok(attr) => {
+                        if parents.len() >= PARENTS_MAX {
+                            parents.clear();
+                        }
+                        parents.insert(dir, attr.handle);
+                        attr.handle
+                    }
+                    Err(_) => return, // gone since: nothing above it to match
+                },
+            };
+            if !out.contains(&parent) {
+                out.push(parent);
+            }
+            dir = parent;
+        }
+    }
+
+    /// The change a record is, with the ancestors of its directories; keeps the parent map up
+    /// to date from the record.
+    fn change_of(&self, record: &Record) -> (Change, Vec<Handle>) {
+        use calm_changelog::RecordType as T;
+        {
+            let mut parents = self.parents.lock().expect("parents");
+            match record.kind {
+                T::Mkdir => {
+                    parents.insert(record.target, record.parent);
+                }
+                T::Rmdir => {
+                    parents.remove(&record.target);
+                }
+                T::Rename => {
+                    if let Some(parent) = parents.get_mut(&record.target) {
+                        *parent = record.parent;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let change = Change {
+            index: record.index,
+            object: record.target,
+            dir: record.parent,
+            other_dir: record.rename.as_ref().map_or(0, |r| r.source_parent),
+            encoded: Arc::from(record_to_wire(record).encode_to_vec()),
+        };
+        let mut ancestors = Vec::new();
+        for dir in change.dirs() {
+            self.ancestors_of(dir, &mut ancestors);
+        }
+        (change, ancestors)
+    }
+
+    async fn feed(self: Arc<Self>, reader: calm_changelog::UserId) {
+        let mut next = self.inner.lock().expect("watch hub").fanout.last() + 1;
+        let mut cleared = next - 1;
+        loop {
+            let records = match self
+                .meta
+                .changelog_read(next, FEED_READ_RECORDS, usize::MAX, None)
+            {
+                Ok(records) => records,
+                Err(e) => {
+                    tracing::warn!(%e, "watch feed: reading the changelog");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            if records.is_empty() {
+                // Nothing new: let the purge have what is older than the history kept, then
+                // wait for the next commit.
+                let keep_from = (next - 1).saturating_sub(HISTORY_RECORDS);
+                if cleared < keep_from {
+                    match self.meta.changelog_clear(reader, keep_from).await {
+                        Ok(_) => cleared = keep_from,
+                        Err(e) => tracing::warn!(%e, "watch feed: clearing its reader"),
+                    }
+                }
+                self.meta.changelog_wait(next - 1, PROGRESS_EVERY).await;
+                continue;
+            }
+            let changes: Vec<(Change, Vec<Handle>)> =
+                records.iter().map(|r| self.change_of(r)).collect();
+            next = records.last().expect("not empty").index + 1;
+            {
+                let mut inner = self.inner.lock().expect("watch hub");
+                let Inner { fanout, wakers } = &mut *inner;
+                for (change, ancestors) in changes {
+                    for id in fanout.publish(change, &ancestors) {
+                        if let Some(waker) = wakers.get(id) {
+                            waker.notify_one();
+                        }
+                    }
+                }
+                // Watchers waiting to hear that their stream passed an index now passed.
+                for id in fanout.due() {
+                    if let Some(waker) = wakers.get(&id) {
+                        waker.notify_one();
+                    }
+                }
+            }
+            let published = next - 1;
+            let keep_from = published.saturating_sub(HISTORY_RECORDS);
+            if keep_from >= cleared + 65_536 {
+                match self.meta.changelog_clear(reader, keep_from).await {
+                    Ok(_) => cleared = keep_from,
+                    Err(e) => tracing::warn!(%e, "watch feed: clearing its reader"),
+                }
+            }
+        }
+    }
+
+    fn validate(&self, request: &pb::WatchRequest) -> Result<Target, MetaError> {
+        if request.dir != 0 {
+            if !request.handles.is_empty() {
+                return Err(MetaError::Invalid(
+                    "a watch names a directory or handles, not both".into(),
+                ));
+            }
+            let attr = self.meta.getattr(request.dir)?;
+            if attr.kind != Kind::Dir {
+                return Err(MetaError::NotDir);
+            }
+            return Ok(Target::Dir {
+                handle: request.dir,
+                recursive: request.recursive,
+            });
+        }
+        if request.recursive {
+            return Err(MetaError::Invalid(
+                "recursive applies to a directory watch".into(),
+            ));
+        }
+        for handle in &request.handles {
+            self.meta.getattr(*handle)?;
+        }
+        Ok(Target::Handles(request.handles.clone()))
+    }
+
+    /// Replays the changelog to a watcher that starts in the past, until it is live.
+    async fn catch_up(&self, id: WatcherId, from: u64) -> Result<(), MetaError> {
+        let mut position = from.saturating_sub(1);
+        loop {
+            let first = self.meta.changelog_users()?.first;
+            let records =
+                self.meta
+                    .changelog_read(position + 1, FEED_READ_RECORDS, usize::MAX, None)?;
+            // The history asked for is gone when its first record has been purged.
+            let purged = position + 1 < first;
+            let through = records
+                .last()
+                .map_or(self.meta.changelog_last(), |r| r.index);
+            let changes: Vec<(Change, Vec<Handle>)> =
+                records.iter().map(|r| self.change_of(r)).collect();
+            let live = self
+                .inner
+                .lock()
+                .expect("watch hub")
+                .fanout
+                .catch_up(id, changes, through, purged)
+                .map_err(|e| MetaError::Io(e.to_string()))?;
+            if live {
+                return Ok(());
+            }
+            position = through;
+            if records.is_empty() {
+                // Caught up with the changelog, not yet with the fan-out: wait for the feed.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    }
+
+    /// One stream: takes the watcher's events whenever it is woken (or every second, for a
+    /// progress event) and sends them; ends when the client goes away.
+    async fn stream(
+        self: Arc<Self>,
+        id: WatcherId,
+        from: u64,
+        live: bool,
+        batch_max: usize,
+        waker: Arc<Notify>,
+        tx: mpsc::Sender<Result<pb::WatchBatch, Status>>,
+    ) {
+        if !live && let Err(e) = self.catch_up(id, from).await {
+            let _ = tx.send(Err(meta_status(&e))).await;
+            self.unwatch(id);
+            return;
+        }
+        loop {
+            let woken = tokio::time::timeout(PROGRESS_EVERY, waker.notified()).await;
+            let tick = woken.is_err();
+            let events = {
+                let mut inner = self.inner.lock().expect("watch hub");
+                match inner.fanout.take(id, batch_max, tick) {
+                    Ok(events) => events,
+                    Err(_) => return,
+                }
+            };
+            if events.is_empty() {
+                if tx.is_closed() {
+                    break;
+                }
+                continue;
+            }
+            let more = events.len() == batch_max;
+            let batch = pb::WatchBatch {
+                watch_id: id,
+                events: events.into_iter().map(event_to_wire).collect(),
+            };
+            if tx.send(Ok(batch)).await.is_err() {
+                break;
+            }
+            if more {
+                waker.notify_one();
+            }
+        }
+        self.unwatch(id);
+    }
+
+    fn unwatch(&self, id: WatcherId) {
+        let mut inner = self.inner.lock().expect("watch hub");
+        let _ = inner.fanout.unwatch(id);
+        inner.wakers.remove(&id);
+    }
+
+    /// Watchers, published changes, deliveries, coalesced changes and resyncs so far.
+    pub fn stats(&self) -> calm_watch::FanoutStats {
+        self.inner.lock().expect("watch hub").fanout.stats()
+    }
+}
+
+fn event_to_wire(event: Event) -> pb::WatchEvent {
+    use pb::watch_event::Event as E;
+    pb::WatchEvent {
+        event: Some(match event {
+            Event::Change(change) => E::Record(change.encoded.to_vec()),
+            Event::Resync { from } => E::ResyncFrom(from),
+            Event::Progress { index } => E::Progress(index),
+        }),
+    }
+}
+
+#[derive(Debug)]
+pub struct WatchService<S: Store> {
+    hub: Arc<WatchHub<S>>,
+}
+
+impl<S: Store> WatchService<S> {
+    pub fn new(hub: Arc<WatchHub<S>>) -> Self {
+        WatchService { hub }
+    }
+}
+
+#[tonic::async_trait]
+impl<S: Store> WatchRpc for WatchService<S> {
+    type WatchStream = ReceiverStream<Result<pb::WatchBatch, Status>>;
+
+    async fn watch(
+        &self,
+        r: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let r = r.into_inner();
+        let target = self.hub.validate(&r).map_err(|e| meta_status(&e))?;
+        let batch_max = match r.batch_max as usize {
+            0 => BATCH_DEFAULT,
+            n => n.min(BATCH_MAX),
+        };
+        self.hub.start_feed().await.map_err(|e| meta_status(&e))?;
+        let from = if r.from == 0 { u64::MAX } else { r.from };
+        let waker = Arc::new(Notify::new());
+        let (id, live) = {
+            let mut inner = self.hub.inner.lock().expect("watch hub");
+            let (id, live) = inner
+                .fanout
+                .watch(target, from)
+                .map_err(|e| Status::resource_exhausted(e.to_string()))?;
+            inner.wakers.insert(id, waker.clone());
+            (id, live)
+        };
+        let (tx, rx) = mpsc::channel(4);
+        // The first batch names the watch at once, so that WatchPast can be used before any
+        // change arrives.
+        let _ = tx
+            .send(Ok(pb::WatchBatch {
+                watch_id: id,
+                events: Vec::new(),
+            }))
+            .await;
+        tokio::spawn(
+            self.hub
+                .clone()
+                .stream(id, from, live, batch_max, waker, tx),
+        );
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn watch_past(
+        &self,
+        r: Request<pb::WatchPastRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let r = r.into_inner();
+        let mut inner = self.hub.inner.lock().expect("watch hub");
+        inner
+            .fanout
+            .want_progress(r.watch_id, r.index)
+            .map_err(|e| Status::not_found(e.to_string()))?;
+        if let Some(waker) = inner.wakers.get(&r.watch_id) {
+            waker.notify_one();
+        }
+        Ok(Response::new(pb::Empty {}))
+    }
+}
