@@ -12,6 +12,8 @@
 //!   backlog against the peak create rate.
 //! - [`locks`]: seed 001 (Lustre flock): N byte-range locks on one resource against a naive
 //!   list and the kernel's own fcntl locks.
+//! - [`storm`]: seed 002 (systemd mount storms): mount-table watchers through a storm of bind
+//!   mounts, and namespace watchers through a storm of creates.
 //! - [`mount`]: system calls through a real calm mount (create, stat, unlink, N fcntl locks on
 //!   one file) against the same calls on the kernel's tmpfs.
 
@@ -22,6 +24,7 @@ pub mod mdtest;
 pub mod mount;
 pub mod plot;
 pub mod startup;
+pub mod storm;
 
 use std::time::Duration;
 

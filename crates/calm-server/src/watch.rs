@@ -90,7 +90,8 @@ impl<S: Store> WatchHub<S> {
         Ok(())
     }
 
-    async fn start_feed(self: &Arc<Self>) -> Result<(), MetaError> {
+    /// Starts the feed (registering the internal reader when needed) if it is not running.
+    pub async fn start_feed(self: &Arc<Self>) -> Result<(), MetaError> {
         self.feed
             .get_or_try_init(|| async {
                 let users = self.meta.changelog_users()?;
@@ -259,7 +260,7 @@ impl<S: Store> WatchHub<S> {
     }
 
     /// Replays the changelog to a watcher that starts in the past, until it is live.
-    async fn catch_up(&self, id: WatcherId, from: u64) -> Result<(), MetaError> {
+    pub async fn catch_up(&self, id: WatcherId, from: u64) -> Result<(), MetaError> {
         let mut position = from.saturating_sub(1);
         loop {
             let first = self.meta.changelog_users()?.first;
@@ -338,7 +339,37 @@ impl<S: Store> WatchHub<S> {
         self.unwatch(id);
     }
 
-    fn unwatch(&self, id: WatcherId) {
+    /// Adds an in-process watcher (what a stream does, without the stream): from index `from`
+    /// (`u64::MAX`: from now). Returns its id, the `Notify` woken when it has something to
+    /// take, and whether it is live already (otherwise run [`WatchHub::catch_up`] first).
+    pub async fn subscribe(
+        self: &Arc<Self>,
+        target: Target,
+        from: u64,
+    ) -> Result<(WatcherId, Arc<Notify>, bool), MetaError> {
+        self.start_feed().await?;
+        let waker = Arc::new(Notify::new());
+        let mut inner = self.inner.lock().expect("watch hub");
+        let (id, live) = inner
+            .fanout
+            .watch(target, from)
+            .map_err(|e| MetaError::NoSpace(e.to_string()))?;
+        inner.wakers.insert(id, waker.clone());
+        Ok((id, waker, live))
+    }
+
+    /// Up to `max` events of watcher `id` (see [`Fanout::take`]).
+    pub fn take(&self, id: WatcherId, max: usize, tick: bool) -> Vec<Event> {
+        self.inner
+            .lock()
+            .expect("watch hub")
+            .fanout
+            .take(id, max, tick)
+            .unwrap_or_default()
+    }
+
+    /// Removes a watcher.
+    pub fn unwatch(&self, id: WatcherId) {
         let mut inner = self.inner.lock().expect("watch hub");
         let _ = inner.fanout.unwatch(id);
         inner.wakers.remove(&id);
@@ -386,18 +417,12 @@ impl<S: Store> WatchRpc for WatchService<S> {
             0 => BATCH_DEFAULT,
             n => n.min(BATCH_MAX),
         };
-        self.hub.start_feed().await.map_err(|e| meta_status(&e))?;
         let from = if r.from == 0 { u64::MAX } else { r.from };
-        let waker = Arc::new(Notify::new());
-        let (id, live) = {
-            let mut inner = self.hub.inner.lock().expect("watch hub");
-            let (id, live) = inner
-                .fanout
-                .watch(target, from)
-                .map_err(|e| Status::resource_exhausted(e.to_string()))?;
-            inner.wakers.insert(id, waker.clone());
-            (id, live)
-        };
+        let (id, waker, live) = self
+            .hub
+            .subscribe(target, from)
+            .await
+            .map_err(|e| meta_status(&e))?;
         let (tx, rx) = mpsc::channel(4);
         // The first batch names the watch at once, so that WatchPast can be used before any
         // change arrives.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, anyhow};
-use calm_bench::{changelog, locks, mdtest, mount, plot, startup};
+use calm_bench::{changelog, locks, mdtest, mount, plot, startup, storm};
 use clap::Subcommand;
 
 #[derive(Debug, Subcommand)]
@@ -57,6 +57,27 @@ pub enum Bench {
         /// Write an SVG plot of the times over N.
         #[arg(long)]
         plot: Option<PathBuf>,
+    },
+    /// Seed 002: mount-table watchers through a storm of bind mounts (none, naive, the seed's
+    /// budget, calm's fanotify watcher), and namespace watchers through a storm of creates.
+    Storm {
+        /// Bind-mount counts, comma-separated (0: skip the mount part).
+        #[arg(long, value_delimiter = ',', default_value = "2000,10000")]
+        mounts: Vec<usize>,
+        /// Namespace watcher counts, comma-separated (0 is always run, as the baseline).
+        #[arg(long, value_delimiter = ',', default_value = "0,100,10000")]
+        watchers: Vec<usize>,
+        /// Creates per namespace run.
+        #[arg(long, default_value_t = 100_000)]
+        creates: u64,
+        /// Concurrent creating tasks.
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        /// Where the temporary stores and mount points are made.
+        #[arg(long, default_value_os_t = std::env::temp_dir())]
+        dir: PathBuf,
+        #[arg(long)]
+        json: bool,
     },
     /// System calls through a real calm mount against the same calls on tmpfs: create, stat and
     /// unlink rates, and N non-overlapping fcntl write locks on one file.
@@ -143,6 +164,70 @@ fn emit(json: bool, lines: &[String], report: &impl serde::Serialize) -> anyhow:
 
 pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
     match bench {
+        Bench::Storm {
+            mounts,
+            watchers,
+            creates,
+            clients,
+            dir,
+            json,
+        } => {
+            let options = storm::StormOptions {
+                mounts,
+                watchers,
+                creates,
+                clients,
+                dir,
+            };
+            let report = storm::run(&options).map_err(|e| anyhow!(e))?;
+            let mut lines = vec![format!(
+                "{:>7} {:>8} {:>11} {:>13} {:>13} {:>9} {:>6} {:>9}",
+                "mounts",
+                "watcher",
+                "producer s",
+                "producer cpu",
+                "watcher cpu",
+                "share",
+                "exact",
+                "settle s"
+            )];
+            for r in &report.mounts {
+                lines.push(format!(
+                    "{:>7} {:>8} {:>11.3} {:>13.3} {:>13.3} {:>8.1}% {:>6} {:>9.3}",
+                    r.mounts,
+                    r.watcher,
+                    r.producer_s,
+                    r.producer_cpu_s,
+                    r.watcher_cpu_s,
+                    100.0 * r.watcher_share,
+                    r.exact,
+                    r.settle_s
+                ));
+            }
+            lines.push(format!(
+                "{:>9} {:>9} {:>12} {:>10} {:>12} {:>15} {:>11}",
+                "watchers",
+                "creates",
+                "creates/s",
+                "slowdown",
+                "deliveries",
+                "deliveries/s",
+                "max lag ms"
+            ));
+            for r in &report.namespace {
+                lines.push(format!(
+                    "{:>9} {:>9} {:>12.0} {:>9.1}% {:>12} {:>15.0} {:>11.1}",
+                    r.watchers,
+                    r.creates,
+                    r.ops_per_sec,
+                    100.0 * r.slowdown,
+                    r.deliveries,
+                    r.deliveries_per_sec,
+                    r.max_lag_ms
+                ));
+            }
+            emit(json, &lines, &report)?;
+        }
         Bench::Mount {
             files,
             threads,
