@@ -30,6 +30,9 @@ pub struct StormOptions {
     pub creates: u64,
     /// Concurrent creating tasks.
     pub clients: usize,
+    /// Rounds of the namespace runs (every watcher count once per round, in rotation, so that
+    /// the machine's drift falls on all of them); medians are reported.
+    pub repeat: usize,
     /// Where the temporary stores and mount points are made.
     pub dir: PathBuf,
 }
@@ -58,6 +61,8 @@ pub struct NamespaceResult {
     pub deliveries: u64,
     pub deliveries_per_sec: f64,
     pub max_lag_ms: f64,
+    /// Every round's rate (the median is `ops_per_sec`).
+    pub rates: Vec<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -365,26 +370,38 @@ pub fn run(options: &StormOptions) -> Result<StormReport, String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let mut namespace = Vec::new();
-    let mut base_rate = None;
     let mut counts = options.watchers.clone();
     if !counts.contains(&0) {
         counts.insert(0, 0);
     }
-    for watchers in counts {
-        let (rate, deliveries, per_sec, lag) =
-            runtime.block_on(namespace_run(options, watchers))?;
-        let base = *base_rate.get_or_insert(rate);
-        namespace.push(NamespaceResult {
-            watchers,
-            creates: options.creates / options.clients as u64 * options.clients as u64,
-            ops_per_sec: rate,
-            slowdown: 1.0 - rate / base,
-            deliveries,
-            deliveries_per_sec: per_sec,
-            max_lag_ms: lag,
-        });
+    let mut runs: Vec<Vec<(f64, u64, f64, f64)>> = vec![Vec::new(); counts.len()];
+    for _ in 0..options.repeat.max(1) {
+        for (i, &watchers) in counts.iter().enumerate() {
+            runs[i].push(runtime.block_on(namespace_run(options, watchers))?);
+        }
     }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let base_rate = median(runs[0].iter().map(|r| r.0).collect());
+    let namespace = counts
+        .iter()
+        .zip(runs)
+        .map(|(&watchers, runs)| {
+            let rate = median(runs.iter().map(|r| r.0).collect());
+            NamespaceResult {
+                watchers,
+                creates: options.creates / options.clients as u64 * options.clients as u64,
+                ops_per_sec: rate,
+                slowdown: 1.0 - rate / base_rate,
+                deliveries: runs[0].1,
+                deliveries_per_sec: median(runs.iter().map(|r| r.2).collect()),
+                max_lag_ms: median(runs.iter().map(|r| r.3).collect()),
+                rates: runs.iter().map(|r| r.0).collect(),
+            }
+        })
+        .collect();
     Ok(StormReport {
         bench: "storm",
         private_namespace,

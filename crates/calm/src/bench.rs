@@ -73,6 +73,9 @@ pub enum Bench {
         /// Concurrent creating tasks.
         #[arg(long, default_value_t = 64)]
         clients: usize,
+        /// Rounds of the namespace runs (medians reported).
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
         /// Where the temporary stores and mount points are made.
         #[arg(long, default_value_os_t = std::env::temp_dir())]
         dir: PathBuf,
@@ -169,6 +172,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             watchers,
             creates,
             clients,
+            repeat,
             dir,
             json,
         } => {
@@ -177,6 +181,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 watchers,
                 creates,
                 clients,
+                repeat,
                 dir,
             };
             let report = storm::run(&options).map_err(|e| anyhow!(e))?;
