@@ -334,15 +334,6 @@ pub fn mountinfo_fd() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// CPU time this thread has used.
-pub fn thread_cpu() -> std::time::Duration {
-    // SAFETY: timespec is plain data.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: clock_gettime(2) into a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -58,6 +58,10 @@ struct Shared {
     changed: Condvar,
     /// Written to stop the thread or to make it look at `awaiting` again.
     wake: OwnedFd,
+    /// Threads in `wait_until` (the watcher signals the condvar only when there are some).
+    waiting: std::sync::atomic::AtomicUsize,
+    /// The watcher thread's CPU clock (read on demand by `stats`, not per event).
+    clock: Mutex<Option<libc::clockid_t>>,
 }
 
 impl Shared {
@@ -70,7 +74,6 @@ impl Shared {
     fn apply(&self, changes: Vec<MountChange>, stats: impl FnOnce(&mut WatcherStats)) {
         let mut state = self.state.lock().expect("mount watcher");
         stats(&mut state.stats);
-        state.stats.cpu = kernel::thread_cpu();
         if !changes.is_empty() {
             state.subscribers.retain(|tx| {
                 changes.iter().all(|c| match tx.try_send(c.clone()) {
@@ -84,7 +87,9 @@ impl Shared {
             });
         }
         drop(state);
-        self.changed.notify_all();
+        if self.waiting.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            self.changed.notify_all();
+        }
     }
 }
 
@@ -151,6 +156,8 @@ impl MountWatcher {
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             wake: eventfd()?,
+            waiting: std::sync::atomic::AtomicUsize::new(0),
+            clock: Mutex::new(None),
         });
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -160,6 +167,12 @@ impl MountWatcher {
             std::thread::Builder::new()
                 .name("calm-mounts".into())
                 .spawn(move || {
+                    let mut clock: libc::clockid_t = 0;
+                    // SAFETY: pthread_getcpuclockid(3) of this thread into a valid clockid_t.
+                    if unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) } == 0
+                    {
+                        *shared.clock.lock().expect("clock") = Some(clock);
+                    }
                     let result = match mode {
                         Mode::Fanotify => run_fanotify(&shared, &stop, ready_tx),
                         Mode::Mountinfo { budget } => {
@@ -207,7 +220,17 @@ impl MountWatcher {
     }
 
     pub fn stats(&self) -> WatcherStats {
-        self.shared.state.lock().expect("mount watcher").stats
+        let mut stats = self.shared.state.lock().expect("mount watcher").stats;
+        if let Some(clock) = *self.shared.clock.lock().expect("clock") {
+            // SAFETY: timespec is plain data; clock_gettime(2) of the watcher thread's CPU clock
+            // (valid while the thread runs, which it does as long as `self` lives).
+            let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            if unsafe { libc::clock_gettime(clock, &mut ts) } == 0 {
+                stats.cpu = Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
+            }
+        }
+        stats
     }
 
     /// Changes from now on (see [`SUBSCRIBER_QUEUE_MAX`]).
@@ -241,18 +264,22 @@ impl MountWatcher {
     /// Waits until `pred(table)` holds or `timeout` passes; returns whether it held.
     pub fn wait_until(&self, timeout: Duration, pred: impl Fn(&MountTable) -> bool) -> bool {
         let deadline = Instant::now() + timeout;
+        let waiting = &self.shared.waiting;
+        waiting.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let mut state = self.shared.state.lock().expect("mount watcher");
         loop {
-            if pred(&state.table) {
-                return true;
-            }
-            if state.failed.is_some() {
-                return false;
+            let done = if pred(&state.table) {
+                Some(true)
+            } else if state.failed.is_some() || Instant::now() >= deadline {
+                Some(false)
+            } else {
+                None
+            };
+            if let Some(done) = done {
+                waiting.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                return done;
             }
             let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
             state = self
                 .shared
                 .changed
