@@ -1,4 +1,11 @@
-//! `calm-node`: the storage-node agent. Today: [`mounts`], an exact in-memory mount table of a
-//! mount namespace, kept from the kernel's mount events.
+//! `calm-node`: the storage-node agent.
+//!
+//! - [`mounts`]: an exact in-memory mount table of a mount namespace, kept from the kernel's
+//!   mount events;
+//! - [`label`]: the target label (versioned, checksummed) that makes a device or directory a
+//!   calm target;
+//! - [`pools`]: pool assembly, O(1) per arrival, each pool activated exactly once.
 
+pub mod label;
 pub mod mounts;
+pub mod pools;
