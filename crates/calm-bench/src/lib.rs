@@ -12,11 +12,14 @@
 //!   backlog against the peak create rate.
 //! - [`locks`]: seed 001 (Lustre flock): N byte-range locks on one resource against a naive
 //!   list and the kernel's own fcntl locks.
+//! - [`activation`]: seed 000 (LVM event activation): simulated device arrivals in pools of 4,
+//!   calm's O(1) assembly against a rescan of every known device per event.
 //! - [`storm`]: seed 002 (systemd mount storms): mount-table watchers through a storm of bind
 //!   mounts, and namespace watchers through a storm of creates.
 //! - [`mount`]: system calls through a real calm mount (create, stat, unlink, N fcntl locks on
 //!   one file) against the same calls on the kernel's tmpfs.
 
+pub mod activation;
 pub mod alloc;
 pub mod changelog;
 pub mod locks;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, anyhow};
-use calm_bench::{changelog, locks, mdtest, mount, plot, startup, storm};
+use calm_bench::{activation, changelog, locks, mdtest, mount, plot, startup, storm};
 use clap::Subcommand;
 
 #[derive(Debug, Subcommand)]
@@ -57,6 +57,18 @@ pub enum Bench {
         /// Write an SVG plot of the times over N.
         #[arg(long)]
         plot: Option<PathBuf>,
+    },
+    /// Seed 000: simulated device arrivals in pools of 4, calm's assembly against a rescan of
+    /// every known device per event.
+    Activation {
+        /// Device counts, comma-separated (multiples of 4).
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
+        devices: Vec<u64>,
+        /// Longest one baseline run may take, in seconds.
+        #[arg(long, default_value_t = 60.0)]
+        cap_seconds: f64,
+        #[arg(long)]
+        json: bool,
     },
     /// Seed 002: mount-table watchers through a storm of bind mounts (none, naive, the seed's
     /// budget, calm's fanotify watcher), and namespace watchers through a storm of creates.
@@ -167,6 +179,34 @@ fn emit(json: bool, lines: &[String], report: &impl serde::Serialize) -> anyhow:
 
 pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
     match bench {
+        Bench::Activation {
+            devices,
+            cap_seconds,
+            json,
+        } => {
+            let report = activation::run(&activation::ActivationOptions {
+                devices,
+                cap_seconds,
+            })
+            .map_err(|e| anyhow!(e))?;
+            let mut lines = vec![format!(
+                "{:>8} {:>7} {:>12} {:>14} {:>8} {:>9} {:>8}",
+                "devices", "impl", "seconds", "cpu µs/event", "pools", "events", "stopped"
+            )];
+            for r in &report.results {
+                lines.push(format!(
+                    "{:>8} {:>7} {:>12.6} {:>14.3} {:>8} {:>9} {:>8}",
+                    r.devices,
+                    r.implementation,
+                    r.seconds,
+                    r.cpu_us_per_event,
+                    r.pools_active,
+                    r.events,
+                    r.stopped
+                ));
+            }
+            emit(json, &lines, &report)?;
+        }
         Bench::Storm {
             mounts,
             watchers,
