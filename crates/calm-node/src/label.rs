@@ -16,11 +16,12 @@
 //!   61+n     4  CRC-32 (IEEE) of every byte before it
 //! ```
 //!
-//! A block device carries it at byte 4096 (clear of partition tables and most file-system
-//! superblocks' first sector); a directory in the file `.calm-target`.
+//! A block device carries it in its first 512 bytes, the boot area that ext4 and btrfs leave
+//! unused (make the file system first, then format the target; XFS, whose superblock is in
+//! sector 0, cannot carry it); a directory in the file `.calm-target`.
 
 /// Where the label sits on a block device.
-pub const DEVICE_OFFSET: u64 = 4096;
+pub const DEVICE_OFFSET: u64 = 0;
 /// The label file of a directory target.
 pub const DIR_FILE: &str = ".calm-target";
 pub const MAGIC: [u8; 8] = *b"CALMTGT\0";
@@ -81,6 +82,92 @@ pub fn crc32(bytes: &[u8]) -> u32 {
         }
     }
     !crc
+}
+
+/// Reads the label of a block device (`dev`) or a directory target.
+pub fn read(path: &std::path::Path) -> Result<Label, ReadError> {
+    use std::os::unix::fs::FileExt;
+    let bytes = if path.is_dir() {
+        std::fs::read(path.join(DIR_FILE)).map_err(ReadError::Io)?
+    } else {
+        let file = std::fs::File::open(path).map_err(ReadError::Io)?;
+        let mut buf = vec![0u8; LABEL_MAX];
+        let n = file
+            .read_at(&mut buf, DEVICE_OFFSET)
+            .map_err(ReadError::Io)?;
+        buf.truncate(n);
+        buf
+    };
+    Label::decode(&bytes).map_err(ReadError::Label)
+}
+
+/// Writes `label` to a block device or a directory target, durably.
+pub fn write(path: &std::path::Path, label: &Label) -> Result<(), ReadError> {
+    use std::io::Write;
+    use std::os::unix::fs::FileExt;
+    let bytes = label.encode().map_err(ReadError::Label)?;
+    if path.is_dir() {
+        let tmp = path.join(format!("{DIR_FILE}.tmp"));
+        let mut file = std::fs::File::create(&tmp).map_err(ReadError::Io)?;
+        file.write_all(&bytes).map_err(ReadError::Io)?;
+        file.sync_all().map_err(ReadError::Io)?;
+        std::fs::rename(&tmp, path.join(DIR_FILE)).map_err(ReadError::Io)?;
+        std::fs::File::open(path)
+            .and_then(|d| d.sync_all())
+            .map_err(ReadError::Io)
+    } else {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(ReadError::Io)?;
+        file.write_all_at(&bytes, DEVICE_OFFSET)
+            .map_err(ReadError::Io)?;
+        file.sync_all().map_err(ReadError::Io)
+    }
+}
+
+/// Why a label could not be read or written.
+#[derive(Debug)]
+pub enum ReadError {
+    Io(std::io::Error),
+    Label(LabelError),
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Io(e) => write!(f, "{e}"),
+            ReadError::Label(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// A fresh random uuid.
+pub fn random_uuid() -> std::io::Result<Uuid> {
+    let mut u = [0u8; 16];
+    // SAFETY: getrandom(2) into our 16-byte buffer.
+    let n = unsafe { libc::getrandom(u.as_mut_ptr().cast(), u.len(), 0) };
+    if n != 16 {
+        return Err(std::io::Error::last_os_error());
+    }
+    u[6] = (u[6] & 0x0f) | 0x40; // version 4
+    u[8] = (u[8] & 0x3f) | 0x80; // RFC 4122 variant
+    Ok(u)
+}
+
+/// Parses a uuid's text form.
+pub fn parse_uuid(text: &str) -> Option<Uuid> {
+    let hex: String = text.chars().filter(|c| *c != '-').collect();
+    if hex.len() != 32 {
+        return None;
+    }
+    let mut u = [0u8; 16];
+    for (i, byte) in u.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(u)
 }
 
 impl Label {

@@ -4,8 +4,12 @@
 //!   mount events;
 //! - [`label`]: the target label (versioned, checksummed) that makes a device or directory a
 //!   calm target;
-//! - [`pools`]: pool assembly, O(1) per arrival, each pool activated exactly once.
+//! - [`pools`]: pool assembly, O(1) per arrival, each pool activated exactly once;
+//! - [`uevent`]: kernel uevents (NETLINK_KOBJECT_UEVENT) and the uevent sequence number;
+//! - [`agent`]: `calm node`: enumerate at sequence R, follow uevents from R, activate pools.
 
+pub mod agent;
 pub mod label;
 pub mod mounts;
 pub mod pools;
+pub mod uevent;

@@ -15,6 +15,7 @@ static ALLOCATOR: calm_bench::alloc::Counting = calm_bench::alloc::Counting;
 mod fsck;
 mod locks;
 mod mount;
+mod node;
 mod serve;
 mod status;
 mod watch;
@@ -86,6 +87,37 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Target labels: format a device or directory as a pool member, or show its label.
+    #[command(subcommand)]
+    Target(node::TargetCommand),
+    /// The storage-node agent: discover targets, assemble pools, activate each once.
+    Node {
+        /// Where pools are mounted (ROOT/pools/POOL/INDEX) and pools.json is kept.
+        #[arg(long)]
+        root: PathBuf,
+        /// Directory targets (besides every block device).
+        #[arg(long, num_args = 1..)]
+        targets: Vec<PathBuf>,
+        /// Labels read at once during an enumeration.
+        #[arg(long, default_value_t = 16)]
+        read_parallelism: usize,
+        /// Pools activated at once.
+        #[arg(long, default_value_t = 8)]
+        activation_workers: usize,
+        /// Activate a pool degraded when members are still missing this long after its first.
+        #[arg(long)]
+        degraded_after_s: Option<u64>,
+        /// Only this pool (repeatable; default: every pool found).
+        #[arg(long = "pool")]
+        pools: Vec<String>,
+    },
+    /// The pools a node agent knows: members present and missing, state, activation time.
+    Pools {
+        #[arg(long)]
+        root: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
     /// Verify a store offline (the server may be running: fsck reads a snapshot).
     Fsck {
         /// The data directory to check.
@@ -127,6 +159,23 @@ fn main() -> ExitCode {
             server,
             json,
         } => watch::run(&server, &path, recursive, from, json, count),
+        Command::Target(command) => node::target(command),
+        Command::Node {
+            root,
+            targets,
+            read_parallelism,
+            activation_workers,
+            degraded_after_s,
+            pools,
+        } => node::node(
+            &root,
+            targets,
+            read_parallelism,
+            activation_workers,
+            degraded_after_s,
+            pools,
+        ),
+        Command::Pools { root, json } => node::pools(&root, json),
         Command::Fsck { data, json } => fsck::run(&data, json),
         Command::Bench(bench) => bench::run(bench),
     };

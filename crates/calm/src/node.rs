@@ -1,0 +1,180 @@
+//! `calm target format`, `calm node`, `calm pools`: label targets, run the storage-node agent,
+//! list its pools.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use calm_node::agent::{NodeOptions, run as run_agent};
+use calm_node::label::{self, Label, parse_uuid, random_uuid, uuid_text};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum TargetCommand {
+    /// Write a target label onto a block device (its first 512 bytes, which ext4 and btrfs
+    /// leave unused: make the file system first) or into a directory.
+    Format {
+        path: PathBuf,
+        #[arg(long)]
+        pool: String,
+        #[arg(long)]
+        index: u32,
+        #[arg(long)]
+        count: u32,
+        /// The pool's uuid (every member of a pool carries the same one; new when absent).
+        #[arg(long)]
+        pool_uuid: Option<String>,
+        /// Raise it when re-creating a pool: older members become stale.
+        #[arg(long, default_value_t = 1)]
+        generation: u64,
+    },
+    /// Print a target's label.
+    Show { path: PathBuf },
+}
+
+pub fn target(command: TargetCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        TargetCommand::Format {
+            path,
+            pool,
+            index,
+            count,
+            pool_uuid,
+            generation,
+        } => {
+            let pool_uuid = match pool_uuid {
+                Some(text) => parse_uuid(&text)
+                    .ok_or_else(|| anyhow!("--pool-uuid {text:?} is not a uuid"))?,
+                None => random_uuid()?,
+            };
+            let label = Label {
+                target: random_uuid()?,
+                pool: pool_uuid,
+                pool_name: pool,
+                index,
+                count,
+                generation,
+            };
+            label.validate().map_err(|e| anyhow!(e))?;
+            label::write(&path, &label).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+            println!(
+                "{}: target {} member {index} of {count} of pool {:?} {} generation {generation}",
+                path.display(),
+                uuid_text(&label.target),
+                label.pool_name,
+                uuid_text(&label.pool)
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        TargetCommand::Show { path } => {
+            let label = label::read(&path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+            println!(
+                "target {} pool {:?} {} member {} of {} generation {}",
+                uuid_text(&label.target),
+                label.pool_name,
+                uuid_text(&label.pool),
+                label.index,
+                label.count,
+                label.generation
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+static RESCAN: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(signal: libc::c_int) {
+    if signal == libc::SIGHUP {
+        RESCAN.store(true, Ordering::Release);
+    } else {
+        STOP.store(true, Ordering::Release);
+    }
+}
+
+pub fn node(
+    root: &Path,
+    targets: Vec<PathBuf>,
+    read_parallelism: usize,
+    activation_workers: usize,
+    degraded_after_s: Option<u64>,
+    pools: Vec<String>,
+) -> anyhow::Result<ExitCode> {
+    for t in &targets {
+        if !t.is_dir() {
+            bail!("--targets {}: not a directory", t.display());
+        }
+    }
+    // SAFETY: installing an async-signal-safe handler (it only stores to an atomic).
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGHUP, on_signal as *const () as libc::sighandler_t);
+    }
+    let options = NodeOptions {
+        root: root.to_path_buf(),
+        target_dirs: targets,
+        read_parallelism,
+        activation_workers,
+        degraded_after: degraded_after_s.map(Duration::from_secs),
+        pools,
+    };
+    let figures = run_agent(&options, &STOP, &RESCAN, |f| {
+        println!(
+            "ready: {} devices scanned, {} targets, {} pools active",
+            f.devices_scanned, f.targets, f.pools_active
+        );
+        let _ = std::io::stdout().flush();
+    })
+    .context("running the node agent")?;
+    println!(
+        "stopped: {} events, {} enumerations, {} pools activated",
+        figures.events, figures.enumerations, figures.pools_active
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn pools(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let path = root.join("pools.json");
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "{} (is calm node running with --root {}?)",
+            path.display(),
+            root.display()
+        )
+    })?;
+    if json {
+        print!("{text}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let value: serde_json::Value = serde_json::from_str(&text)?;
+    println!(
+        "{:<16} {:<11} {:>4} {:<12} {:<12} {:>15}",
+        "pool", "state", "gen", "present", "missing", "activated (ms)"
+    );
+    for p in value["pools"].as_array().into_iter().flatten() {
+        let list = |v: &serde_json::Value| {
+            v.as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|x| x.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .unwrap_or_default()
+        };
+        println!(
+            "{:<16} {:<11} {:>4} {:<12} {:<12} {:>15}",
+            p["name"].as_str().unwrap_or(""),
+            p["state"].as_str().unwrap_or(""),
+            p["generation"],
+            list(&p["present"]),
+            list(&p["missing"]),
+            p["activated_at_ms"]
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
