@@ -50,11 +50,13 @@ struct Job {
     members: Vec<(u32, PathBuf, bool)>,
 }
 
+/// Member index → its mount point, or why mounting it failed.
+type MountResults = Vec<(u32, Result<PathBuf, String>)>;
+
 #[derive(Debug)]
 struct Done {
     pool: Uuid,
-    /// Member index → mount point, or why mounting failed.
-    results: Vec<(u32, Result<PathBuf, String>)>,
+    results: MountResults,
 }
 
 /// Figures of a run (printed when it is ready, and at the end).
@@ -218,7 +220,7 @@ struct Agent<'a> {
     assembly: Assembly,
     known: HashMap<DeviceId, Known>,
     /// Pool → mount results of its activation.
-    mounted: HashMap<Uuid, Vec<(u32, Result<PathBuf, String>)>>,
+    mounted: HashMap<Uuid, MountResults>,
     /// Pools still assembling → when their first member arrived.
     first_seen: HashMap<Uuid, Instant>,
     jobs: mpsc::Sender<Job>,
@@ -331,11 +333,7 @@ impl Agent<'_> {
                     Err(_) => {}
                 }
             }
-            "remove" => {
-                if self.known.contains_key(&id) {
-                    self.depart(id);
-                }
-            }
+            "remove" if self.known.contains_key(&id) => self.depart(id),
             _ => {}
         }
     }
