@@ -19,6 +19,10 @@ pub struct ActivationOptions {
     pub devices: Vec<u64>,
     /// Longest one baseline run may take, in seconds.
     pub cap_seconds: f64,
+    /// Loop devices in the real run (0: skip it).
+    pub loop_devices: u64,
+    /// Where the real run's images and mount points are made.
+    pub dir: std::path::PathBuf,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -159,7 +163,13 @@ pub fn run(options: &ActivationOptions) -> Result<ActivationReport, String> {
             "--devices values must be positive multiples of {POOL_SIZE} (pools of {POOL_SIZE})"
         ));
     }
+    if options.loop_devices % u64::from(POOL_SIZE) != 0 {
+        return Err(format!("--loop-devices must be a multiple of {POOL_SIZE}"));
+    }
     let mut results = Vec::new();
+    if options.loop_devices > 0 {
+        results.push(loop_run(options.loop_devices, &options.dir)?);
+    }
     let mut rescan_capped = false;
     for &n in &options.devices {
         results.push(calm_run(n));
@@ -173,6 +183,158 @@ pub fn run(options: &ActivationOptions) -> Result<ActivationReport, String> {
         bench: "activation",
         pool_size: POOL_SIZE,
         results,
+    })
+}
+
+/// Loop devices attached for the real run; unmounted and detached when dropped, even when the
+/// run fails.
+struct Loops {
+    devices: Vec<String>,
+    root: std::path::PathBuf,
+}
+
+impl Drop for Loops {
+    fn drop(&mut self) {
+        for line in std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+        {
+            if let Some(point) = line.split(' ').nth(4)
+                && point.starts_with(self.root.to_str().unwrap_or("\0"))
+                && let Ok(c) = std::ffi::CString::new(point)
+            {
+                // SAFETY: umount2(2) with a valid C string.
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
+        }
+        for dev in &self.devices {
+            let _ = std::process::Command::new("losetup")
+                .args(["-d", dev])
+                .status();
+        }
+    }
+}
+
+fn mounted_under(root: &std::path::Path) -> usize {
+    let root = root.to_str().unwrap_or("\0");
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.split(' ').nth(4).is_some_and(|p| p.starts_with(root)))
+        .count()
+}
+
+/// The real thing: `n` loop devices with ext4 and labels, attached while `calm node`'s agent
+/// runs in this process (in a private mount namespace): real uevents, real label reads, real
+/// mounts. Time from the first attach to the last pool mounted.
+fn loop_run(n: u64, dir: &std::path::Path) -> Result<ActivationResult, String> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // SAFETY: unshare(2) and mount(2) with constants; only while single-threaded.
+    let private = unsafe {
+        libc::unshare(libc::CLONE_NEWNS) == 0
+            && libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) == 0
+    };
+    if !private {
+        return Err("the loop-device run needs a private mount namespace (run as root)".into());
+    }
+    let work = tempfile::Builder::new()
+        .prefix("calm-bench-activation-")
+        .tempdir_in(dir)
+        .map_err(|e| e.to_string())?;
+    let root = work.path().join("root");
+    let (labels, order) = devices(n);
+    let run_tag = std::process::id();
+    let mut images = Vec::new();
+    for (d, label) in labels.iter().enumerate() {
+        let img = work.path().join(format!("img{d}"));
+        std::fs::File::create(&img)
+            .and_then(|f| f.set_len(8 << 20))
+            .map_err(|e| e.to_string())?;
+        let ok = std::process::Command::new("mkfs.ext4")
+            .args(["-q", "-F"])
+            .arg(&img)
+            .status()
+            .map_err(|e| format!("mkfs.ext4: {e}"))?;
+        if !ok.success() {
+            return Err(format!("mkfs.ext4 {}: {ok}", img.display()));
+        }
+        let mut label = label.clone();
+        label.pool_name = format!("bench{run_tag}-{}", label.pool_name);
+        calm_node::label::write(&img, &label).map_err(|e| e.to_string())?;
+        images.push(img);
+    }
+    let pools: Vec<String> = (0..n / u64::from(POOL_SIZE))
+        .map(|p| format!("bench{run_tag}-pool{p}"))
+        .collect();
+    let options = calm_node::agent::NodeOptions {
+        root: root.clone(),
+        target_dirs: Vec::new(),
+        read_parallelism: 16,
+        activation_workers: 8,
+        degraded_after: None,
+        pools,
+    };
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let agent = {
+        let (options, stop) = (options.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let rescan = AtomicBool::new(false);
+            let cpu0 = thread_cpu();
+            let figures = calm_node::agent::run(&options, &stop, &rescan, |_| {
+                let _ = ready_tx.send(());
+            });
+            (figures, thread_cpu() - cpu0)
+        })
+    };
+    ready_rx
+        .recv_timeout(Duration::from_secs(30))
+        .map_err(|_| "the agent did not start".to_string())?;
+    let mut loops = Loops {
+        devices: Vec::new(),
+        root: root.clone(),
+    };
+    let started = Instant::now();
+    for &d in &order {
+        let out = std::process::Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(&images[d as usize])
+            .output()
+            .map_err(|e| format!("losetup: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("losetup: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        loops
+            .devices
+            .push(String::from_utf8_lossy(&out.stdout).trim().to_string());
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while mounted_under(&root) < n as usize && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let mounted = mounted_under(&root);
+    stop.store(true, Ordering::Release);
+    let (figures, cpu) = agent.join().map_err(|_| "the agent panicked".to_string())?;
+    let figures = figures.map_err(|e| e.to_string())?;
+    drop(loops);
+    if mounted < n as usize {
+        return Err(format!("{mounted} of {n} members mounted after 120 s"));
+    }
+    Ok(ActivationResult {
+        devices: n,
+        implementation: "calm-loop",
+        seconds,
+        cpu_us_per_event: cpu.as_secs_f64() * 1e6 / figures.events.max(1) as f64,
+        pools_active: figures.pools_active as u64,
+        events: figures.events,
+        stopped: false,
     })
 }
 

@@ -67,6 +67,13 @@ pub enum Bench {
         /// Longest one baseline run may take, in seconds.
         #[arg(long, default_value_t = 60.0)]
         cap_seconds: f64,
+        /// Loop devices in the real run: ext4 images with labels, attached while the agent runs
+        /// (0: skip it; needs root).
+        #[arg(long, default_value_t = 256)]
+        loop_devices: u64,
+        /// Where the real run's images and mount points are made.
+        #[arg(long, default_value_os_t = std::env::temp_dir())]
+        dir: PathBuf,
         #[arg(long)]
         json: bool,
     },
@@ -182,11 +189,15 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
         Bench::Activation {
             devices,
             cap_seconds,
+            loop_devices,
+            dir,
             json,
         } => {
             let report = activation::run(&activation::ActivationOptions {
                 devices,
                 cap_seconds,
+                loop_devices,
+                dir,
             })
             .map_err(|e| anyhow!(e))?;
             let mut lines = vec![format!(
