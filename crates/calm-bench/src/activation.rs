@@ -163,7 +163,7 @@ pub fn run(options: &ActivationOptions) -> Result<ActivationReport, String> {
             "--devices values must be positive multiples of {POOL_SIZE} (pools of {POOL_SIZE})"
         ));
     }
-    if options.loop_devices % u64::from(POOL_SIZE) != 0 {
+    if !options.loop_devices.is_multiple_of(u64::from(POOL_SIZE)) {
         return Err(format!("--loop-devices must be a multiple of {POOL_SIZE}"));
     }
     let mut results = Vec::new();
