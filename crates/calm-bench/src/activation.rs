@@ -287,9 +287,15 @@ fn loop_run(n: u64, dir: &std::path::Path) -> Result<ActivationResult, String> {
         std::thread::spawn(move || {
             let rescan = AtomicBool::new(false);
             let cpu0 = thread_cpu();
-            let figures = calm_node::agent::run(&options, &stop, &rescan, |_| {
-                let _ = ready_tx.send(());
-            });
+            let figures = calm_node::agent::run(
+                &options,
+                &stop,
+                &rescan,
+                |_| {
+                    let _ = ready_tx.send(());
+                },
+                &mut |_| {},
+            );
             (figures, thread_cpu() - cpu0)
         })
     };

@@ -16,6 +16,7 @@ use calm_proto::locks::{
 use calm_proto::pb::changelog_client::ChangelogClient;
 use calm_proto::pb::locks_client::LocksClient;
 use calm_proto::pb::meta_client::MetaClient;
+use calm_proto::pb::targets_client::TargetsClient;
 use calm_proto::pb::watch_client::WatchClient;
 use calm_proto::{MESSAGE_BYTES_MAX, error_from_status, pb};
 use std::sync::Arc;
@@ -34,6 +35,7 @@ pub struct Client {
     locks: LocksClient<Channel>,
     changelog: ChangelogClient<Channel>,
     watch: WatchClient<Channel>,
+    targets: TargetsClient<Channel>,
     /// Sent with every mutation, for its changelog record.
     caller: Option<Caller>,
     /// The highest changelog index a mutation of this client (or its clones) answered with.
@@ -94,6 +96,7 @@ impl Client {
             changelog: ChangelogClient::new(channel.clone())
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            targets: TargetsClient::new(channel.clone()),
             watch: WatchClient::new(channel)
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
@@ -382,6 +385,18 @@ impl Client {
             mask: mask.to_string(),
         };
         user_from_wire(&check(self.changelog.clone().set_mask(request).await)?)
+    }
+
+    // ---- target registry ----
+
+    /// Registers a node's targets (soft state; `complete`: every target the node holds).
+    pub async fn register_targets(&self, registration: pb::TargetRegistration) -> Result<()> {
+        check(self.targets.clone().register(registration).await).map(|_| ())
+    }
+
+    /// Every registered target.
+    pub async fn list_targets(&self) -> Result<Vec<pb::TargetEntry>> {
+        Ok(check(self.targets.clone().list(pb::Empty {}).await)?.targets)
     }
 
     // ---- watches ----

@@ -59,6 +59,24 @@ struct Done {
     results: MountResults,
 }
 
+/// One member target as the agent knows it (what it registers with a metadata server).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetSnapshot {
+    pub target: Uuid,
+    pub pool: Uuid,
+    pub pool_name: String,
+    pub index: u32,
+    pub count: u32,
+    pub generation: u64,
+    pub state: &'static str,
+    pub mount_point: Option<PathBuf>,
+    pub activated_ms: Option<u64>,
+}
+
+/// How often the agent reports its targets even when nothing changed (the registry is soft
+/// state: a restarted server is refilled by the next report).
+pub const REPORT_EVERY: Duration = Duration::from_secs(5);
+
 /// Figures of a run (printed when it is ready, and at the end).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Figures {
@@ -226,6 +244,7 @@ struct Agent<'a> {
     jobs: mpsc::Sender<Job>,
     figures: Figures,
     dirty: bool,
+    report: &'a mut dyn FnMut(Vec<TargetSnapshot>),
 }
 
 fn now_ms() -> u64 {
@@ -417,7 +436,43 @@ impl Agent<'_> {
         std::fs::write(&tmp, out)?;
         std::fs::rename(tmp, path)?;
         self.dirty = false;
+        let snapshot = self.snapshot();
+        (self.report)(snapshot);
         Ok(())
+    }
+
+    fn snapshot(&self) -> Vec<TargetSnapshot> {
+        let mut out = Vec::new();
+        for pool in self.assembly.pools() {
+            let state = match pool.state {
+                PoolState::Assembling => "assembling",
+                PoolState::Active => "active",
+                PoolState::Degraded => "degraded",
+            };
+            for device in pool.members.iter().flatten() {
+                let Some(label) = self.assembly.label_of(*device) else {
+                    continue;
+                };
+                let mount_point = self.mounted.get(&pool.uuid).and_then(|results| {
+                    results
+                        .iter()
+                        .find(|(i, _)| *i == label.index)
+                        .and_then(|(_, r)| r.as_ref().ok().cloned())
+                });
+                out.push(TargetSnapshot {
+                    target: label.target,
+                    pool: pool.uuid,
+                    pool_name: pool.name.clone(),
+                    index: label.index,
+                    count: pool.count,
+                    generation: pool.generation,
+                    state,
+                    mount_point,
+                    activated_ms: pool.activated_at,
+                });
+            }
+        }
+        out
     }
 }
 
@@ -443,6 +498,7 @@ pub fn run(
     stop: &AtomicBool,
     rescan: &AtomicBool,
     ready: impl FnOnce(Figures),
+    report: &mut dyn FnMut(Vec<TargetSnapshot>),
 ) -> io::Result<Figures> {
     std::fs::create_dir_all(options.root.join("pools"))?;
     let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
@@ -464,6 +520,7 @@ pub fn run(
         jobs: jobs_tx,
         figures: Figures::default(),
         dirty: true,
+        report,
     };
     // Bind first, then read R, then enumerate: every change after R arrives as an event, and
     // every change before it is in the enumeration.
@@ -519,7 +576,9 @@ pub fn run(
         }
         // The state file costs O(pools): written when events pause, at most once a second
         // during a storm.
-        if agent.dirty && (idle || written.elapsed() >= Duration::from_secs(1)) {
+        if (agent.dirty && (idle || written.elapsed() >= Duration::from_secs(1)))
+            || written.elapsed() >= REPORT_EVERY
+        {
             agent.write_state()?;
             written = Instant::now();
         }

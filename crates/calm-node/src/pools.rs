@@ -88,6 +88,11 @@ impl Assembly {
         self.pools.values()
     }
 
+    /// The label a member device arrived with.
+    pub fn label_of(&self, device: DeviceId) -> Option<&Label> {
+        self.devices.get(&device).map(|(_, _, label)| label)
+    }
+
     /// Devices counted as members now.
     pub fn members(&self) -> usize {
         self.devices.len()

@@ -34,6 +34,7 @@ use tonic::{Request, Response, Status};
 
 pub mod changelog;
 pub mod locks;
+pub mod targets;
 pub mod watch;
 
 pub use changelog::ChangelogService;
@@ -396,6 +397,10 @@ pub async fn serve<S: Store>(
     let watch = WatchServer::new(WatchService::new(hub))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
+    let targets =
+        calm_proto::pb::targets_server::TargetsServer::new(targets::TargetRegistry::new())
+            .max_decoding_message_size(MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(MESSAGE_BYTES_MAX);
     let changelog = ChangelogServer::new(ChangelogService::new(meta))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
@@ -413,6 +418,7 @@ pub async fn serve<S: Store>(
         .add_service(locks)
         .add_service(changelog)
         .add_service(watch)
+        .add_service(targets)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await;
     leases.abort();

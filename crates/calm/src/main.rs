@@ -110,11 +110,18 @@ enum Command {
         /// Only this pool (repeatable; default: every pool found).
         #[arg(long = "pool")]
         pools: Vec<String>,
+        /// Register the targets with this metadata server's registry.
+        #[arg(long)]
+        server: Option<String>,
     },
     /// The pools a node agent knows: members present and missing, state, activation time.
     Pools {
-        #[arg(long)]
-        root: PathBuf,
+        /// A node agent's root (its pools.json).
+        #[arg(long, required_unless_present = "server")]
+        root: Option<PathBuf>,
+        /// Or: the metadata server's target registry.
+        #[arg(long, conflicts_with = "root")]
+        server: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -167,6 +174,7 @@ fn main() -> ExitCode {
             activation_workers,
             degraded_after_s,
             pools,
+            server,
         } => node::node(
             &root,
             targets,
@@ -174,8 +182,13 @@ fn main() -> ExitCode {
             activation_workers,
             degraded_after_s,
             pools,
+            server.as_deref(),
         ),
-        Command::Pools { root, json } => node::pools(&root, json),
+        Command::Pools { root, server, json } => match (root, server) {
+            (_, Some(server)) => node::pools_from_server(&server, json),
+            (Some(root), None) => node::pools(&root, json),
+            (None, None) => unreachable!("clap requires one"),
+        },
         Command::Fsck { data, json } => fsck::run(&data, json),
         Command::Bench(bench) => bench::run(bench),
     };

@@ -102,6 +102,7 @@ pub fn node(
     activation_workers: usize,
     degraded_after_s: Option<u64>,
     pools: Vec<String>,
+    server: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
     for t in &targets {
         if !t.is_dir() {
@@ -122,18 +123,118 @@ pub fn node(
         degraded_after: degraded_after_s.map(Duration::from_secs),
         pools,
     };
-    let figures = run_agent(&options, &STOP, &RESCAN, |f| {
-        println!(
-            "ready: {} devices scanned, {} targets, {} pools active",
-            f.devices_scanned, f.targets, f.pools_active
-        );
-        let _ = std::io::stdout().flush();
-    })
+    // Registration with a metadata server: after each change of the pools, and every few
+    // seconds (soft state). A failed registration is logged; the next one carries everything.
+    let registrar = match server {
+        Some(addr) => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let client = runtime
+                .block_on(calm_client::Client::connect(addr))
+                .with_context(|| format!("connecting to {addr}"))?;
+            Some((runtime, client, node_name()))
+        }
+        None => None,
+    };
+    let mut report = |targets: Vec<calm_node::agent::TargetSnapshot>| {
+        let Some((runtime, client, node)) = &registrar else {
+            return;
+        };
+        let registration = calm_proto::pb::TargetRegistration {
+            node: node.clone(),
+            complete: true,
+            targets: targets
+                .into_iter()
+                .map(|t| calm_proto::pb::TargetEntry {
+                    target_uuid: uuid_text(&t.target),
+                    pool_uuid: uuid_text(&t.pool),
+                    pool_name: t.pool_name,
+                    index: t.index,
+                    count: t.count,
+                    generation: t.generation,
+                    state: t.state.to_string(),
+                    mount_point: t
+                        .mount_point
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default(),
+                    activated_ms: t.activated_ms.unwrap_or(0),
+                    node: String::new(),
+                    registered_ms: 0,
+                })
+                .collect(),
+        };
+        if let Err(e) = runtime.block_on(client.register_targets(registration)) {
+            tracing::warn!(%e, "registering targets with the metadata server");
+        }
+    };
+    let figures = run_agent(
+        &options,
+        &STOP,
+        &RESCAN,
+        |f| {
+            println!(
+                "ready: {} devices scanned, {} targets, {} pools active",
+                f.devices_scanned, f.targets, f.pools_active
+            );
+            let _ = std::io::stdout().flush();
+        },
+        &mut report,
+    )
     .context("running the node agent")?;
     println!(
         "stopped: {} events, {} enumerations, {} pools activated",
         figures.events, figures.enumerations, figures.pools_active
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// This node's name in the registry: its host name.
+fn node_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "node".into())
+}
+
+/// The pools as the metadata server's target registry has them.
+pub fn pools_from_server(server: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let targets = runtime.block_on(async {
+        let client = calm_client::Client::connect(server).await?;
+        client.list_targets().await
+    })?;
+    if json {
+        let rows: Vec<serde_json::Value> = targets
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "target": t.target_uuid, "pool": t.pool_uuid, "name": t.pool_name,
+                    "index": t.index, "count": t.count, "generation": t.generation,
+                    "state": t.state, "mount_point": t.mount_point,
+                    "activated_ms": t.activated_ms, "node": t.node,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::json!({ "targets": rows }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<16} {:<11} {:>4} {:>6} {:<12} {:<30}",
+        "pool", "state", "gen", "member", "node", "mounted at"
+    );
+    for t in &targets {
+        println!(
+            "{:<16} {:<11} {:>4} {:>6} {:<12} {:<30}",
+            t.pool_name,
+            t.state,
+            t.generation,
+            format!("{}/{}", t.index, t.count),
+            t.node,
+            t.mount_point
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

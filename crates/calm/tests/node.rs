@@ -20,13 +20,18 @@ impl Node {
     /// An agent for pool `pool` only (tests run side by side, and every agent sees every
     /// block device of the machine).
     fn start(root: &Path, pool: &str, targets: &[&Path]) -> Node {
+        Node::start_with(root, pool, targets, &[])
+    }
+
+    fn start_with(root: &Path, pool: &str, targets: &[&Path], extra: &[&str]) -> Node {
         let mut cmd = Command::new("unshare");
         cmd.args(["--mount", "--propagation", "private", "--"])
             .arg(CALM)
             .arg("node")
             .arg("--root")
             .arg(root)
-            .args(["--pool", pool]);
+            .args(["--pool", pool])
+            .args(extra);
         if !targets.is_empty() {
             cmd.arg("--targets").args(targets);
         }
@@ -237,4 +242,39 @@ fn loop_devices_arrive_by_uevent_and_their_pool_is_mounted_then_degraded() {
     assert!(detached.success());
     let p = node.wait_for("loops", "degraded");
     assert_eq!(p["missing"], serde_json::json!([3]));
+}
+
+#[test]
+fn the_metadata_server_registry_lists_a_nodes_targets() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = common::Server::start(&common::data_dir(&tmp));
+    let dirs: Vec<PathBuf> = (0..4).map(|i| tmp.path().join(format!("r{i}"))).collect();
+    let mut uuid = None;
+    for (i, d) in dirs.iter().enumerate() {
+        std::fs::create_dir(d).unwrap();
+        let u = format(d, "registered", i as u32, uuid.as_deref());
+        uuid.get_or_insert(u);
+    }
+    let root = tmp.path().join("root");
+    let targets: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+    let node = Node::start_with(&root, "registered", &targets, &["--server", &server.addr]);
+    node.wait_for("registered", "active");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let out = common::calm(&["pools", "--json", "--server", &server.addr]);
+        assert!(out.status.success(), "{out:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let rows = v["targets"].as_array().unwrap();
+        let mounted = rows
+            .iter()
+            .filter(|t| t["name"] == "registered" && t["state"] == "active")
+            .filter(|t| t["mount_point"].as_str().is_some_and(|m| !m.is_empty()))
+            .count();
+        if mounted == 4 {
+            assert!(rows.iter().all(|t| t["pool"] == uuid.as_deref().unwrap()));
+            break;
+        }
+        assert!(Instant::now() < deadline, "registry: {v}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
