@@ -7,7 +7,7 @@
 //!   file description per owner.
 //!
 //! Locks are one byte long and two bytes apart (never adjacent, so never merged), taken by 1000
-//! owners in turn. The split case takes one read lock over everything, then N one-byte write
+//! owners in turn. The split case takes one write lock over everything, then N one-byte read
 //! locks inside it by the same owner, each splitting it. Each (implementation, case) run is
 //! capped in time; a run that hits the cap is reported as stopped with the count it reached,
 //! and larger sizes of that pair are not started.
@@ -249,9 +249,11 @@ fn run_case<M: Manager>(
             granted(m.set(i % OWNERS, 2 * i, 2 * i, LockKind::Write), M::NAME)
         })?,
         "split" => {
-            granted(m.set(0, 0, 2 * n + 1, LockKind::Read), M::NAME)?;
+            // One big write lock, then N locks of the other type inside it: every one splits
+            // the owner's write lock in two.
+            granted(m.set(0, 0, 2 * n + 1, LockKind::Write), M::NAME)?;
             capped(0..n, cap, |i| {
-                granted(m.set(0, 2 * i + 1, 2 * i + 1, LockKind::Write), M::NAME)
+                granted(m.set(0, 2 * i + 1, 2 * i + 1, LockKind::Read), M::NAME)
             })?
         }
         "getlk" => {
