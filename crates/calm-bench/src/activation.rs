@@ -229,17 +229,7 @@ fn mounted_under(root: &std::path::Path) -> usize {
 /// mounts. Time from the first attach to the last pool mounted.
 fn loop_run(n: u64, dir: &std::path::Path) -> Result<ActivationResult, String> {
     use std::sync::atomic::{AtomicBool, Ordering};
-    // SAFETY: unshare(2) and mount(2) with constants; only while single-threaded.
-    let private = unsafe {
-        libc::unshare(libc::CLONE_NEWNS) == 0
-            && libc::mount(
-                std::ptr::null(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ) == 0
-    };
+    let private = crate::enter_private_namespace();
     if !private {
         return Err("the loop-device run needs a private mount namespace (run as root)".into());
     }

@@ -31,6 +31,23 @@ pub mod storm;
 
 use std::time::Duration;
 
+/// Moves this process into a private mount namespace (mounts made from now on vanish with
+/// it, however it ends). Works only while the process is single-threaded; false otherwise or
+/// without the privilege.
+pub fn enter_private_namespace() -> bool {
+    // SAFETY: unshare(2) and mount(2) with constant arguments; no memory is shared.
+    unsafe {
+        libc::unshare(libc::CLONE_NEWNS) == 0
+            && libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) == 0
+    }
+}
+
 /// A progress bar for long work, drawn on stderr (hidden when stderr is not a terminal).
 pub fn progress(total: u64, what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(total);

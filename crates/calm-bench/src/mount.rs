@@ -55,21 +55,6 @@ pub struct MountReport {
 /// Attribute and entry timeout of the benchmark's mount (`calm mount`'s default).
 pub const TTL: Duration = Duration::from_secs(1);
 
-/// Moves this process into a private mount namespace. Only works while it is single-threaded.
-fn enter_private_namespace() -> bool {
-    // SAFETY: unshare(2) and mount(2) with constant arguments; no memory is shared.
-    unsafe {
-        libc::unshare(libc::CLONE_NEWNS) == 0
-            && libc::mount(
-                std::ptr::null(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ) == 0
-    }
-}
-
 fn result(fs: &'static str, op: &'static str, n: u64, completed: u64, seconds: f64) -> MountResult {
     MountResult {
         fs,
@@ -196,7 +181,7 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
     if options.files == 0 || options.threads == 0 || options.locks.contains(&0) {
         return Err("--files, --threads and --locks values must be positive".into());
     }
-    let private_namespace = enter_private_namespace();
+    let private_namespace = crate::enter_private_namespace();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -101,21 +101,6 @@ fn keys(mounts: &[Mount]) -> BTreeSet<Key> {
         .collect()
 }
 
-/// Moves this process into a private mount namespace (only while single-threaded).
-fn enter_private_namespace() -> bool {
-    // SAFETY: unshare(2) and mount(2) with constant arguments.
-    unsafe {
-        libc::unshare(libc::CLONE_NEWNS) == 0
-            && libc::mount(
-                std::ptr::null(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ) == 0
-    }
-}
-
 /// How long a watcher may take to catch up after the storm before its table counts as wrong.
 const SETTLE_MAX: Duration = Duration::from_secs(120);
 
@@ -354,7 +339,7 @@ pub fn run(options: &StormOptions) -> Result<StormReport, String> {
             "--watchers: at most {NAMESPACE_DIRS} (one per directory)"
         ));
     }
-    let private_namespace = enter_private_namespace();
+    let private_namespace = crate::enter_private_namespace();
     if !private_namespace && options.mounts.iter().any(|n| *n > 0) {
         return Err("the mount storm needs a private mount namespace (run as root)".into());
     }

@@ -39,6 +39,14 @@ pub struct Lock {
     pub kind: LockKind,
 }
 
+fn read_lock(owner: u64, start: u64, end: u64) -> Lock {
+    Lock {
+        owner,
+        range: Range { start, end },
+        kind: LockKind::Read,
+    }
+}
+
 fn write_lock(owner: u64, start: u64, end: u64) -> Lock {
     Lock {
         owner,
@@ -162,11 +170,7 @@ impl RangeLocks {
                 if holder == owner {
                     return true;
                 }
-                visit(Lock {
-                    owner: holder,
-                    range: Range { start, end },
-                    kind: LockKind::Read,
-                })
+                visit(read_lock(holder, start, end))
             });
     }
 
@@ -182,14 +186,7 @@ impl RangeLocks {
             if *end < a {
                 break;
             }
-            out.push(Lock {
-                owner,
-                range: Range {
-                    start: *start,
-                    end: *end,
-                },
-                kind: LockKind::Read,
-            });
+            out.push(read_lock(owner, *start, *end));
         }
     }
 
@@ -371,14 +368,7 @@ impl RangeLocks {
             out.push(write_lock(owner, *start, end));
         }
         for (start, end) in &held.reads {
-            out.push(Lock {
-                owner,
-                range: Range {
-                    start: *start,
-                    end: *end,
-                },
-                kind: LockKind::Read,
-            });
+            out.push(read_lock(owner, *start, *end));
         }
     }
 

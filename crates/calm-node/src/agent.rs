@@ -19,7 +19,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::label::{self, Label, Uuid, uuid_text};
-use crate::pools::{Action, Assembly, DeviceId, PoolState, Refused};
+use crate::pools::{Action, Assembly, DeviceId, Refused};
 use crate::uevent::{Received, UeventSocket};
 
 #[derive(Debug, Clone)]
@@ -383,25 +383,16 @@ impl Agent<'_> {
             if i > 0 {
                 out.push(',');
             }
-            let present: Vec<String> = p
-                .members
-                .iter()
-                .enumerate()
-                .filter(|(_, d)| d.is_some())
-                .map(|(i, _)| i.to_string())
-                .collect();
-            let missing: Vec<String> = p
-                .members
-                .iter()
-                .enumerate()
-                .filter(|(_, d)| d.is_none())
-                .map(|(i, _)| i.to_string())
-                .collect();
-            let state = match p.state {
-                PoolState::Assembling => "assembling",
-                PoolState::Active => "active",
-                PoolState::Degraded => "degraded",
+            let indices = |present: bool| -> Vec<String> {
+                p.members
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, d)| d.is_some() == present)
+                    .map(|(i, _)| i.to_string())
+                    .collect()
             };
+            let (present, missing) = (indices(true), indices(false));
+            let state = p.state.name();
             let mounts: Vec<String> = self
                 .mounted
                 .get(&p.uuid)
@@ -444,11 +435,7 @@ impl Agent<'_> {
     fn snapshot(&self) -> Vec<TargetSnapshot> {
         let mut out = Vec::new();
         for pool in self.assembly.pools() {
-            let state = match pool.state {
-                PoolState::Assembling => "assembling",
-                PoolState::Active => "active",
-                PoolState::Degraded => "degraded",
-            };
+            let state = pool.state.name();
             for device in pool.members.iter().flatten() {
                 let Some(label) = self.assembly.label_of(*device) else {
                     continue;

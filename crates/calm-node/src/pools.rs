@@ -44,6 +44,32 @@ pub struct Pool {
     pub activated_at: Option<u64>,
 }
 
+impl Pool {
+    /// A pool as `label` describes it, with every member missing.
+    fn fresh(label: &Label) -> Pool {
+        Pool {
+            uuid: label.pool,
+            name: label.pool_name.clone(),
+            count: label.count,
+            generation: label.generation,
+            members: vec![None; label.count as usize],
+            missing: label.count,
+            state: PoolState::Assembling,
+            activated_at: None,
+        }
+    }
+}
+
+impl PoolState {
+    pub fn name(self) -> &'static str {
+        match self {
+            PoolState::Assembling => "assembling",
+            PoolState::Active => "active",
+            PoolState::Degraded => "degraded",
+        }
+    }
+}
+
 /// What the caller must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
@@ -112,16 +138,10 @@ impl Assembly {
             // Re-labelled: the old membership ends first.
             self.depart(device);
         }
-        let pool = self.pools.entry(label.pool).or_insert_with(|| Pool {
-            uuid: label.pool,
-            name: label.pool_name.clone(),
-            count: label.count,
-            generation: label.generation,
-            members: vec![None; label.count as usize],
-            missing: label.count,
-            state: PoolState::Assembling,
-            activated_at: None,
-        });
+        let pool = self
+            .pools
+            .entry(label.pool)
+            .or_insert_with(|| Pool::fresh(label));
         if label.generation < pool.generation {
             return Err(Refused::Stale {
                 generation: label.generation,
@@ -133,16 +153,7 @@ impl Assembly {
             for device in pool.members.iter().flatten() {
                 self.devices.remove(device);
             }
-            *pool = Pool {
-                uuid: label.pool,
-                name: label.pool_name.clone(),
-                count: label.count,
-                generation: label.generation,
-                members: vec![None; label.count as usize],
-                missing: label.count,
-                state: PoolState::Assembling,
-                activated_at: None,
-            };
+            *pool = Pool::fresh(label);
         }
         if label.count != pool.count || label.pool_name != pool.name {
             return Err(Refused::Conflict(format!(

@@ -38,37 +38,26 @@ fn assert_absent(krate: &str, forbidden: &[&str]) {
     }
 }
 
+/// A pure core: no dependency at all.
+fn assert_dependency_free(krate: &str) {
+    let tree = dependencies_of(krate);
+    let lines: Vec<&str> = tree.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{krate} must stay dependency-free:\n{tree}");
+}
+
 #[test]
 fn the_lock_manager_depends_on_nothing() {
-    let tree = dependencies_of("calm-locks");
-    let lines: Vec<&str> = tree.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "calm-locks must stay dependency-free:\n{tree}"
-    );
+    assert_dependency_free("calm-locks");
 }
 
 #[test]
 fn the_changelog_core_depends_on_nothing() {
-    let tree = dependencies_of("calm-changelog");
-    let lines: Vec<&str> = tree.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "calm-changelog must stay dependency-free:\n{tree}"
-    );
+    assert_dependency_free("calm-changelog");
 }
 
 #[test]
 fn the_watch_fan_out_depends_on_nothing() {
-    let tree = dependencies_of("calm-watch");
-    let lines: Vec<&str> = tree.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "calm-watch must stay dependency-free:\n{tree}"
-    );
+    assert_dependency_free("calm-watch");
 }
 
 #[test]

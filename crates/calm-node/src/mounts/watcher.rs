@@ -387,7 +387,7 @@ fn run_fanotify(
         .reload(all);
     shared.apply(initial, |s| s.full_reads += 1);
     let _ = ready.send(Ok(()));
-    let fan_fd = events_fd(&events);
+    let fan_fd = events.raw_fd();
     loop {
         let revents = poll(
             &[
@@ -439,10 +439,6 @@ fn run_fanotify(
             }
         });
     }
-}
-
-fn events_fd(events: &MountEvents) -> i32 {
-    events.raw_fd()
 }
 
 fn run_mountinfo(
