@@ -85,7 +85,8 @@ struct OpenFile {
 /// What this mount knows of a file beyond the server.
 #[derive(Debug, Default)]
 struct Inode {
-    opens: u32,
+    /// This mount's open files of it (a regular file's object is reached through them).
+    files: Vec<Arc<OpenFile>>,
     /// Written through this mount since the size was last pushed to the server.
     dirty: bool,
     /// Its last link is gone; the object goes with the last close.
@@ -214,12 +215,11 @@ impl Shared {
     /// `attr` as this mount sees it: a dirty file's size is its object's length.
     fn local_view(&self, mut attr: Attr) -> Attr {
         let mut state = self.state.lock().expect("state");
-        let State { inodes, files, .. } = &mut *state;
-        if let Some(inode) = inodes.get_mut(&attr.handle) {
+        if let Some(inode) = state.inodes.get_mut(&attr.handle) {
             if inode.dirty
-                && let Some(len) = files
-                    .values()
-                    .filter(|f| f.handle == attr.handle)
+                && let Some(len) = inode
+                    .files
+                    .iter()
                     .find_map(|f| f.object.as_ref()?.metadata().ok().map(|m| m.len()))
             {
                 attr.size = len;
@@ -294,9 +294,11 @@ impl Shared {
     fn object_of(&self, handle: Handle) -> Option<Arc<OpenFile>> {
         let state = self.state.lock().expect("state");
         state
+            .inodes
+            .get(&handle)?
             .files
-            .values()
-            .find(|f| f.handle == handle && f.object.is_some())
+            .iter()
+            .find(|f| f.object.is_some())
             .cloned()
     }
 
@@ -308,7 +310,7 @@ impl Shared {
         let open = {
             let mut state = self.state.lock().expect("state");
             match state.inodes.get_mut(&target.handle) {
-                Some(inode) if inode.opens > 0 => {
+                Some(inode) if !inode.files.is_empty() => {
                     inode.unlinked = true;
                     true
                 }
@@ -333,16 +335,14 @@ impl Shared {
         let mut state = self.state.lock().expect("state");
         state.next_fh += 1;
         let fh = state.next_fh;
-        state.files.insert(
-            fh,
-            Arc::new(OpenFile {
-                handle: attr.handle,
-                object,
-                owners: Mutex::new(HashSet::new()),
-            }),
-        );
+        let file = Arc::new(OpenFile {
+            handle: attr.handle,
+            object,
+            owners: Mutex::new(HashSet::new()),
+        });
+        state.files.insert(fh, file.clone());
         let inode = state.inodes.entry(attr.handle).or_default();
-        inode.opens += 1;
+        inode.files.push(file);
         inode.attr = Some(attr.clone());
         Ok(fh)
     }
@@ -883,8 +883,8 @@ impl Filesystem for CalmFs {
             let unlinked = {
                 let mut state = shared.state.lock().expect("state");
                 let inode = state.inodes.entry(ino.0).or_default();
-                inode.opens = inode.opens.saturating_sub(1);
-                let last = inode.opens == 0;
+                inode.files.retain(|f| !Arc::ptr_eq(f, &file));
+                let last = inode.files.is_empty();
                 let unlinked = last && inode.unlinked;
                 if last {
                     state.inodes.remove(&ino.0);
