@@ -33,7 +33,7 @@ pub mod mem;
 pub const KEY_LEN_MAX: usize = 511;
 
 /// Longest value any backend must accept, in bytes (LMDB has no practical limit; etcd's
-/// default request limit is 1.5 MiB, which a later backend has to respect).
+/// default request limit is 1.5 MiB, which the etcd backend checks per transaction).
 pub const VALUE_LEN_MAX: usize = 1 << 20;
 
 /// Errors of the storage seam. Split by what the caller can do about them.
@@ -169,6 +169,19 @@ pub trait Store: Send + Sync + 'static {
     fn begin(&self) -> Result<Self::Txn<'_>>;
     /// Bytes the store occupies on its medium (for status and fsck rates).
     fn size_bytes(&self) -> Result<u64>;
+    /// Whether other processes may commit to this store between this process's transactions
+    /// (a shared engine such as etcd). A namespace over a shared store re-reads what it keeps
+    /// in memory at the start of each transaction, and runs a transaction again when its
+    /// commit fails with [`StoreError::Conflict`].
+    fn shared(&self) -> bool {
+        false
+    }
+    /// For a shared store: a channel that receives a message after commits by any writer
+    /// (coalesced: one message may stand for many commits, none is lost after the call
+    /// returns). `None` for a store that only this process writes.
+    fn watch_commits(&self) -> Result<Option<std::sync::mpsc::Receiver<()>>> {
+        Ok(None)
+    }
 }
 
 /// A shared store is a store: lets a test (or a tool) keep a handle on a store that a
@@ -187,6 +200,14 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn size_bytes(&self) -> Result<u64> {
         (**self).size_bytes()
+    }
+
+    fn shared(&self) -> bool {
+        (**self).shared()
+    }
+
+    fn watch_commits(&self) -> Result<Option<std::sync::mpsc::Receiver<()>>> {
+        (**self).watch_commits()
     }
 }
 

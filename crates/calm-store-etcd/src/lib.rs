@@ -1,0 +1,804 @@
+//! `calm-store-etcd`: the [`Store`] backend on an etcd cluster, for a namespace that outgrows
+//! one machine or is served by several calm servers at once.
+//!
+//! Mapping (written down in `docs/design/etcd.md`):
+//! - a calm key `k` is the etcd key `PREFIX/d/k`; the keyspace of one calm file system is the
+//!   etcd range `[PREFIX/d/, PREFIX/e)`, so several file systems can share a cluster;
+//! - a snapshot is an etcd revision `R`: every read of it is a range read at `R`;
+//! - a write transaction reads at its start revision `R`, keeps its writes in memory, and
+//!   commits as one etcd `Txn` that puts and deletes them only if the commit key
+//!   `PREFIX/seq` has not been modified after `R`, and that rewrites the commit key with a
+//!   token naming this commit. Every calm commit writes the commit key, so the compare fails
+//!   exactly when any other calm commit landed after `R`: transactions are serializable, and
+//!   a failed compare is [`StoreError::Conflict`] (the caller runs the transaction again);
+//! - etcd's limits are checked before anything is sent (operations per transaction, request
+//!   bytes: [`EtcdOptions`]) and the server's own refusals (too many operations, request too
+//!   large, space quota) map to [`StoreError::Limit`] or [`StoreError::Full`]. A `Txn` is
+//!   atomic in etcd: a refused transaction wrote nothing;
+//! - an unavailable cluster (a member down, a leader election) is retried for up to
+//!   [`EtcdOptions::retry_ms_max`]. A commit whose answer was lost is sent again unchanged: the
+//!   compare lets at most one of the copies apply, and the commit key's token tells whether
+//!   one did.
+//!
+//! calm-store's trait is synchronous; etcd-client is asynchronous. The store runs its own
+//! small tokio runtime, and each call waits for its request on the calling thread (which may
+//! be a thread of another runtime: the request runs on the store's).
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::ops::{Bound, ControlFlow};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use calm_store::{ReadTxn, Result, Store, StoreError, Visitor, WriteTxn, check_limits};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, SortOrder, SortTarget,
+    Txn, TxnOp, WatchOptions,
+};
+
+pub mod cluster;
+
+/// etcd's default `--max-txn-ops`: operations one transaction may carry.
+pub const TXN_OPS_MAX_DEFAULT: usize = 128;
+/// etcd's default `--max-request-bytes` (1.5 MiB).
+pub const REQUEST_BYTES_MAX_DEFAULT: usize = 1_572_864;
+/// Bytes a request spends beyond its keys and values (framing, per-operation headers), per
+/// operation, counted against the request limit so that a transaction we send is never refused
+/// for its size.
+const OP_OVERHEAD_BYTES: usize = 16;
+/// Pairs fetched per range request of a visit.
+const VISIT_PAGE_PAIRS: i64 = 512;
+
+/// How to reach the cluster and its limits; parsed from `etcd://HOST:PORT[,HOST:PORT...]
+/// [/PREFIX][?txn-ops-max=N&request-bytes-max=N&retry-ms-max=N]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdOptions {
+    pub endpoints: Vec<String>,
+    /// Prefix of every key of this file system in etcd (several can share one cluster).
+    pub prefix: String,
+    /// Operations one transaction may carry: the cluster's `--max-txn-ops`.
+    pub txn_ops_max: usize,
+    /// Bytes one request may carry: the cluster's `--max-request-bytes`.
+    pub request_bytes_max: usize,
+    /// How long a request is retried while the cluster does not answer (member down, leader
+    /// election), in milliseconds.
+    pub retry_ms_max: u64,
+    /// How long one attempt of a request may take, in milliseconds.
+    pub attempt_ms_max: u64,
+}
+
+impl EtcdOptions {
+    pub fn new(endpoints: Vec<String>, prefix: &str) -> Self {
+        EtcdOptions {
+            endpoints,
+            prefix: prefix.to_string(),
+            txn_ops_max: TXN_OPS_MAX_DEFAULT,
+            request_bytes_max: REQUEST_BYTES_MAX_DEFAULT,
+            retry_ms_max: 15_000,
+            attempt_ms_max: 3_000,
+        }
+    }
+
+    /// Parses an `etcd://` URL (see the type).
+    pub fn from_url(url: &str) -> Result<Self, String> {
+        let rest = url
+            .strip_prefix("etcd://")
+            .ok_or_else(|| format!("{url:?}: an etcd store is named etcd://HOST:PORT[,...]"))?;
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (hosts, prefix) = rest.split_once('/').unwrap_or((rest, "calm"));
+        let prefix = if prefix.is_empty() { "calm" } else { prefix };
+        if prefix.contains('?') || prefix.ends_with('/') {
+            return Err(format!("{url:?}: bad key prefix {prefix:?}"));
+        }
+        let mut endpoints = Vec::new();
+        for host in hosts.split(',') {
+            let (name, port) = host
+                .rsplit_once(':')
+                .ok_or_else(|| format!("{url:?}: endpoint {host:?} is not HOST:PORT"))?;
+            if name.is_empty() || port.parse::<u16>().is_err() {
+                return Err(format!("{url:?}: endpoint {host:?} is not HOST:PORT"));
+            }
+            endpoints.push(format!("http://{host}"));
+        }
+        let mut options = EtcdOptions::new(endpoints, prefix);
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("{url:?}: parameter {pair:?} is not NAME=VALUE"))?;
+            if ![
+                "txn-ops-max",
+                "request-bytes-max",
+                "retry-ms-max",
+                "attempt-ms-max",
+            ]
+            .contains(&name)
+            {
+                return Err(format!("{url:?}: unknown parameter {name:?}"));
+            }
+            let number: u64 = value
+                .parse()
+                .map_err(|_| format!("{url:?}: {name} must be a number, not {value:?}"))?;
+            match name {
+                "txn-ops-max" if number >= 2 => options.txn_ops_max = number as usize,
+                "request-bytes-max" if number >= 4096 => {
+                    options.request_bytes_max = number as usize
+                }
+                "retry-ms-max" => options.retry_ms_max = number,
+                "attempt-ms-max" if number > 0 => options.attempt_ms_max = number,
+                _ => return Err(format!("{url:?}: {pair:?} is out of range")),
+            }
+        }
+        Ok(options)
+    }
+}
+
+/// Counts of what the store did, for status and benchmarks.
+#[derive(Debug, Default)]
+pub struct EtcdStats {
+    pub commits: AtomicU64,
+    pub conflicts: AtomicU64,
+    /// Requests sent again after the cluster did not answer.
+    pub retries: AtomicU64,
+}
+
+struct Inner {
+    runtime: tokio::runtime::Runtime,
+    client: Client,
+    options: EtcdOptions,
+    /// `PREFIX/d/`: the start of the data range.
+    data: Vec<u8>,
+    /// `PREFIX/e`: the end of the data range.
+    data_end: Vec<u8>,
+    /// `PREFIX/seq`: the commit key.
+    seq: Vec<u8>,
+    /// Names this store's commits in the commit key's value (with a counter).
+    writer: u64,
+    commit_counter: AtomicU64,
+    stats: EtcdStats,
+}
+
+/// A calm store on an etcd cluster. Cheap to clone; every clone shares one connection.
+#[derive(Clone)]
+pub struct EtcdStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("endpoints", &self.inner.options.endpoints)
+            .field("prefix", &self.inner.options.prefix)
+            .finish()
+    }
+}
+
+/// Whether an error means "the cluster did not answer (this time)": worth sending again.
+fn transient(error: &etcd_client::Error) -> bool {
+    use etcd_client::Error as E;
+    match error {
+        E::TransportError(_) | E::IoError(_) => true,
+        E::GRpcStatus(status) => {
+            let message = status.message();
+            matches!(
+                status.code(),
+                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+            ) || message.contains("leader changed")
+                || message.contains("no leader")
+                || message.contains("timed out")
+                || message.contains("not capable")
+                || message.contains("too many requests")
+        }
+        _ => false,
+    }
+}
+
+/// Maps an error the cluster gave to the seam's errors.
+fn store_error(error: etcd_client::Error) -> StoreError {
+    let text = error.to_string();
+    if text.contains("database space exceeded") {
+        StoreError::Full(format!(
+            "etcd: {text} (the cluster's --quota-backend-bytes)"
+        ))
+    } else if text.contains("too many operations in txn") {
+        StoreError::Limit(format!(
+            "etcd: {text} (the cluster's --max-txn-ops is below this store's txn-ops-max)"
+        ))
+    } else if text.contains("request is too large") || text.contains("message length too large") {
+        StoreError::Limit(format!(
+            "etcd: {text} (the cluster's --max-request-bytes is below this store's request-bytes-max)"
+        ))
+    } else if text.contains("compacted") {
+        // The snapshot's revision was compacted away: the transaction can be run again on a
+        // newer one.
+        StoreError::Conflict
+    } else {
+        StoreError::Io(format!("etcd: {text}"))
+    }
+}
+
+fn random_u64() -> u64 {
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+}
+
+impl EtcdStore {
+    /// Connects to the cluster (retrying for up to `retry_ms_max` while it does not answer).
+    pub fn connect(options: EtcdOptions) -> Result<EtcdStore> {
+        if options.endpoints.is_empty() {
+            return Err(StoreError::Io("etcd: no endpoints".into()));
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("calm-etcd")
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Io(format!("starting the etcd runtime: {e}")))?;
+        let connect = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_millis(options.attempt_ms_max))
+            .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2))
+            .with_keep_alive_while_idle(true);
+        let endpoints = options.endpoints.clone();
+        let deadline = Instant::now() + Duration::from_millis(options.retry_ms_max);
+        let client = runtime.block_on(async {
+            loop {
+                match Client::connect(&endpoints, Some(connect.clone())).await {
+                    Ok(client) => return Ok(client),
+                    Err(error) if transient(&error) && Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    Err(error) => {
+                        return Err(StoreError::Io(format!(
+                            "etcd: connecting to {}: {error}",
+                            endpoints.join(",")
+                        )));
+                    }
+                }
+            }
+        })?;
+        let base = options.prefix.as_bytes().to_vec();
+        let key = |suffix: &[u8]| [base.as_slice(), suffix].concat();
+        let store = EtcdStore {
+            inner: Arc::new(Inner {
+                data: key(b"/d/"),
+                data_end: key(b"/e"),
+                seq: key(b"/seq"),
+                writer: random_u64(),
+                commit_counter: AtomicU64::new(0),
+                stats: EtcdStats::default(),
+                runtime,
+                client,
+                options,
+            }),
+        };
+        // One read proves the cluster answers (and has a leader) before the store is used.
+        store.revision()?;
+        Ok(store)
+    }
+
+    pub fn options(&self) -> &EtcdOptions {
+        &self.inner.options
+    }
+
+    pub fn stats(&self) -> &EtcdStats {
+        &self.inner.stats
+    }
+
+    /// Runs `request` on the store's runtime, again while the cluster does not answer, and
+    /// waits for it on this thread.
+    fn call<T, F, Fut>(&self, request: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(Client) -> Fut + Send + 'static,
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>> + Send,
+    {
+        let inner = self.inner.clone();
+        self.run(async move { retrying(&inner, request).await.map_err(store_error) })
+    }
+
+    /// Runs `future` on the store's runtime and waits for it on this thread.
+    fn run<T: Send + 'static>(
+        &self,
+        future: impl Future<Output = Result<T>> + Send + 'static,
+    ) -> Result<T> {
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        self.inner.runtime.spawn(async move {
+            let _ = sender.send(future.await);
+        });
+        receiver
+            .recv()
+            .map_err(|_| StoreError::Io("etcd: the store's runtime stopped".into()))?
+    }
+
+    /// The cluster's current revision (a linearizable read of the commit key).
+    fn revision(&self) -> Result<(i64, i64)> {
+        let seq = self.inner.seq.clone();
+        let response = self.call(move |mut client| {
+            let seq = seq.clone();
+            async move { client.get(seq, None).await }
+        })?;
+        let revision = response.header().map_or(0, |h| h.revision());
+        let seq_modified = response.kvs().first().map_or(0, |kv| kv.mod_revision());
+        Ok((revision, seq_modified))
+    }
+
+    fn data_key(&self, key: &[u8]) -> Vec<u8> {
+        [self.inner.data.as_slice(), key].concat()
+    }
+
+    /// The etcd end of a calm range end (empty: the end of this file system's keyspace).
+    fn data_end(&self, end: &[u8]) -> Vec<u8> {
+        if end.is_empty() {
+            self.inner.data_end.clone()
+        } else {
+            self.data_key(end)
+        }
+    }
+
+    fn get_at(&self, key: &[u8], revision: i64) -> Result<Option<Vec<u8>>> {
+        let key = self.data_key(key);
+        let mut response = self.call(move |mut client| {
+            let key = key.clone();
+            async move {
+                client
+                    .get(key, Some(GetOptions::new().with_revision(revision)))
+                    .await
+            }
+        })?;
+        Ok(response
+            .take_kvs()
+            .into_iter()
+            .next()
+            .map(|kv| kv.into_key_value().1))
+    }
+
+    /// Up to `limit` pairs of `[start, end)` at `revision`, ascending or descending; the keys
+    /// without the data prefix; and whether more remain.
+    fn range_at(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        revision: i64,
+        limit: i64,
+        descending: bool,
+    ) -> Result<(Vec<(Vec<u8>, Vec<u8>)>, bool)> {
+        let (start, end) = (self.data_key(start), self.data_end(end));
+        let mut response: GetResponse = self.call(move |mut client| {
+            let (start, end) = (start.clone(), end.clone());
+            async move {
+                let mut options = GetOptions::new()
+                    .with_range(end)
+                    .with_revision(revision)
+                    .with_limit(limit);
+                if descending {
+                    options = options.with_sort(SortTarget::Key, SortOrder::Descend);
+                }
+                client.get(start, Some(options)).await
+            }
+        })?;
+        let more = response.more();
+        let skip = self.inner.data.len();
+        let pairs = response
+            .take_kvs()
+            .into_iter()
+            .map(|kv| {
+                let (key, value) = kv.into_key_value();
+                (key[skip..].to_vec(), value)
+            })
+            .collect();
+        Ok((pairs, more))
+    }
+
+    /// Visits `[start, end)` at `revision` in pages, with the pairs of `overlay` (a
+    /// transaction's writes: `None` deletes) merged in.
+    fn visit_at(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        revision: i64,
+        overlay: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+        visit: &mut Visitor<'_>,
+    ) -> Result<usize> {
+        let upper = if end.is_empty() {
+            Bound::Unbounded
+        } else {
+            Bound::Excluded(end.to_vec())
+        };
+        let mut pending = overlay
+            .range((Bound::Included(start.to_vec()), upper))
+            .peekable();
+        let mut visited = 0;
+        let mut from = start.to_vec();
+        let mut more_pages = true;
+        let mut page: std::vec::IntoIter<(Vec<u8>, Vec<u8>)> = Vec::new().into_iter();
+        let mut next_remote = None;
+        loop {
+            if next_remote.is_none() {
+                next_remote = page.next();
+                if next_remote.is_none() && more_pages {
+                    let (pairs, more) =
+                        self.range_at(&from, end, revision, VISIT_PAGE_PAIRS, false)?;
+                    if let Some((last, _)) = pairs.last() {
+                        from = [last.as_slice(), &[0]].concat();
+                    }
+                    more_pages = more && !pairs.is_empty();
+                    page = pairs.into_iter();
+                    next_remote = page.next();
+                }
+            }
+            // The smaller key of the two sources goes first; on a tie the transaction's write
+            // wins and the stored pair is dropped.
+            let take_overlay = match (&next_remote, pending.peek()) {
+                (None, None) => return Ok(visited),
+                (None, Some(_)) => true,
+                (Some(_), None) => false,
+                (Some((key, _)), Some((written, _))) => written.as_slice() <= key.as_slice(),
+            };
+            let flow = if take_overlay {
+                let (key, value) = pending.next().expect("peeked");
+                if next_remote.as_ref().is_some_and(|(k, _)| k == key) {
+                    next_remote = None;
+                }
+                match value {
+                    Some(value) => {
+                        visited += 1;
+                        visit(key, value)
+                    }
+                    None => ControlFlow::Continue(()),
+                }
+            } else {
+                let (key, value) = next_remote.take().expect("checked");
+                visited += 1;
+                visit(&key, &value)
+            };
+            if flow.is_break() {
+                return Ok(visited);
+            }
+        }
+    }
+
+    /// The greatest pair of `[start, end)` at `revision` that `overlay` does not delete, or the
+    /// greatest one `overlay` writes, whichever is greater.
+    fn last_at(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        revision: i64,
+        overlay: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let upper = if end.is_empty() {
+            Bound::Unbounded
+        } else {
+            Bound::Excluded(end.to_vec())
+        };
+        let written = overlay
+            .range((Bound::Included(start.to_vec()), upper))
+            .rev()
+            .find_map(|(k, v)| v.as_ref().map(|v| (k.clone(), v.clone())));
+        let mut stored = None;
+        let mut below = end.to_vec();
+        'pages: loop {
+            let (pairs, more) = self.range_at(start, &below, revision, 16, true)?;
+            for (key, value) in &pairs {
+                if !matches!(overlay.get(key), Some(None)) {
+                    stored = Some((key.clone(), value.clone()));
+                    break 'pages;
+                }
+            }
+            match pairs.last() {
+                Some((key, _)) if more => below = key.clone(),
+                _ => break,
+            }
+        }
+        Ok(match (stored, written) {
+            (Some(s), Some(w)) => Some(if w.0 >= s.0 { w } else { s }),
+            (s, w) => s.or(w),
+        })
+    }
+}
+
+/// Sends `request` until it gets an answer, while the cluster is unavailable and
+/// `retry_ms_max` has not passed; each attempt is bounded by `attempt_ms_max`.
+async fn retrying<T, F, Fut>(
+    inner: &Inner,
+    request: F,
+) -> std::result::Result<T, etcd_client::Error>
+where
+    F: Fn(Client) -> Fut,
+    Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+{
+    let deadline = Instant::now() + Duration::from_millis(inner.options.retry_ms_max);
+    let attempt = Duration::from_millis(inner.options.attempt_ms_max);
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let outcome = match tokio::time::timeout(attempt, request(inner.client.clone())).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(etcd_client::Error::GRpcStatus(tonic::Status::new(
+                tonic::Code::DeadlineExceeded,
+                "etcd request timed out",
+            ))),
+        };
+        match outcome {
+            Err(error) if transient(&error) && Instant::now() < deadline => {
+                inner.stats.retries.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%error, "etcd did not answer; sending again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// A consistent view: every read is at one revision.
+#[derive(Debug)]
+pub struct EtcdSnapshot<'s> {
+    store: &'s EtcdStore,
+    revision: i64,
+}
+
+const NO_WRITES: &BTreeMap<Vec<u8>, Option<Vec<u8>>> = &BTreeMap::new();
+
+impl ReadTxn for EtcdSnapshot<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
+        Ok(self.store.get_at(key, self.revision)?.map(Cow::Owned))
+    }
+
+    fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
+        self.store
+            .visit_at(start, end, self.revision, NO_WRITES, visit)
+    }
+
+    fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.store.last_at(start, end, self.revision, NO_WRITES)
+    }
+}
+
+/// A write transaction: reads at its start revision, writes kept here until commit.
+#[derive(Debug)]
+pub struct EtcdTxn<'s> {
+    store: &'s EtcdStore,
+    revision: i64,
+    /// Writes in key order; `None` is a delete.
+    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+impl ReadTxn for EtcdTxn<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
+        match self.writes.get(key) {
+            Some(Some(value)) => Ok(Some(Cow::Borrowed(value))),
+            Some(None) => Ok(None),
+            None => Ok(self.store.get_at(key, self.revision)?.map(Cow::Owned)),
+        }
+    }
+
+    fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
+        self.store
+            .visit_at(start, end, self.revision, &self.writes, visit)
+    }
+
+    fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.store.last_at(start, end, self.revision, &self.writes)
+    }
+}
+
+impl WriteTxn for EtcdTxn<'_> {
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        check_limits(key, value)?;
+        self.writes.insert(key.to_vec(), Some(value.to_vec()));
+        Ok(())
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        check_limits(key, b"")?;
+        let existed = self.get(key)?.is_some();
+        self.writes.insert(key.to_vec(), None);
+        Ok(existed)
+    }
+
+    fn commit(self) -> Result<()> {
+        if self.writes.is_empty() {
+            return Ok(());
+        }
+        let inner = &self.store.inner;
+        let options = &inner.options;
+        // The commit key's write counts as one operation.
+        let ops = self.writes.len() + 1;
+        if ops > options.txn_ops_max {
+            return Err(StoreError::Limit(format!(
+                "a transaction of {ops} writes exceeds the etcd cluster's limit of {} \
+                 operations per transaction (txn-ops-max); nothing was written",
+                options.txn_ops_max
+            )));
+        }
+        let bytes: usize = self
+            .writes
+            .iter()
+            .map(|(k, v)| inner.data.len() + k.len() + v.as_ref().map_or(0, Vec::len))
+            .sum::<usize>()
+            + ops * OP_OVERHEAD_BYTES
+            + inner.seq.len() * 2
+            + 16;
+        if bytes > options.request_bytes_max {
+            return Err(StoreError::Limit(format!(
+                "a transaction of {bytes} bytes exceeds the etcd cluster's limit of {} bytes \
+                 per request (request-bytes-max); nothing was written",
+                options.request_bytes_max
+            )));
+        }
+        let token = [
+            inner.writer.to_le_bytes(),
+            inner
+                .commit_counter
+                .fetch_add(1, Ordering::Relaxed)
+                .to_le_bytes(),
+        ]
+        .concat();
+        let mut operations: Vec<TxnOp> = self
+            .writes
+            .into_iter()
+            .map(|(key, value)| {
+                let key = [inner.data.as_slice(), &key].concat();
+                match value {
+                    Some(value) => TxnOp::put(key, value, None),
+                    None => TxnOp::delete(key, None),
+                }
+            })
+            .collect();
+        operations.push(TxnOp::put(inner.seq.clone(), token.clone(), None));
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                inner.seq.clone(),
+                CompareOp::Less,
+                self.revision + 1,
+            )])
+            .and_then(operations);
+        let shared = inner.clone();
+        self.store
+            .run(async move { commit(&shared, txn, token).await })
+    }
+}
+
+/// Sends a commit; on a lost answer sends it again unchanged and asks the commit key whether
+/// one of the copies applied.
+async fn commit(inner: &Inner, txn: Txn, token: Vec<u8>) -> Result<()> {
+    let answered_once = std::sync::atomic::AtomicBool::new(false);
+    let lost = std::sync::atomic::AtomicBool::new(false);
+    let response = retrying(inner, |mut client| {
+        let txn = txn.clone();
+        if answered_once.swap(true, Ordering::Relaxed) {
+            lost.store(true, Ordering::Relaxed);
+        }
+        async move { client.txn(txn).await }
+    })
+    .await;
+    let response = match response {
+        Ok(response) => response,
+        Err(error) => {
+            // Out of retries: whether it applied is unknown to us. Ask before giving up.
+            if lost.load(Ordering::Relaxed) && applied(inner, &token).await? {
+                inner.stats.commits.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            return Err(store_error(error));
+        }
+    };
+    if response.succeeded() {
+        inner.stats.commits.fetch_add(1, Ordering::Relaxed);
+        return Ok(());
+    }
+    if lost.load(Ordering::Relaxed) && applied(inner, &token).await? {
+        // An earlier copy applied; this one found the commit key moved by it.
+        inner.stats.commits.fetch_add(1, Ordering::Relaxed);
+        return Ok(());
+    }
+    inner.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+    Err(StoreError::Conflict)
+}
+
+/// Whether the commit key names `token`: the commit it stands for applied. (A later commit by
+/// anyone rewrites the key, but a later commit could only compare true after seeing ours.)
+async fn applied(inner: &Inner, token: &[u8]) -> Result<bool> {
+    let seq = inner.seq.clone();
+    let response = retrying(inner, |mut client| {
+        let seq = seq.clone();
+        async move { client.get(seq, None).await }
+    })
+    .await
+    .map_err(store_error)?;
+    Ok(response.kvs().first().is_some_and(|kv| kv.value() == token))
+}
+
+impl Store for EtcdStore {
+    type Snapshot<'s> = EtcdSnapshot<'s>;
+    type Txn<'s> = EtcdTxn<'s>;
+
+    fn snapshot(&self) -> Result<EtcdSnapshot<'_>> {
+        Ok(EtcdSnapshot {
+            store: self,
+            revision: self.revision()?.0,
+        })
+    }
+
+    fn begin(&self) -> Result<EtcdTxn<'_>> {
+        Ok(EtcdTxn {
+            store: self,
+            revision: self.revision()?.0,
+            writes: BTreeMap::new(),
+        })
+    }
+
+    /// The bytes of this file system's pairs (etcd's own database is shared and
+    /// compaction-dependent; what is ours is the data range).
+    fn size_bytes(&self) -> Result<u64> {
+        let mut bytes = 0u64;
+        let snapshot = self.snapshot()?;
+        snapshot.visit(b"", b"", &mut |k, v| {
+            bytes += (k.len() + v.len()) as u64;
+            ControlFlow::Continue(())
+        })?;
+        Ok(bytes)
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn watch_commits(&self) -> Result<Option<std::sync::mpsc::Receiver<()>>> {
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        let inner = self.inner.clone();
+        // The watch starts after the current revision: a commit from now on is reported.
+        let (from, _) = self.revision()?;
+        self.inner.runtime.spawn(async move {
+            let mut from = from + 1;
+            loop {
+                let seq = inner.seq.clone();
+                let stream = retrying(&inner, |mut client| {
+                    let seq = seq.clone();
+                    async move {
+                        client
+                            .watch(seq, Some(WatchOptions::new().with_start_revision(from)))
+                            .await
+                    }
+                })
+                .await;
+                let mut stream = match stream {
+                    Ok(stream) => stream,
+                    Err(error) => {
+                        tracing::warn!(%error, "etcd: watching commits; trying again");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
+                };
+                loop {
+                    match stream.message().await {
+                        Ok(Some(response)) => {
+                            if let Some(kv) = response.events().last().and_then(|e| e.kv()) {
+                                from = kv.mod_revision() + 1;
+                            }
+                            if !response.events().is_empty() || response.canceled() {
+                                match sender.try_send(()) {
+                                    Ok(()) | Err(std::sync::mpsc::TrySendError::Full(())) => {}
+                                    Err(std::sync::mpsc::TrySendError::Disconnected(())) => {
+                                        return;
+                                    }
+                                }
+                            }
+                            if response.canceled() {
+                                break;
+                            }
+                        }
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+                // The stream broke (a member went away): watch again from the last revision
+                // seen, so no commit goes unreported.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        Ok(Some(receiver))
+    }
+}

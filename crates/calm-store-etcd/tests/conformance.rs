@@ -1,0 +1,141 @@
+//! The etcd backend against the conformance suite every backend passes, on a real cluster
+//! (the shared one of `scripts/test`, or a private 3-member cluster), each case under a prefix
+//! of its own; and the limits of a cluster with etcd's default settings.
+
+use calm_store::{ReadTxn, Store, StoreError, WriteTxn};
+use calm_store_etcd::cluster::{LocalCluster, shared_url, unique_prefix};
+use calm_store_etcd::{EtcdOptions, EtcdStore};
+
+/// The URL of a cluster for this test: the shared one, or `private` started here.
+fn cluster_url(private: &mut Option<LocalCluster>, prefix: &str) -> String {
+    if let Some(url) = shared_url(prefix) {
+        return url;
+    }
+    let cluster = private.get_or_insert_with(|| LocalCluster::start(3).expect("starting etcd"));
+    cluster.url(prefix)
+}
+
+#[test]
+fn etcd_store_passes_the_conformance_suite() {
+    let mut private = None;
+    let base = cluster_url(&mut private, "x");
+    calm_store::conformance::run_all(|| {
+        let url = base.replace("/x?", &format!("/{}?", unique_prefix("conformance")));
+        EtcdStore::connect(EtcdOptions::from_url(&url).unwrap()).expect("connecting")
+    });
+}
+
+#[test]
+fn limits_give_clear_errors_and_write_nothing() {
+    let mut private = None;
+    let url = cluster_url(&mut private, &unique_prefix("limits"));
+    let mut options = EtcdOptions::from_url(&url).unwrap();
+    // etcd's defaults, as a production cluster has them.
+    options.txn_ops_max = calm_store_etcd::TXN_OPS_MAX_DEFAULT;
+    options.request_bytes_max = calm_store_etcd::REQUEST_BYTES_MAX_DEFAULT;
+    let store = EtcdStore::connect(options).unwrap();
+
+    let mut txn = store.begin().unwrap();
+    for i in 0u32..200 {
+        txn.put(&i.to_be_bytes(), b"v").unwrap();
+    }
+    match txn.commit() {
+        Err(StoreError::Limit(message)) => {
+            assert!(message.contains("txn-ops-max"), "{message}");
+            assert!(message.contains("nothing was written"), "{message}");
+        }
+        other => panic!("200 writes against a limit of 128: {other:?}"),
+    }
+    let mut txn = store.begin().unwrap();
+    for i in 0u32..4 {
+        txn.put(&i.to_be_bytes(), &vec![7u8; 1 << 19]).unwrap();
+    }
+    match txn.commit() {
+        Err(StoreError::Limit(message)) => {
+            assert!(message.contains("request-bytes-max"), "{message}")
+        }
+        other => panic!("2 MiB against a limit of 1.5 MiB: {other:?}"),
+    }
+    assert!(
+        !store.snapshot().unwrap().any_in(b"", b"").unwrap(),
+        "a refused transaction wrote something"
+    );
+
+    // Within the limits, the same store commits.
+    let mut txn = store.begin().unwrap();
+    for i in 0u32..100 {
+        txn.put(&i.to_be_bytes(), b"v").unwrap();
+    }
+    txn.commit().unwrap();
+    assert_eq!(
+        store
+            .snapshot()
+            .unwrap()
+            .scan(b"", b"", 1000)
+            .unwrap()
+            .len(),
+        100
+    );
+}
+
+#[test]
+fn concurrent_writers_conflict_and_nothing_is_lost() {
+    let mut private = None;
+    let url = cluster_url(&mut private, &unique_prefix("conflict"));
+    let a = EtcdStore::connect(EtcdOptions::from_url(&url).unwrap()).unwrap();
+    let b = EtcdStore::connect(EtcdOptions::from_url(&url).unwrap()).unwrap();
+    // Both read the counter, both add: the second to commit must be told to run again.
+    let mut ta = a.begin().unwrap();
+    let mut tb = b.begin().unwrap();
+    ta.add(b"counter", 1).unwrap();
+    tb.add(b"counter", 1).unwrap();
+    ta.commit().unwrap();
+    assert!(matches!(tb.commit(), Err(StoreError::Conflict)));
+    // Two threads each adding 50 times with retries end at exactly 101.
+    std::thread::scope(|scope| {
+        for store in [&a, &b] {
+            scope.spawn(move || {
+                for _ in 0..50 {
+                    loop {
+                        let mut txn = store.begin().unwrap();
+                        txn.add(b"counter", 1).unwrap();
+                        match txn.commit() {
+                            Ok(()) => break,
+                            Err(StoreError::Conflict) => continue,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let value = a
+        .snapshot()
+        .unwrap()
+        .get(b"counter")
+        .unwrap()
+        .unwrap()
+        .to_vec();
+    assert_eq!(calm_store::decode_counter(b"counter", &value).unwrap(), 101);
+}
+
+#[test]
+fn bad_urls_are_refused_clearly() {
+    for (url, says) in [
+        ("http://127.0.0.1:2379", "etcd://"),
+        ("etcd://127.0.0.1", "HOST:PORT"),
+        ("etcd://127.0.0.1:notaport", "HOST:PORT"),
+        (
+            "etcd://127.0.0.1:2379/p?txn-ops-max=lots",
+            "must be a number",
+        ),
+        ("etcd://127.0.0.1:2379/p?colour=blue", "unknown"),
+    ] {
+        let error = EtcdOptions::from_url(url).unwrap_err();
+        assert!(error.contains(says), "{url}: {error}");
+    }
+    let options = EtcdOptions::from_url("etcd://a:1,b:2/fs1?txn-ops-max=1000").unwrap();
+    assert_eq!(options.endpoints, ["http://a:1", "http://b:2"]);
+    assert_eq!(options.prefix, "fs1");
+    assert_eq!(options.txn_ops_max, 1000);
+}
