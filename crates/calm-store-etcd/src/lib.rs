@@ -49,6 +49,9 @@ pub const REQUEST_BYTES_MAX_DEFAULT: usize = 1_572_864;
 /// operation, counted against the request limit so that a transaction we send is never refused
 /// for its size.
 const OP_OVERHEAD_BYTES: usize = 16;
+/// A key and its value.
+type Pair = (Vec<u8>, Vec<u8>);
+
 /// Pairs fetched per range request of a visit.
 const VISIT_PAGE_PAIRS: i64 = 512;
 
@@ -364,7 +367,7 @@ impl EtcdStore {
         revision: i64,
         limit: i64,
         descending: bool,
-    ) -> Result<(Vec<(Vec<u8>, Vec<u8>)>, bool)> {
+    ) -> Result<(Vec<Pair>, bool)> {
         let (start, end) = (self.data_key(start), self.data_end(end));
         let mut response: GetResponse = self.call(move |mut client| {
             let (start, end) = (start.clone(), end.clone());
@@ -773,25 +776,18 @@ impl Store for EtcdStore {
                         continue;
                     }
                 };
-                loop {
-                    match stream.message().await {
-                        Ok(Some(response)) => {
-                            if let Some(kv) = response.events().last().and_then(|e| e.kv()) {
-                                from = kv.mod_revision() + 1;
-                            }
-                            if !response.events().is_empty() || response.canceled() {
-                                match sender.try_send(()) {
-                                    Ok(()) | Err(std::sync::mpsc::TrySendError::Full(())) => {}
-                                    Err(std::sync::mpsc::TrySendError::Disconnected(())) => {
-                                        return;
-                                    }
-                                }
-                            }
-                            if response.canceled() {
-                                break;
-                            }
+                while let Ok(Some(response)) = stream.message().await {
+                    if let Some(kv) = response.events().last().and_then(|e| e.kv()) {
+                        from = kv.mod_revision() + 1;
+                    }
+                    if !response.events().is_empty() || response.canceled() {
+                        match sender.try_send(()) {
+                            Ok(()) | Err(std::sync::mpsc::TrySendError::Full(())) => {}
+                            Err(std::sync::mpsc::TrySendError::Disconnected(())) => return,
                         }
-                        Ok(None) | Err(_) => break,
+                    }
+                    if response.canceled() {
+                        break;
                     }
                 }
                 // The stream broke (a member went away): watch again from the last revision
