@@ -5,6 +5,9 @@
 //! - `grpc`: C clients, each with its own connection, against a server in this process;
 //! - `kernel-tmpfs`: the baseline, C threads doing the same on the kernel's tmpfs
 //!   (`/dev/shm`), which keeps nothing across a crash.
+//!
+//! With `--store etcd://…` the two calm modes run on etcd as well, beside the same modes on
+//! LMDB in the same run (each row names its store).
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -12,6 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use calm_meta::{Handle, Meta, MetaError, MetaOptions, ROOT};
+use calm_store::Store;
 use calm_store::lmdb::{LmdbOptions, LmdbStore};
 use serde::Serialize;
 
@@ -27,11 +31,15 @@ pub struct MdtestOptions {
     pub tmpfs_dir: PathBuf,
     /// One directory per client (mdtest -u) instead of one shared directory.
     pub unique_dir: bool,
+    /// An `etcd://` URL: run calm's modes on it too (under a fresh key prefix).
+    pub etcd: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct MdtestResult {
     pub mode: &'static str,
+    /// "lmdb", "etcd", or "tmpfs" for the kernel baseline.
+    pub store: &'static str,
     pub op: &'static str,
     /// "shared" (one directory for all clients) or "unique" (one per client).
     pub dirs: &'static str,
@@ -86,8 +94,10 @@ where
     Ok(started.elapsed().as_secs_f64())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn row(
     mode: &'static str,
+    store: &'static str,
     op: &'static str,
     dirs: &'static str,
     clients: usize,
@@ -96,6 +106,7 @@ fn row(
 ) -> MdtestResult {
     MdtestResult {
         mode,
+        store,
         op,
         dirs,
         clients,
@@ -113,7 +124,7 @@ pub(crate) struct InProcessServer {
 }
 
 impl InProcessServer {
-    pub async fn start(meta: Arc<Meta<LmdbStore>>) -> Result<InProcessServer, String> {
+    pub async fn start<S: Store>(meta: Arc<Meta<S>>) -> Result<InProcessServer, String> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(|e| e.to_string())?;
@@ -156,12 +167,12 @@ pub(crate) fn open_meta(
     Ok((work, Arc::new(meta)))
 }
 
-async fn inprocess(
+async fn inprocess<S: Store>(
     options: &MdtestOptions,
     clients: usize,
     per_client: u64,
+    (store, meta): (&'static str, Arc<Meta<S>>),
 ) -> Result<Vec<MdtestResult>, String> {
-    let (_work, meta) = open_meta(&options.dir)?;
     let mut dirs: Vec<Handle> = Vec::new();
     for c in 0..dir_count(options, clients) {
         dirs.push(
@@ -198,16 +209,26 @@ async fn inprocess(
     Ok([create, stat, unlink]
         .iter()
         .zip(OPS)
-        .map(|(s, op)| row("inprocess", op, dirs_label(options), clients, files, *s))
+        .map(|(s, op)| {
+            row(
+                "inprocess",
+                store,
+                op,
+                dirs_label(options),
+                clients,
+                files,
+                *s,
+            )
+        })
         .collect())
 }
 
-async fn grpc(
+async fn grpc<S: Store>(
     options: &MdtestOptions,
     clients: usize,
     per_client: u64,
+    (store, meta): (&'static str, Arc<Meta<S>>),
 ) -> Result<Vec<MdtestResult>, String> {
-    let (_work, meta) = open_meta(&options.dir)?;
     let server = InProcessServer::start(meta.clone()).await?;
     let addr = server.addr.clone();
     let mut conns = Vec::new();
@@ -256,7 +277,7 @@ async fn grpc(
     Ok([create, stat, unlink]
         .iter()
         .zip(OPS)
-        .map(|(s, op)| row("grpc", op, dirs_label(options), clients, files, *s))
+        .map(|(s, op)| row("grpc", store, op, dirs_label(options), clients, files, *s))
         .collect())
 }
 
@@ -304,8 +325,38 @@ fn kernel(
     Ok([create, stat, unlink]
         .iter()
         .zip(OPS)
-        .map(|(s, op)| row("kernel-tmpfs", op, dirs_label(options), clients, files, *s))
+        .map(|(s, op)| {
+            row(
+                "kernel-tmpfs",
+                "tmpfs",
+                op,
+                dirs_label(options),
+                clients,
+                files,
+                *s,
+            )
+        })
         .collect())
+}
+
+/// A namespace on the etcd cluster of `url`, under a key prefix of its own (the URL's prefix
+/// and a timestamp), grouped as `calm serve --store` groups.
+fn open_etcd(url: &str) -> Result<Arc<Meta<calm_store_etcd::EtcdStore>>, String> {
+    let mut options = calm_store_etcd::EtcdOptions::from_url(url)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    options.prefix = format!("{}/bench-mdtest-{now}", options.prefix);
+    let store = calm_store_etcd::EtcdStore::connect(options).map_err(|e| e.to_string())?;
+    let meta = Meta::open(
+        store,
+        MetaOptions {
+            batch_ops_max: calm_meta::SHARED_BATCH_OPS_MAX,
+            ..MetaOptions::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(Arc::new(meta))
 }
 
 /// Runs every mode for every client count.
@@ -323,8 +374,26 @@ pub fn run(options: &MdtestOptions) -> Result<Vec<MdtestResult>, String> {
                 options.files
             ));
         }
-        results.extend(runtime.block_on(inprocess(options, clients, per_client))?);
-        results.extend(runtime.block_on(grpc(options, clients, per_client))?);
+        let (_work, meta) = open_meta(&options.dir)?;
+        results.extend(runtime.block_on(inprocess(
+            options,
+            clients,
+            per_client,
+            ("lmdb", meta),
+        ))?);
+        let (_work, meta) = open_meta(&options.dir)?;
+        results.extend(runtime.block_on(grpc(options, clients, per_client, ("lmdb", meta)))?);
+        if let Some(url) = &options.etcd {
+            let meta = open_etcd(url)?;
+            results.extend(runtime.block_on(inprocess(
+                options,
+                clients,
+                per_client,
+                ("etcd", meta),
+            ))?);
+            let meta = open_etcd(url)?;
+            results.extend(runtime.block_on(grpc(options, clients, per_client, ("etcd", meta)))?);
+        }
         results.extend(kernel(options, clients, per_client)?);
     }
     Ok(results)

@@ -106,6 +106,15 @@ impl ClState {
         ))
     }
 
+    /// Reads the state again from `view` (another server wrote the store), keeping the
+    /// configuration and a deferred purge.
+    pub fn reload<R: ReadTxn>(&mut self, view: &R) -> Result<(), MetaError> {
+        let deferred = self.purge_deferred;
+        *self = ClState::load(view, self.config)?;
+        self.purge_deferred = deferred;
+        Ok(())
+    }
+
     /// Whether records of type `kind` are written.
     pub fn wants(&self, kind: RecordType) -> bool {
         self.mask.contains(kind)

@@ -44,6 +44,11 @@ impl Default for MetaOptions {
     }
 }
 
+/// Most operations per group on a shared store such as etcd: a group is one transaction of
+/// the store, a create writes about five keys, and etcd's default limit is 128 operations per
+/// transaction. (A group over the store's limits is cut in halves anyway.)
+pub const SHARED_BATCH_OPS_MAX: usize = 16;
+
 /// Figures of the committer, read by status.
 #[derive(Debug, Default)]
 pub struct CommitStats {
@@ -80,9 +85,10 @@ pub(crate) fn run<S: Store>(
     options: MetaOptions,
     generation: u64,
     mut cl: ClState,
-    last_index: watch::Sender<u64>,
+    last_index: Arc<watch::Sender<u64>>,
     stats: Arc<CommitStats>,
 ) {
+    let shared = store.shared();
     let mut alloc = HandleAllocator::new(options.handle_chunk);
     let mut batch: Vec<Request> = Vec::with_capacity(options.batch_ops_max);
     let mut results: Vec<Result<Done, MetaError>> = Vec::with_capacity(options.batch_ops_max);
@@ -109,21 +115,117 @@ pub(crate) fn run<S: Store>(
                 Err(_) => break,
             }
         }
-        let started = std::time::Instant::now();
-        let before = cl.clone();
-        let outcome = commit_batch(
-            &*store,
-            &mut alloc,
-            &mut cl,
+        let mut group = Group {
+            store: &*store,
+            alloc: &mut alloc,
+            cl: &mut cl,
             generation,
-            &batch,
-            &mut results,
-            &stats,
-        );
+            shared,
+            last_index: &last_index,
+            stats: &stats,
+        };
+        group.commit_or_split(&mut batch, &mut results);
+    }
+}
+
+/// Most times a group is run again after a conflict with another server's commit (a shared
+/// store) before its operations are answered with the error.
+pub const CONFLICT_RETRIES_MAX: u32 = 1000;
+
+/// What committing one group needs from the committer.
+struct Group<'c, S: Store> {
+    store: &'c S,
+    alloc: &'c mut HandleAllocator,
+    cl: &'c mut ClState,
+    generation: u64,
+    /// Other processes write the store too (see [`Store::shared`]).
+    shared: bool,
+    last_index: &'c watch::Sender<u64>,
+    stats: &'c CommitStats,
+}
+
+/// Why a group did not commit.
+enum GroupError {
+    /// Another writer committed first (a shared store): run the group again.
+    Conflict,
+    /// The group's transaction is over a limit of the store (too many writes or bytes for one
+    /// transaction): commit it in smaller parts.
+    TooLarge(MetaError),
+    /// Every operation of the group gets this error.
+    Failed(MetaError),
+}
+
+impl From<calm_store::StoreError> for GroupError {
+    fn from(error: calm_store::StoreError) -> Self {
+        match error {
+            calm_store::StoreError::Conflict => GroupError::Conflict,
+            calm_store::StoreError::Limit(_) => GroupError::TooLarge(error.into()),
+            other => GroupError::Failed(other.into()),
+        }
+    }
+}
+
+impl From<MetaError> for GroupError {
+    fn from(error: MetaError) -> Self {
+        GroupError::Failed(error)
+    }
+}
+
+impl<S: Store> Group<'_, S> {
+    /// Commits `batch` and answers every request of it (draining it). A group over the
+    /// store's transaction limits is cut in halves, each committed on its own (a single
+    /// operation over them is refused alone); a group that lost a conflict runs again.
+    fn commit_or_split(
+        &mut self,
+        batch: &mut Vec<Request>,
+        results: &mut Vec<Result<Done, MetaError>>,
+    ) {
+        let started = std::time::Instant::now();
+        let mut conflicts = 0;
+        let outcome = loop {
+            let before = self.cl.clone();
+            results.clear();
+            let outcome = commit_batch(
+                self.store,
+                self.alloc,
+                self.cl,
+                self.generation,
+                self.shared,
+                batch,
+                results,
+                self.stats,
+            );
+            match outcome {
+                Ok(()) => {
+                    self.alloc.committed();
+                    break Ok(());
+                }
+                Err(error) => {
+                    self.alloc.aborted();
+                    *self.cl = before;
+                    if matches!(error, GroupError::Conflict) && conflicts < CONFLICT_RETRIES_MAX {
+                        conflicts += 1;
+                        // Another server's commit landed first: back off a little (it is
+                        // likely to commit again) and run the group on the new state.
+                        std::thread::sleep(std::time::Duration::from_micros(
+                            50 * u64::from(conflicts.min(40)),
+                        ));
+                        continue;
+                    }
+                    break Err(error);
+                }
+            }
+        };
         match outcome {
             Ok(()) => {
-                alloc.committed();
-                last_index.send_if_modified(|last| std::mem::replace(last, cl.last) != cl.last);
+                let reached = self.cl.last;
+                // Monotonic: a follower of a shared store may have published a later index.
+                self.last_index.send_if_modified(|last| {
+                    let newer = reached > *last;
+                    *last = (*last).max(reached);
+                    newer
+                });
+                let stats = self.stats;
                 stats.commits.fetch_add(1, Ordering::Relaxed);
                 stats.ops.fetch_add(batch.len() as u64, Ordering::Relaxed);
                 stats
@@ -137,10 +239,19 @@ pub(crate) fn run<S: Store>(
                     let _ = request.reply.send(result);
                 }
             }
+            Err(GroupError::TooLarge(_)) if batch.len() > 1 => {
+                let mut second = batch.split_off(batch.len() / 2);
+                self.commit_or_split(batch, results);
+                self.commit_or_split(&mut second, results);
+            }
             Err(error) => {
-                alloc.aborted();
-                cl = before;
-                stats.failed_commits.fetch_add(1, Ordering::Relaxed);
+                let error = match error {
+                    GroupError::Conflict => MetaError::Busy(format!(
+                        "the store kept conflicting with other writers ({CONFLICT_RETRIES_MAX} tries)"
+                    )),
+                    GroupError::TooLarge(error) | GroupError::Failed(error) => error,
+                };
+                self.stats.failed_commits.fetch_add(1, Ordering::Relaxed);
                 results.clear();
                 for request in batch.drain(..) {
                     let _ = request.reply.send(Err(error.clone()));
@@ -153,17 +264,26 @@ pub(crate) fn run<S: Store>(
 /// Applies `batch` in one transaction, with its changelog records and a purge step, and
 /// commits it. On a store failure nothing of the batch remains and every operation gets the
 /// error; the caller puts the changelog state back.
+///
+/// On a shared store, when another server committed since this one's last commit, the
+/// changelog state (readers, last index) is read again from the transaction first: the other
+/// server may have appended records or changed readers (and if one commits after this read,
+/// this transaction's commit fails with a conflict).
 #[allow(clippy::too_many_arguments)]
 fn commit_batch<S: Store>(
     store: &S,
     alloc: &mut HandleAllocator,
     cl: &mut ClState,
     generation: u64,
+    shared: bool,
     batch: &[Request],
     results: &mut Vec<Result<Done, MetaError>>,
     stats: &CommitStats,
-) -> Result<(), MetaError> {
+) -> Result<(), GroupError> {
     let mut txn = store.begin()?;
+    if shared && txn.written_by_others() {
+        cl.reload(&txn)?;
+    }
     let mut ctx = Ctx::new(&mut txn, alloc, cl, now_ns(), generation);
     for request in batch {
         ctx.caller = request.caller;
@@ -173,11 +293,18 @@ fn commit_batch<S: Store>(
             Err(Failure::Store(error)) => return Err(error.into()),
         }
     }
-    ctx.flush().map_err(MetaError::from)?;
-    let purged = cl.purge_step(&mut txn).map_err(MetaError::from)?;
+    ctx.flush().map_err(failure)?;
+    let purged = cl.purge_step(&mut txn).map_err(failure)?;
     txn.commit()?;
     stats.cl_purged.fetch_add(purged, Ordering::Relaxed);
     Ok(())
+}
+
+fn failure(failure: Failure) -> GroupError {
+    match failure {
+        Failure::Meta(error) => GroupError::Failed(error),
+        Failure::Store(error) => error.into(),
+    }
 }
 
 /// One purge step in a transaction of its own (the committer has nothing else to do).
@@ -185,6 +312,9 @@ fn purge_alone<S: Store>(store: &S, cl: &mut ClState, stats: &CommitStats) {
     let before = cl.clone();
     let outcome = (|| -> Result<u64, MetaError> {
         let mut txn = store.begin()?;
+        if store.shared() && txn.written_by_others() {
+            cl.reload(&txn)?;
+        }
         let purged = cl.purge_step(&mut txn).map_err(MetaError::from)?;
         txn.commit()?;
         Ok(purged)

@@ -30,7 +30,7 @@ use calm_store::{ReadTxn, Store, WriteTxn, decode_counter};
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub use crate::changelog::Caller;
-pub use crate::commit::{CommitStats, MetaOptions};
+pub use crate::commit::{CommitStats, MetaOptions, SHARED_BATCH_OPS_MAX};
 pub use crate::error::{MetaError, Result};
 use crate::layout::*;
 use crate::ops::{Done, Op};
@@ -48,6 +48,8 @@ pub struct Meta<S: Store> {
     cl_last: watch::Receiver<u64>,
     stats: Arc<CommitStats>,
     epoch: u64,
+    /// The store is shared with other servers (reads cross the network).
+    shared: bool,
 }
 
 /// Most records one changelog read returns.
@@ -105,34 +107,33 @@ impl<S: Store> Meta<S> {
     /// keys and commits one small transaction (the epoch bump).
     pub fn open(store: S, options: MetaOptions) -> Result<Self> {
         let store = Arc::new(store);
-        let mut txn = store.begin()?;
-        match txn.get(KEY_FORMAT)? {
-            Some(format) => {
-                if check_format(&format)? < FORMAT_VERSION {
-                    // Version 1 differs only by having no changelog yet.
-                    txn.put(KEY_FORMAT, &format_value())?;
-                }
-            }
-            None => {
-                if txn.any_in(b"", b"")? {
-                    return Err(MetaError::Corrupt(
-                        "the store holds data but no calm superblock".into(),
+        // A shared store may see another server open at the same moment: run again on a
+        // conflict.
+        let mut tries = 0;
+        let (epoch, cl) = loop {
+            match open_txn(&*store, &options)? {
+                Some(opened) => break opened,
+                None if tries < commit::CONFLICT_RETRIES_MAX => tries += 1,
+                None => {
+                    return Err(MetaError::Busy(
+                        "opening: the store kept conflicting with other servers".into(),
                     ));
                 }
-                format_store(&mut txn)?;
             }
-        }
-        let epoch = txn.add(KEY_EPOCH, 1)?;
-        let cl = changelog::ClState::load(&txn, options.changelog)?;
-        txn.commit()?;
+        };
 
         let (sender, receiver) = mpsc::channel(options.queue_ops_max);
         let (last_sender, cl_last) = watch::channel(cl.last);
+        let last_sender = Arc::new(last_sender);
         let stats = Arc::new(CommitStats::default());
         let gc_every = gc_period(&options.changelog);
+        // Another server's records: a follower publishes the last index they reach.
+        let commits = store.watch_commits()?;
+        let shared = store.shared();
         let committer = {
             let store = store.clone();
             let stats = stats.clone();
+            let last_sender = last_sender.clone();
             std::thread::Builder::new()
                 .name("calm-commit".into())
                 .spawn(move || commit::run(store, receiver, options, epoch, cl, last_sender, stats))
@@ -150,6 +151,13 @@ impl<S: Store> Meta<S> {
             }
             None => (None, None),
         };
+        if let Some(commits) = commits {
+            let store = Arc::downgrade(&store);
+            std::thread::Builder::new()
+                .name("calm-follow".into())
+                .spawn(move || follow_commits(store, commits, last_sender))
+                .map_err(|e| MetaError::Io(format!("starting the commit follower: {e}")))?;
+        }
         Ok(Self {
             store,
             queue: Some(sender),
@@ -159,7 +167,21 @@ impl<S: Store> Meta<S> {
             cl_last,
             stats,
             epoch,
+            shared,
         })
+    }
+
+    /// Runs a read. On a shared store a read waits for the network: inside a multi-threaded
+    /// tokio runtime the worker hands its other tasks over first, so that many reads can be in
+    /// flight at once (on a local store a read is too short for that to pay).
+    fn blocking<T>(&self, read: impl FnOnce() -> T) -> T {
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if self.shared && multi_thread {
+            tokio::task::block_in_place(read)
+        } else {
+            read()
+        }
     }
 
     /// The store under the namespace.
@@ -206,108 +228,122 @@ impl<S: Store> Meta<S> {
     // ----- reads -----
 
     pub fn getattr(&self, handle: Handle) -> Result<Attr> {
-        let snap = self.store.snapshot()?;
-        Ok(ops::load(&snap, handle)?.attr())
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            Ok(ops::load(&snap, handle)?.attr())
+        })
     }
 
     /// The entry `name` of directory `parent`; "." is the directory, ".." its parent.
     pub fn lookup(&self, parent: Handle, name: &[u8]) -> Result<Attr> {
-        let snap = self.store.snapshot()?;
-        let dir = ops::load_dir(&snap, parent)?;
-        let child = match name {
-            b"." => parent,
-            b".." => dir.parent,
-            _ => {
-                ops::check_name(name)?;
-                ops::get_dentry(&snap, parent, name)?
-                    .ok_or(MetaError::NotFound)?
-                    .child
-            }
-        };
-        Ok(ops::load(&snap, child)?.attr())
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            let dir = ops::load_dir(&snap, parent)?;
+            let child = match name {
+                b"." => parent,
+                b".." => dir.parent,
+                _ => {
+                    ops::check_name(name)?;
+                    ops::get_dentry(&snap, parent, name)?
+                        .ok_or(MetaError::NotFound)?
+                        .child
+                }
+            };
+            Ok(ops::load(&snap, child)?.attr())
+        })
     }
 
     pub fn readlink(&self, handle: Handle) -> Result<Vec<u8>> {
-        let snap = self.store.snapshot()?;
-        let inode = ops::load(&snap, handle)?;
-        if inode.kind != Kind::Symlink {
-            return Err(MetaError::Invalid("not a symlink".into()));
-        }
-        Ok(inode.target)
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            let inode = ops::load(&snap, handle)?;
+            if inode.kind != Kind::Symlink {
+                return Err(MetaError::Invalid("not a symlink".into()));
+            }
+            Ok(inode.target)
+        })
     }
 
     /// Up to `limit` entries of directory `dir` (at most [`READDIR_ENTRIES_MAX`]) after
     /// `after_cookie` (0 = from the start). Resuming with the last entry's cookie continues
     /// exactly where the listing stopped, whatever was created or removed in between.
     pub fn readdir(&self, dir: Handle, after_cookie: u64, limit: usize) -> Result<Vec<DirEntry>> {
-        let snap = self.store.snapshot()?;
-        ops::load_dir(&snap, dir)?;
-        let limit = limit.min(READDIR_ENTRIES_MAX);
-        let mut entries = Vec::with_capacity(limit.min(256));
-        if limit == 0 || after_cookie == u64::MAX {
-            return Ok(entries);
-        }
-        let start = readdir_key(dir, after_cookie + 1);
-        let end = readdir_end(dir);
-        let mut corrupt = None;
-        snap.visit(&start, &end, &mut |key, value| {
-            let Some(cookie) = key
-                .get(10..18)
-                .filter(|_| key.len() == 18)
-                .map(|c| u64::from_be_bytes(c.try_into().expect("8 bytes")))
-            else {
-                corrupt = Some(MetaError::Corrupt(format!(
-                    "directory {dir}: readdir key of {} bytes",
-                    key.len()
-                )));
-                return ControlFlow::Break(());
-            };
-            match decode_readdir_value(value) {
-                Ok((handle, kind, name)) => entries.push(DirEntry {
-                    name: name.to_vec(),
-                    handle,
-                    kind,
-                    cookie,
-                }),
-                Err(error) => {
-                    corrupt = Some(error);
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            ops::load_dir(&snap, dir)?;
+            let limit = limit.min(READDIR_ENTRIES_MAX);
+            let mut entries = Vec::with_capacity(limit.min(256));
+            if limit == 0 || after_cookie == u64::MAX {
+                return Ok(entries);
+            }
+            let start = readdir_key(dir, after_cookie + 1);
+            let end = readdir_end(dir);
+            let mut corrupt = None;
+            snap.visit(&start, &end, &mut |key, value| {
+                let Some(cookie) = key
+                    .get(10..18)
+                    .filter(|_| key.len() == 18)
+                    .map(|c| u64::from_be_bytes(c.try_into().expect("8 bytes")))
+                else {
+                    corrupt = Some(MetaError::Corrupt(format!(
+                        "directory {dir}: readdir key of {} bytes",
+                        key.len()
+                    )));
                     return ControlFlow::Break(());
+                };
+                match decode_readdir_value(value) {
+                    Ok((handle, kind, name)) => entries.push(DirEntry {
+                        name: name.to_vec(),
+                        handle,
+                        kind,
+                        cookie,
+                    }),
+                    Err(error) => {
+                        corrupt = Some(error);
+                        return ControlFlow::Break(());
+                    }
                 }
+                if entries.len() >= limit {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            })?;
+            match corrupt {
+                Some(error) => Err(error),
+                None => Ok(entries),
             }
-            if entries.len() >= limit {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        })?;
-        match corrupt {
-            Some(error) => Err(error),
-            None => Ok(entries),
-        }
+        })
     }
 
     pub fn getxattr(&self, handle: Handle, name: &[u8]) -> Result<Vec<u8>> {
-        let snap = self.store.snapshot()?;
-        ops::load(&snap, handle)?;
-        match snap.get(&xattr_key(handle, name))? {
-            Some(value) => Ok(value.into_owned()),
-            None => Err(MetaError::NoData),
-        }
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            ops::load(&snap, handle)?;
+            match snap.get(&xattr_key(handle, name))? {
+                Some(value) => Ok(value.into_owned()),
+                None => Err(MetaError::NoData),
+            }
+        })
     }
 
     pub fn listxattr(&self, handle: Handle) -> Result<Vec<Vec<u8>>> {
-        let snap = self.store.snapshot()?;
-        ops::load(&snap, handle)?;
-        Ok(ops::xattr_names(&snap, handle)?)
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            ops::load(&snap, handle)?;
+            Ok(ops::xattr_names(&snap, handle)?)
+        })
     }
 
     pub fn statfs(&self) -> Result<StatFs> {
-        let snap = self.store.snapshot()?;
-        Ok(StatFs {
-            inodes: counter(&snap, KEY_INODES)?,
-            file_bytes: counter(&snap, KEY_FILE_BYTES)?,
-            store_bytes: self.store.size_bytes()?,
-            name_len_max: NAME_LEN_MAX as u32,
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            Ok(StatFs {
+                inodes: counter(&snap, KEY_INODES)?,
+                file_bytes: counter(&snap, KEY_FILE_BYTES)?,
+                store_bytes: self.store.size_bytes()?,
+                name_len_max: NAME_LEN_MAX as u32,
+            })
         })
     }
 
@@ -479,12 +515,15 @@ impl<S: Store> Meta<S> {
 
     /// The readers, and the first and last indices, on a snapshot.
     pub fn changelog_users(&self) -> Result<ChangelogUsers> {
-        let snap = self.store.snapshot()?;
-        let state = changelog::ClState::load(&snap, calm_changelog::ChangelogConfig::default())?;
-        Ok(ChangelogUsers {
-            last: state.last,
-            first: state.first,
-            users: state.registry.users().cloned().collect(),
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            let state =
+                changelog::ClState::load(&snap, calm_changelog::ChangelogConfig::default())?;
+            Ok(ChangelogUsers {
+                last: state.last,
+                first: state.first,
+                users: state.registry.users().cloned().collect(),
+            })
         })
     }
 
@@ -498,42 +537,44 @@ impl<S: Store> Meta<S> {
         max_bytes: usize,
         reader: Option<UserId>,
     ) -> Result<Vec<Record>> {
-        let snap = self.store.snapshot()?;
-        let (mut from, mask) = (from, reader_mask(&snap, reader)?);
-        if let Some((cleared, _)) = mask {
-            from = from.max(cleared + 1);
-        }
-        let max_records = max_records.clamp(1, CL_READ_RECORDS_MAX);
-        let max_bytes = max_bytes.clamp(1, CL_READ_BYTES_MAX);
-        let mut records = Vec::new();
-        let mut bytes = 0;
-        let mut bad = None;
-        snap.visit(&changelog_key(from), CHANGELOG_END, &mut |key, value| {
-            let index = changelog_index(key).unwrap_or(0);
-            match Record::decode(index, value) {
-                Ok(record) => {
-                    if mask.is_none_or(|(_, m)| m.contains(record.kind)) {
-                        bytes += value.len();
-                        records.push(record);
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            let (mut from, mask) = (from, reader_mask(&snap, reader)?);
+            if let Some((cleared, _)) = mask {
+                from = from.max(cleared + 1);
+            }
+            let max_records = max_records.clamp(1, CL_READ_RECORDS_MAX);
+            let max_bytes = max_bytes.clamp(1, CL_READ_BYTES_MAX);
+            let mut records = Vec::new();
+            let mut bytes = 0;
+            let mut bad = None;
+            snap.visit(&changelog_key(from), CHANGELOG_END, &mut |key, value| {
+                let index = changelog_index(key).unwrap_or(0);
+                match Record::decode(index, value) {
+                    Ok(record) => {
+                        if mask.is_none_or(|(_, m)| m.contains(record.kind)) {
+                            bytes += value.len();
+                            records.push(record);
+                        }
+                    }
+                    Err(error) => {
+                        bad = Some(MetaError::Corrupt(format!(
+                            "changelog record {index}: {error}"
+                        )));
+                        return ControlFlow::Break(());
                     }
                 }
-                Err(error) => {
-                    bad = Some(MetaError::Corrupt(format!(
-                        "changelog record {index}: {error}"
-                    )));
-                    return ControlFlow::Break(());
+                if records.len() >= max_records || bytes >= max_bytes {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
                 }
+            })?;
+            match bad {
+                Some(error) => Err(error),
+                None => Ok(records),
             }
-            if records.len() >= max_records || bytes >= max_bytes {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        })?;
-        match bad {
-            Some(error) => Err(error),
-            None => Ok(records),
-        }
+        })
     }
 
     /// The index of the last record committed.
@@ -609,6 +650,78 @@ fn changelog_gc(
 impl<S: Store> Drop for Meta<S> {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// The opening transaction: formats an empty store, bumps the epoch, reads the changelog
+/// state. `None`: another writer of a shared store committed first; run it again.
+fn open_txn<S: Store>(
+    store: &S,
+    options: &MetaOptions,
+) -> Result<Option<(u64, changelog::ClState)>> {
+    let mut txn = store.begin()?;
+    match txn.get(KEY_FORMAT)? {
+        Some(format) => {
+            if check_format(&format)? < FORMAT_VERSION {
+                // Version 1 differs only by having no changelog yet.
+                txn.put(KEY_FORMAT, &format_value())?;
+            }
+        }
+        None => {
+            if txn.any_in(b"", b"")? {
+                return Err(MetaError::Corrupt(
+                    "the store holds data but no calm superblock".into(),
+                ));
+            }
+            format_store(&mut txn)?;
+        }
+    }
+    let epoch = txn.add(KEY_EPOCH, 1)?;
+    let cl = changelog::ClState::load(&txn, options.changelog)?;
+    match txn.commit() {
+        Ok(()) => Ok(Some((epoch, cl))),
+        Err(calm_store::StoreError::Conflict) => Ok(None),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// For a shared store: after each burst of commits by anyone, reads the last changelog index
+/// on a snapshot and publishes it (monotonic), so that followers and watches see the records
+/// other servers write. Ends when the namespace is gone.
+fn follow_commits<S: Store>(
+    store: std::sync::Weak<S>,
+    commits: std::sync::mpsc::Receiver<()>,
+    last_index: Arc<watch::Sender<u64>>,
+) {
+    loop {
+        match commits.recv_timeout(std::time::Duration::from_secs(1)) {
+            Ok(()) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if store.strong_count() == 0 {
+                    return;
+                }
+                continue;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+        let Some(store) = store.upgrade() else { return };
+        let reached = store.snapshot().and_then(|snap| {
+            Ok(snap
+                .last_in(&[TAG_CHANGELOG], CHANGELOG_END)?
+                .and_then(|(key, _)| changelog_index(&key)))
+        });
+        drop(store);
+        match reached {
+            Ok(Some(reached)) => {
+                last_index.send_if_modified(|last| {
+                    let newer = reached > *last;
+                    *last = (*last).max(reached);
+                    newer
+                });
+            }
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error, "following the store's commits"),
+        }
     }
 }
 

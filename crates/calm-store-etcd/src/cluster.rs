@@ -168,6 +168,28 @@ impl LocalCluster {
         self.wait_healthy(Duration::from_secs(30))
     }
 
+    /// The index of the member that leads the cluster now (asked of each running member).
+    pub fn leader(&self) -> Result<usize, String> {
+        let mut ids = Vec::new();
+        let mut leader = None;
+        for member in &self.members {
+            let answer = if member.child.is_some() {
+                http(
+                    member.client_port,
+                    "POST /v3/maintenance/status HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}",
+                )
+            } else {
+                String::new()
+            };
+            ids.push(json_string(&answer, "member_id"));
+            leader = leader.or(json_string(&answer, "leader"));
+        }
+        let leader = leader.ok_or("no member named a leader")?;
+        ids.iter()
+            .position(|id| id.as_deref() == Some(leader.as_str()))
+            .ok_or_else(|| format!("the leader {leader} is not a running member"))
+    }
+
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().to_path_buf()
     }
@@ -224,23 +246,32 @@ fn which_etcd() -> Result<(), String> {
     }
 }
 
-/// Whether the member on `port` reports itself healthy (a plain HTTP GET of /health).
+/// Whether the member on `port` reports itself healthy.
 fn health(port: u16) -> bool {
+    http(port, "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").contains("\"health\":\"true\"")
+}
+
+/// The answer to one plain HTTP/1.0 `request` to the member on `port` (empty on failure).
+fn http(port: u16, request: &str) -> String {
     use std::io::{Read, Write};
     let Ok(mut stream) = std::net::TcpStream::connect_timeout(
         &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
         Duration::from_millis(500),
     ) else {
-        return false;
+        return String::new();
     };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    if stream
-        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .is_err()
-    {
-        return false;
+    if stream.write_all(request.as_bytes()).is_err() {
+        return String::new();
     }
     let mut answer = String::new();
     let _ = stream.read_to_string(&mut answer);
-    answer.contains("\"health\":\"true\"")
+    answer
+}
+
+/// The string value of `"name":"value"` in a flat JSON answer.
+fn json_string(json: &str, name: &str) -> Option<String> {
+    let from = json.find(&format!("\"{name}\":\""))? + name.len() + 4;
+    let len = json[from..].find('"')?;
+    Some(json[from..from + len].to_string())
 }

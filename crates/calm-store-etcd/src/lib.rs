@@ -160,6 +160,8 @@ struct Inner {
     /// Names this store's commits in the commit key's value (with a counter).
     writer: u64,
     commit_counter: AtomicU64,
+    /// The revision of this store's last commit (0: none yet).
+    own_commit_revision: std::sync::atomic::AtomicI64,
     stats: EtcdStats,
 }
 
@@ -193,6 +195,7 @@ fn transient(error: &etcd_client::Error) -> bool {
                 || message.contains("timed out")
                 || message.contains("not capable")
                 || message.contains("too many requests")
+                || message.contains("future revision")
         }
         _ => false,
     }
@@ -271,6 +274,7 @@ impl EtcdStore {
                 seq: key(b"/seq"),
                 writer: random_u64(),
                 commit_counter: AtomicU64::new(0),
+                own_commit_revision: std::sync::atomic::AtomicI64::new(0),
                 stats: EtcdStats::default(),
                 runtime,
                 client,
@@ -347,7 +351,7 @@ impl EtcdStore {
             let key = key.clone();
             async move {
                 client
-                    .get(key, Some(GetOptions::new().with_revision(revision)))
+                    .get(key, Some(at_revision(GetOptions::new(), revision)))
                     .await
             }
         })?;
@@ -372,10 +376,8 @@ impl EtcdStore {
         let mut response: GetResponse = self.call(move |mut client| {
             let (start, end) = (start.clone(), end.clone());
             async move {
-                let mut options = GetOptions::new()
-                    .with_range(end)
-                    .with_revision(revision)
-                    .with_limit(limit);
+                let mut options =
+                    at_revision(GetOptions::new().with_range(end), revision).with_limit(limit);
                 if descending {
                     options = options.with_sort(SortTarget::Key, SortOrder::Descend);
                 }
@@ -503,6 +505,13 @@ impl EtcdStore {
     }
 }
 
+/// A read at `revision`. History at a revision is immutable, so any member that has applied
+/// it can answer alone (a serializable read, no round through the leader); one that has not
+/// yet answers "future revision", and the read is sent again.
+fn at_revision(options: GetOptions, revision: i64) -> GetOptions {
+    options.with_revision(revision).with_serializable()
+}
+
 /// Sends `request` until it gets an answer, while the cluster is unavailable and
 /// `retry_ms_max` has not passed; each attempt is bounded by `attempt_ms_max`.
 async fn retrying<T, F, Fut>(
@@ -565,6 +574,8 @@ impl ReadTxn for EtcdSnapshot<'_> {
 pub struct EtcdTxn<'s> {
     store: &'s EtcdStore,
     revision: i64,
+    /// The commit key's modification revision when the transaction began.
+    seq_modified: i64,
     /// Writes in key order; `None` is a delete.
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
 }
@@ -589,6 +600,10 @@ impl ReadTxn for EtcdTxn<'_> {
 }
 
 impl WriteTxn for EtcdTxn<'_> {
+    fn written_by_others(&self) -> bool {
+        self.seq_modified != self.store.inner.own_commit_revision.load(Ordering::Relaxed)
+    }
+
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         check_limits(key, value)?;
         self.writes.insert(key.to_vec(), Some(value.to_vec()));
@@ -691,6 +706,11 @@ async fn commit(inner: &Inner, txn: Txn, token: Vec<u8>) -> Result<()> {
     };
     if response.succeeded() {
         inner.stats.commits.fetch_add(1, Ordering::Relaxed);
+        if let Some(header) = response.header() {
+            inner
+                .own_commit_revision
+                .store(header.revision(), Ordering::Relaxed);
+        }
         return Ok(());
     }
     if lost.load(Ordering::Relaxed) && applied(inner, &token).await? {
@@ -727,9 +747,11 @@ impl Store for EtcdStore {
     }
 
     fn begin(&self) -> Result<EtcdTxn<'_>> {
+        let (revision, seq_modified) = self.revision()?;
         Ok(EtcdTxn {
             store: self,
-            revision: self.revision()?.0,
+            revision,
+            seq_modified,
             writes: BTreeMap::new(),
         })
     }

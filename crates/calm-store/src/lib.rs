@@ -149,6 +149,12 @@ pub trait WriteTxn: ReadTxn {
         self.put(key, &new.to_le_bytes())?;
         Ok(new)
     }
+    /// Whether another writer committed after this store's own last commit and before this
+    /// transaction began: what this process keeps in memory about the store may be stale. A
+    /// store only this process writes answers `false`.
+    fn written_by_others(&self) -> bool {
+        false
+    }
     /// Makes every write of this transaction durable and visible, or none of them.
     fn commit(self) -> Result<()>;
 }

@@ -159,6 +159,9 @@ pub enum Bench {
         /// Each client in a directory of its own (mdtest -u); default: one shared directory.
         #[arg(long)]
         unique_dir: bool,
+        /// Run calm's modes on this etcd cluster too (etcd://HOST:PORT,...), beside LMDB.
+        #[arg(long)]
+        store: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -533,6 +536,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             dir,
             tmpfs_dir,
             unique_dir,
+            store,
             json,
         } => {
             let options = mdtest::MdtestOptions {
@@ -541,11 +545,12 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 dir,
                 tmpfs_dir,
                 unique_dir,
+                etcd: store,
             };
             let results = mdtest::run(&options).map_err(|e| anyhow!(e))?;
             let mut lines = vec![format!(
-                "{:>13} {:>7} {:>7} {:>8} {:>9} {:>12} {:>14}",
-                "mode", "op", "dirs", "clients", "files", "ops/s", "vs tmpfs"
+                "{:>13} {:>6} {:>7} {:>7} {:>8} {:>9} {:>12} {:>14}",
+                "mode", "store", "op", "dirs", "clients", "files", "ops/s", "vs tmpfs"
             )];
             for r in &results {
                 let baseline = results
@@ -553,8 +558,8 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                     .find(|b| b.mode == "kernel-tmpfs" && b.op == r.op && b.clients == r.clients)
                     .map_or(f64::NAN, |b| r.ops_per_sec / b.ops_per_sec);
                 lines.push(format!(
-                    "{:>13} {:>7} {:>7} {:>8} {:>9} {:>12.0} {:>13.2}x",
-                    r.mode, r.op, r.dirs, r.clients, r.files, r.ops_per_sec, baseline
+                    "{:>13} {:>6} {:>7} {:>7} {:>8} {:>9} {:>12.0} {:>13.2}x",
+                    r.mode, r.store, r.op, r.dirs, r.clients, r.files, r.ops_per_sec, baseline
                 ));
             }
             table(json, &lines);

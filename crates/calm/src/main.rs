@@ -38,6 +38,11 @@ enum Command {
         /// Directory of the store (created when absent).
         #[arg(long, default_value = "./calm-data")]
         data: PathBuf,
+        /// Keep the metadata on an etcd cluster instead of in --data:
+        /// etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?txn-ops-max=N&request-bytes-max=N].
+        /// Several servers may serve one namespace from the same URL.
+        #[arg(long)]
+        store: Option<String>,
         #[command(flatten)]
         changelog: serve::ChangelogArgs,
     },
@@ -152,8 +157,12 @@ fn main() -> ExitCode {
         Command::Serve {
             listen,
             data,
+            store,
             changelog,
-        } => serve::run(&listen, &data, &changelog, started),
+        } => match store {
+            Some(url) => serve::run_etcd(&listen, &url, &changelog, started),
+            None => serve::run(&listen, &data, &changelog, started),
+        },
         Command::Mount(args) => mount::run(&args, started),
         Command::Status { server, json } => status::run(&server, json),
         Command::Changelog { server, command } => changelog::run(&server, command),

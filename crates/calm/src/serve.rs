@@ -141,6 +141,52 @@ pub fn run(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `calm serve --store etcd://…`: the namespace on an etcd cluster, which other servers may
+/// serve at the same time. Nothing is kept locally, so there is no data directory to lock.
+pub fn run_etcd(
+    listen: &str,
+    url: &str,
+    changelog: &ChangelogArgs,
+    started: Instant,
+) -> anyhow::Result<ExitCode> {
+    let options = calm_store_etcd::EtcdOptions::from_url(url).map_err(|e| anyhow!(e))?;
+    let store = calm_store_etcd::EtcdStore::connect(options)
+        .with_context(|| format!("connecting to {url}"))?;
+    let meta = Meta::open(
+        store,
+        MetaOptions {
+            changelog: changelog.config(),
+            batch_ops_max: calm_meta::SHARED_BATCH_OPS_MAX,
+            ..MetaOptions::default()
+        },
+    )
+    .with_context(|| format!("opening the namespace on {url}"))?;
+    let meta = Arc::new(meta);
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(listen))
+        .with_context(|| format!("listening on {listen}"))?;
+    let addr = listener.local_addr()?;
+    let info = ServerInfo {
+        data_dir: url.to_string(),
+        started,
+        ready_ms: started.elapsed().as_millis() as u64,
+        watch_limits: changelog.watch_limits(),
+    };
+    println!("{}", calm_server::ready_line(info.ready_ms, &addr));
+    std::io::stdout().flush()?;
+    runtime.block_on(calm_server::serve(
+        meta.clone(),
+        info,
+        listener,
+        shutdown_signal(),
+    ))?;
+    drop(runtime);
+    drop(meta);
+    println!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
 pub async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");

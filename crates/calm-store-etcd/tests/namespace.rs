@@ -1,0 +1,246 @@
+//! calm's namespace on etcd: two namespaces (two servers) over one cluster serve one
+//! namespace; groups over etcd's transaction limit are cut; and a member killed during a
+//! create storm loses no acknowledged create and does not stop the storm.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use calm_changelog::{Mask, RecordType};
+use calm_meta::{Handle, Meta, MetaError, MetaOptions, ROOT};
+use calm_store_etcd::cluster::{LocalCluster, shared_url, unique_prefix};
+use calm_store_etcd::{EtcdOptions, EtcdStore};
+
+fn open(url: &str, batch_ops_max: usize) -> Arc<Meta<EtcdStore>> {
+    let store = EtcdStore::connect(EtcdOptions::from_url(url).unwrap()).expect("connecting");
+    let options = MetaOptions {
+        batch_ops_max,
+        ..MetaOptions::default()
+    };
+    Arc::new(Meta::open(store, options).expect("opening the namespace"))
+}
+
+/// The shared cluster of the run, or a private one kept alive by `private`.
+fn cluster_url(private: &mut Option<LocalCluster>, prefix: &str) -> String {
+    if let Some(url) = shared_url(prefix) {
+        return url;
+    }
+    private
+        .get_or_insert_with(|| LocalCluster::start(3).expect("starting etcd"))
+        .url(prefix)
+}
+
+/// Every record of the changelog, in index order.
+fn all_records(meta: &Meta<EtcdStore>) -> Vec<calm_changelog::Record> {
+    let mut out: Vec<calm_changelog::Record> = Vec::new();
+    loop {
+        let from = out.last().map_or(0, |r| r.index + 1);
+        let batch = meta.changelog_read(from, 4096, usize::MAX, None).unwrap();
+        if batch.is_empty() {
+            return out;
+        }
+        out.extend(batch);
+    }
+}
+
+#[test]
+fn two_servers_serve_one_namespace() {
+    let mut private = None;
+    let url = cluster_url(&mut private, &unique_prefix("two-servers"));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let a = open(&url, 16);
+    let b = open(&url, 16);
+    assert_ne!(
+        a.epoch(),
+        b.epoch(),
+        "each server opens with an epoch of its own"
+    );
+    runtime.block_on(async {
+        a.changelog_register("audit", Mask::all()).await.unwrap();
+        let dir_a = a.mkdir(ROOT, b"from-a", 0o755).await.unwrap().handle;
+        // B sees A's directory at once (reads go to the cluster).
+        let dir_b = b.lookup(ROOT, b"from-a").unwrap().handle;
+        assert_eq!(dir_a, dir_b);
+
+        // Both servers create at once, 4 clients each, in the same directory.
+        let mut tasks = Vec::new();
+        for (server, meta) in [("a", &a), ("b", &b)] {
+            for c in 0..4 {
+                let meta = meta.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut made = Vec::new();
+                    for i in 0..25 {
+                        let name = format!("{server}.{c}.{i}");
+                        let attr = meta.create(dir_a, name.as_bytes(), 0o644).await.unwrap();
+                        made.push((name, attr.handle));
+                    }
+                    made
+                }));
+            }
+        }
+        let mut made: Vec<(String, Handle)> = Vec::new();
+        for task in tasks {
+            made.extend(task.await.unwrap());
+        }
+        let handles: HashSet<Handle> = made.iter().map(|(_, h)| *h).collect();
+        assert_eq!(handles.len(), 200, "a handle was given twice");
+        assert!(!handles.contains(&dir_a));
+        for (name, handle) in &made {
+            for meta in [&a, &b] {
+                assert_eq!(meta.lookup(dir_a, name.as_bytes()).unwrap().handle, *handle);
+            }
+        }
+        // A name taken on one server is taken on the other.
+        let clash = b.create(dir_a, b"a.0.0", 0o644).await;
+        assert!(matches!(clash, Err(MetaError::Exists)), "{clash:?}");
+
+        // The changelog: indices dense from 1, one CREAT per create, in one order both
+        // servers read alike.
+        let records = all_records(&a);
+        assert_eq!(records, all_records(&b));
+        for (i, record) in records.iter().enumerate() {
+            assert_eq!(record.index, i as u64 + 1, "indices are dense");
+        }
+        let mut created: Vec<Handle> = records
+            .iter()
+            .filter(|r| r.kind == RecordType::Create)
+            .map(|r| r.target)
+            .collect();
+        created.sort_unstable();
+        let mut expected: Vec<Handle> = handles.into_iter().collect();
+        expected.sort_unstable();
+        assert_eq!(created, expected, "every create has exactly one record");
+
+        // B's followers learn of A's records without polling: its last index catches up.
+        let last = records.last().unwrap().index;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while b.changelog_last() < last && Instant::now() < deadline {
+            b.changelog_wait(b.changelog_last(), Duration::from_millis(200))
+                .await;
+        }
+        assert_eq!(b.changelog_last(), last);
+        assert_eq!(a.changelog_last(), last);
+    });
+}
+
+#[test]
+fn a_group_over_the_transaction_limit_is_cut_not_lost() {
+    let mut private = None;
+    let base = cluster_url(&mut private, &unique_prefix("split"));
+    // etcd's default limit of 128 operations per transaction, and groups of up to 512
+    // operations: 64 concurrent creates (5 writes each) cannot fit in one transaction.
+    let url = base.replace("txn-ops-max=32768", "txn-ops-max=128");
+    assert_ne!(url, base);
+    let meta = open(&url, 512);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let tasks: Vec<_> = (0..64)
+            .map(|i| {
+                let meta = meta.clone();
+                tokio::spawn(async move {
+                    meta.create(ROOT, format!("f{i}").as_bytes(), 0o644)
+                        .await
+                        .map(|a| a.handle)
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap().expect("every create commits");
+        }
+    });
+    assert_eq!(meta.readdir(ROOT, 0, 1000).unwrap().len(), 64);
+    // An operation that alone is over the request limit gets a clear error.
+    let status = runtime.block_on(meta.setxattr(ROOT, b"user.big", &vec![0u8; 60_000], 0));
+    if let Err(error) = status {
+        panic!("a 60 kB attribute is within every limit: {error}");
+    }
+}
+
+#[test]
+fn killing_one_member_during_a_create_storm_loses_nothing() {
+    // A cluster of its own: this test kills one of its members.
+    let mut cluster = LocalCluster::start(3).expect("starting etcd");
+    let url = cluster.url(&unique_prefix("member-kill"));
+    let meta = open(&url, 16);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let leader = cluster.leader().expect("finding the leader");
+    // The storm goes on until this many creates were acknowledged after the kill (a minute
+    // at most: a storm that stopped fails below).
+    const AFTER_KILL_WANTED: u64 = 200;
+    let (acked, after_kill) = runtime.block_on(async {
+        meta.changelog_register("audit", Mask::all()).await.unwrap();
+        let killed = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let after_kill = Arc::new(AtomicU64::new(0));
+        let tasks: Vec<_> = (0..8)
+            .map(|c| {
+                let (meta, killed, stop) = (meta.clone(), killed.clone(), stop.clone());
+                let after_kill = after_kill.clone();
+                tokio::spawn(async move {
+                    let mut acked = Vec::new();
+                    let mut i = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        let name = format!("{c}.{i}");
+                        i += 1;
+                        let was_killed = killed.load(Ordering::Relaxed);
+                        match meta.create(ROOT, name.as_bytes(), 0o644).await {
+                            Ok(attr) => {
+                                acked.push((name, attr.handle));
+                                if was_killed {
+                                    after_kill.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                            // Not acknowledged: it may or may not exist; nothing to check.
+                            Err(error) => eprintln!("create {name}: {error}"),
+                        }
+                    }
+                    acked
+                })
+            })
+            .collect();
+        while tasks.iter().all(|t| !t.is_finished()) && meta.changelog_last() < 200 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Kill the leader: the hardest member to lose (an election follows).
+        tokio::task::block_in_place(|| cluster.kill(leader));
+        killed.store(true, Ordering::Relaxed);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while after_kill.load(Ordering::Relaxed) < AFTER_KILL_WANTED && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        stop.store(true, Ordering::Relaxed);
+        let mut acked = Vec::new();
+        for task in tasks {
+            acked.extend(task.await.unwrap());
+        }
+        (acked, after_kill.load(Ordering::Relaxed))
+    });
+    assert!(
+        after_kill >= AFTER_KILL_WANTED,
+        "the storm stopped when a member died: {after_kill} creates in a minute after the kill"
+    );
+    // Read everything back through a fresh connection to the two members left.
+    drop(meta);
+    let check = open(&url, 16);
+    for (name, handle) in &acked {
+        let found = check.lookup(ROOT, name.as_bytes());
+        assert_eq!(
+            found.map(|a| a.handle).ok(),
+            Some(*handle),
+            "acknowledged create {name} is lost"
+        );
+    }
+    let records = all_records(&check);
+    for (i, record) in records.iter().enumerate() {
+        assert_eq!(record.index, i as u64 + 1, "indices are dense");
+    }
+    let recorded: HashSet<Handle> = records.iter().map(|r| r.target).collect();
+    for (name, handle) in &acked {
+        assert!(recorded.contains(handle), "{name} has no record");
+    }
+    eprintln!(
+        "{} creates acknowledged, {after_kill} of them after the leader was killed",
+        acked.len()
+    );
+}

@@ -1,0 +1,73 @@
+//! Two `calm serve --store etcd://` processes over one etcd cluster (the shared cluster of
+//! `scripts/test`, or a private one): one namespace through either server, and kill -9 of one
+//! server leaves the other serving everything acknowledged.
+
+mod common;
+
+use calm_meta::ROOT;
+use calm_store_etcd::cluster::{LocalCluster, shared_url, unique_prefix};
+use common::{Server, runtime};
+
+#[test]
+fn killing_one_server_leaves_the_other_serving_the_namespace() {
+    let mut private = None;
+    let prefix = unique_prefix("servers");
+    let url = shared_url(&prefix).unwrap_or_else(|| {
+        private
+            .insert(LocalCluster::start(3).expect("starting etcd"))
+            .url(&prefix)
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    // --data is not used with --store; each server still gets a directory of its own.
+    let a = Server::start_with(&tmp.path().join("a"), &["--store", &url]);
+    let b = Server::start_with(&tmp.path().join("b"), &["--store", &url]);
+    let rt = runtime();
+    rt.block_on(async {
+        let ca = calm_client::Client::connect(&a.addr).await.unwrap();
+        let cb = calm_client::Client::connect(&b.addr).await.unwrap();
+        let dir = ca.mkdir(ROOT, b"shared", 0o755).await.unwrap().handle;
+        let mut made = Vec::new();
+        for i in 0..40 {
+            let (client, name) = if i % 2 == 0 {
+                (&ca, format!("a{i}"))
+            } else {
+                (&cb, format!("b{i}"))
+            };
+            made.push((
+                name.clone(),
+                client
+                    .create(dir, name.as_bytes(), 0o644)
+                    .await
+                    .unwrap()
+                    .handle,
+            ));
+        }
+        // Each server sees what the other created.
+        for (name, handle) in &made {
+            assert_eq!(
+                ca.lookup(dir, name.as_bytes()).await.unwrap().handle,
+                *handle
+            );
+            assert_eq!(
+                cb.lookup(dir, name.as_bytes()).await.unwrap().handle,
+                *handle
+            );
+        }
+        drop(ca);
+        a.kill9();
+        // B keeps serving: everything acknowledged is there, and new work goes on.
+        for (name, handle) in &made {
+            assert_eq!(
+                cb.lookup(dir, name.as_bytes()).await.unwrap().handle,
+                *handle
+            );
+        }
+        for i in 0..20 {
+            cb.create(dir, format!("after{i}").as_bytes(), 0o644)
+                .await
+                .unwrap();
+        }
+        assert_eq!(cb.readdir(dir, 0, 1000).await.unwrap().len(), 60);
+    });
+    drop(b);
+}
