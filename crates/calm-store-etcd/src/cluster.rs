@@ -35,6 +35,8 @@ pub struct LocalCluster {
     dir: tempfile::TempDir,
     members: Vec<Member>,
     initial_cluster: String,
+    /// Extra etcd flags of every member.
+    extra: Vec<String>,
 }
 
 fn free_port() -> std::io::Result<u16> {
@@ -44,6 +46,11 @@ fn free_port() -> std::io::Result<u16> {
 impl LocalCluster {
     /// Starts `count` members and waits until the cluster answers.
     pub fn start(count: usize) -> Result<LocalCluster, String> {
+        LocalCluster::start_with(count, &[])
+    }
+
+    /// Starts `count` members with extra etcd flags (a quota, say).
+    pub fn start_with(count: usize, extra: &[&str]) -> Result<LocalCluster, String> {
         which_etcd()?;
         let dir = tempfile::Builder::new()
             .prefix("calm-etcd-")
@@ -67,6 +74,7 @@ impl LocalCluster {
             dir,
             members,
             initial_cluster,
+            extra: extra.iter().map(|a| a.to_string()).collect(),
         };
         for i in 0..count {
             cluster.start_member(i)?;
@@ -110,6 +118,7 @@ impl LocalCluster {
             .args(["--max-request-bytes", &LOCAL_REQUEST_BYTES_MAX.to_string()])
             .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
             .args(["--log-level", "warn"])
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log)

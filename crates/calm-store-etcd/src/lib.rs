@@ -52,8 +52,19 @@ const OP_OVERHEAD_BYTES: usize = 16;
 /// A key and its value.
 type Pair = (Vec<u8>, Vec<u8>);
 
-/// Pairs fetched per range request of a visit.
-const VISIT_PAGE_PAIRS: i64 = 512;
+/// Most pairs fetched per range request of a visit.
+const VISIT_PAGE_PAIRS_MAX: i64 = 512;
+/// Pairs of the first page of a visit (values can be up to `VALUE_LEN_MAX`); later pages are
+/// sized from the largest pair seen so that a page carries about `VISIT_PAGE_BYTES`.
+const VISIT_PAGE_PAIRS_FIRST: i64 = 16;
+const VISIT_PAGE_BYTES: usize = 4 << 20;
+/// Largest range answer accepted. A page over it (pairs far larger than the ones before) is
+/// fetched again in halves.
+const RANGE_ANSWER_BYTES_MAX: usize = 64 << 20;
+const _: () = assert!(
+    (VISIT_PAGE_PAIRS_FIRST as usize) * (calm_store::VALUE_LEN_MAX + calm_store::KEY_LEN_MAX + 64)
+        < RANGE_ANSWER_BYTES_MAX
+);
 
 /// How to reach the cluster and its limits; parsed from `etcd://HOST:PORT[,HOST:PORT...]
 /// [/PREFIX][?txn-ops-max=N&request-bytes-max=N&retry-ms-max=N]`.
@@ -381,7 +392,11 @@ impl EtcdStore {
                 if descending {
                     options = options.with_sort(SortTarget::Key, SortOrder::Descend);
                 }
-                client.get(start, Some(options)).await
+                client
+                    .kv_client()
+                    .max_decoding_message_size(RANGE_ANSWER_BYTES_MAX)
+                    .get(start, Some(options))
+                    .await
             }
         })?;
         let more = response.more();
@@ -418,17 +433,31 @@ impl EtcdStore {
         let mut visited = 0;
         let mut from = start.to_vec();
         let mut more_pages = true;
+        let mut page_pairs = VISIT_PAGE_PAIRS_FIRST;
         let mut page: std::vec::IntoIter<(Vec<u8>, Vec<u8>)> = Vec::new().into_iter();
         let mut next_remote = None;
         loop {
             if next_remote.is_none() {
                 next_remote = page.next();
                 if next_remote.is_none() && more_pages {
-                    let (pairs, more) =
-                        self.range_at(&from, end, revision, VISIT_PAGE_PAIRS, false)?;
+                    let (pairs, more) = match self.range_at(&from, end, revision, page_pairs, false)
+                    {
+                        Err(StoreError::Limit(_)) if page_pairs > 1 => {
+                            page_pairs /= 2;
+                            continue;
+                        }
+                        other => other?,
+                    };
                     if let Some((last, _)) = pairs.last() {
                         from = [last.as_slice(), &[0]].concat();
                     }
+                    let largest = pairs
+                        .iter()
+                        .map(|(k, v)| k.len() + v.len() + 64)
+                        .max()
+                        .unwrap_or(1);
+                    page_pairs =
+                        ((VISIT_PAGE_BYTES / largest) as i64).clamp(1, VISIT_PAGE_PAIRS_MAX);
                     more_pages = more && !pairs.is_empty();
                     page = pairs.into_iter();
                     next_remote = page.next();

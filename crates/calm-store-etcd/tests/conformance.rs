@@ -139,3 +139,48 @@ fn bad_urls_are_refused_clearly() {
     assert_eq!(options.prefix, "fs1");
     assert_eq!(options.txn_ops_max, 1000);
 }
+
+#[test]
+fn the_space_quota_is_a_clear_error_and_writes_nothing() {
+    // A cluster of its own with a 4 MiB quota: filling it raises etcd's NOSPACE alarm.
+    let cluster =
+        LocalCluster::start_with(1, &["--quota-backend-bytes", "4194304"]).expect("starting etcd");
+    let store = EtcdStore::connect(EtcdOptions::from_url(&cluster.url("quota")).unwrap()).unwrap();
+    let mut full = None;
+    for round in 0u32..64 {
+        let mut txn = store.begin().unwrap();
+        for i in 0u32..4 {
+            txn.put(
+                &[round.to_be_bytes(), i.to_be_bytes()].concat(),
+                &vec![round as u8; 256 << 10],
+            )
+            .unwrap();
+        }
+        match txn.commit() {
+            Ok(()) => {}
+            Err(error) => {
+                full = Some((round, error));
+                break;
+            }
+        }
+    }
+    let Some((round, error)) = full else {
+        panic!("64 MiB went into a 4 MiB quota");
+    };
+    match error {
+        StoreError::Full(message) => assert!(message.contains("quota"), "{message}"),
+        other => panic!("a full cluster answered {other:?}"),
+    }
+    // The refused transaction left nothing; what committed before it is intact.
+    let snapshot = store.snapshot().unwrap();
+    let keys = snapshot.scan(b"", b"", 10_000).unwrap();
+    assert_eq!(
+        keys.len() as u32,
+        round * 4,
+        "a refused transaction wrote something"
+    );
+    for (key, value) in keys {
+        assert_eq!(value.len(), 256 << 10);
+        assert!(value.iter().all(|b| *b == key[3]));
+    }
+}
