@@ -223,7 +223,11 @@ fn store_error(error: etcd_client::Error) -> StoreError {
         StoreError::Limit(format!(
             "etcd: {text} (the cluster's --max-txn-ops is below this store's txn-ops-max)"
         ))
-    } else if text.contains("request is too large") || text.contains("message length too large") {
+    } else if text.contains("message length too large") {
+        StoreError::Limit(format!(
+            "etcd: {text} (an answer larger than this store accepts)"
+        ))
+    } else if text.contains("request is too large") {
         StoreError::Limit(format!(
             "etcd: {text} (the cluster's --max-request-bytes is below this store's request-bytes-max)"
         ))
@@ -384,7 +388,7 @@ impl EtcdStore {
         descending: bool,
     ) -> Result<(Vec<Pair>, bool)> {
         let (start, end) = (self.data_key(start), self.data_end(end));
-        let mut response: GetResponse = self.call(move |mut client| {
+        let mut response: GetResponse = self.call(move |client| {
             let (start, end) = (start.clone(), end.clone());
             async move {
                 let mut options =
