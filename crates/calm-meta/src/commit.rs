@@ -85,7 +85,7 @@ pub(crate) fn run<S: Store>(
     options: MetaOptions,
     generation: u64,
     mut cl: ClState,
-    last_index: Arc<watch::Sender<u64>>,
+    last_index: Arc<LastIndex>,
     stats: Arc<CommitStats>,
 ) {
     let shared = store.shared();
@@ -128,6 +128,46 @@ pub(crate) fn run<S: Store>(
     }
 }
 
+/// The index of the last changelog record committed, as the committer (and, on a shared
+/// store, the follower of other servers' commits) publishes it: readable at once, and a
+/// channel that wakes followers.
+#[derive(Debug)]
+pub(crate) struct LastIndex {
+    last: AtomicU64,
+    wake: watch::Sender<u64>,
+}
+
+impl LastIndex {
+    pub fn new(last: u64) -> (LastIndex, watch::Receiver<u64>) {
+        let (wake, receiver) = watch::channel(last);
+        let index = LastIndex {
+            last: AtomicU64::new(last),
+            wake,
+        };
+        (index, receiver)
+    }
+
+    /// The last index published (monotonic).
+    pub fn get(&self) -> u64 {
+        self.last.load(Ordering::Acquire)
+    }
+
+    /// Raises the index to `reached` (never lowers it) without waking anyone.
+    pub fn publish(&self, reached: u64) {
+        self.last.fetch_max(reached, Ordering::AcqRel);
+    }
+
+    /// Wakes followers waiting for an index above the one they saw.
+    pub fn wake_followers(&self) {
+        let reached = self.get();
+        self.wake.send_if_modified(|seen| {
+            let newer = reached > *seen;
+            *seen = (*seen).max(reached);
+            newer
+        });
+    }
+}
+
 /// Most times a group is run again after a conflict with another server's commit (a shared
 /// store) before its operations are answered with the error.
 pub const CONFLICT_RETRIES_MAX: u32 = 1000;
@@ -140,7 +180,7 @@ struct Group<'c, S: Store> {
     generation: u64,
     /// Other processes write the store too (see [`Store::shared`]).
     shared: bool,
-    last_index: &'c watch::Sender<u64>,
+    last_index: &'c LastIndex,
     stats: &'c CommitStats,
 }
 
@@ -219,12 +259,10 @@ impl<S: Store> Group<'_, S> {
         match outcome {
             Ok(()) => {
                 let reached = self.cl.last;
-                // Monotonic: a follower of a shared store may have published a later index.
-                self.last_index.send_if_modified(|last| {
-                    let newer = reached > *last;
-                    *last = (*last).max(reached);
-                    newer
-                });
+                // The index is published before the answers (a caller that reads the last
+                // index after its answer sees its own record), followers are woken after them
+                // (waking a reader must not delay anyone's answer).
+                self.last_index.publish(reached);
                 let stats = self.stats;
                 stats.commits.fetch_add(1, Ordering::Relaxed);
                 stats.ops.fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -238,6 +276,7 @@ impl<S: Store> Group<'_, S> {
                     // A caller that went away no longer needs its answer; the work is durable.
                     let _ = request.reply.send(result);
                 }
+                self.last_index.wake_followers();
             }
             Err(GroupError::TooLarge(_)) if batch.len() > 1 => {
                 let mut second = batch.split_off(batch.len() / 2);

@@ -44,8 +44,10 @@ pub struct Meta<S: Store> {
     /// Wakes the changelog GC thread; dropping it stops the thread.
     gc_stop: Option<std::sync::mpsc::Sender<()>>,
     gc: Option<JoinHandle<()>>,
-    /// The index of the last changelog record committed.
+    /// Wakes followers when records are committed (after the committer's answers).
     cl_last: watch::Receiver<u64>,
+    /// The index of the last changelog record committed (before the answers).
+    last_index: Arc<commit::LastIndex>,
     stats: Arc<CommitStats>,
     epoch: u64,
     /// The store is shared with other servers (reads cross the network).
@@ -123,8 +125,8 @@ impl<S: Store> Meta<S> {
         };
 
         let (sender, receiver) = mpsc::channel(options.queue_ops_max);
-        let (last_sender, cl_last) = watch::channel(cl.last);
-        let last_sender = Arc::new(last_sender);
+        let (last_index, cl_last) = commit::LastIndex::new(cl.last);
+        let last_sender = Arc::new(last_index);
         let stats = Arc::new(CommitStats::default());
         let gc_every = gc_period(&options.changelog);
         // Another server's records: a follower publishes the last index they reach.
@@ -151,6 +153,7 @@ impl<S: Store> Meta<S> {
             }
             None => (None, None),
         };
+        let last_sender_for_meta = last_sender.clone();
         if let Some(commits) = commits {
             let store = Arc::downgrade(&store);
             std::thread::Builder::new()
@@ -165,6 +168,7 @@ impl<S: Store> Meta<S> {
             gc_stop,
             gc,
             cl_last,
+            last_index: last_sender_for_meta,
             stats,
             epoch,
             shared,
@@ -579,7 +583,7 @@ impl<S: Store> Meta<S> {
 
     /// The index of the last record committed.
     pub fn changelog_last(&self) -> u64 {
-        *self.cl_last.borrow()
+        self.last_index.get()
     }
 
     /// Waits until a record after `after` is committed, or `timeout` passes; returns the last
@@ -587,7 +591,7 @@ impl<S: Store> Meta<S> {
     pub async fn changelog_wait(&self, after: u64, timeout: std::time::Duration) -> u64 {
         let mut last = self.cl_last.clone();
         let _ = tokio::time::timeout(timeout, last.wait_for(|index| *index > after)).await;
-        *last.borrow()
+        self.changelog_last()
     }
 
     /// Stops taking mutations, lets the committer finish what is queued, and returns the
@@ -691,7 +695,7 @@ fn open_txn<S: Store>(
 fn follow_commits<S: Store>(
     store: std::sync::Weak<S>,
     commits: std::sync::mpsc::Receiver<()>,
-    last_index: Arc<watch::Sender<u64>>,
+    last_index: Arc<commit::LastIndex>,
 ) {
     loop {
         match commits.recv_timeout(std::time::Duration::from_secs(1)) {
@@ -713,11 +717,8 @@ fn follow_commits<S: Store>(
         drop(store);
         match reached {
             Ok(Some(reached)) => {
-                last_index.send_if_modified(|last| {
-                    let newer = reached > *last;
-                    *last = (*last).max(reached);
-                    newer
-                });
+                last_index.publish(reached);
+                last_index.wake_followers();
             }
             Ok(None) => {}
             Err(error) => tracing::warn!(%error, "following the store's commits"),
