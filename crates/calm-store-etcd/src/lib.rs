@@ -18,7 +18,8 @@
 //! - an unavailable cluster (a member down, a leader election) is retried for up to
 //!   [`EtcdOptions::retry_ms_max`]. A commit whose answer was lost is sent again unchanged: the
 //!   compare lets at most one of the copies apply, and the commit key's token tells whether
-//!   one did.
+//!   one did. If the last copy fails, the commit is settled before the error is returned (the
+//!   commit key is moved on, so that no copy still in flight can apply later).
 //!
 //! calm-store's trait is synchronous; etcd-client is asynchronous. The store runs its own
 //! small tokio runtime, and each call waits for its request on the calling thread (which may
@@ -92,7 +93,9 @@ impl EtcdOptions {
             txn_ops_max: TXN_OPS_MAX_DEFAULT,
             request_bytes_max: REQUEST_BYTES_MAX_DEFAULT,
             retry_ms_max: 15_000,
-            attempt_ms_max: 3_000,
+            // Longer than etcd's own request timeout (5 s plus two election timeouts by
+            // default), so that etcd, not this client, decides when a request failed.
+            attempt_ms_max: 10_000,
         }
     }
 
@@ -708,14 +711,15 @@ impl WriteTxn for EtcdTxn<'_> {
             )])
             .and_then(operations);
         let shared = inner.clone();
+        let revision = self.revision;
         self.store
-            .run(async move { commit(&shared, txn, token).await })
+            .run(async move { commit(&shared, txn, token, revision).await })
     }
 }
 
 /// Sends a commit; on a lost answer sends it again unchanged and asks the commit key whether
 /// one of the copies applied.
-async fn commit(inner: &Inner, txn: Txn, token: Vec<u8>) -> Result<()> {
+async fn commit(inner: &Inner, txn: Txn, token: Vec<u8>, revision: i64) -> Result<()> {
     let answered_once = std::sync::atomic::AtomicBool::new(false);
     let lost = std::sync::atomic::AtomicBool::new(false);
     let response = retrying(inner, |mut client| {
@@ -728,14 +732,22 @@ async fn commit(inner: &Inner, txn: Txn, token: Vec<u8>) -> Result<()> {
     .await;
     let response = match response {
         Ok(response) => response,
-        Err(error) => {
-            // Out of retries: whether it applied is unknown to us. Ask before giving up.
-            if lost.load(Ordering::Relaxed) && applied(inner, &token).await? {
-                inner.stats.commits.fetch_add(1, Ordering::Relaxed);
-                return Ok(());
-            }
-            return Err(store_error(error));
+        Err(error) if lost.load(Ordering::Relaxed) => {
+            // A copy whose answer was lost may still be on its way to being applied: settle it
+            // before answering, so that a commit reported failed never applies later.
+            return match fence(inner, &token, revision).await? {
+                Settled::Applied => {
+                    inner.stats.commits.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
+                }
+                Settled::NotApplied => Err(store_error(error)),
+                Settled::Unknown(why) => Err(StoreError::Io(format!(
+                    "etcd: a commit's answer was lost and whether it applied could not be \
+                     settled ({why})"
+                ))),
+            };
         }
+        Err(error) => return Err(store_error(error)),
     };
     if response.succeeded() {
         inner.stats.commits.fetch_add(1, Ordering::Relaxed);
@@ -753,6 +765,50 @@ async fn commit(inner: &Inner, txn: Txn, token: Vec<u8>) -> Result<()> {
     }
     inner.stats.conflicts.fetch_add(1, Ordering::Relaxed);
     Err(StoreError::Conflict)
+}
+
+/// What became of a commit whose answer was lost.
+enum Settled {
+    Applied,
+    /// It did not apply and no copy of it ever can.
+    NotApplied,
+    Unknown(String),
+}
+
+/// Settles a commit that started at `revision` and whose answer was lost: moves the commit key
+/// on if no commit landed since (then no copy of the lost commit, which compares against
+/// `revision`, can apply any more), or else reads the key's token.
+async fn fence(inner: &Inner, token: &[u8], revision: i64) -> Result<Settled> {
+    let seq = inner.seq.clone();
+    let fence_token = [
+        inner.writer.to_le_bytes(),
+        inner
+            .commit_counter
+            .fetch_add(1, Ordering::Relaxed)
+            .to_le_bytes(),
+    ]
+    .concat();
+    let fenced = retrying(inner, |mut client| {
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                seq.clone(),
+                CompareOp::Less,
+                revision + 1,
+            )])
+            .and_then([TxnOp::put(seq.clone(), fence_token.clone(), None)]);
+        async move { client.txn(txn).await }
+    })
+    .await;
+    match fenced {
+        Ok(response) if response.succeeded() => Ok(Settled::NotApplied),
+        Ok(_) => Ok(if applied(inner, token).await? {
+            Settled::Applied
+        } else {
+            // Another commit landed after `revision`: the lost one compares false forever.
+            Settled::NotApplied
+        }),
+        Err(error) => Ok(Settled::Unknown(error.to_string())),
+    }
 }
 
 /// Whether the commit key names `token`: the commit it stands for applied. (A later commit by
@@ -789,16 +845,12 @@ impl Store for EtcdStore {
         })
     }
 
-    /// The bytes of this file system's pairs (etcd's own database is shared and
-    /// compaction-dependent; what is ours is the data range).
+    /// The size of the etcd database of the member that answers: shared by every file system
+    /// on the cluster and by etcd's history, but one request (counting this file system's
+    /// pairs would read all of them).
     fn size_bytes(&self) -> Result<u64> {
-        let mut bytes = 0u64;
-        let snapshot = self.snapshot()?;
-        snapshot.visit(b"", b"", &mut |k, v| {
-            bytes += (k.len() + v.len()) as u64;
-            ControlFlow::Continue(())
-        })?;
-        Ok(bytes)
+        let status = self.call(|mut client| async move { client.status().await })?;
+        Ok(status.db_size().max(0) as u64)
     }
 
     fn shared(&self) -> bool {

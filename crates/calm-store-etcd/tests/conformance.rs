@@ -177,7 +177,7 @@ fn the_space_quota_is_a_clear_error_and_writes_nothing() {
     assert_eq!(
         keys.len() as u32,
         round * 4,
-        "a refused transaction wrote something"
+        "a refused transaction (round {round}) wrote something"
     );
     for (key, value) in keys {
         assert_eq!(value.len(), 256 << 10);
