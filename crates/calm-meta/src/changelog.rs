@@ -48,6 +48,12 @@ pub struct ClState {
     mask: Mask,
     /// A purge step failed; the next group commit clears this.
     purge_deferred: bool,
+    /// Every appending commit writes the last index to `Ncl_last`. For a shared store (etcd),
+    /// where finding the greatest key of a range is a scan of the range on the server, so the
+    /// last index must be read from a counter; the write costs nothing there (one more
+    /// operation in the commit's one request). LMDB finds the last record with one seek and
+    /// saves the page write.
+    pub counted: bool,
 }
 
 impl ClState {
@@ -60,12 +66,20 @@ impl ClState {
             config,
             mask,
             purge_deferred: false,
+            counted: false,
         }
     }
 
     /// Reads the state of a store: its readers (at most `users_max`, so a bounded scan), the
     /// last index, and the first stored record (one seek).
-    pub fn load<R: ReadTxn>(view: &R, config: ChangelogConfig) -> Result<ClState, MetaError> {
+    ///
+    /// With `counted` (a shared store: see [`ClState::counted`]) the last index is the counter
+    /// `Ncl_last`, which every appending commit keeps exact there.
+    pub fn load<R: ReadTxn>(
+        view: &R,
+        config: ChangelogConfig,
+        counted: bool,
+    ) -> Result<ClState, MetaError> {
         let mut users = Vec::new();
         let mut bad = None;
         view.visit(&[TAG_CL_USER], CL_USER_END, &mut |key, value| {
@@ -86,10 +100,13 @@ impl ClState {
         };
         let next_id = counter(KEY_CL_USER_NEXT)? as UserId;
         // The last index is the last record's (one seek); the counter keeps it only for when
-        // every record has been purged (see `purge_step`).
-        let stored_last = view
-            .last_in(&[TAG_CHANGELOG], CHANGELOG_END)?
-            .and_then(|(key, _)| changelog_index(&key));
+        // every record has been purged (see `purge_step`), unless it is kept exact.
+        let stored_last = if counted {
+            None
+        } else {
+            view.last_in(&[TAG_CHANGELOG], CHANGELOG_END)?
+                .and_then(|(key, _)| changelog_index(&key))
+        };
         let last = counter(KEY_CL_LAST)?.max(stored_last.unwrap_or(0));
         let mut first = last + 1;
         view.visit(&[TAG_CHANGELOG], CHANGELOG_END, &mut |key, _| {
@@ -98,19 +115,16 @@ impl ClState {
             }
             std::ops::ControlFlow::Break(())
         })?;
-        Ok(ClState::new(
-            Registry::new(users, next_id),
-            last,
-            first,
-            config,
-        ))
+        let mut state = ClState::new(Registry::new(users, next_id), last, first, config);
+        state.counted = counted;
+        Ok(state)
     }
 
     /// Reads the state again from `view` (another server wrote the store), keeping the
     /// configuration and a deferred purge.
     pub fn reload<R: ReadTxn>(&mut self, view: &R) -> Result<(), MetaError> {
         let deferred = self.purge_deferred;
-        *self = ClState::load(view, self.config)?;
+        *self = ClState::load(view, self.config, self.counted)?;
         self.purge_deferred = deferred;
         Ok(())
     }
@@ -177,6 +191,9 @@ impl ClState {
             .encode()
             .map_err(|e| Failure::Meta(MetaError::Invalid(e.to_string())))?;
         txn.append(&changelog_key(record.index), &bytes)?;
+        if self.counted {
+            txn.put(KEY_CL_LAST, &record.index.to_le_bytes())?;
+        }
         self.last = record.index;
         Ok(())
     }

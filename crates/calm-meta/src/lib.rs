@@ -521,8 +521,11 @@ impl<S: Store> Meta<S> {
     pub fn changelog_users(&self) -> Result<ChangelogUsers> {
         self.blocking(|| {
             let snap = self.store.snapshot()?;
-            let state =
-                changelog::ClState::load(&snap, calm_changelog::ChangelogConfig::default())?;
+            let state = changelog::ClState::load(
+                &snap,
+                calm_changelog::ChangelogConfig::default(),
+                self.shared,
+            )?;
             Ok(ChangelogUsers {
                 last: state.last,
                 first: state.first,
@@ -681,7 +684,7 @@ fn open_txn<S: Store>(
         }
     }
     let epoch = txn.add(KEY_EPOCH, 1)?;
-    let cl = changelog::ClState::load(&txn, options.changelog)?;
+    let cl = changelog::ClState::load(&txn, options.changelog, store.shared())?;
     match txn.commit() {
         Ok(()) => Ok(Some((epoch, cl))),
         Err(calm_store::StoreError::Conflict) => Ok(None),
@@ -709,10 +712,11 @@ fn follow_commits<S: Store>(
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
         }
         let Some(store) = store.upgrade() else { return };
+        // A shared store keeps the last index in its counter (see `ClState::counted`).
         let reached = store.snapshot().and_then(|snap| {
-            Ok(snap
-                .last_in(&[TAG_CHANGELOG], CHANGELOG_END)?
-                .and_then(|(key, _)| changelog_index(&key)))
+            snap.get(KEY_CL_LAST)?
+                .map(|bytes| calm_store::decode_counter(KEY_CL_LAST, &bytes))
+                .transpose()
         });
         drop(store);
         match reached {

@@ -480,7 +480,7 @@ fn run_group(
     calls: &[Call],
 ) -> Vec<Result<Option<Handle>, i32>> {
     let mut txn = store.begin().unwrap();
-    let mut cl = ClState::load(&txn, ChangelogConfig::default()).unwrap();
+    let mut cl = ClState::load(&txn, ChangelogConfig::default(), false).unwrap();
     let mut ctx = Ctx::new(&mut txn, alloc, &mut cl, 1_000, 1);
     let answers = calls
         .iter()

@@ -502,7 +502,9 @@ impl EtcdStore {
     }
 
     /// The greatest pair of `[start, end)` at `revision` that `overlay` does not delete, or the
-    /// greatest one `overlay` writes, whichever is greater.
+    /// greatest one `overlay` writes, whichever is greater. etcd sorts a descending range after
+    /// reading all of it: O(range) on the server, so calm's hot paths do not use it on etcd
+    /// (appends probe forward; the changelog's last index is a counter there).
     fn last_at(
         &self,
         start: &[u8],
@@ -612,6 +614,8 @@ pub struct EtcdTxn<'s> {
     revision: i64,
     /// The commit key's modification revision when the transaction began.
     seq_modified: i64,
+    /// No stored key (at `revision`) is at or above this one: appends above it need no probe.
+    append_floor: Option<Vec<u8>>,
     /// Writes in key order; `None` is a delete.
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
 }
@@ -636,6 +640,43 @@ impl ReadTxn for EtcdTxn<'_> {
 }
 
 impl WriteTxn for EtcdTxn<'_> {
+    /// The greatest key of the keyspace is not asked of etcd (a descending range is sorted on
+    /// the server after reading the whole range): a forward probe for any stored key at or
+    /// above `key`, once per transaction, and this transaction's own writes.
+    fn append(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        check_limits(key, value)?;
+        let refuse = |above: &[u8]| {
+            StoreError::Limit(format!(
+                "append of {key:?}, which is not above the greatest key {above:?}"
+            ))
+        };
+        if let Some((written, _)) = self.writes.range(key.to_vec()..).find(|(_, v)| v.is_some()) {
+            return Err(refuse(written));
+        }
+        let covered = self
+            .append_floor
+            .as_deref()
+            .is_some_and(|floor| key >= floor);
+        if !covered {
+            let (stored, _) = self.store.range_at(key, b"", self.revision, 1, false)?;
+            if let Some((above, _)) = stored.first() {
+                if !matches!(self.writes.get(above), Some(None)) {
+                    return Err(refuse(above));
+                }
+                // The stored key above is deleted by this transaction: ask the slow way.
+                if let Some((last, _)) = self.last_in(b"", b"")?
+                    && last.as_slice() >= key
+                {
+                    return Err(refuse(&last));
+                }
+            } else {
+                self.append_floor = Some(key.to_vec());
+            }
+        }
+        self.writes.insert(key.to_vec(), Some(value.to_vec()));
+        Ok(())
+    }
+
     fn written_by_others(&self) -> bool {
         self.seq_modified != self.store.inner.own_commit_revision.load(Ordering::Relaxed)
     }
@@ -841,6 +882,7 @@ impl Store for EtcdStore {
             store: self,
             revision,
             seq_modified,
+            append_floor: None,
             writes: BTreeMap::new(),
         })
     }
