@@ -50,6 +50,9 @@ pub const REQUEST_BYTES_MAX_DEFAULT: usize = 1_572_864;
 /// operation, counted against the request limit so that a transaction we send is never refused
 /// for its size.
 const OP_OVERHEAD_BYTES: usize = 16;
+/// Most values one write transaction remembers from its reads.
+const READ_CACHE_KEYS_MAX: usize = 4096;
+
 /// A key and its value.
 type Pair = (Vec<u8>, Vec<u8>);
 
@@ -616,6 +619,9 @@ pub struct EtcdTxn<'s> {
     seq_modified: i64,
     /// No stored key (at `revision`) is at or above this one: appends above it need no probe.
     append_floor: Option<Vec<u8>>,
+    /// Values read at `revision` (which never change): a key read, then deleted or read again
+    /// by the same group of operations costs one round trip, not two.
+    read: std::cell::RefCell<std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>>,
     /// Writes in key order; `None` is a delete.
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
 }
@@ -625,7 +631,17 @@ impl ReadTxn for EtcdTxn<'_> {
         match self.writes.get(key) {
             Some(Some(value)) => Ok(Some(Cow::Borrowed(value))),
             Some(None) => Ok(None),
-            None => Ok(self.store.get_at(key, self.revision)?.map(Cow::Owned)),
+            None => {
+                if let Some(known) = self.read.borrow().get(key) {
+                    return Ok(known.clone().map(Cow::Owned));
+                }
+                let value = self.store.get_at(key, self.revision)?;
+                let mut read = self.read.borrow_mut();
+                if read.len() < READ_CACHE_KEYS_MAX {
+                    read.insert(key.to_vec(), value.clone());
+                }
+                Ok(value.map(Cow::Owned))
+            }
         }
     }
 
@@ -883,6 +899,7 @@ impl Store for EtcdStore {
             revision,
             seq_modified,
             append_floor: None,
+            read: Default::default(),
             writes: BTreeMap::new(),
         })
     }
