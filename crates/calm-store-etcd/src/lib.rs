@@ -218,26 +218,43 @@ fn transient(error: &etcd_client::Error) -> bool {
     }
 }
 
+/// The cluster's refusals this store names: what etcd says, whether it means "full" (else a
+/// limit), and what the operator can change.
+const REFUSALS: &[(&str, bool, &str)] = &[
+    (
+        "database space exceeded",
+        true,
+        "the cluster's --quota-backend-bytes",
+    ),
+    (
+        "too many operations in txn",
+        false,
+        "the cluster's --max-txn-ops is below this store's txn-ops-max",
+    ),
+    (
+        "message length too large",
+        false,
+        "an answer larger than this store accepts",
+    ),
+    (
+        "request is too large",
+        false,
+        "the cluster's --max-request-bytes is below this store's request-bytes-max",
+    ),
+];
+
 /// Maps an error the cluster gave to the seam's errors.
 fn store_error(error: etcd_client::Error) -> StoreError {
     let text = error.to_string();
-    if text.contains("database space exceeded") {
-        StoreError::Full(format!(
-            "etcd: {text} (the cluster's --quota-backend-bytes)"
-        ))
-    } else if text.contains("too many operations in txn") {
-        StoreError::Limit(format!(
-            "etcd: {text} (the cluster's --max-txn-ops is below this store's txn-ops-max)"
-        ))
-    } else if text.contains("message length too large") {
-        StoreError::Limit(format!(
-            "etcd: {text} (an answer larger than this store accepts)"
-        ))
-    } else if text.contains("request is too large") {
-        StoreError::Limit(format!(
-            "etcd: {text} (the cluster's --max-request-bytes is below this store's request-bytes-max)"
-        ))
-    } else if text.contains("compacted") {
+    if let Some((_, full, hint)) = REFUSALS.iter().find(|(says, _, _)| text.contains(says)) {
+        let message = format!("etcd: {text} ({hint})");
+        return if *full {
+            StoreError::Full(message)
+        } else {
+            StoreError::Limit(message)
+        };
+    }
+    if text.contains("compacted") {
         // The snapshot's revision was compacted away: the transaction can be run again on a
         // newer one.
         StoreError::Conflict
