@@ -165,7 +165,8 @@ pub struct EtcdStats {
 }
 
 struct Inner {
-    runtime: tokio::runtime::Runtime,
+    /// Always `Some` until dropped (taken to shut it down without blocking).
+    runtime: Option<tokio::runtime::Runtime>,
     client: Client,
     options: EtcdOptions,
     /// `PREFIX/d/`: the start of the data range.
@@ -180,6 +181,25 @@ struct Inner {
     /// The revision of this store's last commit (0: none yet).
     own_commit_revision: std::sync::atomic::AtomicI64,
     stats: EtcdStats,
+}
+
+impl Inner {
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.runtime
+            .as_ref()
+            .expect("the runtime lives as long as the store")
+            .handle()
+    }
+}
+
+impl Drop for Inner {
+    /// The last clone may go away inside some asynchronous context (a server's task): a
+    /// runtime dropped there would panic, so it is shut down in the background.
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 /// A calm store on an etcd cluster. Cheap to clone; every clone shares one connection.
@@ -287,22 +307,29 @@ impl EtcdStore {
             .with_keep_alive_while_idle(true);
         let endpoints = options.endpoints.clone();
         let deadline = Instant::now() + Duration::from_millis(options.retry_ms_max);
-        let client = runtime.block_on(async {
-            loop {
+        // Spawned and waited for rather than `block_on`, which would panic when the caller is
+        // itself inside a runtime.
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        runtime.spawn(async move {
+            let connected = loop {
                 match Client::connect(&endpoints, Some(connect.clone())).await {
-                    Ok(client) => return Ok(client),
+                    Ok(client) => break Ok(client),
                     Err(error) if transient(&error) && Instant::now() < deadline => {
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                     Err(error) => {
-                        return Err(StoreError::Io(format!(
+                        break Err(StoreError::Io(format!(
                             "etcd: connecting to {}: {error}",
                             endpoints.join(",")
                         )));
                     }
                 }
-            }
-        })?;
+            };
+            let _ = sender.send(connected);
+        });
+        let client = receiver
+            .recv()
+            .map_err(|_| StoreError::Io("etcd: the store's runtime stopped".into()))??;
         let base = options.prefix.as_bytes().to_vec();
         let key = |suffix: &[u8]| [base.as_slice(), suffix].concat();
         let store = EtcdStore {
@@ -314,7 +341,7 @@ impl EtcdStore {
                 commit_counter: AtomicU64::new(0),
                 own_commit_revision: std::sync::atomic::AtomicI64::new(0),
                 stats: EtcdStats::default(),
-                runtime,
+                runtime: Some(runtime),
                 client,
                 options,
             }),
@@ -350,7 +377,7 @@ impl EtcdStore {
         future: impl Future<Output = Result<T>> + Send + 'static,
     ) -> Result<T> {
         let (sender, receiver) = std::sync::mpsc::sync_channel(1);
-        self.inner.runtime.spawn(async move {
+        self.inner.handle().spawn(async move {
             let _ = sender.send(future.await);
         });
         receiver
@@ -938,7 +965,7 @@ impl Store for EtcdStore {
         let inner = self.inner.clone();
         // The watch starts after the current revision: a commit from now on is reported.
         let (from, _) = self.revision()?;
-        self.inner.runtime.spawn(async move {
+        self.inner.handle().spawn(async move {
             let mut from = from + 1;
             loop {
                 let seq = inner.seq.clone();

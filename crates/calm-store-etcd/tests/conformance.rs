@@ -184,3 +184,36 @@ fn the_space_quota_is_a_clear_error_and_writes_nothing() {
         assert!(value.iter().all(|b| *b == key[3]));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_can_be_opened_used_and_dropped_inside_a_runtime() {
+    let mut private = None;
+    let url = cluster_url(&mut private, &unique_prefix("in-runtime"));
+    let store = EtcdStore::connect(EtcdOptions::from_url(&url).unwrap()).unwrap();
+    let mut txn = store.begin().unwrap();
+    txn.put(b"k", b"v").unwrap();
+    txn.commit().unwrap();
+    assert_eq!(
+        store.snapshot().unwrap().get(b"k").unwrap().as_deref(),
+        Some(&b"v"[..])
+    );
+    // The last clone goes here, inside this test's runtime: no "runtime dropped in an
+    // asynchronous context" panic.
+    drop(store);
+    drop(private);
+}
+
+#[test]
+fn an_unreachable_cluster_is_a_clear_error_after_the_retry_limit() {
+    // A port nothing listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("etcd://127.0.0.1:{port}/p?retry-ms-max=500&attempt-ms-max=200");
+    match EtcdStore::connect(EtcdOptions::from_url(&url).unwrap()) {
+        Err(StoreError::Io(message)) => assert!(message.contains("etcd"), "{message}"),
+        other => panic!("connecting to nothing: {other:?}"),
+    }
+}
