@@ -62,12 +62,8 @@ struct Done {
 /// One member target as the agent knows it (what it registers with a metadata server).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TargetSnapshot {
-    pub target: Uuid,
-    pub pool: Uuid,
-    pub pool_name: String,
-    pub index: u32,
-    pub count: u32,
-    pub generation: u64,
+    /// The member's label (its pool's identity, generation and the member's index).
+    pub label: Label,
     pub state: &'static str,
     pub mount_point: Option<PathBuf>,
     pub activated_ms: Option<u64>,
@@ -447,12 +443,7 @@ impl Agent<'_> {
                         .and_then(|(_, r)| r.as_ref().ok().cloned())
                 });
                 out.push(TargetSnapshot {
-                    target: label.target,
-                    pool: pool.uuid,
-                    pool_name: pool.name.clone(),
-                    index: label.index,
-                    count: pool.count,
-                    generation: pool.generation,
+                    label: label.clone(),
                     state,
                     mount_point,
                     activated_ms: pool.activated_at,

@@ -184,6 +184,17 @@ struct Inner {
 }
 
 impl Inner {
+    /// A fresh value for the commit key: this store's id and the count of its commits.
+    fn next_token(&self) -> Vec<u8> {
+        let count = self.commit_counter.fetch_add(1, Ordering::Relaxed);
+        [self.writer.to_le_bytes(), count.to_le_bytes()].concat()
+    }
+
+    /// The compare of every commit: no calm commit landed after `revision`.
+    fn unchanged_since(&self, revision: i64) -> Compare {
+        Compare::mod_revision(self.seq.clone(), CompareOp::Less, revision + 1)
+    }
+
     fn handle(&self) -> &tokio::runtime::Handle {
         self.runtime
             .as_ref()
@@ -784,14 +795,7 @@ impl WriteTxn for EtcdTxn<'_> {
                 options.request_bytes_max
             )));
         }
-        let token = [
-            inner.writer.to_le_bytes(),
-            inner
-                .commit_counter
-                .fetch_add(1, Ordering::Relaxed)
-                .to_le_bytes(),
-        ]
-        .concat();
+        let token = inner.next_token();
         let mut operations: Vec<TxnOp> = self
             .writes
             .into_iter()
@@ -805,11 +809,7 @@ impl WriteTxn for EtcdTxn<'_> {
             .collect();
         operations.push(TxnOp::put(inner.seq.clone(), token.clone(), None));
         let txn = Txn::new()
-            .when([Compare::mod_revision(
-                inner.seq.clone(),
-                CompareOp::Less,
-                self.revision + 1,
-            )])
+            .when([inner.unchanged_since(self.revision)])
             .and_then(operations);
         let shared = inner.clone();
         let revision = self.revision;
@@ -881,21 +881,10 @@ enum Settled {
 /// `revision`, can apply any more), or else reads the key's token.
 async fn fence(inner: &Inner, token: &[u8], revision: i64) -> Result<Settled> {
     let seq = inner.seq.clone();
-    let fence_token = [
-        inner.writer.to_le_bytes(),
-        inner
-            .commit_counter
-            .fetch_add(1, Ordering::Relaxed)
-            .to_le_bytes(),
-    ]
-    .concat();
+    let fence_token = inner.next_token();
     let fenced = retrying(inner, |mut client| {
         let txn = Txn::new()
-            .when([Compare::mod_revision(
-                seq.clone(),
-                CompareOp::Less,
-                revision + 1,
-            )])
+            .when([inner.unchanged_since(revision)])
             .and_then([TxnOp::put(seq.clone(), fence_token.clone(), None)]);
         async move { client.txn(txn).await }
     })

@@ -147,12 +147,12 @@ pub fn node(
             targets: targets
                 .into_iter()
                 .map(|t| calm_proto::pb::TargetEntry {
-                    target_uuid: uuid_text(&t.target),
-                    pool_uuid: uuid_text(&t.pool),
-                    pool_name: t.pool_name,
-                    index: t.index,
-                    count: t.count,
-                    generation: t.generation,
+                    target_uuid: uuid_text(&t.label.target),
+                    pool_uuid: uuid_text(&t.label.pool),
+                    pool_name: t.label.pool_name,
+                    index: t.label.index,
+                    count: t.label.count,
+                    generation: t.label.generation,
                     state: t.state.to_string(),
                     mount_point: t
                         .mount_point
