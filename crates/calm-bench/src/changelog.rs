@@ -8,6 +8,10 @@
 //! any. Noise that lasts longer than a slice (this machine's fsync latency drifts by 2× over
 //! seconds) then hits the three modes alike. Rounds are repeated and medians reported. Each
 //! client works in a directory of its own.
+//!
+//! `calibrate` runs the same rounds with no reader anywhere: the three stores then do the
+//! same work, so the ratios it reports are this machine's noise floor for the method (an
+//! A/A test), the yardstick for the real ratios of the same day.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,6 +33,8 @@ pub struct ChangelogOptions {
     pub ops_max: u64,
     pub repeat: usize,
     pub dir: PathBuf,
+    /// Register no reader in any mode (an A/A run measuring the method's noise).
+    pub calibrate: bool,
 }
 
 pub const OPS: [&str; 6] = ["mkdir", "rmdir", "create", "setattr", "rename", "unlink"];
@@ -44,8 +50,10 @@ pub struct ChangelogResult {
     pub off_ops_per_sec: f64,
     pub on_ops_per_sec: f64,
     pub on_reading_ops_per_sec: f64,
-    /// min(on, on_reading) ÷ off.
+    /// min(on, on_reading) ÷ off, of the medians.
     pub ratio: f64,
+    /// min(on, on_reading) ÷ off of each round, in run order: the spread of the ratio.
+    pub round_ratios: Vec<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -57,6 +65,8 @@ pub struct ChangelogReport {
     /// The highest create rate of the run, any mode and client count.
     pub peak_create_ops_per_sec: f64,
     pub repeat: usize,
+    /// No reader was registered in any mode: the ratios measure noise, not the changelog.
+    pub calibration: bool,
     pub results: Vec<ChangelogResult>,
 }
 
@@ -184,7 +194,7 @@ async fn interleaved_round(
     let mut readers = Vec::new();
     for mode in MODES {
         let (work, meta) = open_meta(&options.dir)?;
-        if mode != "off" {
+        if mode != "off" && !options.calibrate {
             let user = meta
                 .changelog_register("bench", Mask::all())
                 .await
@@ -291,6 +301,9 @@ pub fn run(options: &ChangelogOptions) -> Result<ChangelogReport, String> {
         }
         let per_client = per_client(options, clients);
         for (k, op) in OPS.iter().enumerate() {
+            let round_ratios = (0..options.repeat)
+                .map(|r| rates[1][k][r].min(rates[2][k][r]) / rates[0][k][r])
+                .collect();
             let off = median(&mut rates[0][k]);
             let on = median(&mut rates[1][k]);
             let on_reading = median(&mut rates[2][k]);
@@ -305,6 +318,7 @@ pub fn run(options: &ChangelogOptions) -> Result<ChangelogReport, String> {
                 on_ops_per_sec: on,
                 on_reading_ops_per_sec: on_reading,
                 ratio: on.min(on_reading) / off,
+                round_ratios,
             });
         }
     }
@@ -316,6 +330,50 @@ pub fn run(options: &ChangelogOptions) -> Result<ChangelogReport, String> {
         reader_records: reader_records / 64 * 64,
         peak_create_ops_per_sec: peak_create,
         repeat: options.repeat,
+        calibration: options.calibrate,
         results,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(calibrate: bool, dir: &std::path::Path) -> ChangelogOptions {
+        ChangelogOptions {
+            clients: vec![1, 3],
+            ops_per_client: 20,
+            ops_max: 60,
+            repeat: 2,
+            dir: dir.to_path_buf(),
+            calibrate,
+        }
+    }
+
+    #[test]
+    fn a_report_has_every_op_and_client_count_with_consistent_ratios() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = run(&options(false, dir.path())).unwrap();
+        assert!(!report.calibration);
+        assert_eq!(report.results.len(), OPS.len() * 2);
+        for r in &report.results {
+            assert_eq!(r.ops, 20 * r.clients as u64);
+            assert!(r.off_ops_per_sec > 0.0 && r.on_ops_per_sec > 0.0);
+            let expected = r.on_ops_per_sec.min(r.on_reading_ops_per_sec) / r.off_ops_per_sec;
+            assert!((r.ratio - expected).abs() < 1e-9);
+            assert_eq!(r.round_ratios.len(), 2);
+            assert!(r.round_ratios.iter().all(|x| x.is_finite() && *x > 0.0));
+        }
+        // The drain read every record of the backlog it made (64 writers, at least 64).
+        assert_eq!(report.reader_records, 64);
+        assert!(report.reader_records_per_sec > 0.0);
+    }
+
+    #[test]
+    fn a_calibration_registers_no_reader_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = run(&options(true, dir.path())).unwrap();
+        assert!(report.calibration);
+        assert_eq!(report.results.len(), OPS.len() * 2);
+    }
 }

@@ -141,6 +141,10 @@ pub enum Bench {
         /// Where the temporary stores are made.
         #[arg(long, default_value = ".")]
         dir: PathBuf,
+        /// Register no reader in any mode: the same rounds as an A/A test, whose ratios are
+        /// the method's noise on this machine.
+        #[arg(long)]
+        calibrate: bool,
         #[arg(long)]
         json: bool,
     },
@@ -333,6 +337,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             ops_max,
             repeat,
             dir,
+            calibrate,
             json,
         } => {
             let options = changelog::ChangelogOptions {
@@ -341,23 +346,35 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 ops_max,
                 repeat,
                 dir,
+                calibrate,
             };
             let report = changelog::run(&options).map_err(|e| anyhow!(e))?;
             let mut lines = vec![format!(
-                "{:>8} {:>7} {:>7} {:>12} {:>12} {:>14} {:>7}",
-                "op", "clients", "ops", "off ops/s", "on ops/s", "reading ops/s", "ratio"
+                "{:>8} {:>7} {:>7} {:>12} {:>12} {:>14} {:>7} {:>13}",
+                "op", "clients", "ops", "off ops/s", "on ops/s", "reading ops/s", "ratio", "rounds"
             )];
             for r in &report.results {
+                let (low, high) = r
+                    .round_ratios
+                    .iter()
+                    .fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(*x), h.max(*x)));
                 lines.push(format!(
-                    "{:>8} {:>7} {:>7} {:>12.0} {:>12.0} {:>14.0} {:>7.3}",
+                    "{:>8} {:>7} {:>7} {:>12.0} {:>12.0} {:>14.0} {:>7.3} {:>6.3}-{:<6.3}",
                     r.op,
                     r.clients,
                     r.ops,
                     r.off_ops_per_sec,
                     r.on_ops_per_sec,
                     r.on_reading_ops_per_sec,
-                    r.ratio
+                    r.ratio,
+                    low,
+                    high
                 ));
+            }
+            if report.calibration {
+                lines.push(
+                    "calibration: no reader in any mode, the ratios are the method's noise".into(),
+                );
             }
             lines.push(format!(
                 "reader: {:.0} records/s read and cleared ({} records), {:.1}x the peak create rate {:.0}/s; medians of {} runs",
