@@ -6,8 +6,16 @@
 //! The three modes run side by side on three fresh stores, interleaved in short slices: each
 //! phase is cut into [`SLICES`] slices, and slice k of every mode runs before slice k+1 of
 //! any. Noise that lasts longer than a slice (this machine's fsync latency drifts by 2× over
-//! seconds) then hits the three modes alike. Rounds are repeated and medians reported. Each
-//! client works in a directory of its own.
+//! seconds) then hits the three modes alike; the modes take turns at going first. A mode's
+//! rate is the median of its slices' rates over every round: a host stall that lands in one
+//! slice (this machine's fsync sometimes takes tens of milliseconds) does not decide a ratio,
+//! while a cost a mode has in most slices does. The ratio of total times is reported beside
+//! it. Each client works in a directory of its own.
+//!
+//! The reading reader also measures how soon it holds each record: from the time the record
+//! carries (its group's start, before the group's fsync) to the read returning it. That bounds
+//! commit-to-visible from above for a following reader; the report gives its percentiles per
+//! client count.
 //!
 //! `calibrate` runs the same rounds with no reader anywhere: the three stores then do the
 //! same work, so the ratios it reports are this machine's noise floor for the method (an
@@ -15,8 +23,9 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use calm_changelog::Mask;
 use calm_meta::{Handle, Meta, MetaError, ROOT, SetAttr};
@@ -50,10 +59,23 @@ pub struct ChangelogResult {
     pub off_ops_per_sec: f64,
     pub on_ops_per_sec: f64,
     pub on_reading_ops_per_sec: f64,
-    /// min(on, on_reading) ÷ off, of the medians.
+    /// min(on, on_reading) ÷ off, of the median slice rates.
     pub ratio: f64,
-    /// min(on, on_reading) ÷ off of each round, in run order: the spread of the ratio.
+    /// The same of each round alone, in run order: the spread of the ratio.
     pub round_ratios: Vec<f64>,
+    /// min(on, on_reading) ÷ off of the total times (every slice of every round).
+    pub mean_ratio: f64,
+}
+
+/// How soon the following reader held records, for one client count (every round).
+#[derive(Debug, Clone, Serialize)]
+pub struct FollowLatency {
+    pub clients: usize,
+    /// Records measured.
+    pub records: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -68,6 +90,9 @@ pub struct ChangelogReport {
     /// No reader was registered in any mode: the ratios measure noise, not the changelog.
     pub calibration: bool,
     pub results: Vec<ChangelogResult>,
+    /// From a record's group time to the following reader holding it (empty when
+    /// calibrating: there is no reader).
+    pub follow_latency: Vec<FollowLatency>,
 }
 
 fn dir_name(c: usize) -> Vec<u8> {
@@ -83,7 +108,7 @@ fn renamed(i: u64) -> Vec<u8> {
 }
 
 /// Slices per phase (see the module comment).
-pub const SLICES: u64 = 10;
+pub const SLICES: u64 = 20;
 
 /// Operation `op` on item `i` of a client's directory `dir`.
 async fn one_op(meta: &Meta<LmdbStore>, op: &str, dir: Handle, i: u64) -> Result<(), MetaError> {
@@ -138,26 +163,42 @@ async fn slice(
 pub const CLEAR_RECORDS: u64 = 1024;
 pub const CLEAR_INTERVAL: Duration = Duration::from_millis(100);
 
+fn wall_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
 /// A reader that follows the changelog as it is committed and clears in batches, until
-/// `stop`.
+/// `stop`; pushes to `latencies` each record's time from its group's start to being read, in
+/// ns.
 async fn reading_reader(
     meta: Arc<Meta<LmdbStore>>,
     id: u32,
     stop: Arc<AtomicBool>,
     read: Arc<AtomicU64>,
+    latencies: Arc<Mutex<Vec<u64>>>,
 ) -> Result<(), String> {
     let mut next = 0;
     let (mut unclear, mut cleared_at) = (0u64, Instant::now());
-    while !stop.load(Ordering::Relaxed) {
+    // Once stopped, read up to the last record before leaving, so that every record is measured.
+    while !(stop.load(Ordering::Relaxed) && next > meta.changelog_last()) {
         let records = meta
             .changelog_read(next, READ_BATCH, usize::MAX, Some(id))
             .map_err(|e| e.to_string())?;
         match records.last() {
             Some(last) => {
+                let now = wall_ns();
+                latencies.lock().expect("latencies").extend(
+                    records
+                        .iter()
+                        .map(|r| u64::try_from(now - r.time_ns).unwrap_or(0)),
+                );
                 next = last.index + 1;
                 unclear += records.len() as u64;
                 read.fetch_add(records.len() as u64, Ordering::Relaxed);
             }
+            None if stop.load(Ordering::Relaxed) => break,
             None => {
                 let last = meta.changelog_last();
                 meta.changelog_wait(last, Duration::from_millis(20)).await;
@@ -181,15 +222,22 @@ fn per_client(options: &ChangelogOptions, clients: usize) -> u64 {
         .max(SLICES)
 }
 
+/// What one round measured.
+struct Round {
+    /// Each slice's ops/s, as `[mode][op][slice]`.
+    slice_rates: Vec<Vec<Vec<f64>>>,
+    /// Total seconds as `[mode][op]`.
+    seconds: [[f64; 6]; 3],
+    /// The following reader's latencies, ns.
+    latencies: Vec<u64>,
+}
+
 /// One round: the three modes on three stores, phases in [`OPS`] order, slices interleaved.
-/// Returns ops/s as `[mode][op]`.
-async fn interleaved_round(
-    options: &ChangelogOptions,
-    clients: usize,
-) -> Result<[[f64; 6]; 3], String> {
+async fn interleaved_round(options: &ChangelogOptions, clients: usize) -> Result<Round, String> {
     let per_client = per_client(options, clients);
     let stop = Arc::new(AtomicBool::new(false));
     let read = Arc::new(AtomicU64::new(0));
+    let latencies = Arc::new(Mutex::new(Vec::new()));
     let mut stores = Vec::new();
     let mut readers = Vec::new();
     for mode in MODES {
@@ -205,6 +253,7 @@ async fn interleaved_round(
                     user.id,
                     stop.clone(),
                     read.clone(),
+                    latencies.clone(),
                 )));
             }
         }
@@ -216,11 +265,18 @@ async fn interleaved_round(
         stores.push((work, meta, Arc::new(dirs)));
     }
     let mut seconds = [[0.0f64; 6]; 3];
+    let mut slice_rates = vec![vec![Vec::new(); OPS.len()]; MODES.len()];
     for (k, op) in OPS.iter().enumerate() {
         for s in 0..SLICES {
             let (from, to) = (s * per_client / SLICES, (s + 1) * per_client / SLICES);
-            for (m, (_, meta, dirs)) in stores.iter().enumerate() {
-                seconds[m][k] += slice(meta, dirs, op, from, to).await?;
+            // The modes take turns at going first, so that no mode always follows the same
+            // one (whatever a mode leaves behind, the next one meets it alike).
+            for turn in 0..MODES.len() {
+                let m = (turn + s as usize) % MODES.len();
+                let (_, meta, dirs) = &stores[m];
+                let took = slice(meta, dirs, op, from, to).await?;
+                seconds[m][k] += took;
+                slice_rates[m][k].push(((to - from) * clients as u64) as f64 / took.max(1e-9));
             }
         }
     }
@@ -228,8 +284,18 @@ async fn interleaved_round(
     for reader in readers {
         reader.await.map_err(|e| e.to_string())??;
     }
-    let ops = (per_client * clients as u64) as f64;
-    Ok(seconds.map(|row| row.map(|s| ops / s.max(1e-9))))
+    let latencies = std::mem::take(&mut *latencies.lock().expect("latencies"));
+    Ok(Round {
+        slice_rates,
+        seconds,
+        latencies,
+    })
+}
+
+/// The `q` quantile (0..=1) of sorted `values`, in ms.
+fn quantile_ms(sorted: &[u64], q: f64) -> f64 {
+    let at = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[at] as f64 / 1e6
 }
 
 /// One reader drains a backlog of `records` records: read in batches, clear each batch.
@@ -287,26 +353,48 @@ pub fn run(options: &ChangelogOptions) -> Result<ChangelogReport, String> {
         .build()
         .map_err(|e| e.to_string())?;
     let mut results = Vec::new();
+    let mut follow_latency = Vec::new();
     let mut peak_create: f64 = 0.0;
     for &clients in &options.clients {
-        // rates[mode][op] over the repeats.
-        let mut rates = vec![vec![Vec::new(); OPS.len()]; MODES.len()];
+        // Slice rates as [mode][op] over every round, each round's medians as
+        // [round][mode][op], and total seconds as [mode][op].
+        let mut slice_rates = vec![vec![Vec::new(); OPS.len()]; MODES.len()];
+        let mut round_medians = Vec::new();
+        let mut seconds = [[0.0f64; 6]; 3];
+        let mut latencies = Vec::new();
         for _ in 0..options.repeat {
-            let round = runtime.block_on(interleaved_round(options, clients))?;
-            for (m, row) in round.iter().enumerate() {
-                for (k, rate) in row.iter().enumerate() {
-                    rates[m][k].push(*rate);
+            let mut round = runtime.block_on(interleaved_round(options, clients))?;
+            latencies.extend(round.latencies);
+            let mut medians = [[0.0f64; 6]; 3];
+            for (m, row) in round.slice_rates.iter_mut().enumerate() {
+                for (k, rates) in row.iter_mut().enumerate() {
+                    slice_rates[m][k].extend_from_slice(rates);
+                    medians[m][k] = median(rates);
+                    seconds[m][k] += round.seconds[m][k];
                 }
             }
+            round_medians.push(medians);
+        }
+        if !latencies.is_empty() {
+            latencies.sort_unstable();
+            follow_latency.push(FollowLatency {
+                clients,
+                records: latencies.len() as u64,
+                p50_ms: quantile_ms(&latencies, 0.5),
+                p99_ms: quantile_ms(&latencies, 0.99),
+                max_ms: quantile_ms(&latencies, 1.0),
+            });
         }
         let per_client = per_client(options, clients);
         for (k, op) in OPS.iter().enumerate() {
-            let round_ratios = (0..options.repeat)
-                .map(|r| rates[1][k][r].min(rates[2][k][r]) / rates[0][k][r])
+            let round_ratios = round_medians
+                .iter()
+                .map(|r| r[1][k].min(r[2][k]) / r[0][k])
                 .collect();
-            let off = median(&mut rates[0][k]);
-            let on = median(&mut rates[1][k]);
-            let on_reading = median(&mut rates[2][k]);
+            let mean_ratio = seconds[0][k] / seconds[1][k].max(seconds[2][k]);
+            let off = median(&mut slice_rates[0][k]);
+            let on = median(&mut slice_rates[1][k]);
+            let on_reading = median(&mut slice_rates[2][k]);
             if *op == "create" {
                 peak_create = peak_create.max(off).max(on).max(on_reading);
             }
@@ -319,6 +407,7 @@ pub fn run(options: &ChangelogOptions) -> Result<ChangelogReport, String> {
                 on_reading_ops_per_sec: on_reading,
                 ratio: on.min(on_reading) / off,
                 round_ratios,
+                mean_ratio,
             });
         }
     }
@@ -332,6 +421,7 @@ pub fn run(options: &ChangelogOptions) -> Result<ChangelogReport, String> {
         repeat: options.repeat,
         calibration: options.calibrate,
         results,
+        follow_latency,
     })
 }
 
@@ -361,8 +451,16 @@ mod tests {
             assert!(r.off_ops_per_sec > 0.0 && r.on_ops_per_sec > 0.0);
             let expected = r.on_ops_per_sec.min(r.on_reading_ops_per_sec) / r.off_ops_per_sec;
             assert!((r.ratio - expected).abs() < 1e-9);
+            assert!(r.mean_ratio.is_finite() && r.mean_ratio > 0.0);
             assert_eq!(r.round_ratios.len(), 2);
             assert!(r.round_ratios.iter().all(|x| x.is_finite() && *x > 0.0));
+        }
+        // The following reader measured every record of every round: one per operation and
+        // one per client directory.
+        assert_eq!(report.follow_latency.len(), 2);
+        for f in &report.follow_latency {
+            assert_eq!(f.records, 2 * (6 * 20 + 1) * f.clients as u64);
+            assert!(f.p50_ms <= f.p99_ms && f.p99_ms <= f.max_ms && f.max_ms < 60_000.0);
         }
         // The drain read every record of the backlog it made (64 writers, at least 64).
         assert_eq!(report.reader_records, 64);
@@ -375,5 +473,6 @@ mod tests {
         let report = run(&options(true, dir.path())).unwrap();
         assert!(report.calibration);
         assert_eq!(report.results.len(), OPS.len() * 2);
+        assert!(report.follow_latency.is_empty());
     }
 }
