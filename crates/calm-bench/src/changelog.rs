@@ -32,7 +32,7 @@ use calm_meta::{Handle, Meta, MetaError, ROOT, SetAttr};
 use calm_store::lmdb::LmdbStore;
 use serde::Serialize;
 
-use crate::mdtest::{open_meta, phase};
+use crate::mdtest::{open_meta_with, phase};
 
 #[derive(Debug, Clone)]
 pub struct ChangelogOptions {
@@ -44,6 +44,8 @@ pub struct ChangelogOptions {
     pub dir: PathBuf,
     /// Register no reader in any mode (an A/A run measuring the method's noise).
     pub calibrate: bool,
+    /// Open the stores with the write-ahead log.
+    pub wal: bool,
 }
 
 pub const OPS: [&str; 6] = ["mkdir", "rmdir", "create", "setattr", "rename", "unlink"];
@@ -89,6 +91,8 @@ pub struct ChangelogReport {
     pub repeat: usize,
     /// No reader was registered in any mode: the ratios measure noise, not the changelog.
     pub calibration: bool,
+    /// The stores committed through the write-ahead log.
+    pub wal: bool,
     pub results: Vec<ChangelogResult>,
     /// From a record's group time to the following reader holding it (empty when
     /// calibrating: there is no reader).
@@ -241,7 +245,7 @@ async fn interleaved_round(options: &ChangelogOptions, clients: usize) -> Result
     let mut stores = Vec::new();
     let mut readers = Vec::new();
     for mode in MODES {
-        let (work, meta) = open_meta(&options.dir)?;
+        let (work, meta) = open_meta_with(&options.dir, options.wal)?;
         if mode != "off" && !options.calibrate {
             let user = meta
                 .changelog_register("bench", Mask::all())
@@ -300,7 +304,7 @@ fn quantile_ms(sorted: &[u64], q: f64) -> f64 {
 
 /// One reader drains a backlog of `records` records: read in batches, clear each batch.
 async fn drain(options: &ChangelogOptions, records: u64) -> Result<f64, String> {
-    let (_work, meta) = open_meta(&options.dir)?;
+    let (_work, meta) = open_meta_with(&options.dir, options.wal)?;
     let user = meta
         .changelog_register("drain", Mask::all())
         .await
@@ -420,6 +424,7 @@ pub fn run(options: &ChangelogOptions) -> Result<ChangelogReport, String> {
         peak_create_ops_per_sec: peak_create,
         repeat: options.repeat,
         calibration: options.calibrate,
+        wal: options.wal,
         results,
         follow_latency,
     })
@@ -437,6 +442,7 @@ mod tests {
             repeat: 2,
             dir: dir.to_path_buf(),
             calibrate,
+            wal: false,
         }
     }
 

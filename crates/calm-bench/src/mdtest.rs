@@ -33,6 +33,8 @@ pub struct MdtestOptions {
     pub unique_dir: bool,
     /// An `etcd://` URL: run calm's modes on it too (under a fresh key prefix).
     pub etcd: Option<String>,
+    /// Run calm's LMDB modes a second time with the write-ahead log (store "lmdb+wal").
+    pub wal: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -158,11 +160,23 @@ impl InProcessServer {
 pub(crate) fn open_meta(
     dir: &std::path::Path,
 ) -> Result<(tempfile::TempDir, Arc<Meta<LmdbStore>>), String> {
+    open_meta_with(dir, false)
+}
+
+/// [`open_meta`], with the write-ahead log when `wal`.
+pub(crate) fn open_meta_with(
+    dir: &std::path::Path,
+    wal: bool,
+) -> Result<(tempfile::TempDir, Arc<Meta<LmdbStore>>), String> {
     let work = tempfile::Builder::new()
         .prefix("calm-bench-mdtest-")
         .tempdir_in(dir)
         .map_err(|e| format!("making a directory in {}: {e}", dir.display()))?;
-    let store = LmdbStore::open(work.path(), &LmdbOptions::default()).map_err(|e| e.to_string())?;
+    let options = LmdbOptions {
+        wal,
+        ..LmdbOptions::default()
+    };
+    let store = LmdbStore::open(work.path(), &options).map_err(|e| e.to_string())?;
     let meta = Meta::open(store, MetaOptions::default()).map_err(|e| e.to_string())?;
     Ok((work, Arc::new(meta)))
 }
@@ -383,6 +397,22 @@ pub fn run(options: &MdtestOptions) -> Result<Vec<MdtestResult>, String> {
         ))?);
         let (_work, meta) = open_meta(&options.dir)?;
         results.extend(runtime.block_on(grpc(options, clients, per_client, ("lmdb", meta)))?);
+        if options.wal {
+            let (_work, meta) = open_meta_with(&options.dir, true)?;
+            results.extend(runtime.block_on(inprocess(
+                options,
+                clients,
+                per_client,
+                ("lmdb+wal", meta),
+            ))?);
+            let (_work, meta) = open_meta_with(&options.dir, true)?;
+            results.extend(runtime.block_on(grpc(
+                options,
+                clients,
+                per_client,
+                ("lmdb+wal", meta),
+            ))?);
+        }
         if let Some(url) = &options.etcd {
             let meta = open_etcd(url)?;
             results.extend(runtime.block_on(inprocess(

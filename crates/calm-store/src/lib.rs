@@ -27,6 +27,8 @@ pub mod fault;
 #[cfg(feature = "lmdb")]
 pub mod lmdb;
 pub mod mem;
+#[cfg(feature = "lmdb")]
+mod wal;
 
 /// Longest key any backend must accept, in bytes. LMDB's compiled-in limit is 511; keeping the
 /// contract below it leaves the namespace's layout (1 + 8 + 255 bytes at most) well inside.

@@ -3,9 +3,11 @@
 //! LMDB gives exactly the shape calm needs for fast restarts: opening an environment reads two
 //! meta pages and nothing else, whatever the size of the tree, and a crash (even kill -9 in the
 //! middle of a commit) leaves the last committed meta page valid, so there is no recovery pass.
-//! Every commit is synchronous (the default `MDB_SYNC` behaviour): when [`WriteTxn::commit`]
-//! returns, the data and the new meta page are on the medium. Callers amortise that fsync by
-//! grouping many operations into one transaction (calm-meta's group commit).
+//! Every commit is synchronous: when [`WriteTxn::commit`] returns, it is on the medium. By
+//! default that is LMDB's own `MDB_SYNC` (the pages and the new meta page are written and
+//! synced); with [`LmdbOptions::wal`] it is one record in a write-ahead log (see `wal.rs`:
+//! one sequential write, LMDB's pages written back at checkpoints). Callers amortise the
+//! fsync by grouping many operations into one transaction (calm-meta's group commit).
 //!
 //! Writers are serialised by LMDB itself; readers never block and are never blocked.
 
@@ -13,10 +15,12 @@ use std::borrow::Cow;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions, MdbError, RoTxn, RwTxn, WithoutTls};
 
+use crate::wal::{self, Wal};
 use crate::{ReadTxn, Result, Store, StoreError, Visitor, WriteTxn, check_limits};
 
 /// Default upper bound of the memory map, in bytes: address space only, the file grows with the
@@ -34,8 +38,13 @@ pub struct LmdbOptions {
     pub map_size_bytes: usize,
     /// Concurrent readers allowed.
     pub max_readers: u32,
-    /// Open without any write access (fsck, inspection). The directory must hold a store.
+    /// Open without any write access (fsck, inspection). The directory must hold a store,
+    /// closed cleanly if it has a write-ahead log.
     pub read_only: bool,
+    /// Commit through a write-ahead log (one sequential write and `fdatasync` per commit)
+    /// instead of LMDB's synchronous commit. A store keeps the mode it was last opened for
+    /// writing with; switching is allowed after a clean close.
+    pub wal: bool,
 }
 
 impl Default for LmdbOptions {
@@ -44,6 +53,7 @@ impl Default for LmdbOptions {
             map_size_bytes: MAP_SIZE_BYTES_DEFAULT,
             max_readers: MAX_READERS_DEFAULT,
             read_only: false,
+            wal: false,
         }
     }
 }
@@ -56,6 +66,9 @@ pub struct LmdbStore {
     /// Set when a commit failed: what reached the disk is unknown, so no further write is
     /// accepted until the store is reopened (LMDB then sees the last good meta page).
     poisoned: AtomicBool,
+    /// The write-ahead log, when the store was opened with one. Its lock is taken before
+    /// LMDB's write lock and held for the whole write transaction.
+    wal: Option<Mutex<Wal>>,
 }
 
 impl std::fmt::Debug for LmdbStore {
@@ -95,6 +108,23 @@ impl LmdbStore {
                 dir.display()
             )));
         }
+        let pending = wal::pending(dir)?;
+        if pending > 0 && (options.read_only || !options.wal) {
+            return Err(StoreError::Io(format!(
+                "{} has {pending} commits in its write-ahead log after the last checkpoint (it \
+                 was not closed cleanly, or is open elsewhere): open it for writing with the \
+                 log to recover them first",
+                dir.display()
+            )));
+        }
+        let recovered = if options.wal && !options.read_only {
+            Some(wal::recover(dir)?)
+        } else {
+            if !options.read_only {
+                wal::leave(dir)?;
+            }
+            None
+        };
         let mut builder = EnvOpenOptions::new().read_txn_without_tls();
         builder
             .map_size(options.map_size_bytes)
@@ -103,6 +133,12 @@ impl LmdbStore {
             // SAFETY: READ_ONLY only restricts what this handle may do.
             unsafe {
                 builder.flags(EnvFlags::READ_ONLY);
+            }
+        } else if recovered.is_some() {
+            // SAFETY: NO_SYNC is safe here because durability and crash consistency come from
+            // the write-ahead log and its pinned, checkpointed snapshot (see `wal.rs`).
+            unsafe {
+                builder.flags(EnvFlags::NO_SYNC);
             }
         }
         // SAFETY: the environment files are only ever modified through LMDB (by this process
@@ -125,11 +161,35 @@ impl LmdbStore {
             wtxn.commit().map_err(map_err)?;
             db
         };
+        let wal = match recovered {
+            Some(recovered) => {
+                if !recovered.records.is_empty() {
+                    let mut wtxn = env.write_txn().map_err(map_err)?;
+                    for payload in &recovered.records {
+                        for change in wal::changes(payload)? {
+                            match change {
+                                wal::Change::Put(key, value) => db.put(&mut wtxn, key, value),
+                                wal::Change::Delete(key) => db.delete(&mut wtxn, key).map(|_| ()),
+                            }
+                            .map_err(map_err)?;
+                        }
+                    }
+                    wtxn.commit().map_err(map_err)?;
+                    tracing::info!(
+                        records = recovered.records.len(),
+                        "write-ahead log replayed after an unclean close"
+                    );
+                }
+                Some(Mutex::new(Wal::start(dir, env.clone(), recovered)?))
+            }
+            None => None,
+        };
         Ok(Self {
             env,
             db,
             path: dir.to_path_buf(),
             poisoned: AtomicBool::new(false),
+            wal,
         })
     }
 
@@ -138,11 +198,59 @@ impl LmdbStore {
         &self.path
     }
 
-    /// Closes the environment and waits until LMDB has released it, so that the same
-    /// directory can be opened again in this process (restart tests and benchmarks).
+    /// Closes the environment (after a last checkpoint, with a write-ahead log) and waits
+    /// until LMDB has released it, so that the same directory can be opened again in this
+    /// process (restart tests and benchmarks).
     pub fn close(self) {
-        let event = self.env.prepare_for_closing();
-        event.wait();
+        let env = self.env.clone();
+        drop(self);
+        env.prepare_for_closing().wait();
+    }
+
+    /// Closes like a process killed with SIGKILL: no last checkpoint, so the next writable
+    /// open recovers from the write-ahead log. For crash tests.
+    pub fn close_without_checkpoint(mut self) {
+        if let Some(wal) = self.wal.take() {
+            drop(wal);
+        }
+        self.close();
+    }
+
+    /// When `dir` holds a store whose write-ahead log has commits after its last checkpoint
+    /// (an unclean close), recovers them (opens the store with its log and closes it cleanly)
+    /// so that it can be opened read-only. Returns how many there were.
+    pub fn recover_log(dir: &Path) -> Result<usize> {
+        let pending = wal::pending(dir)?;
+        if pending > 0 {
+            let options = LmdbOptions {
+                wal: true,
+                ..LmdbOptions::default()
+            };
+            LmdbStore::open(dir, &options)?.close();
+        }
+        Ok(pending)
+    }
+
+    /// Checkpoints the write-ahead log now (nothing to do without one).
+    pub fn checkpoint(&self) -> Result<()> {
+        match &self.wal {
+            Some(wal) => wal.lock().expect("write-ahead log lock").checkpoint(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for LmdbStore {
+    fn drop(&mut self) {
+        if let Some(wal) = &self.wal {
+            let mut wal = wal.lock().unwrap_or_else(|e| e.into_inner());
+            if !self.poisoned.load(Ordering::SeqCst)
+                && let Err(error) = wal.checkpoint()
+            {
+                tracing::warn!(%error, "last checkpoint failed: the next open replays the log");
+            }
+            wal.unpin();
+        }
     }
 }
 
@@ -157,6 +265,9 @@ pub struct LmdbTxn<'s> {
     txn: RwTxn<'s>,
     db: Database<Bytes, Bytes>,
     poisoned: &'s AtomicBool,
+    /// With a write-ahead log: the log (locked for the whole transaction) and this
+    /// transaction's changes, in order, as its record.
+    wal: Option<(MutexGuard<'s, Wal>, Vec<u8>)>,
 }
 
 impl std::fmt::Debug for LmdbSnapshot<'_> {
@@ -273,7 +384,11 @@ impl ReadTxn for LmdbTxn<'_> {
 impl WriteTxn for LmdbTxn<'_> {
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         check_limits(key, value)?;
-        self.db.put(&mut self.txn, key, value).map_err(map_err)
+        self.db.put(&mut self.txn, key, value).map_err(map_err)?;
+        if let Some((_, record)) = &mut self.wal {
+            wal::push_put(record, key, value);
+        }
+        Ok(())
     }
 
     fn append(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
@@ -284,7 +399,12 @@ impl WriteTxn for LmdbTxn<'_> {
             .db
             .put_with_flags(&mut self.txn, heed::PutFlags::APPEND, key, value)
         {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                if let Some((_, record)) = &mut self.wal {
+                    wal::push_put(record, key, value);
+                }
+                Ok(())
+            }
             Err(heed::Error::Mdb(MdbError::KeyExist)) => Err(StoreError::Limit(format!(
                 "append of {key:?}, which is not above the greatest key"
             ))),
@@ -294,19 +414,40 @@ impl WriteTxn for LmdbTxn<'_> {
 
     fn delete(&mut self, key: &[u8]) -> Result<bool> {
         check_limits(key, &[])?;
-        self.db.delete(&mut self.txn, key).map_err(map_err)
+        let found = self.db.delete(&mut self.txn, key).map_err(map_err)?;
+        if let (true, Some((_, record))) = (found, &mut self.wal) {
+            wal::push_delete(record, key);
+        }
+        Ok(found)
     }
 
     fn commit(self) -> Result<()> {
-        match self.txn.commit() {
-            Ok(()) => Ok(()),
-            Err(error) => {
+        let poison = |error: StoreError| {
+            self.poisoned.store(true, Ordering::SeqCst);
+            error
+        };
+        let Some((mut wal, record)) = self.wal else {
+            return self.txn.commit().map_err(|error| {
                 // A failed commit may have written some pages; LMDB keeps the previous meta
                 // page valid, but this process no longer knows what the page cache holds.
-                self.poisoned.store(true, Ordering::SeqCst);
-                Err(map_err(error))
-            }
+                poison(map_err(error))
+            });
+        };
+        if record.is_empty() {
+            return self.txn.commit().map_err(|error| poison(map_err(error)));
         }
+        // The record first: once it is on the medium the commit is durable (a crash replays
+        // it); if writing it fails, LMDB is not touched (the transaction is dropped).
+        let at = wal.write(&record).map_err(poison)?;
+        if let Err(error) = self.txn.commit() {
+            // The record must not be replayed for a commit reported failed.
+            let cancelled = wal.cancel(at);
+            return Err(poison(match cancelled {
+                Ok(()) => map_err(error),
+                Err(cancel) => StoreError::Io(format!("{}; and then {cancel}", map_err(error))),
+            }));
+        }
+        wal.applied(at, record.len()).map_err(poison)
     }
 }
 
@@ -325,10 +466,16 @@ impl Store for LmdbStore {
         if self.poisoned.load(Ordering::SeqCst) {
             return Err(StoreError::Poisoned);
         }
+        // The log's lock first, then LMDB's write lock (every writer goes through here).
+        let wal = self
+            .wal
+            .as_ref()
+            .map(|wal| (wal.lock().unwrap_or_else(|e| e.into_inner()), Vec::new()));
         Ok(LmdbTxn {
             txn: self.env.write_txn().map_err(map_err)?,
             db: self.db,
             poisoned: &self.poisoned,
+            wal,
         })
     }
 

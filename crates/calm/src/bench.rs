@@ -145,6 +145,9 @@ pub enum Bench {
         /// the method's noise on this machine.
         #[arg(long)]
         calibrate: bool,
+        /// Open the stores with the write-ahead log (`calm serve --wal`).
+        #[arg(long)]
+        wal: bool,
         #[arg(long)]
         json: bool,
     },
@@ -166,6 +169,9 @@ pub enum Bench {
         /// Run calm's modes on this etcd cluster too (etcd://HOST:PORT,...), beside LMDB.
         #[arg(long)]
         store: Option<String>,
+        /// Run calm's LMDB modes again with the write-ahead log (store "lmdb+wal").
+        #[arg(long)]
+        wal: bool,
         #[arg(long)]
         json: bool,
     },
@@ -338,6 +344,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             repeat,
             dir,
             calibrate,
+            wal,
             json,
         } => {
             let options = changelog::ChangelogOptions {
@@ -347,6 +354,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 repeat,
                 dir,
                 calibrate,
+                wal,
             };
             let report = changelog::run(&options).map_err(|e| anyhow!(e))?;
             let mut lines = vec![format!(
@@ -554,6 +562,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             tmpfs_dir,
             unique_dir,
             store,
+            wal,
             json,
         } => {
             let options = mdtest::MdtestOptions {
@@ -563,10 +572,11 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 tmpfs_dir,
                 unique_dir,
                 etcd: store,
+                wal,
             };
             let results = mdtest::run(&options).map_err(|e| anyhow!(e))?;
             let mut lines = vec![format!(
-                "{:>13} {:>6} {:>7} {:>7} {:>8} {:>9} {:>12} {:>14}",
+                "{:>13} {:>8} {:>7} {:>7} {:>8} {:>9} {:>12} {:>14}",
                 "mode", "store", "op", "dirs", "clients", "files", "ops/s", "vs tmpfs"
             )];
             for r in &results {
@@ -575,7 +585,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                     .find(|b| b.mode == "kernel-tmpfs" && b.op == r.op && b.clients == r.clients)
                     .map_or(f64::NAN, |b| r.ops_per_sec / b.ops_per_sec);
                 lines.push(format!(
-                    "{:>13} {:>6} {:>7} {:>7} {:>8} {:>9} {:>12.0} {:>13.2}x",
+                    "{:>13} {:>8} {:>7} {:>7} {:>8} {:>9} {:>12.0} {:>13.2}x",
                     r.mode, r.store, r.op, r.dirs, r.clients, r.files, r.ops_per_sec, baseline
                 ));
             }

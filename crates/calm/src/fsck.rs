@@ -1,5 +1,7 @@
 //! `calm fsck DATA_DIR`: open the store read-only, read it once in key order with a progress
 //! bar, and report. Exit 0 when clean, 1 when damage was found, 2 when the store cannot be read.
+//! A store whose write-ahead log holds commits after its last checkpoint (an unclean close) is
+//! recovered first, as its next server would.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -12,6 +14,11 @@ use calm_store::lmdb::{LmdbOptions, LmdbStore};
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub fn run(data: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let replayed = LmdbStore::recover_log(data)
+        .with_context(|| format!("recovering the store in {}", data.display()))?;
+    if replayed > 0 && !json {
+        eprintln!("recovered {replayed} commits from the write-ahead log");
+    }
     let options = LmdbOptions {
         read_only: true,
         ..LmdbOptions::default()

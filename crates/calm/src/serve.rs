@@ -38,6 +38,11 @@ pub struct ChangelogArgs {
     /// Run the idle-reader GC at most this often, in seconds.
     #[arg(long, default_value_t = 3600)]
     changelog_gc_interval_s: u64,
+    /// Commit through a write-ahead log in the data directory (one sequential write and
+    /// fdatasync per commit, LMDB's pages written back at checkpoints) instead of LMDB's own
+    /// synchronous commit.
+    #[arg(long)]
+    pub wal: bool,
 }
 
 impl ChangelogArgs {
@@ -76,7 +81,11 @@ pub struct Embedded {
 impl Embedded {
     pub fn open(data: &Path, changelog: &ChangelogArgs) -> anyhow::Result<Embedded> {
         let lock = lock_data_dir(data).map_err(|e| anyhow!(e))?;
-        let store = LmdbStore::open(data, &LmdbOptions::default())
+        let options = LmdbOptions {
+            wal: changelog.wal,
+            ..LmdbOptions::default()
+        };
+        let store = LmdbStore::open(data, &options)
             .with_context(|| format!("opening the store in {}", data.display()))?;
         let meta = Meta::open(
             store,

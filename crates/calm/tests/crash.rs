@@ -1,6 +1,7 @@
 //! kill -9 during a storm of creates from several clients, three times over: after each
 //! restart fsck is clean, every acknowledged create is there with the handle it was given,
-//! and no handle was ever handed out twice.
+//! and no handle was ever handed out twice. With LMDB's own commit and with the write-ahead
+//! log (`--wal`), whose recovery replays the log.
 
 mod common;
 
@@ -16,13 +17,22 @@ const CLIENTS: usize = 6;
 
 #[test]
 fn kill9_during_a_create_storm_loses_no_acknowledged_create() {
+    storm_kill9_restart(&[]);
+}
+
+#[test]
+fn kill9_during_a_create_storm_loses_no_acknowledged_create_with_the_log() {
+    storm_kill9_restart(&["--wal"]);
+}
+
+fn storm_kill9_restart(args: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let data = data_dir(&tmp);
     // name → (directory, handle) of every acknowledged create, across all rounds.
     let acked: Arc<Mutex<HashMap<String, (Handle, Handle)>>> = Arc::default();
     let rt = runtime();
     for round in 0..3 {
-        let server = Server::start(&data);
+        let server = Server::start_with(&data, args);
         let dirs: Vec<Handle> = rt.block_on(async {
             let c = Client::connect(&server.addr).await.unwrap();
             let mut dirs = Vec::new();
@@ -77,8 +87,16 @@ fn kill9_during_a_create_storm_loses_no_acknowledged_create() {
             fsck.status.success(),
             "round {round}: fsck after kill -9:\n{out}"
         );
+        if args.contains(&"--wal") {
+            // The kill came well within a checkpoint interval: the log had commits to replay.
+            let err = String::from_utf8_lossy(&fsck.stderr);
+            assert!(
+                err.contains("commits from the write-ahead log"),
+                "round {round}: fsck did not recover the log:\n{err}"
+            );
+        }
 
-        let server = Server::start(&data);
+        let server = Server::start_with(&data, args);
         rt.block_on(async {
             let c = Client::connect(&server.addr).await.unwrap();
             let acked = acked.lock().unwrap().clone();

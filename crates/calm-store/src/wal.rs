@@ -1,0 +1,577 @@
+//! A write-ahead log in front of LMDB (opt-in: [`crate::lmdb::LmdbOptions::wal`]).
+//!
+//! A commit writes its changes (puts and deletes, in order) as one record to a preallocated
+//! log segment with one `fdatasync` — a sequential write — and then commits to LMDB without
+//! syncing. Every [`CHECKPOINT_BYTES`] of log, a checkpoint makes LMDB durable
+//! (`fdatasync` of `data.mdb`) and writes a checkpoint slot holding the sequence number of
+//! the last record applied, the segment the next records go to, and a copy of LMDB's two
+//! meta pages as they were at that snapshot.
+//!
+//! Power loss can leave `data.mdb` with a meta page whose pages never reached the disk. So
+//! the checkpointed snapshot is pinned (a read transaction on it) until the next checkpoint
+//! is durable: LMDB reuses none of its pages, and after a crash recovery writes the saved
+//! meta pages back — `data.mdb` is then exactly the checkpointed snapshot — and replays the
+//! records after it. Recovery runs on every writable open that finds records after the
+//! checkpoint (after kill -9 as after power loss: one path, exercised by every crash test).
+//!
+//! Files: `wal.ckpt` (two slots, written alternately; the valid one with the highest
+//! generation counts; locked exclusively by the one writer), `wal.0` and `wal.1` (segments:
+//! a checkpoint switches to the other one, whose stale records carry older sequence numbers
+//! and are never taken for new ones).
+//!
+//! Record: magic u32, payload length u32, sequence u64, CRC-32 u32 (of sequence, length and
+//! payload), 4 reserved bytes, then the payload: per change, `1` key-length:u16
+//! value-length:u32 key value (put) or `2` key-length:u16 key (delete). Little-endian.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use heed::{Env, RoTxn, WithoutTls};
+
+use crate::{Result, StoreError};
+
+/// Log bytes after which a commit checkpoints. Bounds what recovery replays.
+pub const CHECKPOINT_BYTES: u64 = 4 << 20;
+/// Growth step of a segment (zero-filled and synced ahead, so that a commit's `fdatasync`
+/// never has to make the file longer).
+const SEGMENT_CHUNK: u64 = 1 << 20;
+const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"CWAL");
+const HEADER_BYTES: usize = 24;
+const SLOT_MAGIC: [u8; 8] = *b"CALMCKP1";
+/// Bytes reserved per checkpoint slot: a header and two meta pages of up to 64 KiB.
+const SLOT_BYTES: u64 = 160 << 10;
+const SLOT_HEADER_BYTES: usize = 40;
+
+pub const CKPT_FILE: &str = "wal.ckpt";
+const SEGMENT_FILES: [&str; 2] = ["wal.0", "wal.1"];
+
+const OP_PUT: u8 = 1;
+const OP_DELETE: u8 = 2;
+
+fn io(what: &str, path: &Path, error: std::io::Error) -> StoreError {
+    if error.raw_os_error() == Some(28) {
+        return StoreError::Full(format!("{what} {}: {error}", path.display()));
+    }
+    StoreError::Io(format!("{what} {}: {error}", path.display()))
+}
+
+fn in_use(dir: &Path) -> StoreError {
+    StoreError::Io(format!(
+        "{} is open for writing elsewhere (one writer per store)",
+        dir.display()
+    ))
+}
+
+/// CRC-32 (IEEE), table-driven.
+const CRC_TABLE: [u32; 256] = {
+    let mut table = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 {
+                0xEDB8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+            k += 1;
+        }
+        table[i] = c;
+        i += 1;
+    }
+    table
+};
+
+fn crc32(parts: &[&[u8]]) -> u32 {
+    let mut c = !0u32;
+    for part in parts {
+        for byte in *part {
+            c = CRC_TABLE[((c ^ u32::from(*byte)) & 0xFF) as usize] ^ (c >> 8);
+        }
+    }
+    !c
+}
+
+/// Appends a put to a record payload.
+pub(crate) fn push_put(payload: &mut Vec<u8>, key: &[u8], value: &[u8]) {
+    payload.push(OP_PUT);
+    payload.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    payload.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    payload.extend_from_slice(key);
+    payload.extend_from_slice(value);
+}
+
+/// Appends a delete to a record payload.
+pub(crate) fn push_delete(payload: &mut Vec<u8>, key: &[u8]) {
+    payload.push(OP_DELETE);
+    payload.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    payload.extend_from_slice(key);
+}
+
+/// One change of a record.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Change<'a> {
+    Put(&'a [u8], &'a [u8]),
+    Delete(&'a [u8]),
+}
+
+/// The changes of a record payload, in order.
+pub(crate) fn changes(payload: &[u8]) -> Result<Vec<Change<'_>>> {
+    let bad = || StoreError::Io("a write-ahead log record does not decode".into());
+    let mut out = Vec::new();
+    let mut at = 0;
+    let take = |at: &mut usize, n: usize| -> Result<&[u8]> {
+        let end = at
+            .checked_add(n)
+            .filter(|e| *e <= payload.len())
+            .ok_or_else(bad)?;
+        let bytes = &payload[*at..end];
+        *at = end;
+        Ok(bytes)
+    };
+    while at < payload.len() {
+        let op = take(&mut at, 1)?[0];
+        let klen = u16::from_le_bytes(take(&mut at, 2)?.try_into().expect("2 bytes")) as usize;
+        match op {
+            OP_PUT => {
+                let vlen =
+                    u32::from_le_bytes(take(&mut at, 4)?.try_into().expect("4 bytes")) as usize;
+                let key = take(&mut at, klen)?;
+                out.push(Change::Put(key, take(&mut at, vlen)?));
+            }
+            OP_DELETE => out.push(Change::Delete(take(&mut at, klen)?)),
+            _ => return Err(bad()),
+        }
+    }
+    Ok(out)
+}
+
+/// A checkpoint slot.
+#[derive(Debug, Clone)]
+struct Slot {
+    generation: u64,
+    /// The last record applied at this checkpoint.
+    seq: u64,
+    /// The segment records after `seq` go to.
+    segment: usize,
+    /// LMDB's meta pages (the first two pages of `data.mdb`) at the checkpointed snapshot.
+    meta: Vec<u8>,
+}
+
+impl Slot {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(SLOT_HEADER_BYTES + self.meta.len());
+        out.extend_from_slice(&SLOT_MAGIC);
+        out.extend_from_slice(&self.generation.to_le_bytes());
+        out.extend_from_slice(&self.seq.to_le_bytes());
+        out.extend_from_slice(&(self.segment as u32).to_le_bytes());
+        out.extend_from_slice(&(self.meta.len() as u32).to_le_bytes());
+        let crc = crc32(&[&out[8..32], &self.meta]);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out.extend_from_slice(&[0; 4]);
+        out.extend_from_slice(&self.meta);
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Slot> {
+        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
+        let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4"));
+        if bytes.len() < SLOT_HEADER_BYTES || bytes[..8] != SLOT_MAGIC {
+            return None;
+        }
+        let meta_len = u32_at(28) as usize;
+        let meta = bytes.get(SLOT_HEADER_BYTES..SLOT_HEADER_BYTES + meta_len)?;
+        let segment = u32_at(24) as usize;
+        if crc32(&[&bytes[8..32], meta]) != u32_at(32) || segment > 1 {
+            return None;
+        }
+        Some(Slot {
+            generation: u64_at(8),
+            seq: u64_at(16),
+            segment,
+            meta: meta.to_vec(),
+        })
+    }
+}
+
+fn read_slots(ckpt: &File, path: &Path) -> Result<Option<Slot>> {
+    let mut best: Option<Slot> = None;
+    for i in 0..2 {
+        let mut bytes = vec![0u8; SLOT_BYTES as usize];
+        let n =
+            read_at_most(ckpt, &mut bytes, i * SLOT_BYTES).map_err(|e| io("reading", path, e))?;
+        if let Some(slot) = Slot::decode(&bytes[..n])
+            && best.as_ref().is_none_or(|b| slot.generation > b.generation)
+        {
+            best = Some(slot);
+        }
+    }
+    Ok(best)
+}
+
+/// Reads up to `buf.len()` bytes at `offset` (fewer at the end of the file).
+fn read_at_most(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64)? {
+            0 => break,
+            n => done += n,
+        }
+    }
+    Ok(done)
+}
+
+/// The payloads of the records after `seq` in `segment`, in order: it stops at the first
+/// record that is torn, stale (an older sequence number) or absent.
+fn scan(segment: &File, path: &Path, seq: u64) -> Result<Vec<Vec<u8>>> {
+    let len = segment
+        .metadata()
+        .map_err(|e| io("reading", path, e))?
+        .len();
+    let mut bytes = vec![0u8; len as usize];
+    let n = read_at_most(segment, &mut bytes, 0).map_err(|e| io("reading", path, e))?;
+    bytes.truncate(n);
+    let mut records = Vec::new();
+    let mut at = 0usize;
+    let mut expected = seq + 1;
+    while at + HEADER_BYTES <= bytes.len() {
+        let header = &bytes[at..at + HEADER_BYTES];
+        let magic = u32::from_le_bytes(header[0..4].try_into().expect("4"));
+        let length = u32::from_le_bytes(header[4..8].try_into().expect("4")) as usize;
+        let record_seq = u64::from_le_bytes(header[8..16].try_into().expect("8"));
+        let crc = u32::from_le_bytes(header[16..20].try_into().expect("4"));
+        let end = at + HEADER_BYTES + length;
+        if magic != RECORD_MAGIC || record_seq != expected || end > bytes.len() {
+            break;
+        }
+        let payload = &bytes[at + HEADER_BYTES..end];
+        if crc32(&[&header[4..16], payload]) != crc {
+            break;
+        }
+        records.push(payload.to_vec());
+        expected += 1;
+        at = end;
+    }
+    Ok(records)
+}
+
+/// Opens (creating) a segment file.
+fn open_segment(dir: &Path, i: usize) -> Result<(File, u64)> {
+    let path = dir.join(SEGMENT_FILES[i]);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| io("opening", &path, e))?;
+    let len = file.metadata().map_err(|e| io("reading", &path, e))?.len();
+    Ok((file, len))
+}
+
+fn page_bytes() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).ok().filter(|n| *n > 0).unwrap_or(4096)
+}
+
+/// What a writable open found before LMDB is opened.
+pub(crate) struct Recovered {
+    ckpt: File,
+    slot: Option<Slot>,
+    /// Record payloads after the checkpoint, to replay.
+    pub records: Vec<Vec<u8>>,
+}
+
+/// Locks the log, reads the checkpoint and the records after it, and, when there are any,
+/// writes the checkpoint's meta pages back into `data.mdb` (which is then the checkpointed
+/// snapshot) so that the records can be replayed on it. Runs before LMDB opens the file.
+pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
+    let path = dir.join(CKPT_FILE);
+    let ckpt = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| io("opening", &path, e))?;
+    ckpt.try_lock().map_err(|_| in_use(dir))?;
+    let slot = read_slots(&ckpt, &path)?;
+    let mut records = Vec::new();
+    if let Some(slot) = &slot {
+        let (segment, _) = open_segment(dir, slot.segment)?;
+        records = scan(&segment, &dir.join(SEGMENT_FILES[slot.segment]), slot.seq)?;
+        if !records.is_empty() {
+            let data_path = dir.join("data.mdb");
+            let data = OpenOptions::new()
+                .write(true)
+                .open(&data_path)
+                .map_err(|e| io("opening", &data_path, e))?;
+            data.write_all_at(&slot.meta, 0)
+                .and_then(|()| data.sync_data())
+                .map_err(|e| io("restoring the checkpoint's meta pages in", &data_path, e))?;
+        }
+    }
+    Ok(Recovered {
+        ckpt,
+        slot,
+        records,
+    })
+}
+
+/// For a read-only open: how many records the log holds after its checkpoint (0 when the
+/// store has no log or was closed cleanly).
+pub(crate) fn pending(dir: &Path) -> Result<usize> {
+    let path = dir.join(CKPT_FILE);
+    let Ok(ckpt) = File::open(&path) else {
+        return Ok(0);
+    };
+    let Some(slot) = read_slots(&ckpt, &path)? else {
+        return Ok(0);
+    };
+    let segment_path = dir.join(SEGMENT_FILES[slot.segment]);
+    let Ok(segment) = File::open(&segment_path) else {
+        return Ok(0);
+    };
+    Ok(scan(&segment, &segment_path, slot.seq)?.len())
+}
+
+/// Before a writable open without the log: a store that had one (closed cleanly, see
+/// [`pending`]) leaves it, so that a later open with the log does not take its old checkpoint
+/// for the current state.
+pub(crate) fn leave(dir: &Path) -> Result<()> {
+    let path = dir.join(CKPT_FILE);
+    let Ok(ckpt) = OpenOptions::new().read(true).write(true).open(&path) else {
+        return Ok(());
+    };
+    ckpt.try_lock().map_err(|_| in_use(dir))?;
+    std::fs::remove_file(&path).map_err(|e| io("removing", &path, e))?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io("syncing", dir, e))?;
+    for name in SEGMENT_FILES {
+        let segment = dir.join(name);
+        if segment.exists() {
+            std::fs::remove_file(&segment).map_err(|e| io("removing", &segment, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// The log of an open store. Only the writer (holding the store's write lock) touches it.
+pub(crate) struct Wal {
+    dir: std::path::PathBuf,
+    env: Env<WithoutTls>,
+    data: File,
+    ckpt: File,
+    segments: [File; 2],
+    /// Zero-filled length of each segment.
+    lengths: [u64; 2],
+    active: usize,
+    /// Where the next record goes in the active segment.
+    offset: u64,
+    /// The last record written and applied.
+    seq: u64,
+    generation: u64,
+    page_bytes: usize,
+    /// A read transaction on the last checkpoint's snapshot: LMDB reuses none of its pages.
+    pin: Option<RoTxn<'static, WithoutTls>>,
+}
+
+impl Wal {
+    /// Starts the log after recovery (whose records, if any, the caller has replayed into
+    /// `env`): takes a checkpoint at once.
+    pub(crate) fn start(dir: &Path, env: Env<WithoutTls>, recovered: Recovered) -> Result<Wal> {
+        let data_path = dir.join("data.mdb");
+        let data = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&data_path)
+            .map_err(|e| io("opening", &data_path, e))?;
+        let (s0, l0) = open_segment(dir, 0)?;
+        let (s1, l1) = open_segment(dir, 1)?;
+        let (seq, generation, active) = match &recovered.slot {
+            Some(slot) => (
+                slot.seq + recovered.records.len() as u64,
+                slot.generation,
+                slot.segment,
+            ),
+            None => (0, 0, 0),
+        };
+        let mut wal = Wal {
+            dir: dir.to_path_buf(),
+            env,
+            data,
+            ckpt: recovered.ckpt,
+            segments: [s0, s1],
+            lengths: [l0, l1],
+            active,
+            offset: 0,
+            seq,
+            generation,
+            page_bytes: page_bytes(),
+            pin: None,
+        };
+        wal.checkpoint()?;
+        // The segment files exist for good now: make their names durable.
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io("syncing", dir, e))?;
+        Ok(wal)
+    }
+
+    fn segment_path(&self, i: usize) -> std::path::PathBuf {
+        self.dir.join(SEGMENT_FILES[i])
+    }
+
+    /// Writes `payload` as the next record and waits until it is on the medium. Returns where
+    /// it went, for [`Wal::cancel`].
+    pub(crate) fn write(&mut self, payload: &[u8]) -> Result<u64> {
+        let seq = self.seq + 1;
+        let length = u32::try_from(payload.len())
+            .map_err(|_| StoreError::Limit("a transaction of 4 GiB or more".into()))?;
+        let mut record = Vec::with_capacity(HEADER_BYTES + payload.len());
+        record.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
+        record.extend_from_slice(&length.to_le_bytes());
+        record.extend_from_slice(&seq.to_le_bytes());
+        let crc = crc32(&[&record[4..16], payload]);
+        record.extend_from_slice(&crc.to_le_bytes());
+        record.extend_from_slice(&[0; 4]);
+        record.extend_from_slice(payload);
+        let at = self.offset;
+        let end = at + record.len() as u64;
+        let path = self.segment_path(self.active);
+        let segment = &self.segments[self.active];
+        if end > self.lengths[self.active] {
+            let grown = end.div_ceil(SEGMENT_CHUNK) * SEGMENT_CHUNK;
+            let from = self.lengths[self.active];
+            let zeros = vec![0u8; (grown - from) as usize];
+            segment
+                .write_all_at(&zeros, from)
+                .and_then(|()| segment.sync_all())
+                .map_err(|e| io("growing", &path, e))?;
+            self.lengths[self.active] = grown;
+        }
+        segment
+            .write_all_at(&record, at)
+            .and_then(|()| segment.sync_data())
+            .map_err(|e| io("writing", &path, e))?;
+        Ok(at)
+    }
+
+    /// The record written at `at` was applied: the next one follows it. Checkpoints when the
+    /// segment is past [`CHECKPOINT_BYTES`].
+    pub(crate) fn applied(&mut self, at: u64, payload_bytes: usize) -> Result<()> {
+        self.seq += 1;
+        self.offset = at + (HEADER_BYTES + payload_bytes) as u64;
+        if self.offset >= CHECKPOINT_BYTES {
+            self.checkpoint()?;
+        }
+        Ok(())
+    }
+
+    /// The record written at `at` must never be replayed (its LMDB commit failed): its header
+    /// is overwritten with zeros and synced.
+    pub(crate) fn cancel(&mut self, at: u64) -> Result<()> {
+        let path = self.segment_path(self.active);
+        let segment = &self.segments[self.active];
+        segment
+            .write_all_at(&[0u8; HEADER_BYTES], at)
+            .and_then(|()| segment.sync_data())
+            .map_err(|e| io("cancelling a record in", &path, e))
+    }
+
+    /// Makes LMDB durable at its last commit and records it as the checkpoint: pin the
+    /// snapshot, copy its meta pages, `fdatasync` the data file, write the slot, then switch
+    /// segments and let the previous pin go. Called with no write transaction open.
+    pub(crate) fn checkpoint(&mut self) -> Result<()> {
+        let data_path = self.dir.join("data.mdb");
+        let pin = self
+            .env
+            .clone()
+            .static_read_txn()
+            .map_err(|e| StoreError::Io(e.to_string()))?;
+        let mut meta = vec![0u8; 2 * self.page_bytes];
+        let n = read_at_most(&self.data, &mut meta, 0).map_err(|e| io("reading", &data_path, e))?;
+        if n != meta.len() {
+            return Err(StoreError::Io(format!(
+                "{} is shorter than its two meta pages",
+                data_path.display()
+            )));
+        }
+        self.data
+            .sync_data()
+            .map_err(|e| io("syncing", &data_path, e))?;
+        let next = 1 - self.active;
+        let slot = Slot {
+            generation: self.generation + 1,
+            seq: self.seq,
+            segment: next,
+            meta,
+        };
+        let ckpt_path = self.dir.join(CKPT_FILE);
+        self.ckpt
+            .write_all_at(&slot.encode(), (slot.generation % 2) * SLOT_BYTES)
+            .and_then(|()| self.ckpt.sync_data())
+            .map_err(|e| io("writing", &ckpt_path, e))?;
+        self.generation = slot.generation;
+        self.active = next;
+        self.offset = 0;
+        self.pin = Some(pin);
+        Ok(())
+    }
+
+    /// Lets the pinned snapshot go (before the environment closes).
+    pub(crate) fn unpin(&mut self) {
+        self.pin = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc32_matches_the_standard_check_value() {
+        assert_eq!(crc32(&[b"123456789"]), 0xCBF4_3926);
+        assert_eq!(crc32(&[b"1234", b"56789"]), 0xCBF4_3926);
+    }
+
+    #[test]
+    fn a_payload_decodes_to_its_changes_and_garbage_is_refused() {
+        let mut payload = Vec::new();
+        push_put(&mut payload, b"k", b"value");
+        push_delete(&mut payload, b"gone");
+        push_put(&mut payload, b"e", b"");
+        assert_eq!(
+            changes(&payload).unwrap(),
+            vec![
+                Change::Put(b"k", b"value"),
+                Change::Delete(b"gone"),
+                Change::Put(b"e", b""),
+            ]
+        );
+        assert!(changes(&payload[..payload.len() - 1]).is_err());
+        assert!(changes(&[9, 0, 0]).is_err());
+    }
+
+    #[test]
+    fn a_slot_round_trips_and_a_damaged_one_is_not_taken() {
+        let slot = Slot {
+            generation: 7,
+            seq: 42,
+            segment: 1,
+            meta: vec![5; 8192],
+        };
+        let bytes = slot.encode();
+        let back = Slot::decode(&bytes).unwrap();
+        assert_eq!((back.generation, back.seq, back.segment), (7, 42, 1));
+        assert_eq!(back.meta, slot.meta);
+        let mut damaged = bytes.clone();
+        damaged[SLOT_HEADER_BYTES + 100] ^= 1;
+        assert!(Slot::decode(&damaged).is_none());
+        assert!(Slot::decode(&bytes[..SLOT_HEADER_BYTES + 10]).is_none());
+    }
+}

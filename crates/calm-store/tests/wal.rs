@@ -1,0 +1,326 @@
+//! The LMDB store with its write-ahead log: the conformance suite, clean and unclean closes,
+//! a real kill -9 of a writing process, simulated power loss (the data file as it was at the
+//! last checkpoint, with a later meta page on it) and a torn last record.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use calm_store::lmdb::{LmdbOptions, LmdbStore};
+use calm_store::{ReadTxn, Store, WriteTxn, conformance};
+
+fn wal_options() -> LmdbOptions {
+    LmdbOptions {
+        wal: true,
+        ..LmdbOptions::default()
+    }
+}
+
+fn open(dir: &Path) -> LmdbStore {
+    LmdbStore::open(dir, &wal_options()).expect("open with the log")
+}
+
+/// Everything in the store.
+fn contents(store: &LmdbStore) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let snap = store.snapshot().expect("snapshot");
+    snap.scan(&[], &[], usize::MAX)
+        .expect("scan")
+        .into_iter()
+        .collect()
+}
+
+/// Applies `changes` (value None: delete) in one transaction, to the store and the model.
+fn commit(
+    store: &LmdbStore,
+    model: &mut BTreeMap<Vec<u8>, Vec<u8>>,
+    changes: &[(Vec<u8>, Option<Vec<u8>>)],
+) {
+    let mut txn = store.begin().expect("begin");
+    for (key, value) in changes {
+        match value {
+            Some(value) => {
+                txn.put(key, value).expect("put");
+                model.insert(key.clone(), value.clone());
+            }
+            None => {
+                txn.delete(key).expect("delete");
+                model.remove(key);
+            }
+        }
+    }
+    txn.commit().expect("commit");
+}
+
+fn key(prefix: &str, i: usize) -> Vec<u8> {
+    format!("{prefix}{i:05}").into_bytes()
+}
+
+/// Many transactions: puts, overwrites and deletes, some large enough to move many pages.
+fn workload(store: &LmdbStore, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, prefix: &str) {
+    for t in 0..60 {
+        let mut changes = Vec::new();
+        for i in 0..40 {
+            let n = t * 40 + i;
+            changes.push((key(prefix, n), Some(vec![(n % 251) as u8; 50 + n % 700])));
+        }
+        if t >= 2 {
+            changes.push((key(prefix, (t - 2) * 40), None));
+            changes.push((key(prefix, (t - 1) * 40 + 3), Some(b"overwritten".to_vec())));
+        }
+        commit(store, model, &changes);
+    }
+}
+
+/// Rewrites existing keys of `prefix` over and over: a store that does not grow, where LMDB
+/// reuses freed pages as soon as it may. About 1.5 MB of log.
+fn churn(store: &LmdbStore, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, prefix: &str) {
+    for round in 0..150 {
+        let changes: Vec<_> = (0..40)
+            .map(|i| {
+                let n = (round * 7 + i * 59) % 2400;
+                (
+                    key(prefix, n),
+                    Some(vec![(round % 251) as u8; 50 + n % 300]),
+                )
+            })
+            .collect();
+        commit(store, model, &changes);
+    }
+}
+
+#[test]
+fn the_logged_store_conforms() {
+    let dirs = std::sync::Mutex::new(Vec::new());
+    conformance::run_all(|| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = open(dir.path());
+        dirs.lock().unwrap().push(dir);
+        store
+    });
+}
+
+#[test]
+fn a_clean_close_leaves_nothing_to_replay_and_a_read_only_open_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut model = BTreeMap::new();
+    let store = open(dir.path());
+    workload(&store, &mut model, "a");
+    store.close();
+    let read_only = LmdbOptions {
+        read_only: true,
+        ..LmdbOptions::default()
+    };
+    let store = LmdbStore::open(dir.path(), &read_only).expect("read-only after a clean close");
+    assert_eq!(contents(&store), model);
+    store.close();
+    let store = open(dir.path());
+    assert_eq!(contents(&store), model);
+}
+
+#[test]
+fn an_unclean_close_is_replayed_and_refused_to_readers_until_then() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut model = BTreeMap::new();
+    let store = open(dir.path());
+    workload(&store, &mut model, "a");
+    store.close_without_checkpoint();
+
+    for options in [
+        LmdbOptions {
+            read_only: true,
+            ..LmdbOptions::default()
+        },
+        LmdbOptions::default(),
+    ] {
+        let error = LmdbStore::open(dir.path(), &options).expect_err("pending records");
+        assert!(error.to_string().contains("write-ahead log"), "{error}");
+    }
+    let store = open(dir.path());
+    assert_eq!(contents(&store), model);
+    workload(&store, &mut model, "b");
+    store.close_without_checkpoint();
+    let store = open(dir.path());
+    assert_eq!(contents(&store), model);
+}
+
+#[test]
+fn a_second_writer_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let error = LmdbStore::open(dir.path(), &wal_options()).expect_err("second writer");
+    assert!(error.to_string().contains("one writer"), "{error}");
+    let error = LmdbStore::open(dir.path(), &LmdbOptions::default()).expect_err("second writer");
+    assert!(error.to_string().contains("one writer"), "{error}");
+    drop(store);
+}
+
+#[test]
+fn a_store_moves_into_and_out_of_the_log_keeping_its_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut model = BTreeMap::new();
+    let store = LmdbStore::open(dir.path(), &LmdbOptions::default()).unwrap();
+    workload(&store, &mut model, "a");
+    store.close();
+    let store = open(dir.path());
+    assert_eq!(contents(&store), model);
+    workload(&store, &mut model, "b");
+    store.close();
+    let store = LmdbStore::open(dir.path(), &LmdbOptions::default()).unwrap();
+    assert_eq!(contents(&store), model);
+    workload(&store, &mut model, "c");
+    store.close();
+    assert!(!dir.path().join("wal.ckpt").exists(), "the log was left");
+    // Back to the log: its old checkpoint is gone, so the current data is taken as it is.
+    let store = open(dir.path());
+    assert_eq!(contents(&store), model);
+}
+
+/// Power loss after the last checkpoint. What reached the disk since is unknown, so two
+/// extremes: (a) nothing but a later meta page (the data file holds the checkpoint's pages
+/// with a meta page pointing at pages that never arrived); (b) every later page (so the
+/// checkpointed snapshot survives only if nothing overwrote its pages: the pin). Recovery puts
+/// the checkpoint's meta pages back and replays the log; both end in the committed state.
+#[test]
+fn power_loss_after_a_checkpoint_is_recovered_from_the_log() {
+    for every_later_page_arrived in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data.mdb");
+        let mut model = BTreeMap::new();
+        let store = open(dir.path());
+        workload(&store, &mut model, "a");
+        // The checkpoint the crash follows: what is written after it (about 2.5 MB of log)
+        // stays under the log's checkpoint size, so no later checkpoint happens.
+        store.checkpoint().unwrap();
+        let image = std::fs::read(&data).unwrap();
+        workload(&store, &mut model, "b");
+        churn(&store, &mut model, "a");
+        let late = std::fs::read(&data).unwrap();
+        store.close_without_checkpoint();
+
+        let crashed = if every_later_page_arrived {
+            late
+        } else {
+            let page = 4096.min(image.len() / 2);
+            let mut crashed = image.clone();
+            crashed[..2 * page].copy_from_slice(&late[..2 * page]);
+            assert_ne!(crashed, image, "the later meta pages differ");
+            crashed
+        };
+        std::fs::write(&data, &crashed).unwrap();
+
+        let store = open(dir.path());
+        assert_eq!(
+            contents(&store),
+            model,
+            "every later page: {every_later_page_arrived}"
+        );
+    }
+}
+
+/// A record torn by a crash (its bytes only partly on the medium) is not replayed, nor is
+/// anything after it; everything before it is.
+#[test]
+fn a_torn_last_record_is_not_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut model = BTreeMap::new();
+    let store = open(dir.path());
+    workload(&store, &mut model, "a");
+    let before_last = model.clone();
+    commit(
+        &store,
+        &mut model,
+        &[(b"zzz-last".to_vec(), Some(b"LASTVALUE".to_vec()))],
+    );
+    store.close_without_checkpoint();
+
+    let mut torn = 0;
+    for name in ["wal.0", "wal.1"] {
+        let path = dir.path().join(name);
+        let mut bytes = std::fs::read(&path).unwrap();
+        if let Some(at) = bytes.windows(9).position(|w| w == b"LASTVALUE") {
+            bytes[at] ^= 0xFF;
+            std::fs::write(&path, &bytes).unwrap();
+            torn += 1;
+        }
+    }
+    assert_eq!(torn, 1, "the last record is in one segment");
+    let store = open(dir.path());
+    assert_eq!(contents(&store), before_last);
+}
+
+const CHILD_DIR: &str = "CALM_WAL_TEST_CHILD_DIR";
+
+/// Run by `a_writer_killed_with_sigkill_loses_no_acknowledged_commit` in a child process:
+/// commits key i (4 KiB values, so checkpoints come every ~1000 commits) and prints i once
+/// the commit returned, until killed.
+#[test]
+#[ignore = "run as a child process by the kill -9 test"]
+fn child_writer() {
+    let Some(dir) = std::env::var_os(CHILD_DIR) else {
+        return;
+    };
+    let store = open(Path::new(&dir));
+    for i in 0u64.. {
+        let mut txn = store.begin().unwrap();
+        txn.put(&i.to_be_bytes(), &vec![(i % 256) as u8; 4096])
+            .unwrap();
+        txn.commit().unwrap();
+        println!("{i}");
+    }
+}
+
+#[test]
+fn a_writer_killed_with_sigkill_loses_no_acknowledged_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "child_writer", "--nocapture"])
+        .env(CHILD_DIR, dir.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kill it when dropped, also if an assertion below fails.
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stdout = child.stdout.take().unwrap();
+    let mut child = Kill(child);
+    let mut acknowledged = None;
+    for line in BufReader::new(stdout).lines() {
+        let Ok(i) = line.unwrap().trim().parse::<u64>() else {
+            continue;
+        };
+        acknowledged = Some(i);
+        if i >= 2500 {
+            break;
+        }
+    }
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    let acknowledged = acknowledged.expect("the child committed");
+    assert!(
+        acknowledged >= 2500,
+        "the child stopped early at {acknowledged}"
+    );
+
+    let store = open(dir.path());
+    let found = contents(&store);
+    for i in 0..=acknowledged {
+        let value = found.get(&i.to_be_bytes()[..]);
+        assert_eq!(
+            value.map(|v| (v.len(), v[0])),
+            Some((4096, (i % 256) as u8)),
+            "acknowledged commit {i}"
+        );
+    }
+    // At most the one commit in flight at the kill is there beyond the acknowledged ones.
+    assert!(
+        found.len() as u64 <= acknowledged + 2,
+        "{} keys",
+        found.len()
+    );
+}
