@@ -285,9 +285,9 @@ pub(crate) struct Recovered {
     pub records: Vec<Vec<u8>>,
 }
 
-/// Locks the log, reads the checkpoint and the records after it, and, when there are any,
-/// writes the checkpoint's meta pages back into `data.mdb` (which is then the checkpointed
-/// snapshot) so that the records can be replayed on it. Runs before LMDB opens the file.
+/// Locks the log, reads the checkpoint and the records after it, and writes the checkpoint's
+/// meta pages back into `data.mdb` (which is then the checkpointed snapshot) so that the
+/// records can be replayed on it. Runs before LMDB opens the file.
 pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
     let path = dir.join(CKPT_FILE);
     let ckpt = OpenOptions::new()
@@ -303,7 +303,11 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
     if let Some(slot) = &slot {
         let (segment, _) = open_segment(dir, slot.segment)?;
         records = scan(&segment, &dir.join(SEGMENT_FILES[slot.segment]), slot.seq)?;
-        if !records.is_empty() {
+        // Without records LMDB is at the checkpoint already (every later commit wrote its
+        // record first) and this rewrites the same bytes; it is done anyway, so that nothing
+        // LMDB may have written after the checkpoint without a record (a commit that failed
+        // and was cancelled) is ever taken for the state.
+        {
             let data_path = dir.join("data.mdb");
             let data = OpenOptions::new()
                 .write(true)

@@ -287,20 +287,24 @@ fn a_writer_killed_with_sigkill_loses_no_acknowledged_commit() {
             let _ = self.0.wait();
         }
     }
-    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut child = Kill(child);
     let mut acknowledged = None;
-    for line in BufReader::new(stdout).lines() {
-        let Ok(i) = line.unwrap().trim().parse::<u64>() else {
-            continue;
-        };
-        acknowledged = Some(i);
-        if i >= 2500 {
-            break;
+    let mut read = |until: u64| {
+        for line in lines.by_ref() {
+            if let Ok(i) = line.unwrap().trim().parse::<u64>() {
+                acknowledged = Some(i);
+                if i >= until {
+                    break;
+                }
+            }
         }
-    }
+    };
+    read(2500);
     child.0.kill().unwrap();
     child.0.wait().unwrap();
+    // What the child printed before it died: acknowledged too.
+    read(u64::MAX);
     let acknowledged = acknowledged.expect("the child committed");
     assert!(
         acknowledged >= 2500,
