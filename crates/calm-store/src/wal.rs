@@ -257,16 +257,21 @@ fn scan(segment: &File, path: &Path, seq: u64) -> Result<Vec<Vec<u8>>> {
     Ok(records)
 }
 
-/// Opens (creating) a segment file.
-fn open_segment(dir: &Path, i: usize) -> Result<(File, u64)> {
-    let path = dir.join(SEGMENT_FILES[i]);
-    let file = OpenOptions::new()
+/// Opens `path` for reading and writing, creating it empty when absent.
+fn open_or_create(path: &Path) -> Result<File> {
+    OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .open(&path)
-        .map_err(|e| io("opening", &path, e))?;
+        .open(path)
+        .map_err(|e| io("opening", path, e))
+}
+
+/// Opens (creating) a segment file; returns it and its length.
+fn open_segment(dir: &Path, i: usize) -> Result<(File, u64)> {
+    let path = dir.join(SEGMENT_FILES[i]);
+    let file = open_or_create(&path)?;
     let len = file.metadata().map_err(|e| io("reading", &path, e))?.len();
     Ok((file, len))
 }
@@ -290,13 +295,7 @@ pub(crate) struct Recovered {
 /// records can be replayed on it. Runs before LMDB opens the file.
 pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
     let path = dir.join(CKPT_FILE);
-    let ckpt = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| io("opening", &path, e))?;
+    let ckpt = open_or_create(&path)?;
     ckpt.try_lock().map_err(|_| in_use(dir))?;
     let slot = read_slots(&ckpt, &path)?;
     let mut records = Vec::new();

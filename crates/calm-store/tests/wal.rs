@@ -17,6 +17,13 @@ fn wal_options() -> LmdbOptions {
     }
 }
 
+fn read_only() -> LmdbOptions {
+    LmdbOptions {
+        read_only: true,
+        ..LmdbOptions::default()
+    }
+}
+
 fn open(dir: &Path) -> LmdbStore {
     LmdbStore::open(dir, &wal_options()).expect("open with the log")
 }
@@ -107,11 +114,7 @@ fn a_clean_close_leaves_nothing_to_replay_and_a_read_only_open_works() {
     let store = open(dir.path());
     workload(&store, &mut model, "a");
     store.close();
-    let read_only = LmdbOptions {
-        read_only: true,
-        ..LmdbOptions::default()
-    };
-    let store = LmdbStore::open(dir.path(), &read_only).expect("read-only after a clean close");
+    let store = LmdbStore::open(dir.path(), &read_only()).expect("read-only after a clean close");
     assert_eq!(contents(&store), model);
     store.close();
     let store = open(dir.path());
@@ -126,13 +129,7 @@ fn an_unclean_close_is_replayed_and_refused_to_readers_until_then() {
     workload(&store, &mut model, "a");
     store.close_without_checkpoint();
 
-    for options in [
-        LmdbOptions {
-            read_only: true,
-            ..LmdbOptions::default()
-        },
-        LmdbOptions::default(),
-    ] {
+    for options in [read_only(), LmdbOptions::default()] {
         let error = LmdbStore::open(dir.path(), &options).expect_err("pending records");
         assert!(error.to_string().contains("write-ahead log"), "{error}");
     }
