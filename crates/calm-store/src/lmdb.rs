@@ -447,7 +447,16 @@ impl WriteTxn for LmdbTxn<'_> {
                 Err(cancel) => StoreError::Io(format!("{}; and then {cancel}", map_err(error))),
             }));
         }
-        wal.applied(at, record.len()).map_err(poison)
+        if wal.applied(at, record.len())
+            && let Err(error) = wal.checkpoint()
+        {
+            // The commit itself is durable (its record) and applied; what failed is making
+            // LMDB durable. The previous checkpoint and its pin still stand, so a restart
+            // replays from there; until then no write is taken.
+            tracing::error!(%error, "checkpoint failed: the store takes no more writes");
+            self.poisoned.store(true, Ordering::SeqCst);
+        }
+        Ok(())
     }
 }
 

@@ -464,15 +464,12 @@ impl Wal {
         Ok(at)
     }
 
-    /// The record written at `at` was applied: the next one follows it. Checkpoints when the
-    /// segment is past [`CHECKPOINT_BYTES`].
-    pub(crate) fn applied(&mut self, at: u64, payload_bytes: usize) -> Result<()> {
+    /// The record written at `at` was applied: the next one follows it. Returns whether a
+    /// checkpoint is due (the segment is past [`CHECKPOINT_BYTES`]).
+    pub(crate) fn applied(&mut self, at: u64, payload_bytes: usize) -> bool {
         self.seq += 1;
         self.offset = at + (HEADER_BYTES + payload_bytes) as u64;
-        if self.offset >= CHECKPOINT_BYTES {
-            self.checkpoint()?;
-        }
-        Ok(())
+        self.offset >= CHECKPOINT_BYTES
     }
 
     /// The record written at `at` must never be replayed (its LMDB commit failed): its header
