@@ -325,3 +325,102 @@ fn a_writer_killed_with_sigkill_loses_no_acknowledged_commit() {
         found.len()
     );
 }
+
+mod model {
+    //! Random runs of commits, checkpoints, clean closes, kill -9 and power loss against a
+    //! `BTreeMap`: after every reopen the store holds exactly what was committed. Power loss
+    //! keeps, of every page written since the last checkpoint, an arbitrary subset (the
+    //! kernel writes back in any order), and may keep or lose the file's growth.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// Puts (value Some) and deletes, one transaction.
+        Commit(Vec<(u8, Option<u16>)>),
+        Checkpoint,
+        CleanClose,
+        Kill,
+        /// Which later pages reach the disk (bit per page, repeating), and whether the file's
+        /// growth since the checkpoint survives.
+        PowerLoss(Vec<bool>, bool),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            6 => prop::collection::vec((0u8..48, prop::option::of(0u16..2000)), 1..30)
+                .prop_map(Step::Commit),
+            1 => Just(Step::Checkpoint),
+            1 => Just(Step::CleanClose),
+            1 => Just(Step::Kill),
+            2 => (prop::collection::vec(any::<bool>(), 1..17), any::<bool>())
+                .prop_map(|(pages, grown)| Step::PowerLoss(pages, grown)),
+        ]
+    }
+
+    fn value(k: u8, v: u16) -> Vec<u8> {
+        // Values of up to ~2 KiB: commits move many pages.
+        vec![k ^ (v as u8); 1 + usize::from(v)]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        #[test]
+        fn the_logged_store_holds_what_was_committed_across_crashes(
+            steps in prop::collection::vec(step(), 1..24)
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let data = dir.path().join("data.mdb");
+            let mut model = BTreeMap::new();
+            let mut store = Some(open(dir.path()));
+            // The data file as of the last checkpoint (opening checkpoints too).
+            let mut image = std::fs::read(&data).unwrap();
+            for step in steps {
+                let s = store.take().unwrap();
+                match step {
+                    Step::Commit(changes) => {
+                        let changes: Vec<_> = changes
+                            .into_iter()
+                            .map(|(k, v)| (vec![b'k', k], v.map(|v| value(k, v))))
+                            .collect();
+                        commit(&s, &mut model, &changes);
+                        store = Some(s);
+                        continue;
+                    }
+                    Step::Checkpoint => {
+                        s.checkpoint().unwrap();
+                        image = std::fs::read(&data).unwrap();
+                        store = Some(s);
+                        continue;
+                    }
+                    Step::CleanClose => s.close(),
+                    Step::Kill => s.close_without_checkpoint(),
+                    Step::PowerLoss(pages, grown) => {
+                        let late = std::fs::read(&data).unwrap();
+                        s.close_without_checkpoint();
+                        let page = 4096;
+                        let len = if grown { late.len() } else { image.len().min(late.len()) };
+                        let mut disk = vec![0u8; len];
+                        for (i, chunk) in disk.chunks_mut(page).enumerate() {
+                            let at = i * page;
+                            let from_late = pages[i % pages.len()] || at >= image.len();
+                            let source = if from_late { &late } else { &image };
+                            chunk.copy_from_slice(&source[at..at + chunk.len()]);
+                        }
+                        std::fs::write(&data, &disk).unwrap();
+                    }
+                }
+                let reopened = open(dir.path());
+                prop_assert_eq!(contents(&reopened), model.clone());
+                image = std::fs::read(&data).unwrap();
+                store = Some(reopened);
+            }
+            let s = store.take().unwrap();
+            s.close_without_checkpoint();
+            let s = open(dir.path());
+            prop_assert_eq!(contents(&s), model);
+        }
+    }
+}
