@@ -34,6 +34,9 @@ pub struct StartupOptions {
     pub populate_tasks: usize,
     /// Times each measurement is repeated (the median is reported, and the maximum).
     pub repeat: usize,
+    /// Populate and serve with the write-ahead log (`calm serve --wal`): the restart after
+    /// kill -9 then replays what the log holds since its last checkpoint.
+    pub wal: bool,
 }
 
 /// One row of the result.
@@ -78,13 +81,14 @@ struct Server {
     spawn_to_ready: Duration,
 }
 
-fn start_server(calm_exe: &Path, data: &Path) -> Result<Server, String> {
+fn start_server(calm_exe: &Path, data: &Path, wal: bool) -> Result<Server, String> {
     let started = Instant::now();
     let mut child = Command::new(calm_exe)
         .arg("serve")
         .arg("--data")
         .arg(data)
         .args(["--listen", "127.0.0.1:0"])
+        .args(wal.then_some("--wal"))
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -145,7 +149,11 @@ fn dir_name(d: u64) -> Vec<u8> {
 /// Creates `files` files (in directories of `files_per_dir`) through the real create path.
 fn populate(data: &Path, files: u64, options: &StartupOptions) -> Result<f64, String> {
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
-    let store = LmdbStore::open(data, &LmdbOptions::default()).map_err(|e| e.to_string())?;
+    let lmdb = LmdbOptions {
+        wal: options.wal,
+        ..LmdbOptions::default()
+    };
+    let store = LmdbStore::open(data, &lmdb).map_err(|e| e.to_string())?;
     let meta = Arc::new(Meta::open(store, MetaOptions::default()).map_err(|e| e.to_string())?);
     let started = Instant::now();
     let bar = crate::progress(files, &format!("populating {files} files"));
@@ -328,16 +336,16 @@ pub fn run(options: &StartupOptions) -> Result<Vec<StartupResult>, String> {
         let (mut clean, mut killed, mut scans) = (Vec::new(), Vec::new(), Vec::new());
         for round in 0..options.repeat.max(1) {
             cold_cache &= crate::drop_caches();
-            let server = start_server(&options.calm_exe, &data)?;
+            let server = start_server(&options.calm_exe, &data, options.wal)?;
             clean.push((ms(server.spawn_to_ready), server.server_ms));
             verify(&server.addr, files, options.files_per_dir)?;
             server.stop()?;
 
-            let server = start_server(&options.calm_exe, &data)?;
+            let server = start_server(&options.calm_exe, &data, options.wal)?;
             storm(&server.addr, Duration::from_millis(500), round)?;
             server.kill9()?;
             cold_cache &= crate::drop_caches();
-            let server = start_server(&options.calm_exe, &data)?;
+            let server = start_server(&options.calm_exe, &data, options.wal)?;
             killed.push((ms(server.spawn_to_ready), server.server_ms));
             verify(&server.addr, files, options.files_per_dir)?;
             server.stop()?;

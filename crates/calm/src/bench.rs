@@ -33,6 +33,9 @@ pub enum Bench {
         /// Write an SVG plot of the times over N.
         #[arg(long)]
         plot: Option<PathBuf>,
+        /// Populate and serve with the write-ahead log (`calm serve --wal`).
+        #[arg(long)]
+        wal: bool,
     },
     /// Seed 001: N byte-range locks on one file (ascending, random, split, conflict test)
     /// against a naive list and the kernel's fcntl locks, each capped in time.
@@ -474,6 +477,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             repeat,
             json,
             plot: plot_path,
+            wal,
         } => {
             let options = startup::StartupOptions {
                 files,
@@ -482,6 +486,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 files_per_dir,
                 populate_tasks,
                 repeat,
+                wal,
             };
             let results = startup::run(&options).map_err(|e| anyhow!(e))?;
             let mut lines = vec![format!(
