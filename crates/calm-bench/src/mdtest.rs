@@ -388,30 +388,20 @@ pub fn run(options: &MdtestOptions) -> Result<Vec<MdtestResult>, String> {
                 options.files
             ));
         }
-        let (_work, meta) = open_meta(&options.dir)?;
-        results.extend(runtime.block_on(inprocess(
-            options,
-            clients,
-            per_client,
-            ("lmdb", meta),
-        ))?);
-        let (_work, meta) = open_meta(&options.dir)?;
-        results.extend(runtime.block_on(grpc(options, clients, per_client, ("lmdb", meta)))?);
-        if options.wal {
-            let (_work, meta) = open_meta_with(&options.dir, true)?;
+        let lmdb_stores = [("lmdb", false), ("lmdb+wal", true)];
+        for (store, wal) in lmdb_stores
+            .into_iter()
+            .filter(|(_, wal)| !wal || options.wal)
+        {
+            let (_work, meta) = open_meta_with(&options.dir, wal)?;
             results.extend(runtime.block_on(inprocess(
                 options,
                 clients,
                 per_client,
-                ("lmdb+wal", meta),
+                (store, meta),
             ))?);
-            let (_work, meta) = open_meta_with(&options.dir, true)?;
-            results.extend(runtime.block_on(grpc(
-                options,
-                clients,
-                per_client,
-                ("lmdb+wal", meta),
-            ))?);
+            let (_work, meta) = open_meta_with(&options.dir, wal)?;
+            results.extend(runtime.block_on(grpc(options, clients, per_client, (store, meta)))?);
         }
         if let Some(url) = &options.etcd {
             let meta = open_etcd(url)?;

@@ -108,18 +108,20 @@ impl LmdbStore {
                 dir.display()
             )));
         }
-        let pending = wal::pending(dir)?;
-        if pending > 0 && (options.read_only || !options.wal) {
-            return Err(StoreError::Io(format!(
-                "{} has {pending} commits in its write-ahead log after the last checkpoint (it \
-                 was not closed cleanly, or is open elsewhere): open it for writing with the \
-                 log to recover them first",
-                dir.display()
-            )));
-        }
+        // A writable open with the log recovers whatever the log holds (reading it once);
+        // any other open refuses a store whose log holds commits it would not see.
         let recovered = if options.wal && !options.read_only {
             Some(wal::recover(dir)?)
         } else {
+            let pending = wal::pending(dir)?;
+            if pending > 0 {
+                return Err(StoreError::Io(format!(
+                    "{} has {pending} commits in its write-ahead log after the last checkpoint \
+                     (it was not closed cleanly, or is open elsewhere): open it for writing \
+                     with the log to recover them first",
+                    dir.display()
+                )));
+            }
             if !options.read_only {
                 wal::leave(dir)?;
             }
@@ -210,9 +212,7 @@ impl LmdbStore {
     /// Closes like a process killed with SIGKILL: no last checkpoint, so the next writable
     /// open recovers from the write-ahead log. For crash tests.
     pub fn close_without_checkpoint(mut self) {
-        if let Some(wal) = self.wal.take() {
-            drop(wal);
-        }
+        drop(self.wal.take());
         self.close();
     }
 
