@@ -3,8 +3,9 @@
 //!
 //! No shared lock on the hot path: records get their indices from [`ClState::last`], which
 //! only the committer thread touches, one group commit at a time. Nothing but the records is
-//! written per group: the last index is the last record's key, and the counter `Ncl_last` is
-//! written only by purge steps (for when every record is gone). Indices are dense and follow
+//! written per group (to the store's record log, `WriteTxn::log_append`): the last index is
+//! the log's last, and the counter `Ncl_last` is written only by purge steps (for when every
+//! record is gone). Indices are dense and follow
 //! commit order because groups commit one after the other and, inside a group, operations
 //! apply in queue order.
 //!
@@ -51,8 +52,8 @@ pub struct ClState {
     /// Every appending commit writes the last index to `Ncl_last`. For a shared store (etcd),
     /// where finding the greatest key of a range is a scan of the range on the server, so the
     /// last index must be read from a counter; the write costs nothing there (one more
-    /// operation in the commit's one request). LMDB finds the last record with one seek and
-    /// saves the page write.
+    /// operation in the commit's one request). LMDB knows its log's last index (one seek, or
+    /// the segment log's bounds) and saves the write.
     pub counted: bool,
 }
 
@@ -99,22 +100,11 @@ impl ClState {
             })
         };
         let next_id = counter(KEY_CL_USER_NEXT)? as UserId;
-        // The last index is the last record's (one seek); the counter keeps it only for when
+        // The last index is the log's last record's; the counter keeps it only for when
         // every record has been purged (see `purge_step`), unless it is kept exact.
-        let stored_last = if counted {
-            None
-        } else {
-            view.last_in(&[TAG_CHANGELOG], CHANGELOG_END)?
-                .and_then(|(key, _)| changelog_index(&key))
-        };
+        let stored_last = if counted { None } else { view.log_last()? };
         let last = counter(KEY_CL_LAST)?.max(stored_last.unwrap_or(0));
-        let mut first = last + 1;
-        view.visit(&[TAG_CHANGELOG], CHANGELOG_END, &mut |key, _| {
-            if let Some(index) = changelog_index(key) {
-                first = index;
-            }
-            std::ops::ControlFlow::Break(())
-        })?;
+        let first = view.log_first()?.unwrap_or(last + 1);
         let mut state = ClState::new(Registry::new(users, next_id), last, first, config);
         state.counted = counted;
         Ok(state)
@@ -190,7 +180,7 @@ impl ClState {
         let bytes = record
             .encode()
             .map_err(|e| Failure::Meta(MetaError::Invalid(e.to_string())))?;
-        txn.append(&changelog_key(record.index), &bytes)?;
+        txn.log_append(record.index, &bytes)?;
         if self.counted {
             txn.put(KEY_CL_LAST, &record.index.to_le_bytes())?;
         }
@@ -255,7 +245,7 @@ impl ClState {
     }
 
     /// Deletes up to [`PURGE_RECORDS_PER_STEP`] records every reader has cleared. Returns how
-    /// many. Indices are dense, so the keys are computed, not searched.
+    /// many. Indices are dense, so the records are named, not searched.
     pub fn purge_step<T: WriteTxn>(&mut self, txn: &mut T) -> Outcome<u64> {
         self.purge_deferred = false;
         let point = self.registry.purge_point(self.last);
@@ -263,9 +253,7 @@ impl ClState {
             return Ok(0);
         }
         let upto = point.min(self.first + PURGE_RECORDS_PER_STEP - 1);
-        for index in self.first..=upto {
-            txn.delete(&changelog_key(index))?;
-        }
+        txn.log_purge(self.first, upto)?;
         // The last record carries the last index; once it is purged, the counter must. So the
         // counter is written only when a purge empties the changelog, never per group.
         if upto == self.last {

@@ -196,10 +196,6 @@ impl Checker {
                 self.enter(Phase::After);
                 self.xattr(key);
             }
-            TAG_CHANGELOG => {
-                self.enter(Phase::After);
-                self.changelog_record(key, value);
-            }
             TAG_CL_USER => {
                 self.enter(Phase::After);
                 match cl_user_id(key).and_then(|id| calm_changelog::User::decode(id, value)) {
@@ -435,12 +431,9 @@ impl Checker {
         }
     }
 
-    fn changelog_record(&mut self, key: &[u8], value: &[u8]) {
-        let Some(index) = changelog_index(key) else {
-            return self
-                .report
-                .problem(format!("changelog key of {} bytes", key.len()));
-        };
+    fn changelog_record(&mut self, index: u64, value: &[u8]) {
+        self.enter(Phase::After);
+        self.report.bytes_read += value.len() as u64;
         self.report.changelog_records += 1;
         if let Err(error) = calm_changelog::Record::decode(index, value) {
             self.report
@@ -552,8 +545,9 @@ impl Checker {
     }
 }
 
-/// Reads the whole of `view` once, in key order, and reports every inconsistency found.
-/// `progress` is called now and then with the bytes read so far.
+/// Reads the whole of `view` once, in key order (the keyspace, then the changelog's records in
+/// the store's record log), and reports every inconsistency found. `progress` is called now
+/// and then with the bytes read so far.
 pub fn check<R: ReadTxn>(view: &R, progress: &mut dyn FnMut(u64)) -> Result<FsckReport> {
     let mut checker = Checker {
         report: FsckReport::default(),
@@ -575,8 +569,16 @@ pub fn check<R: ReadTxn>(view: &R, progress: &mut dyn FnMut(u64)) -> Result<Fsck
         root_seen: false,
     };
     let mut next_progress = 0u64;
-    view.visit(b"", b"", &mut |key, value| {
+    view.visit(b"", &[TAG_CHANGELOG], &mut |key, value| {
         checker.pair(key, value);
+        if checker.report.bytes_read >= next_progress {
+            progress(checker.report.bytes_read);
+            next_progress = checker.report.bytes_read + (4 << 20);
+        }
+        ControlFlow::Continue(())
+    })?;
+    view.log_visit(0, &mut |index, value| {
+        checker.changelog_record(index, value);
         if checker.report.bytes_read >= next_progress {
             progress(checker.report.bytes_read);
             next_progress = checker.report.bytes_read + (4 << 20);

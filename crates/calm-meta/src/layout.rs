@@ -37,9 +37,11 @@ pub const SUB_INDEX: u8 = b'c';
 /// Second tag inside a directory's `D` range: the names.
 pub const SUB_NAME: u8 = b'n';
 pub const TAG_INODE: u8 = b'I';
-/// The changelog is the last family of the keyspace, so that a new record (the highest index)
-/// is the greatest key of the store and can be appended (full pages, no split in the middle).
-pub const TAG_CHANGELOG: u8 = 0xFF;
+/// The changelog's records are the store's record log (`calm_store::WriteTxn::log_append`):
+/// in the default layout, keys of this family, the last of the keyspace, so that a new
+/// record (the highest index) is the greatest key and is appended (full pages, no split in
+/// the middle); the LMDB store with its write-ahead log keeps them in segment files instead.
+pub const TAG_CHANGELOG: u8 = calm_store::LOG_FAMILY;
 pub const TAG_COUNTER: u8 = b'N';
 pub const TAG_SUPER: u8 = b'S';
 pub const TAG_CL_USER: u8 = b'U';
@@ -87,22 +89,6 @@ pub fn check_format(value: &[u8]) -> Result<u32> {
     }
     Ok(version)
 }
-
-pub fn changelog_key(index: u64) -> [u8; 9] {
-    let mut k = [0u8; 9];
-    k[0] = TAG_CHANGELOG;
-    k[1..].copy_from_slice(&index.to_be_bytes());
-    k
-}
-
-/// The index a changelog key names.
-pub fn changelog_index(key: &[u8]) -> Option<u64> {
-    (key.len() == 9 && key[0] == TAG_CHANGELOG)
-        .then(|| u64::from_be_bytes(key[1..9].try_into().expect("8 bytes")))
-}
-
-/// The end of the changelog range: the end of the keyspace (it is the last family).
-pub const CHANGELOG_END: &[u8] = b"";
 
 pub fn cl_user_key(id: u32) -> [u8; 5] {
     let mut k = [0u8; 5];

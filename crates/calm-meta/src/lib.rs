@@ -555,8 +555,7 @@ impl<S: Store> Meta<S> {
             let mut records = Vec::new();
             let mut bytes = 0;
             let mut bad = None;
-            snap.visit(&changelog_key(from), CHANGELOG_END, &mut |key, value| {
-                let index = changelog_index(key).unwrap_or(0);
+            snap.log_visit(from, &mut |index, value| {
                 match Record::decode(index, value) {
                     Ok(record) => {
                         if mask.is_none_or(|(_, m)| m.contains(record.kind)) {

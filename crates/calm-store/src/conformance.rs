@@ -6,7 +6,7 @@
 
 use std::ops::ControlFlow;
 
-use crate::{KEY_LEN_MAX, ReadTxn, Store, StoreError, WriteTxn, prefix_end};
+use crate::{KEY_LEN_MAX, ReadTxn, Store, StoreError, VALUE_LEN_MAX, WriteTxn, prefix_end};
 
 /// One named case of the suite.
 pub type Case<S> = (&'static str, fn(&S));
@@ -40,6 +40,14 @@ pub fn cases<S: Store>() -> Vec<Case<S>> {
             binary_keys_and_prefix_ends::<S>,
         ),
         ("large batch commits whole", large_batch_commits_whole::<S>),
+        (
+            "the log: appends, reads, purges",
+            log_appends_reads_purges::<S>,
+        ),
+        (
+            "the log: snapshots and refused appends",
+            log_snapshots_and_refusals::<S>,
+        ),
     ]
 }
 
@@ -371,4 +379,167 @@ fn large_batch_commits_whole<S: Store>(store: &S) {
             .expect("visit"),
         20_000
     );
+}
+
+/// The log's records with `index >= from` (owned), in the order visited.
+fn log_records(view: &impl ReadTxn, from: u64) -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    view.log_visit(from, &mut |index, record| {
+        out.push((index, record.to_vec()));
+        ControlFlow::Continue(())
+    })
+    .expect("log visit");
+    out
+}
+
+fn record_of(index: u64) -> Vec<u8> {
+    format!("record {index}").into_bytes()
+}
+
+fn log_appends_reads_purges<S: Store>(store: &S) {
+    let snap = store.snapshot().unwrap();
+    assert_eq!(snap.log_first().unwrap(), None, "an empty log has no first");
+    assert_eq!(snap.log_last().unwrap(), None, "an empty log has no last");
+    assert!(log_records(&snap, 0).is_empty());
+    drop(snap);
+
+    // Appends beside ordinary writes, seen by the transaction itself before commit.
+    let mut txn = store.begin().unwrap();
+    txn.put(b"k", b"v").unwrap();
+    for index in 1..=5 {
+        txn.log_append(index, &record_of(index)).unwrap();
+    }
+    assert_eq!(txn.log_last().unwrap(), Some(5), "own appends are visible");
+    assert_eq!(log_records(&txn, 4).len(), 2);
+    assert!(
+        log_records(&store.snapshot().unwrap(), 0).is_empty(),
+        "not before commit"
+    );
+    txn.commit().unwrap();
+
+    // A second commit, with records of every size up to the limit.
+    let mut txn = store.begin().unwrap();
+    txn.log_append(6, &vec![6u8; 64 << 10]).unwrap();
+    txn.log_append(7, b"x").unwrap();
+    txn.commit().unwrap();
+    let snap = store.snapshot().unwrap();
+    let all = log_records(&snap, 0);
+    assert_eq!(
+        all.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        (1..=7).collect::<Vec<_>>(),
+        "records in index order"
+    );
+    assert_eq!(all[2].1, record_of(3));
+    assert_eq!(all[5].1.len(), 64 << 10);
+    assert_eq!(all[6].1, b"x");
+    assert_eq!(log_records(&snap, 7).len(), 1, "visit starts at from");
+    let mut seen = 0;
+    let visited = snap
+        .log_visit(2, &mut |_, _| {
+            seen += 1;
+            if seen == 2 {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })
+        .unwrap();
+    assert_eq!((seen, visited), (2, 2), "Break stops the visit");
+    assert_eq!(
+        (snap.log_first().unwrap(), snap.log_last().unwrap()),
+        (Some(1), Some(7))
+    );
+    drop(snap);
+
+    // A purge takes the head, inside the transaction first, for everyone after commit.
+    let mut txn = store.begin().unwrap();
+    txn.log_purge(1, 3).unwrap();
+    assert_eq!(txn.log_first().unwrap(), Some(4));
+    assert_eq!(log_records(&txn, 0).first().map(|r| r.0), Some(4));
+    txn.log_append(8, &record_of(8)).unwrap();
+    txn.commit().unwrap();
+    let snap = store.snapshot().unwrap();
+    assert_eq!(
+        log_records(&snap, 0)
+            .iter()
+            .map(|(i, _)| *i)
+            .collect::<Vec<_>>(),
+        vec![4, 5, 6, 7, 8]
+    );
+    assert_eq!(
+        read(store, b"k").as_deref(),
+        Some(&b"v"[..]),
+        "the keyspace is untouched"
+    );
+    drop(snap);
+
+    // Purging everything leaves no record; the next index goes on.
+    let mut txn = store.begin().unwrap();
+    txn.log_purge(4, 8).unwrap();
+    txn.commit().unwrap();
+    let snap = store.snapshot().unwrap();
+    assert_eq!(
+        (snap.log_first().unwrap(), snap.log_last().unwrap()),
+        (None, None)
+    );
+    drop(snap);
+    let mut txn = store.begin().unwrap();
+    txn.log_append(9, &record_of(9)).unwrap();
+    txn.commit().unwrap();
+    assert_eq!(
+        log_records(&store.snapshot().unwrap(), 0),
+        vec![(9, record_of(9))]
+    );
+}
+
+fn log_snapshots_and_refusals<S: Store>(store: &S) {
+    let mut txn = store.begin().unwrap();
+    txn.log_append(10, &record_of(10)).unwrap();
+    txn.commit().unwrap();
+    let before = store.snapshot().unwrap();
+
+    let mut txn = store.begin().unwrap();
+    txn.log_append(11, &record_of(11)).unwrap();
+    // Refused: not above the last index, empty, too large. Each changes nothing.
+    assert!(matches!(
+        txn.log_append(11, b"again"),
+        Err(StoreError::Limit(_))
+    ));
+    assert!(matches!(
+        txn.log_append(3, b"below"),
+        Err(StoreError::Limit(_))
+    ));
+    assert!(matches!(txn.log_append(12, b""), Err(StoreError::Limit(_))));
+    assert!(matches!(
+        txn.log_append(12, &vec![0; VALUE_LEN_MAX + 1]),
+        Err(StoreError::Limit(_))
+    ));
+    txn.log_append(12, &record_of(12)).unwrap();
+    txn.commit().unwrap();
+    assert_eq!(
+        log_records(&before, 0),
+        vec![(10, record_of(10))],
+        "a snapshot does not see later appends"
+    );
+    assert_eq!(before.log_last().unwrap(), Some(10));
+    drop(before);
+
+    // A dropped transaction leaves the log as it was.
+    let mut txn = store.begin().unwrap();
+    txn.log_append(13, &record_of(13)).unwrap();
+    txn.log_purge(10, 12).unwrap();
+    drop(txn);
+    let snap = store.snapshot().unwrap();
+    assert_eq!(
+        log_records(&snap, 0)
+            .iter()
+            .map(|(i, _)| *i)
+            .collect::<Vec<_>>(),
+        vec![10, 11, 12]
+    );
+    drop(snap);
+    let mut txn = store.begin().unwrap();
+    txn.log_append(13, &record_of(13)).unwrap();
+    txn.commit().unwrap();
+    assert_eq!(store.snapshot().unwrap().log_last().unwrap(), Some(13));
 }

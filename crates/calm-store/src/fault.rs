@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::{ReadTxn, Result, Store, StoreError, Visitor, WriteTxn};
+use crate::{LogVisitor, ReadTxn, Result, Store, StoreError, Visitor, WriteTxn};
 
 /// Countdown value meaning "never fail".
 const NEVER: u64 = u64::MAX;
@@ -69,6 +69,22 @@ impl<T: ReadTxn> ReadTxn for FaultTxn<'_, T> {
     fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
         self.inner.visit(start, end, visit)
     }
+
+    fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.inner.last_in(start, end)
+    }
+
+    fn log_visit(&self, from: u64, visit: &mut LogVisitor<'_>) -> Result<usize> {
+        self.inner.log_visit(from, visit)
+    }
+
+    fn log_first(&self) -> Result<Option<u64>> {
+        self.inner.log_first()
+    }
+
+    fn log_last(&self) -> Result<Option<u64>> {
+        self.inner.log_last()
+    }
 }
 
 impl<T: WriteTxn> WriteTxn for FaultTxn<'_, T> {
@@ -85,6 +101,16 @@ impl<T: WriteTxn> WriteTxn for FaultTxn<'_, T> {
     fn delete(&mut self, key: &[u8]) -> Result<bool> {
         tick(self.countdown)?;
         self.inner.delete(key)
+    }
+
+    fn log_append(&mut self, index: u64, record: &[u8]) -> Result<()> {
+        tick(self.countdown)?;
+        self.inner.log_append(index, record)
+    }
+
+    fn log_purge(&mut self, from: u64, upto: u64) -> Result<()> {
+        tick(self.countdown)?;
+        self.inner.log_purge(from, upto)
     }
 
     fn commit(self) -> Result<()> {

@@ -28,6 +28,8 @@ pub mod fault;
 pub mod lmdb;
 pub mod mem;
 #[cfg(feature = "lmdb")]
+mod reclog;
+#[cfg(feature = "lmdb")]
 mod wal;
 
 /// Longest key any backend must accept, in bytes. LMDB's compiled-in limit is 511; keeping the
@@ -70,6 +72,40 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// What [`ReadTxn::visit`] calls for each pair; `Break` stops the visit.
 pub type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> ControlFlow<()> + 'a;
+
+/// What [`ReadTxn::log_visit`] calls for each record (index, bytes); `Break` stops the visit.
+pub type LogVisitor<'a> = dyn FnMut(u64, &[u8]) -> ControlFlow<()> + 'a;
+
+/// The key family of the record log's default layout: records are the pairs
+/// `[LOG_FAMILY] ++ index (u64, big-endian) → record`, the end of the keyspace, so that
+/// appends fill pages. A backend that keeps the log elsewhere (the LMDB store with its
+/// write-ahead log: segment files) stores no key of this family. Callers must not use it.
+pub const LOG_FAMILY: u8 = 0xFF;
+
+/// The key of log record `index` in the default layout.
+pub fn log_key(index: u64) -> [u8; 9] {
+    let mut key = [0u8; 9];
+    key[0] = LOG_FAMILY;
+    key[1..].copy_from_slice(&index.to_be_bytes());
+    key
+}
+
+/// The index a key of the default log layout names.
+pub fn log_index(key: &[u8]) -> Option<u64> {
+    (key.len() == 9 && key[0] == LOG_FAMILY)
+        .then(|| u64::from_be_bytes(key[1..9].try_into().expect("8 bytes")))
+}
+
+/// Checks a record for [`WriteTxn::log_append`]: not empty, and within [`VALUE_LEN_MAX`].
+pub fn check_log_record(index: u64, record: &[u8]) -> Result<()> {
+    if record.is_empty() {
+        return Err(StoreError::Limit(format!("log record {index} is empty")));
+    }
+    if index == 0 {
+        return Err(StoreError::Limit("log index 0 is not a record's".into()));
+    }
+    check_limits(&log_key(index), record)
+}
 
 /// A consistent read-only view: a snapshot, or the current state of a write transaction
 /// (which sees its own uncommitted writes).
@@ -114,6 +150,76 @@ pub trait ReadTxn {
         })?;
         Ok(last)
     }
+
+    /// Calls `visit` for each record of the log with `index >= from`, in ascending order,
+    /// until it returns `ControlFlow::Break`. Returns the number of records visited.
+    ///
+    /// The log is an append-only sequence of records under dense `u64` indices, committed
+    /// with the keyspace in the same transactions (see [`WriteTxn::log_append`]). A
+    /// snapshot's visit may skip records that a later commit purged (every record it visits
+    /// is one the snapshot holds, in order, without a gap other than that head).
+    fn log_visit(&self, from: u64, visit: &mut LogVisitor<'_>) -> Result<usize> {
+        keyed_log::visit(self, from, visit)
+    }
+
+    /// The index of the first record of the log, if it holds any.
+    fn log_first(&self) -> Result<Option<u64>> {
+        keyed_log::first(self)
+    }
+
+    /// The index of the last record of the log, if it holds any.
+    fn log_last(&self) -> Result<Option<u64>> {
+        keyed_log::last(self)
+    }
+}
+
+/// The record log in its default layout (keys of [`LOG_FAMILY`]), for backends that keep it
+/// there: the trait's default methods, callable by a backend that keeps it there only
+/// sometimes.
+pub mod keyed_log {
+    use super::*;
+
+    pub fn visit<R: ReadTxn + ?Sized>(
+        view: &R,
+        from: u64,
+        visit: &mut LogVisitor<'_>,
+    ) -> Result<usize> {
+        view.visit(
+            &log_key(from),
+            b"",
+            &mut |key, value| match log_index(key) {
+                Some(index) => visit(index, value),
+                None => ControlFlow::Break(()),
+            },
+        )
+    }
+
+    pub fn first<R: ReadTxn + ?Sized>(view: &R) -> Result<Option<u64>> {
+        let mut first = None;
+        visit(view, 0, &mut |index, _| {
+            first = Some(index);
+            ControlFlow::Break(())
+        })?;
+        Ok(first)
+    }
+
+    pub fn last<R: ReadTxn + ?Sized>(view: &R) -> Result<Option<u64>> {
+        Ok(view
+            .last_in(&[LOG_FAMILY], b"")?
+            .and_then(|(key, _)| log_index(&key)))
+    }
+
+    pub fn append<T: WriteTxn + ?Sized>(txn: &mut T, index: u64, record: &[u8]) -> Result<()> {
+        check_log_record(index, record)?;
+        txn.append(&log_key(index), record)
+    }
+
+    pub fn purge<T: WriteTxn + ?Sized>(txn: &mut T, from: u64, upto: u64) -> Result<()> {
+        for index in from..=upto {
+            txn.delete(&log_key(index))?;
+        }
+        Ok(())
+    }
 }
 
 /// A write transaction. Writes are visible to this transaction's own reads at once and to
@@ -135,6 +241,18 @@ pub trait WriteTxn: ReadTxn {
     }
     /// Removes `key`; returns whether it existed.
     fn delete(&mut self, key: &[u8]) -> Result<bool>;
+    /// Appends `record` to the log under `index`, which must be above every index the log
+    /// holds (backends may also refuse a gap after the last record); committed with the rest
+    /// of the transaction. A refused index fails with [`StoreError::Limit`] and changes
+    /// nothing. The default keeps the record under [`log_key`].
+    fn log_append(&mut self, index: u64, record: &[u8]) -> Result<()> {
+        keyed_log::append(self, index, record)
+    }
+    /// Removes the log's records with `index <= upto`; the caller knows that none lies below
+    /// `from` (so the default deletes the keys `from..=upto` without searching).
+    fn log_purge(&mut self, from: u64, upto: u64) -> Result<()> {
+        keyed_log::purge(self, from, upto)
+    }
     /// Adds `delta` to the little-endian `u64` counter under `key` (absent = 0) and returns
     /// the new value. Fails with [`StoreError::Counter`] on a malformed value or on overflow.
     fn add(&mut self, key: &[u8], delta: i64) -> Result<u64> {

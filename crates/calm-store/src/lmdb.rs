@@ -9,19 +9,31 @@
 //! one sequential write, LMDB's pages written back at checkpoints). Callers amortise the
 //! fsync by grouping many operations into one transaction (calm-meta's group commit).
 //!
+//! With the write-ahead log, the record log ([`WriteTxn::log_append`]) lives in segment files
+//! beside the B-tree (`reclog.rs`); without it, under keys of [`crate::LOG_FAMILY`]. Opening a
+//! store in the other mode moves its records across (in one transaction).
+//!
 //! Writers are serialised by LMDB itself; readers never block and are never blocked.
 
 use std::borrow::Cow;
 use std::ops::Bound;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions, MdbError, RoTxn, RwTxn, WithoutTls};
 
+use crate::reclog::{Bounds, LogOp, RecordLog};
 use crate::wal::{self, Wal};
-use crate::{ReadTxn, Result, Store, StoreError, Visitor, WriteTxn, check_limits};
+use crate::{
+    LOG_FAMILY, LogVisitor, ReadTxn, Result, Store, StoreError, Visitor, WriteTxn, check_limits,
+    check_log_record, keyed_log, log_index, log_key,
+};
+
+/// Records per segment file of a new store's record log (with the write-ahead log).
+pub const LOG_SEGMENT_RECORDS_DEFAULT: u64 = crate::reclog::SEGMENT_RECORDS_DEFAULT;
 
 /// Default upper bound of the memory map, in bytes: address space only, the file grows with the
 /// data. 1 TiB holds several hundred million inodes.
@@ -45,6 +57,9 @@ pub struct LmdbOptions {
     /// instead of LMDB's synchronous commit. A store keeps the mode it was last opened for
     /// writing with; switching is allowed after a clean close.
     pub wal: bool,
+    /// With the log: records per segment file of the record log, for a new store (a store
+    /// keeps the value it was created with).
+    pub log_segment_records: u64,
 }
 
 impl Default for LmdbOptions {
@@ -54,6 +69,7 @@ impl Default for LmdbOptions {
             max_readers: MAX_READERS_DEFAULT,
             read_only: false,
             wal: false,
+            log_segment_records: LOG_SEGMENT_RECORDS_DEFAULT,
         }
     }
 }
@@ -69,6 +85,9 @@ pub struct LmdbStore {
     /// The write-ahead log, when the store was opened with one. Its lock is taken before
     /// LMDB's write lock and held for the whole write transaction.
     wal: Option<Mutex<Wal>>,
+    /// The record log in segment files (with the write-ahead log, or read-only on a store that
+    /// was last written with it); `None`: records are keys.
+    log: Option<Arc<RecordLog>>,
 }
 
 impl std::fmt::Debug for LmdbStore {
@@ -110,6 +129,7 @@ impl LmdbStore {
         }
         // A writable open with the log recovers whatever the log holds (reading it once);
         // any other open refuses a store whose log holds commits it would not see.
+        let mut leaving = None;
         let recovered = if options.wal && !options.read_only {
             Some(wal::recover(dir)?)
         } else {
@@ -123,7 +143,7 @@ impl LmdbStore {
                 )));
             }
             if !options.read_only {
-                wal::leave(dir)?;
+                leaving = wal::leave(dir)?;
             }
             None
         };
@@ -163,8 +183,9 @@ impl LmdbStore {
             wtxn.commit().map_err(map_err)?;
             db
         };
-        let wal = match recovered {
+        let (wal, log) = match recovered {
             Some(recovered) => {
+                let mut log_ops = Vec::new();
                 if !recovered.records.is_empty() {
                     let mut wtxn = env.write_txn().map_err(map_err)?;
                     for payload in &recovered.records {
@@ -172,6 +193,10 @@ impl LmdbStore {
                             match change {
                                 wal::Change::Put(key, value) => db.put(&mut wtxn, key, value),
                                 wal::Change::Delete(key) => db.delete(&mut wtxn, key).map(|_| ()),
+                                wal::Change::Log(op) => {
+                                    log_ops.push(op);
+                                    Ok(())
+                                }
                             }
                             .map_err(map_err)?;
                         }
@@ -182,17 +207,113 @@ impl LmdbStore {
                         "write-ahead log replayed after an unclean close"
                     );
                 }
-                Some(Mutex::new(Wal::start(dir, env.clone(), recovered)?))
+                let (mut bounds, segment_records) = recovered.log(options.log_segment_records);
+                // Segments that replayed purges removed before the crash are not looked for:
+                // purging them first ends in the same bounds (a purge only moves the first
+                // index up, clamped to what is appended by then).
+                for op in &log_ops {
+                    if let LogOp::Purge { upto } = op {
+                        bounds = bounds.purged(*upto);
+                    }
+                }
+                let log = Arc::new(RecordLog::open(dir, bounds, segment_records, true)?);
+                let written = log.write(&log_ops)?;
+                log.publish(written, || Ok(()))?;
+                let wal = Wal::start(dir, env.clone(), recovered, log.clone())?;
+                (Some(Mutex::new(wal)), Some(log))
             }
-            None => None,
+            None if options.read_only => {
+                // A store last written with the log keeps its records in its record log,
+                // unless they are keys still (a log from before the record log existed).
+                let log = match wal::log_at_checkpoint(dir)? {
+                    Some((bounds, segment_records)) if !has_log_keys(&env, db)? => Some(Arc::new(
+                        RecordLog::open(dir, bounds, segment_records, false)?,
+                    )),
+                    _ => None,
+                };
+                (None, log)
+            }
+            None => (None, None),
         };
-        Ok(Self {
+        let store = Self {
             env,
             db,
             path: dir.to_path_buf(),
             poisoned: AtomicBool::new(false),
             wal,
-        })
+            log,
+        };
+        if let Some(leaving) = leaving {
+            store.log_into_keys(dir, leaving.log)?;
+            leaving.finish(dir)?;
+        }
+        if store.log.is_some() && !options.read_only && has_log_keys(&store.env, store.db)? {
+            store.log_keys_into_log()?;
+        }
+        Ok(store)
+    }
+
+    /// Opening without the log a store whose records are in its record log: writes them as
+    /// keys, in one synchronous commit (a crash before the log is removed does it again).
+    fn log_into_keys(&self, dir: &Path, (bounds, segment_records): (Bounds, u64)) -> Result<()> {
+        if bounds.is_empty() {
+            return Ok(());
+        }
+        let log = RecordLog::open(dir, bounds, segment_records, false)?;
+        let mut wtxn = self.env.write_txn().map_err(map_err)?;
+        let mut failed = None;
+        let count = log.visit(bounds, 0, &mut |index, record| match self.db.put(
+            &mut wtxn,
+            &log_key(index),
+            record,
+        ) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(error) => {
+                failed = Some(map_err(error));
+                ControlFlow::Break(())
+            }
+        })?;
+        if let Some(error) = failed {
+            return Err(error);
+        }
+        wtxn.commit().map_err(map_err)?;
+        tracing::info!(
+            records = count,
+            "record log moved into the B-tree (the store is opened without its write-ahead log)"
+        );
+        Ok(())
+    }
+
+    /// Opening with the log a store whose records are keys: moves them into the record log in
+    /// one transaction (keys the record log holds already, left by an interrupted move the
+    /// other way, are only deleted).
+    fn log_keys_into_log(&self) -> Result<()> {
+        let mut txn = self.begin()?;
+        let mut keyed = Vec::new();
+        visit_range(&self.db, &txn.txn, &[LOG_FAMILY], b"", &mut |key, value| {
+            keyed.push((key.to_vec(), value.to_vec()));
+            ControlFlow::Continue(())
+        })?;
+        let last = txn.log.as_ref().map_or(0, |log| log.bounds.last);
+        let mut moved = 0;
+        for (key, value) in &keyed {
+            let index = log_index(key).ok_or_else(|| {
+                StoreError::Io(format!(
+                    "key {key:?} of the record log's family is not a record's"
+                ))
+            })?;
+            if index > last {
+                txn.log_append(index, value)?;
+                moved += 1;
+            }
+            txn.delete(key)?;
+        }
+        txn.commit()?;
+        tracing::info!(
+            records = moved,
+            "log records moved from the B-tree to the record log"
+        );
+        Ok(())
     }
 
     /// The directory of the store.
@@ -254,10 +375,31 @@ impl Drop for LmdbStore {
     }
 }
 
+/// Whether the B-tree holds keys of the record log's default layout.
+fn has_log_keys(env: &Env<WithoutTls>, db: Database<Bytes, Bytes>) -> Result<bool> {
+    let rtxn = env.read_txn().map_err(map_err)?;
+    let mut any = false;
+    visit_range(&db, &rtxn, &[LOG_FAMILY], b"", &mut |_, _| {
+        any = true;
+        ControlFlow::Break(())
+    })?;
+    Ok(any)
+}
+
 /// A read snapshot of an [`LmdbStore`].
 pub struct LmdbSnapshot<'s> {
     txn: RoTxn<'s, WithoutTls>,
     db: Database<Bytes, Bytes>,
+    /// The record log and its bounds at this snapshot, when it is in segment files.
+    log: Option<(&'s RecordLog, Bounds)>,
+}
+
+/// A write transaction's view of the record log in segment files: the bounds with its own
+/// changes, and the changes.
+struct TxnLog<'s> {
+    log: &'s RecordLog,
+    bounds: Bounds,
+    ops: Vec<LogOp>,
 }
 
 /// A write transaction of an [`LmdbStore`].
@@ -268,6 +410,7 @@ pub struct LmdbTxn<'s> {
     /// With a write-ahead log: the log (locked for the whole transaction) and this
     /// transaction's changes, in order, as its record.
     wal: Option<(MutexGuard<'s, Wal>, Vec<u8>)>,
+    log: Option<TxnLog<'s>>,
 }
 
 impl std::fmt::Debug for LmdbSnapshot<'_> {
@@ -345,6 +488,15 @@ fn last_in_range(
     }
 }
 
+/// First and last index of non-empty bounds.
+fn first_of(bounds: Bounds) -> Option<u64> {
+    (!bounds.is_empty()).then_some(bounds.first)
+}
+
+fn last_of(bounds: Bounds) -> Option<u64> {
+    (!bounds.is_empty()).then_some(bounds.last)
+}
+
 impl ReadTxn for LmdbSnapshot<'_> {
     fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
         Ok(self
@@ -360,6 +512,27 @@ impl ReadTxn for LmdbSnapshot<'_> {
 
     fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         last_in_range(&self.db, &self.txn, start, end)
+    }
+
+    fn log_visit(&self, from: u64, visit: &mut LogVisitor<'_>) -> Result<usize> {
+        match self.log {
+            Some((log, bounds)) => log.visit(bounds, from, visit),
+            None => keyed_log::visit(self, from, visit),
+        }
+    }
+
+    fn log_first(&self) -> Result<Option<u64>> {
+        match self.log {
+            Some((_, bounds)) => Ok(first_of(bounds)),
+            None => keyed_log::first(self),
+        }
+    }
+
+    fn log_last(&self) -> Result<Option<u64>> {
+        match self.log {
+            Some((_, bounds)) => Ok(last_of(bounds)),
+            None => keyed_log::last(self),
+        }
     }
 }
 
@@ -379,9 +552,85 @@ impl ReadTxn for LmdbTxn<'_> {
     fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         last_in_range(&self.db, &self.txn, start, end)
     }
+
+    fn log_visit(&self, from: u64, visit: &mut LogVisitor<'_>) -> Result<usize> {
+        let Some(own) = &self.log else {
+            return keyed_log::visit(self, from, visit);
+        };
+        // The committed records (less this transaction's purges), then its own appends.
+        let committed = Bounds {
+            first: own.bounds.first,
+            last: own.log.bounds().last,
+        };
+        let mut stopped = false;
+        let mut count = own.log.visit(committed, from, &mut |index, record| {
+            let flow = visit(index, record);
+            stopped = flow.is_break();
+            flow
+        })?;
+        let from = from.max(own.bounds.first);
+        for op in &own.ops {
+            if stopped {
+                break;
+            }
+            if let LogOp::Append { index, record } = op
+                && *index >= from
+            {
+                count += 1;
+                stopped = visit(*index, record).is_break();
+            }
+        }
+        Ok(count)
+    }
+
+    fn log_first(&self) -> Result<Option<u64>> {
+        match &self.log {
+            Some(own) => Ok(first_of(own.bounds)),
+            None => keyed_log::first(self),
+        }
+    }
+
+    fn log_last(&self) -> Result<Option<u64>> {
+        match &self.log {
+            Some(own) => Ok(last_of(own.bounds)),
+            None => keyed_log::last(self),
+        }
+    }
 }
 
 impl WriteTxn for LmdbTxn<'_> {
+    fn log_append(&mut self, index: u64, record: &[u8]) -> Result<()> {
+        let Some(own) = &mut self.log else {
+            return keyed_log::append(self, index, record);
+        };
+        check_log_record(index, record)?;
+        own.bounds.check_append(index)?;
+        own.bounds = own.bounds.appended(index);
+        own.ops.push(LogOp::Append {
+            index,
+            record: record.to_vec(),
+        });
+        if let Some((_, payload)) = &mut self.wal {
+            wal::push_log_append(payload, index, record);
+        }
+        Ok(())
+    }
+
+    fn log_purge(&mut self, from: u64, upto: u64) -> Result<()> {
+        let Some(own) = &mut self.log else {
+            return keyed_log::purge(self, from, upto);
+        };
+        let purged = own.bounds.purged(upto);
+        if purged != own.bounds {
+            own.bounds = purged;
+            own.ops.push(LogOp::Purge { upto });
+            if let Some((_, payload)) = &mut self.wal {
+                wal::push_log_purge(payload, upto);
+            }
+        }
+        Ok(())
+    }
+
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         check_limits(key, value)?;
         self.db.put(&mut self.txn, key, value).map_err(map_err)?;
@@ -439,12 +688,22 @@ impl WriteTxn for LmdbTxn<'_> {
         // The record first: once it is on the medium the commit is durable (a crash replays
         // it); if writing it fails, LMDB is not touched (the transaction is dropped).
         let at = wal.write(&record).map_err(poison)?;
-        if let Err(error) = self.txn.commit() {
+        // Then the record log's files, past what readers see; then LMDB's commit and the
+        // record log's new bounds, together for readers (a snapshot sees both or neither).
+        let txn = self.txn;
+        let committed = match self.log {
+            Some(own) if !own.ops.is_empty() => own
+                .log
+                .write(&own.ops)
+                .and_then(|written| own.log.publish(written, || txn.commit().map_err(map_err))),
+            _ => txn.commit().map_err(map_err),
+        };
+        if let Err(error) = committed {
             // The record must not be replayed for a commit reported failed.
             let cancelled = wal.cancel(at);
             return Err(poison(match cancelled {
-                Ok(()) => map_err(error),
-                Err(cancel) => StoreError::Io(format!("{}; and then {cancel}", map_err(error))),
+                Ok(()) => error,
+                Err(cancel) => StoreError::Io(format!("{error}; and then {cancel}")),
             }));
         }
         if wal.applied(at, record.len())
@@ -465,9 +724,24 @@ impl Store for LmdbStore {
     type Txn<'s> = LmdbTxn<'s>;
 
     fn snapshot(&self) -> Result<LmdbSnapshot<'_>> {
+        let Some(log) = self.log.as_deref() else {
+            return Ok(LmdbSnapshot {
+                txn: self.env.read_txn().map_err(map_err)?,
+                db: self.db,
+                log: None,
+            });
+        };
+        // The B-tree's snapshot and the record log's bounds of the same commit.
+        let (txn, bounds) = log.with_bounds(|bounds| {
+            self.env
+                .read_txn()
+                .map(|txn| (txn, bounds))
+                .map_err(map_err)
+        })?;
         Ok(LmdbSnapshot {
-            txn: self.env.read_txn().map_err(map_err)?,
+            txn,
             db: self.db,
+            log: Some((log, bounds)),
         })
     }
 
@@ -480,15 +754,27 @@ impl Store for LmdbStore {
             .wal
             .as_ref()
             .map(|wal| (wal.lock().unwrap_or_else(|e| e.into_inner()), Vec::new()));
+        let txn = self.env.write_txn().map_err(map_err)?;
+        // Bounds read with the write lock held: no commit publishes until this one ends.
+        let log = self.log.as_deref().map(|log| TxnLog {
+            log,
+            bounds: log.bounds(),
+            ops: Vec::new(),
+        });
         Ok(LmdbTxn {
-            txn: self.env.write_txn().map_err(map_err)?,
+            txn,
             db: self.db,
             poisoned: &self.poisoned,
             wal,
+            log,
         })
     }
 
     fn size_bytes(&self) -> Result<u64> {
-        self.env.real_disk_size().map_err(map_err)
+        let log = match &self.log {
+            Some(log) => log.size_bytes()?,
+            None => 0,
+        };
+        Ok(self.env.real_disk_size().map_err(map_err)? + log)
     }
 }

@@ -19,9 +19,19 @@
 //! a checkpoint switches to the other one, whose stale records carry older sequence numbers
 //! and are never taken for new ones).
 //!
+//! The store's record log (`reclog.rs`) rides on the same records and checkpoints: a commit's
+//! log appends and purges are changes of its record, and a checkpoint makes the log's files
+//! durable and keeps its bounds in the slot.
+//!
 //! Record: magic u32, payload length u32, sequence u64, CRC-32 u32 (of sequence, length and
 //! payload), 4 reserved bytes, then the payload: per change, `1` key-length:u16
-//! value-length:u32 key value (put) or `2` key-length:u16 key (delete). Little-endian.
+//! value-length:u32 key value (put), `2` key-length:u16 key (delete), `3` index:u64
+//! length:u32 bytes (log append) or `4` upto:u64 (log purge). Little-endian.
+//!
+//! Slot (version 2; version 1, without the log fields, reads as an empty log): magic
+//! `CALMCKP2`, generation u64, sequence u64, segment u32, meta length u32, CRC-32 u32 (of the
+//! header from the generation to the end of the log fields, and the meta pages), 4 reserved
+//! bytes, log first u64, log last u64, log records per segment u64, then the meta pages.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -29,7 +39,9 @@ use std::path::Path;
 
 use heed::{Env, RoTxn, WithoutTls};
 
+use crate::reclog::{Bounds, LogOp, RecordLog, SEGMENT_RECORDS_DEFAULT};
 use crate::{Result, StoreError};
+use std::sync::Arc;
 
 /// Log bytes after which a commit checkpoints. Bounds what recovery replays.
 pub const CHECKPOINT_BYTES: u64 = 4 << 20;
@@ -38,16 +50,20 @@ pub const CHECKPOINT_BYTES: u64 = 4 << 20;
 const SEGMENT_CHUNK: u64 = 1 << 20;
 const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"CWAL");
 const HEADER_BYTES: usize = 24;
-const SLOT_MAGIC: [u8; 8] = *b"CALMCKP1";
+const SLOT_MAGIC: [u8; 8] = *b"CALMCKP2";
+const SLOT_MAGIC_V1: [u8; 8] = *b"CALMCKP1";
 /// Bytes reserved per checkpoint slot: a header and two meta pages of up to 64 KiB.
 const SLOT_BYTES: u64 = 160 << 10;
-const SLOT_HEADER_BYTES: usize = 40;
+const SLOT_HEADER_BYTES: usize = 64;
+const SLOT_HEADER_BYTES_V1: usize = 40;
 
 pub const CKPT_FILE: &str = "wal.ckpt";
 const SEGMENT_FILES: [&str; 2] = ["wal.0", "wal.1"];
 
 const OP_PUT: u8 = 1;
 const OP_DELETE: u8 = 2;
+const OP_LOG_APPEND: u8 = 3;
+const OP_LOG_PURGE: u8 = 4;
 
 fn io(what: &str, path: &Path, error: std::io::Error) -> StoreError {
     if error.raw_os_error() == Some(28) {
@@ -110,11 +126,26 @@ pub(crate) fn push_delete(payload: &mut Vec<u8>, key: &[u8]) {
     payload.extend_from_slice(key);
 }
 
+/// Appends a log append to a record payload.
+pub(crate) fn push_log_append(payload: &mut Vec<u8>, index: u64, record: &[u8]) {
+    payload.push(OP_LOG_APPEND);
+    payload.extend_from_slice(&index.to_le_bytes());
+    payload.extend_from_slice(&(record.len() as u32).to_le_bytes());
+    payload.extend_from_slice(record);
+}
+
+/// Appends a log purge to a record payload.
+pub(crate) fn push_log_purge(payload: &mut Vec<u8>, upto: u64) {
+    payload.push(OP_LOG_PURGE);
+    payload.extend_from_slice(&upto.to_le_bytes());
+}
+
 /// One change of a record.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Change<'a> {
     Put(&'a [u8], &'a [u8]),
     Delete(&'a [u8]),
+    Log(LogOp),
 }
 
 /// The changes of a record payload, in order.
@@ -131,8 +162,21 @@ pub(crate) fn changes(payload: &[u8]) -> Result<Vec<Change<'_>>> {
         *at = end;
         Ok(bytes)
     };
+    let u64_of = |bytes: &[u8]| u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
     while at < payload.len() {
         let op = take(&mut at, 1)?[0];
+        if op == OP_LOG_APPEND {
+            let index = u64_of(take(&mut at, 8)?);
+            let len = u32::from_le_bytes(take(&mut at, 4)?.try_into().expect("4 bytes")) as usize;
+            let record = take(&mut at, len)?.to_vec();
+            out.push(Change::Log(LogOp::Append { index, record }));
+            continue;
+        }
+        if op == OP_LOG_PURGE {
+            let upto = u64_of(take(&mut at, 8)?);
+            out.push(Change::Log(LogOp::Purge { upto }));
+            continue;
+        }
         let klen = u16::from_le_bytes(take(&mut at, 2)?.try_into().expect("2 bytes")) as usize;
         match op {
             OP_PUT => {
@@ -158,6 +202,9 @@ struct Slot {
     segment: usize,
     /// LMDB's meta pages (the first two pages of `data.mdb`) at the checkpointed snapshot.
     meta: Vec<u8>,
+    /// The record log's bounds at the checkpoint, and its records per segment.
+    log: Bounds,
+    log_segment_records: u64,
 }
 
 impl Slot {
@@ -168,9 +215,14 @@ impl Slot {
         out.extend_from_slice(&self.seq.to_le_bytes());
         out.extend_from_slice(&(self.segment as u32).to_le_bytes());
         out.extend_from_slice(&(self.meta.len() as u32).to_le_bytes());
-        let crc = crc32(&[&out[8..32], &self.meta]);
+        let mut log = Vec::with_capacity(24);
+        log.extend_from_slice(&self.log.first.to_le_bytes());
+        log.extend_from_slice(&self.log.last.to_le_bytes());
+        log.extend_from_slice(&self.log_segment_records.to_le_bytes());
+        let crc = crc32(&[&out[8..32], &log, &self.meta]);
         out.extend_from_slice(&crc.to_le_bytes());
         out.extend_from_slice(&[0; 4]);
+        out.extend_from_slice(&log);
         out.extend_from_slice(&self.meta);
         out
     }
@@ -178,20 +230,39 @@ impl Slot {
     fn decode(bytes: &[u8]) -> Option<Slot> {
         let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
         let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4"));
-        if bytes.len() < SLOT_HEADER_BYTES || bytes[..8] != SLOT_MAGIC {
+        let v1 = bytes.get(..8) == Some(&SLOT_MAGIC_V1[..]);
+        let header = if v1 {
+            SLOT_HEADER_BYTES_V1
+        } else {
+            SLOT_HEADER_BYTES
+        };
+        if bytes.len() < header || !(v1 || bytes[..8] == SLOT_MAGIC) {
             return None;
         }
         let meta_len = u32_at(28) as usize;
-        let meta = bytes.get(SLOT_HEADER_BYTES..SLOT_HEADER_BYTES + meta_len)?;
+        let meta = bytes.get(header..header + meta_len)?;
+        let log = if v1 { &[][..] } else { &bytes[40..64] };
         let segment = u32_at(24) as usize;
-        if crc32(&[&bytes[8..32], meta]) != u32_at(32) || segment > 1 {
+        if crc32(&[&bytes[8..32], log, meta]) != u32_at(32) || segment > 1 {
             return None;
         }
+        let (log, log_segment_records) = if v1 {
+            // A store logged before the record log existed keeps its records as keys.
+            (Bounds::EMPTY, SEGMENT_RECORDS_DEFAULT)
+        } else {
+            let bounds = Bounds {
+                first: u64_at(40),
+                last: u64_at(48),
+            };
+            (bounds, u64_at(56))
+        };
         Some(Slot {
             generation: u64_at(8),
             seq: u64_at(16),
             segment,
             meta: meta.to_vec(),
+            log,
+            log_segment_records,
         })
     }
 }
@@ -290,6 +361,27 @@ pub(crate) struct Recovered {
     pub records: Vec<Vec<u8>>,
 }
 
+impl Recovered {
+    /// The record log's bounds and records per segment at the checkpoint (a new store's
+    /// when there is none; `segment_records` is then what the caller asks for).
+    pub(crate) fn log(&self, segment_records: u64) -> (Bounds, u64) {
+        match &self.slot {
+            Some(slot) => (slot.log, slot.log_segment_records),
+            None => (Bounds::EMPTY, segment_records),
+        }
+    }
+}
+
+/// The record log's bounds and records per segment kept by a cleanly closed store's last
+/// checkpoint; `None` when the store has no write-ahead log.
+pub(crate) fn log_at_checkpoint(dir: &Path) -> Result<Option<(Bounds, u64)>> {
+    let path = dir.join(CKPT_FILE);
+    let Ok(ckpt) = File::open(&path) else {
+        return Ok(None);
+    };
+    Ok(read_slots(&ckpt, &path)?.map(|slot| (slot.log, slot.log_segment_records)))
+}
+
 /// Locks the log, reads the checkpoint and the records after it, and writes the checkpoint's
 /// meta pages back into `data.mdb` (which is then the checkpointed snapshot) so that the
 /// records can be replayed on it. Runs before LMDB opens the file.
@@ -341,26 +433,54 @@ pub(crate) fn pending(dir: &Path) -> Result<usize> {
     Ok(scan(&segment, &segment_path, slot.seq)?.len())
 }
 
+/// A cleanly closed store with a log that a writable open without the log is leaving: the
+/// log is locked until [`Leaving::finish`].
+pub(crate) struct Leaving {
+    ckpt: File,
+    /// The record log's bounds and records per segment at the last checkpoint: records
+    /// the opener moves into keys before finishing.
+    pub log: (Bounds, u64),
+}
+
 /// Before a writable open without the log: a store that had one (closed cleanly, see
 /// [`pending`]) leaves it, so that a later open with the log does not take its old checkpoint
-/// for the current state.
-pub(crate) fn leave(dir: &Path) -> Result<()> {
+/// for the current state. `None` when the store has no log.
+pub(crate) fn leave(dir: &Path) -> Result<Option<Leaving>> {
     let path = dir.join(CKPT_FILE);
     let Ok(ckpt) = OpenOptions::new().read(true).write(true).open(&path) else {
-        return Ok(());
+        return Ok(None);
     };
     ckpt.try_lock().map_err(|_| in_use(dir))?;
-    std::fs::remove_file(&path).map_err(|e| io("removing", &path, e))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io("syncing", dir, e))?;
-    for name in SEGMENT_FILES {
-        let segment = dir.join(name);
-        if segment.exists() {
-            std::fs::remove_file(&segment).map_err(|e| io("removing", &segment, e))?;
+    let log = match read_slots(&ckpt, &path)? {
+        Some(slot) => (slot.log, slot.log_segment_records),
+        None => (Bounds::EMPTY, SEGMENT_RECORDS_DEFAULT),
+    };
+    Ok(Some(Leaving { ckpt, log }))
+}
+
+impl Leaving {
+    /// Removes the log, the checkpoint first: once it is gone, the segments and the record
+    /// log's files are garbage to every later open (a writable open with the log starts a
+    /// new one and removes the record log's files outside its bounds).
+    pub(crate) fn finish(self, dir: &Path) -> Result<()> {
+        let path = dir.join(CKPT_FILE);
+        std::fs::remove_file(&path).map_err(|e| io("removing", &path, e))?;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io("syncing", dir, e))?;
+        drop(self.ckpt);
+        for name in SEGMENT_FILES {
+            let segment = dir.join(name);
+            if segment.exists() {
+                std::fs::remove_file(&segment).map_err(|e| io("removing", &segment, e))?;
+            }
         }
+        let log = dir.join(crate::reclog::LOG_DIR);
+        if log.exists() {
+            std::fs::remove_dir_all(&log).map_err(|e| io("removing", &log, e))?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// The log of an open store. Only the writer (holding the store's write lock) touches it.
@@ -381,12 +501,19 @@ pub(crate) struct Wal {
     page_bytes: usize,
     /// A read transaction on the last checkpoint's snapshot: LMDB reuses none of its pages.
     pin: Option<RoTxn<'static, WithoutTls>>,
+    /// The store's record log, made durable with every checkpoint.
+    log: Arc<RecordLog>,
 }
 
 impl Wal {
     /// Starts the log after recovery (whose records, if any, the caller has replayed into
     /// `env`): takes a checkpoint at once.
-    pub(crate) fn start(dir: &Path, env: Env<WithoutTls>, recovered: Recovered) -> Result<Wal> {
+    pub(crate) fn start(
+        dir: &Path,
+        env: Env<WithoutTls>,
+        recovered: Recovered,
+        log: Arc<RecordLog>,
+    ) -> Result<Wal> {
         let data_path = dir.join("data.mdb");
         let data = OpenOptions::new()
             .read(true)
@@ -416,6 +543,7 @@ impl Wal {
             generation,
             page_bytes: page_bytes(),
             pin: None,
+            log,
         };
         wal.checkpoint()?;
         // The segment files exist for good now: make their names durable.
@@ -504,12 +632,15 @@ impl Wal {
         self.data
             .sync_data()
             .map_err(|e| io("syncing", &data_path, e))?;
+        let log = self.log.sync()?;
         let next = 1 - self.active;
         let slot = Slot {
             generation: self.generation + 1,
             seq: self.seq,
             segment: next,
             meta,
+            log,
+            log_segment_records: self.log.segment_records(),
         };
         let ckpt_path = self.dir.join(CKPT_FILE);
         self.ckpt
@@ -545,12 +676,19 @@ mod tests {
         push_put(&mut payload, b"k", b"value");
         push_delete(&mut payload, b"gone");
         push_put(&mut payload, b"e", b"");
+        push_log_append(&mut payload, 9, b"record");
+        push_log_purge(&mut payload, 4);
         assert_eq!(
             changes(&payload).unwrap(),
             vec![
                 Change::Put(b"k", b"value"),
                 Change::Delete(b"gone"),
                 Change::Put(b"e", b""),
+                Change::Log(LogOp::Append {
+                    index: 9,
+                    record: b"record".to_vec()
+                }),
+                Change::Log(LogOp::Purge { upto: 4 }),
             ]
         );
         assert!(changes(&payload[..payload.len() - 1]).is_err());
@@ -564,10 +702,13 @@ mod tests {
             seq: 42,
             segment: 1,
             meta: vec![5; 8192],
+            log: Bounds { first: 3, last: 99 },
+            log_segment_records: 16,
         };
         let bytes = slot.encode();
         let back = Slot::decode(&bytes).unwrap();
         assert_eq!((back.generation, back.seq, back.segment), (7, 42, 1));
+        assert_eq!((back.log, back.log_segment_records), (slot.log, 16));
         assert_eq!(back.meta, slot.meta);
         let mut damaged = bytes.clone();
         damaged[SLOT_HEADER_BYTES + 100] ^= 1;

@@ -1,6 +1,7 @@
 //! The LMDB store with its write-ahead log: the conformance suite, clean and unclean closes,
 //! a real kill -9 of a writing process, simulated power loss (the data file as it was at the
-//! last checkpoint, with a later meta page on it) and a torn last record.
+//! last checkpoint, with a later meta page on it) and a torn last record. The record log
+//! (segment files beside the B-tree) takes part in all of them.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -8,11 +9,16 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use calm_store::lmdb::{LmdbOptions, LmdbStore};
-use calm_store::{ReadTxn, Store, WriteTxn, conformance};
+use calm_store::{LOG_FAMILY, ReadTxn, Store, WriteTxn, conformance};
+
+/// Records per segment of the record log in these tests: small, so that runs cross and purge
+/// whole segments.
+const SEGMENT_RECORDS: u64 = 4;
 
 fn wal_options() -> LmdbOptions {
     LmdbOptions {
         wal: true,
+        log_segment_records: SEGMENT_RECORDS,
         ..LmdbOptions::default()
     }
 }
@@ -28,13 +34,53 @@ fn open(dir: &Path) -> LmdbStore {
     LmdbStore::open(dir, &wal_options()).expect("open with the log")
 }
 
-/// Everything in the store.
+/// Everything in the store's keyspace (but the record log's family).
 fn contents(store: &LmdbStore) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let snap = store.snapshot().expect("snapshot");
-    snap.scan(&[], &[], usize::MAX)
+    snap.scan(&[], &[LOG_FAMILY], usize::MAX)
         .expect("scan")
         .into_iter()
         .collect()
+}
+
+/// Everything in the store's record log.
+fn log_contents(store: &LmdbStore) -> BTreeMap<u64, Vec<u8>> {
+    let snap = store.snapshot().expect("snapshot");
+    let mut out = BTreeMap::new();
+    snap.log_visit(0, &mut |index, record| {
+        out.insert(index, record.to_vec());
+        std::ops::ControlFlow::Continue(())
+    })
+    .expect("log visit");
+    out
+}
+
+fn log_record(index: u64) -> Vec<u8> {
+    vec![(index % 251) as u8; 1 + (index % 300) as usize]
+}
+
+/// Appends `count` records after the model's last and purges up to `purge` (if any), in one
+/// transaction, to the store and the model (`last` keeps the last index ever appended).
+fn log_commit(
+    store: &LmdbStore,
+    model: &mut BTreeMap<u64, Vec<u8>>,
+    last: &mut u64,
+    count: u64,
+    purge: Option<u64>,
+) {
+    let mut txn = store.begin().expect("begin");
+    for _ in 0..count {
+        *last += 1;
+        txn.log_append(*last, &log_record(*last))
+            .expect("log append");
+        model.insert(*last, log_record(*last));
+    }
+    if let Some(upto) = purge {
+        let from = model.keys().next().copied().unwrap_or(upto);
+        txn.log_purge(from, upto).expect("log purge");
+        model.retain(|index, _| *index > upto);
+    }
+    txn.commit().expect("commit");
 }
 
 /// Applies `changes` (value None: delete) in one transaction, to the store and the model.
@@ -156,21 +202,53 @@ fn a_second_writer_is_refused() {
 fn a_store_moves_into_and_out_of_the_log_keeping_its_data() {
     let dir = tempfile::tempdir().unwrap();
     let mut model = BTreeMap::new();
+    let (mut log, mut last) = (BTreeMap::new(), 0);
     let store = LmdbStore::open(dir.path(), &LmdbOptions::default()).unwrap();
     workload(&store, &mut model, "a");
+    log_commit(&store, &mut log, &mut last, 10, Some(3));
     store.close();
+    // Into the log: the records move from keys to segment files.
     let store = open(dir.path());
     assert_eq!(contents(&store), model);
+    assert_eq!(
+        log_contents(&store),
+        log,
+        "records moved into the record log"
+    );
+    assert!(
+        store
+            .snapshot()
+            .unwrap()
+            .scan(&[LOG_FAMILY], &[], 1)
+            .unwrap()
+            .is_empty(),
+        "no record is left as a key"
+    );
     workload(&store, &mut model, "b");
+    log_commit(&store, &mut log, &mut last, 9, Some(8));
     store.close();
+    let segments = std::fs::read_dir(dir.path().join("log")).unwrap().count();
+    assert!(
+        segments >= 2,
+        "the record log holds segment files ({segments})"
+    );
+    // Read-only, the record log is read from its files.
+    let reader = LmdbStore::open(dir.path(), &read_only()).unwrap();
+    assert_eq!(log_contents(&reader), log);
+    reader.close();
+    // Out of the log: the records become keys again.
     let store = LmdbStore::open(dir.path(), &LmdbOptions::default()).unwrap();
     assert_eq!(contents(&store), model);
+    assert_eq!(log_contents(&store), log, "records moved back into keys");
     workload(&store, &mut model, "c");
+    log_commit(&store, &mut log, &mut last, 5, None);
     store.close();
     assert!(!dir.path().join("wal.ckpt").exists(), "the log was left");
+    assert!(!dir.path().join("log").exists(), "the record log was left");
     // Back to the log: its old checkpoint is gone, so the current data is taken as it is.
     let store = open(dir.path());
     assert_eq!(contents(&store), model);
+    assert_eq!(log_contents(&store), log);
 }
 
 /// Power loss after the last checkpoint. What reached the disk since is unknown, so two
@@ -337,8 +415,9 @@ mod model {
 
     #[derive(Debug, Clone)]
     enum Step {
-        /// Puts (value Some) and deletes, one transaction.
-        Commit(Vec<(u8, Option<u16>)>),
+        /// Puts (value Some) and deletes, and records appended to the record log and a purge
+        /// of its first records, one transaction.
+        Commit(Vec<(u8, Option<u16>)>, u8, Option<u8>),
         Checkpoint,
         CleanClose,
         Kill,
@@ -349,14 +428,54 @@ mod model {
 
     fn step() -> impl Strategy<Value = Step> {
         prop_oneof![
-            6 => prop::collection::vec((0u8..48, prop::option::of(0u16..2000)), 1..30)
-                .prop_map(Step::Commit),
+            6 => (
+                prop::collection::vec((0u8..48, prop::option::of(0u16..2000)), 1..30),
+                0u8..7,
+                prop::option::weighted(0.3, 0u8..9),
+            )
+                .prop_map(|(changes, appends, purge)| Step::Commit(changes, appends, purge)),
             1 => Just(Step::Checkpoint),
             1 => Just(Step::CleanClose),
             1 => Just(Step::Kill),
             2 => (prop::collection::vec(any::<bool>(), 1..17), any::<bool>())
                 .prop_map(|(pages, grown)| Step::PowerLoss(pages, grown)),
         ]
+    }
+
+    /// A file after power loss: each page from `late` (written since the checkpoint) or from
+    /// `image` (the checkpoint's) as `pages` says; the growth since kept or lost.
+    fn lose_power(image: &[u8], late: &[u8], pages: &[bool], grown: bool) -> Vec<u8> {
+        let page = 4096;
+        let len = if grown {
+            late.len()
+        } else {
+            image.len().min(late.len())
+        };
+        let mut disk = vec![0u8; len];
+        for (i, chunk) in disk.chunks_mut(page).enumerate() {
+            let at = i * page;
+            let from_late = pages[i % pages.len()] || at >= image.len();
+            let source = if from_late { late } else { image };
+            let end = (at + chunk.len()).min(source.len());
+            chunk[..end - at].copy_from_slice(&source[at..end]);
+        }
+        disk
+    }
+
+    /// The record log's files by name.
+    fn log_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+        match std::fs::read_dir(dir.join("log")) {
+            Ok(listing) => listing
+                .map(|e| {
+                    let e = e.unwrap();
+                    (
+                        e.file_name().to_string_lossy().into_owned(),
+                        std::fs::read(e.path()).unwrap(),
+                    )
+                })
+                .collect(),
+            Err(_) => BTreeMap::new(),
+        }
     }
 
     fn value(k: u8, v: u16) -> Vec<u8> {
@@ -374,24 +493,32 @@ mod model {
             let dir = tempfile::tempdir().unwrap();
             let data = dir.path().join("data.mdb");
             let mut model = BTreeMap::new();
+            let (mut log, mut last) = (BTreeMap::new(), 0u64);
             let mut store = Some(open(dir.path()));
-            // The data file as of the last checkpoint (opening checkpoints too).
+            // The data file and the record log's files as of the last checkpoint (opening
+            // checkpoints too).
             let mut image = std::fs::read(&data).unwrap();
+            let mut log_image = log_files(dir.path());
             for step in steps {
                 let s = store.take().unwrap();
                 match step {
-                    Step::Commit(changes) => {
+                    Step::Commit(changes, appends, purge) => {
                         let changes: Vec<_> = changes
                             .into_iter()
                             .map(|(k, v)| (vec![b'k', k], v.map(|v| value(k, v))))
                             .collect();
                         commit(&s, &mut model, &changes);
+                        let purge = purge.map(|p| {
+                            log.keys().next().copied().unwrap_or(last + 1) + u64::from(p)
+                        });
+                        log_commit(&s, &mut log, &mut last, u64::from(appends), purge);
                         store = Some(s);
                         continue;
                     }
                     Step::Checkpoint => {
                         s.checkpoint().unwrap();
                         image = std::fs::read(&data).unwrap();
+                        log_image = log_files(dir.path());
                         store = Some(s);
                         continue;
                     }
@@ -399,28 +526,41 @@ mod model {
                     Step::Kill => s.close_without_checkpoint(),
                     Step::PowerLoss(pages, grown) => {
                         let late = std::fs::read(&data).unwrap();
+                        let log_late = log_files(dir.path());
                         s.close_without_checkpoint();
-                        let page = 4096;
-                        let len = if grown { late.len() } else { image.len().min(late.len()) };
-                        let mut disk = vec![0u8; len];
-                        for (i, chunk) in disk.chunks_mut(page).enumerate() {
-                            let at = i * page;
-                            let from_late = pages[i % pages.len()] || at >= image.len();
-                            let source = if from_late { &late } else { &image };
-                            chunk.copy_from_slice(&source[at..at + chunk.len()]);
+                        std::fs::write(&data, lose_power(&image, &late, &pages, grown)).unwrap();
+                        // The record log's files alike: a file removed since the checkpoint
+                        // may come back, one created since may be gone.
+                        let log_dir = dir.path().join("log");
+                        for name in log_image.keys().chain(log_late.keys()) {
+                            let path = log_dir.join(name);
+                            let bytes = match (log_image.get(name), log_late.get(name)) {
+                                (Some(old), Some(new)) => Some(lose_power(old, new, &pages, grown)),
+                                (Some(old), None) => pages[0].then(|| old.clone()),
+                                (None, Some(new)) => grown.then(|| lose_power(&[], new, &pages, true)),
+                                (None, None) => None,
+                            };
+                            match bytes {
+                                Some(bytes) => std::fs::write(&path, bytes).unwrap(),
+                                None => {
+                                    let _ = std::fs::remove_file(&path);
+                                }
+                            }
                         }
-                        std::fs::write(&data, &disk).unwrap();
                     }
                 }
                 let reopened = open(dir.path());
                 prop_assert_eq!(contents(&reopened), model.clone());
+                prop_assert_eq!(log_contents(&reopened), log.clone());
                 image = std::fs::read(&data).unwrap();
+                log_image = log_files(dir.path());
                 store = Some(reopened);
             }
             let s = store.take().unwrap();
             s.close_without_checkpoint();
             let s = open(dir.path());
             prop_assert_eq!(contents(&s), model);
+            prop_assert_eq!(log_contents(&s), log);
         }
     }
 }

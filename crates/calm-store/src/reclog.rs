@@ -1,0 +1,681 @@
+//! The record log of an LMDB store with a write-ahead log: the records of
+//! [`crate::WriteTxn::log_append`] kept in segment files beside the B-tree instead of as keys
+//! in it, so that appending one costs its bytes in the commit's log record and no B-tree page.
+//!
+//! Layout (directory `log/` of the store): segment `n` holds the records with indices
+//! `n * S ..= n * S + S - 1` (S, the records per segment, is fixed for a store and kept in its
+//! checkpoint slot) in two files. `<n:016x>.rec` holds the records' bytes back to back;
+//! `<n:016x>.idx` holds one `u64` (little-endian) per slot `index % S`: the record's start
+//! offset in `.rec` shifted left by [`LEN_BITS`], or'ed with its length; 0 for a slot without a
+//! record (a record is never empty). Finding a record is two reads at computed offsets: nothing
+//! is scanned, at start-up or ever.
+//!
+//! Durability: the files are written without sync when a commit is applied (the commit's
+//! record in the write-ahead log carries the appended bytes), and made durable by every
+//! checkpoint (`fdatasync` of the segments written since, and of the directory when files came
+//! or went), whose slot holds the log's first and last index. Recovery starts from those
+//! bounds and replays the log operations of the records after the checkpoint, which write the
+//! same bytes at the same offsets again. A purge moves the first index and, once committed,
+//! deletes the segments wholly below it; a deletion lost to a crash is redone at the next
+//! writable open, which removes every segment file outside the log's bounds.
+//!
+//! Readers see the bounds published by the last commit; a commit writes its records past them
+//! before it publishes, so readers never need a lock while they read files.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use crate::{LogVisitor, Result, StoreError, VALUE_LEN_MAX};
+
+/// The directory of the record log inside the store's directory.
+pub(crate) const LOG_DIR: &str = "log";
+/// Records per segment for a new store: with records of about 100 bytes, segments of 6–7 MB
+/// and index files of 512 KiB.
+pub const SEGMENT_RECORDS_DEFAULT: u64 = 1 << 16;
+/// Most records per segment a store may ask for (an index file of 128 MiB).
+pub const SEGMENT_RECORDS_MAX: u64 = 1 << 24;
+/// Bits of an index entry that hold the record's length.
+const LEN_BITS: u32 = 24;
+const _: () = assert!(VALUE_LEN_MAX < 1 << LEN_BITS);
+/// Most records, and about the most bytes, one read of a visit fetches.
+const VISIT_RECORDS_MAX: u64 = 4096;
+const VISIT_BYTES_MAX: u64 = 1 << 20;
+
+fn io(what: &str, path: &Path, error: std::io::Error) -> StoreError {
+    if error.raw_os_error() == Some(28) {
+        return StoreError::Full(format!("{what} {}: {error}", path.display()));
+    }
+    StoreError::Io(format!("{what} {}: {error}", path.display()))
+}
+
+/// First and last index of the log; it holds no record when `first > last`. `last` stays
+/// the last index ever appended when a purge empties the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Bounds {
+    pub first: u64,
+    pub last: u64,
+}
+
+impl Bounds {
+    pub const EMPTY: Bounds = Bounds { first: 1, last: 0 };
+
+    pub fn is_empty(&self) -> bool {
+        self.first > self.last
+    }
+
+    /// Checks `index` for an append: above `last`, and right after it unless the log is
+    /// empty.
+    pub fn check_append(&self, index: u64) -> Result<()> {
+        if index <= self.last || (!self.is_empty() && index != self.last + 1) {
+            return Err(StoreError::Limit(format!(
+                "log append of index {index} after {}: indices must follow the last one",
+                self.last
+            )));
+        }
+        Ok(())
+    }
+
+    /// The bounds after appending `index` (checked).
+    pub fn appended(self, index: u64) -> Bounds {
+        Bounds {
+            first: if self.is_empty() { index } else { self.first },
+            last: index,
+        }
+    }
+
+    /// The bounds after purging every index up to `upto`.
+    pub fn purged(self, upto: u64) -> Bounds {
+        Bounds {
+            first: self.first.max(upto.min(self.last).saturating_add(1)),
+            last: self.last,
+        }
+    }
+}
+
+/// One change to the log, as a transaction makes it and the write-ahead log replays it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LogOp {
+    Append { index: u64, record: Vec<u8> },
+    Purge { upto: u64 },
+}
+
+struct Segment {
+    rec: File,
+    idx: File,
+}
+
+struct State {
+    bounds: Bounds,
+    segments: BTreeMap<u64, Arc<Segment>>,
+}
+
+/// What only the writer touches (the store's write lock held).
+struct Writer {
+    /// The segment of the last record appended and where its file ends.
+    tail: Option<(u64, u64)>,
+    /// Segments written since the last checkpoint.
+    dirty: BTreeSet<u64>,
+    /// Segment files came or went since the last checkpoint.
+    dir_dirty: bool,
+}
+
+/// The log of one store.
+pub(crate) struct RecordLog {
+    dir: PathBuf,
+    segment_records: u64,
+    writable: bool,
+    state: RwLock<State>,
+    writer: Mutex<Writer>,
+}
+
+impl std::fmt::Debug for RecordLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordLog")
+            .field("dir", &self.dir)
+            .field("bounds", &self.bounds())
+            .finish()
+    }
+}
+
+/// The files of a log operation's commit written ahead of its publication.
+pub(crate) struct Written {
+    bounds: Bounds,
+    tail: Option<(u64, u64)>,
+    created: Vec<(u64, Arc<Segment>)>,
+    touched: BTreeSet<u64>,
+}
+
+fn segment_name(number: u64, ext: &str) -> String {
+    format!("{number:016x}.{ext}")
+}
+
+fn entry(start: u64, len: u64) -> u64 {
+    (start << LEN_BITS) | len
+}
+
+fn read_exact(file: &File, buf: &mut [u8], at: u64, path: &Path) -> Result<()> {
+    file.read_exact_at(buf, at)
+        .map_err(|e| io("reading", path, e))
+}
+
+impl RecordLog {
+    /// Opens the log of the store in `dir` at `bounds` (from the checkpoint slot). A writable
+    /// open creates the directory and removes every segment file outside the bounds (purged,
+    /// or written by a commit that never completed).
+    pub fn open(
+        dir: &Path,
+        bounds: Bounds,
+        segment_records: u64,
+        writable: bool,
+    ) -> Result<RecordLog> {
+        if !(1..=SEGMENT_RECORDS_MAX).contains(&segment_records) {
+            return Err(StoreError::Io(format!(
+                "record log of {segment_records} records per segment (1 to {SEGMENT_RECORDS_MAX})"
+            )));
+        }
+        let dir = dir.join(LOG_DIR);
+        if writable {
+            std::fs::create_dir_all(&dir).map_err(|e| io("creating", &dir, e))?;
+        }
+        // The segments that may hold records: from the first's to the last's. An empty log
+        // keeps the last's segment when the next append goes there.
+        let keep_from = bounds.first / segment_records;
+        let keep_to = bounds.last.max(bounds.first) / segment_records;
+        let mut segments = BTreeMap::new();
+        let listing = match std::fs::read_dir(&dir) {
+            Ok(listing) => Some(listing),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !writable => None,
+            Err(e) => return Err(io("listing", &dir, e)),
+        };
+        for item in listing.into_iter().flatten() {
+            let item = item.map_err(|e| io("listing", &dir, e))?;
+            let name = item.file_name();
+            let name = name.to_string_lossy();
+            let Some(number) = name
+                .strip_suffix(".rec")
+                .or_else(|| name.strip_suffix(".idx"))
+                .and_then(|n| u64::from_str_radix(n, 16).ok())
+            else {
+                continue;
+            };
+            if (keep_from..=keep_to).contains(&number) {
+                if name.ends_with(".rec") {
+                    segments.insert(number, Arc::new(open_segment(&dir, number, writable)?));
+                }
+            } else if writable {
+                let path = item.path();
+                std::fs::remove_file(&path).map_err(|e| io("removing", &path, e))?;
+            }
+        }
+        let log = RecordLog {
+            dir,
+            segment_records,
+            writable,
+            state: RwLock::new(State {
+                bounds,
+                segments: BTreeMap::new(),
+            }),
+            writer: Mutex::new(Writer {
+                tail: None,
+                dirty: BTreeSet::new(),
+                dir_dirty: writable,
+            }),
+        };
+        if !bounds.is_empty() {
+            for number in bounds.first / segment_records..=bounds.last / segment_records {
+                if !segments.contains_key(&number) {
+                    return Err(StoreError::Io(format!(
+                        "record log segment {} is missing (records {} to {} are in the log)",
+                        log.dir.join(segment_name(number, "rec")).display(),
+                        bounds.first,
+                        bounds.last
+                    )));
+                }
+            }
+        }
+        let tail_number = bounds.last / segment_records;
+        let tail = match segments.get(&tail_number) {
+            Some(segment) if bounds.last > 0 => {
+                let (start, len) = log.entry(segment, bounds.last)?;
+                Some((tail_number, start + len))
+            }
+            _ => None,
+        };
+        log.writer.lock().expect("record log writer").tail = tail;
+        log.state.write().expect("record log state").segments = segments;
+        Ok(log)
+    }
+
+    pub fn segment_records(&self) -> u64 {
+        self.segment_records
+    }
+
+    /// The bounds the last commit published.
+    pub fn bounds(&self) -> Bounds {
+        self.state.read().expect("record log state").bounds
+    }
+
+    /// Runs `f` with the published bounds held still (a commit publishing waits).
+    pub fn with_bounds<T>(&self, f: impl FnOnce(Bounds) -> T) -> T {
+        let state = self.state.read().expect("record log state");
+        f(state.bounds)
+    }
+
+    /// Bytes the log's files occupy.
+    pub fn size_bytes(&self) -> Result<u64> {
+        let state = self.state.read().expect("record log state");
+        let mut total = 0;
+        for segment in state.segments.values() {
+            for file in [&segment.rec, &segment.idx] {
+                total += file
+                    .metadata()
+                    .map_err(|e| io("reading", &self.dir, e))?
+                    .len();
+            }
+        }
+        Ok(total)
+    }
+
+    /// Start and length of record `index` in `segment`; an empty slot is an error (the
+    /// caller only asks for indices inside the bounds).
+    fn entry(&self, segment: &Segment, index: u64) -> Result<(u64, u64)> {
+        let mut bytes = [0u8; 8];
+        let path = self
+            .dir
+            .join(segment_name(index / self.segment_records, "idx"));
+        read_exact(
+            &segment.idx,
+            &mut bytes,
+            (index % self.segment_records) * 8,
+            &path,
+        )?;
+        let value = u64::from_le_bytes(bytes);
+        if value == 0 {
+            return Err(StoreError::Io(format!(
+                "record log: record {index} is missing from {}",
+                path.display()
+            )));
+        }
+        Ok((value >> LEN_BITS, value & ((1 << LEN_BITS) - 1)))
+    }
+
+    /// Calls `visit` for the records `from..=bounds.last` (and at or above `bounds.first`)
+    /// in order; records whose segment a later purge removed are skipped.
+    pub fn visit(&self, bounds: Bounds, from: u64, visit: &mut LogVisitor<'_>) -> Result<usize> {
+        let mut index = from.max(bounds.first);
+        let mut count = 0;
+        while index <= bounds.last {
+            let number = index / self.segment_records;
+            let segment_end = (number + 1) * self.segment_records - 1;
+            let Some(segment) = self
+                .state
+                .read()
+                .expect("record log state")
+                .segments
+                .get(&number)
+                .cloned()
+            else {
+                index = segment_end + 1;
+                continue;
+            };
+            let upto = bounds
+                .last
+                .min(segment_end)
+                .min(index + VISIT_RECORDS_MAX - 1);
+            let idx_path = self.dir.join(segment_name(number, "idx"));
+            let mut raw = vec![0u8; ((upto - index + 1) * 8) as usize];
+            read_exact(
+                &segment.idx,
+                &mut raw,
+                (index % self.segment_records) * 8,
+                &idx_path,
+            )?;
+            let mut entries = Vec::with_capacity(raw.len() / 8);
+            for (i, chunk) in raw.chunks_exact(8).enumerate() {
+                let value = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+                if value == 0 {
+                    return Err(StoreError::Io(format!(
+                        "record log: record {} is missing from {}",
+                        index + i as u64,
+                        idx_path.display()
+                    )));
+                }
+                let (start, len) = (value >> LEN_BITS, value & ((1 << LEN_BITS) - 1));
+                // One read per run of contiguous records, of about VISIT_BYTES_MAX at most.
+                if let Some(&(first_start, _)) = entries.first()
+                    && (start + len - first_start > VISIT_BYTES_MAX)
+                {
+                    break;
+                }
+                entries.push((start, len));
+            }
+            let span_start = entries[0].0;
+            let (last_start, last_len) = *entries.last().expect("one entry at least");
+            let mut bytes = vec![0u8; (last_start + last_len - span_start) as usize];
+            read_exact(
+                &segment.rec,
+                &mut bytes,
+                span_start,
+                &self.dir.join(segment_name(number, "rec")),
+            )?;
+            for (start, len) in entries {
+                count += 1;
+                let at = (start - span_start) as usize;
+                let record = bytes.get(at..at + len as usize).ok_or_else(|| {
+                    StoreError::Io(format!("record log: record {index} lies outside its span"))
+                })?;
+                if visit(index, record).is_break() {
+                    return Ok(count);
+                }
+                index += 1;
+            }
+        }
+        Ok(count)
+    }
+
+    /// Writes the records of `ops` (checked against `bounds`, the published ones) past the
+    /// published bounds, without publishing them: readers do not see them until
+    /// [`RecordLog::publish`], and a commit that fails before that leaves nothing a reader or
+    /// a later append would take for a record.
+    pub fn write(&self, ops: &[LogOp]) -> Result<Written> {
+        let writer = self.writer.lock().expect("record log writer");
+        let mut bounds = self.bounds();
+        let mut tail = writer.tail;
+        let mut created: Vec<(u64, Arc<Segment>)> = Vec::new();
+        let mut touched = BTreeSet::new();
+        // Appends to one segment are gathered and written with one write per file.
+        let mut run: Option<Run> = None;
+        let flush = |run: &mut Option<Run>| match run.take() {
+            Some(run) => run.write(&self.dir),
+            None => Ok(()),
+        };
+        for op in ops {
+            match op {
+                LogOp::Purge { upto } => bounds = bounds.purged(*upto),
+                LogOp::Append { index, record } => {
+                    bounds.check_append(*index)?;
+                    let number = index / self.segment_records;
+                    let slot = index % self.segment_records;
+                    let start = match tail {
+                        Some((n, end)) if n == number => end,
+                        _ => 0,
+                    };
+                    let contiguous = run.as_ref().is_some_and(|run| {
+                        run.number == number
+                            && run.rec_at + run.rec.len() as u64 == start
+                            && run.idx_at + run.idx.len() as u64 == slot * 8
+                    });
+                    if !contiguous {
+                        flush(&mut run)?;
+                        let segment = match self.segment(number, &created) {
+                            Some(segment) => segment,
+                            None => {
+                                let segment = Arc::new(open_segment(&self.dir, number, true)?);
+                                created.push((number, segment.clone()));
+                                segment
+                            }
+                        };
+                        run = Some(Run {
+                            number,
+                            segment,
+                            rec_at: start,
+                            rec: Vec::new(),
+                            idx_at: slot * 8,
+                            idx: Vec::new(),
+                        });
+                    }
+                    let run = run.as_mut().expect("a run");
+                    run.rec.extend_from_slice(record);
+                    run.idx
+                        .extend_from_slice(&entry(start, record.len() as u64).to_le_bytes());
+                    touched.insert(number);
+                    tail = Some((number, start + record.len() as u64));
+                    bounds = bounds.appended(*index);
+                }
+            }
+        }
+        flush(&mut run)?;
+        Ok(Written {
+            bounds,
+            tail,
+            created,
+            touched,
+        })
+    }
+
+    fn segment(&self, number: u64, created: &[(u64, Arc<Segment>)]) -> Option<Arc<Segment>> {
+        if let Some((_, segment)) = created.iter().find(|(n, _)| *n == number) {
+            return Some(segment.clone());
+        }
+        self.state
+            .read()
+            .expect("record log state")
+            .segments
+            .get(&number)
+            .cloned()
+    }
+
+    /// Runs `commit` (the commit that carries what [`RecordLog::write`] wrote) and, when it
+    /// succeeds, publishes the writes at the same instant for readers (snapshots take the
+    /// bounds under the same lock); then removes the segments a purge left wholly below the
+    /// first index. When `commit` fails nothing is published.
+    pub fn publish(&self, written: Written, commit: impl FnOnce() -> Result<()>) -> Result<()> {
+        let mut writer = self.writer.lock().expect("record log writer");
+        let mut gone = Vec::new();
+        {
+            let mut state = self.state.write().expect("record log state");
+            commit()?;
+            state.bounds = written.bounds;
+            for (number, segment) in written.created {
+                state.segments.insert(number, segment);
+                writer.dir_dirty = true;
+            }
+            let below = written.bounds.first / self.segment_records;
+            while let Some((&number, _)) = state.segments.first_key_value() {
+                if number >= below {
+                    break;
+                }
+                state.segments.remove(&number);
+                gone.push(number);
+            }
+        }
+        writer.tail = written.tail;
+        writer.dirty.extend(written.touched);
+        for number in gone {
+            writer.dirty.remove(&number);
+            writer.dir_dirty = true;
+            for ext in ["rec", "idx"] {
+                let path = self.dir.join(segment_name(number, ext));
+                if let Err(error) = std::fs::remove_file(&path) {
+                    // The segment lies below the first index: the next writable open removes it.
+                    tracing::warn!(%error, path = %path.display(), "removing a purged log segment");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes everything published durable; returns the bounds to record in the checkpoint.
+    pub fn sync(&self) -> Result<Bounds> {
+        let mut writer = self.writer.lock().expect("record log writer");
+        let state = self.state.read().expect("record log state");
+        if self.writable {
+            for number in &writer.dirty {
+                if let Some(segment) = state.segments.get(number) {
+                    for (file, ext) in [(&segment.rec, "rec"), (&segment.idx, "idx")] {
+                        let path = self.dir.join(segment_name(*number, ext));
+                        file.sync_data().map_err(|e| io("syncing", &path, e))?;
+                    }
+                }
+            }
+            if writer.dir_dirty {
+                File::open(&self.dir)
+                    .and_then(|d| d.sync_all())
+                    .map_err(|e| io("syncing", &self.dir, e))?;
+            }
+        }
+        writer.dirty.clear();
+        writer.dir_dirty = false;
+        Ok(state.bounds)
+    }
+}
+
+/// Records appended to one segment back to back, written with one write per file.
+struct Run {
+    number: u64,
+    segment: Arc<Segment>,
+    rec_at: u64,
+    rec: Vec<u8>,
+    idx_at: u64,
+    idx: Vec<u8>,
+}
+
+impl Run {
+    fn write(self, dir: &Path) -> Result<()> {
+        let path = dir.join(segment_name(self.number, "rec"));
+        self.segment
+            .rec
+            .write_all_at(&self.rec, self.rec_at)
+            .map_err(|e| io("writing", &path, e))?;
+        let path = dir.join(segment_name(self.number, "idx"));
+        self.segment
+            .idx
+            .write_all_at(&self.idx, self.idx_at)
+            .map_err(|e| io("writing", &path, e))
+    }
+}
+
+fn open_segment(dir: &Path, number: u64, writable: bool) -> Result<Segment> {
+    let open = |ext: &str| {
+        let path = dir.join(segment_name(number, ext));
+        OpenOptions::new()
+            .read(true)
+            .write(writable)
+            .create(writable)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| io("opening", &path, e))
+    };
+    Ok(Segment {
+        rec: open("rec")?,
+        idx: open("idx")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ops::ControlFlow;
+
+    fn append(index: u64, record: &[u8]) -> LogOp {
+        LogOp::Append {
+            index,
+            record: record.to_vec(),
+        }
+    }
+
+    fn all(log: &RecordLog, from: u64) -> Vec<(u64, Vec<u8>)> {
+        let mut out = Vec::new();
+        log.visit(log.bounds(), from, &mut |i, r| {
+            out.push((i, r.to_vec()));
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn bounds_take_dense_appends_and_purges() {
+        let b = Bounds::EMPTY;
+        assert!(b.is_empty());
+        b.check_append(7).unwrap();
+        let b = b.appended(7);
+        assert_eq!(b, Bounds { first: 7, last: 7 });
+        assert!(b.check_append(9).is_err());
+        assert!(b.check_append(7).is_err());
+        let b = b.appended(8).purged(100);
+        assert_eq!(b, Bounds { first: 9, last: 8 });
+        assert!(b.is_empty());
+        b.check_append(12).unwrap();
+        assert_eq!(b.purged(3), b);
+    }
+
+    #[test]
+    fn records_cross_segments_survive_reopen_and_purge_removes_whole_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = RecordLog::open(dir.path(), Bounds::EMPTY, 4, true).unwrap();
+        let ops: Vec<LogOp> = (1..=10)
+            .map(|i| append(i, format!("record {i}").as_bytes()))
+            .collect();
+        let written = log.write(&ops).unwrap();
+        // Nothing is visible before publication.
+        assert!(all(&log, 0).is_empty());
+        log.publish(written, || Ok(())).unwrap();
+        let records = all(&log, 3);
+        assert_eq!(records.len(), 8);
+        assert_eq!(records[0], (3, b"record 3".to_vec()));
+        assert_eq!(records[7], (10, b"record 10".to_vec()));
+        let bounds = log.sync().unwrap();
+        drop(log);
+
+        let log = RecordLog::open(dir.path(), bounds, 4, true).unwrap();
+        assert_eq!(all(&log, 0).len(), 10);
+        // Purging up to 8 removes segments 0 and 1 (indices 0..=7), keeps 2 (8..=11).
+        let written = log
+            .write(&[LogOp::Purge { upto: 8 }, append(11, b"eleven")])
+            .unwrap();
+        log.publish(written, || Ok(())).unwrap();
+        let names: BTreeSet<String> = std::fs::read_dir(dir.path().join(LOG_DIR))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [segment_name(2, "idx"), segment_name(2, "rec")]
+                .into_iter()
+                .collect()
+        );
+        let records = all(&log, 0);
+        assert_eq!(
+            records.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+            vec![9, 10, 11]
+        );
+        assert_eq!(records[2].1, b"eleven");
+    }
+
+    #[test]
+    fn an_unpublished_write_is_overwritten_by_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = RecordLog::open(dir.path(), Bounds::EMPTY, 8, true).unwrap();
+        log.publish(log.write(&[append(1, b"one")]).unwrap(), || Ok(()))
+            .unwrap();
+        // A commit that failed after writing: never published.
+        drop(log.write(&[append(2, b"lost record")]).unwrap());
+        log.publish(log.write(&[append(2, b"two")]).unwrap(), || Ok(()))
+            .unwrap();
+        assert_eq!(
+            all(&log, 0),
+            vec![(1, b"one".to_vec()), (2, b"two".to_vec())]
+        );
+        assert!(log.write(&[append(4, b"gap")]).is_err());
+    }
+
+    #[test]
+    fn a_missing_segment_inside_the_bounds_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = RecordLog::open(dir.path(), Bounds::EMPTY, 2, true).unwrap();
+        log.publish(
+            log.write(&[append(1, b"a"), append(2, b"b")]).unwrap(),
+            || Ok(()),
+        )
+        .unwrap();
+        let bounds = log.sync().unwrap();
+        drop(log);
+        std::fs::remove_file(dir.path().join(LOG_DIR).join(segment_name(1, "rec"))).unwrap();
+        let error = RecordLog::open(dir.path(), bounds, 2, true).unwrap_err();
+        assert!(error.to_string().contains("missing"), "{error}");
+    }
+}
