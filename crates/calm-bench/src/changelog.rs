@@ -266,7 +266,8 @@ async fn interleaved_round(options: &ChangelogOptions, clients: usize) -> Result
             let dir = meta.mkdir(ROOT, &dir_name(c), 0o755).await;
             dirs.push(dir.map_err(|e| e.to_string())?.handle);
         }
-        stores.push((work, meta, Arc::new(dirs)));
+        // The namespace before its directory: a tuple drops its fields in order.
+        stores.push((meta, Arc::new(dirs), work));
     }
     let mut seconds = [[0.0f64; 6]; 3];
     let mut slice_rates = vec![vec![Vec::new(); OPS.len()]; MODES.len()];
@@ -277,7 +278,7 @@ async fn interleaved_round(options: &ChangelogOptions, clients: usize) -> Result
             // one (whatever a mode leaves behind, the next one meets it alike).
             for turn in 0..MODES.len() {
                 let m = (turn + s as usize) % MODES.len();
-                let (_, meta, dirs) = &stores[m];
+                let (meta, dirs, _) = &stores[m];
                 let took = slice(meta, dirs, op, from, to).await?;
                 seconds[m][k] += took;
                 slice_rates[m][k].push(((to - from) * clients as u64) as f64 / took.max(1e-9));

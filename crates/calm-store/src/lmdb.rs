@@ -411,6 +411,8 @@ pub struct LmdbTxn<'s> {
     /// transaction's changes, in order, as its record.
     wal: Option<(MutexGuard<'s, Wal>, Vec<u8>)>,
     log: Option<TxnLog<'s>>,
+    /// Bytes of the record that are record log operations.
+    log_bytes: usize,
 }
 
 impl std::fmt::Debug for LmdbSnapshot<'_> {
@@ -611,7 +613,9 @@ impl WriteTxn for LmdbTxn<'_> {
             record: record.to_vec(),
         });
         if let Some((_, payload)) = &mut self.wal {
+            let before = payload.len();
             wal::push_log_append(payload, index, record);
+            self.log_bytes += payload.len() - before;
         }
         Ok(())
     }
@@ -625,7 +629,9 @@ impl WriteTxn for LmdbTxn<'_> {
             own.bounds = purged;
             own.ops.push(LogOp::Purge { upto });
             if let Some((_, payload)) = &mut self.wal {
+                let before = payload.len();
                 wal::push_log_purge(payload, upto);
+                self.log_bytes += payload.len() - before;
             }
         }
         Ok(())
@@ -706,7 +712,7 @@ impl WriteTxn for LmdbTxn<'_> {
                 Err(cancel) => StoreError::Io(format!("{error}; and then {cancel}")),
             }));
         }
-        if wal.applied(at, record.len())
+        if wal.applied(at, record.len(), self.log_bytes)
             && let Err(error) = wal.checkpoint()
         {
             // The commit itself is durable (its record) and applied; what failed is making
@@ -767,6 +773,7 @@ impl Store for LmdbStore {
             poisoned: &self.poisoned,
             wal,
             log,
+            log_bytes: 0,
         })
     }
 

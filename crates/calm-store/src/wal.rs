@@ -2,7 +2,8 @@
 //!
 //! A commit writes its changes (puts and deletes, in order) as one record to a preallocated
 //! log segment with one `fdatasync` — a sequential write — and then commits to LMDB without
-//! syncing. Every [`CHECKPOINT_BYTES`] of log, a checkpoint makes LMDB durable
+//! syncing. Every [`CHECKPOINT_BYTES`] of B-tree changes (or [`SEGMENT_BYTES_MAX`] of log,
+//! record log appends included), a checkpoint makes LMDB durable
 //! (`fdatasync` of `data.mdb`) and writes a checkpoint slot holding the sequence number of
 //! the last record applied, the segment the next records go to, and a copy of LMDB's two
 //! meta pages as they were at that snapshot.
@@ -43,8 +44,16 @@ use crate::reclog::{Bounds, LogOp, RecordLog, SEGMENT_RECORDS_DEFAULT};
 use crate::{Result, StoreError};
 use std::sync::Arc;
 
-/// Log bytes after which a commit checkpoints. Bounds what recovery replays.
+/// Bytes of B-tree changes (puts and deletes, as logged) after which a commit checkpoints.
+/// Bounds what recovery replays into LMDB, and the pages a checkpoint writes back. The
+/// record log's appends do not count: they dirty no LMDB page, and counting them made
+/// checkpoints a third more frequent with the changelog on (a measured cost; see
+/// docs/design/wal.md).
 pub const CHECKPOINT_BYTES: u64 = 4 << 20;
+/// Log bytes (everything) after which a commit checkpoints anyway: bounds a segment, the
+/// records the record log keeps in memory, and what recovery reads.
+pub const SEGMENT_BYTES_MAX: u64 = 16 << 20;
+const _: () = assert!(CHECKPOINT_BYTES <= SEGMENT_BYTES_MAX);
 /// Growth step of a segment (zero-filled and synced ahead, so that a commit's `fdatasync`
 /// never has to make the file longer).
 const SEGMENT_CHUNK: u64 = 1 << 20;
@@ -503,6 +512,8 @@ pub(crate) struct Wal {
     pin: Option<RoTxn<'static, WithoutTls>>,
     /// The store's record log, made durable with every checkpoint.
     log: Arc<RecordLog>,
+    /// Bytes of record log operations in the active segment (not B-tree changes).
+    log_bytes: u64,
 }
 
 impl Wal {
@@ -544,6 +555,7 @@ impl Wal {
             page_bytes: page_bytes(),
             pin: None,
             log,
+            log_bytes: 0,
         };
         wal.checkpoint()?;
         // The segment files exist for good now: make their names durable.
@@ -592,12 +604,14 @@ impl Wal {
         Ok(at)
     }
 
-    /// The record written at `at` was applied: the next one follows it. Returns whether a
-    /// checkpoint is due (the segment is past [`CHECKPOINT_BYTES`]).
-    pub(crate) fn applied(&mut self, at: u64, payload_bytes: usize) -> bool {
+    /// The record written at `at` was applied: the next one follows it. `log_bytes` of its
+    /// payload were record log operations. Returns whether a checkpoint is due (the segment
+    /// holds [`CHECKPOINT_BYTES`] of B-tree changes, or [`SEGMENT_BYTES_MAX`] in all).
+    pub(crate) fn applied(&mut self, at: u64, payload_bytes: usize, log_bytes: usize) -> bool {
         self.seq += 1;
         self.offset = at + (HEADER_BYTES + payload_bytes) as u64;
-        self.offset >= CHECKPOINT_BYTES
+        self.log_bytes += log_bytes as u64;
+        self.offset - self.log_bytes >= CHECKPOINT_BYTES || self.offset >= SEGMENT_BYTES_MAX
     }
 
     /// The record written at `at` must never be replayed (its LMDB commit failed): its header
@@ -650,6 +664,7 @@ impl Wal {
         self.generation = slot.generation;
         self.active = next;
         self.offset = 0;
+        self.log_bytes = 0;
         self.pin = Some(pin);
         Ok(())
     }
