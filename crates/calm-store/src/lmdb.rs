@@ -185,10 +185,14 @@ impl LmdbStore {
         };
         let (wal, log) = match recovered {
             Some(recovered) => {
+                // The checkpointed snapshot (what `data.mdb` holds now) stays pinned while the
+                // records after it are replayed, and until the next checkpoint.
+                let pin = env.clone().static_read_txn().map_err(map_err)?;
                 let mut log_ops = Vec::new();
-                if !recovered.records.is_empty() {
+                let records = &recovered.scanned.records;
+                if !records.is_empty() {
                     let mut wtxn = env.write_txn().map_err(map_err)?;
-                    for payload in &recovered.records {
+                    for payload in records {
                         for change in wal::changes(payload)? {
                             match change {
                                 wal::Change::Put(key, value) => db.put(&mut wtxn, key, value),
@@ -203,7 +207,7 @@ impl LmdbStore {
                     }
                     wtxn.commit().map_err(map_err)?;
                     tracing::info!(
-                        records = recovered.records.len(),
+                        records = records.len(),
                         "write-ahead log replayed after an unclean close"
                     );
                 }
@@ -219,7 +223,7 @@ impl LmdbStore {
                 let log = Arc::new(RecordLog::open(dir, bounds, segment_records, true)?);
                 let written = log.write(&log_ops)?;
                 log.publish(written, || Ok(()))?;
-                let wal = Wal::start(dir, env.clone(), recovered, log.clone())?;
+                let wal = Wal::start(dir, env.clone(), recovered, pin, log.clone())?;
                 (Some(Mutex::new(wal)), Some(log))
             }
             None if options.read_only => {

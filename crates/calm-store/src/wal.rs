@@ -303,29 +303,48 @@ fn read_at_most(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usi
     Ok(done)
 }
 
-/// The payloads of the records after `seq` in `segment`, in order: it stops at the first
-/// record that is torn, stale (an older sequence number) or absent.
-fn scan(segment: &File, path: &Path, seq: u64) -> Result<Vec<Vec<u8>>> {
-    let len = segment
-        .metadata()
-        .map_err(|e| io("reading", path, e))?
-        .len();
-    let mut bytes = vec![0u8; len as usize];
-    let n = read_at_most(segment, &mut bytes, 0).map_err(|e| io("reading", path, e))?;
-    bytes.truncate(n);
+/// The records after `seq` in a segment.
+pub(crate) struct Scanned {
+    /// Their payloads, in order.
+    pub records: Vec<Vec<u8>>,
+    /// Where the next record goes (the end of the last one).
+    end: u64,
+}
+
+/// Reads the records after `seq` in `segment`, in order, up to the first record that is torn,
+/// stale (an older sequence number) or absent. Reads as far as the records go (a segment
+/// after a clean close, whose first record is stale, costs one read of its first bytes).
+fn scan(segment: &File, path: &Path, seq: u64) -> Result<Scanned> {
+    /// Bytes read at once.
+    const READ_BYTES: usize = 1 << 20;
+    let mut bytes: Vec<u8> = Vec::new();
+    let mut eof = false;
+    // Makes `bytes` hold at least `len` bytes when the file has them.
+    let mut fill = |bytes: &mut Vec<u8>, len: usize| -> Result<bool> {
+        while bytes.len() < len && !eof {
+            let from = bytes.len();
+            bytes.resize(from + READ_BYTES.max(len - from), 0);
+            let n = read_at_most(segment, &mut bytes[from..], from as u64)
+                .map_err(|e| io("reading", path, e))?;
+            bytes.truncate(from + n);
+            eof = n == 0;
+        }
+        Ok(bytes.len() >= len)
+    };
     let mut records = Vec::new();
     let mut at = 0usize;
     let mut expected = seq + 1;
-    while at + HEADER_BYTES <= bytes.len() {
+    while fill(&mut bytes, at + HEADER_BYTES)? {
         let header = &bytes[at..at + HEADER_BYTES];
         let magic = u32::from_le_bytes(header[0..4].try_into().expect("4"));
         let length = u32::from_le_bytes(header[4..8].try_into().expect("4")) as usize;
         let record_seq = u64::from_le_bytes(header[8..16].try_into().expect("8"));
         let crc = u32::from_le_bytes(header[16..20].try_into().expect("4"));
         let end = at + HEADER_BYTES + length;
-        if magic != RECORD_MAGIC || record_seq != expected || end > bytes.len() {
+        if magic != RECORD_MAGIC || record_seq != expected || !fill(&mut bytes, end)? {
             break;
         }
+        let header = &bytes[at..at + HEADER_BYTES];
         let payload = &bytes[at + HEADER_BYTES..end];
         if crc32(&[&header[4..16], payload]) != crc {
             break;
@@ -334,7 +353,10 @@ fn scan(segment: &File, path: &Path, seq: u64) -> Result<Vec<Vec<u8>>> {
         expected += 1;
         at = end;
     }
-    Ok(records)
+    Ok(Scanned {
+        records,
+        end: at as u64,
+    })
 }
 
 /// Opens `path` for reading and writing, creating it empty when absent.
@@ -366,8 +388,8 @@ fn page_bytes() -> usize {
 pub(crate) struct Recovered {
     ckpt: File,
     slot: Option<Slot>,
-    /// Record payloads after the checkpoint, to replay.
-    pub records: Vec<Vec<u8>>,
+    /// The records after the checkpoint, to replay.
+    pub scanned: Scanned,
 }
 
 impl Recovered {
@@ -399,10 +421,13 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
     let ckpt = open_or_create(&path)?;
     ckpt.try_lock().map_err(|_| in_use(dir))?;
     let slot = read_slots(&ckpt, &path)?;
-    let mut records = Vec::new();
+    let mut scanned = Scanned {
+        records: Vec::new(),
+        end: 0,
+    };
     if let Some(slot) = &slot {
         let (segment, _) = open_segment(dir, slot.segment)?;
-        records = scan(&segment, &dir.join(SEGMENT_FILES[slot.segment]), slot.seq)?;
+        scanned = scan(&segment, &dir.join(SEGMENT_FILES[slot.segment]), slot.seq)?;
         // Without records LMDB is at the checkpoint already (every later commit wrote its
         // record first) and this rewrites the same bytes; it is done anyway, so that nothing
         // LMDB may have written after the checkpoint without a record (a commit that failed
@@ -421,7 +446,7 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
     Ok(Recovered {
         ckpt,
         slot,
-        records,
+        scanned,
     })
 }
 
@@ -439,7 +464,7 @@ pub(crate) fn pending(dir: &Path) -> Result<usize> {
     let Ok(segment) = File::open(&segment_path) else {
         return Ok(0);
     };
-    Ok(scan(&segment, &segment_path, slot.seq)?.len())
+    Ok(scan(&segment, &segment_path, slot.seq)?.records.len())
 }
 
 /// A cleanly closed store with a log that a writable open without the log is leaving: the
@@ -517,12 +542,17 @@ pub(crate) struct Wal {
 }
 
 impl Wal {
-    /// Starts the log after recovery (whose records, if any, the caller has replayed into
-    /// `env`): takes a checkpoint at once.
+    /// Starts the log after recovery, whose records the caller has replayed into `env` with
+    /// `pin` — a read transaction taken on the checkpointed snapshot before the replay — held.
+    /// The store is then exactly as it was before the crash: the checkpoint durable and
+    /// pinned, the records after it in the active segment, LMDB's pages since in the page
+    /// cache. So no checkpoint is taken: new records follow the replayed ones, and the next
+    /// checkpoint comes when it is due. A new store (no checkpoint yet) checkpoints at once.
     pub(crate) fn start(
         dir: &Path,
         env: Env<WithoutTls>,
         recovered: Recovered,
+        pin: RoTxn<'static, WithoutTls>,
         log: Arc<RecordLog>,
     ) -> Result<Wal> {
         let data_path = dir.join("data.mdb");
@@ -535,12 +565,13 @@ impl Wal {
         let (s1, l1) = open_segment(dir, 1)?;
         let (seq, generation, active) = match &recovered.slot {
             Some(slot) => (
-                slot.seq + recovered.records.len() as u64,
+                slot.seq + recovered.scanned.records.len() as u64,
                 slot.generation,
                 slot.segment,
             ),
             None => (0, 0, 0),
         };
+        let fresh = recovered.slot.is_none();
         let mut wal = Wal {
             dir: dir.to_path_buf(),
             env,
@@ -549,19 +580,23 @@ impl Wal {
             segments: [s0, s1],
             lengths: [l0, l1],
             active,
-            offset: 0,
+            offset: recovered.scanned.end,
             seq,
             generation,
             page_bytes: page_bytes(),
-            pin: None,
+            pin: Some(pin),
             log,
+            // The replayed records' log appends are not told apart: the next checkpoint
+            // may come early, never late.
             log_bytes: 0,
         };
-        wal.checkpoint()?;
-        // The segment files exist for good now: make their names durable.
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| io("syncing", dir, e))?;
+        if fresh {
+            wal.checkpoint()?;
+            // The segment files exist for good now: make their names durable.
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| io("syncing", dir, e))?;
+        }
         Ok(wal)
     }
 
