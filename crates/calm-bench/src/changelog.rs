@@ -44,7 +44,7 @@ pub struct ChangelogOptions {
     pub dir: PathBuf,
     /// Register no reader in any mode (an A/A run measuring the method's noise).
     pub calibrate: bool,
-    /// Open the stores with the write-ahead log.
+    /// Open the stores with the write-ahead log (the default; false: LMDB's own commit).
     pub wal: bool,
 }
 
@@ -443,7 +443,7 @@ mod tests {
             repeat: 2,
             dir: dir.to_path_buf(),
             calibrate,
-            wal: false,
+            wal: true,
         }
     }
 

@@ -33,8 +33,9 @@ pub struct MdtestOptions {
     pub unique_dir: bool,
     /// An `etcd://` URL: run calm's modes on it too (under a fresh key prefix).
     pub etcd: Option<String>,
-    /// Run calm's LMDB modes a second time with the write-ahead log (store "lmdb+wal").
-    pub wal: bool,
+    /// Run calm's LMDB modes a second time with LMDB's own synchronous commit (store
+    /// "lmdb-sync"; "lmdb" commits through the write-ahead log).
+    pub lmdb_sync: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -388,10 +389,10 @@ pub fn run(options: &MdtestOptions) -> Result<Vec<MdtestResult>, String> {
                 options.files
             ));
         }
-        let lmdb_stores = [("lmdb", false), ("lmdb+wal", true)];
+        let lmdb_stores = [("lmdb", true), ("lmdb-sync", false)];
         for (store, wal) in lmdb_stores
             .into_iter()
-            .filter(|(_, wal)| !wal || options.wal)
+            .filter(|(_, wal)| *wal || options.lmdb_sync)
         {
             let (_work, meta) = open_meta_with(&options.dir, wal)?;
             results.extend(runtime.block_on(inprocess(

@@ -34,8 +34,9 @@ pub struct StartupOptions {
     pub populate_tasks: usize,
     /// Times each measurement is repeated (the median is reported, and the maximum).
     pub repeat: usize,
-    /// Populate and serve with the write-ahead log (`calm serve --wal`): the restart after
-    /// kill -9 then replays what the log holds since its last checkpoint.
+    /// Populate and serve with the write-ahead log (the default; false: `calm serve
+    /// --no-wal`): the restart after kill -9 then replays what the log holds since its last
+    /// checkpoint.
     pub wal: bool,
 }
 
@@ -88,7 +89,7 @@ fn start_server(calm_exe: &Path, data: &Path, wal: bool) -> Result<Server, Strin
         .arg("--data")
         .arg(data)
         .args(["--listen", "127.0.0.1:0"])
-        .args(wal.then_some("--wal"))
+        .args((!wal).then_some("--no-wal"))
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

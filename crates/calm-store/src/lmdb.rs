@@ -68,7 +68,7 @@ impl Default for LmdbOptions {
             map_size_bytes: MAP_SIZE_BYTES_DEFAULT,
             max_readers: MAX_READERS_DEFAULT,
             read_only: false,
-            wal: false,
+            wal: true,
             log_segment_records: LOG_SEGMENT_RECORDS_DEFAULT,
         }
     }

@@ -22,6 +22,21 @@ fn lmdb_store_conforms() {
 }
 
 #[test]
+fn lmdb_store_without_the_log_conforms() {
+    let dirs = std::sync::Mutex::new(Vec::new());
+    let options = LmdbOptions {
+        wal: false,
+        ..LmdbOptions::default()
+    };
+    conformance::run_all(|| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = LmdbStore::open(dir.path(), &options).expect("open");
+        dirs.lock().unwrap().push(dir);
+        store
+    });
+}
+
+#[test]
 fn fault_store_without_faults_conforms() {
     conformance::run_all(|| FaultStore::new(MemStore::new()));
 }

@@ -23,6 +23,14 @@ fn wal_options() -> LmdbOptions {
     }
 }
 
+/// LMDB's own synchronous commit, without the log.
+fn no_log() -> LmdbOptions {
+    LmdbOptions {
+        wal: false,
+        ..LmdbOptions::default()
+    }
+}
+
 fn read_only() -> LmdbOptions {
     LmdbOptions {
         read_only: true,
@@ -175,7 +183,7 @@ fn an_unclean_close_is_replayed_and_refused_to_readers_until_then() {
     workload(&store, &mut model, "a");
     store.close_without_checkpoint();
 
-    for options in [read_only(), LmdbOptions::default()] {
+    for options in [read_only(), no_log()] {
         let error = LmdbStore::open(dir.path(), &options).expect_err("pending records");
         assert!(error.to_string().contains("write-ahead log"), "{error}");
     }
@@ -193,7 +201,7 @@ fn a_second_writer_is_refused() {
     let store = open(dir.path());
     let error = LmdbStore::open(dir.path(), &wal_options()).expect_err("second writer");
     assert!(error.to_string().contains("one writer"), "{error}");
-    let error = LmdbStore::open(dir.path(), &LmdbOptions::default()).expect_err("second writer");
+    let error = LmdbStore::open(dir.path(), &no_log()).expect_err("second writer");
     assert!(error.to_string().contains("one writer"), "{error}");
     drop(store);
 }
@@ -203,7 +211,7 @@ fn a_store_moves_into_and_out_of_the_log_keeping_its_data() {
     let dir = tempfile::tempdir().unwrap();
     let mut model = BTreeMap::new();
     let (mut log, mut last) = (BTreeMap::new(), 0);
-    let store = LmdbStore::open(dir.path(), &LmdbOptions::default()).unwrap();
+    let store = LmdbStore::open(dir.path(), &no_log()).unwrap();
     workload(&store, &mut model, "a");
     log_commit(&store, &mut log, &mut last, 10, Some(3));
     store.close();
@@ -237,7 +245,7 @@ fn a_store_moves_into_and_out_of_the_log_keeping_its_data() {
     assert_eq!(log_contents(&reader), log);
     reader.close();
     // Out of the log: the records become keys again.
-    let store = LmdbStore::open(dir.path(), &LmdbOptions::default()).unwrap();
+    let store = LmdbStore::open(dir.path(), &no_log()).unwrap();
     assert_eq!(contents(&store), model);
     assert_eq!(log_contents(&store), log, "records moved back into keys");
     workload(&store, &mut model, "c");

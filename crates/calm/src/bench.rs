@@ -33,9 +33,9 @@ pub enum Bench {
         /// Write an SVG plot of the times over N.
         #[arg(long)]
         plot: Option<PathBuf>,
-        /// Populate and serve with the write-ahead log (`calm serve --wal`).
+        /// Populate and serve with LMDB's own synchronous commit (`calm serve --no-wal`).
         #[arg(long)]
-        wal: bool,
+        no_wal: bool,
     },
     /// Seed 001: N byte-range locks on one file (ascending, random, split, conflict test)
     /// against a naive list and the kernel's fcntl locks, each capped in time.
@@ -148,9 +148,9 @@ pub enum Bench {
         /// the method's noise on this machine.
         #[arg(long)]
         calibrate: bool,
-        /// Open the stores with the write-ahead log (`calm serve --wal`).
+        /// Open the stores with LMDB's own synchronous commit (`calm serve --no-wal`).
         #[arg(long)]
-        wal: bool,
+        no_wal: bool,
         #[arg(long)]
         json: bool,
     },
@@ -172,9 +172,10 @@ pub enum Bench {
         /// Run calm's modes on this etcd cluster too (etcd://HOST:PORT,...), beside LMDB.
         #[arg(long)]
         store: Option<String>,
-        /// Run calm's LMDB modes again with the write-ahead log (store "lmdb+wal").
+        /// Run calm's LMDB modes again with LMDB's own synchronous commit (store "lmdb-sync",
+        /// `calm serve --no-wal`).
         #[arg(long)]
-        wal: bool,
+        no_wal: bool,
         #[arg(long)]
         json: bool,
     },
@@ -347,7 +348,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             repeat,
             dir,
             calibrate,
-            wal,
+            no_wal,
             json,
         } => {
             let options = changelog::ChangelogOptions {
@@ -357,7 +358,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 repeat,
                 dir,
                 calibrate,
-                wal,
+                wal: !no_wal,
             };
             let report = changelog::run(&options).map_err(|e| anyhow!(e))?;
             let mut lines = vec![format!(
@@ -477,7 +478,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             repeat,
             json,
             plot: plot_path,
-            wal,
+            no_wal,
         } => {
             let options = startup::StartupOptions {
                 files,
@@ -486,7 +487,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 files_per_dir,
                 populate_tasks,
                 repeat,
-                wal,
+                wal: !no_wal,
             };
             let results = startup::run(&options).map_err(|e| anyhow!(e))?;
             let mut lines = vec![format!(
@@ -567,7 +568,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             tmpfs_dir,
             unique_dir,
             store,
-            wal,
+            no_wal,
             json,
         } => {
             let options = mdtest::MdtestOptions {
@@ -577,7 +578,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 tmpfs_dir,
                 unique_dir,
                 etcd: store,
-                wal,
+                lmdb_sync: no_wal,
             };
             let results = mdtest::run(&options).map_err(|e| anyhow!(e))?;
             let mut lines = vec![format!(

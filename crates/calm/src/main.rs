@@ -44,7 +44,7 @@ enum Command {
         #[arg(long)]
         store: Option<String>,
         #[command(flatten)]
-        changelog: serve::ChangelogArgs,
+        changelog: serve::ServerArgs,
     },
     /// Mount calm with FUSE: over a running server, or with the server in this process.
     Mount(mount::MountArgs),

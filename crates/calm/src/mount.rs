@@ -41,7 +41,7 @@ pub struct MountArgs {
     #[arg(long, default_value_t = 1000)]
     pub ttl_ms: u64,
     #[command(flatten)]
-    pub changelog: crate::serve::ChangelogArgs,
+    pub changelog: crate::serve::ServerArgs,
 }
 
 pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {

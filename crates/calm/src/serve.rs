@@ -13,9 +13,10 @@ use calm_meta::{Meta, MetaOptions};
 use calm_server::{ServerInfo, lock_data_dir};
 use calm_store::lmdb::{LmdbOptions, LmdbStore};
 
-/// Changelog limits and GC, as `calm serve` flags.
+/// The server's flags shared by `calm serve` and `calm mount --embedded`: the commit path,
+/// changelog limits and GC, watch limits.
 #[derive(Debug, clap::Args)]
-pub struct ChangelogArgs {
+pub struct ServerArgs {
     /// Most changelog records some reader has not cleared yet.
     #[arg(long, default_value_t = 1 << 32)]
     changelog_backlog_max: u64,
@@ -38,14 +39,14 @@ pub struct ChangelogArgs {
     /// Run the idle-reader GC at most this often, in seconds.
     #[arg(long, default_value_t = 3600)]
     changelog_gc_interval_s: u64,
-    /// Commit through a write-ahead log in the data directory (one sequential write and
-    /// fdatasync per commit, LMDB's pages written back at checkpoints) instead of LMDB's own
-    /// synchronous commit.
+    /// Commit with LMDB's own synchronous commit instead of the write-ahead log (the default:
+    /// one sequential write and fdatasync per commit, LMDB's pages written back at
+    /// checkpoints, the changelog's records in segment files beside the B-tree).
     #[arg(long)]
-    pub wal: bool,
+    pub no_wal: bool,
 }
 
-impl ChangelogArgs {
+impl ServerArgs {
     pub fn watch_limits(&self) -> calm_watch::Limits {
         calm_watch::Limits {
             queue_max: self.watch_queue_max.max(1),
@@ -79,10 +80,10 @@ pub struct Embedded {
 }
 
 impl Embedded {
-    pub fn open(data: &Path, changelog: &ChangelogArgs) -> anyhow::Result<Embedded> {
+    pub fn open(data: &Path, changelog: &ServerArgs) -> anyhow::Result<Embedded> {
         let lock = lock_data_dir(data).map_err(|e| anyhow!(e))?;
         let options = LmdbOptions {
-            wal: changelog.wal,
+            wal: !changelog.no_wal,
             ..LmdbOptions::default()
         };
         let store = LmdbStore::open(data, &options)
@@ -125,7 +126,7 @@ impl Embedded {
 pub fn run(
     listen: &str,
     data: &Path,
-    changelog: &ChangelogArgs,
+    changelog: &ServerArgs,
     started: Instant,
 ) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
@@ -155,7 +156,7 @@ pub fn run(
 pub fn run_etcd(
     listen: &str,
     url: &str,
-    changelog: &ChangelogArgs,
+    changelog: &ServerArgs,
     started: Instant,
 ) -> anyhow::Result<ExitCode> {
     let options = calm_store_etcd::EtcdOptions::from_url(url).map_err(|e| anyhow!(e))?;
