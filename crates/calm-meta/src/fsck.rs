@@ -569,20 +569,21 @@ pub fn check<R: ReadTxn>(view: &R, progress: &mut dyn FnMut(u64)) -> Result<Fsck
         root_seen: false,
     };
     let mut next_progress = 0u64;
+    // Calls `progress` every 4 MiB read.
+    let mut tick = |read: u64| {
+        if read >= next_progress {
+            progress(read);
+            next_progress = read + (4 << 20);
+        }
+    };
     view.visit(b"", &[TAG_CHANGELOG], &mut |key, value| {
         checker.pair(key, value);
-        if checker.report.bytes_read >= next_progress {
-            progress(checker.report.bytes_read);
-            next_progress = checker.report.bytes_read + (4 << 20);
-        }
+        tick(checker.report.bytes_read);
         ControlFlow::Continue(())
     })?;
     view.log_visit(0, &mut |index, value| {
         checker.changelog_record(index, value);
-        if checker.report.bytes_read >= next_progress {
-            progress(checker.report.bytes_read);
-            next_progress = checker.report.bytes_read + (4 << 20);
-        }
+        tick(checker.report.bytes_read);
         ControlFlow::Continue(())
     })?;
     progress(checker.report.bytes_read);
