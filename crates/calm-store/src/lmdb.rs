@@ -494,15 +494,6 @@ fn last_in_range(
     }
 }
 
-/// First and last index of non-empty bounds.
-fn first_of(bounds: Bounds) -> Option<u64> {
-    (!bounds.is_empty()).then_some(bounds.first)
-}
-
-fn last_of(bounds: Bounds) -> Option<u64> {
-    (!bounds.is_empty()).then_some(bounds.last)
-}
-
 impl ReadTxn for LmdbSnapshot<'_> {
     fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
         Ok(self
@@ -529,14 +520,14 @@ impl ReadTxn for LmdbSnapshot<'_> {
 
     fn log_first(&self) -> Result<Option<u64>> {
         match self.log {
-            Some((_, bounds)) => Ok(first_of(bounds)),
+            Some((_, bounds)) => Ok(bounds.first_record()),
             None => keyed_log::first(self),
         }
     }
 
     fn log_last(&self) -> Result<Option<u64>> {
         match self.log {
-            Some((_, bounds)) => Ok(last_of(bounds)),
+            Some((_, bounds)) => Ok(bounds.last_record()),
             None => keyed_log::last(self),
         }
     }
@@ -591,14 +582,14 @@ impl ReadTxn for LmdbTxn<'_> {
 
     fn log_first(&self) -> Result<Option<u64>> {
         match &self.log {
-            Some(own) => Ok(first_of(own.bounds)),
+            Some(own) => Ok(own.bounds.first_record()),
             None => keyed_log::first(self),
         }
     }
 
     fn log_last(&self) -> Result<Option<u64>> {
         match &self.log {
-            Some(own) => Ok(last_of(own.bounds)),
+            Some(own) => Ok(own.bounds.last_record()),
             None => keyed_log::last(self),
         }
     }

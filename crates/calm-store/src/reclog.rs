@@ -70,6 +70,16 @@ impl Bounds {
         self.first > self.last
     }
 
+    /// The first index, when the log holds a record.
+    pub fn first_record(&self) -> Option<u64> {
+        (!self.is_empty()).then_some(self.first)
+    }
+
+    /// The last index, when the log holds a record.
+    pub fn last_record(&self) -> Option<u64> {
+        (!self.is_empty()).then_some(self.last)
+    }
+
     /// Checks `index` for an append: above `last`, and right after it unless the log is
     /// empty.
     pub fn check_append(&self, index: u64) -> Result<()> {
@@ -151,10 +161,9 @@ struct Writer {
 /// The log of one store.
 pub(crate) struct RecordLog {
     dir: PathBuf,
-    /// The directory itself, open for syncing its entries (writable opens only).
+    /// The directory itself, open for syncing its entries; `None` for a read-only open.
     dir_file: Option<File>,
     segment_records: u64,
-    writable: bool,
     state: RwLock<State>,
     writer: Mutex<Writer>,
 }
@@ -240,11 +249,11 @@ impl RecordLog {
             true => Some(File::open(&dir).map_err(|e| io("opening", &dir, e))?),
             false => None,
         };
+        let dir_file_present = dir_file.is_some();
         let log = RecordLog {
             dir,
             dir_file,
             segment_records,
-            writable,
             state: RwLock::new(State {
                 bounds,
                 flushed: bounds.last,
@@ -253,7 +262,7 @@ impl RecordLog {
             }),
             writer: Mutex::new(Writer {
                 tail: None,
-                dir_dirty: writable,
+                dir_dirty: dir_file_present,
             }),
         };
         if !bounds.is_empty() {
@@ -505,13 +514,7 @@ impl RecordLog {
             let state = self.state.read().expect("record log state");
             (state.bounds, state.recent.clone())
         };
-        if !self.writable || recent.is_empty() {
-            if let (true, Some(dir)) = (writer.dir_dirty, &self.dir_file) {
-                dir.sync_all().map_err(|e| io("syncing", &self.dir, e))?;
-            }
-            writer.dir_dirty = false;
-            return Ok(bounds);
-        }
+        // (A read-only log never has recent records: nothing below writes then.)
         let mut created: Vec<(u64, Arc<Segment>)> = Vec::new();
         let mut touched: Vec<(u64, Arc<Segment>)> = Vec::new();
         let mut run: Option<Run> = None;
@@ -536,21 +539,28 @@ impl RecordLog {
                     if let Some(done) = run.take() {
                         done.write(&self.dir)?;
                     }
-                    let known = touched.iter().find(|(n, _)| *n == number).map(|(_, s)| s);
-                    let segment = match known.cloned().or_else(|| {
-                        let state = self.state.read().expect("record log state");
-                        state.segments.get(&number).cloned()
-                    }) {
-                        Some(segment) => segment,
+                    let segment = match touched.iter().find(|(n, _)| *n == number) {
+                        Some((_, segment)) => segment.clone(),
                         None => {
-                            let segment = Arc::new(open_segment(&self.dir, number, true)?);
-                            created.push((number, segment.clone()));
+                            let known = self
+                                .state
+                                .read()
+                                .expect("record log state")
+                                .segments
+                                .get(&number)
+                                .cloned();
+                            let segment = match known {
+                                Some(segment) => segment,
+                                None => {
+                                    let segment = Arc::new(open_segment(&self.dir, number, true)?);
+                                    created.push((number, segment.clone()));
+                                    segment
+                                }
+                            };
+                            touched.push((number, segment.clone()));
                             segment
                         }
                     };
-                    if !touched.iter().any(|(n, _)| *n == number) {
-                        touched.push((number, segment.clone()));
-                    }
                     run = Some(Run {
                         number,
                         segment,
