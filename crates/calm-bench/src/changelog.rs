@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use calm_changelog::Mask;
-use calm_meta::{Handle, Meta, MetaError, ROOT, SetAttr};
+use calm_meta::{Follow, Handle, Meta, MetaError, ROOT, SetAttr};
 use calm_store::lmdb::LmdbStore;
 use serde::Serialize;
 
@@ -187,8 +187,16 @@ async fn reading_reader(
     let (mut unclear, mut cleared_at) = (0u64, Instant::now());
     // Once stopped, read up to the last record before leaving, so that every record is measured.
     while !(stop.load(Ordering::Relaxed) && next > meta.changelog_last()) {
+        // The follow read of `calm changelog read --follow` (batching, lingering).
         let records = meta
-            .changelog_read(next, READ_BATCH, usize::MAX, Some(id))
+            .changelog_follow(
+                next,
+                READ_BATCH,
+                usize::MAX,
+                Some(id),
+                Follow::batching(Duration::from_millis(20)),
+            )
+            .await
             .map_err(|e| e.to_string())?;
         match records.last() {
             Some(last) => {
@@ -203,10 +211,7 @@ async fn reading_reader(
                 read.fetch_add(records.len() as u64, Ordering::Relaxed);
             }
             None if stop.load(Ordering::Relaxed) => break,
-            None => {
-                let last = meta.changelog_last();
-                meta.changelog_wait(last, Duration::from_millis(20)).await;
-            }
+            None => {}
         }
         if unclear > 0 && (unclear >= CLEAR_RECORDS || cleared_at.elapsed() >= CLEAR_INTERVAL) {
             meta.changelog_clear(id, next - 1)

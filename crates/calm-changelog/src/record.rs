@@ -292,6 +292,14 @@ fn u64_of(b: &[u8]) -> u64 {
 impl Record {
     /// The encoded form (without the index). Names are at most [`RECORD_NAME_LEN_MAX`].
     pub fn encode(&self) -> Result<Vec<u8>, RecordError> {
+        let mut out = Vec::new();
+        self.encode_into(&mut out)?;
+        Ok(out)
+    }
+
+    /// Encodes the record at the end of `out` (a buffer used again and again saves an
+    /// allocation per record); on an error `out` is as it was.
+    pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<(), RecordError> {
         let extra = self.rename.as_ref().map_or(0, |r| 26 + r.source_name.len());
         for name in [
             Some(&self.name),
@@ -304,7 +312,7 @@ impl Record {
                 return Err(RecordError::NameTooLong(name.len()));
             }
         }
-        let mut out = Vec::with_capacity(RECORD_FIXED_LEN + self.name.len() + extra);
+        out.reserve(RECORD_FIXED_LEN + self.name.len() + extra);
         out.push(RECORD_VERSION);
         out.push(self.kind as u8);
         out.extend_from_slice(&self.flags.to_le_bytes());
@@ -324,7 +332,7 @@ impl Record {
             out.extend_from_slice(&(r.source_name.len() as u16).to_le_bytes());
             out.extend_from_slice(&r.source_name);
         }
-        Ok(out)
+        Ok(())
     }
 
     pub fn decode(index: u64, mut bytes: &[u8]) -> Result<Record, RecordError> {

@@ -66,6 +66,16 @@ fn check<T>(reply: std::result::Result<tonic::Response<T>, tonic::Status>) -> Re
         .map_err(|status| error_from_status(&status))
 }
 
+/// How a changelog read waits for records (the server's long poll): up to `wait_ms` for a
+/// first record, then, once there are some, until `min_records` are or `linger_us` after the
+/// first came.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FollowWait {
+    pub wait_ms: u32,
+    pub min_records: u32,
+    pub linger_us: u32,
+}
+
 impl Client {
     /// Connects to `addr` (`HOST:PORT`, or a full `http://` URI).
     pub async fn connect(addr: &str) -> Result<Client> {
@@ -358,12 +368,34 @@ impl Client {
         user: Option<UserId>,
         wait_ms: u32,
     ) -> Result<(Vec<Record>, u64)> {
+        self.changelog_follow(
+            from,
+            max_records,
+            user,
+            FollowWait {
+                wait_ms,
+                ..FollowWait::default()
+            },
+        )
+        .await
+    }
+
+    /// [`Client::changelog_read`] for a batching follower: see [`FollowWait`].
+    pub async fn changelog_follow(
+        &self,
+        from: u64,
+        max_records: u32,
+        user: Option<UserId>,
+        wait: FollowWait,
+    ) -> Result<(Vec<Record>, u64)> {
         let request = pb::ClReadRequest {
             from,
             max_records,
             max_bytes: 0,
             user,
-            wait_ms,
+            wait_ms: wait.wait_ms,
+            min_records: wait.min_records,
+            linger_us: wait.linger_us,
         };
         let reply = check(self.changelog.clone().read(request).await)?;
         let records = reply

@@ -55,6 +55,8 @@ pub struct ClState {
     /// operation in the commit's one request). LMDB knows its log's last index (one seek, or
     /// the segment log's bounds) and saves the write.
     pub counted: bool,
+    /// The record being appended, encoded (kept for the next one: no allocation per record).
+    scratch: Vec<u8>,
 }
 
 impl ClState {
@@ -68,6 +70,7 @@ impl ClState {
             mask,
             purge_deferred: false,
             counted: false,
+            scratch: Vec::new(),
         }
     }
 
@@ -177,10 +180,11 @@ impl ClState {
             return Ok(());
         }
         record.index = self.last + 1;
-        let bytes = record
-            .encode()
+        self.scratch.clear();
+        record
+            .encode_into(&mut self.scratch)
             .map_err(|e| Failure::Meta(MetaError::Invalid(e.to_string())))?;
-        txn.log_append(record.index, &bytes)?;
+        txn.log_append(record.index, &self.scratch)?;
         if self.counted {
             txn.put(KEY_CL_LAST, &record.index.to_le_bytes())?;
         }

@@ -7,13 +7,14 @@
 //! While a group is being committed, the next one gathers in the queue: the more callers, the
 //! larger the groups, and the fsync cost per operation falls as load rises.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use calm_changelog::ChangelogConfig;
 use calm_store::{Store, WriteTxn};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::alloc::HandleAllocator;
 use crate::changelog::{Caller, ClState};
@@ -129,42 +130,120 @@ pub(crate) fn run<S: Store>(
 }
 
 /// The index of the last changelog record committed, as the committer (and, on a shared
-/// store, the follower of other servers' commits) publishes it: readable at once, and a
-/// channel that wakes followers.
+/// store, the follower of other servers' commits) publishes it: readable at once, and the
+/// followers waiting for an index, each woken once it is reached (not on every commit: a
+/// follower that waits for a batch of records sleeps through the commits before it).
 #[derive(Debug)]
 pub(crate) struct LastIndex {
     last: AtomicU64,
-    wake: watch::Sender<u64>,
+    /// The lowest index a follower waits for (`u64::MAX`: none waits); a commit below it
+    /// takes no lock. Kept equal to the first key of `waiting` under its lock.
+    due: AtomicU64,
+    waiting: Mutex<Waiting>,
+}
+
+/// Followers waiting, by the index each waits for (and an id, for leaving on a timeout).
+/// As many as there are follow reads in flight.
+#[derive(Debug, Default)]
+struct Waiting {
+    next_id: u64,
+    by_index: BTreeMap<(u64, u64), oneshot::Sender<()>>,
+}
+
+impl Waiting {
+    fn due(&self) -> u64 {
+        self.by_index
+            .first_key_value()
+            .map_or(u64::MAX, |(&(index, _), _)| index)
+    }
 }
 
 impl LastIndex {
-    pub fn new(last: u64) -> (LastIndex, watch::Receiver<u64>) {
-        let (wake, receiver) = watch::channel(last);
-        let index = LastIndex {
+    pub fn new(last: u64) -> LastIndex {
+        LastIndex {
             last: AtomicU64::new(last),
-            wake,
-        };
-        (index, receiver)
+            due: AtomicU64::new(u64::MAX),
+            waiting: Mutex::new(Waiting::default()),
+        }
     }
 
     /// The last index published (monotonic).
     pub fn get(&self) -> u64 {
-        self.last.load(Ordering::Acquire)
+        self.last.load(Ordering::SeqCst)
     }
 
     /// Raises the index to `reached` (never lowers it) without waking anyone.
     pub fn publish(&self, reached: u64) {
-        self.last.fetch_max(reached, Ordering::AcqRel);
+        self.last.fetch_max(reached, Ordering::SeqCst);
     }
 
-    /// Wakes followers waiting for an index above the one they saw.
+    /// Wakes the followers whose index the last index has reached.
     pub fn wake_followers(&self) {
+        // `last` and `due` are both sequentially consistent: a follower that lowered `due`
+        // after this load reads the new `last` itself (see `wait_until`).
         let reached = self.get();
-        self.wake.send_if_modified(|seen| {
-            let newer = reached > *seen;
-            *seen = (*seen).max(reached);
-            newer
-        });
+        if reached < self.due.load(Ordering::SeqCst) {
+            return;
+        }
+        let woken = {
+            let mut waiting = self.waiting.lock().expect("changelog followers");
+            let later = waiting.by_index.split_off(&(reached.saturating_add(1), 0));
+            let woken = std::mem::replace(&mut waiting.by_index, later);
+            self.due.store(waiting.due(), Ordering::SeqCst);
+            woken
+        };
+        for (_, follower) in woken {
+            // A follower that timed out meanwhile is gone: nothing to tell.
+            let _ = follower.send(());
+        }
+    }
+
+    /// Waits until the last index is at least `index`, or `timeout` passes; returns the last
+    /// index then.
+    pub async fn wait_until(&self, index: u64, timeout: std::time::Duration) -> u64 {
+        if self.get() >= index || timeout.is_zero() {
+            return self.get();
+        }
+        let (key, wake) = self.enter(index);
+        if tokio::time::timeout(timeout, wake).await.is_err() {
+            self.leave(key);
+        }
+        self.get()
+    }
+
+    /// Registers a follower for `index`, and wakes it at once if a commit reached the index
+    /// before it was registered (that commit did not look for it).
+    fn enter(&self, index: u64) -> ((u64, u64), oneshot::Receiver<()>) {
+        let (woken, wake) = oneshot::channel();
+        let key = {
+            let mut waiting = self.waiting.lock().expect("changelog followers");
+            let key = (index, waiting.next_id);
+            waiting.next_id += 1;
+            waiting.by_index.insert(key, woken);
+            self.due.fetch_min(index, Ordering::SeqCst);
+            key
+        };
+        if self.get() >= index {
+            self.wake_followers();
+        }
+        (key, wake)
+    }
+
+    /// A follower that stopped waiting (timed out) leaves.
+    fn leave(&self, key: (u64, u64)) {
+        let mut waiting = self.waiting.lock().expect("changelog followers");
+        waiting.by_index.remove(&key);
+        self.due.store(waiting.due(), Ordering::SeqCst);
+    }
+
+    /// Followers waiting now.
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
+        self.waiting
+            .lock()
+            .expect("changelog followers")
+            .by_index
+            .len()
     }
 }
 
@@ -369,5 +448,116 @@ fn purge_alone<S: Store>(store: &S, cl: &mut ClState, stats: &CommitStats) {
             *cl = before;
             cl.defer_purge();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::LastIndex;
+
+    const LONG: Duration = Duration::from_secs(60);
+
+    #[tokio::test]
+    async fn a_follower_sleeps_through_commits_below_its_index() {
+        let last = Arc::new(LastIndex::new(2));
+        assert_eq!(last.wait_until(2, LONG).await, 2, "reached already");
+        let waiting = tokio::spawn({
+            let last = last.clone();
+            async move { last.wait_until(5, LONG).await }
+        });
+        while last.waiting() == 0 {
+            tokio::task::yield_now().await;
+        }
+        for reached in 3..5 {
+            last.publish(reached);
+            last.wake_followers();
+        }
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "woken below its index");
+        assert_eq!(last.waiting(), 1);
+        last.publish(7);
+        last.wake_followers();
+        assert_eq!(waiting.await.unwrap(), 7);
+        assert_eq!(last.waiting(), 0);
+    }
+
+    #[test]
+    fn a_follower_registered_just_after_its_commit_is_woken() {
+        let last = LastIndex::new(0);
+        // The follower saw 0 and goes to register for 5; the commit of 5 lands first and, as
+        // nobody waits yet, wakes nobody.
+        last.publish(5);
+        last.wake_followers();
+        let (_, mut wake) = last.enter(5);
+        assert!(wake.try_recv().is_ok(), "a follower slept past its index");
+        assert_eq!(last.waiting(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_follower_that_times_out_leaves_nothing_behind() {
+        let last = LastIndex::new(0);
+        assert_eq!(last.wait_until(10, Duration::from_millis(5)).await, 0);
+        assert_eq!(last.waiting(), 0);
+        assert_eq!(last.due.load(std::sync::atomic::Ordering::SeqCst), u64::MAX);
+        assert_eq!(last.wait_until(10, Duration::ZERO).await, 0);
+        assert_eq!(last.waiting(), 0);
+    }
+
+    /// Followers that each wait for the index after the one they just saw, against a committer
+    /// publishing one index at a time on another thread: the follower registers just as the
+    /// committer passes its index, again and again. Every follower is woken (none sleeps its
+    /// whole timeout), and none is left waiting.
+    #[test]
+    fn no_follower_misses_its_index() {
+        const LAST: u64 = 100_000;
+        const FOLLOWERS: usize = 4;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .unwrap();
+        let last = Arc::new(LastIndex::new(0));
+        let followers: Vec<_> = (0..FOLLOWERS)
+            .map(|_| {
+                let last = last.clone();
+                runtime.spawn(async move {
+                    let mut waits = 0u64;
+                    while last.get() < LAST {
+                        let index = last.get() + 1;
+                        let woken = tokio::time::timeout(
+                            Duration::from_secs(20),
+                            last.wait_until(index, LONG),
+                        )
+                        .await
+                        .expect("a follower missed its wake-up");
+                        assert!(woken >= index, "woken at {woken}, waiting for {index}");
+                        waits += 1;
+                    }
+                    waits
+                })
+            })
+            .collect();
+        let committer = std::thread::spawn({
+            let last = last.clone();
+            move || {
+                for reached in 1..=LAST {
+                    last.publish(reached);
+                    last.wake_followers();
+                    // A commit's worth of other work, so that followers come and go between.
+                    for _ in 0..200 {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+        });
+        for follower in followers {
+            let waits = runtime.block_on(follower).unwrap();
+            assert!(waits > 0);
+        }
+        committer.join().unwrap();
+        assert_eq!(last.waiting(), 0);
     }
 }

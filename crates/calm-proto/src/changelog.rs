@@ -13,6 +13,8 @@ pub const GID_KEY: &str = "calm-gid";
 
 /// Longest a follow read may wait, in ms.
 pub const CL_WAIT_MS_MAX: u32 = 60_000;
+/// Longest a batching follow read lingers after its first record, in µs.
+pub const CL_LINGER_US_MAX: u32 = 100_000;
 
 pub fn user_to_wire(user: &User) -> pb::ClUser {
     pb::ClUser {

@@ -5,8 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use calm_meta::{Meta, MetaError};
-use calm_proto::changelog::{CL_WAIT_MS_MAX, mask_from_wire, record_to_wire, user_to_wire};
+use calm_meta::{Follow, Meta, MetaError};
+use calm_proto::changelog::{
+    CL_LINGER_US_MAX, CL_WAIT_MS_MAX, mask_from_wire, record_to_wire, user_to_wire,
+};
 use calm_proto::pb::changelog_server::Changelog as ChangelogRpc;
 use calm_proto::{pb, status_from_error};
 use calm_store::Store;
@@ -75,31 +77,26 @@ impl<S: Store> ChangelogRpc for ChangelogService<S> {
     ) -> Result<Response<pb::ClReadReply>, Status> {
         let r = r.into_inner();
         let limit = |n: u32| if n == 0 { usize::MAX } else { n as usize };
-        let wait = Duration::from_millis(u64::from(r.wait_ms.min(CL_WAIT_MS_MAX)));
-        let read = || {
-            self.meta
-                .changelog_read(r.from, limit(r.max_records), limit(r.max_bytes), r.user)
+        let follow = Follow {
+            wait: Duration::from_millis(u64::from(r.wait_ms.min(CL_WAIT_MS_MAX))),
+            min_records: r.min_records as usize,
+            linger: Duration::from_micros(u64::from(r.linger_us.min(CL_LINGER_US_MAX))),
         };
-        let mut last = self.meta.changelog_last();
-        let mut records = read().map_err(|e| status_from_error(&e))?;
-        if records.is_empty() && !wait.is_zero() {
-            let deadline = tokio::time::Instant::now() + wait;
-            // Records outside the reader's mask wake it too: read again until something it
-            // wants arrives or the wait is over.
-            while records.is_empty() {
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                let now_last = self.meta.changelog_wait(last, left).await;
-                if now_last == last {
-                    break;
-                }
-                last = now_last;
-                records = read().map_err(|e| status_from_error(&e))?;
-            }
-        }
-        let last = self.meta.changelog_last().max(last);
+        let records = self
+            .meta
+            .changelog_follow(
+                r.from,
+                limit(r.max_records),
+                limit(r.max_bytes),
+                r.user,
+                follow,
+            )
+            .await
+            .map_err(|e| status_from_error(&e))?;
+        // At least the last record read: a snapshot may show a commit's records a moment
+        // before the committer publishes its index.
+        let read_up_to = records.last().map_or(0, |r| r.index);
+        let last = self.meta.changelog_last().max(read_up_to);
         Ok(Response::new(pb::ClReadReply {
             records: records.iter().map(record_to_wire).collect(),
             last,

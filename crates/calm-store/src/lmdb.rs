@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions, MdbError, RoTxn, RwTxn, WithoutTls};
 
-use crate::reclog::{Bounds, LogOp, RecordLog};
+use crate::reclog::{Bounds, LogOp, Pending, RecordLog};
 use crate::wal::{self, Wal};
 use crate::{
     LOG_FAMILY, LogVisitor, ReadTxn, Result, Store, StoreError, Visitor, WriteTxn, check_limits,
@@ -298,7 +298,7 @@ impl LmdbStore {
             keyed.push((key.to_vec(), value.to_vec()));
             ControlFlow::Continue(())
         })?;
-        let last = txn.log.as_ref().map_or(0, |log| log.bounds.last);
+        let last = txn.log.as_ref().map_or(0, |log| log.pending.bounds().last);
         let mut moved = 0;
         for (key, value) in &keyed {
             let index = log_index(key).ok_or_else(|| {
@@ -402,8 +402,7 @@ pub struct LmdbSnapshot<'s> {
 /// changes, and the changes.
 struct TxnLog<'s> {
     log: &'s RecordLog,
-    bounds: Bounds,
-    ops: Vec<LogOp>,
+    pending: Pending,
 }
 
 /// A write transaction of an [`LmdbStore`].
@@ -556,40 +555,31 @@ impl ReadTxn for LmdbTxn<'_> {
         };
         // The committed records (less this transaction's purges), then its own appends.
         let committed = Bounds {
-            first: own.bounds.first,
+            first: own.pending.bounds().first,
             last: own.log.bounds().last,
         };
         let mut stopped = false;
-        let mut count = own.log.visit(committed, from, &mut |index, record| {
+        let count = own.log.visit(committed, from, &mut |index, record| {
             let flow = visit(index, record);
             stopped = flow.is_break();
             flow
         })?;
-        let from = from.max(own.bounds.first);
-        for op in &own.ops {
-            if stopped {
-                break;
-            }
-            if let LogOp::Append { index, record } = op
-                && *index >= from
-            {
-                count += 1;
-                stopped = visit(*index, record).is_break();
-            }
+        if stopped {
+            return Ok(count);
         }
-        Ok(count)
+        Ok(count + own.pending.visit(from, visit).0)
     }
 
     fn log_first(&self) -> Result<Option<u64>> {
         match &self.log {
-            Some(own) => Ok(own.bounds.first_record()),
+            Some(own) => Ok(own.pending.bounds().first_record()),
             None => keyed_log::first(self),
         }
     }
 
     fn log_last(&self) -> Result<Option<u64>> {
         match &self.log {
-            Some(own) => Ok(own.bounds.last_record()),
+            Some(own) => Ok(own.pending.bounds().last_record()),
             None => keyed_log::last(self),
         }
     }
@@ -601,12 +591,7 @@ impl WriteTxn for LmdbTxn<'_> {
             return keyed_log::append(self, index, record);
         };
         check_log_record(index, record)?;
-        own.bounds.check_append(index)?;
-        own.bounds = own.bounds.appended(index);
-        own.ops.push(LogOp::Append {
-            index,
-            record: record.to_vec(),
-        });
+        own.pending.append(index, record)?;
         if let Some((_, payload)) = &mut self.wal {
             let before = payload.len();
             wal::push_log_append(payload, index, record);
@@ -619,10 +604,7 @@ impl WriteTxn for LmdbTxn<'_> {
         let Some(own) = &mut self.log else {
             return keyed_log::purge(self, from, upto);
         };
-        let purged = own.bounds.purged(upto);
-        if purged != own.bounds {
-            own.bounds = purged;
-            own.ops.push(LogOp::Purge { upto });
+        if own.pending.purge(upto) {
             if let Some((_, payload)) = &mut self.wal {
                 let before = payload.len();
                 wal::push_log_purge(payload, upto);
@@ -693,10 +675,9 @@ impl WriteTxn for LmdbTxn<'_> {
         // record log's new bounds, together for readers (a snapshot sees both or neither).
         let txn = self.txn;
         let committed = match self.log {
-            Some(own) if !own.ops.is_empty() => own
+            Some(own) if own.pending.changed() => own
                 .log
-                .write(&own.ops)
-                .and_then(|written| own.log.publish(written, || txn.commit().map_err(map_err))),
+                .publish(own.pending, || txn.commit().map_err(map_err)),
             _ => txn.commit().map_err(map_err),
         };
         if let Err(error) = committed {
@@ -759,8 +740,7 @@ impl Store for LmdbStore {
         // Bounds read with the write lock held: no commit publishes until this one ends.
         let log = self.log.as_deref().map(|log| TxnLog {
             log,
-            bounds: log.bounds(),
-            ops: Vec::new(),
+            pending: Pending::new(log.bounds()),
         });
         Ok(LmdbTxn {
             txn,

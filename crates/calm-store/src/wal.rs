@@ -88,35 +88,15 @@ fn in_use(dir: &Path) -> StoreError {
     ))
 }
 
-/// CRC-32 (IEEE), table-driven.
-const CRC_TABLE: [u32; 256] = {
-    let mut table = [0u32; 256];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u32;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 1 != 0 {
-                0xEDB8_8320 ^ (c >> 1)
-            } else {
-                c >> 1
-            };
-            k += 1;
-        }
-        table[i] = c;
-        i += 1;
-    }
-    table
-};
-
+/// CRC-32 (IEEE) of `parts` back to back. crc32fast folds with carry-less multiplication
+/// where the CPU has it: a byte-at-a-time table took about 2 ns a byte on the committer's
+/// path, a fifth of the cost a changelog record added to a commit.
 fn crc32(parts: &[&[u8]]) -> u32 {
-    let mut c = !0u32;
+    let mut hasher = crc32fast::Hasher::new();
     for part in parts {
-        for byte in *part {
-            c = CRC_TABLE[((c ^ u32::from(*byte)) & 0xFF) as usize] ^ (c >> 8);
-        }
+        hasher.update(part);
     }
-    !c
+    hasher.finalize()
 }
 
 /// Appends a put to a record payload.
@@ -678,10 +658,18 @@ impl Wal {
                 data_path.display()
             )));
         }
-        self.data
-            .sync_data()
-            .map_err(|e| io("syncing", &data_path, e))?;
-        let log = self.log.sync()?;
+        // The data file and the record log's files are made durable at the same time (each
+        // fdatasync waits for the device; one after the other they added up on the commit path).
+        let (data, log) = std::thread::scope(|scope| {
+            let log = scope.spawn(|| self.log.sync());
+            let data = self
+                .data
+                .sync_data()
+                .map_err(|e| io("syncing", &data_path, e));
+            (data, log.join().expect("the record log's sync panicked"))
+        });
+        data?;
+        let log = log?;
         let next = 1 - self.active;
         let slot = Slot {
             generation: self.generation + 1,

@@ -5,8 +5,10 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::{Context, anyhow};
+use anyhow::{Context, anyhow, bail};
 use calm_changelog::{Record, User, flags};
+use calm_client::FollowWait;
+use calm_proto::changelog::CL_LINGER_US_MAX;
 use clap::Subcommand;
 
 #[derive(Debug, Subcommand)]
@@ -37,6 +39,13 @@ pub enum ChangelogCommand {
         /// Keep printing records as they are committed (long poll), until interrupted.
         #[arg(long)]
         follow: bool,
+        /// With --follow: once records come, wait for this many before printing…
+        #[arg(long, default_value_t = calm_meta::CL_FOLLOW_BATCH_RECORDS as u32)]
+        batch_records: u32,
+        /// …or this long after the first came, in µs (0: print each as it comes; at most
+        /// 100 000).
+        #[arg(long, default_value_t = calm_meta::CL_FOLLOW_LINGER.as_micros() as u32)]
+        linger_us: u32,
         /// Stop after this many records (0: no limit).
         #[arg(long, default_value_t = 0)]
         max: u64,
@@ -117,11 +126,21 @@ pub fn run(server: &str, command: ChangelogCommand) -> anyhow::Result<ExitCode> 
                 user,
                 from,
                 follow,
+                batch_records,
+                linger_us,
                 max,
                 json,
             } => {
+                if linger_us > CL_LINGER_US_MAX {
+                    bail!("--linger-us {linger_us} is over the limit of {CL_LINGER_US_MAX} µs");
+                }
                 let user = user.as_deref().map(user_id).transpose()?;
-                read(&client, user, from, follow, max, json).await?;
+                let wait = FollowWait {
+                    wait_ms: if follow { FOLLOW_WAIT_MS } else { 0 },
+                    min_records: batch_records,
+                    linger_us,
+                };
+                read(&client, user, from, wait, max, json).await?;
             }
             ChangelogCommand::Clear { id, index } => {
                 let user = client.changelog_clear(user_id(&id)?, index).await?;
@@ -141,20 +160,23 @@ const FOLLOW_WAIT_MS: u32 = 10_000;
 /// Records per read request.
 const READ_BATCH: u32 = 4096;
 
+/// Prints records from `from` on; follows (does not stop at the last) when `wait` waits.
 async fn read(
     client: &calm_client::Client,
     user: Option<u32>,
     from: u64,
-    follow: bool,
+    wait: FollowWait,
     max: u64,
     json: bool,
 ) -> anyhow::Result<()> {
+    let follow = wait.wait_ms > 0;
     let mut next = from;
     let mut printed = 0u64;
     let mut out = std::io::stdout().lock();
     loop {
-        let wait = if follow { FOLLOW_WAIT_MS } else { 0 };
-        let (records, _last) = client.changelog_read(next, READ_BATCH, user, wait).await?;
+        let (records, _last) = client
+            .changelog_follow(next, READ_BATCH, user, wait)
+            .await?;
         if records.is_empty() && !follow {
             return Ok(());
         }
