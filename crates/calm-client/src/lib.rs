@@ -66,9 +66,9 @@ fn check<T>(reply: std::result::Result<tonic::Response<T>, tonic::Status>) -> Re
         .map_err(|status| error_from_status(&status))
 }
 
-/// How a changelog read waits for records (the server's long poll): up to `wait_ms` for a
-/// first record, then, once there are some, until `min_records` are or `linger_us` after the
-/// first came.
+/// How a changelog read waits for records (the server's long poll): until `min_records` are
+/// there, or, when some are, `linger_us` after the request; with none by then, up to
+/// `wait_ms` for the first.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FollowWait {
     pub wait_ms: u32,

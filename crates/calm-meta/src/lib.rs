@@ -59,15 +59,15 @@ pub struct Meta<S: Store> {
 pub struct Follow {
     /// Longest to wait when no record is there yet.
     pub wait: std::time::Duration,
-    /// Once records are there, answer when this many are…
+    /// Answer when this many records are there…
     pub min_records: usize,
-    /// …or this long after the first came, whichever is sooner.
+    /// …or, when some are, this long after the call, whichever is sooner.
     pub linger: std::time::Duration,
 }
 
 impl Follow {
-    /// Waits up to `wait` for a first record, then lingers up to [`CL_FOLLOW_LINGER`] for
-    /// [`CL_FOLLOW_BATCH_RECORDS`] of them (what `calm changelog read --follow` does).
+    /// Lingers up to [`CL_FOLLOW_LINGER`] for [`CL_FOLLOW_BATCH_RECORDS`] records, and up to
+    /// `wait` for a first one (what `calm changelog read --follow` does).
     pub fn batching(wait: std::time::Duration) -> Follow {
         Follow {
             wait,
@@ -79,8 +79,8 @@ impl Follow {
 
 /// A batching follower's records per answer, by default.
 pub const CL_FOLLOW_BATCH_RECORDS: usize = 1024;
-/// A batching follower's linger after its first record, by default: well inside the 10 ms
-/// the changelog's commit-to-read goal allows, and at 100 k records/s a batch of ~100.
+/// A batching follower's linger, by default: well inside the 10 ms the changelog's
+/// commit-to-read goal allows, and at 100 k records/s a batch of ~100.
 pub const CL_FOLLOW_LINGER: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Most records one changelog read returns.
@@ -611,10 +611,13 @@ impl<S: Store> Meta<S> {
     }
 
     /// [`Meta::changelog_read`] for a follower: when fewer than `follow.min_records` records
-    /// are there, waits up to `follow.wait` for a first one, then up to `follow.linger` after
-    /// it for the rest. Each wait sleeps until a commit reaches the index it needs (records of
-    /// types outside the reader's mask count there, so it may read again and go on waiting).
-    /// A follower that lingers is woken about twice a batch instead of on every group commit.
+    /// are there, waits for them up to `follow.linger` after the call; past that, answers with
+    /// what is there, or, when nothing is, waits up to `follow.wait` for the first record.
+    /// Each wait sleeps until a commit reaches the index it needs or its time is up (records
+    /// of types outside the reader's mask count there, so it may read again and go on).
+    ///
+    /// A follower that keeps up is so woken once a linger (by its timer, or by a full batch),
+    /// not on every group commit; an idle one sleeps until the next record (no polling).
     pub async fn changelog_follow(
         &self,
         from: u64,
@@ -631,32 +634,31 @@ impl<S: Store> Meta<S> {
         if records.len() >= min_records || follow.wait.is_zero() {
             return Ok(records);
         }
-        let now = tokio::time::Instant::now();
-        let deadline = now + follow.wait;
-        let mut linger_end = (!records.is_empty()).then(|| now + follow.linger);
+        let called = tokio::time::Instant::now();
+        let deadline = called + follow.wait;
+        let linger_end = (called + follow.linger).min(deadline);
         loop {
-            let (until, index) = match linger_end {
-                None => (deadline, last + 1),
-                Some(end) => (
-                    end.min(deadline),
-                    last + (min_records - records.len()) as u64,
-                ),
+            let now = tokio::time::Instant::now();
+            let lingering = now < linger_end;
+            if !lingering && !records.is_empty() {
+                break;
+            }
+            let (until, index) = if lingering {
+                (linger_end, last + (min_records - records.len()) as u64)
+            } else {
+                (deadline, last + 1)
             };
-            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            let left = until.saturating_duration_since(now);
             if left.is_zero() {
                 break;
             }
             let reached = self.changelog_wait_until(index, left).await;
-            if reached == last {
-                break;
-            }
-            last = reached;
-            records = self.changelog_read(from, max_records, max_bytes, reader)?;
-            if records.len() >= min_records {
-                break;
-            }
-            if linger_end.is_none() && !records.is_empty() {
-                linger_end = Some(tokio::time::Instant::now() + follow.linger);
+            if reached != last {
+                last = reached;
+                records = self.changelog_read(from, max_records, max_bytes, reader)?;
+                if records.len() >= min_records {
+                    break;
+                }
             }
         }
         Ok(records)

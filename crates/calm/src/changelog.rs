@@ -39,10 +39,10 @@ pub enum ChangelogCommand {
         /// Keep printing records as they are committed (long poll), until interrupted.
         #[arg(long)]
         follow: bool,
-        /// With --follow: once records come, wait for this many before printing…
+        /// With --follow: print when this many records are there…
         #[arg(long, default_value_t = calm_meta::CL_FOLLOW_BATCH_RECORDS as u32)]
         batch_records: u32,
-        /// …or this long after the first came, in µs (0: print each as it comes; at most
+        /// …or, when some are, this long after asking, in µs (0: each as it comes; at most
         /// 100 000).
         #[arg(long, default_value_t = calm_meta::CL_FOLLOW_LINGER.as_micros() as u32)]
         linger_us: u32,

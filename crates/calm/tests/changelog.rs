@@ -166,6 +166,53 @@ fn register_read_clear_and_follow_with_the_cli() {
     );
     assert!(waited < Duration::from_secs(5), "follow took {waited:?}");
 
+    // A batching follower over the wire: two records in one answer, printed in order.
+    let mut follower = Command::new(CALM)
+        .args([
+            "changelog",
+            "read",
+            "--server",
+            addr,
+            "--from",
+            &(record["index"].as_u64().unwrap() + 1).to_string(),
+            "--follow",
+            "--batch-records",
+            "2",
+            "--linger-us",
+            "100000",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(follower.stdout.take().unwrap()).lines();
+    rt.block_on(async {
+        let c = Client::connect(addr).await.unwrap();
+        c.create(ROOT, b"batch1", 0o644).await.unwrap();
+        c.create(ROOT, b"batch2", 0o644).await.unwrap();
+    });
+    let names: Vec<String> = (0..2)
+        .map(|_| {
+            let line = lines.next().unwrap().unwrap();
+            let record: serde_json::Value = serde_json::from_str(&line).unwrap();
+            record["name"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let _ = follower.kill();
+    let _ = follower.wait();
+    assert_eq!(names, ["batch1", "batch2"]);
+    let bad = calm(&[
+        "changelog",
+        "read",
+        "--server",
+        addr,
+        "--follow",
+        "--linger-us",
+        "100001",
+    ]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--linger-us 100001"));
+
     stdout(&["changelog", "deregister", "--server", addr, "cl1"]);
     let users: serde_json::Value =
         serde_json::from_str(&stdout(&["changelog", "users", "--server", addr, "--json"])).unwrap();
