@@ -567,7 +567,7 @@ impl ReadTxn for LmdbTxn<'_> {
         if stopped {
             return Ok(count);
         }
-        Ok(count + own.pending.visit(from, visit).0)
+        Ok(count + own.pending.visit(from, visit))
     }
 
     fn log_first(&self) -> Result<Option<u64>> {
@@ -604,12 +604,12 @@ impl WriteTxn for LmdbTxn<'_> {
         let Some(own) = &mut self.log else {
             return keyed_log::purge(self, from, upto);
         };
-        if own.pending.purge(upto) {
-            if let Some((_, payload)) = &mut self.wal {
-                let before = payload.len();
-                wal::push_log_purge(payload, upto);
-                self.log_bytes += payload.len() - before;
-            }
+        if own.pending.purge(upto)
+            && let Some((_, payload)) = &mut self.wal
+        {
+            let before = payload.len();
+            wal::push_log_purge(payload, upto);
+            self.log_bytes += payload.len() - before;
         }
         Ok(())
     }

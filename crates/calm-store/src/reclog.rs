@@ -238,19 +238,19 @@ impl Pending {
     }
 
     /// Visits this commit's own records from `from` on (not below the first index), in
-    /// order; returns how many were visited and whether `visit` stopped.
-    pub fn visit(&self, from: u64, visit: &mut LogVisitor<'_>) -> (usize, bool) {
+    /// order, until `visit` stops; returns how many it visited.
+    pub fn visit(&self, from: u64, visit: &mut LogVisitor<'_>) -> usize {
         let from = from.max(self.bounds.first);
         let mut count = 0;
         for chunk in &self.chunks {
             for index in from.max(chunk.first)..=chunk.last() {
                 count += 1;
                 if visit(index, chunk.record(index)).is_break() {
-                    return (count, true);
+                    return count;
                 }
             }
         }
-        (count, false)
+        count
     }
 }
 
@@ -522,21 +522,21 @@ impl RecordLog {
         Ok(pending)
     }
 
-    /// Runs `commit` (the commit that carries what [`RecordLog::write`] gathered) and, when
+    /// Runs `commit` (the commit that carries what `pending` gathered) and, when
     /// it succeeds, publishes its records at the same instant for readers (snapshots take the
     /// bounds under the same lock); then removes the segments a purge left wholly below the
     /// first index. When `commit` fails nothing is published.
-    pub fn publish(&self, written: Pending, commit: impl FnOnce() -> Result<()>) -> Result<()> {
+    pub fn publish(&self, pending: Pending, commit: impl FnOnce() -> Result<()>) -> Result<()> {
         let mut writer = self.writer.lock().expect("record log writer");
         let mut gone = Vec::new();
         {
             let mut state = self.state.write().expect("record log state");
             commit()?;
-            state.bounds = written.bounds;
+            state.bounds = pending.bounds;
             state
                 .recent
-                .extend(written.chunks.into_iter().map(Arc::new));
-            let below = written.bounds.first / self.segment_records;
+                .extend(pending.chunks.into_iter().map(Arc::new));
+            let below = pending.bounds.first / self.segment_records;
             while let Some((&number, _)) = state.segments.first_key_value() {
                 if number >= below {
                     break;
