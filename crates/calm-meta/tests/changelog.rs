@@ -406,67 +406,70 @@ fn follow_wakes_when_a_record_commits() {
     });
 }
 
+/// A follow read of every type from `from`, up to `max_records`.
+async fn follow_from(
+    meta: &Meta<MemStore>,
+    from: u64,
+    max_records: usize,
+    min_records: usize,
+    linger: Duration,
+) -> Vec<calm_changelog::Record> {
+    let follow = Follow {
+        wait: Duration::from_secs(60),
+        min_records,
+        linger,
+    };
+    meta.changelog_follow(from, max_records, usize::MAX, None, follow)
+        .await
+        .unwrap()
+}
+
 #[test]
 fn a_batching_follower_answers_at_its_batch_or_after_its_linger() {
     let rt = rt();
     let meta = std::sync::Arc::new(meta_with(ChangelogConfig::default()));
     rt.block_on(async {
-        let reader = meta.changelog_register("f", Mask::all()).await.unwrap();
+        meta.changelog_register("f", Mask::all()).await.unwrap();
         let from = meta.changelog_last() + 1;
-        let follow = |min_records, linger| Follow {
-            wait: Duration::from_secs(60),
-            min_records,
-            linger,
+        let spawn_follow = |from, min_records, linger| {
+            let meta = meta.clone();
+            tokio::spawn(async move { follow_from(&meta, from, 100, min_records, linger).await })
         };
         // A batch of 3 and a linger longer than the test: the answer waits for the third.
-        let batch = {
-            let meta = meta.clone();
-            tokio::spawn(async move {
-                let follow = follow(3, Duration::from_secs(60));
-                meta.changelog_follow(from, 100, usize::MAX, Some(reader.id), follow)
-                    .await
-            })
-        };
+        let batch = spawn_follow(from, 3, Duration::from_secs(60));
         for name in [b"a", b"b"] {
             meta.create(ROOT, name, 0o644).await.unwrap();
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!batch.is_finished(), "answered with 2 of a batch of 3");
         meta.create(ROOT, b"c", 0o644).await.unwrap();
-        let records = batch.await.unwrap().unwrap();
+        let records = batch.await.unwrap();
         assert_eq!(records.len(), 3);
         assert_eq!(records[0].index, from);
         // A batch larger than what comes: the answer comes after the linger, with what came.
         let next = from + 3;
         meta.create(ROOT, b"d", 0o644).await.unwrap();
-        let lingered = meta
-            .changelog_follow(
-                next,
-                100,
-                usize::MAX,
-                None,
-                follow(1000, Duration::from_millis(5)),
-            )
-            .await
-            .unwrap();
+        let lingered = follow_from(&meta, next, 100, 1000, Duration::from_millis(5)).await;
         assert_eq!(lingered.len(), 1);
         assert_eq!(lingered[0].name, b"d");
+        // Nothing there when the linger ends: the follower waits on for the first record.
+        let idle = spawn_follow(next + 1, 1000, Duration::from_millis(1));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            !idle.is_finished(),
+            "answered empty at the end of its linger"
+        );
+        meta.create(ROOT, b"e", 0o644).await.unwrap();
+        let first = idle.await.unwrap();
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].name, b"e");
         // At most max_records, however large the batch asked.
-        let capped = meta
-            .changelog_follow(
-                from,
-                2,
-                usize::MAX,
-                None,
-                follow(1000, Duration::from_secs(60)),
-            )
-            .await
-            .unwrap();
+        let capped = follow_from(&meta, from, 2, 1000, Duration::from_secs(60)).await;
         assert_eq!(capped.len(), 2);
         // Nothing new and no wait: an empty answer at once.
         let none = meta
             .changelog_follow(
-                next + 1,
+                next + 2,
                 100,
                 usize::MAX,
                 None,

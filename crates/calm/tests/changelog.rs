@@ -26,6 +26,24 @@ fn stdout(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// `calm changelog read --follow --json` on `addr` with `args`, and the lines it prints.
+fn follower(
+    addr: &str,
+    args: &[&str],
+) -> (
+    std::process::Child,
+    std::io::Lines<BufReader<std::process::ChildStdout>>,
+) {
+    let mut child = Command::new(CALM)
+        .args(["changelog", "read", "--server", addr, "--follow", "--json"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, lines)
+}
+
 fn json_lines(text: &str) -> Vec<serde_json::Value> {
     text.lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -134,21 +152,7 @@ fn register_read_clear_and_follow_with_the_cli() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("NOPE"));
 
     // Follow: a record shows up as soon as it is committed.
-    let mut follower = Command::new(CALM)
-        .args([
-            "changelog",
-            "read",
-            "--server",
-            addr,
-            "--user",
-            "cl1",
-            "--follow",
-            "--json",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(follower.stdout.take().unwrap()).lines();
+    let (mut following, mut lines) = follower(addr, &["--user", "cl1"]);
     std::thread::sleep(Duration::from_millis(300));
     let created = Instant::now();
     rt.block_on(async {
@@ -157,8 +161,8 @@ fn register_read_clear_and_follow_with_the_cli() {
     });
     let line = lines.next().unwrap().unwrap();
     let waited = created.elapsed();
-    let _ = follower.kill();
-    let _ = follower.wait();
+    let _ = following.kill();
+    let _ = following.wait();
     let record: serde_json::Value = serde_json::from_str(&line).unwrap();
     assert_eq!(
         (record["type"].as_str(), record["name"].as_str()),
@@ -167,25 +171,16 @@ fn register_read_clear_and_follow_with_the_cli() {
     assert!(waited < Duration::from_secs(5), "follow took {waited:?}");
 
     // A batching follower over the wire: two records in one answer, printed in order.
-    let mut follower = Command::new(CALM)
-        .args([
-            "changelog",
-            "read",
-            "--server",
-            addr,
-            "--from",
-            &(record["index"].as_u64().unwrap() + 1).to_string(),
-            "--follow",
-            "--batch-records",
-            "2",
-            "--linger-us",
-            "100000",
-            "--json",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(follower.stdout.take().unwrap()).lines();
+    let from = (record["index"].as_u64().unwrap() + 1).to_string();
+    let batching = [
+        "--from",
+        &from,
+        "--batch-records",
+        "2",
+        "--linger-us",
+        "100000",
+    ];
+    let (mut following, mut lines) = follower(addr, &batching);
     rt.block_on(async {
         let c = Client::connect(addr).await.unwrap();
         c.create(ROOT, b"batch1", 0o644).await.unwrap();
@@ -198,8 +193,8 @@ fn register_read_clear_and_follow_with_the_cli() {
             record["name"].as_str().unwrap().to_owned()
         })
         .collect();
-    let _ = follower.kill();
-    let _ = follower.wait();
+    let _ = following.kill();
+    let _ = following.wait();
     assert_eq!(names, ["batch1", "batch2"]);
     let bad = calm(&[
         "changelog",
