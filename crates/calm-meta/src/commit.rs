@@ -142,8 +142,12 @@ pub(crate) struct LastIndex {
     waiting: Mutex<Waiting>,
 }
 
-/// Followers waiting, by the index each waits for (and an id, for leaving on a timeout).
-/// As many as there are follow reads in flight.
+/// Most followers waiting at once (follow reads in flight, and the watch feed); one more is
+/// refused as busy. Each costs a map entry and a oneshot channel, about 150 bytes.
+pub const FOLLOWERS_WAITING_MAX: usize = 65_536;
+
+/// Followers waiting, by the index each waits for (and an id, for leaving on a timeout); at
+/// most [`FOLLOWERS_WAITING_MAX`].
 #[derive(Debug, Default)]
 struct Waiting {
     next_id: u64,
@@ -199,24 +203,33 @@ impl LastIndex {
     }
 
     /// Waits until the last index is at least `index`, or `timeout` passes; returns the last
-    /// index then.
-    pub async fn wait_until(&self, index: u64, timeout: std::time::Duration) -> u64 {
+    /// index then. Refused as busy when [`FOLLOWERS_WAITING_MAX`] followers already wait.
+    pub async fn wait_until(
+        &self,
+        index: u64,
+        timeout: std::time::Duration,
+    ) -> Result<u64, MetaError> {
         if self.get() >= index || timeout.is_zero() {
-            return self.get();
+            return Ok(self.get());
         }
-        let (key, wake) = self.enter(index);
+        let (key, wake) = self.enter(index)?;
         if tokio::time::timeout(timeout, wake).await.is_err() {
             self.leave(key);
         }
-        self.get()
+        Ok(self.get())
     }
 
     /// Registers a follower for `index`, and wakes it at once if a commit reached the index
     /// before it was registered (that commit did not look for it).
-    fn enter(&self, index: u64) -> ((u64, u64), oneshot::Receiver<()>) {
+    fn enter(&self, index: u64) -> Result<((u64, u64), oneshot::Receiver<()>), MetaError> {
         let (woken, wake) = oneshot::channel();
         let key = {
             let mut waiting = self.waiting.lock().expect("changelog followers");
+            if waiting.by_index.len() >= FOLLOWERS_WAITING_MAX {
+                return Err(MetaError::Busy(format!(
+                    "{FOLLOWERS_WAITING_MAX} changelog followers are waiting already"
+                )));
+            }
             let key = (index, waiting.next_id);
             waiting.next_id += 1;
             waiting.by_index.insert(key, woken);
@@ -226,7 +239,7 @@ impl LastIndex {
         if self.get() >= index {
             self.wake_followers();
         }
-        (key, wake)
+        Ok((key, wake))
     }
 
     /// A follower that stopped waiting (timed out) leaves.
@@ -463,10 +476,14 @@ mod tests {
     #[tokio::test]
     async fn a_follower_sleeps_through_commits_below_its_index() {
         let last = Arc::new(LastIndex::new(2));
-        assert_eq!(last.wait_until(2, LONG).await, 2, "reached already");
+        assert_eq!(
+            last.wait_until(2, LONG).await.unwrap(),
+            2,
+            "reached already"
+        );
         let waiting = tokio::spawn({
             let last = last.clone();
-            async move { last.wait_until(5, LONG).await }
+            async move { last.wait_until(5, LONG).await.unwrap() }
         });
         while last.waiting() == 0 {
             tokio::task::yield_now().await;
@@ -491,7 +508,7 @@ mod tests {
         // nobody waits yet, wakes nobody.
         last.publish(5);
         last.wake_followers();
-        let (_, mut wake) = last.enter(5);
+        let (_, mut wake) = last.enter(5).unwrap();
         assert!(wake.try_recv().is_ok(), "a follower slept past its index");
         assert_eq!(last.waiting(), 0);
     }
@@ -499,11 +516,33 @@ mod tests {
     #[tokio::test]
     async fn a_follower_that_times_out_leaves_nothing_behind() {
         let last = LastIndex::new(0);
-        assert_eq!(last.wait_until(10, Duration::from_millis(5)).await, 0);
+        assert_eq!(
+            last.wait_until(10, Duration::from_millis(5)).await.unwrap(),
+            0
+        );
         assert_eq!(last.waiting(), 0);
         assert_eq!(last.due.load(std::sync::atomic::Ordering::SeqCst), u64::MAX);
-        assert_eq!(last.wait_until(10, Duration::ZERO).await, 0);
+        assert_eq!(last.wait_until(10, Duration::ZERO).await.unwrap(), 0);
         assert_eq!(last.waiting(), 0);
+    }
+
+    #[tokio::test]
+    async fn one_follower_over_the_limit_is_refused_as_busy() {
+        let last = LastIndex::new(0);
+        let entered: Vec<_> = (0..super::FOLLOWERS_WAITING_MAX as u64)
+            .map(|i| last.enter(i + 1).unwrap())
+            .collect();
+        let refused = last.wait_until(1, LONG).await.unwrap_err();
+        assert!(matches!(refused, crate::MetaError::Busy(_)), "{refused:?}");
+        assert_eq!(last.waiting(), super::FOLLOWERS_WAITING_MAX);
+        // The waiting ones are still woken, and then there is room again.
+        last.publish(u64::MAX - 1);
+        last.wake_followers();
+        for (_, mut wake) in entered {
+            assert!(wake.try_recv().is_ok());
+        }
+        assert_eq!(last.waiting(), 0);
+        assert_eq!(last.wait_until(1, LONG).await.unwrap(), u64::MAX - 1);
     }
 
     /// Followers that each wait for the index after the one they just saw, against a committer
@@ -532,7 +571,8 @@ mod tests {
                             last.wait_until(index, LONG),
                         )
                         .await
-                        .expect("a follower missed its wake-up");
+                        .expect("a follower missed its wake-up")
+                        .unwrap();
                         assert!(woken >= index, "woken at {woken}, waiting for {index}");
                         waits += 1;
                     }

@@ -30,7 +30,7 @@ use calm_store::{ReadTxn, Store, WriteTxn, decode_counter};
 use tokio::sync::{mpsc, oneshot};
 
 pub use crate::changelog::Caller;
-pub use crate::commit::{CommitStats, MetaOptions, SHARED_BATCH_OPS_MAX};
+pub use crate::commit::{CommitStats, FOLLOWERS_WAITING_MAX, MetaOptions, SHARED_BATCH_OPS_MAX};
 pub use crate::error::{MetaError, Result};
 use crate::layout::*;
 use crate::ops::{Done, Op};
@@ -652,7 +652,7 @@ impl<S: Store> Meta<S> {
             if left.is_zero() {
                 break;
             }
-            let reached = self.changelog_wait_until(index, left).await;
+            let reached = self.changelog_wait_until(index, left).await?;
             if reached != last {
                 last = reached;
                 records = self.changelog_read(from, max_records, max_bytes, reader)?;
@@ -671,14 +671,19 @@ impl<S: Store> Meta<S> {
 
     /// Waits until a record after `after` is committed, or `timeout` passes; returns the last
     /// index then. For follow mode (a long poll): no fixed-interval polling.
-    pub async fn changelog_wait(&self, after: u64, timeout: std::time::Duration) -> u64 {
+    pub async fn changelog_wait(&self, after: u64, timeout: std::time::Duration) -> Result<u64> {
         self.changelog_wait_until(after.saturating_add(1), timeout)
             .await
     }
 
     /// Waits until the last index is at least `index`, or `timeout` passes; returns the last
-    /// index then. The waiter is woken once, when a commit reaches `index`.
-    pub async fn changelog_wait_until(&self, index: u64, timeout: std::time::Duration) -> u64 {
+    /// index then. The waiter is woken once, when a commit reaches `index`. Busy when
+    /// [`FOLLOWERS_WAITING_MAX`] followers wait already.
+    pub async fn changelog_wait_until(
+        &self,
+        index: u64,
+        timeout: std::time::Duration,
+    ) -> Result<u64> {
         self.last_index.wait_until(index, timeout).await
     }
 

@@ -391,7 +391,11 @@ fn follow_wakes_when_a_record_commits() {
         let last = meta.changelog_last();
         let waiter = {
             let meta = meta.clone();
-            tokio::spawn(async move { meta.changelog_wait(last, Duration::from_secs(10)).await })
+            tokio::spawn(async move {
+                meta.changelog_wait(last, Duration::from_secs(10))
+                    .await
+                    .unwrap()
+            })
         };
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiter.is_finished());
@@ -400,7 +404,8 @@ fn follow_wakes_when_a_record_commits() {
         // Nothing new: the wait ends at its timeout with the same index.
         assert_eq!(
             meta.changelog_wait(last + 1, Duration::from_millis(20))
-                .await,
+                .await
+                .unwrap(),
             last + 1
         );
     });

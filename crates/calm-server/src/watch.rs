@@ -198,7 +198,11 @@ impl<S: Store> WatchHub<S> {
                         Err(e) => tracing::warn!(%e, "watch feed: clearing its reader"),
                     }
                 }
-                self.meta.changelog_wait(next - 1, PROGRESS_EVERY).await;
+                if let Err(e) = self.meta.changelog_wait(next - 1, PROGRESS_EVERY).await {
+                    // Too many followers waiting: read again a little later.
+                    tracing::warn!(%e, "watch feed: waiting for the changelog");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
                 continue;
             }
             let changes: Vec<(Change, Vec<Handle>)> =

@@ -117,7 +117,8 @@ fn two_servers_serve_one_namespace() {
         let deadline = Instant::now() + Duration::from_secs(10);
         while b.changelog_last() < last && Instant::now() < deadline {
             b.changelog_wait(b.changelog_last(), Duration::from_millis(200))
-                .await;
+                .await
+                .unwrap();
         }
         assert_eq!(b.changelog_last(), last);
         assert_eq!(a.changelog_last(), last);
