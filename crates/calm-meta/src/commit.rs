@@ -142,6 +142,21 @@ pub(crate) struct LastIndex {
     waiting: Mutex<Waiting>,
 }
 
+/// A follower's place among the waiting: it leaves when this goes (if not woken before).
+struct Registered<'a> {
+    last: &'a LastIndex,
+    key: (u64, u64),
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        let mut waiting = self.last.waiting.lock().expect("changelog followers");
+        if waiting.by_index.remove(&self.key).is_some() {
+            self.last.due.store(waiting.due(), Ordering::SeqCst);
+        }
+    }
+}
+
 /// Most followers waiting at once (follow reads in flight, and the watch feed); one more is
 /// refused as busy. Each costs a map entry and a oneshot channel, about 150 bytes.
 pub const FOLLOWERS_WAITING_MAX: usize = 65_536;
@@ -212,16 +227,16 @@ impl LastIndex {
         if self.get() >= index || timeout.is_zero() {
             return Ok(self.get());
         }
-        let (key, wake) = self.enter(index)?;
-        if tokio::time::timeout(timeout, wake).await.is_err() {
-            self.leave(key);
-        }
+        let (_registered, wake) = self.enter(index)?;
+        let _ = tokio::time::timeout(timeout, wake).await;
         Ok(self.get())
     }
 
     /// Registers a follower for `index`, and wakes it at once if a commit reached the index
-    /// before it was registered (that commit did not look for it).
-    fn enter(&self, index: u64) -> Result<((u64, u64), oneshot::Receiver<()>), MetaError> {
+    /// before it was registered (that commit did not look for it). The follower stays
+    /// registered until it is woken or the returned guard goes (a timeout, or a follow read
+    /// dropped with its request).
+    fn enter(&self, index: u64) -> Result<(Registered<'_>, oneshot::Receiver<()>), MetaError> {
         let (woken, wake) = oneshot::channel();
         let key = {
             let mut waiting = self.waiting.lock().expect("changelog followers");
@@ -239,14 +254,7 @@ impl LastIndex {
         if self.get() >= index {
             self.wake_followers();
         }
-        Ok((key, wake))
-    }
-
-    /// A follower that stopped waiting (timed out) leaves.
-    fn leave(&self, key: (u64, u64)) {
-        let mut waiting = self.waiting.lock().expect("changelog followers");
-        waiting.by_index.remove(&key);
-        self.due.store(waiting.due(), Ordering::SeqCst);
+        Ok((Registered { last: self, key }, wake))
     }
 
     /// Followers waiting now.
@@ -524,6 +532,23 @@ mod tests {
         assert_eq!(last.due.load(std::sync::atomic::Ordering::SeqCst), u64::MAX);
         assert_eq!(last.wait_until(10, Duration::ZERO).await.unwrap(), 0);
         assert_eq!(last.waiting(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_follower_dropped_while_waiting_leaves_nothing_behind() {
+        let last = Arc::new(LastIndex::new(0));
+        let waiting = tokio::spawn({
+            let last = last.clone();
+            async move { last.wait_until(10, LONG).await }
+        });
+        while last.waiting() == 0 {
+            tokio::task::yield_now().await;
+        }
+        // As a follow read whose request went away: its future is dropped, not timed out.
+        waiting.abort();
+        assert!(waiting.await.unwrap_err().is_cancelled());
+        assert_eq!(last.waiting(), 0);
+        assert_eq!(last.due.load(std::sync::atomic::Ordering::SeqCst), u64::MAX);
     }
 
     #[tokio::test]

@@ -45,7 +45,7 @@ pub struct Meta<S: Store> {
     gc_stop: Option<std::sync::mpsc::Sender<()>>,
     gc: Option<JoinHandle<()>>,
     /// The index of the last changelog record committed (published before the answers;
-    /// followers woken after them)
+    /// followers woken after them).
     last_index: Arc<commit::LastIndex>,
     stats: Arc<CommitStats>,
     epoch: u64,
