@@ -18,10 +18,14 @@
 //! and keeps the log's first and last index in its slot. Recovery starts from those bounds and
 //! replays the log operations of the records after the checkpoint into memory; the next
 //! checkpoint writes the same bytes at the same offsets as the lost one would have. A purge
-//! moves the first index and, once committed, deletes the segments wholly below it; a
-//! deletion lost to a crash is redone at the next writable open, which removes every segment
-//! file outside the log's bounds. Memory holds at most the records of one checkpoint interval
-//! of the write-ahead log (`wal::SEGMENT_BYTES_MAX`, 16 MiB, and one transaction).
+//! moves the first index and, once committed, retires the segments wholly below it: up to
+//! [`SPARE_SEGMENTS_MAX`] are renamed to spares, which the next new segments take (written
+//! over from offset 0; what lies past the log's last record in a reused file is never read:
+//! readers and the tail both go by the bounds), the others deleted. The next writable open
+//! removes every spare and every segment file outside the log's bounds (a retirement lost to
+//! a crash, or a segment a lost checkpoint made). Memory holds at most the records of one
+//! checkpoint interval of the write-ahead log (`wal::SEGMENT_BYTES_MAX`, 16 MiB, and one
+//! transaction).
 //!
 //! Readers see the bounds published by the last commit, and take records up to the last one
 //! written to the files from the files, later ones from the chunks (shared, immutable).
@@ -44,6 +48,14 @@ pub const SEGMENT_RECORDS_MAX: u64 = 1 << 24;
 /// Bits of an index entry that hold the record's length.
 const LEN_BITS: u32 = 24;
 const _: () = assert!(VALUE_LEN_MAX < 1 << LEN_BITS);
+/// Purged segments kept for reuse (renamed `spare-<k>.rec`/`.idx`, `k` below this) instead of
+/// deleted. The purge runs on the commit path, and deleting a segment's two files (6 MB) took
+/// 1.4–1.9 ms there on the test machine (ext4 mounted with `discard`: the freed blocks are
+/// discarded) and slowed the next `fdatasync`s by about 0.5 ms in all; renaming them took
+/// 0.03 ms. A new segment takes a spare when one is free, and then also overwrites blocks its
+/// files already have. A purge that drops more segments at once than there is room for
+/// deletes the rest.
+pub const SPARE_SEGMENTS_MAX: usize = 2;
 /// Most records, and about the most bytes, one read of a visit fetches.
 const VISIT_RECORDS_MAX: u64 = 4096;
 const VISIT_BYTES_MAX: u64 = 1 << 20;
@@ -156,6 +168,57 @@ struct Writer {
     tail: Option<(u64, u64)>,
     /// Segment files came or went since the last checkpoint.
     dir_dirty: bool,
+    /// Purged segments kept for reuse, by spare number (see [`SPARE_SEGMENTS_MAX`]). A spare
+    /// is only reused once no reader holds it any more (a reader that found its segment
+    /// before the purge may still be reading it): it is then written over.
+    spares: Vec<(usize, Arc<Segment>)>,
+}
+
+impl Writer {
+    /// Keeps the purged segment `number` as a spare when there is room (its files renamed);
+    /// otherwise deletes its files.
+    fn retire(&mut self, dir: &Path, number: u64, segment: Arc<Segment>) -> Result<()> {
+        self.dir_dirty = true;
+        if self.tail.is_some_and(|(n, _)| n == number) {
+            self.tail = None;
+        }
+        let free = (0..SPARE_SEGMENTS_MAX).find(|k| self.spares.iter().all(|(s, _)| s != k));
+        if let Some(k) = free {
+            for ext in ["rec", "idx"] {
+                let (from, to) = (dir.join(segment_name(number, ext)), spare_path(dir, k, ext));
+                std::fs::rename(&from, &to).map_err(|e| io("renaming", &from, e))?;
+            }
+            self.spares.push((k, segment));
+            return Ok(());
+        }
+        for ext in ["rec", "idx"] {
+            let path = dir.join(segment_name(number, ext));
+            std::fs::remove_file(&path).map_err(|e| io("removing", &path, e))?;
+        }
+        Ok(())
+    }
+
+    /// A spare no reader holds, renamed to be segment `number`; `None` when there is none.
+    fn reuse(&mut self, dir: &Path, number: u64) -> Result<Option<Arc<Segment>>> {
+        let Some(at) = self
+            .spares
+            .iter()
+            .position(|(_, segment)| Arc::strong_count(segment) == 1)
+        else {
+            return Ok(None);
+        };
+        let (k, segment) = self.spares.swap_remove(at);
+        for ext in ["rec", "idx"] {
+            let (from, to) = (spare_path(dir, k, ext), dir.join(segment_name(number, ext)));
+            std::fs::rename(&from, &to).map_err(|e| io("renaming", &from, e))?;
+        }
+        self.dir_dirty = true;
+        Ok(Some(segment))
+    }
+}
+
+fn spare_path(dir: &Path, k: usize, ext: &str) -> PathBuf {
+    dir.join(format!("spare-{k}.{ext}"))
 }
 
 /// The log of one store.
@@ -305,6 +368,11 @@ impl RecordLog {
                 .or_else(|| name.strip_suffix(".idx"))
                 .and_then(|n| u64::from_str_radix(n, 16).ok())
             else {
+                // Spares of the last run hold nothing: a writable open starts without them.
+                if writable && name.starts_with("spare-") {
+                    let path = item.path();
+                    std::fs::remove_file(&path).map_err(|e| io("removing", &path, e))?;
+                }
                 continue;
             };
             if (keep_from..=keep_to).contains(&number) {
@@ -334,6 +402,7 @@ impl RecordLog {
             writer: Mutex::new(Writer {
                 tail: None,
                 dir_dirty: dir_file_present,
+                spares: Vec::new(),
             }),
         };
         if !bounds.is_empty() {
@@ -541,21 +610,14 @@ impl RecordLog {
                 if number >= below {
                     break;
                 }
-                state.segments.remove(&number);
-                gone.push(number);
+                let segment = state.segments.remove(&number).expect("the first segment");
+                gone.push((number, segment));
             }
         }
-        for number in gone {
-            writer.dir_dirty = true;
-            if writer.tail.is_some_and(|(n, _)| n == number) {
-                writer.tail = None;
-            }
-            for ext in ["rec", "idx"] {
-                let path = self.dir.join(segment_name(number, ext));
-                if let Err(error) = std::fs::remove_file(&path) {
-                    // The segment lies below the first index: the next writable open removes it.
-                    tracing::warn!(%error, path = %path.display(), "removing a purged log segment");
-                }
+        for (number, segment) in gone {
+            if let Err(error) = writer.retire(&self.dir, number, segment) {
+                // The segment lies below the first index: the next writable open removes it.
+                tracing::warn!(%error, segment = number, "retiring a purged log segment");
             }
         }
         Ok(())
@@ -608,7 +670,10 @@ impl RecordLog {
                             let segment = match known {
                                 Some(segment) => segment,
                                 None => {
-                                    let segment = Arc::new(open_segment(&self.dir, number, true)?);
+                                    let segment = match writer.reuse(&self.dir, number)? {
+                                        Some(spare) => spare,
+                                        None => Arc::new(open_segment(&self.dir, number, true)?),
+                                    };
                                     created.push((number, segment.clone()));
                                     segment
                                 }
@@ -779,27 +844,119 @@ mod tests {
 
         let log = RecordLog::open(dir.path(), bounds, 4, true).unwrap();
         assert_eq!(all(&log, 0).len(), 10);
-        // Purging up to 8 removes segments 0 and 1 (indices 0..=7), keeps 2 (8..=11).
+        // Purging up to 8 retires segments 0 and 1 (indices 0..=7) as spares, keeps 2
+        // (8..=11).
         let written = log
             .write(&[LogOp::Purge { upto: 8 }, append(11, b"eleven")])
             .unwrap();
         log.publish(written, || Ok(())).unwrap();
-        let names: std::collections::BTreeSet<String> = std::fs::read_dir(dir.path().join(LOG_DIR))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(
-            names,
-            [segment_name(2, "idx"), segment_name(2, "rec")]
-                .into_iter()
-                .collect()
-        );
+        assert_eq!(names(dir.path()), names_of(&[2], SPARE_SEGMENTS_MAX.min(2)));
         let records = all(&log, 0);
         assert_eq!(
             records.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
             vec![9, 10, 11]
         );
         assert_eq!(records[2].1, b"eleven");
+    }
+
+    /// The files of the log directory.
+    fn names(dir: &Path) -> std::collections::BTreeSet<String> {
+        std::fs::read_dir(dir.join(LOG_DIR))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// The files of `segments` and of spares `0..spares`.
+    fn names_of(segments: &[u64], spares: usize) -> std::collections::BTreeSet<String> {
+        let mut names = std::collections::BTreeSet::new();
+        for ext in ["rec", "idx"] {
+            names.extend(segments.iter().map(|&n| segment_name(n, ext)));
+            names.extend((0..spares).map(|k| format!("spare-{k}.{ext}")));
+        }
+        names
+    }
+
+    #[test]
+    fn purged_segments_are_reused_once_no_reader_holds_them() {
+        const _: () = assert!(SPARE_SEGMENTS_MAX == 2);
+        let dir = tempfile::tempdir().unwrap();
+        let log = RecordLog::open(dir.path(), Bounds::EMPTY, 4, true).unwrap();
+        // Segments 0 to 3 (indices 1..=15), with long records: a reused file is longer than
+        // what it gets again.
+        let long = |i: u64| format!("an old and long record number {i}").into_bytes();
+        let ops: Vec<LogOp> = (1..=15).map(|i| append(i, &long(i))).collect();
+        log.publish(log.write(&ops).unwrap(), || Ok(())).unwrap();
+        log.sync().unwrap();
+        // A reader holds segment 0 (as a visit does between its reads).
+        let held = log.state.read().unwrap().segments.get(&0).cloned().unwrap();
+        // Purging up to 11 retires segments 0 and 1 as spares and deletes segment 2: there
+        // is no room for a third spare.
+        log.publish(log.write(&[LogOp::Purge { upto: 11 }]).unwrap(), || Ok(()))
+            .unwrap();
+        assert_eq!(names(dir.path()), names_of(&[3], 2));
+        // Segment 4 takes the spare no reader holds (segment 1's files); segment 0's stays.
+        let ops: Vec<LogOp> = (16..=19)
+            .map(|i| append(i, format!("new {i}").as_bytes()))
+            .collect();
+        log.publish(log.write(&ops).unwrap(), || Ok(())).unwrap();
+        let bounds = log.sync().unwrap();
+        assert_eq!(names(dir.path()).len(), 6, "segments 3 and 4 and one spare");
+        let expected: Vec<(u64, Vec<u8>)> = (12..=15)
+            .map(|i| (i, long(i)))
+            .chain((16..=19).map(|i| (i, format!("new {i}").into_bytes())))
+            .collect();
+        assert_eq!(all(&log, 0), expected);
+        // The reader's view of its segment was not written over.
+        let mut entry = [0u8; 8];
+        held.idx.read_exact_at(&mut entry, 8).unwrap();
+        let (start, len) = (
+            u64::from_le_bytes(entry) >> LEN_BITS,
+            u64::from_le_bytes(entry) & 0xFF_FFFF,
+        );
+        let mut record = vec![0u8; len as usize];
+        held.rec.read_exact_at(&mut record, start).unwrap();
+        assert_eq!(record, long(1));
+        // Once the reader lets it go, segment 5 takes it.
+        drop(held);
+        let ops: Vec<LogOp> = (20..=23)
+            .map(|i| append(i, format!("newer {i}").as_bytes()))
+            .collect();
+        log.publish(log.write(&ops).unwrap(), || Ok(())).unwrap();
+        let bounds_later = log.sync().unwrap();
+        assert_eq!(names(dir.path()), names_of(&[3, 4, 5], 0));
+        assert_eq!(all(&log, 20).len(), 4);
+        drop(log);
+        // Reopened: the records are read from the reused files, stale bytes past them unseen.
+        let log = RecordLog::open(dir.path(), bounds_later, 4, true).unwrap();
+        assert_eq!(all(&log, 0).len(), 12);
+        assert_eq!(all(&log, 23), vec![(23, b"newer 23".to_vec())]);
+        assert!(bounds.last < bounds_later.last);
+    }
+
+    #[test]
+    fn a_writable_open_removes_the_spares_of_the_last_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = RecordLog::open(dir.path(), Bounds::EMPTY, 4, true).unwrap();
+        let ops: Vec<LogOp> = (1..=9).map(|i| append(i, b"record")).collect();
+        log.publish(log.write(&ops).unwrap(), || Ok(())).unwrap();
+        log.sync().unwrap();
+        log.publish(log.write(&[LogOp::Purge { upto: 8 }]).unwrap(), || Ok(()))
+            .unwrap();
+        let bounds = log.sync().unwrap();
+        assert_eq!(names(dir.path()), names_of(&[2], 2));
+        drop(log);
+        let log = RecordLog::open(dir.path(), bounds, 4, false).unwrap();
+        assert_eq!(all(&log, 0), vec![(9, b"record".to_vec())]);
+        drop(log);
+        assert_eq!(
+            names(dir.path()),
+            names_of(&[2], 2),
+            "a read-only open changes nothing"
+        );
+        let log = RecordLog::open(dir.path(), bounds, 4, true).unwrap();
+        assert_eq!(names(dir.path()), names_of(&[2], 0));
+        assert_eq!(all(&log, 0), vec![(9, b"record".to_vec())]);
     }
 
     #[test]
