@@ -571,23 +571,38 @@ impl<S: Store> Meta<S> {
         max_bytes: usize,
         reader: Option<UserId>,
     ) -> Result<Vec<Record>> {
+        let mut batch = ReadBatch::new(max_records, max_bytes);
+        self.changelog_read_more(from, reader, &mut batch)?;
+        Ok(batch.records)
+    }
+
+    /// Reads records from index `from` on into `batch` until it is full or the log ends;
+    /// returns the index to go on from (past every record visited, those outside the
+    /// reader's mask included).
+    fn changelog_read_more(
+        &self,
+        from: u64,
+        reader: Option<UserId>,
+        batch: &mut ReadBatch,
+    ) -> Result<u64> {
         self.blocking(|| {
             let snap = self.store.snapshot()?;
             let (mut from, mask) = (from, reader_mask(&snap, reader)?);
             if let Some((cleared, _)) = mask {
                 from = from.max(cleared + 1);
             }
-            let max_records = max_records.clamp(1, CL_READ_RECORDS_MAX);
-            let max_bytes = max_bytes.clamp(1, CL_READ_BYTES_MAX);
-            let mut records = Vec::new();
-            let mut bytes = 0;
+            let mut next = from;
+            if batch.full() {
+                return Ok(next);
+            }
             let mut bad = None;
             snap.log_visit(from, &mut |index, value| {
                 match Record::decode(index, value) {
                     Ok(record) => {
+                        next = index + 1;
                         if mask.is_none_or(|(_, m)| m.contains(record.kind)) {
-                            bytes += value.len();
-                            records.push(record);
+                            batch.bytes += value.len();
+                            batch.records.push(record);
                         }
                     }
                     Err(error) => {
@@ -597,7 +612,7 @@ impl<S: Store> Meta<S> {
                         return ControlFlow::Break(());
                     }
                 }
-                if records.len() >= max_records || bytes >= max_bytes {
+                if batch.full() {
                     ControlFlow::Break(())
                 } else {
                     ControlFlow::Continue(())
@@ -605,7 +620,7 @@ impl<S: Store> Meta<S> {
             })?;
             match bad {
                 Some(error) => Err(error),
-                None => Ok(records),
+                None => Ok(next),
             }
         })
     }
@@ -627,12 +642,13 @@ impl<S: Store> Meta<S> {
         follow: Follow,
     ) -> Result<Vec<Record>> {
         let mut last = self.changelog_last();
-        let mut records = self.changelog_read(from, max_records, max_bytes, reader)?;
-        let min_records = follow
-            .min_records
-            .clamp(1, max_records.clamp(1, CL_READ_RECORDS_MAX));
-        if records.len() >= min_records || follow.wait.is_zero() {
-            return Ok(records);
+        let mut batch = ReadBatch::new(max_records, max_bytes);
+        // Each read after a wait goes on from where the one before stopped: a record is
+        // decoded once per call, however many times the follower wakes.
+        let mut next = self.changelog_read_more(from, reader, &mut batch)?;
+        let min_records = follow.min_records.clamp(1, batch.max_records);
+        if batch.records.len() >= min_records || batch.full() || follow.wait.is_zero() {
+            return Ok(batch.records);
         }
         let called = tokio::time::Instant::now();
         let deadline = called + follow.wait;
@@ -640,11 +656,14 @@ impl<S: Store> Meta<S> {
         loop {
             let now = tokio::time::Instant::now();
             let lingering = now < linger_end;
-            if !lingering && !records.is_empty() {
+            if !lingering && !batch.records.is_empty() {
                 break;
             }
             let (until, index) = if lingering {
-                (linger_end, last + (min_records - records.len()) as u64)
+                (
+                    linger_end,
+                    last + (min_records - batch.records.len()) as u64,
+                )
             } else {
                 (deadline, last + 1)
             };
@@ -655,13 +674,13 @@ impl<S: Store> Meta<S> {
             let reached = self.changelog_wait_until(index, left).await?;
             if reached != last {
                 last = reached;
-                records = self.changelog_read(from, max_records, max_bytes, reader)?;
-                if records.len() >= min_records {
+                next = self.changelog_read_more(next, reader, &mut batch)?;
+                if batch.records.len() >= min_records || batch.full() {
                     break;
                 }
             }
         }
-        Ok(records)
+        Ok(batch.records)
     }
 
     /// The index of the last record committed.
@@ -707,6 +726,31 @@ impl<S: Store> Meta<S> {
 }
 
 /// A reader's cleared index and mask, if `reader` is given.
+/// The records of one read so far, and its limits (clamped to the namespace's).
+struct ReadBatch {
+    records: Vec<Record>,
+    /// Encoded bytes of `records`.
+    bytes: usize,
+    max_records: usize,
+    max_bytes: usize,
+}
+
+impl ReadBatch {
+    fn new(max_records: usize, max_bytes: usize) -> ReadBatch {
+        ReadBatch {
+            records: Vec::new(),
+            bytes: 0,
+            max_records: max_records.clamp(1, CL_READ_RECORDS_MAX),
+            max_bytes: max_bytes.clamp(1, CL_READ_BYTES_MAX),
+        }
+    }
+
+    /// No record more is taken (at least one is, whatever its size).
+    fn full(&self) -> bool {
+        self.records.len() >= self.max_records || self.bytes >= self.max_bytes
+    }
+}
+
 fn reader_mask<R: ReadTxn>(view: &R, reader: Option<UserId>) -> Result<Option<(u64, Mask)>> {
     let Some(id) = reader else {
         return Ok(None);
