@@ -10,7 +10,8 @@
 //! rate is the median of its slices' rates over every round: a host stall that lands in one
 //! slice (this machine's fsync sometimes takes tens of milliseconds) does not decide a ratio,
 //! while a cost a mode has in most slices does. The ratio of total times is reported beside
-//! it. Each client works in a directory of its own.
+//! it. Each client works in a directory of its own. Between rounds the file system is
+//! synced, so that removing one round's stores is not paid by the next round's slices.
 //!
 //! The reading reader also measures how soon it holds each record: from the time the record
 //! carries (its group's start, before the group's fsync) to the read returning it. That bounds
@@ -348,6 +349,25 @@ async fn drain(options: &ChangelogOptions, records: u64) -> Result<f64, String> 
     Ok(total as f64 / started.elapsed().as_secs_f64().max(1e-9))
 }
 
+/// Waits until the file system under `dir` has written out everything before, the removal of
+/// the round's three stores included (hundreds of MB: on a file system that discards freed
+/// blocks at its journal commit, that commit otherwise lands in the next round's first
+/// slices, whichever mode runs them).
+fn settle(dir: &std::path::Path) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let dir_file =
+        std::fs::File::open(dir).map_err(|e| format!("opening {}: {e}", dir.display()))?;
+    // SAFETY: syncfs reads nothing but the descriptor, which lives until the call returns.
+    if unsafe { libc::syncfs(dir_file.as_raw_fd()) } != 0 {
+        let error = std::io::Error::last_os_error();
+        return Err(format!(
+            "syncing the file system of {}: {error}",
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -374,6 +394,7 @@ pub fn run(options: &ChangelogOptions) -> Result<ChangelogReport, String> {
         let mut latencies = Vec::new();
         for _ in 0..options.repeat {
             let mut round = runtime.block_on(interleaved_round(options, clients))?;
+            settle(&options.dir)?;
             latencies.extend(round.latencies);
             let mut medians = [[0.0f64; 6]; 3];
             for (m, row) in round.slice_rates.iter_mut().enumerate() {
