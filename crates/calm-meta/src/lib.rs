@@ -729,7 +729,6 @@ impl<S: Store> Meta<S> {
     }
 }
 
-/// A reader's cleared index and mask, if `reader` is given.
 /// The records of one read so far, and its limits (clamped to the namespace's).
 struct ReadBatch {
     records: Vec<Record>,
@@ -755,6 +754,7 @@ impl ReadBatch {
     }
 }
 
+/// A reader's cleared index and mask, if `reader` is given.
 fn reader_mask<R: ReadTxn>(view: &R, reader: Option<UserId>) -> Result<Option<(u64, Mask)>> {
     let Some(id) = reader else {
         return Ok(None);
