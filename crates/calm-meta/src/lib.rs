@@ -80,11 +80,12 @@ impl Follow {
 /// A batching follower's records per answer, by default.
 pub const CL_FOLLOW_BATCH_RECORDS: usize = 1024;
 /// A batching follower's linger, by default: inside the 10 ms the changelog's commit-to-read
-/// goal allows (the bench's following reader: p99 6.1–6.3 ms at 1–16 clients), and a wake-up
+/// goal allows (the bench's following reader: p99 6.1–7.0 ms at 1–64 clients), and a wake-up
 /// every 5 ms instead of every 1 ms. Each wake-up of a follower costs the server's cores a
-/// reader's turn (on a VM, waking an idle vCPU): with 1 ms, the writes' rate with a following
-/// reader was 0.968 of the rate without a changelog (mean of 8 runs at 1–16 clients), with
-/// 5 ms 0.978 (docs/benchmarks/2026-11-23).
+/// reader's turn (on a VM, waking an idle vCPU). Measured on weak evidence
+/// (docs/benchmarks/2026-11-23): with 1 ms, the writes' rate with a following reader was 0.968
+/// of the rate without a changelog (mean of 8 runs at 1–16 clients), with 5 ms 0.978; two full
+/// runs with 5 ms then gave 0.981 and 0.969.
 pub const CL_FOLLOW_LINGER: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// Most records one changelog read returns.
