@@ -590,6 +590,9 @@ impl<S: Store> Meta<S> {
         reader: Option<UserId>,
         batch: &mut ReadBatch,
     ) -> Result<u64> {
+        if batch.full() {
+            return Ok(from);
+        }
         self.blocking(|| {
             let snap = self.store.snapshot()?;
             let (mut from, mask) = (from, reader_mask(&snap, reader)?);
@@ -597,9 +600,6 @@ impl<S: Store> Meta<S> {
                 from = from.max(cleared + 1);
             }
             let mut next = from;
-            if batch.full() {
-                return Ok(next);
-            }
             let mut bad = None;
             snap.log_visit(from, &mut |index, value| {
                 match Record::decode(index, value) {

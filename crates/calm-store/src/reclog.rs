@@ -191,11 +191,14 @@ impl Writer {
             self.spares.push((k, segment));
             return Ok(());
         }
+        // Both files are tried: one that stays is removed by the next writable open.
+        let mut outcome = Ok(());
         for ext in ["rec", "idx"] {
             let path = dir.join(segment_name(number, ext));
-            std::fs::remove_file(&path).map_err(|e| io("removing", &path, e))?;
+            let removed = std::fs::remove_file(&path).map_err(|e| io("removing", &path, e));
+            outcome = outcome.and(removed);
         }
-        Ok(())
+        outcome
     }
 
     /// A spare no reader holds, renamed to be segment `number`; `None` when there is none.
