@@ -13,7 +13,7 @@
 //! A reader's idle time counts from its last clear (or its registration): reading does not
 //! change the store, clearing does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::record::Mask;
 
@@ -166,6 +166,10 @@ impl std::error::Error for ChangelogError {}
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Registry {
     users: BTreeMap<UserId, User>,
+    /// `(cleared, id)` of every reader: the purge point and the most lagging reader are its
+    /// first entry, so the backlog check every operation makes does not grow with the number
+    /// of readers. Kept equal to `users` by every mutation.
+    by_cleared: BTreeSet<(u64, UserId)>,
     next_id: UserId,
     last_gc_ns: i64,
 }
@@ -181,6 +185,7 @@ impl Registry {
             .max(next_id)
             .max(1);
         Registry {
+            by_cleared: users.iter().map(|u| (u.cleared, u.id)).collect(),
             users: users.into_iter().map(|u| (u.id, u)).collect(),
             next_id,
             last_gc_ns: i64::MIN,
@@ -236,11 +241,17 @@ impl Registry {
         };
         self.next_id += 1;
         self.users.insert(user.id, user.clone());
+        self.by_cleared.insert((user.cleared, user.id));
         Ok(user)
     }
 
     pub fn deregister(&mut self, id: UserId) -> Result<User, ChangelogError> {
-        self.users.remove(&id).ok_or(ChangelogError::NoSuchUser(id))
+        let user = self
+            .users
+            .remove(&id)
+            .ok_or(ChangelogError::NoSuchUser(id))?;
+        self.by_cleared.remove(&(user.cleared, id));
+        Ok(user)
     }
 
     /// Marks every record up to `index` (0: up to `current`) processed by `id`. Clearing never
@@ -260,7 +271,11 @@ impl Registry {
             .users
             .get_mut(&id)
             .ok_or(ChangelogError::NoSuchUser(id))?;
-        user.cleared = user.cleared.max(index);
+        if index > user.cleared {
+            self.by_cleared.remove(&(user.cleared, id));
+            self.by_cleared.insert((index, id));
+            user.cleared = index;
+        }
         user.last_clear_ns = now_ns;
         Ok(user.clone())
     }
@@ -282,11 +297,9 @@ impl Registry {
     /// Records up to this index may be purged: every reader has cleared them (all of them,
     /// up to `current`, when no reader is left).
     pub fn purge_point(&self, current: u64) -> u64 {
-        self.users
-            .values()
-            .map(|u| u.cleared)
-            .min()
-            .unwrap_or(current)
+        self.by_cleared
+            .first()
+            .map_or(current, |&(cleared, _)| cleared)
     }
 
     /// Records some reader still needs.
@@ -296,10 +309,7 @@ impl Registry {
 
     /// The reader furthest behind (the lowest cleared index; the oldest id on a tie).
     pub fn most_lagging(&self) -> Option<UserId> {
-        self.users
-            .values()
-            .min_by_key(|u| (u.cleared, u.id))
-            .map(|u| u.id)
+        self.by_cleared.first().map(|&(_, id)| id)
     }
 
     /// Whether `adding` more records fit under the backlog limit. When they do not, the
@@ -349,5 +359,73 @@ impl Registry {
             })
             .map(|u| u.id)
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Register,
+        Deregister(u8),
+        /// A reader (by position) clears up to this many records past its cleared index.
+        Clear(u8, u8),
+        /// Records are appended.
+        Append(u8),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            Just(Step::Register),
+            any::<u8>().prop_map(Step::Deregister),
+            (any::<u8>(), 0u8..20).prop_map(|(u, n)| Step::Clear(u, n)),
+            (0u8..20).prop_map(Step::Append),
+        ]
+    }
+
+    proptest! {
+        /// The purge point and the most lagging reader, kept in an index, are what a scan of
+        /// every reader finds (the lowest cleared index; the lowest id on a tie).
+        #[test]
+        fn the_purge_point_and_the_most_lagging_reader_match_a_scan(
+            steps in prop::collection::vec(step(), 1..80)
+        ) {
+            let config = ChangelogConfig::default();
+            let mut registry = Registry::new(Vec::new(), 1);
+            let mut current = 0u64;
+            for step in steps {
+                let ids: Vec<UserId> = registry.users().map(|u| u.id).collect();
+                let pick = |k: u8| ids.get(usize::from(k) % ids.len().max(1)).copied();
+                match step {
+                    Step::Register => {
+                        registry.register("r", Mask::all(), current, 0, &config).unwrap();
+                    }
+                    Step::Deregister(k) => {
+                        if let Some(id) = pick(k) {
+                            registry.deregister(id).unwrap();
+                        }
+                    }
+                    Step::Clear(k, n) => {
+                        if let Some(id) = pick(k) {
+                            let cleared = registry.get(id).unwrap().cleared;
+                            let index = (cleared + u64::from(n)).min(current);
+                            registry.clear(id, index, current, 0).unwrap();
+                        }
+                    }
+                    Step::Append(n) => current += u64::from(n),
+                }
+                let scan_point = registry.users().map(|u| u.cleared).min().unwrap_or(current);
+                let scan_lagging = registry
+                    .users()
+                    .min_by_key(|u| (u.cleared, u.id))
+                    .map(|u| u.id);
+                prop_assert_eq!(registry.purge_point(current), scan_point);
+                prop_assert_eq!(registry.most_lagging(), scan_lagging);
+                prop_assert_eq!(registry.backlog(current), current - scan_point.min(current));
+            }
+        }
     }
 }
