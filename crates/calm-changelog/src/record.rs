@@ -268,6 +268,68 @@ pub struct Record {
     pub rename: Option<RenameFrom>,
 }
 
+/// A record's fields, borrowed: what the committer encodes for each operation without
+/// building a [`Record`] (whose owned names cost an allocation per record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordRef<'a> {
+    pub kind: RecordType,
+    pub flags: u16,
+    pub time_ns: i64,
+    pub target: u64,
+    pub generation: u64,
+    pub parent: u64,
+    pub name: &'a [u8],
+    pub session: u64,
+    pub uid: u32,
+    pub gid: u32,
+    /// RENME only.
+    pub rename: Option<RenameRef<'a>>,
+}
+
+/// The rename-specific part of a [`RecordRef`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenameRef<'a> {
+    pub source_parent: u64,
+    pub source_name: &'a [u8],
+    pub overwritten: u64,
+    pub overwritten_generation: u64,
+}
+
+impl RecordRef<'_> {
+    /// Encodes the record at the end of `out` (the same bytes as [`Record::encode_into`]);
+    /// on an error `out` is as it was.
+    pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<(), RecordError> {
+        let source_name = self.rename.map(|r| r.source_name);
+        for name in [Some(self.name), source_name].into_iter().flatten() {
+            if name.len() > RECORD_NAME_LEN_MAX {
+                return Err(RecordError::NameTooLong(name.len()));
+            }
+        }
+        let extra = source_name.map_or(0, |n| 26 + n.len());
+        out.reserve(RECORD_FIXED_LEN + self.name.len() + extra);
+        out.push(RECORD_VERSION);
+        out.push(self.kind as u8);
+        out.extend_from_slice(&self.flags.to_le_bytes());
+        out.extend_from_slice(&self.uid.to_le_bytes());
+        out.extend_from_slice(&self.gid.to_le_bytes());
+        out.extend_from_slice(&self.time_ns.to_le_bytes());
+        out.extend_from_slice(&self.target.to_le_bytes());
+        out.extend_from_slice(&self.generation.to_le_bytes());
+        out.extend_from_slice(&self.parent.to_le_bytes());
+        out.extend_from_slice(&self.session.to_le_bytes());
+        out.extend_from_slice(&(self.name.len() as u16).to_le_bytes());
+        out.extend_from_slice(self.name);
+        if let Some(r) = &self.rename {
+            out.extend_from_slice(&r.source_parent.to_le_bytes());
+            out.extend_from_slice(&r.overwritten.to_le_bytes());
+            out.extend_from_slice(&r.overwritten_generation.to_le_bytes());
+            out.extend_from_slice(&(r.source_name.len() as u16).to_le_bytes());
+            out.extend_from_slice(r.source_name);
+        }
+        Ok(())
+    }
+}
+
 fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Result<&'a [u8], RecordError> {
     if bytes.len() < n {
         return Err(RecordError::Truncated);
@@ -300,39 +362,29 @@ impl Record {
     /// Encodes the record at the end of `out` (a buffer used again and again saves an
     /// allocation per record); on an error `out` is as it was.
     pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<(), RecordError> {
-        let extra = self.rename.as_ref().map_or(0, |r| 26 + r.source_name.len());
-        for name in [
-            Some(&self.name),
-            self.rename.as_ref().map(|r| &r.source_name),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            if name.len() > RECORD_NAME_LEN_MAX {
-                return Err(RecordError::NameTooLong(name.len()));
-            }
+        self.as_ref().encode_into(out)
+    }
+
+    /// The record's fields, borrowed (its index aside, which is not encoded).
+    pub fn as_ref(&self) -> RecordRef<'_> {
+        RecordRef {
+            kind: self.kind,
+            flags: self.flags,
+            time_ns: self.time_ns,
+            target: self.target,
+            generation: self.generation,
+            parent: self.parent,
+            name: &self.name,
+            session: self.session,
+            uid: self.uid,
+            gid: self.gid,
+            rename: self.rename.as_ref().map(|r| RenameRef {
+                source_parent: r.source_parent,
+                source_name: &r.source_name,
+                overwritten: r.overwritten,
+                overwritten_generation: r.overwritten_generation,
+            }),
         }
-        out.reserve(RECORD_FIXED_LEN + self.name.len() + extra);
-        out.push(RECORD_VERSION);
-        out.push(self.kind as u8);
-        out.extend_from_slice(&self.flags.to_le_bytes());
-        out.extend_from_slice(&self.uid.to_le_bytes());
-        out.extend_from_slice(&self.gid.to_le_bytes());
-        out.extend_from_slice(&self.time_ns.to_le_bytes());
-        out.extend_from_slice(&self.target.to_le_bytes());
-        out.extend_from_slice(&self.generation.to_le_bytes());
-        out.extend_from_slice(&self.parent.to_le_bytes());
-        out.extend_from_slice(&self.session.to_le_bytes());
-        out.extend_from_slice(&(self.name.len() as u16).to_le_bytes());
-        out.extend_from_slice(&self.name);
-        if let Some(r) = &self.rename {
-            out.extend_from_slice(&r.source_parent.to_le_bytes());
-            out.extend_from_slice(&r.overwritten.to_le_bytes());
-            out.extend_from_slice(&r.overwritten_generation.to_le_bytes());
-            out.extend_from_slice(&(r.source_name.len() as u16).to_le_bytes());
-            out.extend_from_slice(&r.source_name);
-        }
-        Ok(())
     }
 
     pub fn decode(index: u64, mut bytes: &[u8]) -> Result<Record, RecordError> {

@@ -14,6 +14,9 @@
 //! mutations (register, deregister, clear, mask), purge and idle GC. The record format and the
 //! reader rules are calm-changelog's.
 
+use std::sync::Arc;
+
+use calm_changelog::record::RecordRef;
 use calm_changelog::{
     ChangelogConfig, ChangelogError, Mask, Record, RecordType, Registry, User, UserId,
 };
@@ -36,10 +39,13 @@ pub struct Caller {
 /// alone when the committer is idle).
 pub const PURGE_RECORDS_PER_STEP: u64 = 2048;
 
-/// The committer's changelog state. Cloned before a group and put back if its commit fails.
-#[derive(Debug, Clone)]
+/// The committer's changelog state. Cloned before a group and put back if its commit fails:
+/// the clone allocates nothing (the readers are shared until a group changes them, the
+/// encoding buffer is not copied), as most groups only append records.
+#[derive(Debug)]
 pub struct ClState {
-    pub registry: Registry,
+    /// The readers (copied on the first change after a clone: `Arc::make_mut`).
+    pub registry: Arc<Registry>,
     /// Index of the last record written (0: none).
     pub last: u64,
     /// Index of the first record still stored (`last + 1` when none is).
@@ -59,11 +65,26 @@ pub struct ClState {
     scratch: Vec<u8>,
 }
 
+impl Clone for ClState {
+    fn clone(&self) -> Self {
+        ClState {
+            registry: self.registry.clone(),
+            last: self.last,
+            first: self.first,
+            config: self.config,
+            mask: self.mask,
+            purge_deferred: self.purge_deferred,
+            counted: self.counted,
+            scratch: Vec::new(),
+        }
+    }
+}
+
 impl ClState {
     pub fn new(registry: Registry, last: u64, first: u64, config: ChangelogConfig) -> Self {
         let mask = registry.global_mask();
         ClState {
-            registry,
+            registry: Arc::new(registry),
             last,
             first,
             config,
@@ -167,28 +188,30 @@ impl ClState {
         now: i64,
         caller: Caller,
     ) -> Outcome<()> {
-        self.registry.deregister(id).map_err(cl_error)?;
+        Arc::make_mut(&mut self.registry)
+            .deregister(id)
+            .map_err(cl_error)?;
         txn.delete(&cl_user_key(id))?;
         self.refresh_mask();
         let text = format!("cl{id} deregistered: {why}");
-        self.append(txn, mark(text.into_bytes(), now, caller))
+        self.append(txn, mark(text.into_bytes(), now, caller).as_ref())
     }
 
-    /// Appends `record` (its index is assigned here) if its type is wanted.
-    pub fn append<T: WriteTxn>(&mut self, txn: &mut T, mut record: Record) -> Outcome<()> {
+    /// Appends `record` under the next index if its type is wanted.
+    pub fn append<T: WriteTxn>(&mut self, txn: &mut T, record: RecordRef<'_>) -> Outcome<()> {
         if !self.wants(record.kind) {
             return Ok(());
         }
-        record.index = self.last + 1;
+        let index = self.last + 1;
         self.scratch.clear();
         record
             .encode_into(&mut self.scratch)
             .map_err(|e| Failure::Meta(MetaError::Invalid(e.to_string())))?;
-        txn.log_append(record.index, &self.scratch)?;
+        txn.log_append(index, &self.scratch)?;
         if self.counted {
-            txn.put(KEY_CL_LAST, &record.index.to_le_bytes())?;
+            txn.put(KEY_CL_LAST, &index.to_le_bytes())?;
         }
-        self.last = record.index;
+        self.last = index;
         Ok(())
     }
 
@@ -199,8 +222,7 @@ impl ClState {
         mask: Mask,
         now: i64,
     ) -> Outcome<User> {
-        let user = self
-            .registry
+        let user = Arc::make_mut(&mut self.registry)
             .register(name, mask, self.last, now, &self.config)
             .map_err(cl_error)?;
         txn.put(&cl_user_key(user.id), &user.encode())?;
@@ -210,7 +232,9 @@ impl ClState {
     }
 
     pub fn deregister<T: WriteTxn>(&mut self, txn: &mut T, id: UserId) -> Outcome<User> {
-        let user = self.registry.deregister(id).map_err(cl_error)?;
+        let user = Arc::make_mut(&mut self.registry)
+            .deregister(id)
+            .map_err(cl_error)?;
         txn.delete(&cl_user_key(id))?;
         self.refresh_mask();
         Ok(user)
@@ -223,8 +247,7 @@ impl ClState {
         index: u64,
         now: i64,
     ) -> Outcome<User> {
-        let user = self
-            .registry
+        let user = Arc::make_mut(&mut self.registry)
             .clear(id, index, self.last, now)
             .map_err(cl_error)?;
         txn.put(&cl_user_key(id), &user.encode())?;
@@ -232,7 +255,9 @@ impl ClState {
     }
 
     pub fn set_mask<T: WriteTxn>(&mut self, txn: &mut T, id: UserId, mask: Mask) -> Outcome<User> {
-        let user = self.registry.set_mask(id, mask).map_err(cl_error)?;
+        let user = Arc::make_mut(&mut self.registry)
+            .set_mask(id, mask)
+            .map_err(cl_error)?;
         txn.put(&cl_user_key(id), &user.encode())?;
         self.refresh_mask();
         Ok(user)
@@ -270,7 +295,7 @@ impl ClState {
 
     /// Deregisters readers idle past the configured limits, when a GC pass is due.
     pub fn gc_idle<T: WriteTxn>(&mut self, txn: &mut T, now: i64) -> Outcome<Vec<UserId>> {
-        let victims = self.registry.idle_victims(self.last, now, &self.config);
+        let victims = Arc::make_mut(&mut self.registry).idle_victims(self.last, now, &self.config);
         for id in &victims {
             tracing::warn!(
                 reader = id,

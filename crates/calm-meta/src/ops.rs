@@ -13,8 +13,8 @@ use std::ops::ControlFlow;
 
 use calm_store::{ReadTxn, StoreError, WriteTxn};
 
-use calm_changelog::record::RenameFrom;
-use calm_changelog::{Mask, Record, RecordType, User, UserId, flags as cl_flags};
+use calm_changelog::record::{RecordRef, RenameRef};
+use calm_changelog::{Mask, RecordType, User, UserId, flags as cl_flags};
 
 use crate::alloc::HandleAllocator;
 use crate::changelog::{Caller, ClState};
@@ -225,20 +225,16 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
         generation: u64,
         parent: Handle,
         name: &[u8],
-        rename: Option<RenameFrom>,
+        rename: Option<RenameRef<'_>>,
     ) -> Outcome<()> {
-        if !self.cl.wants(kind) {
-            return Ok(());
-        }
-        let record = Record {
-            index: 0,
+        let record = RecordRef {
             kind,
             flags,
             time_ns: self.now,
             target,
             generation,
             parent,
-            name: name.to_vec(),
+            name,
             session: self.caller.session,
             uid: self.caller.uid,
             gid: self.caller.gid,
@@ -872,9 +868,9 @@ fn rename<T: WriteTxn>(
     staged.get(src.child).ctime_ns = now;
     let source_generation = staged.get(src.child).generation;
     let mut flags = 0;
-    let mut rename_from = RenameFrom {
+    let mut rename_from = RenameRef {
         source_parent: sp,
-        source_name: sname.to_vec(),
+        source_name: sname,
         overwritten: 0,
         overwritten_generation: 0,
     };
