@@ -134,14 +134,16 @@ pub enum Bench {
         #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
         clients: Vec<usize>,
         /// Operations per phase and client (a round does at most --ops-max per phase). The
-        /// defaults take about 7 minutes here; with half as many and 3 rounds, the A/A ratios
-        /// (--calibrate) spread a third more (standard deviation 0.021–0.025, not 0.016).
+        /// defaults take about 11 minutes here; with half as many and 3 rounds, the A/A ratios
+        /// (--calibrate) spread a third more.
         #[arg(long, default_value_t = 4000)]
         ops_per_client: u64,
         #[arg(long, default_value_t = 40_000)]
         ops_max: u64,
-        /// Rounds per client count; a rate is the median of every round's slices.
-        #[arg(long, default_value_t = 5)]
+        /// Rounds per client count (fresh stores each); a rate is a median over every
+        /// round's slices. 8 rounds: a store's own speed, which lasts its round, is averaged
+        /// over 8 stores per mode (5 before: an A/A standard deviation of 0.012).
+        #[arg(long, default_value_t = 8)]
         repeat: usize,
         /// Where the temporary stores are made.
         #[arg(long, default_value = ".")]
