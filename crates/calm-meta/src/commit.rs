@@ -32,6 +32,11 @@ pub struct MetaOptions {
     pub batch_ops_max: usize,
     /// Changelog limits and GC.
     pub changelog: ChangelogConfig,
+    /// The object store for file contents, as given by the operator: kept when the namespace
+    /// is created; refused when it differs from the one a namespace already has.
+    pub objects_url: Option<String>,
+    /// The object store a namespace created without `objects_url` gets.
+    pub objects_url_default: Option<String>,
 }
 
 impl Default for MetaOptions {
@@ -41,6 +46,8 @@ impl Default for MetaOptions {
             queue_ops_max: 65_536,
             batch_ops_max: 8192,
             changelog: ChangelogConfig::default(),
+            objects_url: None,
+            objects_url_default: None,
         }
     }
 }

@@ -36,6 +36,9 @@ pub struct FsckReport {
     pub directories: u64,
     pub dentries: u64,
     pub xattrs: u64,
+    /// File chunks, and the slice records they hold.
+    pub chunks: u64,
+    pub slice_records: u64,
     pub changelog_records: u64,
     pub changelog_readers: u64,
     pub handle_high_water: u64,
@@ -185,7 +188,7 @@ impl Checker {
                         Ok(n) => self.report.handle_high_water = n,
                         Err(e) => self.report.problem(format!("high-water mark: {e}")),
                     }
-                } else if key != KEY_EPOCH {
+                } else if key != KEY_EPOCH && key != KEY_OBJECTS {
                     self.report.problem(format!(
                         "unknown superblock field {:?}",
                         String::from_utf8_lossy(key)
@@ -195,6 +198,24 @@ impl Checker {
             TAG_XATTR => {
                 self.enter(Phase::After);
                 self.xattr(key);
+            }
+            TAG_CHUNK => {
+                self.enter(Phase::After);
+                self.chunk(key, value);
+            }
+            // The deletion queue and the shared-object counts name objects, not inodes: they
+            // may sit between the names and the inodes, so they leave the phase as it is.
+            TAG_GC => {
+                if gc_key_parts(key).is_none() || value.len() != 4 {
+                    self.report
+                        .problem(format!("deletion queue entry {key:?} does not decode"));
+                }
+            }
+            TAG_REF => {
+                if key.len() != 9 || decode_counter(key, value).map_or(true, |n| n < 2) {
+                    self.report
+                        .problem(format!("shared object count {key:?} does not decode"));
+                }
             }
             TAG_CL_USER => {
                 self.enter(Phase::After);
@@ -413,6 +434,33 @@ impl Checker {
             if inode.kind == Kind::File {
                 self.file_bytes += inode.size;
             }
+        }
+    }
+
+    /// A chunk of a live file, whose records fit it and name objects handed out.
+    fn chunk(&mut self, key: &[u8], value: &[u8]) {
+        let (Some(handle), Some(chunk)) = (key_handle(key), key_chunk(key)) else {
+            return self.report.problem(format!("chunk key {key:?} does not decode"));
+        };
+        self.report.chunks += 1;
+        if self.live.binary_search(&handle).is_err() {
+            self.report.problem(format!(
+                "chunk {chunk} of handle {handle}, which is not a live inode"
+            ));
+        }
+        match crate::slices::decode_chunk(value) {
+            Ok(slices) => {
+                self.report.slice_records += slices.len() as u64;
+                for slice in slices {
+                    if let Err(error) = slice.check() {
+                        self.report
+                            .problem(format!("chunk {chunk} of handle {handle}: {error}"));
+                    }
+                }
+            }
+            Err(error) => self
+                .report
+                .problem(format!("chunk {chunk} of handle {handle}: {error}")),
         }
     }
 

@@ -13,6 +13,9 @@
 //! | `S`    | `S` field-name                        | superblock field                       |
 //! | `U`    | `U` reader:u32be                      | changelog reader (calm-changelog)      |
 //! | `X`    | `X` handle:u64be name                 | xattr value                            |
+//! | `G`    | `G` queued_ns:u64be id:u64be          | object size:u32 (deletion queue)       |
+//! | `J`    | `J` handle:u64be chunk:u64be          | slice records (crate::slices)          |
+//! | `R`    | `R` id:u64be                          | records naming the object, when > 1    |
 //! | `0xFF` | `0xFF` index:u64be                    | changelog record (calm-changelog)      |
 //!
 //! A directory's readdir index and its names share the prefix `D parent`, so they sit side by
@@ -23,9 +26,11 @@
 use crate::error::{MetaError, Result};
 use crate::types::{Handle, Kind};
 
-/// The format this build writes. Version 2 added the changelog (`0xFF`, `U`, `Ncl_*`); a
-/// version-1 store has none of those keys and is upgraded in place when opened for writing.
-pub const FORMAT_VERSION: u32 = 2;
+/// The format this build writes. Version 2 added the changelog (`0xFF`, `U`, `Ncl_*`);
+/// version 3 the file contents (`J` chunks, `G` deletion queue, `R` shared objects,
+/// `Sobjects`, `Nslice_next`). An older store has none of those keys and is upgraded in place
+/// when opened for writing.
+pub const FORMAT_VERSION: u32 = 3;
 /// The oldest format this build opens.
 pub const FORMAT_VERSION_MIN: u32 = 1;
 /// First bytes of the format field, so a foreign store is refused rather than misread.
@@ -46,6 +51,13 @@ pub const TAG_COUNTER: u8 = b'N';
 pub const TAG_SUPER: u8 = b'S';
 pub const TAG_CL_USER: u8 = b'U';
 pub const TAG_XATTR: u8 = b'X';
+/// A file's chunk: its slice records (crate::slices). After `I`, so that fsck checks each
+/// against the live inodes as it does xattrs.
+pub const TAG_CHUNK: u8 = b'J';
+/// The deletion queue: objects no record names any more, by the time they were queued.
+pub const TAG_GC: u8 = b'G';
+/// Objects named by more than one record (an append split over two chunks): the count.
+pub const TAG_REF: u8 = b'R';
 
 /// Superblock: magic and format version.
 pub const KEY_FORMAT: &[u8] = b"Sformat";
@@ -61,6 +73,10 @@ pub const KEY_FILE_BYTES: &[u8] = b"Nfile_bytes";
 /// Counter: the index of the last changelog record written, as of the last purge step (the
 /// last record's own key is the live value; this keeps it when every record is purged).
 pub const KEY_CL_LAST: &[u8] = b"Ncl_last";
+/// Superblock: the URL of the object store holding the namespace's file contents.
+pub const KEY_OBJECTS: &[u8] = b"Sobjects";
+/// Counter: the next slice id (ids are never reused; 0 is the hole).
+pub const KEY_SLICE_NEXT: &[u8] = b"Nslice_next";
 /// Counter: the next changelog reader id (ids are never reused).
 pub const KEY_CL_USER_NEXT: &[u8] = b"Ncl_user_next";
 
@@ -156,6 +172,50 @@ pub fn xattr_range(handle: Handle) -> ([u8; 9], [u8; 9]) {
         handle_prefix(TAG_XATTR, handle),
         handle_prefix(TAG_XATTR, handle + 1),
     )
+}
+
+pub fn chunk_key(handle: Handle, chunk: u64) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    k[..9].copy_from_slice(&handle_prefix(TAG_CHUNK, handle));
+    k[9..].copy_from_slice(&chunk.to_be_bytes());
+    k
+}
+
+/// `[start, end)` of every chunk of `handle`.
+pub fn chunk_range(handle: Handle) -> ([u8; 9], [u8; 9]) {
+    (
+        handle_prefix(TAG_CHUNK, handle),
+        handle_prefix(TAG_CHUNK, handle + 1),
+    )
+}
+
+/// The chunk index a chunk key names.
+pub fn key_chunk(key: &[u8]) -> Option<u64> {
+    (key.len() == 17).then(|| u64::from_be_bytes(key[9..17].try_into().expect("8 bytes")))
+}
+
+pub fn gc_key(queued_ns: u64, id: u64) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    k[0] = TAG_GC;
+    k[1..9].copy_from_slice(&queued_ns.to_be_bytes());
+    k[9..].copy_from_slice(&id.to_be_bytes());
+    k
+}
+
+/// `(queued_ns, id)` of a deletion-queue key.
+pub fn gc_key_parts(key: &[u8]) -> Option<(u64, u64)> {
+    (key.len() == 17 && key[0] == TAG_GC).then(|| {
+        (
+            u64::from_be_bytes(key[1..9].try_into().expect("8 bytes")),
+            u64::from_be_bytes(key[9..17].try_into().expect("8 bytes")),
+        )
+    })
+}
+
+pub const GC_END: &[u8] = &[TAG_GC + 1];
+
+pub fn ref_key(id: u64) -> [u8; 9] {
+    handle_prefix(TAG_REF, id)
 }
 
 /// Reads the big-endian handle at `key[1..9]`.

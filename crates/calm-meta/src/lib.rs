@@ -5,7 +5,8 @@
 //! ([`commit`]) and their futures complete once the commit that holds them is durable.
 //!
 //! What it deliberately does not know: the wire (gRPC lives in calm-server), errno beyond the
-//! mapping table in [`error`], file data (kept outside the metadata store), permissions (the
+//! mapping table in [`error`], the bytes of files (only which object ranges make them up:
+//! [`slices`]; calm-data moves the bytes), permissions (the
 //! FUSE client checks them with the attributes it gets, as `default_permissions` does), and
 //! clocks other than the committer's `now`.
 //!
@@ -15,10 +16,13 @@
 pub mod alloc;
 pub mod changelog;
 pub mod commit;
+pub mod data;
+pub(crate) mod data_ops;
 pub mod error;
 pub mod fsck;
 pub mod layout;
 pub mod ops;
+pub mod slices;
 pub mod types;
 
 use std::ops::ControlFlow;
@@ -30,6 +34,7 @@ use calm_store::{ReadTxn, Store, WriteTxn, decode_counter};
 use tokio::sync::{mpsc, oneshot};
 
 pub use crate::changelog::Caller;
+pub use crate::data::{FileMap, Garbage, MAP_RECORDS_MAX};
 pub use crate::commit::{CommitStats, FOLLOWERS_WAITING_MAX, MetaOptions, SHARED_BATCH_OPS_MAX};
 pub use crate::error::{MetaError, Result};
 use crate::layout::*;
@@ -820,6 +825,20 @@ fn open_txn<S: Store>(
                 ));
             }
             format_store(&mut txn)?;
+        }
+    }
+    match (txn.get(KEY_OBJECTS)?, &options.objects_url) {
+        (Some(kept), Some(given)) if kept.as_ref() != given.as_bytes() => {
+            return Err(MetaError::Invalid(format!(
+                "this namespace keeps its file contents in {}; it cannot move to {given}",
+                String::from_utf8_lossy(&kept)
+            )));
+        }
+        (Some(_), _) => {}
+        (None, given) => {
+            if let Some(url) = given.as_ref().or(options.objects_url_default.as_ref()) {
+                txn.put(KEY_OBJECTS, url.as_bytes())?;
+            }
         }
     }
     let epoch = txn.add(KEY_EPOCH, 1)?;

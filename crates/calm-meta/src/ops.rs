@@ -16,6 +16,8 @@ use calm_store::{ReadTxn, StoreError, WriteTxn};
 use calm_changelog::record::{RecordRef, RenameRef};
 use calm_changelog::{Mask, RecordType, User, UserId, flags as cl_flags};
 
+use crate::slices::Slice;
+
 use crate::alloc::HandleAllocator;
 use crate::changelog::{Caller, ClState};
 use crate::error::MetaError;
@@ -87,6 +89,27 @@ pub enum Op {
     },
     /// Changelog: deregister readers idle past the limits, if a GC pass is due.
     ClGc,
+    /// File contents: place slice records (written objects, or holes) in a file's chunks and
+    /// make the size at least `end` (and at least the end of every record); sets mtime.
+    Write {
+        handle: Handle,
+        slices: Vec<(u64, Slice)>,
+        end: u64,
+    },
+    /// File contents: place the whole of object `id` (`size` bytes) at the file's current end.
+    Append { handle: Handle, id: u64, size: u32 },
+    /// File contents: replace a chunk's records by one slice holding its visible bytes, if the
+    /// chunk is still `expected` (else busy: it changed meanwhile).
+    Compact {
+        handle: Handle,
+        chunk: u64,
+        expected: Vec<u8>,
+        slice: Slice,
+    },
+    /// Hands out `count` new slice ids.
+    AllocSlices { count: u64 },
+    /// The objects of these deletion-queue entries `(queued_ns, id)` are deleted.
+    GcDone { entries: Vec<(u64, u64)> },
 }
 
 /// What a successful mutation returns.
@@ -95,6 +118,8 @@ pub enum Done {
     Attr(Attr),
     Nothing,
     User(User),
+    /// The first of the slice ids handed out.
+    Ids(u64),
 }
 
 /// Why a mutation failed.
@@ -148,7 +173,7 @@ pub struct Ctx<'a, T> {
     /// Inodes read or changed by this group; `None` = removed.
     inodes: HashMap<Handle, Cached>,
     inode_delta: i64,
-    file_bytes_delta: i64,
+    pub(crate) file_bytes_delta: i64,
 }
 
 struct Cached {
@@ -178,7 +203,7 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
     }
 
     /// The inode `handle` as this group sees it.
-    fn load(&mut self, handle: Handle) -> Outcome<Inode> {
+    pub(crate) fn load(&mut self, handle: Handle) -> Outcome<Inode> {
         if let Some(cached) = self.inodes.get(&handle) {
             return cached
                 .inode
@@ -204,7 +229,7 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
         Ok(inode)
     }
 
-    fn store(&mut self, inode: Inode) {
+    pub(crate) fn store(&mut self, inode: Inode) {
         self.inodes.insert(
             inode.handle,
             Cached {
@@ -217,7 +242,7 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
     /// Appends a changelog record of the operation being applied (if some reader wants its
     /// type), in the group's transaction.
     #[allow(clippy::too_many_arguments)]
-    fn record(
+    pub(crate) fn record(
         &mut self,
         kind: RecordType,
         flags: u16,
@@ -413,6 +438,7 @@ fn destroy<T: WriteTxn>(ctx: &mut Ctx<'_, T>, inode: &Inode) -> Outcome<()> {
     ctx.inode_delta -= 1;
     if inode.kind == Kind::File {
         ctx.file_bytes_delta -= inode.size as i64;
+        crate::data_ops::truncate_chunks(ctx, inode.handle, 0)?;
     }
     Ok(())
 }
@@ -441,11 +467,15 @@ pub fn record_type(op: &Op) -> Option<RecordType> {
         Op::Rename { .. } => RecordType::Rename,
         Op::SetAttr { attr, .. } => setattr_record_type(attr),
         Op::SetXattr { .. } | Op::RemoveXattr { .. } => RecordType::Xattr,
+        Op::Write { .. } | Op::Append { .. } => RecordType::Mtime,
         Op::ClRegister { .. }
         | Op::ClDeregister { .. }
         | Op::ClClear { .. }
         | Op::ClMask { .. }
-        | Op::ClGc => return None,
+        | Op::ClGc
+        | Op::Compact { .. }
+        | Op::AllocSlices { .. }
+        | Op::GcDone { .. } => return None,
     })
 }
 
@@ -519,6 +549,20 @@ pub fn apply<T: WriteTxn>(ctx: &mut Ctx<'_, T>, op: &Op) -> Outcome<Done> {
             ctx.cl.clear(ctx.txn, *id, *index, now).map(Done::User)
         }
         Op::ClMask { id, mask } => ctx.cl.set_mask(ctx.txn, *id, *mask).map(Done::User),
+        Op::Write {
+            handle,
+            slices,
+            end,
+        } => crate::data_ops::write(ctx, *handle, slices, *end),
+        Op::Append { handle, id, size } => crate::data_ops::append(ctx, *handle, *id, *size),
+        Op::Compact {
+            handle,
+            chunk,
+            expected,
+            slice,
+        } => crate::data_ops::compact(ctx, *handle, *chunk, expected, slice),
+        Op::AllocSlices { count } => crate::data_ops::alloc_slices(ctx, *count),
+        Op::GcDone { entries } => crate::data_ops::gc_done(ctx, entries),
         Op::ClGc => {
             let now = ctx.now;
             ctx.cl.gc_idle(ctx.txn, now).map(|_| Done::Nothing)
@@ -956,6 +1000,9 @@ fn setattr<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle, attr: &SetAttr) ->
     if let Some(size) = attr.size
         && size != inode.size
     {
+        if size < inode.size {
+            crate::data_ops::truncate_chunks(ctx, handle, size)?;
+        }
         ctx.file_bytes_delta += size as i64 - inode.size as i64;
         inode.size = size;
         if attr.mtime.is_none() {

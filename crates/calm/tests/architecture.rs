@@ -70,4 +70,11 @@ fn pure_crates_keep_their_dependencies_out() {
     assert_absent("calm-proto", &["heed", "calm-server", "calm-client"]);
     assert_absent("calm-client", &["heed", "calm-server"]);
     assert_absent("calm-server", &["heed", "clap", "indicatif"]);
+    // The data plane knows no FUSE, no wire and no metadata store; the namespace knows no
+    // object store.
+    assert_absent(
+        "calm-data",
+        &["fuser", "tonic", "prost", "heed", "calm-store-etcd", "calm-proto"],
+    );
+    assert_absent("calm-meta", &["object_store", "calm-data", "reqwest"]);
 }

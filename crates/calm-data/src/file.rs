@@ -1,0 +1,470 @@
+//! What a mount knows of one file's contents: the slice records committed (from the server's
+//! map, and this mount's own commits), and the writes not committed yet, buffered in memory as
+//! pending slices. Pure and synchronous: the caller uploads the blocks it is handed, commits
+//! the records it is given, and fetches the object ranges a read plan names.
+//!
+//! A write extends the last pending slice when it continues it (or rewrites a part of it whose
+//! blocks are not uploaded yet); otherwise it starts a new slice. A block that fills up is
+//! handed out for upload at once, so that a long sequential write uploads while it goes on;
+//! [`FileData::seal`] hands out the rest before a commit. Reads see the pending slices over
+//! the committed ones (a process reads what it wrote before it is committed).
+
+use std::collections::{BTreeMap, HashMap};
+
+use bytes::Bytes;
+use calm_meta::slices::{
+    BLOCK_BYTES, CHUNK_BYTES, Slice, Source, extent, pieces_in, split, view,
+};
+
+/// Pending slices of one file past which the writer commits before taking more writes.
+pub const PENDING_SLICES_MAX: usize = 1024;
+
+/// A block to upload: block `block` of slice `id`.
+#[derive(Debug, Clone)]
+pub struct Upload {
+    pub id: u64,
+    pub block: u32,
+    pub data: Bytes,
+}
+
+#[derive(Debug)]
+enum Block {
+    /// Still written to.
+    Open(Vec<u8>),
+    /// Handed out for upload: never written again.
+    Frozen(Bytes),
+}
+
+impl Block {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Block::Open(v) => v,
+            Block::Frozen(b) => b,
+        }
+    }
+}
+
+/// A write not committed yet: `len` bytes at `pos` of chunk `chunk`, to become object `id`.
+#[derive(Debug)]
+pub struct Pending {
+    pub id: u64,
+    pub chunk: u64,
+    pub pos: u32,
+    pub len: u32,
+    blocks: Vec<Block>,
+    /// No more writes go into it (a commit is taking it).
+    sealed: bool,
+}
+
+impl Pending {
+    /// Whether `n` bytes at slice offset `at` can be written into this slice.
+    fn takes(&self, at: u32, n: u32) -> bool {
+        if self.sealed || at > self.len {
+            return false;
+        }
+        let end = u64::from(at) + u64::from(n);
+        if u64::from(self.pos) + end > CHUNK_BYTES {
+            return false;
+        }
+        let first = (u64::from(at) / BLOCK_BYTES) as usize;
+        let last = ((end - 1) / BLOCK_BYTES) as usize;
+        self.blocks
+            .get(first..=last.min(self.blocks.len().saturating_sub(1)))
+            .is_none_or(|bs| bs.iter().all(|b| matches!(b, Block::Open(_))))
+    }
+
+    /// Writes `data` at slice offset `at`; returns the blocks it filled.
+    fn put(&mut self, at: u32, data: &[u8], uploads: &mut Vec<Upload>) {
+        let mut done = 0usize;
+        while done < data.len() {
+            let r = u64::from(at) + done as u64;
+            let b = (r / BLOCK_BYTES) as usize;
+            let in_block = (r % BLOCK_BYTES) as usize;
+            let n = (BLOCK_BYTES as usize - in_block).min(data.len() - done);
+            while self.blocks.len() <= b {
+                self.blocks.push(Block::Open(Vec::new()));
+            }
+            let Block::Open(buf) = &mut self.blocks[b] else {
+                unreachable!("takes() checked that the blocks written are open");
+            };
+            if buf.len() < in_block + n {
+                buf.resize(in_block + n, 0);
+            }
+            buf[in_block..in_block + n].copy_from_slice(&data[done..done + n]);
+            done += n;
+            let end = (r + n as u64) as u32;
+            self.len = self.len.max(end);
+            if buf.len() as u64 == BLOCK_BYTES {
+                self.freeze(b, uploads);
+            }
+        }
+    }
+
+    fn freeze(&mut self, b: usize, uploads: &mut Vec<Upload>) {
+        if let Block::Open(buf) = &mut self.blocks[b] {
+            let data = Bytes::from(std::mem::take(buf));
+            uploads.push(Upload {
+                id: self.id,
+                block: b as u32,
+                data: data.clone(),
+            });
+            self.blocks[b] = Block::Frozen(data);
+        }
+    }
+
+    /// Bytes `[from, to)` of the slice.
+    fn bytes(&self, from: u32, to: u32) -> Vec<u8> {
+        let mut out = vec![0u8; (to - from) as usize];
+        for (b, block) in self.blocks.iter().enumerate() {
+            let start = b as u64 * BLOCK_BYTES;
+            let data = block.bytes();
+            let (lo, hi) = (
+                u64::from(from).max(start),
+                u64::from(to).min(start + data.len() as u64),
+            );
+            if lo < hi {
+                out[(lo - u64::from(from)) as usize..(hi - u64::from(from)) as usize]
+                    .copy_from_slice(&data[(lo - start) as usize..(hi - start) as usize]);
+            }
+        }
+        out
+    }
+
+    /// The record this slice becomes.
+    pub fn record(&self) -> (u64, Slice) {
+        (
+            self.chunk,
+            Slice {
+                id: self.id,
+                size: self.len,
+                off: 0,
+                len: self.len,
+                pos: self.pos,
+            },
+        )
+    }
+}
+
+/// One part of a read, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    Zeros(u64),
+    Memory(Bytes),
+    Object { id: u64, size: u32, off: u32, len: u32 },
+}
+
+impl Part {
+    pub fn len(&self) -> u64 {
+        match self {
+            Part::Zeros(n) => *n,
+            Part::Memory(b) => b.len() as u64,
+            Part::Object { len, .. } => u64::from(*len),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One file's contents as this mount knows them.
+#[derive(Debug, Default)]
+pub struct FileData {
+    chunks: BTreeMap<u64, Vec<Slice>>,
+    /// The size the server last answered with.
+    size: u64,
+    pending: Vec<Pending>,
+    pending_bytes: u64,
+}
+
+impl FileData {
+    /// The contents the server's map describes.
+    pub fn new(size: u64, chunks: Vec<(u64, Vec<Slice>)>) -> FileData {
+        FileData {
+            chunks: chunks.into_iter().collect(),
+            size,
+            ..FileData::default()
+        }
+    }
+
+    /// Replaces what was committed by a fresher map; pending writes stay.
+    pub fn refresh(&mut self, size: u64, chunks: Vec<(u64, Vec<Slice>)>) {
+        self.chunks = chunks.into_iter().collect();
+        self.size = size;
+    }
+
+    /// The committed size (as the server said it).
+    pub fn committed_size(&self) -> u64 {
+        self.size
+    }
+
+    /// The size with the pending writes.
+    pub fn size(&self) -> u64 {
+        self.pending
+            .iter()
+            .map(|p| p.chunk * CHUNK_BYTES + u64::from(p.pos) + u64::from(p.len))
+            .fold(self.size, u64::max)
+    }
+
+    /// Bytes held by pending writes.
+    pub fn pending_bytes(&self) -> u64 {
+        self.pending_bytes
+    }
+
+    /// Whether writes are waiting to be committed.
+    pub fn is_dirty(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Whether the writer should commit before taking more writes.
+    pub fn wants_commit(&self, bytes_max: u64) -> bool {
+        self.pending.len() >= PENDING_SLICES_MAX || self.pending_bytes >= bytes_max
+    }
+
+    /// Buffers `data` at file offset `offset`; `next_id` hands out an id for each new slice.
+    /// Returns the blocks filled, to upload.
+    pub fn write(
+        &mut self,
+        offset: u64,
+        data: &[u8],
+        next_id: &mut dyn FnMut() -> u64,
+    ) -> Vec<Upload> {
+        let mut uploads = Vec::new();
+        let mut done = 0usize;
+        for (chunk, pos, n) in split(offset, data.len() as u64) {
+            let piece = &data[done..done + n as usize];
+            done += n as usize;
+            let grew = match self.pending.last_mut() {
+                Some(last)
+                    if last.chunk == chunk && pos >= last.pos && last.takes(pos - last.pos, n) =>
+                {
+                    let before = last.len;
+                    last.put(pos - last.pos, piece, &mut uploads);
+                    u64::from(last.len - before)
+                }
+                _ => {
+                    let mut slice = Pending {
+                        id: next_id(),
+                        chunk,
+                        pos,
+                        len: 0,
+                        blocks: Vec::new(),
+                        sealed: false,
+                    };
+                    slice.put(0, piece, &mut uploads);
+                    let len = u64::from(slice.len);
+                    self.pending.push(slice);
+                    len
+                }
+            };
+            self.pending_bytes += grew;
+        }
+        uploads
+    }
+
+    /// Seals every pending slice and hands out its blocks not uploaded yet. Returns how many
+    /// slices the commit takes (the first ones: writes that come later start new slices).
+    pub fn seal(&mut self) -> (usize, Vec<Upload>) {
+        let mut uploads = Vec::new();
+        for slice in &mut self.pending {
+            if !slice.sealed {
+                slice.sealed = true;
+                for b in 0..slice.blocks.len() {
+                    slice.freeze(b, &mut uploads);
+                }
+            }
+        }
+        (self.pending.len(), uploads)
+    }
+
+    /// The records of the first `n` pending slices.
+    pub fn records(&self, n: usize) -> Vec<(u64, Slice)> {
+        self.pending[..n].iter().map(Pending::record).collect()
+    }
+
+    /// The first `n` pending slices are committed, the file now `size` bytes long: they join
+    /// the committed records.
+    pub fn committed(&mut self, n: usize, size: u64) {
+        for slice in self.pending.drain(..n) {
+            self.pending_bytes -= u64::from(slice.len);
+            let (chunk, record) = slice.record();
+            self.chunks.entry(chunk).or_default().push(record);
+        }
+        self.size = self.size.max(size);
+    }
+
+    /// Drops every pending write (the file is gone, or its commit failed for good).
+    pub fn discard_pending(&mut self) -> Vec<(u64, u32)> {
+        self.pending_bytes = 0;
+        self.pending
+            .drain(..)
+            .map(|p| (p.id, p.len))
+            .collect()
+    }
+
+    /// The records of chunk `chunk` as committed.
+    pub fn chunk(&self, chunk: u64) -> &[Slice] {
+        self.chunks.get(&chunk).map_or(&[], Vec::as_slice)
+    }
+
+    /// Chunks whose records are past the compaction threshold.
+    pub fn chunks_over(&self, records: usize) -> Vec<u64> {
+        self.chunks
+            .iter()
+            .filter(|(_, s)| s.len() > records)
+            .map(|(c, _)| *c)
+            .collect()
+    }
+
+    /// How to read `len` bytes at `offset`: parts in order, cut at the end of the file.
+    pub fn plan(&self, offset: u64, len: u64) -> Vec<Part> {
+        let end = offset.saturating_add(len).min(self.size());
+        if offset >= end {
+            return Vec::new();
+        }
+        let mut parts = Vec::new();
+        for (chunk, pos, n) in split(offset, end - offset) {
+            let mut records: Vec<Slice> = self.chunk(chunk).to_vec();
+            let mut memory: HashMap<u64, &Pending> = HashMap::new();
+            for p in self.pending.iter().filter(|p| p.chunk == chunk && p.len > 0) {
+                records.push(p.record().1);
+                memory.insert(p.id, p);
+            }
+            let mut at = pos;
+            for piece in pieces_in(&view(&records), pos, pos + n) {
+                if piece.pos > at {
+                    parts.push(Part::Zeros(u64::from(piece.pos - at)));
+                }
+                parts.push(match piece.source {
+                    Source::Zeros => Part::Zeros(u64::from(piece.len)),
+                    Source::Object { id, off, .. } if memory.contains_key(&id) => Part::Memory(
+                        Bytes::from(memory[&id].bytes(off, off + piece.len)),
+                    ),
+                    Source::Object { id, size, off } => Part::Object {
+                        id,
+                        size,
+                        off,
+                        len: piece.len,
+                    },
+                });
+                at = piece.pos + piece.len;
+            }
+            if at < pos + n {
+                parts.push(Part::Zeros(u64::from(pos + n - at)));
+            }
+        }
+        parts
+    }
+
+    /// The end of the last byte the committed records of `chunk` place.
+    pub fn chunk_extent(&self, chunk: u64) -> u64 {
+        extent(self.chunk(chunk))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    /// Resolves a plan against uploaded objects.
+    fn read(file: &FileData, objects: &HashMap<(u64, u32), Bytes>, off: u64, len: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        for part in file.plan(off, len) {
+            match part {
+                Part::Zeros(n) => out.extend(std::iter::repeat_n(0, n as usize)),
+                Part::Memory(b) => out.extend_from_slice(&b),
+                Part::Object { id, off, len, .. } => {
+                    for i in off..off + len {
+                        let b = (u64::from(i) / BLOCK_BYTES) as u32;
+                        let data = &objects[&(id, b)];
+                        out.push(data[(u64::from(i) % BLOCK_BYTES) as usize]);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Write(u64, Vec<u8>),
+        Commit,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        // Around a chunk's end, so that writes cross it.
+        let base = CHUNK_BYTES - 3000;
+        prop_oneof![
+            5 => (0..6000u64, prop::collection::vec(any::<u8>(), 1..2500))
+                .prop_map(move |(at, data)| Step::Write(base + at, data)),
+            1 => Just(Step::Commit),
+        ]
+    }
+
+    proptest! {
+        /// Buffered writes, uploads and commits read back as a plain byte array written in the
+        /// same order, before and after each commit.
+        #[test]
+        fn writes_read_back_as_written(steps in prop::collection::vec(step(), 1..30)) {
+            let base = CHUNK_BYTES - 3000;
+            let mut model: Vec<u8> = Vec::new();
+            let mut file = FileData::new(0, Vec::new());
+            let mut objects: HashMap<(u64, u32), Bytes> = HashMap::new();
+            let mut next = 100;
+            for step in steps {
+                match step {
+                    Step::Write(at, data) => {
+                        let end = (at - base) as usize + data.len();
+                        if model.len() < end { model.resize(end, 0); }
+                        model[(at - base) as usize..end].copy_from_slice(&data);
+                        for up in file.write(at, &data, &mut || { next += 1; next }) {
+                            objects.insert((up.id, up.block), up.data);
+                        }
+                    }
+                    Step::Commit => {
+                        let (n, uploads) = file.seal();
+                        for up in uploads { objects.insert((up.id, up.block), up.data); }
+                        let records = file.records(n);
+                        for (_, r) in &records { prop_assert!(r.check().is_ok()); }
+                        let size = file.size();
+                        file.committed(n, size);
+                        prop_assert!(!file.is_dirty());
+                        prop_assert_eq!(file.pending_bytes(), 0);
+                    }
+                }
+                let expected_size = if model.is_empty() { 0 } else { base + model.len() as u64 };
+                prop_assert_eq!(file.size(), expected_size);
+                if !model.is_empty() {
+                    let got = read(&file, &objects, base, model.len() as u64 + 10);
+                    prop_assert_eq!(got, model.clone());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_sequential_write_uploads_full_blocks_as_it_goes() {
+        let mut file = FileData::new(0, Vec::new());
+        let mut ids = 0;
+        let mb = vec![7u8; 1 << 20];
+        let mut uploaded = 0;
+        for i in 0..9u64 {
+            uploaded += file
+                .write(i << 20, &mb, &mut || {
+                    ids += 1;
+                    ids
+                })
+                .len();
+        }
+        assert_eq!(ids, 1, "one slice");
+        assert_eq!(uploaded, 2, "two full blocks handed out while writing");
+        let (n, rest) = file.seal();
+        assert_eq!((n, rest.len()), (1, 1));
+        assert_eq!(rest[0].data.len(), 1 << 20);
+        // A write after the seal starts a new slice.
+        file.write(9 << 20, b"x", &mut || 2);
+        assert_eq!(file.records(2).len(), 2);
+    }
+}

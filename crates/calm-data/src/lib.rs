@@ -1,0 +1,26 @@
+//! `calm-data`: the data plane. File contents live in an object store shared by every mount
+//! and server of a namespace; the metadata (calm-meta's [`calm_meta::slices`]) records which
+//! object ranges make up which bytes of each file.
+//!
+//! - [`url`]: the object store's URL (`file:///dir`, `s3://bucket/prefix?endpoint=…`);
+//! - [`block`]: the block object format, checksummed piece by piece;
+//! - [`objects`]: the store (Apache Arrow's `object_store`): put, checked reads, sync, delete,
+//!   list;
+//! - [`file`]: one file's contents as a mount sees them: committed records, pending writes
+//!   buffered in memory, read plans.
+//!
+//! Invariant: knows no FUSE, no gRPC and no metadata store. Objects are written once and never
+//! modified; an object is named by metadata only after it is completely written, so a crash
+//! leaves at worst an object nothing names (which `calm gc` removes), never a name without its
+//! object. Bytes are returned only after their checksums matched.
+
+pub mod block;
+pub mod error;
+pub mod file;
+pub mod objects;
+pub mod url;
+
+pub use error::DataError;
+pub use file::{FileData, Part, Upload};
+pub use objects::Objects;
+pub use url::ObjectsUrl;

@@ -1,0 +1,321 @@
+//! The object store: where the blocks of every slice live, shared by every mount and server of
+//! a namespace. Object names: `PREFIX/chunks/HH/ID-BBBB` (HH: the slice id's low byte in hex,
+//! ID: the id in 16 hex digits, BBBB: the block index), so a listing can be spread and an
+//! object's slice is known from its name alone.
+//!
+//! Reads check every byte against the block's checksums ([`crate::block`]); a missing,
+//! truncated or corrupted object is an error, never file contents.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+use crate::block;
+use crate::error::DataError;
+use crate::url::ObjectsUrl;
+use calm_meta::slices::{BLOCK_BYTES, blocks};
+
+/// How long one request to a remote store may take, and how often it is retried, before the
+/// operation fails with EIO (an unreachable store must not hang a close for minutes).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub const REQUEST_RETRIES_MAX: usize = 3;
+
+/// An object the store holds, as a listing names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub id: u64,
+    pub block: u32,
+    /// The object's length in bytes (header included).
+    pub len: u64,
+    /// When it was written, in ms since the epoch.
+    pub modified_ms: i64,
+}
+
+/// The object store of a namespace.
+#[derive(Debug, Clone)]
+pub struct Objects {
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+    /// The directory of a local store (objects are files under it).
+    local: Option<PathBuf>,
+    url: String,
+}
+
+impl Objects {
+    /// Opens the store `url` names (a local directory is created when missing).
+    pub fn open(url: &str) -> Result<Objects, DataError> {
+        match ObjectsUrl::parse(url)? {
+            ObjectsUrl::File { root } => {
+                std::fs::create_dir_all(&root).map_err(|e| {
+                    DataError::Unavailable(format!("creating {}: {e}", root.display()))
+                })?;
+                let store = object_store::local::LocalFileSystem::new_with_prefix(&root)?;
+                Ok(Objects {
+                    store: Arc::new(store),
+                    prefix: Path::from("chunks"),
+                    local: Some(root),
+                    url: url.to_string(),
+                })
+            }
+            ObjectsUrl::S3 {
+                bucket,
+                prefix,
+                endpoint,
+                region,
+            } => {
+                let mut builder = object_store::aws::AmazonS3Builder::from_env()
+                    .with_bucket_name(bucket)
+                    .with_retry(object_store::RetryConfig {
+                        max_retries: REQUEST_RETRIES_MAX,
+                        retry_timeout: REQUEST_TIMEOUT,
+                        ..Default::default()
+                    })
+                    .with_client_options(
+                        object_store::ClientOptions::new()
+                            .with_timeout(REQUEST_TIMEOUT)
+                            .with_connect_timeout(Duration::from_secs(5)),
+                    );
+                if let Some(endpoint) = endpoint {
+                    builder = builder
+                        .with_allow_http(endpoint.starts_with("http://"))
+                        .with_endpoint(endpoint);
+                }
+                if let Some(region) = region {
+                    builder = builder.with_region(region);
+                }
+                let store = builder.build()?;
+                let prefix = if prefix.is_empty() {
+                    Path::from("chunks")
+                } else {
+                    Path::from(format!("{prefix}/chunks"))
+                };
+                Ok(Objects {
+                    store: Arc::new(store),
+                    prefix,
+                    local: None,
+                    url: url.to_string(),
+                })
+            }
+        }
+    }
+
+    /// The URL this store was opened from.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Whether the store is a local directory.
+    pub fn is_local(&self) -> bool {
+        self.local.is_some()
+    }
+
+    fn path(&self, id: u64, block: u32) -> Path {
+        self.prefix
+            .clone()
+            .join(format!("{:02x}", id & 0xff))
+            .join(format!("{id:016x}-{block:04}"))
+    }
+
+    /// Reads an object's name back: `(id, block)`.
+    fn parse_name(location: &Path) -> Option<(u64, u32)> {
+        let name = location.filename()?;
+        let (id, block) = name.split_once('-')?;
+        Some((
+            u64::from_str_radix(id, 16).ok()?,
+            block.parse().ok()?,
+        ))
+    }
+
+    /// Writes block `block` of slice `id`. The object appears whole or not at all.
+    pub async fn put_block(&self, id: u64, block: u32, data: &[u8]) -> Result<(), DataError> {
+        let object = block::encode(data);
+        self.store
+            .put(&self.path(id, block), PutPayload::from_bytes(object))
+            .await?;
+        Ok(())
+    }
+
+    /// Bytes `[off, off + len)` of slice `id`, whose data is `size` bytes long, checked.
+    pub async fn read(&self, id: u64, size: u32, off: u32, len: u32) -> Result<Bytes, DataError> {
+        let end = off
+            .checked_add(len)
+            .filter(|end| *end <= size)
+            .ok_or_else(|| DataError::Invalid(format!("read past the end of slice {id}")))?;
+        let mut parts = Vec::new();
+        for (b, block_len) in blocks(size) {
+            let start = b as u64 * BLOCK_BYTES;
+            let stop = start + u64::from(block_len);
+            let (from, to) = (u64::from(off).max(start), u64::from(end).min(stop));
+            if from >= to {
+                continue;
+            }
+            let (from, to) = ((from - start) as u32, (to - start) as u32);
+            parts.push(self.read_block(id, b, block_len, from, to));
+        }
+        let parts = futures::future::try_join_all(parts).await?;
+        if parts.len() == 1 {
+            return Ok(parts.into_iter().next().expect("one"));
+        }
+        let mut out = bytes::BytesMut::with_capacity(len as usize);
+        for part in parts {
+            out.extend_from_slice(&part);
+        }
+        Ok(out.freeze())
+    }
+
+    async fn read_block(
+        &self,
+        id: u64,
+        b: u32,
+        block_len: u32,
+        from: u32,
+        to: u32,
+    ) -> Result<Bytes, DataError> {
+        let path = self.path(id, b);
+        let header = 0..block::header_len(block_len);
+        let data = block::data_range(block_len, from, to);
+        let fetched = self.store.get_ranges(&path, &[header, data]).await;
+        let mut fetched = match fetched {
+            Ok(fetched) => fetched,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(DataError::Missing(format!("block {b} of slice {id}")));
+            }
+            Err(error) => {
+                // A range past the object's end: the object is shorter than its header says.
+                let expected = block::header_len(block_len) + u64::from(block_len);
+                return match self.store.head(&path).await {
+                    Ok(meta) if meta.size != expected => Err(DataError::Corrupt(format!(
+                        "block {b} of slice {id} is {} bytes long, not {expected}",
+                        meta.size
+                    ))),
+                    _ => Err(error.into()),
+                };
+            }
+        };
+        let data = fetched.pop().expect("two ranges");
+        let header = fetched.pop().expect("two ranges");
+        block::verify(block_len, &header, data, from, to).map_err(|e| match e {
+            DataError::Corrupt(why) => DataError::Corrupt(format!("block {b} of slice {id}: {why}")),
+            other => other,
+        })
+    }
+
+    /// Makes slice `id`'s blocks durable (a local store writes without syncing; a remote
+    /// store's objects are durable when their put returns).
+    pub async fn sync(&self, id: u64, size: u32) -> Result<(), DataError> {
+        let Some(root) = &self.local else {
+            return Ok(());
+        };
+        let files: Vec<PathBuf> = blocks(size)
+            .map(|(b, _)| root.join(self.path(id, b).as_ref()))
+            .collect();
+        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            let mut dirs = std::collections::BTreeSet::new();
+            for file in &files {
+                std::fs::File::open(file)?.sync_data()?;
+                if let Some(dir) = file.parent() {
+                    dirs.insert(dir.to_path_buf());
+                }
+            }
+            for dir in dirs {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| DataError::Unavailable(e.to_string()))?
+        .map_err(|e| DataError::Unavailable(format!("syncing slice {id}: {e}")))
+    }
+
+    /// Deletes every block of slice `id` (`size` bytes); blocks already gone are no error.
+    pub async fn delete(&self, id: u64, size: u32) -> Result<(), DataError> {
+        // A slice is at least one block (an empty object still has a header).
+        let count = blocks(size).count().max(1) as u32;
+        for b in 0..count {
+            match self.store.delete(&self.path(id, b)).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Every object in the store, as `(id, block, length, modified)`.
+    pub async fn list(&self) -> Result<Vec<Listed>, DataError> {
+        let mut stream = self.store.list(Some(&self.prefix));
+        let mut out = Vec::new();
+        while let Some(meta) = stream.next().await {
+            let meta = meta?;
+            if let Some((id, block)) = Self::parse_name(&meta.location) {
+                out.push(Listed {
+                    id,
+                    block,
+                    len: meta.size,
+                    modified_ms: meta.last_modified.timestamp_millis(),
+                });
+            }
+        }
+        out.sort_unstable_by_key(|l| (l.id, l.block));
+        Ok(out)
+    }
+
+    /// The expected object length of block `block` of a slice of `size` bytes.
+    pub fn block_object_len(size: u32, block: u32) -> Option<u64> {
+        blocks(size)
+            .find(|(b, _)| *b == block)
+            .map(|(_, len)| block::header_len(len) + u64::from(len))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn blocks_round_trip_and_damage_is_caught() {
+        let dir = tempfile::tempdir().unwrap();
+        let objects = Objects::open(&ObjectsUrl::file(dir.path())).unwrap();
+        let size = (BLOCK_BYTES + 70_000) as u32;
+        let data: Vec<u8> = (0..size).map(|i| (i % 253) as u8).collect();
+        objects
+            .put_block(7, 0, &data[..BLOCK_BYTES as usize])
+            .await
+            .unwrap();
+        objects
+            .put_block(7, 1, &data[BLOCK_BYTES as usize..])
+            .await
+            .unwrap();
+        let off = BLOCK_BYTES as u32 - 100;
+        let got = objects.read(7, size, off, 300).await.unwrap();
+        assert_eq!(&got[..], &data[off as usize..off as usize + 300]);
+        objects.sync(7, size).await.unwrap();
+        let listed = objects.list().await.unwrap();
+        assert_eq!(listed.len(), 2);
+        assert_eq!(
+            listed[1].len,
+            Objects::block_object_len(size, 1).unwrap(),
+            "listed lengths are object lengths"
+        );
+
+        // Truncate the second block on disk: detected, not returned.
+        let file = dir.path().join("chunks/07/0000000000000007-0001");
+        let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+        f.set_len(1000).unwrap();
+        let err = objects.read(7, size, off, 300).await.unwrap_err();
+        assert!(matches!(err, DataError::Corrupt(_)), "{err:?}");
+        assert_eq!(err.errno(), 5);
+
+        objects.delete(7, size).await.unwrap();
+        objects.delete(7, size).await.unwrap();
+        assert!(matches!(
+            objects.read(7, size, 0, 10).await.unwrap_err(),
+            DataError::Missing(_)
+        ));
+        assert!(objects.list().await.unwrap().is_empty());
+    }
+}

@@ -1,0 +1,252 @@
+//! The namespace's face for file contents: the object store's URL, a file's slice map read on
+//! one snapshot, writes, appends and compactions through the committer, slice id allocation,
+//! and the deletion queue for the background deleter. The bytes themselves never come here:
+//! calm-data moves them between clients and the object store.
+
+use std::ops::ControlFlow;
+
+use calm_store::{ReadTxn, Store};
+
+use crate::error::{MetaError, Result};
+use crate::layout::*;
+use crate::ops::{self, Done, Op};
+use crate::slices::{Slice, decode_chunk};
+use crate::types::{Attr, Handle, Kind};
+use crate::{Caller, Meta};
+
+/// Most slice records one [`Meta::read_map`] returns (about 1.5 MiB); a larger map is read in
+/// several calls.
+pub const MAP_RECORDS_MAX: usize = 65_536;
+
+/// A file's slice map (or the part of it one call returns), read on one snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileMap {
+    pub attr: Attr,
+    /// `(chunk index, records)` in chunk order; chunks with no record are absent.
+    pub chunks: Vec<(u64, Vec<Slice>)>,
+    /// The map goes on past the last chunk returned: ask again from the next one.
+    pub more: bool,
+}
+
+/// An entry of the deletion queue: object `id` of `size` bytes, queued at `queued_ns`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Garbage {
+    pub queued_ns: u64,
+    pub id: u64,
+    pub size: u32,
+}
+
+impl<S: Store> Meta<S> {
+    /// The URL of the object store holding the namespace's file contents (absent on a store
+    /// opened without one).
+    pub fn objects_url(&self) -> Result<Option<String>> {
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            Ok(snap
+                .get(KEY_OBJECTS)?
+                .map(|url| String::from_utf8_lossy(&url).into_owned()))
+        })
+    }
+
+    /// The attributes and the slice map of file `handle` from chunk `from_chunk` on, at most
+    /// `max_records` records (and [`MAP_RECORDS_MAX`]; whole chunks, at least one).
+    pub fn read_map(&self, handle: Handle, from_chunk: u64, max_records: usize) -> Result<FileMap> {
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            let attr = ops::load(&snap, handle)?.attr();
+            if attr.kind != Kind::File {
+                return Err(if attr.kind == Kind::Dir {
+                    MetaError::IsDir
+                } else {
+                    MetaError::Invalid("file contents of a non-regular file".into())
+                });
+            }
+            let max_records = max_records.clamp(1, MAP_RECORDS_MAX);
+            let (_, end) = chunk_range(handle);
+            let mut chunks = Vec::new();
+            let (mut records, mut more) = (0, false);
+            let mut bad = None;
+            snap.visit(
+                &chunk_key(handle, from_chunk),
+                &end,
+                &mut |key, value| {
+                    if !chunks.is_empty() && records + value.len() / 24 > max_records {
+                        more = true;
+                        return ControlFlow::Break(());
+                    }
+                    match (key_chunk(key), decode_chunk(value)) {
+                        (Some(chunk), Ok(slices)) => {
+                            records += slices.len();
+                            chunks.push((chunk, slices));
+                            ControlFlow::Continue(())
+                        }
+                        (_, Err(error)) => {
+                            bad = Some(error);
+                            ControlFlow::Break(())
+                        }
+                        (None, _) => {
+                            bad = Some(MetaError::Corrupt(format!("chunk key {key:?}")));
+                            ControlFlow::Break(())
+                        }
+                    }
+                },
+            )?;
+            match bad {
+                Some(error) => Err(error),
+                None => Ok(FileMap {
+                    attr,
+                    chunks,
+                    more,
+                }),
+            }
+        })
+    }
+
+    /// The records of one chunk, and its value as stored (for a compaction's check).
+    pub fn read_chunk(&self, handle: Handle, chunk: u64) -> Result<(Vec<Slice>, Vec<u8>)> {
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            match snap.get(&chunk_key(handle, chunk))? {
+                Some(value) => Ok((decode_chunk(&value)?, value.into_owned())),
+                None => Ok((Vec::new(), Vec::new())),
+            }
+        })
+    }
+
+    /// Places `slices` (`(chunk, record)`) in file `handle` and makes it at least `end` bytes
+    /// long, in one commit with its size, mtime and changelog record.
+    pub async fn write(
+        &self,
+        caller: Caller,
+        handle: Handle,
+        slices: Vec<(u64, Slice)>,
+        end: u64,
+    ) -> Result<Attr> {
+        let op = Op::Write {
+            handle,
+            slices,
+            end,
+        };
+        attr_of(self.apply_as(caller, op).await?)
+    }
+
+    /// Places the whole of object `id` (`size` bytes) at the end of file `handle`.
+    pub async fn append(&self, caller: Caller, handle: Handle, id: u64, size: u32) -> Result<Attr> {
+        attr_of(
+            self.apply_as(caller, Op::Append { handle, id, size })
+                .await?,
+        )
+    }
+
+    /// Replaces chunk `chunk` of `handle`, if it is still `expected`, by `slice`.
+    pub async fn compact(
+        &self,
+        handle: Handle,
+        chunk: u64,
+        expected: Vec<u8>,
+        slice: Slice,
+    ) -> Result<()> {
+        let op = Op::Compact {
+            handle,
+            chunk,
+            expected,
+            slice,
+        };
+        self.apply_as(Caller::default(), op).await.map(|_| ())
+    }
+
+    /// Hands out `count` new slice ids; returns the first.
+    pub async fn alloc_slices(&self, count: u64) -> Result<u64> {
+        match self
+            .apply_as(Caller::default(), Op::AllocSlices { count })
+            .await?
+        {
+            Done::Ids(first) => Ok(first),
+            other => Err(MetaError::Io(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    /// Up to `max` entries of the deletion queue queued at or before `queued_before_ns`, oldest
+    /// first.
+    pub fn garbage(&self, queued_before_ns: u64, max: usize) -> Result<Vec<Garbage>> {
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            let mut out = Vec::new();
+            snap.visit(&[TAG_GC], GC_END, &mut |key, value| {
+                match gc_key_parts(key) {
+                    Some((queued_ns, _)) if queued_ns > queued_before_ns => {
+                        return ControlFlow::Break(());
+                    }
+                    Some((queued_ns, id)) if value.len() == 4 => out.push(Garbage {
+                        queued_ns,
+                        id,
+                        size: u32::from_le_bytes(value.try_into().expect("4 bytes")),
+                    }),
+                    _ => {} // fsck reports it
+                }
+                if out.len() >= max {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            })?;
+            Ok(out)
+        })
+    }
+
+    /// The deletion-queue entries whose objects are gone.
+    pub async fn garbage_deleted(&self, entries: Vec<(u64, u64)>) -> Result<()> {
+        self.apply_as(Caller::default(), Op::GcDone { entries })
+            .await
+            .map(|_| ())
+    }
+
+    /// Every object the metadata names: by a record, or in the deletion queue (`(id, size)`,
+    /// sorted by id, once each), and the next slice id (every id ever handed out is below it).
+    /// One pass over the chunks: for `calm gc` and `calm fsck`, not for the request path.
+    pub fn referenced_objects(&self) -> Result<(Vec<(u64, u32)>, u64)> {
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            let mut ids = Vec::new();
+            let mut bad = None;
+            snap.visit(&[TAG_CHUNK], &[TAG_CHUNK + 1], &mut |_, value| {
+                match decode_chunk(value) {
+                    Ok(slices) => ids.extend(
+                        slices
+                            .iter()
+                            .filter(|s| s.id != crate::slices::HOLE)
+                            .map(|s| (s.id, s.size)),
+                    ),
+                    Err(error) => {
+                        bad = Some(error);
+                        return ControlFlow::Break(());
+                    }
+                }
+                ControlFlow::Continue(())
+            })?;
+            if let Some(error) = bad {
+                return Err(error);
+            }
+            snap.visit(&[TAG_GC], GC_END, &mut |key, value| {
+                if let (Some((_, id)), Ok(size)) = (gc_key_parts(key), value.try_into()) {
+                    ids.push((id, u32::from_le_bytes(size)));
+                }
+                ControlFlow::Continue(())
+            })?;
+            ids.sort_unstable();
+            ids.dedup_by_key(|(id, _)| *id);
+            let next = match snap.get(KEY_SLICE_NEXT)? {
+                Some(bytes) => calm_store::decode_counter(KEY_SLICE_NEXT, &bytes)?,
+                None => 1,
+            };
+            Ok((ids, next))
+        })
+    }
+}
+
+fn attr_of(done: Done) -> Result<Attr> {
+    match done {
+        Done::Attr(attr) => Ok(attr),
+        other => Err(MetaError::Io(format!("unexpected answer {other:?}"))),
+    }
+}

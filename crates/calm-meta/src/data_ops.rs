@@ -1,0 +1,304 @@
+//! The mutations of file contents: writes and appends (slice records placed in chunks, with the
+//! size, mtime and changelog record in the same transaction), truncation, compaction, slice id
+//! allocation, and the deletion queue.
+//!
+//! An object is named by one record, or, after an append split over two chunks, by several
+//! (then `R id` holds the count). When the last record naming an object goes (truncate,
+//! compaction, the file's destruction), the object is queued for deletion (`G`) in the same
+//! transaction: the background deleter removes it later, so nothing leaks and nothing is
+//! deleted that a record still names.
+//!
+//! Same rule as every mutation: all checks first, then writes.
+
+use std::ops::ControlFlow;
+
+use calm_changelog::RecordType;
+use calm_store::WriteTxn;
+
+use crate::error::MetaError;
+use crate::layout::{KEY_SLICE_NEXT, chunk_key, chunk_range, gc_key, key_chunk, ref_key};
+use crate::ops::{Ctx, Done, Outcome};
+use crate::slices::{
+    CHUNK_BYTES, CHUNK_SLICES_MAX, HOLE, SLICE_IDS_PER_ALLOC_MAX, Slice, decode_chunk,
+    encode_chunk, extent, split,
+};
+use crate::types::{FILE_SIZE_MAX, Handle, Kind};
+
+/// The records of chunk `chunk` of `handle`.
+fn load_chunk<T: WriteTxn>(txn: &T, handle: Handle, chunk: u64) -> Outcome<Vec<Slice>> {
+    match txn.get(&chunk_key(handle, chunk))? {
+        Some(value) => Ok(decode_chunk(&value)?),
+        None => Ok(Vec::new()),
+    }
+}
+
+fn store_chunk<T: WriteTxn>(
+    txn: &mut T,
+    handle: Handle,
+    chunk: u64,
+    slices: &[Slice],
+) -> Outcome<()> {
+    if slices.is_empty() {
+        txn.delete(&chunk_key(handle, chunk))?;
+    } else {
+        txn.put(&chunk_key(handle, chunk), &encode_chunk(slices))?;
+    }
+    Ok(())
+}
+
+/// The next slice id not yet handed out.
+fn slice_next<T: WriteTxn>(txn: &T) -> Outcome<u64> {
+    Ok(match txn.get(KEY_SLICE_NEXT)? {
+        Some(bytes) => calm_store::decode_counter(KEY_SLICE_NEXT, &bytes)?.max(1),
+        None => 1,
+    })
+}
+
+/// Records that name objects no longer: each object whose last record this was is queued for
+/// deletion.
+fn release<T: WriteTxn>(ctx: &mut Ctx<'_, T>, dropped: &[Slice]) -> Outcome<()> {
+    for slice in dropped.iter().filter(|s| s.id != HOLE) {
+        let key = ref_key(slice.id);
+        match ctx.txn.get(&key)? {
+            Some(bytes) => {
+                let count = calm_store::decode_counter(&key, &bytes)?;
+                if count > 2 {
+                    ctx.txn.add(&key, -1)?;
+                } else {
+                    ctx.txn.delete(&key)?;
+                }
+            }
+            None => {
+                ctx.txn.put(
+                    &gc_key(ctx.now.max(0) as u64, slice.id),
+                    &slice.size.to_le_bytes(),
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Cuts `handle`'s contents to `size` bytes: chunks wholly past it go, the chunk across it is
+/// clipped, and the objects no record names any more are queued for deletion.
+pub(crate) fn truncate_chunks<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    handle: Handle,
+    size: u64,
+) -> Outcome<()> {
+    let (_, end) = chunk_range(handle);
+    let start = chunk_key(handle, size / CHUNK_BYTES);
+    let mut chunks: Vec<(u64, Vec<Slice>)> = Vec::new();
+    let mut bad = None;
+    ctx.txn.visit(&start, &end, &mut |key, value| {
+        match (key_chunk(key), decode_chunk(value)) {
+            (Some(chunk), Ok(slices)) => chunks.push((chunk, slices)),
+            (None, _) => bad = Some(MetaError::Corrupt(format!("chunk key {key:?}"))),
+            (_, Err(error)) => bad = Some(error),
+        }
+        if bad.is_some() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })?;
+    if let Some(error) = bad {
+        return Err(error.into());
+    }
+    for (chunk, slices) in chunks {
+        let chunk_start = chunk * CHUNK_BYTES;
+        let keep = size.saturating_sub(chunk_start).min(CHUNK_BYTES) as u32;
+        let (kept, dropped) = crate::slices::clip(&slices, keep);
+        store_chunk(ctx.txn, handle, chunk, &kept)?;
+        release(ctx, &dropped)?;
+    }
+    Ok(())
+}
+
+fn load_file<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle) -> Outcome<crate::layout::Inode> {
+    let inode = ctx.load(handle)?;
+    match inode.kind {
+        Kind::File => Ok(inode),
+        Kind::Dir => Err(MetaError::IsDir.into()),
+        _ => Err(MetaError::Invalid("file contents of a non-regular file".into()).into()),
+    }
+}
+
+/// Makes the file at least `end` bytes long and sets its mtime, ctime and size counter, and
+/// appends the changelog record.
+fn written<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    mut inode: crate::layout::Inode,
+    end: u64,
+) -> Outcome<Done> {
+    if end > inode.size {
+        ctx.file_bytes_delta += (end - inode.size) as i64;
+        inode.size = end;
+    }
+    inode.mtime_ns = ctx.now;
+    inode.ctime_ns = ctx.now;
+    let attr = inode.attr();
+    let (handle, generation) = (inode.handle, inode.generation);
+    ctx.store(inode);
+    ctx.record(RecordType::Mtime, 0, handle, generation, 0, b"", None)?;
+    Ok(Done::Attr(attr))
+}
+
+pub(crate) fn write<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    handle: Handle,
+    slices: &[(u64, Slice)],
+    end: u64,
+) -> Outcome<Done> {
+    let inode = load_file(ctx, handle)?;
+    let next = slice_next(ctx.txn)?;
+    let mut end = end;
+    // Checks first: every record fits, names an id handed out, and the file stays in bounds.
+    let mut by_chunk: std::collections::BTreeMap<u64, Vec<Slice>> = Default::default();
+    for (chunk, slice) in slices {
+        slice.check()?;
+        if slice.id >= next {
+            return Err(
+                MetaError::Invalid(format!("slice id {} was never handed out", slice.id)).into(),
+            );
+        }
+        let slice_end = chunk
+            .checked_mul(CHUNK_BYTES)
+            .and_then(|start| start.checked_add(slice.end()))
+            .filter(|e| *e <= FILE_SIZE_MAX)
+            .ok_or(MetaError::FileTooBig)?;
+        end = end.max(slice_end);
+        by_chunk.entry(*chunk).or_default().push(*slice);
+    }
+    if end > FILE_SIZE_MAX {
+        return Err(MetaError::FileTooBig.into());
+    }
+    let mut merged = Vec::with_capacity(by_chunk.len());
+    let mut replayed = 0;
+    for (chunk, new) in by_chunk {
+        let mut records = load_chunk(ctx.txn, handle, chunk)?;
+        // A write sent again (its answer was lost) finds its records there already.
+        let present = new
+            .iter()
+            .filter(|s| s.id != HOLE && records.iter().any(|r| r.id == s.id))
+            .count();
+        if present == new.len() {
+            replayed += 1;
+            continue;
+        }
+        if present > 0 {
+            return Err(MetaError::Invalid(
+                "a write names objects another write placed already".into(),
+            )
+            .into());
+        }
+        if records.len() + new.len() > CHUNK_SLICES_MAX {
+            return Err(MetaError::Busy(format!(
+                "chunk {chunk} of file {handle} holds {CHUNK_SLICES_MAX} records; compaction \
+                 has not caught up"
+            ))
+            .into());
+        }
+        records.extend_from_slice(&new);
+        merged.push((chunk, records));
+    }
+    if replayed > 0 && merged.is_empty() && !slices.is_empty() {
+        return Ok(Done::Attr(inode.attr()));
+    }
+
+    for (chunk, records) in &merged {
+        store_chunk(ctx.txn, handle, *chunk, records)?;
+    }
+    written(ctx, inode, end)
+}
+
+pub(crate) fn append<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    handle: Handle,
+    id: u64,
+    size: u32,
+) -> Outcome<Done> {
+    let inode = load_file(ctx, handle)?;
+    if id == HOLE || id >= slice_next(ctx.txn)? || size == 0 || u64::from(size) > CHUNK_BYTES {
+        return Err(MetaError::Invalid(format!("append of object {id} ({size} bytes)")).into());
+    }
+    let at = inode.size;
+    let end = at
+        .checked_add(u64::from(size))
+        .filter(|e| *e <= FILE_SIZE_MAX)
+        .ok_or(MetaError::FileTooBig)?;
+    let mut placed = Vec::new();
+    let mut off = 0u32;
+    for (chunk, pos, len) in split(at, u64::from(size)) {
+        let mut records = load_chunk(ctx.txn, handle, chunk)?;
+        if records.len() >= CHUNK_SLICES_MAX {
+            return Err(MetaError::Busy(format!(
+                "chunk {chunk} of file {handle} holds {CHUNK_SLICES_MAX} records"
+            ))
+            .into());
+        }
+        records.push(Slice {
+            id,
+            size,
+            off,
+            len,
+            pos,
+        });
+        off += len;
+        placed.push((chunk, records));
+    }
+
+    let parts = placed.len() as i64;
+    for (chunk, records) in &placed {
+        store_chunk(ctx.txn, handle, *chunk, records)?;
+    }
+    if parts > 1 {
+        ctx.txn.add(&ref_key(id), parts)?;
+    }
+    written(ctx, inode, end)
+}
+
+pub(crate) fn compact<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    handle: Handle,
+    chunk: u64,
+    expected: &[u8],
+    slice: &Slice,
+) -> Outcome<Done> {
+    load_file(ctx, handle)?;
+    slice.check()?;
+    if slice.id == HOLE || slice.id >= slice_next(ctx.txn)? {
+        return Err(MetaError::Invalid(format!("compaction into object {}", slice.id)).into());
+    }
+    let current = ctx.txn.get(&chunk_key(handle, chunk))?;
+    if current.as_deref() != Some(expected) {
+        return Err(MetaError::Busy("the chunk changed while it was compacted".into()).into());
+    }
+    let old = decode_chunk(expected)?;
+    if slice.end() < extent(&old) {
+        return Err(MetaError::Invalid("compaction does not cover the chunk".into()).into());
+    }
+
+    store_chunk(ctx.txn, handle, chunk, &[*slice])?;
+    release(ctx, &old)?;
+    Ok(Done::Nothing)
+}
+
+pub(crate) fn alloc_slices<T: WriteTxn>(ctx: &mut Ctx<'_, T>, count: u64) -> Outcome<Done> {
+    if count == 0 || count > SLICE_IDS_PER_ALLOC_MAX {
+        return Err(MetaError::Invalid(format!(
+            "{count} slice ids asked for; 1 to {SLICE_IDS_PER_ALLOC_MAX} at once"
+        ))
+        .into());
+    }
+    let first = slice_next(ctx.txn)?;
+    ctx.txn.put(KEY_SLICE_NEXT, &(first + count).to_le_bytes())?;
+    Ok(Done::Ids(first))
+}
+
+pub(crate) fn gc_done<T: WriteTxn>(ctx: &mut Ctx<'_, T>, entries: &[(u64, u64)]) -> Outcome<Done> {
+    for (queued, id) in entries {
+        ctx.txn.delete(&gc_key(*queued, *id))?;
+    }
+    Ok(Done::Nothing)
+}
