@@ -141,6 +141,7 @@ impl InProcessServer {
             started: Instant::now(),
             ready_ms: 0,
             watch_limits: calm_watch::Limits::default(),
+            data: None,
         };
         let task = tokio::spawn(calm_server::serve(meta, info, listener, async {
             let _ = stopped.await;
@@ -178,7 +179,16 @@ pub(crate) fn open_meta_with(
         ..LmdbOptions::default()
     };
     let store = LmdbStore::open(work.path(), &options).map_err(|e| e.to_string())?;
-    let meta = Meta::open(store, MetaOptions::default()).map_err(|e| e.to_string())?;
+    // File contents (for the benchmarks through a mount) in the work directory.
+    let objects = format!("file://{}/objects", work.path().display());
+    let meta = Meta::open(
+        store,
+        MetaOptions {
+            objects_url_default: Some(objects),
+            ..MetaOptions::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
     Ok((work, Arc::new(meta)))
 }
 

@@ -191,7 +191,7 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
     let mountpoint = work.path().join("mnt");
     std::fs::create_dir(&mountpoint).map_err(|e| e.to_string())?;
     let fuse_options = calm_fuse::MountOptions {
-        data_dir: work.path().join("objects"),
+        write_buffer_bytes: calm_fuse::contents::WRITE_BUFFER_BYTES_DEFAULT,
         ttl: TTL,
         lease_ms: calm_fuse::locks::LEASE_MS_DEFAULT,
         allow_other: false,

@@ -7,7 +7,7 @@
 
 use calm_changelog::{Record, User, UserId};
 use calm_locks::{Holder, Request as LockRequest, SessionId};
-use calm_meta::{Attr, Caller, DirEntry, Handle, MetaError, NewNode, SetAttr, StatFs};
+use calm_meta::{Attr, Caller, DirEntry, FileMap, Handle, MetaError, NewNode, SetAttr, StatFs};
 use calm_proto::changelog::{GID_KEY, SESSION_KEY, UID_KEY, record_from_wire, user_from_wire};
 use calm_proto::locks::{
     LockAnswer, LockCall, LockFailure, holder_from_wire, lock_failure_from_status, owner_from_wire,
@@ -335,6 +335,102 @@ impl Client {
 
     pub async fn status(&self) -> Result<StatusReply> {
         check(self.rpc().status(pb::Empty {}).await)
+    }
+
+    // ---- file contents ----
+
+    /// The URL of the namespace's object store.
+    pub async fn objects_url(&self) -> Result<String> {
+        Ok(check(self.rpc().data_info(pb::Empty {}).await)?.objects_url)
+    }
+
+    /// A file's attributes and whole slice map, read on one snapshot when it fits one reply
+    /// (65 536 records); a larger map is read in parts, again from the start whenever the file
+    /// changed between two of them, so the map is always one version of the file.
+    pub async fn read_map(&self, handle: Handle) -> Result<FileMap> {
+        const TRIES_MAX: u32 = 16;
+        'again: for _ in 0..TRIES_MAX {
+            let mut map: Option<FileMap> = None;
+            let mut from_chunk = 0;
+            loop {
+                let request = pb::ReadMapRequest {
+                    handle,
+                    from_chunk,
+                    max_records: 0,
+                };
+                let reply = check(self.rpc().read_map(request).await)?;
+                let attr: Attr = reply
+                    .attr
+                    .ok_or_else(|| MetaError::Io("a map without attributes".into()))?
+                    .try_into()?;
+                let mut chunks: Vec<(u64, Vec<calm_meta::slices::Slice>)> = Vec::new();
+                for record in &reply.records {
+                    let (chunk, slice) = calm_proto::slice_from_wire(record);
+                    match chunks.last_mut() {
+                        Some((c, slices)) if *c == chunk => slices.push(slice),
+                        _ => chunks.push((chunk, vec![slice])),
+                    }
+                }
+                let next = chunks.last().map(|(c, _)| c + 1);
+                match &mut map {
+                    None => {
+                        map = Some(FileMap {
+                            attr,
+                            chunks,
+                            more: false,
+                        })
+                    }
+                    Some(map) => {
+                        let same = |a: &Attr, b: &Attr| {
+                            a.mtime_ns == b.mtime_ns && a.ctime_ns == b.ctime_ns && a.size == b.size
+                        };
+                        if !same(&map.attr, &attr) {
+                            continue 'again;
+                        }
+                        map.chunks.extend(chunks);
+                    }
+                }
+                match (reply.more, next) {
+                    (true, Some(next)) => from_chunk = next,
+                    _ => return Ok(map.expect("set above")),
+                }
+            }
+        }
+        Err(MetaError::Busy(format!(
+            "file {handle} kept changing while its map was read ({TRIES_MAX} tries)"
+        )))
+    }
+
+    /// Places slice records in a file and makes it at least `end` bytes long.
+    pub async fn write(
+        &self,
+        handle: Handle,
+        records: &[(u64, calm_meta::slices::Slice)],
+        end: u64,
+    ) -> Result<Attr> {
+        let request = pb::WriteRequest {
+            handle,
+            records: records
+                .iter()
+                .map(|(chunk, s)| calm_proto::slice_to_wire(*chunk, s))
+                .collect(),
+            end,
+        };
+        self.mutated(self.rpc().write(self.tagged(request)).await)?
+            .try_into()
+    }
+
+    /// Places the whole of object `id` at the end of the file.
+    pub async fn append(&self, handle: Handle, id: u64, size: u32) -> Result<Attr> {
+        let request = pb::AppendRequest { handle, id, size };
+        self.mutated(self.rpc().append(self.tagged(request)).await)?
+            .try_into()
+    }
+
+    /// `count` new slice ids; returns the first.
+    pub async fn alloc_slices(&self, count: u64) -> Result<u64> {
+        let request = pb::AllocSlicesRequest { count };
+        Ok(check(self.rpc().alloc_slices(request).await)?.first)
     }
 
     // ---- changelog ----

@@ -56,7 +56,10 @@ pub fn encode(data: &[u8]) -> Bytes {
 /// The byte range of the object to fetch for data bytes `[from, to)`: whole pieces.
 pub fn data_range(data_len: u32, from: u32, to: u32) -> std::ops::Range<u64> {
     let first = from / PIECE_BYTES * PIECE_BYTES;
-    let last = to.div_ceil(PIECE_BYTES).saturating_mul(PIECE_BYTES).min(data_len);
+    let last = to
+        .div_ceil(PIECE_BYTES)
+        .saturating_mul(PIECE_BYTES)
+        .min(data_len);
     let h = header_len(data_len);
     h + u64::from(first)..h + u64::from(last)
 }

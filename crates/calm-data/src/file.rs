@@ -12,9 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
-use calm_meta::slices::{
-    BLOCK_BYTES, CHUNK_BYTES, Slice, Source, extent, pieces_in, split, view,
-};
+use calm_meta::slices::{BLOCK_BYTES, CHUNK_BYTES, Slice, Source, extent, pieces_in, split, view};
 
 /// Pending slices of one file past which the writer commits before taking more writes.
 pub const PENDING_SLICES_MAX: usize = 1024;
@@ -150,7 +148,12 @@ impl Pending {
 pub enum Part {
     Zeros(u64),
     Memory(Bytes),
-    Object { id: u64, size: u32, off: u32, len: u32 },
+    Object {
+        id: u64,
+        size: u32,
+        off: u32,
+        len: u32,
+    },
 }
 
 impl Part {
@@ -200,10 +203,24 @@ impl FileData {
 
     /// The size with the pending writes.
     pub fn size(&self) -> u64 {
+        self.size.max(self.pending_end())
+    }
+
+    /// The end of the last byte the pending writes place (0 without any): what a commit
+    /// makes the file at least as long as.
+    pub fn pending_end(&self) -> u64 {
         self.pending
             .iter()
             .map(|p| p.chunk * CHUNK_BYTES + u64::from(p.pos) + u64::from(p.len))
-            .fold(self.size, u64::max)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The file was truncated or extended to `size` elsewhere than by a write: the
+    /// committed records are stale (fetch the map again before reading).
+    pub fn resized(&mut self, size: u64) {
+        self.size = size;
+        self.chunks.clear();
     }
 
     /// Bytes held by pending writes.
@@ -296,10 +313,7 @@ impl FileData {
     /// Drops every pending write (the file is gone, or its commit failed for good).
     pub fn discard_pending(&mut self) -> Vec<(u64, u32)> {
         self.pending_bytes = 0;
-        self.pending
-            .drain(..)
-            .map(|p| (p.id, p.len))
-            .collect()
+        self.pending.drain(..).map(|p| (p.id, p.len)).collect()
     }
 
     /// The records of chunk `chunk` as committed.
@@ -326,7 +340,11 @@ impl FileData {
         for (chunk, pos, n) in split(offset, end - offset) {
             let mut records: Vec<Slice> = self.chunk(chunk).to_vec();
             let mut memory: HashMap<u64, &Pending> = HashMap::new();
-            for p in self.pending.iter().filter(|p| p.chunk == chunk && p.len > 0) {
+            for p in self
+                .pending
+                .iter()
+                .filter(|p| p.chunk == chunk && p.len > 0)
+            {
                 records.push(p.record().1);
                 memory.insert(p.id, p);
             }
@@ -337,9 +355,9 @@ impl FileData {
                 }
                 parts.push(match piece.source {
                     Source::Zeros => Part::Zeros(u64::from(piece.len)),
-                    Source::Object { id, off, .. } if memory.contains_key(&id) => Part::Memory(
-                        Bytes::from(memory[&id].bytes(off, off + piece.len)),
-                    ),
+                    Source::Object { id, off, .. } if memory.contains_key(&id) => {
+                        Part::Memory(Bytes::from(memory[&id].bytes(off, off + piece.len)))
+                    }
                     Source::Object { id, size, off } => Part::Object {
                         id,
                         size,

@@ -114,6 +114,11 @@ impl Objects {
         self.local.is_some()
     }
 
+    /// The directory of a local store.
+    pub fn local_root(&self) -> Option<&std::path::Path> {
+        self.local.as_deref()
+    }
+
     fn path(&self, id: u64, block: u32) -> Path {
         self.prefix
             .clone()
@@ -125,10 +130,7 @@ impl Objects {
     fn parse_name(location: &Path) -> Option<(u64, u32)> {
         let name = location.filename()?;
         let (id, block) = name.split_once('-')?;
-        Some((
-            u64::from_str_radix(id, 16).ok()?,
-            block.parse().ok()?,
-        ))
+        Some((u64::from_str_radix(id, 16).ok()?, block.parse().ok()?))
     }
 
     /// Writes block `block` of slice `id`. The object appears whole or not at all.
@@ -200,7 +202,9 @@ impl Objects {
         let data = fetched.pop().expect("two ranges");
         let header = fetched.pop().expect("two ranges");
         block::verify(block_len, &header, data, from, to).map_err(|e| match e {
-            DataError::Corrupt(why) => DataError::Corrupt(format!("block {b} of slice {id}: {why}")),
+            DataError::Corrupt(why) => {
+                DataError::Corrupt(format!("block {b} of slice {id}: {why}"))
+            }
             other => other,
         })
     }

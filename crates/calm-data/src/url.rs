@@ -25,7 +25,11 @@ pub enum ObjectsUrl {
 
 impl ObjectsUrl {
     pub fn parse(url: &str) -> Result<ObjectsUrl, DataError> {
-        let bad = |why: &str| Err(DataError::Invalid(format!("object store URL {url:?}: {why}")));
+        let bad = |why: &str| {
+            Err(DataError::Invalid(format!(
+                "object store URL {url:?}: {why}"
+            )))
+        };
         if let Some(path) = url.strip_prefix("file://") {
             if !path.starts_with('/') {
                 return bad("a file:// URL names an absolute path (file:///dir)");

@@ -1,23 +1,20 @@
 //! The FUSE file system: inode numbers are calm handles (the root is handle 1, FUSE's root
-//! inode), every namespace operation is one metadata RPC, file contents live in
-//! [`crate::data::Objects`].
+//! inode), every namespace operation is one metadata RPC, file contents go through
+//! [`crate::contents::Contents`] to the namespace's shared object store.
 //!
-//! Sizes and times: a write goes to the object and marks the file dirty; the size (the
-//! object's length) and mtime reach the metadata server at flush (every close), fsync, release
-//! and before any other attribute change, and `getattr` of a dirty file answers with the
-//! object's length. Other mounts see a file's new size when its writer closes it
-//! (close-to-open consistency, as NFS). A truncate changes the server first, then the object.
-//!
-//! An unlinked file stays readable and writable through the descriptors still open on this
-//! mount; its object is deleted when the last one closes.
+//! Sizes and times: a write is buffered and marks the file dirty; it reaches the object store
+//! and then the metadata server (records, size and mtime in one commit) at flush (every
+//! close), fsync, unlock, release and before any other attribute change, and `getattr` of a
+//! dirty file answers with the size its pending writes give it. Other mounts see the new
+//! bytes when the writer closes the file and they open it (close-to-open consistency, as NFS),
+//! and a lock holder sees what the previous holder wrote (the pages are dropped when a lock is
+//! granted, and a holder commits before it unlocks).
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
-use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use calm_client::Client;
@@ -31,7 +28,7 @@ use fuser::{
 };
 use tokio::runtime::Handle as Runtime;
 
-use crate::data::{Objects, read_at};
+use crate::contents::Contents;
 use crate::locks::LockForwarder;
 
 /// Entries a readdir asks the server for at once (the kernel's buffer usually fills first).
@@ -40,8 +37,8 @@ pub const READDIR_BATCH: u32 = 512;
 /// How the mount behaves.
 #[derive(Debug, Clone)]
 pub struct MountOptions {
-    /// Where file contents live.
-    pub data_dir: PathBuf,
+    /// Bytes of writes buffered in memory, not committed yet, for the whole mount.
+    pub write_buffer_bytes: u64,
     /// How long the kernel may trust attributes and names without asking again.
     pub ttl: Duration,
     /// Lease of the mount's lock session: a mount that dies loses its locks this long after.
@@ -75,9 +72,10 @@ pub fn mount_config(options: &MountOptions) -> fuser::Config {
 /// A file this mount has open.
 #[derive(Debug)]
 struct OpenFile {
-    handle: Handle,
-    /// The object, for regular files.
-    object: Option<File>,
+    /// A regular file (its contents go through [`Contents`]).
+    is_file: bool,
+    /// Opened with O_APPEND: every write goes to the end of the file as the server sees it.
+    append: bool,
     /// Lock owners that locked through this open file: their locks on the file end with it.
     owners: Mutex<HashSet<u64>>,
 }
@@ -85,12 +83,8 @@ struct OpenFile {
 /// What this mount knows of a file beyond the server.
 #[derive(Debug, Default)]
 struct Inode {
-    /// This mount's open files of it (a regular file's object is reached through them).
+    /// This mount's open files of it.
     files: Vec<Arc<OpenFile>>,
-    /// Written through this mount since the size was last pushed to the server.
-    dirty: bool,
-    /// Its last link is gone; the object goes with the last close.
-    unlinked: bool,
     /// The last attributes seen (for an unlinked file still open).
     attr: Option<Attr>,
     /// Owners of POSIX locks taken here (released by the flush of a close).
@@ -111,10 +105,12 @@ struct State {
 
 /// The shared part, which request tasks hold.
 #[derive(Debug)]
-struct Shared {
+pub(crate) struct Shared {
     client: Client,
-    objects: Objects,
+    contents: Contents,
     locks: Arc<LockForwarder>,
+    /// Tells the kernel to drop pages and attributes; set once the session exists.
+    pub(crate) notifier: OnceLock<fuser::Notifier>,
     state: Mutex<State>,
     /// Signalled when a release has given back its locks.
     released: tokio::sync::Notify,
@@ -130,10 +126,6 @@ pub struct CalmFs {
 
 fn errno(e: &MetaError) -> Errno {
     Errno::from_i32(e.errno())
-}
-
-fn io_errno(e: &std::io::Error) -> Errno {
-    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
 fn time(ns: i64) -> SystemTime {
@@ -212,64 +204,42 @@ impl Shared {
         })
     }
 
-    /// `attr` as this mount sees it: a dirty file's size is its object's length.
+    /// `attr` as this mount sees it: a dirty file's size counts its pending writes.
     fn local_view(&self, mut attr: Attr) -> Attr {
+        if let Some(size) = self.contents.dirty_size(attr.handle) {
+            attr.size = attr.size.max(size);
+        }
         let mut state = self.state.lock().expect("state");
         if let Some(inode) = state.inodes.get_mut(&attr.handle) {
-            if inode.dirty
-                && let Some(len) = inode
-                    .files
-                    .iter()
-                    .find_map(|f| f.object.as_ref()?.metadata().ok().map(|m| m.len()))
-            {
-                attr.size = len;
-            }
             inode.attr = Some(attr.clone());
         }
         attr
     }
 
-    /// Pushes a dirty file's size and mtime to the server.
-    async fn push(
-        &self,
-        client: &Client,
-        handle: Handle,
-        object: Option<&File>,
-    ) -> Result<(), Errno> {
-        let dirty = {
-            let mut state = self.state.lock().expect("state");
-            // An unlinked file's size and times are nobody's business any more.
-            state
-                .inodes
-                .get_mut(&handle)
-                .is_some_and(|inode| std::mem::take(&mut inode.dirty) && !inode.unlinked)
+    /// Commits a file's pending writes (records, size and mtime) to the server.
+    async fn push(&self, client: &Client, handle: Handle) -> Result<(), Errno> {
+        self.contents
+            .commit(client, handle, false)
+            .await
+            .map_err(Errno::from_i32)
+    }
+
+    /// Drops the kernel's pages and attributes of `handle` (another mount may have changed
+    /// it). On a thread of its own: the kernel waits for the file's pages that are locked,
+    /// some by reads and writes this mount's runtime has yet to answer.
+    async fn drop_kernel_cache(&self, handle: Handle) {
+        let Some(notifier) = self.notifier.get().cloned() else {
+            return;
         };
-        if !dirty {
-            return Ok(());
+        let dropped =
+            tokio::task::spawn_blocking(move || notifier.inval_inode(INodeNo(handle), 0, 0)).await;
+        match dropped {
+            Ok(Err(e)) if e.raw_os_error() != Some(libc::ENOENT) => {
+                tracing::warn!(handle, %e, "dropping the kernel's cache of a file");
+            }
+            Err(e) => tracing::warn!(handle, %e, "dropping the kernel's cache of a file"),
+            _ => {}
         }
-        let result = async {
-            let size = match object {
-                Some(file) => file.metadata().map_err(|e| io_errno(&e))?.len(),
-                None => return Ok(()),
-            };
-            let change = SetAttr {
-                size: Some(size),
-                mtime: Some(SetTime::Now),
-                ..SetAttr::default()
-            };
-            client
-                .setattr(handle, &change)
-                .await
-                .map_err(|e| errno(&e))?;
-            Ok(())
-        }
-        .await;
-        if result.is_err()
-            && let Some(inode) = self.state.lock().expect("state").inodes.get_mut(&handle)
-        {
-            inode.dirty = true;
-        }
-        result
     }
 
     /// Waits until no release of `handle` is still giving back locks.
@@ -291,53 +261,13 @@ impl Shared {
         }
     }
 
-    fn object_of(&self, handle: Handle) -> Option<Arc<OpenFile>> {
-        let state = self.state.lock().expect("state");
-        state
-            .inodes
-            .get(&handle)?
-            .files
-            .iter()
-            .find(|f| f.object.is_some())
-            .cloned()
-    }
-
-    /// The last link of `target` is gone: delete its object now, or at its last close.
-    fn forget_data(&self, target: &Attr) {
-        if target.kind != Kind::File || target.nlink > 1 {
-            return;
-        }
-        let open = {
-            let mut state = self.state.lock().expect("state");
-            match state.inodes.get_mut(&target.handle) {
-                Some(inode) if !inode.files.is_empty() => {
-                    inode.unlinked = true;
-                    true
-                }
-                _ => false,
-            }
-        };
-        if !open && let Err(e) = self.objects.remove(target.handle) {
-            tracing::warn!(handle = target.handle, %e, "removing a deleted file's data");
-        }
-    }
-
-    fn open_file(&self, attr: &Attr) -> Result<u64, Errno> {
-        let object = if attr.kind == Kind::File {
-            Some(
-                self.objects
-                    .open_object(attr.handle)
-                    .map_err(|e| io_errno(&e))?,
-            )
-        } else {
-            None
-        };
+    fn open_file(&self, attr: &Attr, flags: i32) -> Result<u64, Errno> {
         let mut state = self.state.lock().expect("state");
         state.next_fh += 1;
         let fh = state.next_fh;
         let file = Arc::new(OpenFile {
-            handle: attr.handle,
-            object,
+            is_file: attr.kind == Kind::File,
+            append: flags & libc::O_APPEND != 0,
             owners: Mutex::new(HashSet::new()),
         });
         state.files.insert(fh, file.clone());
@@ -363,13 +293,15 @@ impl CalmFs {
     pub fn new(
         client: Client,
         locks: Arc<LockForwarder>,
+        objects: calm_data::Objects,
         options: &MountOptions,
         runtime: Runtime,
     ) -> std::io::Result<CalmFs> {
         Ok(CalmFs {
             shared: Arc::new(Shared {
                 client,
-                objects: Objects::open(&options.data_dir)?,
+                contents: Contents::new(objects, options.write_buffer_bytes),
+                notifier: OnceLock::new(),
                 locks,
                 state: Mutex::new(State::default()),
                 released: tokio::sync::Notify::new(),
@@ -377,6 +309,11 @@ impl CalmFs {
             }),
             runtime,
         })
+    }
+
+    /// The part request tasks share (the mount sets its notifier once the session exists).
+    pub(crate) fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
     }
 
     fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
@@ -442,6 +379,12 @@ impl Filesystem for CalmFs {
         {
             tracing::warn!(?missing, "the kernel does not forward these lock kinds");
         }
+        // A read asks for fresh attributes once they expired (or were dropped because another
+        // mount changed the file), and drops the pages when the size or mtime changed: without
+        // it, a read inside the size the kernel last knew would serve stale pages and size.
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA) {
+            tracing::warn!(?missing, "the kernel does not refresh attributes on read");
+        }
         Ok(())
     }
 
@@ -468,7 +411,7 @@ impl Filesystem for CalmFs {
                         state
                             .inodes
                             .get(&ino.0)
-                            .filter(|i| i.unlinked)
+                            .filter(|i| !i.files.is_empty())
                             .and_then(|i| i.attr.clone())
                     };
                     match kept {
@@ -507,11 +450,9 @@ impl Filesystem for CalmFs {
         let client = shared.caller(req);
         self.spawn(async move {
             let handle = ino.0;
-            let object = shared.object_of(handle);
-            let object_file = object.as_ref().and_then(|f| f.object.as_ref());
-            if size.is_none()
-                && let Err(e) = shared.push(&client, handle, object_file).await
-            {
+            // Pending writes go first: a truncate cuts them too, and every other change
+            // follows them.
+            if let Err(e) = shared.push(&client, handle).await {
                 return reply.error(e);
             }
             let change = SetAttr {
@@ -526,18 +467,10 @@ impl Filesystem for CalmFs {
                     SetTime::Now => 0,
                 }),
             };
-            if size.is_some()
-                && let Some(inode) = shared.state.lock().expect("state").inodes.get_mut(&handle)
-            {
-                // The new size replaces whatever was written and not pushed.
-                inode.dirty = false;
-            }
             match client.setattr(handle, &change).await {
                 Ok(attr) => {
-                    if let Some(size) = size
-                        && let Err(e) = shared.objects.set_len(handle, size)
-                    {
-                        return reply.error(io_errno(&e));
+                    if size.is_some() {
+                        shared.contents.changed(&attr).await;
                     }
                     let attr = shared.local_view(attr);
                     reply.attr(&shared.ttl, &file_attr(&attr));
@@ -625,7 +558,10 @@ impl Filesystem for CalmFs {
                 Ok(attr) => attr,
                 Err(e) => return reply.error(errno(&e)),
             };
-            match shared.open_file(&attr) {
+            if attr.kind == Kind::File {
+                shared.contents.created(&attr).await;
+            }
+            match shared.open_file(&attr, flags) {
                 Ok(fh) => reply.created(
                     &shared.ttl,
                     &file_attr(&attr),
@@ -657,20 +593,10 @@ impl Filesystem for CalmFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let shared = self.shared.clone();
-        let client = shared.caller(req);
+        let client = self.shared.caller(req);
         let name = name.as_bytes().to_vec();
         self.empty_task(reply, async move {
-            let target = client
-                .lookup(parent.0, &name)
-                .await
-                .map_err(|e| errno(&e))?;
-            client
-                .unlink(parent.0, &name)
-                .await
-                .map_err(|e| errno(&e))?;
-            shared.forget_data(&target);
-            Ok(())
+            client.unlink(parent.0, &name).await.map_err(|e| errno(&e))
         });
     }
 
@@ -692,44 +618,49 @@ impl Filesystem for CalmFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let shared = self.shared.clone();
-        let client = shared.caller(req);
+        let client = self.shared.caller(req);
         let name = name.as_bytes().to_vec();
         let newname = newname.as_bytes().to_vec();
         let flags = flags.bits();
         self.empty_task(reply, async move {
-            // A replaced target may lose its last link with it.
-            let replaced = if flags & calm_meta::RENAME_EXCHANGE == 0 {
-                match client.lookup(newparent.0, &newname).await {
-                    Ok(attr) => Some(attr),
-                    Err(MetaError::NotFound) => None,
-                    Err(e) => return Err(errno(&e)),
-                }
-            } else {
-                None
-            };
             client
                 .rename(parent.0, &name, newparent.0, &newname, flags)
                 .await
-                .map_err(|e| errno(&e))?;
-            if let Some(target) = replaced
-                && let Err(MetaError::NotFound) = client.getattr(target.handle).await
-            {
-                shared.forget_data(&Attr { nlink: 1, ..target });
-            }
-            Ok(())
+                .map_err(|e| errno(&e))
         });
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let open_flags = flags.0;
         let shared = self.shared.clone();
         self.spawn(async move {
-            let attr = match shared.client.getattr(ino.0).await {
-                Ok(attr) => attr,
+            // A regular file's map comes with its attributes, on one snapshot: what this open
+            // reads is the file as committed now (close-to-open).
+            let (attr, keep) = match shared.client.read_map(ino.0).await {
+                Ok(map) => {
+                    let attr = map.attr.clone();
+                    (attr, shared.contents.opened(map).await)
+                }
+                Err(MetaError::IsDir | MetaError::Invalid(_)) => {
+                    match shared.client.getattr(ino.0).await {
+                        Ok(attr) => (attr, false),
+                        Err(e) => return reply.error(errno(&e)),
+                    }
+                }
                 Err(e) => return reply.error(errno(&e)),
             };
-            match shared.open_file(&attr) {
-                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            if attr.kind == Kind::File && !keep {
+                // Another writer changed it since this mount last saw it: the kernel's pages
+                // and size are stale.
+                shared.drop_kernel_cache(attr.handle).await;
+            }
+            let flags = if keep {
+                FopenFlags::FOPEN_KEEP_CACHE
+            } else {
+                FopenFlags::empty()
+            };
+            match shared.open_file(&attr, open_flags) {
+                Ok(fh) => reply.opened(FileHandle(fh), flags),
                 Err(e) => reply.error(e),
             }
         });
@@ -737,8 +668,8 @@ impl Filesystem for CalmFs {
 
     fn read(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -750,19 +681,23 @@ impl Filesystem for CalmFs {
             Ok(file) => file,
             Err(e) => return reply.error(e),
         };
-        let Some(object) = &file.object else {
+        if !file.is_file {
             return reply.error(Errno::EISDIR);
-        };
-        match read_at(object, offset, size as usize) {
-            Ok(data) => reply.data(&data),
-            Err(e) => reply.error(io_errno(&e)),
         }
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        self.spawn(async move {
+            match shared.contents.read(&client, ino.0, offset, size).await {
+                Ok(data) => reply.data(&data),
+                Err(e) => reply.error(Errno::from_i32(e)),
+            }
+        });
     }
 
     fn write(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -775,26 +710,26 @@ impl Filesystem for CalmFs {
             Ok(file) => file,
             Err(e) => return reply.error(e),
         };
-        let Some(object) = &file.object else {
+        if !file.is_file {
             return reply.error(Errno::EISDIR);
-        };
+        }
         if offset.saturating_add(data.len() as u64) > calm_meta::FILE_SIZE_MAX {
             return reply.error(Errno::EFBIG);
         }
-        if let Err(e) = object.write_all_at(data, offset) {
-            return reply.error(io_errno(&e));
-        }
-        if let Some(inode) = self
-            .shared
-            .state
-            .lock()
-            .expect("state")
-            .inodes
-            .get_mut(&file.handle)
-        {
-            inode.dirty = true;
-        }
-        reply.written(data.len() as u32);
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        let data = data.to_vec();
+        self.spawn(async move {
+            let written = if file.append {
+                shared.contents.append(&client, ino.0, &data).await
+            } else {
+                shared.contents.write(&client, ino.0, offset, &data).await
+            };
+            match written {
+                Ok(()) => reply.written(data.len() as u32),
+                Err(e) => reply.error(Errno::from_i32(e)),
+            }
+        });
     }
 
     fn flush(
@@ -808,8 +743,8 @@ impl Filesystem for CalmFs {
         let shared = self.shared.clone();
         let client = shared.caller(req);
         self.empty_task(reply, async move {
-            let file = shared.file(fh)?;
-            shared.push(&client, ino.0, file.object.as_ref()).await?;
+            shared.file(fh)?;
+            shared.push(&client, ino.0).await?;
             // A close releases the closing process's POSIX locks on the file.
             let held = shared
                 .state
@@ -859,7 +794,7 @@ impl Filesystem for CalmFs {
             (file, owners)
         };
         self.empty_task(reply, async move {
-            let pushed = shared.push(&client, ino.0, file.object.as_ref()).await;
+            let pushed = shared.push(&client, ino.0).await;
             // OFD and flock locks belong to the open file: they end with it.
             let released = if owners.is_empty() {
                 Ok(())
@@ -880,19 +815,16 @@ impl Filesystem for CalmFs {
                 shared.released.notify_waiters();
                 released
             };
-            let unlinked = {
+            {
                 let mut state = shared.state.lock().expect("state");
                 let inode = state.inodes.entry(ino.0).or_default();
                 inode.files.retain(|f| !Arc::ptr_eq(f, &file));
-                let last = inode.files.is_empty();
-                let unlinked = last && inode.unlinked;
-                if last {
+                if inode.files.is_empty() {
                     state.inodes.remove(&ino.0);
                 }
-                unlinked
-            };
-            if unlinked && let Err(e) = shared.objects.remove(ino.0) {
-                tracing::warn!(handle = ino.0, %e, "removing a deleted file's data");
+            }
+            if file.is_file {
+                shared.contents.closed(ino.0).await;
             }
             pushed.and(released)
         });
@@ -903,23 +835,69 @@ impl Filesystem for CalmFs {
         req: &Request,
         ino: INodeNo,
         fh: FileHandle,
-        datasync: bool,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        self.empty_task(reply, async move {
+            shared.file(fh)?;
+            // The objects are made durable before the records that name them are committed;
+            // the server's commit is durable when it answers.
+            shared
+                .contents
+                .commit(&client, ino.0, true)
+                .await
+                .map_err(Errno::from_i32)
+        });
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
         reply: ReplyEmpty,
     ) {
         let shared = self.shared.clone();
         let client = shared.caller(req);
         self.empty_task(reply, async move {
             let file = shared.file(fh)?;
-            if let Some(object) = &file.object {
-                let synced = if datasync {
-                    object.sync_data()
-                } else {
-                    object.sync_all()
-                };
-                synced.map_err(|e| io_errno(&e))?;
+            if !file.is_file {
+                return Err(Errno::ENODEV);
             }
-            // The server's commit is durable when it answers.
-            shared.push(&client, ino.0, file.object.as_ref()).await
+            let end = offset
+                .checked_add(length)
+                .filter(|e| *e <= calm_meta::FILE_SIZE_MAX)
+                .ok_or(Errno::EFBIG)?;
+            if length == 0 {
+                return Err(Errno::EINVAL);
+            }
+            shared.push(&client, ino.0).await?;
+            let attr = match mode {
+                // Space is not reserved ahead in an object store; the size grows.
+                0 => client.write(ino.0, &[], end).await,
+                libc::FALLOC_FL_KEEP_SIZE => return Ok(()),
+                m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => {
+                    let size = client.getattr(ino.0).await.map_err(|e| errno(&e))?.size;
+                    let holes: Vec<_> =
+                        calm_meta::slices::split(offset, end.min(size).saturating_sub(offset))
+                            .into_iter()
+                            .map(|(chunk, pos, len)| {
+                                (chunk, calm_meta::slices::Slice::hole(pos, len))
+                            })
+                            .collect();
+                    client.write(ino.0, &holes, 0).await
+                }
+                _ => return Err(Errno::EOPNOTSUPP),
+            }
+            .map_err(|e| errno(&e))?;
+            shared.contents.changed(&attr).await;
+            shared.drop_kernel_cache(ino.0).await;
+            Ok(())
         });
     }
 
@@ -972,9 +950,14 @@ impl Filesystem for CalmFs {
                 Ok(figures) => figures,
                 Err(e) => return reply.error(errno(&e)),
             };
-            // Space is the data directory's file system's.
-            let (blocks, bfree, bavail, bsize) =
-                statvfs(&shared.objects_root()).unwrap_or((0, 0, 0, 4096));
+            // Space is the local object store's file system's; a remote store's is not known
+            // (reported as large and free).
+            let (blocks, bfree, bavail, bsize) = shared
+                .contents
+                .objects()
+                .local_root()
+                .and_then(statvfs)
+                .unwrap_or((1 << 40, 1 << 40, 1 << 40, 4096));
             reply.statfs(
                 blocks,
                 bfree,
@@ -1127,15 +1110,33 @@ impl Filesystem for CalmFs {
             }
         }
         let shared = self.shared.clone();
+        let client = shared.caller(req);
         let wait = sleep.then_some(req.unique().0);
         self.empty_task(reply, async move {
             shared.after_releases(ino.0).await;
             let locks = &shared.locks;
-            let result = match kind {
-                Some(kind) => locks.set(ino.0, owner, pid, scope, kind, wait).await,
-                None => locks.unlock(ino.0, owner, scope).await,
-            };
-            result.map_err(Errno::from_i32)
+            match kind {
+                Some(kind) => {
+                    locks
+                        .set(ino.0, owner, pid, scope, kind, wait)
+                        .await
+                        .map_err(Errno::from_i32)?;
+                    // The previous holder may have written through another mount: what this
+                    // mount and its kernel hold of the file may be stale (as NFS does on a
+                    // lock).
+                    shared.contents.invalidate(ino.0).await;
+                    shared.drop_kernel_cache(ino.0).await;
+                    Ok(())
+                }
+                None => {
+                    // What the holder wrote reaches the server before anyone else may lock.
+                    shared.push(&client, ino.0).await?;
+                    locks
+                        .unlock(ino.0, owner, scope)
+                        .await
+                        .map_err(Errno::from_i32)
+                }
+            }
         });
     }
 
@@ -1169,12 +1170,6 @@ impl Filesystem for CalmFs {
     fn interrupt(&self, _req: &Request, unique: RequestId) {
         let locks = self.shared.locks.clone();
         self.spawn(async move { locks.interrupt(unique.0).await });
-    }
-}
-
-impl Shared {
-    fn objects_root(&self) -> PathBuf {
-        self.objects.root().to_path_buf()
     }
 }
 

@@ -1,7 +1,8 @@
 //! `calm-fuse`: the FUSE file system over a calm metadata server. The only crate that knows
 //! errno and FUSE.
 //!
-//! - [`data`]: file contents, one object per handle in a local data directory;
+//! - [`contents`]: file contents through the namespace's shared object store (calm-data):
+//!   buffered writes uploaded and committed, reads over the file's map;
 //! - [`locks`]: fcntl (POSIX, OFD) and flock locks forwarded to the server's lock manager, in
 //!   one lock session per mount, with signal-interruptible waits;
 //! - [`mount`]: mount and orderly unmount;
@@ -11,7 +12,7 @@
 //! Every request is answered from a task on the tokio runtime, so a slow server or a lock
 //! wait never holds up the FUSE reader.
 
-pub mod data;
+pub mod contents;
 pub mod fs;
 pub mod locks;
 pub mod mount;

@@ -34,7 +34,29 @@ pub async fn mount(
         .await
         .map_err(|e| std::io::Error::other(format!("opening the lock session: {e}")))?;
     let keep_alive = runtime.spawn(locks.clone().keep_alive());
-    let fs = CalmFs::new(client, locks.clone(), options, runtime)?;
+    // The namespace says where its file contents live: every mount uses the same store.
+    let url = match client.objects_url().await {
+        Ok(url) => url,
+        Err(e) => {
+            keep_alive.abort();
+            locks.close().await;
+            return Err(std::io::Error::other(format!(
+                "asking the server for its object store: {e}"
+            )));
+        }
+    };
+    let objects = match calm_data::Objects::open(&url) {
+        Ok(objects) => objects,
+        Err(e) => {
+            keep_alive.abort();
+            locks.close().await;
+            return Err(std::io::Error::other(format!(
+                "opening the object store {url}: {e}"
+            )));
+        }
+    };
+    let fs = CalmFs::new(client, locks.clone(), objects, options, runtime)?;
+    let shared = fs.shared();
     let mountpoint = mountpoint.to_path_buf();
     let config = mount_config(options);
     let session =
@@ -49,6 +71,7 @@ pub async fn mount(
             return Err(e);
         }
     };
+    let _ = shared.notifier.set(session.notifier());
     let unmounter = session.unmount_callable();
     let (done, ended) = oneshot::channel();
     let thread = std::thread::Builder::new()

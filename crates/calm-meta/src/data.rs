@@ -66,38 +66,30 @@ impl<S: Store> Meta<S> {
             let mut chunks = Vec::new();
             let (mut records, mut more) = (0, false);
             let mut bad = None;
-            snap.visit(
-                &chunk_key(handle, from_chunk),
-                &end,
-                &mut |key, value| {
-                    if !chunks.is_empty() && records + value.len() / 24 > max_records {
-                        more = true;
-                        return ControlFlow::Break(());
+            snap.visit(&chunk_key(handle, from_chunk), &end, &mut |key, value| {
+                if !chunks.is_empty() && records + value.len() / 24 > max_records {
+                    more = true;
+                    return ControlFlow::Break(());
+                }
+                match (key_chunk(key), decode_chunk(value)) {
+                    (Some(chunk), Ok(slices)) => {
+                        records += slices.len();
+                        chunks.push((chunk, slices));
+                        ControlFlow::Continue(())
                     }
-                    match (key_chunk(key), decode_chunk(value)) {
-                        (Some(chunk), Ok(slices)) => {
-                            records += slices.len();
-                            chunks.push((chunk, slices));
-                            ControlFlow::Continue(())
-                        }
-                        (_, Err(error)) => {
-                            bad = Some(error);
-                            ControlFlow::Break(())
-                        }
-                        (None, _) => {
-                            bad = Some(MetaError::Corrupt(format!("chunk key {key:?}")));
-                            ControlFlow::Break(())
-                        }
+                    (_, Err(error)) => {
+                        bad = Some(error);
+                        ControlFlow::Break(())
                     }
-                },
-            )?;
+                    (None, _) => {
+                        bad = Some(MetaError::Corrupt(format!("chunk key {key:?}")));
+                        ControlFlow::Break(())
+                    }
+                }
+            })?;
             match bad {
                 Some(error) => Err(error),
-                None => Ok(FileMap {
-                    attr,
-                    chunks,
-                    more,
-                }),
+                None => Ok(FileMap { attr, chunks, more }),
             }
         })
     }

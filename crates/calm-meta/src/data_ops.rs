@@ -292,7 +292,8 @@ pub(crate) fn alloc_slices<T: WriteTxn>(ctx: &mut Ctx<'_, T>, count: u64) -> Out
         .into());
     }
     let first = slice_next(ctx.txn)?;
-    ctx.txn.put(KEY_SLICE_NEXT, &(first + count).to_le_bytes())?;
+    ctx.txn
+        .put(KEY_SLICE_NEXT, &(first + count).to_le_bytes())?;
     Ok(Done::Ids(first))
 }
 

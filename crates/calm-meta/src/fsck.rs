@@ -440,7 +440,9 @@ impl Checker {
     /// A chunk of a live file, whose records fit it and name objects handed out.
     fn chunk(&mut self, key: &[u8], value: &[u8]) {
         let (Some(handle), Some(chunk)) = (key_handle(key), key_chunk(key)) else {
-            return self.report.problem(format!("chunk key {key:?} does not decode"));
+            return self
+                .report
+                .problem(format!("chunk key {key:?} does not decode"));
         };
         self.report.chunks += 1;
         if self.live.binary_search(&handle).is_err() {

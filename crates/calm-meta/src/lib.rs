@@ -34,8 +34,8 @@ use calm_store::{ReadTxn, Store, WriteTxn, decode_counter};
 use tokio::sync::{mpsc, oneshot};
 
 pub use crate::changelog::Caller;
-pub use crate::data::{FileMap, Garbage, MAP_RECORDS_MAX};
 pub use crate::commit::{CommitStats, FOLLOWERS_WAITING_MAX, MetaOptions, SHARED_BATCH_OPS_MAX};
+pub use crate::data::{FileMap, Garbage, MAP_RECORDS_MAX};
 pub use crate::error::{MetaError, Result};
 use crate::layout::*;
 use crate::ops::{Done, Op};

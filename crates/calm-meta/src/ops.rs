@@ -97,7 +97,11 @@ pub enum Op {
         end: u64,
     },
     /// File contents: place the whole of object `id` (`size` bytes) at the file's current end.
-    Append { handle: Handle, id: u64, size: u32 },
+    Append {
+        handle: Handle,
+        id: u64,
+        size: u32,
+    },
     /// File contents: replace a chunk's records by one slice holding its visible bytes, if the
     /// chunk is still `expected` (else busy: it changed meanwhile).
     Compact {
@@ -107,9 +111,13 @@ pub enum Op {
         slice: Slice,
     },
     /// Hands out `count` new slice ids.
-    AllocSlices { count: u64 },
+    AllocSlices {
+        count: u64,
+    },
     /// The objects of these deletion-queue entries `(queued_ns, id)` are deleted.
-    GcDone { entries: Vec<(u64, u64)> },
+    GcDone {
+        entries: Vec<(u64, u64)>,
+    },
 }
 
 /// What a successful mutation returns.

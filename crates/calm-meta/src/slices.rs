@@ -29,7 +29,7 @@ pub const CHUNK_SLICES_MAX: usize = 4096;
 /// Most slice ids handed out by one allocation.
 pub const SLICE_IDS_PER_ALLOC_MAX: u64 = 1 << 20;
 
-const _: () = assert!(CHUNK_BYTES % BLOCK_BYTES == 0);
+const _: () = assert!(CHUNK_BYTES.is_multiple_of(BLOCK_BYTES));
 const _: () = assert!(CHUNK_BYTES <= u32::MAX as u64);
 const _: () = assert!(CHUNK_SLICES_COMPACT < CHUNK_SLICES_MAX);
 
@@ -113,7 +113,7 @@ pub fn encode_chunk(slices: &[Slice]) -> Vec<u8> {
 
 /// Decodes a chunk's value.
 pub fn decode_chunk(value: &[u8]) -> Result<Vec<Slice>> {
-    if value.len() % SLICE_RECORD_BYTES != 0 {
+    if !value.len().is_multiple_of(SLICE_RECORD_BYTES) {
         return Err(MetaError::Corrupt(format!(
             "chunk value of {} bytes is not a whole number of slice records",
             value.len()

@@ -190,6 +190,32 @@ pub fn setattr_from_wire(r: &pb::SetAttrRequest) -> SetAttr {
     }
 }
 
+/// A slice record on the wire.
+pub fn slice_to_wire(chunk: u64, s: &calm_meta::slices::Slice) -> pb::SliceRecord {
+    pb::SliceRecord {
+        chunk,
+        id: s.id,
+        size: s.size,
+        off: s.off,
+        len: s.len,
+        pos: s.pos,
+    }
+}
+
+/// A slice record from the wire (checked by the namespace when it is applied).
+pub fn slice_from_wire(r: &pb::SliceRecord) -> (u64, calm_meta::slices::Slice) {
+    (
+        r.chunk,
+        calm_meta::slices::Slice {
+            id: r.id,
+            size: r.size,
+            off: r.off,
+            len: r.len,
+            pos: r.pos,
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,6 +33,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status};
 
 pub mod changelog;
+pub mod data;
 pub mod locks;
 pub mod targets;
 pub mod watch;
@@ -92,6 +93,9 @@ pub struct ServerInfo {
     pub ready_ms: u64,
     /// Limits of the watch fan-out (watchers, queue per watcher, handles per watch).
     pub watch_limits: calm_watch::Limits,
+    /// The object store and the deleter's delay (absent: no deleter or compactor runs, as in
+    /// tests of the namespace alone).
+    pub data: Option<data::DataOptions>,
 }
 
 /// The metadata service.
@@ -100,16 +104,23 @@ pub struct MetaService<S: Store> {
     meta: Arc<Meta<S>>,
     locks: Arc<LockTable>,
     info: ServerInfo,
+    data: Option<Arc<data::DataTasks>>,
     requests: AtomicU64,
     request_errors: AtomicU64,
 }
 
 impl<S: Store> MetaService<S> {
-    pub fn new(meta: Arc<Meta<S>>, locks: Arc<LockTable>, info: ServerInfo) -> Self {
+    pub fn new(
+        meta: Arc<Meta<S>>,
+        locks: Arc<LockTable>,
+        info: ServerInfo,
+        data: Option<Arc<data::DataTasks>>,
+    ) -> Self {
         Self {
             meta,
             locks,
             info,
+            data,
             requests: AtomicU64::new(0),
             request_errors: AtomicU64::new(0),
         }
@@ -134,6 +145,10 @@ impl<S: Store> MetaService<S> {
     /// record; a watcher waits for its stream to pass it (own-operation completion).
     fn mutated<T>(&self, result: Result<T, MetaError>) -> Result<Response<T>, Status> {
         let mut response = self.answer(result)?;
+        // An unlink, a truncate or a compaction may have queued objects for deletion.
+        if let Some(data) = &self.data {
+            data.queued();
+        }
         let index = self.meta.changelog_last();
         response.metadata_mut().insert(
             calm_proto::INDEX_KEY,
@@ -367,8 +382,87 @@ impl<S: Store> MetaRpc for MetaService<S> {
             changelog_first: s.changelog_first,
             changelog_readers: s.changelog_readers,
             changelog_purged: s.changelog_purged,
+            objects_url: self.meta.objects_url().ok().flatten().unwrap_or_default(),
+            objects_queued: self
+                .meta
+                .garbage(u64::MAX, 1_000_000)
+                .map_or(0, |g| g.len() as u64),
+            objects_deleted: self
+                .data
+                .as_ref()
+                .map_or(0, |d| d.stats.deleted.load(Ordering::Relaxed)),
+            chunks_compacted: self
+                .data
+                .as_ref()
+                .map_or(0, |d| d.stats.compacted.load(Ordering::Relaxed)),
         });
         self.answer(result)
+    }
+
+    async fn data_info(
+        &self,
+        _: Request<pb::Empty>,
+    ) -> Result<Response<pb::DataInfoReply>, Status> {
+        let result = self.meta.objects_url().and_then(|url| {
+            url.ok_or_else(|| MetaError::Invalid("this namespace has no object store".into()))
+        });
+        self.answer(result.map(|objects_url| pb::DataInfoReply {
+            objects_url,
+            chunk_bytes: calm_meta::slices::CHUNK_BYTES,
+            block_bytes: calm_meta::slices::BLOCK_BYTES,
+        }))
+    }
+
+    async fn read_map(
+        &self,
+        r: Request<pb::ReadMapRequest>,
+    ) -> Result<Response<pb::ReadMapReply>, Status> {
+        let r = r.into_inner();
+        let result = self
+            .meta
+            .read_map(r.handle, r.from_chunk, r.max_records as usize)
+            .map(|map| pb::ReadMapReply {
+                attr: Some(pb::Attr::from(&map.attr)),
+                records: map
+                    .chunks
+                    .iter()
+                    .flat_map(|(chunk, slices)| {
+                        slices.iter().map(|s| calm_proto::slice_to_wire(*chunk, s))
+                    })
+                    .collect(),
+                more: map.more,
+            });
+        self.answer(result)
+    }
+
+    async fn write(&self, r: Request<pb::WriteRequest>) -> Result<Response<pb::Attr>, Status> {
+        let caller = caller_of(&r);
+        let r = r.into_inner();
+        let slices: Vec<_> = r.records.iter().map(calm_proto::slice_from_wire).collect();
+        let mut chunks: Vec<u64> = slices.iter().map(|(c, _)| *c).collect();
+        chunks.dedup();
+        let result = self.meta.write(caller, r.handle, slices, r.end).await;
+        if result.is_ok()
+            && let Some(data) = &self.data
+        {
+            data.written(&self.meta, r.handle, &chunks);
+        }
+        self.mutated(attr(result))
+    }
+
+    async fn append(&self, r: Request<pb::AppendRequest>) -> Result<Response<pb::Attr>, Status> {
+        let caller = caller_of(&r);
+        let r = r.into_inner();
+        let result = self.meta.append(caller, r.handle, r.id, r.size).await;
+        self.mutated(attr(result))
+    }
+
+    async fn alloc_slices(
+        &self,
+        r: Request<pb::AllocSlicesRequest>,
+    ) -> Result<Response<pb::AllocSlicesReply>, Status> {
+        let result = self.meta.alloc_slices(r.into_inner().count).await;
+        self.answer(result.map(|first| pb::AllocSlicesReply { first }))
     }
 }
 
@@ -384,7 +478,11 @@ pub async fn serve<S: Store>(
     let table = Arc::new(LockTable::new(calm_locks::Limits::default(), meta.epoch()));
     let leases = tokio::spawn(table.clone().run_leases());
     let watch_limits = info.watch_limits;
-    let service = MetaServer::new(MetaService::new(meta.clone(), table.clone(), info))
+    let data = info
+        .data
+        .clone()
+        .map(|options| data::DataTasks::start(meta.clone(), options));
+    let service = MetaServer::new(MetaService::new(meta.clone(), table.clone(), info, data))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
     let locks = LocksServer::new(LockService::new(meta.clone(), table))

@@ -16,16 +16,17 @@ use calm_fuse::MountOptions;
 pub struct MountArgs {
     /// Where to mount (an existing empty directory).
     pub mountpoint: PathBuf,
-    /// A running server to mount (its file data goes to --data).
+    /// A running server to mount (file contents go to the object store its namespace names).
     #[arg(long, conflicts_with = "embedded")]
     pub server: Option<String>,
-    /// Run the server in this process on the store in DIR (created when absent); file data
-    /// goes beside the store, in DIR/objects.
+    /// Run the server in this process on the store in DIR (created when absent); file
+    /// contents go to the namespace's object store, DIR/objects unless --objects says else.
     #[arg(long)]
     pub embedded: Option<PathBuf>,
-    /// Directory of file contents (default with --embedded: its DIR).
-    #[arg(long)]
-    pub data: Option<PathBuf>,
+    /// Bytes of writes buffered in memory before they are committed, for the whole mount,
+    /// in MiB.
+    #[arg(long, default_value_t = calm_fuse::contents::WRITE_BUFFER_BYTES_DEFAULT >> 20)]
+    pub write_buffer_mib: u64,
     /// With --embedded: the address the in-process server listens on.
     #[arg(long, default_value = "127.0.0.1:7420")]
     pub listen: String,
@@ -45,13 +46,9 @@ pub struct MountArgs {
 }
 
 pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
-    let data = match (&args.server, &args.embedded, &args.data) {
-        (_, _, Some(data)) => data.clone(),
-        (None, Some(dir), None) => dir.clone(),
-        (Some(_), None, None) => bail!("--server needs --data DIR: where file contents live"),
-        (None, None, _) => bail!("give --server ADDR or --embedded DIR"),
-        (Some(_), Some(_), _) => unreachable!("clap refuses both"),
-    };
+    if args.server.is_none() && args.embedded.is_none() {
+        bail!("give --server ADDR or --embedded DIR");
+    }
     if !args.mountpoint.is_dir() {
         bail!(
             "mount point {} is not a directory",
@@ -59,7 +56,7 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
         );
     }
     let options = MountOptions {
-        data_dir: data,
+        write_buffer_bytes: args.write_buffer_mib.saturating_mul(1 << 20),
         ttl: Duration::from_millis(args.ttl_ms),
         lease_ms: args.lock_lease_ms,
         allow_other: args.allow_other,

@@ -39,6 +39,15 @@ pub struct ServerArgs {
     /// Run the idle-reader GC at most this often, in seconds.
     #[arg(long, default_value_t = 3600)]
     changelog_gc_interval_s: u64,
+    /// The object store of file contents, for a namespace being created: file:///DIR or
+    /// s3://BUCKET[/PREFIX][?endpoint=URL&region=R] (credentials from the AWS environment
+    /// variables). Default: DATA/objects. A namespace keeps the store it was created with.
+    #[arg(long)]
+    pub objects: Option<String>,
+    /// Seconds an object no file names any more waits before the deleter removes it (a mount
+    /// that opened the file before it changed may still read it meanwhile).
+    #[arg(long, default_value_t = 60)]
+    pub delete_delay_s: u64,
     /// Commit with LMDB's own synchronous commit instead of the write-ahead log (the default:
     /// one sequential write and fdatasync per commit, LMDB's pages written back at
     /// checkpoints, the changelog's records in segment files beside the B-tree).
@@ -53,6 +62,40 @@ impl ServerArgs {
             watchers_max: self.watchers_max,
             ..calm_watch::Limits::default()
         }
+    }
+
+    /// The namespace options for the object store: the one given, or `default_dir` when the
+    /// namespace is created without one.
+    fn objects_options(&self, default_dir: &Path) -> anyhow::Result<(Option<String>, String)> {
+        if let Some(url) = &self.objects {
+            calm_data::ObjectsUrl::parse(url).map_err(|e| anyhow!(e))?;
+        }
+        let dir = std::path::absolute(default_dir)
+            .with_context(|| format!("resolving {}", default_dir.display()))?;
+        Ok((
+            self.objects.clone(),
+            calm_data::ObjectsUrl::file(&dir.join("objects")),
+        ))
+    }
+
+    /// The data tasks of a server on `meta`: its object store opened from the URL the
+    /// namespace keeps.
+    pub fn data_options<S: calm_store::Store>(
+        &self,
+        meta: &Meta<S>,
+    ) -> anyhow::Result<Option<calm_server::data::DataOptions>> {
+        let Some(url) = meta
+            .objects_url()
+            .context("reading the namespace's object store")?
+        else {
+            return Ok(None);
+        };
+        let objects = calm_data::Objects::open(&url)
+            .with_context(|| format!("opening the object store {url}"))?;
+        Ok(Some(calm_server::data::DataOptions {
+            objects,
+            delete_delay: std::time::Duration::from_secs(self.delete_delay_s),
+        }))
     }
 
     fn config(&self) -> ChangelogConfig {
@@ -77,6 +120,7 @@ pub struct Embedded {
     pub meta: Arc<Meta<LmdbStore>>,
     data: std::path::PathBuf,
     watch_limits: calm_watch::Limits,
+    data_options: Option<calm_server::data::DataOptions>,
 }
 
 impl Embedded {
@@ -86,21 +130,26 @@ impl Embedded {
             wal: !changelog.no_wal,
             ..LmdbOptions::default()
         };
+        let (objects_url, objects_url_default) = changelog.objects_options(data)?;
         let store = LmdbStore::open(data, &options)
             .with_context(|| format!("opening the store in {}", data.display()))?;
         let meta = Meta::open(
             store,
             MetaOptions {
                 changelog: changelog.config(),
+                objects_url,
+                objects_url_default: Some(objects_url_default),
                 ..MetaOptions::default()
             },
         )
         .with_context(|| format!("opening the namespace in {}", data.display()))?;
+        let data_options = changelog.data_options(&meta)?;
         Ok(Embedded {
             _lock: lock,
             meta: Arc::new(meta),
             data: data.to_path_buf(),
             watch_limits: changelog.watch_limits(),
+            data_options,
         })
     }
 
@@ -110,6 +159,7 @@ impl Embedded {
             started,
             ready_ms: started.elapsed().as_millis() as u64,
             watch_limits: self.watch_limits,
+            data: self.data_options.clone(),
         }
     }
 
@@ -162,15 +212,19 @@ pub fn run_etcd(
     let options = calm_store_etcd::EtcdOptions::from_url(url).map_err(|e| anyhow!(e))?;
     let store = calm_store_etcd::EtcdStore::connect(options)
         .with_context(|| format!("connecting to {url}"))?;
+    let (objects_url, objects_url_default) = changelog.objects_options(Path::new("./calm-data"))?;
     let meta = Meta::open(
         store,
         MetaOptions {
             changelog: changelog.config(),
             batch_ops_max: calm_meta::SHARED_BATCH_OPS_MAX,
+            objects_url,
+            objects_url_default: Some(objects_url_default),
             ..MetaOptions::default()
         },
     )
     .with_context(|| format!("opening the namespace on {url}"))?;
+    let data = changelog.data_options(&meta)?;
     let meta = Arc::new(meta);
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     let listener = runtime
@@ -182,6 +236,7 @@ pub fn run_etcd(
         started,
         ready_ms: started.elapsed().as_millis() as u64,
         watch_limits: changelog.watch_limits(),
+        data,
     };
     println!("{}", calm_server::ready_line(info.ready_ms, &addr));
     std::io::stdout().flush()?;

@@ -43,12 +43,17 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
             "changelog_first": status.changelog_first,
             "changelog_readers": status.changelog_readers,
             "changelog_purged": status.changelog_purged,
+            "objects_url": status.objects_url,
+            "objects_queued": status.objects_queued,
+            "objects_deleted": status.objects_deleted,
+            "chunks_compacted": status.chunks_compacted,
         });
         println!("{value}");
     } else {
         let rows = [
             ("server", format!("{server} (calm {})", status.version)),
             ("data", status.data_dir.clone()),
+            ("objects", status.objects_url.clone()),
             ("epoch", status.epoch.to_string()),
             ("inodes", status.inodes.to_string()),
             ("file bytes", status.file_bytes.to_string()),
@@ -87,6 +92,13 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
                     (status.changelog_last + 1).saturating_sub(status.changelog_first),
                     status.changelog_readers,
                     status.changelog_purged
+                ),
+            ),
+            (
+                "object deletion",
+                format!(
+                    "{} queued, {} deleted since start; {} chunks compacted",
+                    status.objects_queued, status.objects_deleted, status.chunks_compacted
                 ),
             ),
             ("ready after", format!("{} ms", status.ready_ms)),

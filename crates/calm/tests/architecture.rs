@@ -74,7 +74,14 @@ fn pure_crates_keep_their_dependencies_out() {
     // object store.
     assert_absent(
         "calm-data",
-        &["fuser", "tonic", "prost", "heed", "calm-store-etcd", "calm-proto"],
+        &[
+            "fuser",
+            "tonic",
+            "prost",
+            "heed",
+            "calm-store-etcd",
+            "calm-proto",
+        ],
     );
     assert_absent("calm-meta", &["object_store", "calm-data", "reqwest"]);
 }

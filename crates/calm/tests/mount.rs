@@ -6,137 +6,10 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{CALM, Server};
-
-const PROGRAMS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs");
-
-/// A `calm mount` process in its own mount namespace.
-struct Mount {
-    child: Child,
-    stdout: BufReader<ChildStdout>,
-    /// The mount point (mounted only inside the namespace).
-    mnt: PathBuf,
-    /// The in-process server's address, with --embedded.
-    addr: Option<String>,
-    _dir: tempfile::TempDir,
-}
-
-impl Mount {
-    /// `calm mount --embedded` on a fresh store.
-    fn embedded(extra: &[&str]) -> Mount {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let data = dir.path().join("data");
-        let args = [
-            "--embedded",
-            data.to_str().expect("utf-8"),
-            "--listen",
-            "127.0.0.1:0",
-        ];
-        Mount::start(dir, &args, extra)
-    }
-
-    /// `calm mount --server ADDR`, its file data in `data`.
-    fn remote(server: &str, data: &Path, extra: &[&str]) -> Mount {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let args = ["--server", server, "--data", data.to_str().expect("utf-8")];
-        Mount::start(dir, &args, extra)
-    }
-
-    fn start(dir: tempfile::TempDir, args: &[&str], extra: &[&str]) -> Mount {
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&mnt).expect("mount point");
-        let mut child = Command::new("unshare")
-            .args(["--mount", "--propagation", "private", "--"])
-            .arg(CALM)
-            .arg("mount")
-            .arg(&mnt)
-            .args(args)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn unshare calm mount");
-        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("read the mounted line");
-        if !line.starts_with("mounted at ") {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("unexpected first line from calm mount: {line:?}");
-        }
-        let addr = line
-            .split("serving on ")
-            .nth(1)
-            .map(|a| a.trim().to_string());
-        Mount {
-            child,
-            stdout,
-            mnt,
-            addr,
-            _dir: dir,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Runs `script` with bash inside the mount's namespace, in the mount point, with `$MNT`
-    /// set to it.
-    fn sh(&self, script: &str) -> Output {
-        Command::new("nsenter")
-            .args([
-                "-t",
-                &self.pid().to_string(),
-                "-m",
-                "--",
-                "bash",
-                "-euo",
-                "pipefail",
-                "-c",
-            ])
-            // nsenter starts in the namespace's root directory.
-            .arg(format!("cd \"$MNT\"\n{script}"))
-            .env("MNT", &self.mnt)
-            .env("PROGRAMS", PROGRAMS)
-            .output()
-            .expect("nsenter")
-    }
-
-    /// Like [`Mount::sh`], and asserts success; returns stdout.
-    fn sh_ok(&self, script: &str) -> String {
-        let out = self.sh(script);
-        assert!(
-            out.status.success(),
-            "script failed ({}):\n{script}\nstdout:\n{}\nstderr:\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("utf-8")
-    }
-
-    /// SIGTERM; returns the exit status and what the process printed after the mounted line.
-    fn terminate(mut self) -> (std::process::ExitStatus, String) {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let status = self.child.wait().expect("wait");
-        let mut rest = String::new();
-        let _ = std::io::Read::read_to_string(&mut self.stdout, &mut rest);
-        (status, rest)
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::{Mount, Server};
 
 fn lines(text: &str) -> Vec<&str> {
     text.lines().collect()
@@ -357,10 +230,9 @@ fn mutations_through_the_mount_are_in_the_changelog() {
 fn a_killed_mount_loses_its_locks_through_its_lease() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let server = Server::start(&common::data_dir(&tmp));
-    let data = tmp.path().join("objects");
     let lease = ["--lock-lease-ms", "1000"];
-    let holder = Mount::remote(&server.addr, &data, &lease);
-    let other = Mount::remote(&server.addr, &data, &lease);
+    let holder = Mount::remote(&server.addr, &lease);
+    let other = Mount::remote(&server.addr, &lease);
     holder.sh_ok("touch f");
     // A process on the first mount takes a write lock and keeps it.
     let mut keeper = Command::new("nsenter")
@@ -486,7 +358,7 @@ fn bad_invocations_are_refused_clearly() {
         "127.0.0.1:1",
     ]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--server needs --data"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("connecting to 127.0.0.1:1"));
     let missing = tmp.path().join("nope");
     let out = common::calm(&[
         "mount",

@@ -8,6 +8,9 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
 
+/// The programs the mount tests run (conformance and lock scripts).
+pub const PROGRAMS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs");
+
 pub const CALM: &str = env!("CARGO_BIN_EXE_calm");
 
 pub struct Server {
@@ -94,4 +97,127 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("runtime")
+}
+
+/// A `calm mount` process in its own mount namespace.
+pub struct Mount {
+    pub child: Child,
+    pub stdout: BufReader<ChildStdout>,
+    /// The mount point (mounted only inside the namespace).
+    pub mnt: PathBuf,
+    /// The in-process server's address, with --embedded.
+    pub addr: Option<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl Mount {
+    /// `calm mount --embedded` on a fresh store.
+    pub fn embedded(extra: &[&str]) -> Mount {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = dir.path().join("data");
+        let args = [
+            "--embedded",
+            data.to_str().expect("utf-8"),
+            "--listen",
+            "127.0.0.1:0",
+        ];
+        Mount::start(dir, &args, extra)
+    }
+
+    /// `calm mount --server ADDR`.
+    pub fn remote(server: &str, extra: &[&str]) -> Mount {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Mount::start(dir, &["--server", server], extra)
+    }
+
+    pub fn start(dir: tempfile::TempDir, args: &[&str], extra: &[&str]) -> Mount {
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).expect("mount point");
+        let mut child = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "--"])
+            .arg(CALM)
+            .arg("mount")
+            .arg(&mnt)
+            .args(args)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn unshare calm mount");
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read the mounted line");
+        if !line.starts_with("mounted at ") {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("unexpected first line from calm mount: {line:?}");
+        }
+        let addr = line
+            .split("serving on ")
+            .nth(1)
+            .map(|a| a.trim().to_string());
+        Mount {
+            child,
+            stdout,
+            mnt,
+            addr,
+            _dir: dir,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Runs `script` with bash inside the mount's namespace, in the mount point, with `$MNT`
+    /// set to it.
+    pub fn sh(&self, script: &str) -> Output {
+        Command::new("nsenter")
+            .args([
+                "-t",
+                &self.pid().to_string(),
+                "-m",
+                "--",
+                "bash",
+                "-euo",
+                "pipefail",
+                "-c",
+            ])
+            // nsenter starts in the namespace's root directory.
+            .arg(format!("cd \"$MNT\"\n{script}"))
+            .env("MNT", &self.mnt)
+            .env("PROGRAMS", PROGRAMS)
+            .output()
+            .expect("nsenter")
+    }
+
+    /// Like [`Mount::sh`], and asserts success; returns stdout.
+    pub fn sh_ok(&self, script: &str) -> String {
+        let out = self.sh(script);
+        assert!(
+            out.status.success(),
+            "script failed ({}):\n{script}\nstdout:\n{}\nstderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8")
+    }
+
+    /// SIGTERM; returns the exit status and what the process printed after the mounted line.
+    pub fn terminate(mut self) -> (std::process::ExitStatus, String) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().expect("wait");
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut self.stdout, &mut rest);
+        (status, rest)
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

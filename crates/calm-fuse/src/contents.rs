@@ -1,0 +1,435 @@
+//! File contents through the mount: one [`FileData`] per file this mount uses, over the
+//! namespace's shared object store.
+//!
+//! - A write is buffered in memory (pending slices); blocks that fill up are uploaded at once,
+//!   at most [`UPLOADS_IN_FLIGHT_MAX`] at a time. Buffered bytes are bounded: past
+//!   [`MountOptions::write_buffer_bytes`] for the whole mount, or a quarter of it for one file,
+//!   the writer commits first.
+//! - A commit (close, fsync, unlock, before a truncate or an attribute change) uploads what is
+//!   left, waits for every upload, and only then sends the records to the server in one write
+//!   (with the size, mtime and changelog record): metadata never names an object that is not
+//!   completely written. fsync also syncs the objects of a local store before that commit.
+//! - A read follows the file's map (read from the server at each open: close-to-open), with
+//!   this mount's pending writes over it.
+//!
+//! [`MountOptions::write_buffer_bytes`]: crate::MountOptions::write_buffer_bytes
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use calm_client::Client;
+use calm_data::{DataError, FileData, Objects, Part, Upload};
+use calm_meta::{Attr, Handle, MetaError};
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+
+/// Blocks uploaded at once by one mount.
+pub const UPLOADS_IN_FLIGHT_MAX: usize = 16;
+/// Object reads in flight for one read request.
+pub const READS_IN_FLIGHT_MAX: usize = 16;
+/// Slice ids asked for at once.
+pub const IDS_PER_ALLOC: u64 = 4096;
+/// Files whose state (map, version) a mount keeps after their last close, for the page cache
+/// kept across opens of an unchanged file; past it the closed ones are forgotten.
+pub const FILES_KEPT_MAX: usize = 65_536;
+/// Default bound of the bytes a mount buffers for writes not committed yet.
+pub const WRITE_BUFFER_BYTES_DEFAULT: u64 = 256 << 20;
+
+/// What identifies a version of a file's contents: a change of any of them means another
+/// writer (or this mount) changed it.
+type Version = (i64, i64, u64);
+
+fn version(attr: &Attr) -> Version {
+    (attr.mtime_ns, attr.ctime_ns, attr.size)
+}
+
+fn data_errno(error: &DataError) -> i32 {
+    error.errno()
+}
+
+fn meta_errno(error: &MetaError) -> i32 {
+    error.errno()
+}
+
+/// One file's contents on this mount.
+#[derive(Debug, Default)]
+struct FileState {
+    data: FileData,
+    /// The map is loaded (else the next read fetches it).
+    loaded: bool,
+    /// Uploads of pending slices' blocks still running.
+    uploads: Vec<JoinHandle<Result<(), DataError>>>,
+    /// The version this mount's page cache holds (kept across opens when unchanged).
+    cached: Option<Version>,
+    /// Open files of it on this mount.
+    opens: usize,
+}
+
+type File = Arc<tokio::sync::Mutex<FileState>>;
+
+/// The mount's file contents.
+#[derive(Debug)]
+pub struct Contents {
+    objects: Objects,
+    files: Mutex<HashMap<Handle, File>>,
+    /// Sizes of files with pending writes (what stat answers on this mount).
+    dirty_sizes: Mutex<HashMap<Handle, u64>>,
+    ids: tokio::sync::Mutex<(u64, u64)>,
+    uploads: Arc<Semaphore>,
+    buffered: AtomicU64,
+    buffer_max: u64,
+}
+
+impl Contents {
+    pub fn new(objects: Objects, write_buffer_bytes: u64) -> Contents {
+        Contents {
+            objects,
+            files: Mutex::new(HashMap::new()),
+            dirty_sizes: Mutex::new(HashMap::new()),
+            ids: tokio::sync::Mutex::new((0, 0)),
+            uploads: Arc::new(Semaphore::new(UPLOADS_IN_FLIGHT_MAX)),
+            buffered: AtomicU64::new(0),
+            buffer_max: write_buffer_bytes.max(1 << 20),
+        }
+    }
+
+    pub fn objects(&self) -> &Objects {
+        &self.objects
+    }
+
+    fn file(&self, handle: Handle) -> File {
+        self.files
+            .lock()
+            .expect("files")
+            .entry(handle)
+            .or_default()
+            .clone()
+    }
+
+    /// The size of `handle` with this mount's pending writes, when it has any.
+    pub fn dirty_size(&self, handle: Handle) -> Option<u64> {
+        self.dirty_sizes
+            .lock()
+            .expect("sizes")
+            .get(&handle)
+            .copied()
+    }
+
+    fn publish_size(&self, handle: Handle, data: &FileData) {
+        let mut sizes = self.dirty_sizes.lock().expect("sizes");
+        if data.is_dirty() {
+            sizes.insert(handle, data.size());
+        } else {
+            sizes.remove(&handle);
+        }
+    }
+
+    async fn next_ids(&self, count: u64, client: &Client) -> Result<Vec<u64>, i32> {
+        let mut pool = self.ids.lock().await;
+        let mut out = Vec::with_capacity(count as usize);
+        while (out.len() as u64) < count {
+            if pool.0 == pool.1 {
+                let first = client
+                    .alloc_slices(IDS_PER_ALLOC)
+                    .await
+                    .map_err(|e| meta_errno(&e))?;
+                *pool = (first, first + IDS_PER_ALLOC);
+            }
+            out.push(pool.0);
+            pool.0 += 1;
+        }
+        Ok(out)
+    }
+
+    /// An open of `handle` whose map the server answered with: returns whether the kernel may
+    /// keep the pages it has of the file (it is unchanged since this mount last saw it).
+    pub async fn opened(&self, map: calm_meta::FileMap) -> bool {
+        let file = self.file(map.attr.handle);
+        let mut state = file.lock().await;
+        state.opens += 1;
+        state.data.refresh(map.attr.size, map.chunks);
+        state.loaded = true;
+        let now = version(&map.attr);
+        let keep = state.cached == Some(now) && !state.data.is_dirty();
+        state.cached = Some(now);
+        keep
+    }
+
+    /// A file created by this mount (empty, open).
+    pub async fn created(&self, attr: &Attr) {
+        let file = self.file(attr.handle);
+        let mut state = file.lock().await;
+        if !state.data.is_dirty() {
+            state.data = FileData::new(attr.size, Vec::new());
+            state.loaded = true;
+        }
+        state.cached = Some(version(attr));
+        state.opens += 1;
+    }
+
+    /// The last close on this mount of an open file: forgets the file's state when the mount
+    /// keeps too many.
+    pub async fn closed(&self, handle: Handle) {
+        let file = self.file(handle);
+        {
+            let mut state = file.lock().await;
+            state.opens = state.opens.saturating_sub(1);
+        }
+        let mut files = self.files.lock().expect("files");
+        if files.len() > FILES_KEPT_MAX {
+            files.retain(|_, f| {
+                f.try_lock()
+                    .map_or(true, |s| s.opens > 0 || s.data.is_dirty())
+            });
+        }
+    }
+
+    /// Another mount may have changed `handle` (a lock was granted): the next read fetches its
+    /// map again, and its pages are not kept.
+    pub async fn invalidate(&self, handle: Handle) {
+        let file = self.file(handle);
+        let mut state = file.lock().await;
+        state.loaded = false;
+        state.cached = None;
+    }
+
+    /// The file changed through this mount (truncate, append): as [`Contents::invalidate`],
+    /// and what the page cache holds is this version.
+    pub async fn changed(&self, attr: &Attr) {
+        let file = self.file(attr.handle);
+        let mut state = file.lock().await;
+        state.data.resized(attr.size);
+        state.loaded = false;
+        state.cached = Some(version(attr));
+    }
+
+    /// Buffers a write at `offset`.
+    pub async fn write(
+        &self,
+        client: &Client,
+        handle: Handle,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), i32> {
+        if offset.saturating_add(data.len() as u64) > calm_meta::FILE_SIZE_MAX {
+            return Err(libc::EFBIG);
+        }
+        // Over the mount's bound: commit the other files' pending writes first.
+        if self.buffered.load(Ordering::Relaxed) + data.len() as u64 > self.buffer_max {
+            self.commit_all_but(client, handle).await?;
+        }
+        let file = self.file(handle);
+        let mut state = file.lock().await;
+        if state.data.wants_commit(self.buffer_max / 4) {
+            self.commit_locked(client, handle, &mut state, false)
+                .await?;
+        }
+        // Enough ids for the slices this write may start (one per chunk it touches).
+        let chunks = calm_meta::slices::split(offset, data.len() as u64).len() as u64;
+        let mut ids = self.next_ids(chunks, client).await?.into_iter();
+        let before = state.data.pending_bytes();
+        let uploads = state.data.write(offset, data, &mut || {
+            ids.next().expect("enough ids for the chunks written")
+        });
+        let grown = state.data.pending_bytes() - before;
+        self.buffered.fetch_add(grown, Ordering::Relaxed);
+        for upload in uploads {
+            state.uploads.push(self.upload(upload));
+        }
+        self.publish_size(handle, &state.data);
+        Ok(())
+    }
+
+    /// An O_APPEND write: committed pending writes first, then `data` as one object placed at
+    /// the file's end by the server (two mounts appending never overwrite each other).
+    pub async fn append(&self, client: &Client, handle: Handle, data: &[u8]) -> Result<(), i32> {
+        let file = self.file(handle);
+        let mut state = file.lock().await;
+        self.commit_locked(client, handle, &mut state, false)
+            .await?;
+        for piece in data.chunks(calm_meta::slices::CHUNK_BYTES as usize) {
+            let id = self.next_ids(1, client).await?[0];
+            let size = piece.len() as u32;
+            let mut uploads = Vec::new();
+            for (b, len) in calm_meta::slices::blocks(size) {
+                let start = b as usize * calm_meta::slices::BLOCK_BYTES as usize;
+                uploads.push(self.upload(Upload {
+                    id,
+                    block: b,
+                    data: Bytes::copy_from_slice(&piece[start..start + len as usize]),
+                }));
+            }
+            wait_uploads(uploads).await?;
+            let attr = client
+                .append(handle, id, size)
+                .await
+                .map_err(|e| meta_errno(&e))?;
+            state.data.resized(attr.size);
+            state.loaded = false;
+            state.cached = Some(version(&attr));
+        }
+        Ok(())
+    }
+
+    fn upload(&self, upload: Upload) -> JoinHandle<Result<(), DataError>> {
+        let objects = self.objects.clone();
+        let permits = self.uploads.clone();
+        tokio::spawn(async move {
+            let _permit = permits.acquire_owned().await.expect("never closed");
+            objects
+                .put_block(upload.id, upload.block, &upload.data)
+                .await
+        })
+    }
+
+    /// Commits `handle`'s pending writes (and with `sync`, makes their objects durable first).
+    pub async fn commit(&self, client: &Client, handle: Handle, sync: bool) -> Result<(), i32> {
+        let file = {
+            let files = self.files.lock().expect("files");
+            match files.get(&handle) {
+                Some(file) => file.clone(),
+                None => return Ok(()),
+            }
+        };
+        let mut state = file.lock().await;
+        self.commit_locked(client, handle, &mut state, sync).await
+    }
+
+    async fn commit_all_but(&self, client: &Client, except: Handle) -> Result<(), i32> {
+        let dirty: Vec<Handle> = self
+            .dirty_sizes
+            .lock()
+            .expect("sizes")
+            .keys()
+            .copied()
+            .filter(|h| *h != except)
+            .collect();
+        for handle in dirty {
+            self.commit(client, handle, false).await?;
+        }
+        Ok(())
+    }
+
+    async fn commit_locked(
+        &self,
+        client: &Client,
+        handle: Handle,
+        state: &mut FileState,
+        sync: bool,
+    ) -> Result<(), i32> {
+        if !state.data.is_dirty() && state.uploads.is_empty() {
+            return Ok(());
+        }
+        let (n, uploads) = state.data.seal();
+        for upload in uploads {
+            state.uploads.push(self.upload(upload));
+        }
+        let uploaded = wait_uploads(std::mem::take(&mut state.uploads)).await;
+        let records = state.data.records(n);
+        let bytes: u64 = records.iter().map(|(_, s)| u64::from(s.len)).sum();
+        if let Err(errno) = uploaded {
+            // Nothing names the objects written so far (calm gc removes them); the writes
+            // are lost, and the caller is told.
+            state.data.discard_pending();
+            self.buffered.fetch_sub(bytes, Ordering::Relaxed);
+            self.publish_size(handle, &state.data);
+            return Err(errno);
+        }
+        if sync {
+            for (_, slice) in &records {
+                self.objects
+                    .sync(slice.id, slice.size)
+                    .await
+                    .map_err(|e| data_errno(&e))?;
+            }
+        }
+        let end = state.data.pending_end();
+        match client.write(handle, &records, end).await {
+            Ok(attr) => {
+                state.data.committed(n, attr.size);
+                state.cached = Some(version(&attr));
+            }
+            Err(MetaError::NotFound) => {
+                // The file is gone: so are its writes.
+                state.data.discard_pending();
+            }
+            Err(error) => {
+                // Kept: the next flush, fsync or close tries again.
+                return Err(meta_errno(&error));
+            }
+        }
+        self.buffered.fetch_sub(bytes, Ordering::Relaxed);
+        self.publish_size(handle, &state.data);
+        Ok(())
+    }
+
+    /// Reads `len` bytes at `offset` of `handle` (fewer at the end of the file).
+    pub async fn read(
+        &self,
+        client: &Client,
+        handle: Handle,
+        offset: u64,
+        len: u32,
+    ) -> Result<Vec<u8>, i32> {
+        let file = self.file(handle);
+        let plan = {
+            let mut state = file.lock().await;
+            if !state.loaded {
+                let map = client.read_map(handle).await.map_err(|e| meta_errno(&e))?;
+                state.data.refresh(map.attr.size, map.chunks);
+                state.loaded = true;
+            }
+            state.data.plan(offset, u64::from(len))
+        };
+        let total: u64 = plan.iter().map(Part::len).sum();
+        let mut out = Vec::with_capacity(total as usize);
+        let mut fetches = Vec::new();
+        for part in &plan {
+            let objects = self.objects.clone();
+            let part = part.clone();
+            fetches.push(async move {
+                match part {
+                    Part::Object { id, size, off, len } => objects
+                        .read(id, size, off, len)
+                        .await
+                        .map(Some)
+                        .map_err(|e| {
+                            tracing::warn!(handle, %e, "reading file contents");
+                            data_errno(&e)
+                        }),
+                    _ => Ok(None),
+                }
+            });
+        }
+        use futures::StreamExt;
+        let fetched: Vec<Result<Option<Bytes>, i32>> = futures::stream::iter(fetches)
+            .buffered(READS_IN_FLIGHT_MAX)
+            .collect()
+            .await;
+        for (part, bytes) in plan.iter().zip(fetched) {
+            match part {
+                Part::Zeros(n) => out.resize(out.len() + *n as usize, 0),
+                Part::Memory(b) => out.extend_from_slice(b),
+                Part::Object { .. } => out.extend_from_slice(&bytes?.expect("fetched")),
+            }
+        }
+        Ok(out)
+    }
+}
+
+async fn wait_uploads(uploads: Vec<JoinHandle<Result<(), DataError>>>) -> Result<(), i32> {
+    let mut first_error = None;
+    for upload in uploads {
+        let result = match upload.await {
+            Ok(result) => result,
+            Err(e) => Err(DataError::Unavailable(format!("upload task: {e}"))),
+        };
+        if let Err(error) = result {
+            tracing::warn!(%error, "uploading a block");
+            first_error.get_or_insert(data_errno(&error));
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
