@@ -5,18 +5,60 @@
 
 mod common;
 
-use common::{Mount, Server};
+use common::{Mount, S3, Server};
 
 fn lines(text: &str) -> Vec<&str> {
     text.lines().collect()
 }
 
+/// Where a test's namespace keeps its file contents.
+enum Backend {
+    /// The default: a local directory beside the store.
+    File,
+    /// The run's S3 server, under a prefix of the test's own.
+    S3(S3, String),
+}
+
+impl Backend {
+    fn s3(test: &str) -> Backend {
+        Backend::S3(S3::get(), common::unique_prefix(test))
+    }
+
+    fn env(&self) -> Vec<(String, String)> {
+        match self {
+            Backend::File => Vec::new(),
+            Backend::S3(s3, _) => s3.env.clone(),
+        }
+    }
+
+    /// A server on a fresh store in `tmp`, and two mounts of it.
+    fn two_mounts(&self, tmp: &tempfile::TempDir) -> (Server, Mount, Mount) {
+        let data = common::data_dir(tmp);
+        let server = match self {
+            Backend::File => Server::start(&data),
+            Backend::S3(s3, prefix) => {
+                Server::start_with_env(&data, &["--objects", &s3.url(prefix)], &s3.env)
+            }
+        };
+        let a = Mount::remote_env(&server.addr, &[], &self.env());
+        let b = Mount::remote_env(&server.addr, &[], &self.env());
+        (server, a, b)
+    }
+}
+
 #[test]
-fn a_second_mount_reads_what_the_first_wrote() {
+fn a_second_mount_reads_what_the_first_wrote_on_a_local_directory() {
+    a_second_mount_reads_what_the_first_wrote(Backend::File);
+}
+
+#[test]
+fn a_second_mount_reads_what_the_first_wrote_on_s3() {
+    a_second_mount_reads_what_the_first_wrote(Backend::s3("share"));
+}
+
+fn a_second_mount_reads_what_the_first_wrote(backend: Backend) {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let server = Server::start(&common::data_dir(&tmp));
-    let a = Mount::remote(&server.addr, &[]);
-    let b = Mount::remote(&server.addr, &[]);
+    let (_server, a, b) = backend.two_mounts(&tmp);
     a.sh_ok(
         "echo 'hello from A' > f && head -c 9000000 /dev/urandom > big && sha256sum big > ../sum",
     );
@@ -72,11 +114,18 @@ for name in ['big', 'holes', 'fa', 'p']:
 }
 
 #[test]
-fn locks_protect_read_modify_write_across_mounts() {
+fn locks_protect_read_modify_write_across_mounts_on_a_local_directory() {
+    locks_protect_read_modify_write_across_mounts(Backend::File);
+}
+
+#[test]
+fn locks_protect_read_modify_write_across_mounts_on_s3() {
+    locks_protect_read_modify_write_across_mounts(Backend::s3("locks"));
+}
+
+fn locks_protect_read_modify_write_across_mounts(backend: Backend) {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let server = Server::start(&common::data_dir(&tmp));
-    let a = Mount::remote(&server.addr, &[]);
-    let b = Mount::remote(&server.addr, &[]);
+    let (_server, a, b) = backend.two_mounts(&tmp);
     const RECORDS: u32 = 8;
     const ITERATIONS: u32 = 300;
     a.sh_ok(&format!("head -c {} /dev/zero > counters", RECORDS * 8));
@@ -138,11 +187,18 @@ print(sum(struct.unpack('<8Q', data)))
 }
 
 #[test]
-fn appends_from_two_mounts_are_all_kept() {
+fn appends_from_two_mounts_are_all_kept_on_a_local_directory() {
+    appends_from_two_mounts_are_all_kept(Backend::File);
+}
+
+#[test]
+fn appends_from_two_mounts_are_all_kept_on_s3() {
+    appends_from_two_mounts_are_all_kept(Backend::s3("append"));
+}
+
+fn appends_from_two_mounts_are_all_kept(backend: Backend) {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let server = Server::start(&common::data_dir(&tmp));
-    let a = Mount::remote(&server.addr, &[]);
-    let b = Mount::remote(&server.addr, &[]);
+    let (_server, a, b) = backend.two_mounts(&tmp);
     a.sh_ok("touch log");
     let append = |mount: &Mount, tag: &str| {
         let script = format!(

@@ -28,7 +28,13 @@ impl Server {
 
     /// Starts `calm serve` on `data` with extra arguments.
     pub fn start_with(data: &Path, args: &[&str]) -> Server {
+        Server::start_with_env(data, args, &[])
+    }
+
+    /// Starts `calm serve` on `data` with extra arguments and environment variables.
+    pub fn start_with_env(data: &Path, args: &[&str], env: &[(String, String)]) -> Server {
         let mut child = Command::new(CALM)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .arg("serve")
             .arg("--data")
             .arg(data)
@@ -126,14 +132,29 @@ impl Mount {
 
     /// `calm mount --server ADDR`.
     pub fn remote(server: &str, extra: &[&str]) -> Mount {
+        Mount::remote_env(server, extra, &[])
+    }
+
+    /// `calm mount --server ADDR` with environment variables (an S3 store's credentials).
+    pub fn remote_env(server: &str, extra: &[&str], env: &[(String, String)]) -> Mount {
         let dir = tempfile::tempdir().expect("tempdir");
-        Mount::start(dir, &["--server", server], extra)
+        Mount::start_env(dir, &["--server", server], extra, env)
     }
 
     pub fn start(dir: tempfile::TempDir, args: &[&str], extra: &[&str]) -> Mount {
+        Mount::start_env(dir, args, extra, &[])
+    }
+
+    pub fn start_env(
+        dir: tempfile::TempDir,
+        args: &[&str],
+        extra: &[&str],
+        env: &[(String, String)],
+    ) -> Mount {
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).expect("mount point");
         let mut child = Command::new("unshare")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .args(["--mount", "--propagation", "private", "--"])
             .arg(CALM)
             .arg("mount")
@@ -220,4 +241,82 @@ impl Drop for Mount {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The S3 store of a test: scripts/test's Garage (`CALM_TEST_S3` and the AWS variables in the
+/// environment), or, when a test runs alone, a Garage of its own (`scripts/s3-server`), stopped
+/// when this goes. Each test names a prefix of its own inside the bucket.
+pub struct S3 {
+    /// `s3://BUCKET?endpoint=…` as scripts/s3-server prints it.
+    base: String,
+    /// Credentials to hand to the processes (empty when they are in the environment).
+    pub env: Vec<(String, String)>,
+    private: Option<tempfile::TempDir>,
+}
+
+const S3_SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/s3-server");
+
+impl S3 {
+    pub fn get() -> S3 {
+        if let Ok(base) = std::env::var("CALM_TEST_S3") {
+            return S3 {
+                base,
+                env: Vec::new(),
+                private: None,
+            };
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = Command::new(S3_SERVER)
+            .arg("start")
+            .arg(dir.path().join("s3"))
+            .output()
+            .expect("run scripts/s3-server");
+        assert!(
+            out.status.success(),
+            "starting Garage (scripts/setup --with-s3 installs it): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut base = String::new();
+        let mut env = Vec::new();
+        for line in String::from_utf8(out.stdout).expect("utf-8").lines() {
+            let (key, value) = line.split_once('=').expect("KEY='value'");
+            let value = value.trim_matches('\'').to_string();
+            if key == "CALM_TEST_S3" {
+                base = value;
+            } else {
+                env.push((key.to_string(), value));
+            }
+        }
+        S3 {
+            base,
+            env,
+            private: Some(dir),
+        }
+    }
+
+    /// The store's URL with `prefix` inside the bucket.
+    pub fn url(&self, prefix: &str) -> String {
+        let (location, query) = self.base.split_once('?').unwrap_or((&self.base, ""));
+        format!("{}/{prefix}?{query}", location.trim_end_matches('/'))
+    }
+}
+
+impl Drop for S3 {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.private {
+            let _ = Command::new(S3_SERVER)
+                .arg("stop")
+                .arg(dir.path().join("s3"))
+                .output();
+        }
+    }
+}
+
+/// A prefix no other test of this run uses.
+pub fn unique_prefix(name: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos();
+    format!("{name}-{}-{nanos}", std::process::id())
 }
