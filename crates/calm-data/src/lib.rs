@@ -7,13 +7,15 @@
 //! - [`objects`]: the store (Apache Arrow's `object_store`): put, checked reads, sync, delete,
 //!   list;
 //! - [`file`]: one file's contents as a mount sees them: committed records, pending writes
-//!   buffered in memory, read plans.
+//!   buffered in memory, read plans;
+//! - [`audit`]: the store against the metadata (missing, short and leaked objects).
 //!
 //! Invariant: knows no FUSE, no gRPC and no metadata store. Objects are written once and never
 //! modified; an object is named by metadata only after it is completely written, so a crash
 //! leaves at worst an object nothing names (which `calm gc` removes), never a name without its
 //! object. Bytes are returned only after their checksums matched.
 
+pub mod audit;
 pub mod block;
 pub mod error;
 pub mod file;

@@ -249,6 +249,14 @@ impl Objects {
         Ok(())
     }
 
+    /// Deletes one block object (gone already is no error).
+    pub async fn delete_block(&self, id: u64, block: u32) -> Result<(), DataError> {
+        match self.store.delete(&self.path(id, block)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Every object in the store, as `(id, block, length, modified)`.
     pub async fn list(&self) -> Result<Vec<Listed>, DataError> {
         let mut stream = self.store.list(Some(&self.prefix));

@@ -53,6 +53,11 @@ impl FsckReport {
         self.problem_count == 0
     }
 
+    /// Adds a problem found by a check outside the store (the object store's).
+    pub fn add_problem(&mut self, text: String) {
+        self.problem(text);
+    }
+
     fn problem(&mut self, text: String) {
         self.problem_count += 1;
         if self.problems.len() < PROBLEMS_LISTED_MAX {

@@ -62,6 +62,7 @@ impl DataTasks {
             options.objects.clone(),
             stats.clone(),
             queue,
+            wake_deleter.clone(),
         ));
         Arc::new(DataTasks {
             options,
@@ -178,12 +179,15 @@ async fn compactor<S: Store>(
     objects: Objects,
     stats: Arc<DataStats>,
     mut queue: mpsc::Receiver<(u64, u64)>,
+    wake_deleter: Arc<Notify>,
 ) {
     while let Some((handle, chunk)) = queue.recv().await {
         let Some(meta) = meta.upgrade() else { return };
         match compact(&meta, &objects, handle, chunk).await {
             Ok(true) => {
                 stats.compacted.fetch_add(1, Ordering::Relaxed);
+                // The chunk's old objects are in the deletion queue now.
+                wake_deleter.notify_one();
             }
             Ok(false) => {}
             Err(error) => {

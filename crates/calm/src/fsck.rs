@@ -7,24 +7,15 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::Context;
 use calm_meta::fsck;
 use calm_store::Store;
-use calm_store::lmdb::{LmdbOptions, LmdbStore};
 use indicatif::{ProgressBar, ProgressStyle};
 
-pub fn run(data: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let replayed = LmdbStore::recover_log(data)
-        .with_context(|| format!("recovering the store in {}", data.display()))?;
+pub fn run(data: &Path, objects: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let (store, replayed) = crate::gc::open_offline(data)?;
     if replayed > 0 && !json {
         eprintln!("recovered {replayed} commits from the write-ahead log");
     }
-    let options = LmdbOptions {
-        read_only: true,
-        ..LmdbOptions::default()
-    };
-    let store = LmdbStore::open(data, &options)
-        .with_context(|| format!("opening the store in {}", data.display()))?;
     let store_bytes = store.size_bytes()?;
     let bar = ProgressBar::new(store_bytes);
     bar.set_style(
@@ -35,9 +26,19 @@ pub fn run(data: &Path, json: bool) -> anyhow::Result<ExitCode> {
     );
     let started = Instant::now();
     let snapshot = store.snapshot()?;
-    let report = fsck::check(&snapshot, &mut |read| {
+    let mut report = fsck::check(&snapshot, &mut |read| {
         bar.set_position(read.min(store_bytes))
     })?;
+    let audit = if objects {
+        // Every object named must be there, whole; unnamed ones are gc's business.
+        let (_, audit) = crate::gc::audit_objects(&store, i64::MAX)?;
+        for problem in crate::gc::problems(&audit) {
+            report.add_problem(problem);
+        }
+        Some(audit)
+    } else {
+        None
+    };
     let seconds = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
     drop(snapshot);
@@ -59,6 +60,10 @@ pub fn run(data: &Path, json: bool) -> anyhow::Result<ExitCode> {
             "mb_per_s": mb_per_s,
             "problem_count": report.problem_count,
             "problems": report.problems,
+            "chunks": report.chunks,
+            "slice_records": report.slice_records,
+            "objects": audit.as_ref().map(|a| a.objects),
+            "objects_named": audit.as_ref().map(|a| a.referenced),
         });
         println!("{value}");
     } else {
@@ -82,6 +87,18 @@ pub fn run(data: &Path, json: bool) -> anyhow::Result<ExitCode> {
             "changelog: {} records stored, {} readers",
             report.changelog_records, report.changelog_readers
         );
+        println!(
+            "file contents: {} chunks, {} slice records",
+            report.chunks, report.slice_records
+        );
+        if let Some(audit) = &audit {
+            println!(
+                "object store: {} objects ({:.1} MB), {} slices named, every one checked",
+                audit.objects,
+                audit.bytes as f64 / 1e6,
+                audit.referenced
+            );
+        }
         if report.is_clean() {
             println!("clean");
         } else {

@@ -13,6 +13,7 @@ mod changelog;
 #[global_allocator]
 static ALLOCATOR: calm_bench::alloc::Counting = calm_bench::alloc::Counting;
 mod fsck;
+mod gc;
 mod locks;
 mod mount;
 mod node;
@@ -134,7 +135,25 @@ enum Command {
     Fsck {
         /// The data directory to check.
         data: PathBuf,
+        /// Also check that every object the metadata names is in the object store, whole.
+        #[arg(long)]
+        objects: bool,
         /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List (and with --delete remove) the objects no file names any more, left by mounts
+    /// killed mid-upload. Offline, on a stopped server's data directory.
+    Gc {
+        /// The data directory of the namespace.
+        data: PathBuf,
+        /// Objects younger than this (in seconds) are left alone: uploads whose commit may be
+        /// on its way.
+        #[arg(long, default_value_t = 3600)]
+        grace_s: u64,
+        /// Delete the leaked objects.
+        #[arg(long)]
+        delete: bool,
         #[arg(long)]
         json: bool,
     },
@@ -198,7 +217,17 @@ fn main() -> ExitCode {
             (Some(root), None) => node::pools(&root, json),
             (None, None) => unreachable!("clap requires one"),
         },
-        Command::Fsck { data, json } => fsck::run(&data, json),
+        Command::Fsck {
+            data,
+            objects,
+            json,
+        } => fsck::run(&data, objects, json),
+        Command::Gc {
+            data,
+            grace_s,
+            delete,
+            json,
+        } => gc::run(&data, grace_s, delete, json),
         Command::Bench(bench) => bench::run(bench),
     };
     match outcome {

@@ -276,3 +276,302 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out.sort();
     out
 }
+
+/// A python program run in `mount`'s namespace, in its mount point, read line by line.
+fn spawn_in(
+    mount: &Mount,
+    program: &str,
+) -> (
+    std::process::Child,
+    std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new("nsenter")
+        .args([
+            "-t",
+            &mount.pid().to_string(),
+            "-m",
+            "--",
+            "python3",
+            "-c",
+            program,
+        ])
+        .current_dir("/")
+        .env("MNT", &mount.mnt)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn python3");
+    let lines = std::io::BufReader::new(child.stdout.take().expect("piped")).lines();
+    (child, lines)
+}
+
+fn calm_json(args: &[&str]) -> serde_json::Value {
+    let out = common::calm(args);
+    assert!(
+        out.status.success(),
+        "calm {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// After kill -9 of a mount in the middle of writes and uploads: what fsync covered is there,
+/// every object the metadata names is whole, and the only leftovers are objects no file names,
+/// which `calm gc` finds and removes.
+#[test]
+fn a_mount_killed_mid_upload_keeps_what_was_synced_and_leaks_only_what_gc_removes() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let server = Server::start(&data);
+    let mount = Mount::remote(&server.addr, &[]);
+    let (mut writer, mut lines) = spawn_in(
+        &mount,
+        "import os, hashlib
+os.chdir(os.environ['MNT'])
+data = bytes(range(256)) * 12288
+fd = os.open('synced', os.O_CREAT | os.O_WRONLY, 0o644)
+os.write(fd, data)
+os.fsync(fd)
+os.close(fd)
+print(hashlib.sha256(data).hexdigest(), flush=True)
+fd = os.open('unsynced', os.O_CREAT | os.O_WRONLY, 0o644)
+for i in range(400):
+    os.write(fd, os.urandom(1 << 20))
+    print('wrote', i, flush=True)
+",
+    );
+    let sum = lines.next().expect("a line").expect("read");
+    // 24 MiB written past the fsync: blocks uploaded, nothing committed.
+    for line in lines.by_ref() {
+        if line.expect("read") == "wrote 24" {
+            break;
+        }
+    }
+    let mut mount = mount;
+    mount.child.kill().expect("kill -9 the mount");
+    mount.child.wait().expect("wait");
+    let _ = writer.kill();
+    let _ = writer.wait();
+    let (status, _) = server.terminate();
+    assert!(status.success());
+
+    let data_arg = data.to_str().expect("utf-8");
+    let fsck = calm_json(&["fsck", data_arg, "--objects", "--json"]);
+    assert_eq!(fsck["clean"], true, "{fsck}");
+    let gc = calm_json(&["gc", data_arg, "--grace-s", "0", "--json"]);
+    assert!(
+        gc["leaked"].as_u64().unwrap() >= 4,
+        "uploads of the killed write: {gc}"
+    );
+    assert_eq!(gc["missing"], 0, "{gc}");
+    let gc = calm_json(&["gc", data_arg, "--grace-s", "0", "--delete", "--json"]);
+    assert_eq!(gc["deleted"], gc["leaked"], "{gc}");
+    let gc = calm_json(&["gc", data_arg, "--grace-s", "0", "--json"]);
+    assert_eq!(gc["leaked"], 0, "{gc}");
+    let fsck = calm_json(&["fsck", data_arg, "--objects", "--json"]);
+    assert_eq!(fsck["clean"], true, "gc removed a named object: {fsck}");
+
+    let server = Server::start(&data);
+    let mount = Mount::remote(&server.addr, &[]);
+    assert_eq!(
+        mount.sh_ok("sha256sum synced | cut -d' ' -f1; stat -c %s synced"),
+        format!("{sum}\n3145728\n")
+    );
+}
+
+/// After kill -9 of the server in the middle of commits: every file whose fsync returned is
+/// there with its bytes, and the metadata names only whole objects.
+#[test]
+fn a_server_killed_mid_commit_keeps_every_synced_file() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let port = {
+        let socket = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        socket.local_addr().expect("addr").port()
+    };
+    let listen = format!("127.0.0.1:{port}");
+    let server = Server::start_with(&data, &["--listen", &listen]);
+    let mount = Mount::remote(&server.addr, &[]);
+    let (mut writer, lines) = spawn_in(
+        &mount,
+        "import os
+os.chdir(os.environ['MNT'])
+for i in range(100000):
+    name = 'f%05d' % i
+    fd = os.open(name, os.O_CREAT | os.O_WRONLY, 0o644)
+    os.write(fd, (name * 2000).encode())
+    os.fsync(fd)
+    os.close(fd)
+    print(name, flush=True)
+",
+    );
+    let mut synced = Vec::new();
+    for line in lines {
+        synced.push(line.expect("read"));
+        if synced.len() == 60 {
+            break;
+        }
+    }
+    server.kill9();
+    let _ = writer.kill();
+    let _ = writer.wait();
+    drop(mount);
+
+    let data_arg = data.to_str().expect("utf-8");
+    let fsck = calm_json(&["fsck", data_arg, "--objects", "--json"]);
+    assert_eq!(fsck["clean"], true, "{fsck}");
+    let server = Server::start_with(&data, &["--listen", &listen]);
+    let mount = Mount::remote(&server.addr, &[]);
+    let check = format!(
+        "python3 -c \"
+import sys
+for name in '{}'.split():
+    got = open(name).read()
+    if got != name * 2000:
+        print('wrong', name, len(got))
+print('checked')
+\"",
+        synced.join(" ")
+    );
+    assert_eq!(mount.sh_ok(&check), "checked\n");
+}
+
+/// An object store that cannot be reached, or that is full: close and fsync answer EIO or
+/// ENOSPC, no metadata names an object that was not written whole, and the mount keeps
+/// serving everything else.
+#[test]
+fn an_unreachable_or_full_object_store_is_an_error_at_close_and_loses_nothing_else() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let write_and_close = "python3 -c \"
+import os
+fd = os.open('f', os.O_CREAT | os.O_WRONLY, 0o644)
+os.write(fd, b'x' * 3000000)
+try:
+    os.fsync(fd)
+    print('fsync ok')
+except OSError as e:
+    print('fsync', e.errno)
+try:
+    os.close(fd)
+    print('close ok')
+except OSError as e:
+    print('close', e.errno)
+print(os.stat('f').st_size)
+\"";
+
+    // Nothing listens on port 1.
+    let server = Server::start_with(
+        &tmp.path().join("unreachable"),
+        &["--objects", "s3://bkt?endpoint=http://127.0.0.1:1&region=x"],
+    );
+    let mount = Mount::remote_env(
+        &server.addr,
+        &[],
+        &[
+            ("AWS_ACCESS_KEY_ID".into(), "k".into()),
+            ("AWS_SECRET_ACCESS_KEY".into(), "s".into()),
+        ],
+    );
+    let out = mount.sh_ok(&format!("{write_and_close}; mkdir d && ls"));
+    assert_eq!(lines(&out), ["fsync 5", "close ok", "0", "d", "f"], "{out}");
+
+    // A full local store.
+    let objects = tmp.path().join("small");
+    let url = format!("file://{}", objects.display());
+    let server = Server::start_with(&tmp.path().join("full"), &["--objects", &url]);
+    let mount = Mount::remote(&server.addr, &[]);
+    let out = mount.sh_ok(&format!(
+        "mkdir -p {dir} && mount -t tmpfs -o size=1m calm-test-full {dir}
+         {write_and_close}
+         mkdir e && ls -d e",
+        dir = objects.display()
+    ));
+    assert_eq!(lines(&out), ["fsync 28", "close ok", "0", "e"], "{out}");
+    let data_arg = tmp.path().join("full");
+    drop(mount);
+    let (status, _) = server.terminate();
+    assert!(status.success());
+    let fsck = calm_json(&[
+        "fsck",
+        data_arg.to_str().expect("utf-8"),
+        "--objects",
+        "--json",
+    ]);
+    assert_eq!(fsck["clean"], true, "{fsck}");
+}
+
+fn object_files(dir: &std::path::Path) -> usize {
+    if dir.exists() { walk(dir).len() } else { 0 }
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "{what} did not happen within 20 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// The deleter removes the objects of removed and truncated contents, and many small
+/// overwrites of one file are compacted: its object count and read cost stay bounded, and its
+/// bytes stay what was written.
+#[test]
+fn removed_contents_are_deleted_and_small_overwrites_are_compacted() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let objects = data.join("objects");
+    let server = Server::start_with(&data, &["--delete-delay-s", "0"]);
+    let mount = Mount::remote(&server.addr, &[]);
+    mount.sh_ok("head -c 9000000 /dev/urandom > big && head -c 5000 /dev/urandom > small");
+    assert_eq!(object_files(&objects), 4, "3 blocks of big, 1 of small");
+    mount.sh_ok("rm big && truncate -s 0 small");
+    wait_for("deleting removed contents", || object_files(&objects) == 0);
+
+    let out = mount.sh_ok(
+        "python3 -c \"
+import os, random
+rng = random.Random(7)
+model = bytearray(200000)
+with open('hot', 'wb') as f:
+    f.write(model)
+for i in range(300):
+    at = rng.randrange(len(model) - 100)
+    piece = os.urandom(rng.randrange(1, 100))
+    model[at:at + len(piece)] = piece
+    fd = os.open('hot', os.O_WRONLY)
+    os.pwrite(fd, piece, at)
+    os.close(fd)
+print(open('hot', 'rb').read() == bytes(model))
+\"",
+    );
+    assert_eq!(out, "True\n");
+    let status = || {
+        let out = common::calm(&["status", "--server", &server.addr, "--json"]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("status json")
+    };
+    wait_for("compacting the hot file", || {
+        status()["chunks_compacted"].as_u64().unwrap_or(0) > 0
+    });
+    // 301 commits made 301 objects; compaction keeps far fewer (those since the last
+    // compaction, at most its threshold, plus the compacted one).
+    wait_for("deleting compacted objects", || {
+        object_files(&objects) <= 40
+    });
+    let stat = status();
+    assert!(stat["objects_deleted"].as_u64().unwrap() >= 260, "{stat}");
+    assert_eq!(
+        mount.sh_ok("cmp hot hot && stat -c %s hot"),
+        "200000\n",
+        "the compacted file reads whole"
+    );
+    drop(mount);
+    let (status_code, _) = server.terminate();
+    assert!(status_code.success());
+    let fsck = calm_json(&["fsck", data.to_str().expect("utf-8"), "--objects", "--json"]);
+    assert_eq!(fsck["clean"], true, "{fsck}");
+}

@@ -38,7 +38,12 @@ impl Server {
             .arg("serve")
             .arg("--data")
             .arg(data)
-            .args(["--listen", "127.0.0.1:0"])
+            // A port the kernel picks, unless the test names one.
+            .args(if args.contains(&"--listen") {
+                &[][..]
+            } else {
+                &["--listen", "127.0.0.1:0"][..]
+            })
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -1,0 +1,148 @@
+//! The object store against the metadata, for `calm fsck --objects` and `calm gc`: every
+//! object the metadata names must be there with its length (else the file reads EIO), and an
+//! object no metadata names, older than a grace period, is a leak (an upload whose commit never
+//! came: a mount killed mid-write) that `calm gc` may delete. Younger unnamed objects may be
+//! uploads whose commit is on its way; they are left alone. Pure: one merge of two sorted
+//! lists.
+
+use crate::objects::{Listed, Objects};
+use calm_meta::slices::blocks;
+
+/// What the audit found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Audit {
+    /// Objects in the store, and their bytes.
+    pub objects: u64,
+    pub bytes: u64,
+    /// Slices the metadata names.
+    pub referenced: u64,
+    /// Blocks the metadata names that the store does not hold: `(id, block)`.
+    pub missing: Vec<(u64, u32)>,
+    /// Blocks whose length is not the one their slice's size gives: `(id, block, length,
+    /// expected)`.
+    pub wrong_length: Vec<(u64, u32, u64, u64)>,
+    /// Objects no metadata names, older than the grace period.
+    pub leaked: Vec<Listed>,
+    /// Objects no metadata names, within the grace period (left alone).
+    pub young: u64,
+}
+
+impl Audit {
+    /// No named object is missing or of the wrong length.
+    pub fn is_clean(&self) -> bool {
+        self.missing.is_empty() && self.wrong_length.is_empty()
+    }
+
+    pub fn leaked_bytes(&self) -> u64 {
+        self.leaked.iter().map(|l| l.len).sum()
+    }
+}
+
+/// Compares `referenced` (`(id, size)`, sorted by id, once each) with `listed` (sorted by id
+/// and block). Unnamed objects modified before `now_ms - grace_ms` are leaks.
+pub fn audit(referenced: &[(u64, u32)], listed: &[Listed], now_ms: i64, grace_ms: i64) -> Audit {
+    let mut report = Audit {
+        objects: listed.len() as u64,
+        bytes: listed.iter().map(|l| l.len).sum(),
+        referenced: referenced.len() as u64,
+        ..Audit::default()
+    };
+    let mut at = 0;
+    for &(id, size) in referenced {
+        // Unnamed objects before this slice's.
+        while at < listed.len() && listed[at].id < id {
+            unnamed(&mut report, &listed[at], now_ms, grace_ms);
+            at += 1;
+        }
+        let expected: Vec<(u32, u32)> = {
+            let b: Vec<_> = blocks(size).collect();
+            if b.is_empty() { vec![(0, 0)] } else { b }
+        };
+        for (block, len) in expected {
+            let want = crate::block::header_len(len) + u64::from(len);
+            while at < listed.len() && listed[at].id == id && listed[at].block < block {
+                // A block past none the slice has: its index is below this one, so it was
+                // counted already; or a stray block of the slice.
+                unnamed(&mut report, &listed[at], now_ms, grace_ms);
+                at += 1;
+            }
+            if at < listed.len() && listed[at].id == id && listed[at].block == block {
+                if listed[at].len != want {
+                    report.wrong_length.push((id, block, listed[at].len, want));
+                }
+                at += 1;
+            } else {
+                report.missing.push((id, block));
+            }
+        }
+        // Blocks past the slice's last.
+        while at < listed.len() && listed[at].id == id {
+            unnamed(&mut report, &listed[at], now_ms, grace_ms);
+            at += 1;
+        }
+    }
+    for object in &listed[at..] {
+        unnamed(&mut report, object, now_ms, grace_ms);
+    }
+    report
+}
+
+fn unnamed(report: &mut Audit, object: &Listed, now_ms: i64, grace_ms: i64) {
+    if object.modified_ms <= now_ms.saturating_sub(grace_ms) {
+        report.leaked.push(object.clone());
+    } else {
+        report.young += 1;
+    }
+}
+
+/// Deletes the leaked objects of `report`; returns how many went.
+pub async fn delete_leaked(objects: &Objects, report: &Audit) -> Result<u64, crate::DataError> {
+    let mut deleted = 0;
+    for object in &report.leaked {
+        objects.delete_block(object.id, object.block).await?;
+        deleted += 1;
+    }
+    Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(id: u64, block: u32, data: u32, modified_ms: i64) -> Listed {
+        Listed {
+            id,
+            block,
+            len: crate::block::header_len(data) + u64::from(data),
+            modified_ms,
+        }
+    }
+
+    #[test]
+    fn named_unnamed_missing_and_short_objects_are_told_apart() {
+        let four = calm_meta::slices::BLOCK_BYTES as u32;
+        let referenced = [(2, 10), (5, four + 3), (9, 7)];
+        let mut short = obj(9, 0, 7, 0);
+        short.len -= 1;
+        let listed = vec![
+            obj(1, 0, 5, 0),     // unnamed, old: leaked
+            obj(2, 0, 10, 0),    // named
+            obj(3, 0, 5, 9_999), // unnamed, young
+            obj(5, 0, four, 0),  // named
+            obj(5, 2, 1, 0),     // a block slice 5 does not have: leaked
+            short,               // named, wrong length
+            obj(12, 0, 1, 0),    // unnamed, old
+        ];
+        let report = audit(&referenced, &listed, 10_000, 1_000);
+        assert_eq!(report.missing, vec![(5, 1)]);
+        assert_eq!(report.wrong_length.len(), 1);
+        assert_eq!(report.wrong_length[0].0, 9);
+        let leaked: Vec<_> = report.leaked.iter().map(|l| (l.id, l.block)).collect();
+        assert_eq!(leaked, vec![(1, 0), (5, 2), (12, 0)]);
+        assert_eq!(report.young, 1);
+        assert_eq!(report.objects, 7);
+        assert!(!report.is_clean());
+        let clean = audit(&[(2, 10)], &[obj(2, 0, 10, 0)], 10, 0);
+        assert!(clean.is_clean() && clean.leaked.is_empty());
+    }
+}
