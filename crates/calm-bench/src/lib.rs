@@ -22,6 +22,7 @@
 pub mod activation;
 pub mod alloc;
 pub mod changelog;
+pub mod data;
 pub mod locks;
 pub mod mdtest;
 pub mod mount;

@@ -170,6 +170,23 @@ pub(crate) fn open_meta_with(
     dir: &std::path::Path,
     wal: bool,
 ) -> Result<(tempfile::TempDir, Arc<Meta<LmdbStore>>), String> {
+    open_meta_store(dir, wal, None)
+}
+
+/// [`open_meta`] with the write-ahead log (as `calm serve`), its file contents in `objects`
+/// (default: the work directory).
+pub(crate) fn open_meta_objects(
+    dir: &std::path::Path,
+    objects: Option<&str>,
+) -> Result<(tempfile::TempDir, Arc<Meta<LmdbStore>>), String> {
+    open_meta_store(dir, true, objects)
+}
+
+fn open_meta_store(
+    dir: &std::path::Path,
+    wal: bool,
+    objects: Option<&str>,
+) -> Result<(tempfile::TempDir, Arc<Meta<LmdbStore>>), String> {
     let work = tempfile::Builder::new()
         .prefix("calm-bench-mdtest-")
         .tempdir_in(dir)
@@ -180,7 +197,9 @@ pub(crate) fn open_meta_with(
     };
     let store = LmdbStore::open(work.path(), &options).map_err(|e| e.to_string())?;
     // File contents (for the benchmarks through a mount) in the work directory.
-    let objects = format!("file://{}/objects", work.path().display());
+    let objects = objects
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("file://{}/objects", work.path().display()));
     let meta = Meta::open(
         store,
         MetaOptions {

@@ -127,6 +127,42 @@ pub enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// File contents through calm mounts (local directory and S3 objects) against ext4 and
+    /// tmpfs in the same run: sequential, random and small-file I/O, and locked increments
+    /// from two mounts.
+    Data {
+        /// Bytes of the sequential cases, in MiB (split over the streams).
+        #[arg(long, default_value_t = 4096)]
+        seq_mib: u64,
+        #[arg(long, value_delimiter = ',', default_value = "1,4")]
+        streams: Vec<usize>,
+        /// Size of the file of the random 4 KiB reads, in MiB, and reads per run.
+        #[arg(long, default_value_t = 1024)]
+        rand_mib: u64,
+        #[arg(long, default_value_t = 20_000)]
+        rand_reads: u64,
+        /// Small files per run, and thread counts.
+        #[arg(long, default_value_t = 20_000)]
+        files: u64,
+        #[arg(long, value_delimiter = ',', default_value = "1,16")]
+        threads: Vec<usize>,
+        /// Increments per worker (4 workers on two mounts).
+        #[arg(long, default_value_t = 2000)]
+        increments: u64,
+        /// An S3 store for calm-s3: s3://BUCKET[/PREFIX]?endpoint=URL&region=R (credentials
+        /// from the AWS environment variables; scripts/s3-server starts one).
+        #[arg(long)]
+        s3: Option<String>,
+        /// Where the ext4 baseline, the store and the local objects go.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+        #[arg(long, default_value = "/dev/shm")]
+        tmpfs_dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        plot: Option<PathBuf>,
+    },
     /// Seed 003: metadata rates with the changelog off, on with an idle reader, and on with a
     /// reader reading and clearing; and one reader draining a backlog.
     Changelog {
@@ -304,6 +340,45 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 ));
             }
             emit(json, &lines, &report)?;
+        }
+        Bench::Data {
+            seq_mib,
+            streams,
+            rand_mib,
+            rand_reads,
+            files,
+            threads,
+            increments,
+            s3,
+            dir,
+            tmpfs_dir,
+            json,
+            plot,
+        } => {
+            let options = calm_bench::data::DataBenchOptions {
+                seq_bytes: seq_mib << 20,
+                streams,
+                rand_file_bytes: rand_mib << 20,
+                rand_reads,
+                files,
+                threads,
+                increments,
+                s3,
+                dir,
+                tmpfs_dir,
+            };
+            let report = calm_bench::data::run(&options).map_err(|e| anyhow!(e))?;
+            if let Some(path) = plot {
+                calm_bench::plot::log_log_svg(
+                    &path,
+                    "calm bench data: rate over threads",
+                    "threads (streams)",
+                    "MB/s or ops/s",
+                    &calm_bench::data::series(&report),
+                )
+                .map_err(|e| anyhow!(e))?;
+            }
+            emit(json, &calm_bench::data::table(&report), &report)?;
         }
         Bench::Mount {
             files,
