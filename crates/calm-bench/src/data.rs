@@ -339,7 +339,9 @@ impl Calm {
         objects: Option<&str>,
     ) -> Result<Calm, String> {
         let (work, meta) = crate::mdtest::open_meta_objects(dir, objects)?;
-        let mounts: Vec<PathBuf> = (0..2).map(|i| work.path().join(format!("mnt{i}"))).collect();
+        let mounts: Vec<PathBuf> = (0..2)
+            .map(|i| work.path().join(format!("mnt{i}")))
+            .collect();
         for m in &mounts {
             std::fs::create_dir(m).map_err(|e| err(m, e))?;
         }
@@ -409,13 +411,25 @@ pub fn run(options: &DataBenchOptions) -> Result<DataReport, String> {
         .prefix("calm-bench-data-")
         .tempdir_in(&options.dir)
         .map_err(|e| err(&options.dir, e))?;
-    cases("ext4", [ext4.path(), ext4.path()], options, cold, &mut results)?;
+    cases(
+        "ext4",
+        [ext4.path(), ext4.path()],
+        options,
+        cold,
+        &mut results,
+    )?;
     drop(ext4);
     let tmpfs = tempfile::Builder::new()
         .prefix("calm-bench-data-")
         .tempdir_in(&options.tmpfs_dir)
         .map_err(|e| err(&options.tmpfs_dir, e))?;
-    cases("tmpfs", [tmpfs.path(), tmpfs.path()], options, cold, &mut results)?;
+    cases(
+        "tmpfs",
+        [tmpfs.path(), tmpfs.path()],
+        options,
+        cold,
+        &mut results,
+    )?;
     drop(tmpfs);
 
     let mut stores: Vec<(&'static str, Option<&str>)> = vec![("calm-file", None)];
@@ -462,13 +476,21 @@ pub fn table(report: &DataReport) -> Vec<String> {
             r.case,
             r.threads,
             rate(r),
-            if r.mb_per_sec.is_some() { "MB/s" } else { "ops/s" },
+            if r.mb_per_sec.is_some() {
+                "MB/s"
+            } else {
+                "ops/s"
+            },
             base.map_or("-".to_string(), |b| format!("{:.3}", rate(r) / b.max(1e-9)))
         ));
     }
     lines.push(format!(
         "page cache {} before the cold cases; {}",
-        if report.cold_cache { "dropped" } else { "NOT dropped (not root?)" },
+        if report.cold_cache {
+            "dropped"
+        } else {
+            "NOT dropped (not root?)"
+        },
         if report.private_namespace {
             "mounted in a private mount namespace"
         } else {

@@ -36,6 +36,43 @@ pub struct Listed {
     pub modified_ms: i64,
 }
 
+/// Bytes of whole blocks a remote store's reader keeps in memory, by default: a read of a
+/// remote block fetches all of it (a request costs far more than its bytes), and the reads
+/// that follow in the same block are answered from here.
+pub const BLOCK_CACHE_BYTES_DEFAULT: u64 = 256 << 20;
+
+/// Whole verified blocks of a remote store, least recently fetched dropped first.
+#[derive(Debug, Default)]
+struct BlockCache {
+    blocks: std::collections::HashMap<(u64, u32), Bytes>,
+    order: std::collections::VecDeque<(u64, u32)>,
+    bytes: u64,
+    bytes_max: u64,
+}
+
+impl BlockCache {
+    fn get(&self, key: (u64, u32)) -> Option<Bytes> {
+        self.blocks.get(&key).cloned()
+    }
+
+    fn put(&mut self, key: (u64, u32), data: Bytes) {
+        if self.bytes_max == 0 || self.blocks.contains_key(&key) {
+            return;
+        }
+        self.bytes += data.len() as u64;
+        self.blocks.insert(key, data);
+        self.order.push_back(key);
+        while self.bytes > self.bytes_max {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(gone) = self.blocks.remove(&old) {
+                self.bytes -= gone.len() as u64;
+            }
+        }
+    }
+}
+
 /// The object store of a namespace.
 #[derive(Debug, Clone)]
 pub struct Objects {
@@ -44,6 +81,8 @@ pub struct Objects {
     /// The directory of a local store (objects are files under it).
     local: Option<PathBuf>,
     url: String,
+    /// Whole blocks of a remote store (empty for a local one, which the page cache serves).
+    cache: Arc<std::sync::Mutex<BlockCache>>,
 }
 
 impl Objects {
@@ -60,6 +99,7 @@ impl Objects {
                     prefix: Path::from("chunks"),
                     local: Some(root),
                     url: url.to_string(),
+                    cache: Arc::default(),
                 })
             }
             ObjectsUrl::S3 {
@@ -99,8 +139,19 @@ impl Objects {
                     prefix,
                     local: None,
                     url: url.to_string(),
+                    cache: Arc::new(std::sync::Mutex::new(BlockCache {
+                        bytes_max: BLOCK_CACHE_BYTES_DEFAULT,
+                        ..BlockCache::default()
+                    })),
                 })
             }
+        }
+    }
+
+    /// Sets the bytes of whole blocks kept in memory for a remote store (0: none).
+    pub fn set_block_cache_bytes(&self, bytes: u64) {
+        if self.local.is_none() {
+            self.cache.lock().expect("block cache").bytes_max = bytes;
         }
     }
 
@@ -171,6 +222,31 @@ impl Objects {
     }
 
     async fn read_block(
+        &self,
+        id: u64,
+        b: u32,
+        block_len: u32,
+        from: u32,
+        to: u32,
+    ) -> Result<Bytes, DataError> {
+        let cached = self.local.is_none() && self.cache.lock().expect("block cache").bytes_max > 0;
+        if cached {
+            // A remote store: the whole block, once, then from memory.
+            if let Some(whole) = self.cache.lock().expect("block cache").get((id, b)) {
+                return Ok(whole.slice(from as usize..to as usize));
+            }
+            let whole = Box::pin(self.read_block_ranges(id, b, block_len, 0, block_len)).await?;
+            self.cache
+                .lock()
+                .expect("block cache")
+                .put((id, b), whole.clone());
+            return Ok(whole.slice(from as usize..to as usize));
+        }
+        self.read_block_ranges(id, b, block_len, from, to).await
+    }
+
+    /// Bytes `[from, to)` of block `b` of slice `id`, fetched and checked piece by piece.
+    async fn read_block_ranges(
         &self,
         id: u64,
         b: u32,

@@ -31,6 +31,11 @@ use tokio::runtime::Handle as Runtime;
 use crate::contents::Contents;
 use crate::locks::LockForwarder;
 
+/// Largest write the kernel sends in one request, in bytes.
+pub const WRITE_BYTES_MAX: u32 = 1 << 20;
+/// Most bytes the kernel reads ahead of a sequential reader, in bytes.
+pub const READAHEAD_BYTES_MAX: u32 = 1 << 20;
+
 /// Entries a readdir asks the server for at once (the kernel's buffer usually fills first).
 pub const READDIR_BATCH: u32 = 512;
 
@@ -384,6 +389,14 @@ impl Filesystem for CalmFs {
         // it, a read inside the size the kernel last knew would serve stale pages and size.
         if let Err(missing) = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA) {
             tracing::warn!(?missing, "the kernel does not refresh attributes on read");
+        }
+        // Large requests: a sequential stream costs fewer round trips through the kernel
+        // (the object store's blocks are 4 MiB).
+        if let Err(max) = config.set_max_write(WRITE_BYTES_MAX) {
+            let _ = config.set_max_write(max);
+        }
+        if let Err(max) = config.set_max_readahead(READAHEAD_BYTES_MAX) {
+            let _ = config.set_max_readahead(max);
         }
         Ok(())
     }
