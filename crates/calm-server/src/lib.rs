@@ -140,15 +140,21 @@ impl<S: Store> MetaService<S> {
 }
 
 impl<S: Store> MetaService<S> {
+    /// A mutation that may have queued objects for deletion (an unlink, a rename over a file,
+    /// a truncate) succeeded: the deleter looks.
+    fn maybe_queued<T>(&self, result: &Result<T, MetaError>) {
+        if result.is_ok()
+            && let Some(data) = &self.data
+        {
+            data.queued();
+        }
+    }
+
     /// [`MetaService::answer`] for a mutation: the reply carries the changelog index reached
     /// (response metadata [`calm_proto::INDEX_KEY`]), at least the index of the mutation's own
     /// record; a watcher waits for its stream to pass it (own-operation completion).
     fn mutated<T>(&self, result: Result<T, MetaError>) -> Result<Response<T>, Status> {
         let mut response = self.answer(result)?;
-        // An unlink, a truncate or a compaction may have queued objects for deletion.
-        if let Some(data) = &self.data {
-            data.queued();
-        }
         let index = self.meta.changelog_last();
         response.metadata_mut().insert(
             calm_proto::INDEX_KEY,
@@ -211,11 +217,16 @@ impl<S: Store> MetaRpc for MetaService<S> {
     async fn set_attr(&self, r: Request<pb::SetAttrRequest>) -> Result<Response<pb::Attr>, Status> {
         let caller = caller_of(&r);
         let r = r.into_inner();
+        let truncate = r.size.is_some();
         let op = Op::SetAttr {
             handle: r.handle,
             attr: calm_proto::setattr_from_wire(&r),
         };
-        self.mutated(done_attr(self.meta.apply_as(caller, op).await))
+        let result = self.meta.apply_as(caller, op).await;
+        if truncate {
+            self.maybe_queued(&result);
+        }
+        self.mutated(done_attr(result))
     }
 
     async fn make(&self, r: Request<pb::MakeRequest>) -> Result<Response<pb::Attr>, Status> {
@@ -254,7 +265,9 @@ impl<S: Store> MetaRpc for MetaService<S> {
             parent: r.parent,
             name: r.name,
         };
-        self.mutated(done_empty(self.meta.apply_as(caller, op).await))
+        let result = self.meta.apply_as(caller, op).await;
+        self.maybe_queued(&result);
+        self.mutated(done_empty(result))
     }
 
     async fn rmdir(&self, r: Request<pb::RemoveRequest>) -> Result<Response<pb::Empty>, Status> {
@@ -277,7 +290,9 @@ impl<S: Store> MetaRpc for MetaService<S> {
             new_name: r.new_name,
             flags: r.flags,
         };
-        self.mutated(done_empty(self.meta.apply_as(caller, op).await))
+        let result = self.meta.apply_as(caller, op).await;
+        self.maybe_queued(&result);
+        self.mutated(done_empty(result))
     }
 
     async fn readlink(
