@@ -350,6 +350,8 @@ impl Calm {
             ttl: crate::mount::TTL,
             lease_ms: calm_fuse::locks::LEASE_MS_DEFAULT,
             allow_other: false,
+            cache_dir: None,
+            cache_bytes: 0,
         };
         let (server, mounted) = runtime.block_on(async {
             let server = crate::mdtest::InProcessServer::start(Arc::clone(&meta)).await?;

@@ -26,6 +26,14 @@ use tonic::transport::Channel;
 
 pub use calm_proto::pb::StatusReply;
 
+/// Where a namespace keeps its file contents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataInfo {
+    pub objects_url: String,
+    /// The namespace's identity (32 hex digits): caches of its objects are kept per identity.
+    pub namespace_id: String,
+}
+
 pub type Result<T, E = MetaError> = std::result::Result<T, E>;
 
 /// A connection to a metadata server.
@@ -339,9 +347,13 @@ impl Client {
 
     // ---- file contents ----
 
-    /// The URL of the namespace's object store.
-    pub async fn objects_url(&self) -> Result<String> {
-        Ok(check(self.rpc().data_info(pb::Empty {}).await)?.objects_url)
+    /// The URL of the namespace's object store and the namespace's identity.
+    pub async fn data_info(&self) -> Result<DataInfo> {
+        let reply = check(self.rpc().data_info(pb::Empty {}).await)?;
+        Ok(DataInfo {
+            objects_url: reply.objects_url,
+            namespace_id: reply.namespace_id,
+        })
     }
 
     /// A file's attributes and whole slice map, read on one snapshot when it fits one reply

@@ -6,6 +6,7 @@
 //! - [`block`]: the block object format, checksummed piece by piece;
 //! - [`objects`]: the store (Apache Arrow's `object_store`): put, checked reads, sync, delete,
 //!   list;
+//! - [`cache`]: a mount's bounded disk cache of a remote store's blocks;
 //! - [`file`]: one file's contents as a mount sees them: committed records, pending writes
 //!   buffered in memory, read plans;
 //! - [`audit`]: the store against the metadata (missing, short and leaked objects).
@@ -17,11 +18,13 @@
 
 pub mod audit;
 pub mod block;
+pub mod cache;
 pub mod error;
 pub mod file;
 pub mod objects;
 pub mod url;
 
+pub use cache::DiskCache;
 pub use error::DataError;
 pub use file::{FileData, Part, Upload};
 pub use objects::Objects;

@@ -16,6 +16,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use crate::block;
+use crate::cache::DiskCache;
 use crate::error::DataError;
 use crate::url::ObjectsUrl;
 use calm_meta::slices::{BLOCK_BYTES, blocks};
@@ -83,6 +84,8 @@ pub struct Objects {
     url: String,
     /// Whole blocks of a remote store (empty for a local one, which the page cache serves).
     cache: Arc<std::sync::Mutex<BlockCache>>,
+    /// Whole block objects of a remote store on local disk, when the mount keeps them.
+    disk: Option<Arc<DiskCache>>,
 }
 
 impl Objects {
@@ -100,6 +103,7 @@ impl Objects {
                     local: Some(root),
                     url: url.to_string(),
                     cache: Arc::default(),
+                    disk: None,
                 })
             }
             ObjectsUrl::S3 {
@@ -143,6 +147,7 @@ impl Objects {
                         bytes_max: BLOCK_CACHE_BYTES_DEFAULT,
                         ..BlockCache::default()
                     })),
+                    disk: None,
                 })
             }
         }
@@ -153,6 +158,20 @@ impl Objects {
         if self.local.is_none() {
             self.cache.lock().expect("block cache").bytes_max = bytes;
         }
+    }
+
+    /// Keeps the blocks of a remote store read or written through this handle (and its
+    /// clones made afterwards) in `cache` too. A local store needs no cache: it is ignored.
+    pub fn with_disk_cache(mut self, cache: DiskCache) -> Objects {
+        if self.local.is_none() {
+            self.disk = Some(Arc::new(cache));
+        }
+        self
+    }
+
+    /// The disk cache, if this handle keeps one.
+    pub fn disk_cache(&self) -> Option<&DiskCache> {
+        self.disk.as_deref()
     }
 
     /// The URL this store was opened from.
@@ -188,8 +207,23 @@ impl Objects {
     pub async fn put_block(&self, id: u64, block: u32, data: &[u8]) -> Result<(), DataError> {
         let object = block::encode(data);
         self.store
-            .put(&self.path(id, block), PutPayload::from_bytes(object))
+            .put(
+                &self.path(id, block),
+                PutPayload::from_bytes(object.clone()),
+            )
             .await?;
+        // Partial blocks (small files, the tails of large ones) are kept on disk as written:
+        // they are the ones read back soon and the ones a request costs most for. Full
+        // blocks of large writes would only push everything else out.
+        if let Some(disk) = &self.disk
+            && (data.len() as u64) < BLOCK_BYTES
+        {
+            let disk = disk.clone();
+            let split = block::header_len(data.len() as u32) as usize;
+            tokio::task::spawn_blocking(move || {
+                disk.put(id, block, &object[..split], &object[split..])
+            });
+        }
         Ok(())
     }
 
@@ -229,23 +263,47 @@ impl Objects {
         from: u32,
         to: u32,
     ) -> Result<Bytes, DataError> {
-        let cached = self.local.is_none() && self.cache.lock().expect("block cache").bytes_max > 0;
-        if cached {
-            // A remote store: the whole block, once, then from memory.
-            if let Some(whole) = self.cache.lock().expect("block cache").get((id, b)) {
-                return Ok(whole.slice(from as usize..to as usize));
+        let memory = self.local.is_none() && self.cache.lock().expect("block cache").bytes_max > 0;
+        if !memory && self.disk.is_none() {
+            return Ok(self.read_block_ranges(id, b, block_len, from, to).await?.1);
+        }
+        // A remote store: the whole block, once, then from memory or disk.
+        if let Some(whole) = self.cache.lock().expect("block cache").get((id, b)) {
+            return Ok(whole.slice(from as usize..to as usize));
+        }
+        let on_disk = match &self.disk {
+            Some(disk) => {
+                let disk = disk.clone();
+                tokio::task::spawn_blocking(move || disk.get(id, b, block_len))
+                    .await
+                    .ok()
+                    .flatten()
             }
-            let whole = Box::pin(self.read_block_ranges(id, b, block_len, 0, block_len)).await?;
+            None => None,
+        };
+        let whole = match on_disk {
+            Some(whole) => whole,
+            None => {
+                let (header, whole) =
+                    Box::pin(self.read_block_ranges(id, b, block_len, 0, block_len)).await?;
+                if let Some(disk) = &self.disk {
+                    let (disk, whole) = (disk.clone(), whole.clone());
+                    tokio::task::spawn_blocking(move || disk.put(id, b, &header, &whole));
+                }
+                whole
+            }
+        };
+        if memory {
             self.cache
                 .lock()
                 .expect("block cache")
                 .put((id, b), whole.clone());
-            return Ok(whole.slice(from as usize..to as usize));
         }
-        self.read_block_ranges(id, b, block_len, from, to).await
+        Ok(whole.slice(from as usize..to as usize))
     }
 
-    /// Bytes `[from, to)` of block `b` of slice `id`, fetched and checked piece by piece.
+    /// The header and bytes `[from, to)` of block `b` of slice `id`, fetched and checked piece
+    /// by piece.
     async fn read_block_ranges(
         &self,
         id: u64,
@@ -253,7 +311,7 @@ impl Objects {
         block_len: u32,
         from: u32,
         to: u32,
-    ) -> Result<Bytes, DataError> {
+    ) -> Result<(Bytes, Bytes), DataError> {
         let path = self.path(id, b);
         let header = 0..block::header_len(block_len);
         let data = block::data_range(block_len, from, to);
@@ -277,12 +335,13 @@ impl Objects {
         };
         let data = fetched.pop().expect("two ranges");
         let header = fetched.pop().expect("two ranges");
-        block::verify(block_len, &header, data, from, to).map_err(|e| match e {
+        let data = block::verify(block_len, &header, data, from, to).map_err(|e| match e {
             DataError::Corrupt(why) => {
                 DataError::Corrupt(format!("block {b} of slice {id}: {why}"))
             }
             other => other,
-        })
+        })?;
+        Ok((header, data))
     }
 
     /// Makes slice `id`'s blocks durable (a local store writes without syncing; a remote

@@ -51,6 +51,11 @@ pub struct MountOptions {
     /// Let every user use the mount (FUSE's `allow_other`; permission bits still apply).
     /// Without it only the user who mounted may.
     pub allow_other: bool,
+    /// Where to keep a remote store's blocks on local disk (a directory per namespace under
+    /// it; see `calm_data::cache`), and how many bytes at most. None or 0 bytes: no disk
+    /// cache. A local store is never cached.
+    pub cache_dir: Option<std::path::PathBuf>,
+    pub cache_bytes: u64,
 }
 
 /// Default attribute and entry timeout.

@@ -34,25 +34,12 @@ pub async fn mount(
         .await
         .map_err(|e| std::io::Error::other(format!("opening the lock session: {e}")))?;
     let keep_alive = runtime.spawn(locks.clone().keep_alive());
-    // The namespace says where its file contents live: every mount uses the same store.
-    let url = match client.objects_url().await {
-        Ok(url) => url,
-        Err(e) => {
-            keep_alive.abort();
-            locks.close().await;
-            return Err(std::io::Error::other(format!(
-                "asking the server for its object store: {e}"
-            )));
-        }
-    };
-    let objects = match calm_data::Objects::open(&url) {
+    let objects = match open_objects(&client, options).await {
         Ok(objects) => objects,
         Err(e) => {
             keep_alive.abort();
             locks.close().await;
-            return Err(std::io::Error::other(format!(
-                "opening the object store {url}: {e}"
-            )));
+            return Err(e);
         }
     };
     let fs = CalmFs::new(client, locks.clone(), objects, options, runtime)?;
@@ -87,6 +74,55 @@ pub async fn mount(
         ended: Some(ended),
         locks,
         keep_alive,
+    })
+}
+
+/// The namespace's object store (the namespace says where its file contents live: every
+/// mount uses the same store), with the disk cache `options` ask for when it is remote.
+async fn open_objects(
+    client: &Client,
+    options: &MountOptions,
+) -> std::io::Result<calm_data::Objects> {
+    let info = client.data_info().await.map_err(|e| {
+        std::io::Error::other(format!("asking the server for its object store: {e}"))
+    })?;
+    let url = &info.objects_url;
+    let objects = calm_data::Objects::open(url)
+        .map_err(|e| std::io::Error::other(format!("opening the object store {url}: {e}")))?;
+    let Some(dir) = options
+        .cache_dir
+        .as_ref()
+        .filter(|_| options.cache_bytes > 0)
+    else {
+        return Ok(objects);
+    };
+    if objects.is_local() {
+        return Ok(objects);
+    }
+    let (dir, namespace, bytes) = (dir.clone(), info.namespace_id.clone(), options.cache_bytes);
+    let opened = tokio::task::spawn_blocking(move || {
+        calm_data::DiskCache::open(&dir, &namespace, bytes)
+            .map_err(|e| std::io::Error::other(format!("opening the block cache: {e}")))
+    })
+    .await
+    .map_err(std::io::Error::other)??;
+    Ok(match opened {
+        Some(cache) => {
+            tracing::info!(
+                dir = %cache.dir().display(),
+                bytes = cache.bytes(),
+                bytes_max = options.cache_bytes,
+                "block cache"
+            );
+            objects.with_disk_cache(cache)
+        }
+        None => {
+            tracing::warn!(
+                "every block cache slot under {} is held by another mount: no disk cache",
+                options.cache_dir.as_ref().expect("checked").display()
+            );
+            objects
+        }
     })
 }
 

@@ -48,6 +48,17 @@ impl<S: Store> Meta<S> {
         })
     }
 
+    /// The namespace's identity, in 32 hex digits (see [`KEY_NAMESPACE_ID`]).
+    pub fn namespace_id(&self) -> Result<String> {
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            let id = snap
+                .get(KEY_NAMESPACE_ID)?
+                .ok_or_else(|| MetaError::Corrupt("the namespace has no identity".into()))?;
+            Ok(id.iter().map(|b| format!("{b:02x}")).collect())
+        })
+    }
+
     /// The attributes and the slice map of file `handle` from chunk `from_chunk` on, at most
     /// `max_records` records (and [`MAP_RECORDS_MAX`]; whole chunks, at least one).
     pub fn read_map(&self, handle: Handle, from_chunk: u64, max_records: usize) -> Result<FileMap> {

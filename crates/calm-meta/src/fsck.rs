@@ -193,7 +193,7 @@ impl Checker {
                         Ok(n) => self.report.handle_high_water = n,
                         Err(e) => self.report.problem(format!("high-water mark: {e}")),
                     }
-                } else if key != KEY_EPOCH && key != KEY_OBJECTS {
+                } else if key != KEY_EPOCH && key != KEY_OBJECTS && key != KEY_NAMESPACE_ID {
                     self.report.problem(format!(
                         "unknown superblock field {:?}",
                         String::from_utf8_lossy(key)

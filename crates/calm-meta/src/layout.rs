@@ -75,6 +75,10 @@ pub const KEY_FILE_BYTES: &[u8] = b"Nfile_bytes";
 pub const KEY_CL_LAST: &[u8] = b"Ncl_last";
 /// Superblock: the URL of the object store holding the namespace's file contents.
 pub const KEY_OBJECTS: &[u8] = b"Sobjects";
+/// Superblock: the namespace's identity, 16 random bytes chosen when it is created. Caches
+/// outside the metadata (a mount's block cache) are kept per identity, so that a namespace
+/// created again over the same object store never reads another's cached bytes.
+pub const KEY_NAMESPACE_ID: &[u8] = b"Sid";
 /// Counter: the next slice id (ids are never reused; 0 is the hole).
 pub const KEY_SLICE_NEXT: &[u8] = b"Nslice_next";
 /// Counter: the next changelog reader id (ids are never reused).

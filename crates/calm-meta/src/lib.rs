@@ -841,6 +841,9 @@ fn open_txn<S: Store>(
             }
         }
     }
+    if txn.get(KEY_NAMESPACE_ID)?.is_none() {
+        txn.put(KEY_NAMESPACE_ID, &random_id())?;
+    }
     let epoch = txn.add(KEY_EPOCH, 1)?;
     let cl = changelog::ClState::load(&txn, options.changelog, store.shared())?;
     match txn.commit() {
@@ -889,6 +892,20 @@ fn follow_commits<S: Store>(
 }
 
 /// Writes the superblock and the root directory of an empty store.
+/// 16 bytes no other namespace has: the standard library's per-process random hash keys
+/// (seeded by the operating system), over the time and the process id.
+fn random_id() -> [u8; 16] {
+    use std::hash::{BuildHasher, Hasher};
+    let mut id = [0u8; 16];
+    for half in id.chunks_mut(8) {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_i64(commit::now_ns());
+        hasher.write_u32(std::process::id());
+        half.copy_from_slice(&hasher.finish().to_le_bytes());
+    }
+    id
+}
+
 fn format_store<T: WriteTxn>(txn: &mut T) -> Result<()> {
     let now = commit::now_ns();
     txn.put(KEY_FORMAT, &format_value())?;

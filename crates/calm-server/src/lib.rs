@@ -419,10 +419,13 @@ impl<S: Store> MetaRpc for MetaService<S> {
         _: Request<pb::Empty>,
     ) -> Result<Response<pb::DataInfoReply>, Status> {
         let result = self.meta.objects_url().and_then(|url| {
-            url.ok_or_else(|| MetaError::Invalid("this namespace has no object store".into()))
+            let url =
+                url.ok_or_else(|| MetaError::Invalid("this namespace has no object store".into()))?;
+            Ok((url, self.meta.namespace_id()?))
         });
-        self.answer(result.map(|objects_url| pb::DataInfoReply {
+        self.answer(result.map(|(objects_url, namespace_id)| pb::DataInfoReply {
             objects_url,
+            namespace_id,
             chunk_bytes: calm_meta::slices::CHUNK_BYTES,
             block_bytes: calm_meta::slices::BLOCK_BYTES,
         }))

@@ -38,6 +38,14 @@ pub struct MountArgs {
     /// apply). Needs root or `user_allow_other` in /etc/fuse.conf.
     #[arg(long)]
     pub allow_other: bool,
+    /// Where to keep blocks of a remote object store on local disk (a directory per
+    /// namespace below it). Default: $XDG_CACHE_HOME/calm/blocks, or ~/.cache/calm/blocks.
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+    /// Most bytes of blocks kept in --cache-dir, in MiB (0: no disk cache). Unused when the
+    /// object store is a local directory.
+    #[arg(long, default_value_t = calm_data::cache::DISK_CACHE_BYTES_DEFAULT >> 20)]
+    pub cache_size_mib: u64,
     /// How long the kernel trusts attributes and names, in ms.
     #[arg(long, default_value_t = 1000)]
     pub ttl_ms: u64,
@@ -60,6 +68,8 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
         ttl: Duration::from_millis(args.ttl_ms),
         lease_ms: args.lock_lease_ms,
         allow_other: args.allow_other,
+        cache_dir: args.cache_dir.clone().or_else(default_cache_dir),
+        cache_bytes: args.cache_size_mib.saturating_mul(1 << 20),
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     match &args.embedded {
@@ -107,6 +117,15 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
     }
     println!("unmounted");
     Ok(ExitCode::SUCCESS)
+}
+
+/// `$XDG_CACHE_HOME/calm/blocks`, or `~/.cache/calm/blocks`.
+fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
+    Some(base.join("calm").join("blocks"))
 }
 
 async fn mount_over(

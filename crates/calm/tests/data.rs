@@ -575,3 +575,102 @@ print(open('hot', 'rb').read() == bytes(model))
     let fsck = calm_json(&["fsck", data.to_str().expect("utf-8"), "--objects", "--json"]);
     assert_eq!(fsck["clean"], true, "{fsck}");
 }
+
+/// Cache files (block objects) under a mount's block cache directory, with their sizes.
+fn cached_blocks(dir: &std::path::Path) -> Vec<(String, u64)> {
+    if !dir.exists() {
+        return Vec::new();
+    }
+    walk(dir)
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n != "lock"))
+        .map(|p| {
+            let len = std::fs::metadata(&p).unwrap().len();
+            let rel = p.strip_prefix(dir).unwrap().components().rev().take(2);
+            let mut parts: Vec<String> = rel
+                .map(|c| c.as_os_str().to_string_lossy().into())
+                .collect();
+            parts.reverse();
+            // SLOT/HH/ID-BBBB under the namespace's directory: the object's name is HH/ID-BBBB.
+            (parts.join("/"), len)
+        })
+        .collect()
+}
+
+/// A remote store's blocks are kept on the mount's disk, within --cache-size, checked, and
+/// served from there: after the objects are gone from the store, a mount over the same cache
+/// directory still reads the file whole, where a mount without one gets EIO.
+#[test]
+fn a_remote_store_is_read_through_a_bounded_disk_cache() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let backend = Backend::s3("cache");
+    let Backend::S3(s3, prefix) = &backend else {
+        unreachable!()
+    };
+    let (server, a, small) = {
+        let data = common::data_dir(&tmp);
+        let server = Server::start_with_env(&data, &["--objects", &s3.url(prefix)], &s3.env);
+        let a = Mount::remote_env(&server.addr, &[], &s3.env);
+        // 5 MiB of cache: one full block and a little.
+        let small = Mount::remote_env(
+            &server.addr,
+            &[
+                "--cache-dir",
+                tmp.path().join("small").to_str().unwrap(),
+                "--cache-size-mib",
+                "5",
+            ],
+            &s3.env,
+        );
+        (server, a, small)
+    };
+    a.sh_ok("head -c 9000000 /dev/urandom > big && echo 'hello' > f && sha256sum big > ../sum");
+    let sum = a.sh_ok("cut -d' ' -f1 ../sum");
+
+    let bounded = small.sh_ok("sha256sum big | cut -d' ' -f1");
+    assert_eq!(bounded, sum);
+    let held: u64 = cached_blocks(&tmp.path().join("small"))
+        .iter()
+        .map(|(_, l)| l)
+        .sum();
+    assert!(
+        held > 0 && held <= 5 << 20,
+        "a 5 MiB cache holds {held} bytes"
+    );
+    drop(small);
+
+    // Read everything once through a mount with a cache directory, then unmount it.
+    let cache = tmp.path().join("cache");
+    let cache_arg = ["--cache-dir", cache.to_str().unwrap()];
+    let b = Mount::remote_env(&server.addr, &cache_arg, &s3.env);
+    assert_eq!(
+        b.sh_ok("cat f; sha256sum big | cut -d' ' -f1"),
+        format!("hello\n{sum}")
+    );
+    drop(b);
+    let blocks = cached_blocks(&cache);
+    // big: two full blocks and a tail; f: one.
+    assert_eq!(blocks.len(), 4, "{blocks:?}");
+
+    // Remove the objects from the store: a mount without a cache cannot read them...
+    for (name, _) in &blocks {
+        s3.delete_object(prefix, &format!("chunks/{name}"));
+    }
+    let none = Mount::remote_env(&server.addr, &["--cache-size-mib", "0"], &s3.env);
+    let out = none.sh("cat big > /dev/null");
+    assert!(!out.status.success(), "the objects are gone from the store");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Input/output error"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(none);
+    // ...and one over the same cache directory reads them whole from disk.
+    let again = Mount::remote_env(&server.addr, &cache_arg, &s3.env);
+    assert_eq!(
+        again.sh_ok("cat f; sha256sum big | cut -d' ' -f1"),
+        format!("hello\n{sum}")
+    );
+    drop(again);
+    drop(a);
+}

@@ -159,6 +159,8 @@ impl Mount {
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).expect("mount point");
         let mut child = Command::new("unshare")
+            // A block cache, when the store is remote, stays in the test's directory.
+            .env("XDG_CACHE_HOME", dir.path().join("cache"))
             .envs(env.iter().map(|(k, v)| (k, v)))
             .args(["--mount", "--propagation", "private", "--"])
             .arg(CALM)
@@ -303,6 +305,52 @@ impl S3 {
     pub fn url(&self, prefix: &str) -> String {
         let (location, query) = self.base.split_once('?').unwrap_or((&self.base, ""));
         format!("{}/{prefix}?{query}", location.trim_end_matches('/'))
+    }
+}
+
+impl S3 {
+    /// Deletes object `key` (below `prefix`) from the bucket behind the mounts' backs, with
+    /// curl's own AWS signature (no S3 client of calm's).
+    pub fn delete_object(&self, prefix: &str, key: &str) {
+        let (location, query) = self.base.split_once('?').expect("s3://BUCKET?QUERY");
+        let bucket = location.trim_start_matches("s3://").trim_end_matches('/');
+        let param = |name: &str| {
+            query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                .unwrap_or_else(|| panic!("{name} in {query}"))
+                .to_string()
+        };
+        let credential = |name: &str| {
+            self.env
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+                .or_else(|| std::env::var(name).ok())
+                .unwrap_or_else(|| panic!("{name} for the S3 server"))
+        };
+        let out = Command::new("curl")
+            .args(["-sS", "--fail-with-body", "-X", "DELETE"])
+            .args([
+                "-H",
+                "x-amz-content-sha256: UNSIGNED-PAYLOAD",
+                "--aws-sigv4",
+            ])
+            .arg(format!("aws:amz:{}:s3", param("region")))
+            .arg("--user")
+            .arg(format!(
+                "{}:{}",
+                credential("AWS_ACCESS_KEY_ID"),
+                credential("AWS_SECRET_ACCESS_KEY")
+            ))
+            .arg(format!("{}/{bucket}/{prefix}/{key}", param("endpoint")))
+            .output()
+            .expect("run curl");
+        assert!(
+            out.status.success(),
+            "deleting {key}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
