@@ -235,18 +235,45 @@ impl Client {
     }
 
     pub async fn unlink(&self, parent: Handle, name: &[u8]) -> Result<()> {
+        self.unlink_keeping(parent, name, Vec::new())
+            .await
+            .map(|_| ())
+    }
+
+    /// Unlink, keeping the file as an orphan of this client's session if it loses its last
+    /// name and is one of `keep` (files the caller has open): returns it then.
+    pub async fn unlink_keeping(
+        &self,
+        parent: Handle,
+        name: &[u8],
+        keep: Vec<Handle>,
+    ) -> Result<Option<Handle>> {
         let request = pb::RemoveRequest {
             parent,
             name: name.to_vec(),
+            keep,
         };
         self.mutated(self.rpc().unlink(self.tagged(request)).await)
-            .map(|_| ())
+            .map(|r| (r.orphan != 0).then_some(r.orphan))
+    }
+
+    /// The caller's mount closed orphan `handle`: it is destroyed.
+    pub async fn release_orphan(&self, handle: Handle) -> Result<()> {
+        let request = pb::HandleRequest { handle };
+        check(self.rpc().release_orphan(self.tagged(request)).await).map(|_| ())
+    }
+
+    /// This client's session takes over these orphans of its mount's lost session.
+    pub async fn claim_orphans(&self, handles: Vec<Handle>) -> Result<()> {
+        let request = pb::OrphansRequest { handles };
+        check(self.rpc().claim_orphans(self.tagged(request)).await).map(|_| ())
     }
 
     pub async fn rmdir(&self, parent: Handle, name: &[u8]) -> Result<()> {
         let request = pb::RemoveRequest {
             parent,
             name: name.to_vec(),
+            keep: Vec::new(),
         };
         self.mutated(self.rpc().rmdir(self.tagged(request)).await)
             .map(|_| ())
@@ -260,15 +287,31 @@ impl Client {
         new_name: &[u8],
         flags: u32,
     ) -> Result<()> {
+        self.rename_keeping(parent, name, new_parent, new_name, flags, Vec::new())
+            .await
+            .map(|_| ())
+    }
+
+    /// Rename, keeping a replaced file as [`Client::unlink_keeping`] does.
+    pub async fn rename_keeping(
+        &self,
+        parent: Handle,
+        name: &[u8],
+        new_parent: Handle,
+        new_name: &[u8],
+        flags: u32,
+        keep: Vec<Handle>,
+    ) -> Result<Option<Handle>> {
         let request = pb::RenameRequest {
             parent,
             name: name.to_vec(),
             new_parent,
             new_name: new_name.to_vec(),
             flags,
+            keep,
         };
         self.mutated(self.rpc().rename(self.tagged(request)).await)
-            .map(|_| ())
+            .map(|r| (r.orphan != 0).then_some(r.orphan))
     }
 
     pub async fn readlink(&self, handle: Handle) -> Result<Vec<u8>> {

@@ -111,7 +111,14 @@ struct State {
     /// close waits for these first: it must not overtake the release of the closed file's
     /// OFD or flock lock.
     releasing: HashMap<Handle, u32>,
+    /// Files that lost their last name while open here: the server keeps them (orphans of
+    /// this mount's session) until their last close here.
+    orphans: HashSet<Handle>,
 }
+
+/// Open files named in an unlink or rename so that the server keeps the one that loses its
+/// last name; past it, the name is looked up first and only its file is named.
+pub const KEEP_HANDLES_MAX: usize = 4096;
 
 /// The shared part, which request tasks hold.
 #[derive(Debug)]
@@ -214,6 +221,97 @@ impl Shared {
         })
     }
 
+    /// The regular files open here that the server must keep if `parent/name` is the last
+    /// name of one of them (see [`State::orphans`]).
+    async fn keep_for(&self, client: &Client, parent: Handle, name: &[u8]) -> Vec<Handle> {
+        let open: Vec<Handle> = {
+            let state = self.state.lock().expect("state");
+            state
+                .inodes
+                .iter()
+                .filter(|(_, i)| i.files.iter().any(|f| f.is_file))
+                .map(|(h, _)| *h)
+                .take(KEEP_HANDLES_MAX + 1)
+                .collect()
+        };
+        if open.len() <= KEEP_HANDLES_MAX {
+            return open;
+        }
+        match client.lookup(parent, name).await {
+            Ok(attr) if self.is_open(attr.handle) => vec![attr.handle],
+            _ => Vec::new(),
+        }
+    }
+
+    fn is_open(&self, handle: Handle) -> bool {
+        let state = self.state.lock().expect("state");
+        state
+            .inodes
+            .get(&handle)
+            .is_some_and(|i| !i.files.is_empty())
+    }
+
+    /// The server kept `orphan` for this mount: remember it until its last close here, or
+    /// release it now if that close came first.
+    async fn kept(&self, client: &Client, orphan: Option<Handle>) {
+        let Some(handle) = orphan else {
+            return;
+        };
+        let closed = {
+            let mut state = self.state.lock().expect("state");
+            let open = state
+                .inodes
+                .get(&handle)
+                .is_some_and(|i| !i.files.is_empty());
+            if open {
+                state.orphans.insert(handle);
+            }
+            !open
+        };
+        if closed {
+            self.release_orphan(client, handle).await;
+        }
+    }
+
+    async fn release_orphan(&self, client: &Client, handle: Handle) {
+        if let Err(e) = client.release_orphan(handle).await {
+            // The server destroys it when this mount's session ends.
+            tracing::warn!(handle, %e, "releasing an unlinked file");
+        }
+    }
+
+    /// After the lock session was replaced (the server restarted, or the lease was lost), the
+    /// new session claims this mount's orphans.
+    async fn claim_orphans(shared: std::sync::Weak<Shared>, locks: Arc<LockForwarder>) {
+        loop {
+            locks.replaced().await;
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            shared.claim_for_new_session().await;
+        }
+    }
+
+    async fn claim_for_new_session(&self) {
+        {
+            let handles: Vec<Handle> = {
+                let state = self.state.lock().expect("state");
+                state.orphans.iter().copied().collect()
+            };
+            if handles.is_empty() {
+                return;
+            }
+            let client = self.client.with_caller(Caller {
+                session: self.locks.session(),
+                uid: 0,
+                gid: 0,
+            });
+            if let Err(e) = client.claim_orphans(handles).await {
+                tracing::warn!(%e, "claiming unlinked open files for the new session");
+            }
+        }
+    }
+
     /// `attr` as this mount sees it: a dirty file's size counts its pending writes.
     fn local_view(&self, mut attr: Attr) -> Attr {
         if let Some(size) = self.contents.dirty_size(attr.handle) {
@@ -307,18 +405,20 @@ impl CalmFs {
         options: &MountOptions,
         runtime: Runtime,
     ) -> std::io::Result<CalmFs> {
-        Ok(CalmFs {
-            shared: Arc::new(Shared {
-                client,
-                contents: Contents::new(objects, options.write_buffer_bytes),
-                notifier: OnceLock::new(),
-                locks,
-                state: Mutex::new(State::default()),
-                released: tokio::sync::Notify::new(),
-                ttl: options.ttl,
-            }),
-            runtime,
-        })
+        let shared = Arc::new(Shared {
+            client,
+            contents: Contents::new(objects, options.write_buffer_bytes),
+            notifier: OnceLock::new(),
+            locks,
+            state: Mutex::new(State::default()),
+            released: tokio::sync::Notify::new(),
+            ttl: options.ttl,
+        });
+        runtime.spawn(Shared::claim_orphans(
+            Arc::downgrade(&shared),
+            shared.locks.clone(),
+        ));
+        Ok(CalmFs { shared, runtime })
     }
 
     /// The part request tasks share (the mount sets its notifier once the session exists).
@@ -611,10 +711,17 @@ impl Filesystem for CalmFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let client = self.shared.caller(req);
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
         let name = name.as_bytes().to_vec();
         self.empty_task(reply, async move {
-            client.unlink(parent.0, &name).await.map_err(|e| errno(&e))
+            let keep = shared.keep_for(&client, parent.0, &name).await;
+            let orphan = client
+                .unlink_keeping(parent.0, &name, keep)
+                .await
+                .map_err(|e| errno(&e))?;
+            shared.kept(&client, orphan).await;
+            Ok(())
         });
     }
 
@@ -636,15 +743,19 @@ impl Filesystem for CalmFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let client = self.shared.caller(req);
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
         let name = name.as_bytes().to_vec();
         let newname = newname.as_bytes().to_vec();
         let flags = flags.bits();
         self.empty_task(reply, async move {
-            client
-                .rename(parent.0, &name, newparent.0, &newname, flags)
+            let keep = shared.keep_for(&client, newparent.0, &newname).await;
+            let orphan = client
+                .rename_keeping(parent.0, &name, newparent.0, &newname, flags, keep)
                 .await
-                .map_err(|e| errno(&e))
+                .map_err(|e| errno(&e))?;
+            shared.kept(&client, orphan).await;
+            Ok(())
         });
     }
 
@@ -833,16 +944,22 @@ impl Filesystem for CalmFs {
                 shared.released.notify_waiters();
                 released
             };
-            {
+            let orphan_closed = {
                 let mut state = shared.state.lock().expect("state");
                 let inode = state.inodes.entry(ino.0).or_default();
                 inode.files.retain(|f| !Arc::ptr_eq(f, &file));
                 if inode.files.is_empty() {
                     state.inodes.remove(&ino.0);
+                    state.orphans.remove(&ino.0)
+                } else {
+                    false
                 }
-            }
+            };
             if file.is_file {
                 shared.contents.closed(ino.0).await;
+            }
+            if orphan_closed {
+                shared.release_orphan(&client, ino.0).await;
             }
             pushed.and(released)
         });

@@ -45,6 +45,8 @@ pub struct LockForwarder {
     pids: Mutex<HashMap<u64, u32>>,
     /// FUSE request id → the session its wait runs in.
     waits: Mutex<HashMap<u64, SessionId>>,
+    /// Signalled when the session was replaced by a new one.
+    replaced: tokio::sync::Notify,
 }
 
 fn errno_of(failure: &LockFailure) -> i32 {
@@ -69,11 +71,17 @@ impl LockForwarder {
             session: Mutex::new(session),
             pids: Mutex::new(HashMap::new()),
             waits: Mutex::new(HashMap::new()),
+            replaced: tokio::sync::Notify::new(),
         }))
     }
 
     pub fn session(&self) -> SessionId {
         *self.session.lock().expect("session")
+    }
+
+    /// Completes when the session has been replaced by a new one since the last call.
+    pub async fn replaced(&self) {
+        self.replaced.notified().await
     }
 
     /// Renews the lease until the forwarder is dropped. A session the server no longer knows
@@ -91,7 +99,10 @@ impl LockForwarder {
                 {
                     tracing::warn!(session, %failure, "lock session lost; opening a new one");
                     match self.client.open_lock_session(self.lease_ms).await {
-                        Ok(new) => *self.session.lock().expect("session") = new,
+                        Ok(new) => {
+                            *self.session.lock().expect("session") = new;
+                            self.replaced.notify_one();
+                        }
                         Err(e) => tracing::warn!(%e, "opening a lock session"),
                     }
                 }

@@ -42,6 +42,8 @@ pub struct FsckReport {
     pub changelog_records: u64,
     pub changelog_readers: u64,
     pub handle_high_water: u64,
+    /// Files kept open on a mount after their last name went.
+    pub orphans: u64,
     /// The first [`PROBLEMS_LISTED_MAX`] problems, each a sentence.
     pub problems: Vec<String>,
     /// All problems found, listed or not.
@@ -121,6 +123,8 @@ struct Checker {
     counters: Vec<(Vec<u8>, u64)>,
     format: Option<Vec<u8>>,
     root_seen: bool,
+    /// Orphan records (`H`), and whether their inode was seen.
+    orphans: std::collections::BTreeMap<Handle, bool>,
 }
 
 impl Checker {
@@ -216,6 +220,15 @@ impl Checker {
                         .problem(format!("deletion queue entry {key:?} does not decode"));
                 }
             }
+            // Before the inodes, so that an orphan's inode (no name) is known to be one.
+            TAG_ORPHAN => match key_handle(key).filter(|_| key.len() == 9 && value.len() == 8) {
+                Some(handle) => {
+                    self.orphans.insert(handle, false);
+                }
+                None => self
+                    .report
+                    .problem(format!("orphan record {key:?} does not decode")),
+            },
             TAG_REF => {
                 if key.len() != 9 || decode_counter(key, value).map_or(true, |n| n < 2) {
                     self.report
@@ -426,7 +439,18 @@ impl Checker {
                     count.entries
                 ));
             }
-            if links.is_empty() {
+            let kept = self.orphans.get_mut(&handle);
+            let is_kept = kept.is_some();
+            if let Some(seen) = kept {
+                *seen = true;
+            }
+            if is_kept && (inode.kind != Kind::File || inode.nlink != 0 || !links.is_empty()) {
+                self.report.problem(format!(
+                    "inode {handle} has an orphan record but is not an unnamed file with nlink 0"
+                ));
+            } else if is_kept {
+                self.report.orphans += 1;
+            } else if links.is_empty() {
                 self.report
                     .problem(format!("inode {handle} is an orphan: no name points to it"));
             } else if inode.nlink as usize != links.len() {
@@ -568,6 +592,13 @@ impl Checker {
                 }
             }
         }
+        for (handle, seen) in &self.orphans {
+            if !seen {
+                self.report.problem(format!(
+                    "orphan record of handle {handle}, which is not an inode"
+                ));
+            }
+        }
         if !self.root_seen {
             self.report
                 .problem("the root directory (handle 1) is missing".into());
@@ -617,6 +648,7 @@ pub fn check<R: ReadTxn>(view: &R, progress: &mut dyn FnMut(u64)) -> Result<Fsck
         count_at: 0,
         live: Vec::new(),
         live_at: 0,
+        orphans: Default::default(),
         max_handle: 0,
         file_bytes: 0,
         counters: Vec::new(),

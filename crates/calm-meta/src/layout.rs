@@ -56,6 +56,10 @@ pub const TAG_XATTR: u8 = b'X';
 pub const TAG_CHUNK: u8 = b'J';
 /// The deletion queue: objects no record names any more, by the time they were queued.
 pub const TAG_GC: u8 = b'G';
+/// Files kept after their last name went because the mount that removed it still has them
+/// open (orphans, `nlink` 0): handle → the lock session of that mount (u64 le). Before `I`,
+/// so that fsck knows them when it checks the inodes.
+pub const TAG_ORPHAN: u8 = b'H';
 /// Objects named by more than one record (an append split over two chunks): the count.
 pub const TAG_REF: u8 = b'R';
 
@@ -217,6 +221,12 @@ pub fn gc_key_parts(key: &[u8]) -> Option<(u64, u64)> {
 }
 
 pub const GC_END: &[u8] = &[TAG_GC + 1];
+
+pub fn orphan_key(handle: Handle) -> [u8; 9] {
+    handle_prefix(TAG_ORPHAN, handle)
+}
+
+pub const ORPHAN_END: &[u8] = &[TAG_ORPHAN + 1];
 
 pub fn ref_key(id: u64) -> [u8; 9] {
     handle_prefix(TAG_REF, id)

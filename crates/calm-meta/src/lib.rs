@@ -22,6 +22,7 @@ pub mod error;
 pub mod fsck;
 pub mod layout;
 pub mod ops;
+pub mod orphans;
 pub mod slices;
 pub mod types;
 
@@ -231,6 +232,11 @@ impl<S: Store> Meta<S> {
     }
 
     /// This opening's epoch: the generation of inodes created now.
+    /// Whether the store is shared with other servers (etcd).
+    pub fn shared(&self) -> bool {
+        self.store.shared()
+    }
+
     pub fn epoch(&self) -> u64 {
         self.epoch
     }
@@ -459,6 +465,22 @@ impl<S: Store> Meta<S> {
         self.submit_unit(Op::Unlink {
             parent,
             name: name.to_vec(),
+            keep: Vec::new(),
+        })
+        .await
+    }
+
+    /// Every orphan (a file open on a mount after its last name went) with the session that
+    /// keeps it (see [`orphans`]).
+    pub fn orphans(&self) -> Result<Vec<(Handle, u64)>> {
+        self.blocking(|| orphans::list(&self.store.snapshot()?))
+    }
+
+    /// Destroys orphan `handle` whatever its session (which ended).
+    pub async fn release_orphan(&self, handle: Handle) -> Result<()> {
+        self.submit_unit(Op::ReleaseOrphan {
+            handle,
+            any_session: true,
         })
         .await
     }
@@ -487,6 +509,7 @@ impl<S: Store> Meta<S> {
             new_parent,
             new_name: new_name.to_vec(),
             flags,
+            keep: Vec::new(),
         })
         .await
     }

@@ -41,9 +41,13 @@ pub enum Op {
         parent: Handle,
         name: Vec<u8>,
     },
+    /// Removes a name. A regular file that loses its last name and is one of `keep` (files
+    /// the caller's mount has open) is kept as an orphan of the caller's session
+    /// (crate::orphans) instead of being destroyed.
     Unlink {
         parent: Handle,
         name: Vec<u8>,
+        keep: Vec<Handle>,
     },
     Rmdir {
         parent: Handle,
@@ -55,6 +59,8 @@ pub enum Op {
         new_parent: Handle,
         new_name: Vec<u8>,
         flags: u32,
+        /// As for [`Op::Unlink`]: a replaced file the caller has open is kept.
+        keep: Vec<Handle>,
     },
     SetAttr {
         handle: Handle,
@@ -118,6 +124,17 @@ pub enum Op {
     GcDone {
         entries: Vec<(u64, u64)>,
     },
+    /// Orphan `handle` is closed: destroy it, if it is the caller's session's (or anyone's,
+    /// with `any_session`: its session ended).
+    ReleaseOrphan {
+        handle: Handle,
+        any_session: bool,
+    },
+    /// The caller's session (a mount's new one, after its old one was lost) takes over these
+    /// orphans.
+    ClaimOrphans {
+        handles: Vec<Handle>,
+    },
 }
 
 /// What a successful mutation returns.
@@ -128,6 +145,8 @@ pub enum Done {
     User(User),
     /// The first of the slice ids handed out.
     Ids(u64),
+    /// The file lost its last name and is kept as an orphan of the caller's session.
+    Orphaned(Handle),
 }
 
 /// Why a mutation failed.
@@ -432,7 +451,7 @@ fn touch(inode: &mut Inode, now: i64) {
 }
 
 /// Removes an inode and its xattrs.
-fn destroy<T: WriteTxn>(ctx: &mut Ctx<'_, T>, inode: &Inode) -> Outcome<()> {
+pub(crate) fn destroy<T: WriteTxn>(ctx: &mut Ctx<'_, T>, inode: &Inode) -> Outcome<()> {
     for name in xattr_names(ctx.txn, inode.handle)? {
         ctx.txn.delete(&xattr_key(inode.handle, &name))?;
     }
@@ -451,17 +470,26 @@ fn destroy<T: WriteTxn>(ctx: &mut Ctx<'_, T>, inode: &Inode) -> Outcome<()> {
     Ok(())
 }
 
-/// Drops one link of a non-directory; destroys it when none is left.
-fn drop_link<T: WriteTxn>(ctx: &mut Ctx<'_, T>, mut inode: Inode) -> Outcome<()> {
+/// Drops one link of a non-directory; destroys it when none is left, unless it is a file the
+/// caller's mount has open (one of `keep`): then it is kept as an orphan of the caller's
+/// session, and its handle returned.
+fn drop_link<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    mut inode: Inode,
+    keep: &[Handle],
+) -> Outcome<Option<Handle>> {
     debug_assert!(inode.kind != Kind::Dir);
     inode.nlink -= 1;
     if inode.nlink == 0 {
-        destroy(ctx, &inode)
+        if inode.kind == Kind::File && keep.contains(&inode.handle) {
+            return crate::orphans::keep(ctx, inode);
+        }
+        destroy(ctx, &inode)?;
     } else {
         inode.ctime_ns = ctx.now;
         ctx.store(inode);
-        Ok(())
     }
+    Ok(None)
 }
 
 /// The changelog record type a mutation writes when it succeeds (before it is applied:
@@ -483,7 +511,9 @@ pub fn record_type(op: &Op) -> Option<RecordType> {
         | Op::ClGc
         | Op::Compact { .. }
         | Op::AllocSlices { .. }
-        | Op::GcDone { .. } => return None,
+        | Op::GcDone { .. }
+        | Op::ReleaseOrphan { .. }
+        | Op::ClaimOrphans { .. } => return None,
     })
 }
 
@@ -530,7 +560,7 @@ pub fn apply<T: WriteTxn>(ctx: &mut Ctx<'_, T>, op: &Op) -> Outcome<Done> {
             parent,
             name,
         } => link(ctx, *handle, *parent, name),
-        Op::Unlink { parent, name } => unlink(ctx, *parent, name),
+        Op::Unlink { parent, name, keep } => unlink(ctx, *parent, name, keep),
         Op::Rmdir { parent, name } => rmdir(ctx, *parent, name),
         Op::Rename {
             parent,
@@ -538,7 +568,8 @@ pub fn apply<T: WriteTxn>(ctx: &mut Ctx<'_, T>, op: &Op) -> Outcome<Done> {
             new_parent,
             new_name,
             flags,
-        } => rename(ctx, *parent, name, *new_parent, new_name, *flags),
+            keep,
+        } => rename(ctx, *parent, name, *new_parent, new_name, *flags, keep),
         Op::SetAttr { handle, attr } => setattr(ctx, *handle, attr),
         Op::SetXattr {
             handle,
@@ -571,6 +602,11 @@ pub fn apply<T: WriteTxn>(ctx: &mut Ctx<'_, T>, op: &Op) -> Outcome<Done> {
         } => crate::data_ops::compact(ctx, *handle, *chunk, expected, slice),
         Op::AllocSlices { count } => crate::data_ops::alloc_slices(ctx, *count),
         Op::GcDone { entries } => crate::data_ops::gc_done(ctx, entries),
+        Op::ReleaseOrphan {
+            handle,
+            any_session,
+        } => crate::orphans::release(ctx, *handle, *any_session),
+        Op::ClaimOrphans { handles } => crate::orphans::claim(ctx, handles),
         Op::ClGc => {
             let now = ctx.now;
             ctx.cl.gc_idle(ctx.txn, now).map(|_| Done::Nothing)
@@ -677,6 +713,10 @@ fn link<T: WriteTxn>(
     if inode.kind == Kind::Dir {
         return Err(MetaError::NotPermitted("hard link to a directory".into()).into());
     }
+    if inode.nlink == 0 {
+        // An orphan (open, without a name) gets no new name, as on Linux.
+        return Err(MetaError::NotFound.into());
+    }
     let mut dir = ctx.load_dir(parent)?;
     if get_dentry(ctx.txn, parent, name)?.is_some() {
         return Err(MetaError::Exists.into());
@@ -705,7 +745,12 @@ fn link<T: WriteTxn>(
     Ok(Done::Attr(attr))
 }
 
-fn unlink<T: WriteTxn>(ctx: &mut Ctx<'_, T>, parent: Handle, name: &[u8]) -> Outcome<Done> {
+fn unlink<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    parent: Handle,
+    name: &[u8],
+    keep: &[Handle],
+) -> Outcome<Done> {
     if is_dot(name) {
         return Err(MetaError::IsDir.into());
     }
@@ -726,7 +771,7 @@ fn unlink<T: WriteTxn>(ctx: &mut Ctx<'_, T>, parent: Handle, name: &[u8]) -> Out
         0
     };
     let (target, generation) = (inode.handle, inode.generation);
-    drop_link(ctx, inode)?;
+    let orphan = drop_link(ctx, inode, keep)?;
     ctx.record(
         RecordType::Unlink,
         flags,
@@ -736,7 +781,7 @@ fn unlink<T: WriteTxn>(ctx: &mut Ctx<'_, T>, parent: Handle, name: &[u8]) -> Out
         name,
         None,
     )?;
-    Ok(Done::Nothing)
+    Ok(orphan.map_or(Done::Nothing, Done::Orphaned))
 }
 
 fn rmdir<T: WriteTxn>(ctx: &mut Ctx<'_, T>, parent: Handle, name: &[u8]) -> Outcome<Done> {
@@ -822,6 +867,7 @@ fn rename<T: WriteTxn>(
     dp: Handle,
     dname: &[u8],
     flags: u32,
+    keep: &[Handle],
 ) -> Outcome<Done> {
     if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 {
         return Err(MetaError::Invalid(format!("unsupported rename flags {flags:#x}")).into());
@@ -939,6 +985,7 @@ fn rename<T: WriteTxn>(
             }
         }
     }
+    let mut orphan = None;
     if let Some(dst) = dst {
         if exchange {
             add_entry(ctx.txn, staged.get(sp), sname, dst.child, dst.kind)?;
@@ -951,7 +998,7 @@ fn rename<T: WriteTxn>(
             if dst_is_dir {
                 destroy(ctx, &replaced)?;
             } else {
-                drop_link(ctx, replaced)?;
+                orphan = drop_link(ctx, replaced, keep)?;
             }
         }
     }
@@ -973,7 +1020,7 @@ fn rename<T: WriteTxn>(
         dname,
         Some(rename_from),
     )?;
-    Ok(Done::Nothing)
+    Ok(orphan.map_or(Done::Nothing, Done::Orphaned))
 }
 
 fn resolve(time: SetTime, now: i64) -> i64 {

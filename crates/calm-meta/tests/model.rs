@@ -442,7 +442,11 @@ fn to_op(call: &Call) -> Op {
                 exclusive,
             }
         }
-        Call::Unlink(parent, name) => Op::Unlink { parent, name },
+        Call::Unlink(parent, name) => Op::Unlink {
+            parent,
+            name,
+            keep: Vec::new(),
+        },
         Call::Rmdir(parent, name) => Op::Rmdir { parent, name },
         Call::Link(handle, parent, name) => Op::Link {
             handle,
@@ -455,6 +459,7 @@ fn to_op(call: &Call) -> Op {
             new_parent,
             new_name,
             flags,
+            keep: Vec::new(),
         },
         Call::Truncate(handle, size) => Op::SetAttr {
             handle,
@@ -486,7 +491,7 @@ fn run_group(
         .iter()
         .map(|call| match ops::apply(&mut ctx, &to_op(call)) {
             Ok(Done::Attr(attr)) => Ok(Some(attr.handle)),
-            Ok(Done::Nothing | Done::User(_) | Done::Ids(_)) => Ok(None),
+            Ok(Done::Nothing | Done::User(_) | Done::Ids(_) | Done::Orphaned(_)) => Ok(None),
             Err(Failure::Meta(error)) => Err(error.errno()),
             Err(Failure::Store(error)) => panic!("store failed: {error}"),
         })

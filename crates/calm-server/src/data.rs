@@ -27,6 +27,9 @@ pub struct DataOptions {
     /// How long an object stays in the deletion queue before it is deleted: a mount that
     /// read a file's map just before it changed may still read the object meanwhile.
     pub delete_delay: Duration,
+    /// After a start, how long mounts of the previous run have to claim the files they keep
+    /// open without a name (crate::orphans).
+    pub orphan_claim_grace: Duration,
 }
 
 /// Figures of the data tasks, read by status.

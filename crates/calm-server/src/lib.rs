@@ -35,6 +35,7 @@ use tonic::{Request, Response, Status};
 pub mod changelog;
 pub mod data;
 pub mod locks;
+pub mod orphans;
 pub mod targets;
 pub mod watch;
 
@@ -182,6 +183,15 @@ fn done_empty(result: Result<Done, MetaError>) -> Result<pb::Empty, MetaError> {
     result.map(|_| pb::Empty {})
 }
 
+fn done_removed(result: Result<Done, MetaError>) -> Result<pb::RemovedReply, MetaError> {
+    result.map(|done| pb::RemovedReply {
+        orphan: match done {
+            Done::Orphaned(handle) => handle,
+            _ => 0,
+        },
+    })
+}
+
 /// Who asks, from the request's metadata (`calm-session`, `calm-uid`, `calm-gid`); recorded in
 /// changelog records. Absent or unreadable entries count as 0.
 fn caller_of<T>(request: &Request<T>) -> Caller {
@@ -258,16 +268,20 @@ impl<S: Store> MetaRpc for MetaService<S> {
         self.mutated(done_attr(self.meta.apply_as(caller, op).await))
     }
 
-    async fn unlink(&self, r: Request<pb::RemoveRequest>) -> Result<Response<pb::Empty>, Status> {
+    async fn unlink(
+        &self,
+        r: Request<pb::RemoveRequest>,
+    ) -> Result<Response<pb::RemovedReply>, Status> {
         let caller = caller_of(&r);
         let r = r.into_inner();
         let op = Op::Unlink {
             parent: r.parent,
             name: r.name,
+            keep: r.keep,
         };
         let result = self.meta.apply_as(caller, op).await;
         self.maybe_queued(&result);
-        self.mutated(done_empty(result))
+        self.mutated(done_removed(result))
     }
 
     async fn rmdir(&self, r: Request<pb::RemoveRequest>) -> Result<Response<pb::Empty>, Status> {
@@ -280,7 +294,10 @@ impl<S: Store> MetaRpc for MetaService<S> {
         self.mutated(done_empty(self.meta.apply_as(caller, op).await))
     }
 
-    async fn rename(&self, r: Request<pb::RenameRequest>) -> Result<Response<pb::Empty>, Status> {
+    async fn rename(
+        &self,
+        r: Request<pb::RenameRequest>,
+    ) -> Result<Response<pb::RemovedReply>, Status> {
         let caller = caller_of(&r);
         let r = r.into_inner();
         let op = Op::Rename {
@@ -289,10 +306,11 @@ impl<S: Store> MetaRpc for MetaService<S> {
             new_parent: r.new_parent,
             new_name: r.new_name,
             flags: r.flags,
+            keep: r.keep,
         };
         let result = self.meta.apply_as(caller, op).await;
         self.maybe_queued(&result);
-        self.mutated(done_empty(result))
+        self.mutated(done_removed(result))
     }
 
     async fn readlink(
@@ -482,6 +500,31 @@ impl<S: Store> MetaRpc for MetaService<S> {
         let result = self.meta.alloc_slices(r.into_inner().count).await;
         self.answer(result.map(|first| pb::AllocSlicesReply { first }))
     }
+
+    async fn release_orphan(
+        &self,
+        r: Request<pb::HandleRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let caller = caller_of(&r);
+        let op = Op::ReleaseOrphan {
+            handle: r.into_inner().handle,
+            any_session: false,
+        };
+        let result = self.meta.apply_as(caller, op).await;
+        self.maybe_queued(&result);
+        self.answer(done_empty(result))
+    }
+
+    async fn claim_orphans(
+        &self,
+        r: Request<pb::OrphansRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let caller = caller_of(&r);
+        let op = Op::ClaimOrphans {
+            handles: r.into_inner().handles,
+        };
+        self.answer(done_empty(self.meta.apply_as(caller, op).await))
+    }
 }
 
 /// Serves `meta` and its locks on `listener` until `shutdown` completes; then stops
@@ -500,6 +543,7 @@ pub async fn serve<S: Store>(
         .data
         .clone()
         .map(|options| data::DataTasks::start(meta.clone(), options));
+    let sweeper = tokio::spawn(orphans::sweep(meta.clone(), table.clone(), data.clone()));
     let service = MetaServer::new(MetaService::new(meta.clone(), table.clone(), info, data))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
@@ -538,5 +582,6 @@ pub async fn serve<S: Store>(
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await;
     leases.abort();
+    sweeper.abort();
     served
 }

@@ -116,6 +116,11 @@ impl LockTable {
         self.lock().manager.stats()
     }
 
+    /// Whether `session` is open (not closed, not expired).
+    pub fn session_live(&self, session: u64) -> bool {
+        self.lock().manager.live(session).is_ok()
+    }
+
     /// Expires due sessions until `shutdown`; never returns otherwise.
     pub async fn run_leases(self: Arc<Self>) {
         loop {

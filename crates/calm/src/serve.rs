@@ -48,6 +48,10 @@ pub struct ServerArgs {
     /// that opened the file before it changed may still read it meanwhile).
     #[arg(long, default_value_t = 60)]
     pub delete_delay_s: u64,
+    /// Seconds after a start that mounts have to claim the files they keep open without a
+    /// name; past it the server destroys the unclaimed ones.
+    #[arg(long, default_value_t = calm_server::orphans::CLAIM_GRACE_DEFAULT.as_secs())]
+    pub orphan_claim_grace_s: u64,
     /// Commit with LMDB's own synchronous commit instead of the write-ahead log (the default:
     /// one sequential write and fdatasync per commit, LMDB's pages written back at
     /// checkpoints, the changelog's records in segment files beside the B-tree).
@@ -95,6 +99,7 @@ impl ServerArgs {
         Ok(Some(calm_server::data::DataOptions {
             objects,
             delete_delay: std::time::Duration::from_secs(self.delete_delay_s),
+            orphan_claim_grace: std::time::Duration::from_secs(self.orphan_claim_grace_s),
         }))
     }
 

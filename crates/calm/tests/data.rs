@@ -220,20 +220,102 @@ os.close(fd)
     assert_eq!(lines(&out), ["400", "200", "200", "2400"], "{out}");
 }
 
+/// A file unlinked (or renamed over) while open on its mount stays whole through its
+/// descriptors, readable and writable, long past the deleter's delay, as on a local file
+/// system; its objects go at its last close, or when its mount dies (lease), and a mount
+/// whose server restarted claims it back within the grace period.
 #[test]
-fn an_unlinked_file_stays_readable_through_its_open_descriptor() {
-    let mount = Mount::embedded(&[]);
+fn an_unlinked_open_file_lives_until_its_last_close() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let objects = data.join("objects");
+    let port = {
+        let socket = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        socket.local_addr().expect("addr").port()
+    };
+    let listen = format!("127.0.0.1:{port}");
+    let args = [
+        "--listen",
+        &listen,
+        "--delete-delay-s",
+        "0",
+        "--orphan-claim-grace-s",
+        "4",
+    ];
+    let server = Server::start_with(&data, &args);
+    let lease = ["--lock-lease-ms", "1000"];
+    let mount = Mount::remote(&server.addr, &lease);
     let out = mount.sh_ok(
         "python3 -c \"
-import os
+import os, time
+data = os.urandom(5000000)
 fd = os.open('gone', os.O_CREAT | os.O_RDWR, 0o600)
-os.write(fd, b'still here')
+os.write(fd, data)
+os.fsync(fd)
+with open('target', 'w') as f: f.write('old target')
+old = os.open('target', os.O_RDONLY)
+with open('new', 'w') as f: f.write('new')
 os.unlink('gone')
+os.rename('new', 'target')
+time.sleep(3)  # the deleter (no delay) and the sweeper have run
 os.pwrite(fd, b'HERE', 6)
-print(os.pread(fd, 100, 0).decode(), os.fstat(fd).st_nlink, os.path.exists('gone'))
+os.fsync(fd)
+got = os.pread(fd, 5000000, 0)
+print(got == data[:6] + b'HERE' + data[10:], os.fstat(fd).st_nlink, os.path.exists('gone'))
+print(os.pread(old, 100, 0).decode(), os.fstat(old).st_nlink, open('target').read())
 \"",
     );
-    assert_eq!(out, "still HERE 0 False\n");
+    assert_eq!(lines(&out), ["True 0 False", "old target 0 new"], "{out}");
+    // Closed: only the new target's object is left.
+    wait_for("the unlinked files' objects deleted", || {
+        object_files(&objects) == 1
+    });
+
+    // Held open by a process whose mount is killed: gone when the mount's lease runs out.
+    let held = Mount::remote(&server.addr, &lease);
+    let hold = "import os, time
+os.chdir(os.environ['MNT'])
+fd = os.open(NAME, os.O_CREAT | os.O_RDWR, 0o600)
+os.write(fd, b'x' * 100000)
+os.fsync(fd)
+os.unlink(NAME)
+print('held', flush=True)
+time.sleep(600)
+";
+    let (mut holder, mut ready) = spawn_in(&held, &hold.replace("NAME", "'k'"));
+    assert_eq!(ready.next().expect("a line").expect("read"), "held");
+    assert_eq!(object_files(&objects), 2);
+    std::process::Command::new("kill")
+        .args(["-9", &held.pid().to_string()])
+        .status()
+        .expect("kill");
+    wait_for("a dead mount's unlinked file deleted", || {
+        object_files(&objects) == 1
+    });
+    let _ = holder.kill();
+    let _ = holder.wait();
+    drop(held);
+
+    // Held open across a server restart: the mount's new session claims it, so it outlives
+    // the grace period; its last close then deletes it.
+    let (mut holder, mut ready) = spawn_in(&mount, &hold.replace("NAME", "'r'"));
+    assert_eq!(ready.next().expect("a line").expect("read"), "held");
+    assert_eq!(object_files(&objects), 2);
+    server.kill9();
+    let server = Server::start_with(&data, &args);
+    std::thread::sleep(std::time::Duration::from_secs(7));
+    assert_eq!(
+        object_files(&objects),
+        2,
+        "a claimed file outlives the grace period"
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+    wait_for("the claimed file deleted at its close", || {
+        object_files(&objects) == 1
+    });
+    drop(mount);
+    drop(server);
 }
 
 #[test]

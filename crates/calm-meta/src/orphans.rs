@@ -1,0 +1,104 @@
+//! Orphans: regular files that lost their last name while the mount that removed it still had
+//! them open. As on a local file system, such a file stays whole (readable, writable, its
+//! objects kept) until its last close: the unlink (or the rename over it) keeps the inode with
+//! `nlink` 0 and writes `H handle → session` in the same transaction, naming the mount's lock
+//! session. The file is destroyed (its objects queued for deletion) when that mount closes it
+//! ([`Op::ReleaseOrphan`](crate::ops::Op::ReleaseOrphan)), or when the session ends without
+//! doing so (the server's sweeper: a mount killed, or its lease lost). A mount that opens a new
+//! session after losing its old one (a restarted server) claims its orphans back.
+//!
+//! Only the mount that removes the name knows the file is open (it says so in the request's
+//! `keep` list); another mount's open files are not known to the server (see
+//! docs/design/data.md, "Unlinked but open").
+
+use calm_store::{ReadTxn, WriteTxn};
+
+use crate::error::{MetaError, Result};
+use crate::layout::{Inode, ORPHAN_END, TAG_ORPHAN, key_handle, orphan_key};
+use crate::ops::{Ctx, Done, Outcome, destroy};
+use crate::types::Handle;
+
+/// Orphans one claim may name.
+pub const CLAIM_HANDLES_MAX: usize = 65_536;
+
+fn decode_session(value: &[u8]) -> Result<u64> {
+    Ok(u64::from_le_bytes(value.try_into().map_err(|_| {
+        MetaError::Corrupt(format!("an orphan record of {} bytes", value.len()))
+    })?))
+}
+
+/// Keeps `inode` (no name left, `nlink` 0) as an orphan of the caller's session.
+pub(crate) fn keep<T: WriteTxn>(ctx: &mut Ctx<'_, T>, mut inode: Inode) -> Outcome<Option<Handle>> {
+    let session = ctx.caller.session;
+    if session == 0 {
+        // No session to end it: nothing would ever release it.
+        crate::ops::destroy(ctx, &inode)?;
+        return Ok(None);
+    }
+    let handle = inode.handle;
+    inode.ctime_ns = ctx.now;
+    ctx.store(inode);
+    ctx.txn.put(&orphan_key(handle), &session.to_le_bytes())?;
+    Ok(Some(handle))
+}
+
+/// Destroys orphan `handle` if it is the caller's session's (or, with `any_session`, whoever's).
+/// Not an orphan (released already): nothing to do.
+pub(crate) fn release<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    handle: Handle,
+    any_session: bool,
+) -> Outcome<Done> {
+    let key = orphan_key(handle);
+    let Some(value) = ctx.txn.get(&key)? else {
+        return Ok(Done::Nothing);
+    };
+    if !any_session && decode_session(&value)? != ctx.caller.session {
+        return Err(
+            MetaError::NotPermitted(format!("orphan {handle} belongs to another session")).into(),
+        );
+    }
+    let inode = ctx.load(handle)?;
+    ctx.txn.delete(&key)?;
+    destroy(ctx, &inode)?;
+    Ok(Done::Nothing)
+}
+
+/// The caller's session takes over the orphans among `handles`.
+pub(crate) fn claim<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handles: &[Handle]) -> Outcome<Done> {
+    let session = ctx.caller.session;
+    if session == 0 {
+        return Err(MetaError::Invalid("claiming orphans needs a session".into()).into());
+    }
+    if handles.len() > CLAIM_HANDLES_MAX {
+        return Err(MetaError::Invalid(format!(
+            "at most {CLAIM_HANDLES_MAX} orphans in one claim"
+        ))
+        .into());
+    }
+    for handle in handles {
+        let key = orphan_key(*handle);
+        if ctx.txn.get(&key)?.is_some() {
+            ctx.txn.put(&key, &session.to_le_bytes())?;
+        }
+    }
+    Ok(Done::Nothing)
+}
+
+/// Every orphan, with its session.
+pub fn list<R: ReadTxn>(snap: &R) -> Result<Vec<(Handle, u64)>> {
+    let mut out = Vec::new();
+    let mut failed = None;
+    snap.visit(&[TAG_ORPHAN], ORPHAN_END, &mut |key, value| {
+        match (key_handle(key), decode_session(value)) {
+            (Some(handle), Ok(session)) => out.push((handle, session)),
+            (None, _) => failed = Some(MetaError::Corrupt(format!("orphan key {key:?}"))),
+            (_, Err(e)) => failed = Some(e),
+        }
+        std::ops::ControlFlow::Continue(())
+    })?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
