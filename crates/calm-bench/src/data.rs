@@ -354,7 +354,20 @@ impl Calm {
             cache_bytes: 0,
         };
         let (server, mounted) = runtime.block_on(async {
-            let server = crate::mdtest::InProcessServer::start(Arc::clone(&meta)).await?;
+            // The deleter and the compactor run, as under `calm serve` (with its defaults):
+            // without compaction, many small overwrites of one file would be refused as busy.
+            let url = meta
+                .objects_url()
+                .map_err(|e| e.to_string())?
+                .ok_or("the namespace has no object store")?;
+            let data = calm_server::data::DataOptions {
+                objects: calm_data::Objects::open(&url).map_err(|e| e.to_string())?,
+                delete_delay: std::time::Duration::from_secs(60),
+                orphan_claim_grace: calm_server::orphans::CLAIM_GRACE_DEFAULT,
+            };
+            let server =
+                crate::mdtest::InProcessServer::start_with_data(Arc::clone(&meta), Some(data))
+                    .await?;
             let mut mounted = Vec::new();
             for m in &mounts {
                 let client = calm_client::Client::connect(&server.addr)

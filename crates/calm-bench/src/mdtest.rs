@@ -128,6 +128,14 @@ pub(crate) struct InProcessServer {
 
 impl InProcessServer {
     pub async fn start<S: Store>(meta: Arc<Meta<S>>) -> Result<InProcessServer, String> {
+        InProcessServer::start_with_data(meta, None).await
+    }
+
+    /// A server that also runs the data tasks (deleter, compactor) as `calm serve` does.
+    pub async fn start_with_data<S: Store>(
+        meta: Arc<Meta<S>>,
+        data: Option<calm_server::data::DataOptions>,
+    ) -> Result<InProcessServer, String> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(|e| e.to_string())?;
@@ -141,7 +149,7 @@ impl InProcessServer {
             started: Instant::now(),
             ready_ms: 0,
             watch_limits: calm_watch::Limits::default(),
-            data: None,
+            data,
         };
         let task = tokio::spawn(calm_server::serve(meta, info, listener, async {
             let _ = stopped.await;
