@@ -7,6 +7,8 @@
 //! - [`objects`]: the store (Apache Arrow's `object_store`): put, checked reads, sync, delete,
 //!   list;
 //! - [`cache`]: a mount's bounded disk cache of a remote store's blocks;
+//! - [`memory`]: a remote store's blocks kept in memory, and the reads in order that are
+//!   fetched ahead;
 //! - [`file`]: one file's contents as a mount sees them: committed records, pending writes
 //!   buffered in memory, read plans;
 //! - [`audit`]: the store against the metadata (missing, short and leaked objects).
@@ -21,6 +23,7 @@ pub mod block;
 pub mod cache;
 pub mod error;
 pub mod file;
+pub mod memory;
 pub mod objects;
 pub mod url;
 

@@ -11,13 +11,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::StreamExt;
+use std::collections::HashMap;
+
+use futures::{FutureExt, StreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use crate::block;
 use crate::cache::DiskCache;
 use crate::error::DataError;
+use crate::memory::{BlockCache, RecentReads};
 use crate::url::ObjectsUrl;
 use calm_meta::slices::{BLOCK_BYTES, blocks};
 
@@ -37,42 +40,10 @@ pub struct Listed {
     pub modified_ms: i64,
 }
 
-/// Bytes of whole blocks a remote store's reader keeps in memory, by default: a read of a
-/// remote block fetches all of it (a request costs far more than its bytes), and the reads
-/// that follow in the same block are answered from here.
-pub const BLOCK_CACHE_BYTES_DEFAULT: u64 = 256 << 20;
+pub use crate::memory::BLOCK_CACHE_BYTES_DEFAULT;
 
-/// Whole verified blocks of a remote store, least recently fetched dropped first.
-#[derive(Debug, Default)]
-struct BlockCache {
-    blocks: std::collections::HashMap<(u64, u32), Bytes>,
-    order: std::collections::VecDeque<(u64, u32)>,
-    bytes: u64,
-    bytes_max: u64,
-}
-
-impl BlockCache {
-    fn get(&self, key: (u64, u32)) -> Option<Bytes> {
-        self.blocks.get(&key).cloned()
-    }
-
-    fn put(&mut self, key: (u64, u32), data: Bytes) {
-        if self.bytes_max == 0 || self.blocks.contains_key(&key) {
-            return;
-        }
-        self.bytes += data.len() as u64;
-        self.blocks.insert(key, data);
-        self.order.push_back(key);
-        while self.bytes > self.bytes_max {
-            let Some(old) = self.order.pop_front() else {
-                break;
-            };
-            if let Some(gone) = self.blocks.remove(&old) {
-                self.bytes -= gone.len() as u64;
-            }
-        }
-    }
-}
+/// A whole-block fetch of a remote store, shared by whoever waits for it.
+type Fetch = futures::future::Shared<futures::future::BoxFuture<'static, Result<Bytes, DataError>>>;
 
 /// The object store of a namespace.
 #[derive(Debug, Clone)]
@@ -84,6 +55,10 @@ pub struct Objects {
     url: String,
     /// Whole blocks of a remote store (empty for a local one, which the page cache serves).
     cache: Arc<std::sync::Mutex<BlockCache>>,
+    /// Slices of a remote store being read, to fetch ahead of sequential readers.
+    recent: Arc<std::sync::Mutex<RecentReads>>,
+    /// Whole-block fetches in flight: a read and a fetch ahead of one block share a request.
+    inflight: Arc<std::sync::Mutex<HashMap<(u64, u32), Fetch>>>,
     /// Whole block objects of a remote store on local disk, when the mount keeps them.
     disk: Option<Arc<DiskCache>>,
 }
@@ -103,6 +78,8 @@ impl Objects {
                     local: Some(root),
                     url: url.to_string(),
                     cache: Arc::default(),
+                    recent: Arc::default(),
+                    inflight: Arc::default(),
                     disk: None,
                 })
             }
@@ -147,6 +124,8 @@ impl Objects {
                         bytes_max: BLOCK_CACHE_BYTES_DEFAULT,
                         ..BlockCache::default()
                     })),
+                    recent: Arc::default(),
+                    inflight: Arc::default(),
                     disk: None,
                 })
             }
@@ -242,7 +221,7 @@ impl Objects {
                 continue;
             }
             let (from, to) = ((from - start) as u32, (to - start) as u32);
-            parts.push(self.read_block(id, b, block_len, from, to));
+            parts.push(self.read_block(id, size, b, block_len, from, to));
         }
         let parts = futures::future::try_join_all(parts).await?;
         if parts.len() == 1 {
@@ -258,6 +237,7 @@ impl Objects {
     async fn read_block(
         &self,
         id: u64,
+        size: u32,
         b: u32,
         block_len: u32,
         from: u32,
@@ -267,10 +247,51 @@ impl Objects {
         if !memory && self.disk.is_none() {
             return Ok(self.read_block_ranges(id, b, block_len, from, to).await?.1);
         }
-        // A remote store: the whole block, once, then from memory or disk.
+        // A remote store: the whole block, once, then from memory or disk; the next blocks
+        // of a slice read in order are fetched ahead.
+        let count = blocks(size).count() as u32;
+        let ahead = self.recent.lock().expect("recent reads").read(id, b, count);
+        for next in ahead {
+            let cached = self
+                .cache
+                .lock()
+                .expect("block cache")
+                .get((id, next))
+                .is_some();
+            if !cached && let Some((_, len)) = blocks(size).nth(next as usize) {
+                drop(self.fetch_whole(id, next, len));
+            }
+        }
         if let Some(whole) = self.cache.lock().expect("block cache").get((id, b)) {
             return Ok(whole.slice(from as usize..to as usize));
         }
+        let whole = self.fetch_whole(id, b, block_len).await?;
+        Ok(whole.slice(from as usize..to as usize))
+    }
+
+    /// Block `b` of slice `id`, whole and checked: from the disk cache or the store, then kept
+    /// in memory (and on disk). One request per block however many wait for it; it runs to
+    /// its end whether anyone waits or not (a fetch ahead).
+    fn fetch_whole(&self, id: u64, b: u32, block_len: u32) -> Fetch {
+        let mut inflight = self.inflight.lock().expect("fetches");
+        if let Some(fetch) = inflight.get(&(id, b)) {
+            return fetch.clone();
+        }
+        let this = self.clone();
+        let fetch = async move {
+            let result = this.fetch_and_keep(id, b, block_len).await;
+            this.inflight.lock().expect("fetches").remove(&(id, b));
+            result
+        }
+        .boxed()
+        .shared();
+        inflight.insert((id, b), fetch.clone());
+        // Driven to its end even if every reader waiting for it goes away.
+        tokio::spawn(fetch.clone());
+        fetch
+    }
+
+    async fn fetch_and_keep(&self, id: u64, b: u32, block_len: u32) -> Result<Bytes, DataError> {
         let on_disk = match &self.disk {
             Some(disk) => {
                 let disk = disk.clone();
@@ -284,8 +305,9 @@ impl Objects {
         let whole = match on_disk {
             Some(whole) => whole,
             None => {
-                let (header, whole) =
-                    Box::pin(self.read_block_ranges(id, b, block_len, 0, block_len)).await?;
+                let (header, whole) = self
+                    .read_block_ranges(id, b, block_len, 0, block_len)
+                    .await?;
                 if let Some(disk) = &self.disk {
                     let (disk, whole) = (disk.clone(), whole.clone());
                     tokio::task::spawn_blocking(move || disk.put(id, b, &header, &whole));
@@ -293,13 +315,11 @@ impl Objects {
                 whole
             }
         };
-        if memory {
-            self.cache
-                .lock()
-                .expect("block cache")
-                .put((id, b), whole.clone());
-        }
-        Ok(whole.slice(from as usize..to as usize))
+        self.cache
+            .lock()
+            .expect("block cache")
+            .put((id, b), whole.clone());
+        Ok(whole)
     }
 
     /// The header and bytes `[from, to)` of block `b` of slice `id`, fetched and checked piece
