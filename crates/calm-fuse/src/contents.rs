@@ -366,6 +366,10 @@ impl Contents {
     }
 
     /// Reads `len` bytes at `offset` of `handle` (fewer at the end of the file).
+    /// Bytes `[offset, offset + len)` of `handle` as this mount sees it. An object gone from
+    /// the store means the map this mount holds is older than a change made elsewhere
+    /// (compaction rewrote the chunk, another mount truncated or overwrote it, and the deleter
+    /// removed the old objects): the map is read again once and the read planned afresh.
     pub async fn read(
         &self,
         client: &Client,
@@ -373,13 +377,44 @@ impl Contents {
         offset: u64,
         len: u32,
     ) -> Result<Vec<u8>, i32> {
+        let read = match self.read_planned(client, handle, offset, len, false).await {
+            Err(ReadError::Data(DataError::Missing(what))) => {
+                tracing::debug!(handle, %what, "an object of an old map is gone: map read again");
+                self.read_planned(client, handle, offset, len, true).await
+            }
+            other => other,
+        };
+        read.map_err(|e| match e {
+            ReadError::Meta(errno) => errno,
+            ReadError::Data(e) => {
+                tracing::warn!(handle, %e, "reading file contents");
+                data_errno(&e)
+            }
+        })
+    }
+
+    async fn read_planned(
+        &self,
+        client: &Client,
+        handle: Handle,
+        offset: u64,
+        len: u32,
+        reload: bool,
+    ) -> Result<Vec<u8>, ReadError> {
         let file = self.file(handle);
         let plan = {
             let mut state = file.lock().await;
-            if !state.loaded {
-                let map = client.read_map(handle).await.map_err(|e| meta_errno(&e))?;
+            if !state.loaded || reload {
+                let map = client
+                    .read_map(handle)
+                    .await
+                    .map_err(|e| ReadError::Meta(meta_errno(&e)))?;
                 state.data.refresh(map.attr.size, map.chunks);
                 state.loaded = true;
+                if reload {
+                    // The kernel's pages of the file may be as old as the map was.
+                    state.cached = None;
+                }
             }
             state.data.plan(offset, u64::from(len))
         };
@@ -391,20 +426,15 @@ impl Contents {
             let part = part.clone();
             fetches.push(async move {
                 match part {
-                    Part::Object { id, size, off, len } => objects
-                        .read(id, size, off, len)
-                        .await
-                        .map(Some)
-                        .map_err(|e| {
-                            tracing::warn!(handle, %e, "reading file contents");
-                            data_errno(&e)
-                        }),
+                    Part::Object { id, size, off, len } => {
+                        objects.read(id, size, off, len).await.map(Some)
+                    }
                     _ => Ok(None),
                 }
             });
         }
         use futures::StreamExt;
-        let fetched: Vec<Result<Option<Bytes>, i32>> = futures::stream::iter(fetches)
+        let fetched: Vec<Result<Option<Bytes>, DataError>> = futures::stream::iter(fetches)
             .buffered(READS_IN_FLIGHT_MAX)
             .collect()
             .await;
@@ -412,11 +442,19 @@ impl Contents {
             match part {
                 Part::Zeros(n) => out.resize(out.len() + *n as usize, 0),
                 Part::Memory(b) => out.extend_from_slice(b),
-                Part::Object { .. } => out.extend_from_slice(&bytes?.expect("fetched")),
+                Part::Object { .. } => {
+                    out.extend_from_slice(&bytes.map_err(ReadError::Data)?.expect("fetched"))
+                }
             }
         }
         Ok(out)
     }
+}
+
+/// Why a read failed: the server (an errno), or the object store.
+enum ReadError {
+    Meta(i32),
+    Data(DataError),
 }
 
 async fn wait_uploads(uploads: Vec<JoinHandle<Result<(), DataError>>>) -> Result<(), i32> {

@@ -756,3 +756,37 @@ fn a_remote_store_is_read_through_a_bounded_disk_cache() {
     drop(again);
     drop(a);
 }
+
+/// A reader whose map is older than a change made elsewhere (here: the file rewritten through
+/// another mount, its old objects deleted at once) reads the file as it is now, not EIO.
+#[test]
+fn a_reader_with_an_old_map_reads_the_new_contents_not_an_error() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let objects = data.join("objects");
+    let server = Server::start_with(&data, &["--delete-delay-s", "0"]);
+    let a = Mount::remote(&server.addr, &[]);
+    let b = Mount::remote(&server.addr, &[]);
+    a.sh_ok("head -c 100000 /dev/urandom > f");
+    let go = tmp.path().join("go");
+    let program = format!(
+        "import os, hashlib, time
+fd = os.open(os.path.join(os.environ['MNT'], 'f'), os.O_RDONLY)
+print('open', flush=True)
+while not os.path.exists('{}'):
+    time.sleep(0.05)
+print(hashlib.sha256(os.pread(fd, 200000, 0)).hexdigest(), flush=True)
+",
+        go.display()
+    );
+    let (mut reader, mut lines) = spawn_in(&b, &program);
+    assert_eq!(lines.next().expect("a line").expect("read"), "open");
+    // Rewritten through A: the object B's map names is deleted.
+    a.sh_ok("head -c 100000 /dev/urandom > new && cat new > f && rm new");
+    wait_for("the old object deleted", || object_files(&objects) == 1);
+    let sum = a.sh_ok("sha256sum f | cut -d' ' -f1");
+    std::fs::write(&go, b"").expect("go");
+    let got = lines.next().expect("a line").expect("read");
+    assert_eq!(format!("{got}\n"), sum);
+    let _ = reader.wait();
+}
