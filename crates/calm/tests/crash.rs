@@ -66,8 +66,17 @@ fn storm_kill9_restart(args: &[&str]) {
                 })
             })
             .collect();
-        // Let the storm run, then kill the server in the middle of it.
-        std::thread::sleep(Duration::from_millis(700));
+        // Let the storm run (past 100 acknowledged creates, however loaded the machine), then
+        // kill the server in the middle of it.
+        let started = std::time::Instant::now();
+        while acked.lock().unwrap().len() < before + 150 {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "round {round}: the storm did not get going"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(100));
         server.kill9();
         rt.block_on(async {
             for task in storm {
