@@ -6,13 +6,12 @@
 //! Reads check every byte against the block's checksums ([`crate::block`]); a missing,
 //! truncated or corrupted object is an error, never file contents.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use std::collections::HashMap;
-
 use futures::{FutureExt, StreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
@@ -146,11 +145,6 @@ impl Objects {
             self.disk = Some(Arc::new(cache));
         }
         self
-    }
-
-    /// The disk cache, if this handle keeps one.
-    pub fn disk_cache(&self) -> Option<&DiskCache> {
-        self.disk.as_deref()
     }
 
     /// The URL this store was opened from.

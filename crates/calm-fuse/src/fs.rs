@@ -116,6 +116,15 @@ struct State {
     orphans: HashSet<Handle>,
 }
 
+impl State {
+    /// Whether this mount has `handle` open.
+    fn is_open(&self, handle: Handle) -> bool {
+        self.inodes
+            .get(&handle)
+            .is_some_and(|i| !i.files.is_empty())
+    }
+}
+
 /// Open files named in an unlink or rename so that the server keeps the one that loses its
 /// last name; past it, the name is looked up first and only its file is named.
 pub const KEEP_HANDLES_MAX: usize = 4096;
@@ -244,11 +253,7 @@ impl Shared {
     }
 
     fn is_open(&self, handle: Handle) -> bool {
-        let state = self.state.lock().expect("state");
-        state
-            .inodes
-            .get(&handle)
-            .is_some_and(|i| !i.files.is_empty())
+        self.state.lock().expect("state").is_open(handle)
     }
 
     /// The server kept `orphan` for this mount: remember it until its last close here, or
@@ -259,10 +264,7 @@ impl Shared {
         };
         let closed = {
             let mut state = self.state.lock().expect("state");
-            let open = state
-                .inodes
-                .get(&handle)
-                .is_some_and(|i| !i.files.is_empty());
+            let open = state.is_open(handle);
             if open {
                 state.orphans.insert(handle);
             }
@@ -293,22 +295,20 @@ impl Shared {
     }
 
     async fn claim_for_new_session(&self) {
-        {
-            let handles: Vec<Handle> = {
-                let state = self.state.lock().expect("state");
-                state.orphans.iter().copied().collect()
-            };
-            if handles.is_empty() {
-                return;
-            }
-            let client = self.client.with_caller(Caller {
-                session: self.locks.session(),
-                uid: 0,
-                gid: 0,
-            });
-            if let Err(e) = client.claim_orphans(handles).await {
-                tracing::warn!(%e, "claiming unlinked open files for the new session");
-            }
+        let handles: Vec<Handle> = {
+            let state = self.state.lock().expect("state");
+            state.orphans.iter().copied().collect()
+        };
+        if handles.is_empty() {
+            return;
+        }
+        let client = self.client.with_caller(Caller {
+            session: self.locks.session(),
+            uid: 0,
+            gid: 0,
+        });
+        if let Err(e) = client.claim_orphans(handles).await {
+            tracing::warn!(%e, "claiming unlinked open files for the new session");
         }
     }
 
