@@ -38,11 +38,49 @@ pub struct DataBenchOptions {
     /// Where the ext4 baseline, the store and the local objects go.
     pub dir: PathBuf,
     pub tmpfs_dir: PathBuf,
+    /// Other file systems measured in the same run, each a name and its two views (two
+    /// mounts of one file system, or one directory twice), mounted beforehand by the caller
+    /// (for example JuiceFS, to compare). Each runs in a fresh directory under its first view.
+    pub others: Vec<Other>,
+}
+
+/// A file system the caller mounted, to be measured beside calm.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Other {
+    pub name: String,
+    pub views: [PathBuf; 2],
+}
+
+impl std::str::FromStr for Other {
+    type Err = String;
+
+    /// `NAME=DIR` or `NAME=DIR,DIR2` (two mounts of one file system).
+    fn from_str(text: &str) -> Result<Other, String> {
+        let (name, dirs) = text
+            .split_once('=')
+            .ok_or_else(|| format!("{text}: expected NAME=DIR[,DIR2]"))?;
+        let reserved = ["ext4", "tmpfs", "calm-file", "calm-s3"];
+        if name.is_empty() || reserved.contains(&name) {
+            return Err(format!(
+                "{text}: a name of its own, please (not one of {reserved:?})"
+            ));
+        }
+        let dirs: Vec<&str> = dirs.split(',').collect();
+        let views = match dirs.as_slice() {
+            [one] if !one.is_empty() => [PathBuf::from(one), PathBuf::from(one)],
+            [a, b] if !a.is_empty() && !b.is_empty() => [PathBuf::from(a), PathBuf::from(b)],
+            _ => return Err(format!("{text}: expected NAME=DIR[,DIR2]")),
+        };
+        Ok(Other {
+            name: name.to_string(),
+            views,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct DataResult {
-    pub fs: &'static str,
+    pub fs: String,
     pub case: &'static str,
     pub threads: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -257,7 +295,7 @@ fn lock(file: &std::fs::File, kind: i32, at: u64) -> std::io::Result<()> {
 
 /// Every case on one file system: `dirs` are its two views (two mounts, or one directory).
 fn cases(
-    fs: &'static str,
+    fs: &str,
     dirs: [&Path; 2],
     options: &DataBenchOptions,
     cold: bool,
@@ -266,7 +304,7 @@ fn cases(
     let dir = dirs[0];
     let mut push = |case, threads, seconds: f64, bytes: Option<u64>, ops: Option<u64>| {
         results.push(DataResult {
-            fs,
+            fs: fs.to_string(),
             case,
             threads,
             mb_per_sec: bytes.map(|b| b as f64 / 1e6 / seconds.max(1e-9)),
@@ -450,6 +488,30 @@ pub fn run(options: &DataBenchOptions) -> Result<DataReport, String> {
     let mut stores: Vec<(&'static str, Option<&str>)> = vec![("calm-file", None)];
     if let Some(s3) = &options.s3 {
         stores.push(("calm-s3", Some(s3.as_str())));
+    }
+    for other in &options.others {
+        // A directory of this run's own on the other file system, seen through both views.
+        let work = tempfile::Builder::new()
+            .prefix("calm-bench-data-")
+            .tempdir_in(&other.views[0])
+            .map_err(|e| err(&other.views[0], e))?;
+        let name = work.path().file_name().expect("a tempdir has a name");
+        let second = other.views[1].join(name);
+        if !second.is_dir() {
+            return Err(format!(
+                "{}: not found; {} and {} must be views of one file system",
+                second.display(),
+                other.views[0].display(),
+                other.views[1].display()
+            ));
+        }
+        cases(
+            &other.name,
+            [work.path(), &second],
+            options,
+            cold,
+            &mut results,
+        )?;
     }
     for (fs, objects) in stores {
         let calm = Calm::start(&runtime, &options.dir, objects)?;

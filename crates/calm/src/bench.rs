@@ -158,6 +158,11 @@ pub enum Bench {
         dir: PathBuf,
         #[arg(long, default_value = "/dev/shm")]
         tmpfs_dir: PathBuf,
+        /// Another file system to measure in the same run, mounted beforehand:
+        /// NAME=DIR, or NAME=DIR,DIR2 for two mounts of it (the locked increments use both).
+        /// May be given more than once.
+        #[arg(long = "other")]
+        others: Vec<calm_bench::data::Other>,
         #[arg(long)]
         json: bool,
         #[arg(long)]
@@ -352,6 +357,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             s3,
             dir,
             tmpfs_dir,
+            others,
             json,
             plot,
         } => {
@@ -366,6 +372,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 s3,
                 dir,
                 tmpfs_dir,
+                others,
             };
             let report = calm_bench::data::run(&options).map_err(|e| anyhow!(e))?;
             if let Some(path) = plot {
