@@ -36,9 +36,49 @@ pub struct DataInfo {
 
 pub type Result<T, E = MetaError> = std::result::Result<T, E>;
 
+/// The namespace and lock services of a server in this process, called directly: no
+/// connection, no encoding, the same requests and answers as over the wire (the embedded
+/// mount's path; `calm_server::Server` hands them out).
+#[derive(Clone)]
+pub struct InProcess {
+    pub meta: Arc<dyn pb::meta_server::Meta>,
+    pub locks: Arc<dyn pb::locks_server::Locks>,
+}
+
+impl std::fmt::Debug for InProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InProcess")
+    }
+}
+
+/// Calls a namespace RPC: on the server in this process if there is one, else over the
+/// connection.
+macro_rules! meta_call {
+    ($client:expr, $method:ident, $request:expr) => {{
+        let request = tonic::IntoRequest::into_request($request);
+        match &$client.local {
+            Some(local) => local.meta.$method(request).await,
+            None => $client.rpc.clone().$method(request).await,
+        }
+    }};
+}
+
+/// [`meta_call`] for the lock service.
+macro_rules! locks_call {
+    ($client:expr, $method:ident, $request:expr) => {{
+        let request = tonic::IntoRequest::into_request($request);
+        match &$client.local {
+            Some(local) => local.locks.$method(request).await,
+            None => $client.locks.clone().$method(request).await,
+        }
+    }};
+}
+
 /// A connection to a metadata server.
 #[derive(Debug, Clone)]
 pub struct Client {
+    /// The namespace and lock services in this process, used instead of `rpc` and `locks`.
+    local: Option<InProcess>,
     rpc: MetaClient<Channel>,
     locks: LocksClient<Channel>,
     changelog: ChangelogClient<Channel>,
@@ -105,6 +145,7 @@ impl Client {
     /// A client over an existing channel.
     pub fn from_channel(channel: Channel) -> Client {
         Client {
+            local: None,
             rpc: MetaClient::new(channel.clone())
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
@@ -123,8 +164,13 @@ impl Client {
         }
     }
 
-    fn rpc(&self) -> MetaClient<Channel> {
-        self.rpc.clone()
+    /// This client, calling the namespace and lock services of `local` (a server in this
+    /// process) directly; changelog, watch and target requests still go over the connection.
+    pub fn in_process(self, local: InProcess) -> Client {
+        Client {
+            local: Some(local),
+            ..self
+        }
     }
 
     /// This client, naming `caller` (session, uid, gid) in every mutation it sends; the
@@ -179,16 +225,16 @@ impl Client {
             parent,
             name: name.to_vec(),
         };
-        check(self.rpc().lookup(request).await)?.try_into()
+        check(meta_call!(self, lookup, request))?.try_into()
     }
 
     pub async fn getattr(&self, handle: Handle) -> Result<Attr> {
-        check(self.rpc().get_attr(pb::HandleRequest { handle }).await)?.try_into()
+        check(meta_call!(self, get_attr, pb::HandleRequest { handle }))?.try_into()
     }
 
     pub async fn setattr(&self, handle: Handle, attr: &SetAttr) -> Result<Attr> {
         let request = calm_proto::setattr_to_wire(handle, attr);
-        self.mutated(self.rpc().set_attr(self.tagged(request)).await)?
+        self.mutated(meta_call!(self, set_attr, self.tagged(request)))?
             .try_into()
     }
 
@@ -210,7 +256,7 @@ impl Client {
             target: node.target.clone(),
             exclusive,
         };
-        self.mutated(self.rpc().make(self.tagged(request)).await)?
+        self.mutated(meta_call!(self, make, self.tagged(request)))?
             .try_into()
     }
 
@@ -230,7 +276,7 @@ impl Client {
             parent,
             name: name.to_vec(),
         };
-        self.mutated(self.rpc().link(self.tagged(request)).await)?
+        self.mutated(meta_call!(self, link, self.tagged(request)))?
             .try_into()
     }
 
@@ -253,20 +299,20 @@ impl Client {
             name: name.to_vec(),
             keep,
         };
-        self.mutated(self.rpc().unlink(self.tagged(request)).await)
+        self.mutated(meta_call!(self, unlink, self.tagged(request)))
             .map(|r| (r.orphan != 0).then_some(r.orphan))
     }
 
     /// The caller's mount closed orphan `handle`: it is destroyed.
     pub async fn release_orphan(&self, handle: Handle) -> Result<()> {
         let request = pb::HandleRequest { handle };
-        check(self.rpc().release_orphan(self.tagged(request)).await).map(|_| ())
+        check(meta_call!(self, release_orphan, self.tagged(request))).map(|_| ())
     }
 
     /// This client's session takes over these orphans of its mount's lost session.
     pub async fn claim_orphans(&self, handles: Vec<Handle>) -> Result<()> {
         let request = pb::OrphansRequest { handles };
-        check(self.rpc().claim_orphans(self.tagged(request)).await).map(|_| ())
+        check(meta_call!(self, claim_orphans, self.tagged(request))).map(|_| ())
     }
 
     pub async fn rmdir(&self, parent: Handle, name: &[u8]) -> Result<()> {
@@ -275,7 +321,7 @@ impl Client {
             name: name.to_vec(),
             keep: Vec::new(),
         };
-        self.mutated(self.rpc().rmdir(self.tagged(request)).await)
+        self.mutated(meta_call!(self, rmdir, self.tagged(request)))
             .map(|_| ())
     }
 
@@ -310,12 +356,12 @@ impl Client {
             flags,
             keep,
         };
-        self.mutated(self.rpc().rename(self.tagged(request)).await)
+        self.mutated(meta_call!(self, rename, self.tagged(request)))
             .map(|r| (r.orphan != 0).then_some(r.orphan))
     }
 
     pub async fn readlink(&self, handle: Handle) -> Result<Vec<u8>> {
-        Ok(check(self.rpc().readlink(pb::HandleRequest { handle }).await)?.target)
+        Ok(check(meta_call!(self, readlink, pb::HandleRequest { handle }))?.target)
     }
 
     pub async fn readdir(
@@ -329,7 +375,7 @@ impl Client {
             after_cookie,
             limit,
         };
-        check(self.rpc().read_dir(request).await)?
+        check(meta_call!(self, read_dir, request))?
             .entries
             .into_iter()
             .map(DirEntry::try_from)
@@ -349,7 +395,7 @@ impl Client {
             value: value.to_vec(),
             flags,
         };
-        self.mutated(self.rpc().set_xattr(self.tagged(request)).await)
+        self.mutated(meta_call!(self, set_xattr, self.tagged(request)))
             .map(|_| ())
     }
 
@@ -358,11 +404,11 @@ impl Client {
             handle,
             name: name.to_vec(),
         };
-        Ok(check(self.rpc().get_xattr(request).await)?.value)
+        Ok(check(meta_call!(self, get_xattr, request))?.value)
     }
 
     pub async fn listxattr(&self, handle: Handle) -> Result<Vec<Vec<u8>>> {
-        Ok(check(self.rpc().list_xattr(pb::HandleRequest { handle }).await)?.names)
+        Ok(check(meta_call!(self, list_xattr, pb::HandleRequest { handle }))?.names)
     }
 
     pub async fn removexattr(&self, handle: Handle, name: &[u8]) -> Result<()> {
@@ -370,12 +416,12 @@ impl Client {
             handle,
             name: name.to_vec(),
         };
-        self.mutated(self.rpc().remove_xattr(self.tagged(request)).await)
+        self.mutated(meta_call!(self, remove_xattr, self.tagged(request)))
             .map(|_| ())
     }
 
     pub async fn statfs(&self) -> Result<StatFs> {
-        let s = check(self.rpc().stat_fs(pb::Empty {}).await)?;
+        let s = check(meta_call!(self, stat_fs, pb::Empty {}))?;
         Ok(StatFs {
             inodes: s.inodes,
             file_bytes: s.file_bytes,
@@ -385,14 +431,14 @@ impl Client {
     }
 
     pub async fn status(&self) -> Result<StatusReply> {
-        check(self.rpc().status(pb::Empty {}).await)
+        check(meta_call!(self, status, pb::Empty {}))
     }
 
     // ---- file contents ----
 
     /// The URL of the namespace's object store and the namespace's identity.
     pub async fn data_info(&self) -> Result<DataInfo> {
-        let reply = check(self.rpc().data_info(pb::Empty {}).await)?;
+        let reply = check(meta_call!(self, data_info, pb::Empty {}))?;
         Ok(DataInfo {
             objects_url: reply.objects_url,
             namespace_id: reply.namespace_id,
@@ -413,7 +459,7 @@ impl Client {
                     from_chunk,
                     max_records: 0,
                 };
-                let reply = check(self.rpc().read_map(request).await)?;
+                let reply = check(meta_call!(self, read_map, request))?;
                 let attr: Attr = reply
                     .attr
                     .ok_or_else(|| MetaError::Io("a map without attributes".into()))?
@@ -471,21 +517,21 @@ impl Client {
                 .collect(),
             end,
         };
-        self.mutated(self.rpc().write(self.tagged(request)).await)?
+        self.mutated(meta_call!(self, write, self.tagged(request)))?
             .try_into()
     }
 
     /// Places the whole of object `id` at the end of the file.
     pub async fn append(&self, handle: Handle, id: u64, size: u32) -> Result<Attr> {
         let request = pb::AppendRequest { handle, id, size };
-        self.mutated(self.rpc().append(self.tagged(request)).await)?
+        self.mutated(meta_call!(self, append, self.tagged(request)))?
             .try_into()
     }
 
     /// `count` new slice ids; returns the first.
     pub async fn alloc_slices(&self, count: u64) -> Result<u64> {
         let request = pb::AllocSlicesRequest { count };
-        Ok(check(self.rpc().alloc_slices(request).await)?.first)
+        Ok(check(meta_call!(self, alloc_slices, request))?.first)
     }
 
     // ---- changelog ----
@@ -617,31 +663,19 @@ impl Client {
 
     /// Opens a lock session whose lease lasts `lease_ms` unless renewed.
     pub async fn open_lock_session(&self, lease_ms: u64) -> Result<SessionId, LockFailure> {
-        let reply = self
-            .locks
-            .clone()
-            .open_session(pb::OpenSessionRequest { lease_ms })
-            .await;
+        let reply = locks_call!(self, open_session, pb::OpenSessionRequest { lease_ms });
         check_lock(reply).map(|r| r.session)
     }
 
     /// Renews the lease; returns how many milliseconds it now lasts.
     pub async fn keep_alive(&self, session: SessionId) -> Result<u64, LockFailure> {
-        let reply = self
-            .locks
-            .clone()
-            .keep_alive(pb::SessionRequest { session })
-            .await;
+        let reply = locks_call!(self, keep_alive, pb::SessionRequest { session });
         check_lock(reply).map(|r| r.lease_ms)
     }
 
     /// Ends the session: its locks are released, its waiting requests refused.
     pub async fn close_lock_session(&self, session: SessionId) -> Result<(), LockFailure> {
-        let reply = self
-            .locks
-            .clone()
-            .close_session(pb::SessionRequest { session })
-            .await;
+        let reply = locks_call!(self, close_session, pb::SessionRequest { session });
         check_lock(reply).map(|_| ())
     }
 
@@ -655,7 +689,7 @@ impl Client {
             session,
             ops: calls.iter().map(LockCall::to_wire).collect(),
         };
-        let reply = check_lock(self.locks.clone().apply(batch).await)?;
+        let reply = check_lock(locks_call!(self, apply, batch))?;
         Ok(reply.results.iter().map(LockAnswer::from_wire).collect())
     }
 
@@ -672,27 +706,19 @@ impl Client {
             tag,
             op: Some(LockCall::Set(request).to_wire()),
         };
-        let reply = check_lock(self.locks.clone().wait(wait).await)?;
+        let reply = check_lock(locks_call!(self, wait, wait))?;
         Ok(LockAnswer::from_wire(&reply))
     }
 
     /// Cancels the waiting request `tag` (EINTR). False when it was not waiting.
     pub async fn lock_cancel(&self, session: SessionId, tag: u64) -> Result<bool, LockFailure> {
-        let reply = self
-            .locks
-            .clone()
-            .cancel(pb::CancelRequest { session, tag })
-            .await;
+        let reply = locks_call!(self, cancel, pb::CancelRequest { session, tag });
         check_lock(reply).map(|r| r.cancelled)
     }
 
     /// The locks and waiting requests of the file `handle`.
     pub async fn list_locks(&self, handle: Handle) -> Result<LockListing, LockFailure> {
-        let reply = self
-            .locks
-            .clone()
-            .list(pb::ListLocksRequest { resource: handle })
-            .await;
+        let reply = locks_call!(self, list, pb::ListLocksRequest { resource: handle });
         let reply = check_lock(reply)?;
         let locks = reply
             .locks

@@ -36,10 +36,10 @@ pub fn header_len(data_len: u32) -> u64 {
     (FIXED + 4 * pieces(data_len) as usize + 4) as u64
 }
 
-/// The block object holding `data`.
-pub fn encode(data: &[u8]) -> Bytes {
+/// The header of the block object holding `data`.
+pub fn header(data: &[u8]) -> Bytes {
     let data_len = u32::try_from(data.len()).expect("a block is smaller than 4 GiB");
-    let mut out = BytesMut::with_capacity(header_len(data_len) as usize + data.len());
+    let mut out = BytesMut::with_capacity(header_len(data_len) as usize);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&[VERSION, 0, 0, 0]);
     out.extend_from_slice(&data_len.to_le_bytes());
@@ -49,6 +49,12 @@ pub fn encode(data: &[u8]) -> Bytes {
     }
     let header_crc = crc32fast::hash(&out);
     out.extend_from_slice(&header_crc.to_le_bytes());
+    out.freeze()
+}
+
+/// The block object holding `data`: its [`header`], then the data.
+pub fn encode(data: &[u8]) -> Bytes {
+    let mut out = BytesMut::from(&header(data)[..]);
     out.extend_from_slice(data);
     out.freeze()
 }

@@ -5,7 +5,7 @@
 //! - [`url`]: the object store's URL (`file:///dir`, `s3://bucket/prefix?endpoint=…`);
 //! - [`block`]: the block object format, checksummed piece by piece;
 //! - [`objects`]: the store (Apache Arrow's `object_store`): put, checked reads, sync, delete,
-//!   list;
+//!   list; [`local`]: a local directory's small objects written and read on the calling thread;
 //! - [`cache`]: a mount's bounded disk cache of a remote store's blocks;
 //! - [`memory`]: a remote store's blocks kept in memory, and the reads in order that are
 //!   fetched ahead;
@@ -23,6 +23,7 @@ pub mod block;
 pub mod cache;
 pub mod error;
 pub mod file;
+pub mod local;
 pub mod memory;
 pub mod objects;
 pub mod url;

@@ -176,13 +176,32 @@ impl Objects {
         Some((u64::from_str_radix(id, 16).ok()?, block.parse().ok()?))
     }
 
+    /// Where block `block` of slice `id` of a local store lives.
+    fn local_path(&self, root: &std::path::Path, id: u64, block: u32) -> PathBuf {
+        root.join(self.path(id, block).as_ref())
+    }
+
     /// Writes block `block` of slice `id`. The object appears whole or not at all.
-    pub async fn put_block(&self, id: u64, block: u32, data: &[u8]) -> Result<(), DataError> {
-        let object = block::encode(data);
+    pub async fn put_block(&self, id: u64, block: u32, data: Bytes) -> Result<(), DataError> {
+        let header = block::header(&data);
+        if let Some(root) = &self.local {
+            let path = self.local_path(root, id, block);
+            let inline = (header.len() + data.len()) as u64 <= crate::local::INLINE_BYTES_MAX;
+            let put = move || {
+                crate::local::put(&path, &[&header, &data]).map_err(|e| local_error(&path, e))
+            };
+            return if inline {
+                put()
+            } else {
+                tokio::task::spawn_blocking(put)
+                    .await
+                    .map_err(|e| DataError::Unavailable(e.to_string()))?
+            };
+        }
         self.store
             .put(
                 &self.path(id, block),
-                PutPayload::from_bytes(object.clone()),
+                PutPayload::from_iter([header.clone(), data.clone()]),
             )
             .await?;
         // Partial blocks (small files, the tails of large ones) are kept on disk as written:
@@ -192,10 +211,7 @@ impl Objects {
             && (data.len() as u64) < BLOCK_BYTES
         {
             let disk = disk.clone();
-            let split = block::header_len(data.len() as u32) as usize;
-            tokio::task::spawn_blocking(move || {
-                disk.put(id, block, &object[..split], &object[split..])
-            });
+            tokio::task::spawn_blocking(move || disk.put(id, block, &header, &data));
         }
         Ok(())
     }
@@ -329,6 +345,37 @@ impl Objects {
         let path = self.path(id, b);
         let header = 0..block::header_len(block_len);
         let data = block::data_range(block_len, from, to);
+        if let Some(root) = &self.local {
+            let file = self.local_path(root, id, b);
+            let inline = data.end - data.start <= crate::local::INLINE_BYTES_MAX;
+            let read = move || {
+                let ranges = [header, data];
+                match crate::local::read_ranges(&file, &ranges) {
+                    Ok(fetched) => Ok(fetched),
+                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                        let expected = ranges[0].end + u64::from(block_len);
+                        Err(DataError::Corrupt(format!(
+                            "block {b} of slice {id} is {} bytes long, not {expected}",
+                            crate::local::len(&file).unwrap_or(0)
+                        )))
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        Err(DataError::Missing(format!("block {b} of slice {id}")))
+                    }
+                    Err(e) => Err(local_error(&file, e)),
+                }
+            };
+            let mut fetched = if inline {
+                read()?
+            } else {
+                tokio::task::spawn_blocking(read)
+                    .await
+                    .map_err(|e| DataError::Unavailable(e.to_string()))??
+            };
+            let data = fetched.pop().expect("two ranges");
+            let header = fetched.pop().expect("two ranges");
+            return check_block(id, b, block_len, header, data, from, to);
+        }
         let fetched = self.store.get_ranges(&path, &[header, data]).await;
         let mut fetched = match fetched {
             Ok(fetched) => fetched,
@@ -349,13 +396,7 @@ impl Objects {
         };
         let data = fetched.pop().expect("two ranges");
         let header = fetched.pop().expect("two ranges");
-        let data = block::verify(block_len, &header, data, from, to).map_err(|e| match e {
-            DataError::Corrupt(why) => {
-                DataError::Corrupt(format!("block {b} of slice {id}: {why}"))
-            }
-            other => other,
-        })?;
-        Ok((header, data))
+        check_block(id, b, block_len, header, data, from, to)
     }
 
     /// Makes slice `id`'s blocks durable (a local store writes without syncing; a remote
@@ -433,6 +474,32 @@ impl Objects {
     }
 }
 
+/// The header and the checked data bytes `[from, to)` of block `b` of slice `id`.
+fn check_block(
+    id: u64,
+    b: u32,
+    block_len: u32,
+    header: Bytes,
+    data: Bytes,
+    from: u32,
+    to: u32,
+) -> Result<(Bytes, Bytes), DataError> {
+    let data = block::verify(block_len, &header, data, from, to).map_err(|e| match e {
+        DataError::Corrupt(why) => DataError::Corrupt(format!("block {b} of slice {id}: {why}")),
+        other => other,
+    })?;
+    Ok((header, data))
+}
+
+/// A local store's file error, full disk told apart.
+fn local_error(path: &std::path::Path, error: std::io::Error) -> DataError {
+    let text = format!("{}: {error}", path.display());
+    match error.raw_os_error() {
+        Some(28) | Some(122) => DataError::NoSpace(text),
+        _ => DataError::Unavailable(text),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -444,11 +511,11 @@ mod tests {
         let size = (BLOCK_BYTES + 70_000) as u32;
         let data: Vec<u8> = (0..size).map(|i| (i % 253) as u8).collect();
         objects
-            .put_block(7, 0, &data[..BLOCK_BYTES as usize])
+            .put_block(7, 0, Bytes::copy_from_slice(&data[..BLOCK_BYTES as usize]))
             .await
             .unwrap();
         objects
-            .put_block(7, 1, &data[BLOCK_BYTES as usize..])
+            .put_block(7, 1, Bytes::copy_from_slice(&data[BLOCK_BYTES as usize..]))
             .await
             .unwrap();
         let off = BLOCK_BYTES as u32 - 100;

@@ -279,7 +279,7 @@ impl Contents {
         tokio::spawn(async move {
             let _permit = permits.acquire_owned().await.expect("never closed");
             objects
-                .put_block(upload.id, upload.block, &upload.data)
+                .put_block(upload.id, upload.block, upload.data)
                 .await
         })
     }
@@ -322,11 +322,25 @@ impl Contents {
         if !state.data.is_dirty() && state.uploads.is_empty() {
             return Ok(());
         }
-        let (n, uploads) = state.data.seal();
-        for upload in uploads {
-            state.uploads.push(self.upload(upload));
-        }
-        let uploaded = wait_uploads(std::mem::take(&mut state.uploads)).await;
+        let (n, mut uploads) = state.data.seal();
+        let uploaded = if state.uploads.is_empty() && uploads.len() == 1 {
+            // One block and nothing in flight (a small file): uploaded here rather than by a
+            // task of its own, which would cost two thread switches.
+            let upload = uploads.pop().expect("one upload");
+            let _permit = self.uploads.acquire().await.expect("never closed");
+            self.objects
+                .put_block(upload.id, upload.block, upload.data)
+                .await
+                .map_err(|error| {
+                    tracing::warn!(%error, "uploading a block");
+                    data_errno(&error)
+                })
+        } else {
+            for upload in uploads {
+                state.uploads.push(self.upload(upload));
+            }
+            wait_uploads(std::mem::take(&mut state.uploads)).await
+        };
         let records = state.data.records(n);
         let bytes: u64 = records.iter().map(|(_, s)| u64::from(s.len)).sum();
         if let Err(errno) = uploaded {

@@ -426,8 +426,17 @@ impl CalmFs {
         self.shared.clone()
     }
 
+    /// Runs a request's task: first here, on the FUSE reader thread, as far as it goes
+    /// without waiting (an answer from memory or from a snapshot of the store in this process
+    /// costs no thread switch); what is left waits on the runtime. A task polled once with a
+    /// no-op waker and then spawned is polled again at once, registering its real waker.
     fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
-        self.runtime.spawn(task);
+        let mut task = Box::pin(task);
+        let _runtime = self.runtime.enter();
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if task.as_mut().poll(&mut cx).is_pending() {
+            self.runtime.spawn(task);
+        }
     }
 
     fn entry_task(

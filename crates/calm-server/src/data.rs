@@ -227,7 +227,11 @@ pub async fn compact<S: Store>(
     for (b, block_len) in blocks(len) {
         let start = b as usize * calm_meta::slices::BLOCK_BYTES as usize;
         objects
-            .put_block(id, b, &data[start..start + block_len as usize])
+            .put_block(
+                id,
+                b,
+                bytes::Bytes::copy_from_slice(&data[start..start + block_len as usize]),
+            )
             .await
             .map_err(|e| e.to_string())?;
     }

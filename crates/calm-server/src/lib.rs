@@ -536,52 +536,106 @@ pub async fn serve<S: Store>(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    let table = Arc::new(LockTable::new(calm_locks::Limits::default(), meta.epoch()));
-    let leases = tokio::spawn(table.clone().run_leases());
-    let watch_limits = info.watch_limits;
-    let data = info
-        .data
-        .clone()
-        .map(|options| data::DataTasks::start(meta.clone(), options));
-    let sweeper = tokio::spawn(orphans::sweep(meta.clone(), table.clone(), data.clone()));
-    let service = MetaServer::new(MetaService::new(meta.clone(), table.clone(), info, data))
-        .max_decoding_message_size(MESSAGE_BYTES_MAX)
-        .max_encoding_message_size(MESSAGE_BYTES_MAX);
-    let locks = LocksServer::new(LockService::new(meta.clone(), table))
-        .max_decoding_message_size(MESSAGE_BYTES_MAX)
-        .max_encoding_message_size(MESSAGE_BYTES_MAX);
-    let hub = WatchHub::new(meta.clone(), watch_limits);
-    if let Err(e) = hub.resume().await {
-        tracing::warn!(%e, "resuming the watch feed");
+    Server::start(meta, info)
+        .await
+        .serve(listener, shutdown)
+        .await
+}
+
+/// Every service of one server, with the tasks that run beside them (lock leases, the
+/// orphan sweeper, the deleter and compactor). A client in the same process calls the
+/// namespace and lock services directly ([`Server::meta_service`], [`Server::lock_service`]),
+/// without a connection; remote clients reach the same services through [`Server::serve`].
+#[derive(Debug)]
+pub struct Server<S: Store> {
+    meta: Arc<MetaService<S>>,
+    locks: Arc<LockService<S>>,
+    changelog: Arc<ChangelogService<S>>,
+    watch: Arc<WatchService<S>>,
+    targets: Arc<targets::TargetRegistry>,
+    leases: tokio::task::JoinHandle<()>,
+    sweeper: tokio::task::JoinHandle<()>,
+}
+
+impl<S: Store> Server<S> {
+    /// Starts the services of `meta` and their tasks (on the current runtime).
+    pub async fn start(meta: Arc<Meta<S>>, info: ServerInfo) -> Server<S> {
+        let table = Arc::new(LockTable::new(calm_locks::Limits::default(), meta.epoch()));
+        let leases = tokio::spawn(table.clone().run_leases());
+        let watch_limits = info.watch_limits;
+        let data = info
+            .data
+            .clone()
+            .map(|options| data::DataTasks::start(meta.clone(), options));
+        let sweeper = tokio::spawn(orphans::sweep(meta.clone(), table.clone(), data.clone()));
+        let service = Arc::new(MetaService::new(meta.clone(), table.clone(), info, data));
+        let locks = Arc::new(LockService::new(meta.clone(), table));
+        let hub = WatchHub::new(meta.clone(), watch_limits);
+        if let Err(e) = hub.resume().await {
+            tracing::warn!(%e, "resuming the watch feed");
+        }
+        Server {
+            meta: service,
+            locks,
+            changelog: Arc::new(ChangelogService::new(meta)),
+            watch: Arc::new(WatchService::new(hub)),
+            targets: Arc::new(targets::TargetRegistry::new()),
+            leases,
+            sweeper,
+        }
     }
-    let watch = WatchServer::new(WatchService::new(hub))
-        .max_decoding_message_size(MESSAGE_BYTES_MAX)
-        .max_encoding_message_size(MESSAGE_BYTES_MAX);
-    let targets =
-        calm_proto::pb::targets_server::TargetsServer::new(targets::TargetRegistry::new())
+
+    /// The namespace service, for a client in this process.
+    pub fn meta_service(&self) -> Arc<MetaService<S>> {
+        self.meta.clone()
+    }
+
+    /// The lock service, for a client in this process.
+    pub fn lock_service(&self) -> Arc<LockService<S>> {
+        self.locks.clone()
+    }
+
+    /// Serves every service on `listener` until `shutdown` completes; then stops accepting,
+    /// lets the requests in flight finish, stops the server's tasks and returns.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), tonic::transport::Error> {
+        let service = MetaServer::from_arc(self.meta.clone())
             .max_decoding_message_size(MESSAGE_BYTES_MAX)
             .max_encoding_message_size(MESSAGE_BYTES_MAX);
-    let changelog = ChangelogServer::new(ChangelogService::new(meta))
-        .max_decoding_message_size(MESSAGE_BYTES_MAX)
-        .max_encoding_message_size(MESSAGE_BYTES_MAX);
-    // Replies are small and latency-bound: without TCP_NODELAY, Nagle's algorithm holds a
-    // reply back until the client's delayed ACK (40 ms) whenever a previous segment is
-    // unacknowledged.
-    let incoming = TcpListenerStream::new(listener).map(|stream| {
-        let stream = stream?;
-        stream.set_nodelay(true)?;
-        Ok::<_, std::io::Error>(stream)
-    });
-    let served = tonic::transport::Server::builder()
-        .concurrency_limit_per_connection(STREAMS_PER_CONNECTION_MAX)
-        .add_service(service)
-        .add_service(locks)
-        .add_service(changelog)
-        .add_service(watch)
-        .add_service(targets)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await;
-    leases.abort();
-    sweeper.abort();
-    served
+        let locks = LocksServer::from_arc(self.locks.clone())
+            .max_decoding_message_size(MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(MESSAGE_BYTES_MAX);
+        let watch = WatchServer::from_arc(self.watch.clone())
+            .max_decoding_message_size(MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(MESSAGE_BYTES_MAX);
+        let targets = calm_proto::pb::targets_server::TargetsServer::from_arc(self.targets.clone())
+            .max_decoding_message_size(MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(MESSAGE_BYTES_MAX);
+        let changelog = ChangelogServer::from_arc(self.changelog.clone())
+            .max_decoding_message_size(MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(MESSAGE_BYTES_MAX);
+        // Replies are small and latency-bound: without TCP_NODELAY, Nagle's algorithm holds a
+        // reply back until the client's delayed ACK (40 ms) whenever a previous segment is
+        // unacknowledged.
+        let incoming = TcpListenerStream::new(listener).map(|stream| {
+            let stream = stream?;
+            stream.set_nodelay(true)?;
+            Ok::<_, std::io::Error>(stream)
+        });
+        let served = tonic::transport::Server::builder()
+            .concurrency_limit_per_connection(STREAMS_PER_CONNECTION_MAX)
+            .add_service(service)
+            .add_service(locks)
+            .add_service(changelog)
+            .add_service(watch)
+            .add_service(targets)
+            .serve_with_incoming_shutdown(incoming, shutdown)
+            .await;
+        self.leases.abort();
+        self.sweeper.abort();
+        served
+    }
 }

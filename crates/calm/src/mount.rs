@@ -90,20 +90,25 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("listening on {}", args.listen))?;
             let addr = listener.local_addr()?;
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let server = runtime.spawn(calm_server::serve(
+            let server = runtime.block_on(calm_server::Server::start(
                 embedded.meta.clone(),
                 embedded.info(started),
-                listener,
-                async move {
-                    let _ = stopped.await;
-                },
             ));
+            // The mount calls the namespace and the locks in this process; other clients
+            // reach the same services on the listener.
+            let local = calm_client::InProcess {
+                meta: server.meta_service(),
+                locks: server.lock_service(),
+            };
+            let server = runtime.spawn(server.serve(listener, async move {
+                let _ = stopped.await;
+            }));
             let mounted = runtime.block_on(mount_over(
                 &addr.to_string(),
                 &args.mountpoint,
                 &options,
                 started,
-                Some(addr),
+                Some((addr, local)),
             ));
             let _ = stop.send(());
             let served = runtime.block_on(server);
@@ -133,11 +138,15 @@ async fn mount_over(
     mountpoint: &Path,
     options: &MountOptions,
     started: Instant,
-    serving: Option<std::net::SocketAddr>,
+    serving: Option<(std::net::SocketAddr, calm_client::InProcess)>,
 ) -> anyhow::Result<()> {
-    let client = calm_client::Client::connect(server)
+    let mut client = calm_client::Client::connect(server)
         .await
         .with_context(|| format!("connecting to {server}"))?;
+    let serving = serving.map(|(addr, local)| {
+        client = client.clone().in_process(local);
+        addr
+    });
     let mut mounted = calm_fuse::mount(
         client,
         mountpoint,
