@@ -362,7 +362,7 @@ fn cases(
 }
 
 /// A server in this process on a fresh store whose contents go to `objects`, and two mounts
-/// of it.
+/// of it: the first embedded (calls the server in-process), the second over gRPC.
 struct Calm {
     _work: tempfile::TempDir,
     mounts: Vec<PathBuf>,
@@ -407,10 +407,15 @@ impl Calm {
                 crate::mdtest::InProcessServer::start_with_data(Arc::clone(&meta), Some(data))
                     .await?;
             let mut mounted = Vec::new();
-            for m in &mounts {
-                let client = calm_client::Client::connect(&server.addr)
+            for (i, m) in mounts.iter().enumerate() {
+                let mut client = calm_client::Client::connect(&server.addr)
                     .await
                     .map_err(|e| e.to_string())?;
+                // The first mount is embedded (its server in its process, as `calm mount
+                // --embedded` and `scripts/run`), the second a remote one (over gRPC).
+                if i == 0 {
+                    client = client.in_process(server.local.clone());
+                }
                 mounted.push(
                     calm_fuse::mount(client, m, &options, tokio::runtime::Handle::current())
                         .await

@@ -122,6 +122,8 @@ fn row(
 /// A gRPC server on 127.0.0.1 (a free port) in this process, for the gRPC runs.
 pub(crate) struct InProcessServer {
     pub addr: String,
+    /// The namespace and lock services, for clients in this process.
+    pub local: calm_client::InProcess,
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
 }
@@ -151,10 +153,20 @@ impl InProcessServer {
             watch_limits: calm_watch::Limits::default(),
             data,
         };
-        let task = tokio::spawn(calm_server::serve(meta, info, listener, async {
+        let server = calm_server::Server::start(meta, info).await;
+        let local = calm_client::InProcess {
+            meta: server.meta_service(),
+            locks: server.lock_service(),
+        };
+        let task = tokio::spawn(server.serve(listener, async {
             let _ = stopped.await;
         }));
-        Ok(InProcessServer { addr, stop, task })
+        Ok(InProcessServer {
+            addr,
+            local,
+            stop,
+            task,
+        })
     }
 
     /// Stops accepting, lets requests in flight finish, and waits for the server.

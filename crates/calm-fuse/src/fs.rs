@@ -36,6 +36,9 @@ pub const WRITE_BYTES_MAX: u32 = 1 << 20;
 /// Most bytes the kernel reads ahead of a sequential reader, in bytes.
 pub const READAHEAD_BYTES_MAX: u32 = 1 << 20;
 
+/// Threads reading FUSE requests.
+pub const FUSE_THREADS: usize = 4;
+
 /// Entries a readdir asks the server for at once (the kernel's buffer usually fills first).
 pub const READDIR_BATCH: u32 = 512;
 
@@ -70,9 +73,12 @@ pub fn mount_config(options: &MountOptions) -> fuser::Config {
         // The kernel checks permission bits against the attributes it is given.
         MountOption::DefaultPermissions,
     ];
-    // One reader: every request is handed to a task at once, and an interrupt is then always
-    // read after the request it names.
-    config.n_threads = Some(1);
+    // Several readers, each with a device of its own: one request that must do something
+    // slow on its reader (a large local object, a cold read) does not hold up the others.
+    // Releases, lock requests and interrupts are dispatched in the kernel's order (see the
+    // `calm:` note in the fuser copy's session loop).
+    config.n_threads = Some(FUSE_THREADS);
+    config.clone_fd = true;
     if options.allow_other {
         config.acl = fuser::SessionACL::All;
     }
@@ -1239,6 +1245,11 @@ impl Filesystem for CalmFs {
             Err(e) => return reply.error(e),
         };
         let owner = lock_owner.0;
+        if kind.is_some() && sleep {
+            // Before the next request is read (this one is dispatched in the kernel's order):
+            // an interrupt naming it finds it.
+            self.shared.locks.expect_wait(req.unique().0);
+        }
         if kind.is_some() {
             file.owners.lock().expect("owners").insert(owner);
             if !flock

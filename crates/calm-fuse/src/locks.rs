@@ -27,6 +27,20 @@ pub const LEASE_MS_DEFAULT: u64 = 10_000;
 /// reports pid 0 for the locks of owners forgotten).
 pub const PIDS_MAX: usize = 1 << 20;
 
+/// A blocking lock request of this mount.
+#[derive(Debug, Default)]
+struct Wait {
+    /// The session it waits in, once sent to the server.
+    session: Option<SessionId>,
+    /// Interrupted before it was sent: it is answered EINTR without being sent.
+    interrupted: bool,
+}
+
+/// How long an interrupt keeps asking the server to cancel a wait it has not seen yet (the
+/// request is on its way), in milliseconds, and how long it waits between two tries.
+pub const CANCEL_RETRY_MS_MAX: u64 = 10_000;
+const CANCEL_RETRY_PAUSE_MS: u64 = 1;
+
 /// What F_GETLK reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Conflict {
@@ -43,8 +57,9 @@ pub struct LockForwarder {
     session: Mutex<SessionId>,
     /// Lock owner → pid of the process that last locked for it.
     pids: Mutex<HashMap<u64, u32>>,
-    /// FUSE request id → the session its wait runs in.
-    waits: Mutex<HashMap<u64, SessionId>>,
+    /// FUSE request id → its blocking request, from when the request was read until it is
+    /// answered.
+    waits: Mutex<HashMap<u64, Wait>>,
     /// Signalled when the session was replaced by a new one.
     replaced: tokio::sync::Notify,
 }
@@ -198,23 +213,66 @@ impl LockForwarder {
             return answer_errno(&self.one(LockCall::Set(request)).await?);
         };
         let session = self.session();
-        self.waits
-            .lock()
-            .expect("waits")
-            .insert(request_id, session);
+        {
+            let mut waits = self.waits.lock().expect("waits");
+            let wait = waits.entry(request_id).or_default();
+            if wait.interrupted {
+                waits.remove(&request_id);
+                return Err(libc::EINTR);
+            }
+            wait.session = Some(session);
+        }
         let answer = self.client.lock_wait(session, request_id, request).await;
         self.waits.lock().expect("waits").remove(&request_id);
         answer_errno(&answer.map_err(|f| errno_of(&f))?)
     }
 
-    /// Ends the wait of FUSE request `request_id`, if one is running (a signal reached the
-    /// waiting process).
+    /// A blocking request `request_id` was read: from now on an interrupt naming it is kept
+    /// until [`LockForwarder::set`] sends it (or answers EINTR instead). Called in the order
+    /// the kernel sent the requests, before the interrupt can be read.
+    pub fn expect_wait(&self, request_id: u64) {
+        self.waits
+            .lock()
+            .expect("waits")
+            .insert(request_id, Wait::default());
+    }
+
+    /// Ends the wait of FUSE request `request_id`, if one is running or about to (a signal
+    /// reached the waiting process). A wait the server has not seen yet is asked for again
+    /// until it has, or until it was answered.
     pub async fn interrupt(&self, request_id: u64) {
-        let session = self.waits.lock().expect("waits").get(&request_id).copied();
-        if let Some(session) = session
-            && let Err(failure) = self.client.lock_cancel(session, request_id).await
-        {
-            tracing::warn!(request_id, %failure, "cancelling a lock wait");
+        let mut tries = 0;
+        loop {
+            let session = {
+                let mut waits = self.waits.lock().expect("waits");
+                match waits.get_mut(&request_id) {
+                    // Answered already, or not a blocking request.
+                    None => return,
+                    Some(wait) => match wait.session {
+                        Some(session) => session,
+                        None => {
+                            wait.interrupted = true;
+                            return;
+                        }
+                    },
+                }
+            };
+            match self.client.lock_cancel(session, request_id).await {
+                Ok(true) => return,
+                Ok(false) if tries < CANCEL_RETRY_MS_MAX / CANCEL_RETRY_PAUSE_MS => {
+                    // On its way to the server, or being answered: look again.
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(CANCEL_RETRY_PAUSE_MS)).await;
+                }
+                Ok(false) => {
+                    tracing::warn!(request_id, "a lock wait could not be cancelled");
+                    return;
+                }
+                Err(failure) => {
+                    tracing::warn!(request_id, %failure, "cancelling a lock wait");
+                    return;
+                }
+            }
         }
     }
 

@@ -711,10 +711,18 @@ fn a_remote_store_is_read_through_a_bounded_disk_cache() {
 
     let bounded = small.sh_ok("sha256sum big | cut -d' ' -f1");
     assert_eq!(bounded, sum);
-    let held: u64 = cached_blocks(&tmp.path().join("small"))
-        .iter()
-        .map(|(_, l)| l)
-        .sum();
+    // Blocks are written to the disk cache in the background, after the read they served.
+    let held_now = || -> u64 {
+        cached_blocks(&tmp.path().join("small"))
+            .iter()
+            .map(|(_, l)| l)
+            .sum()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while held_now() == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let held = held_now();
     assert!(
         held > 0 && held <= 5 << 20,
         "a 5 MiB cache holds {held} bytes"

@@ -289,6 +289,7 @@ impl<FS: Filesystem> Session<FS> {
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
+        let reading = Arc::new(std::sync::Mutex::new(()));
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -298,6 +299,7 @@ impl<FS: Filesystem> Session<FS> {
                 ch,
                 allowed,
                 session_owner,
+                reading: reading.clone(),
             };
             threads.push(
                 thread::Builder::new()
@@ -518,6 +520,12 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
+    /// calm: held while a thread reads a request, and while it dispatches a release, a lock
+    /// request or an interrupt, so that with several threads the synchronous part of those
+    /// (what the file system notes of them before it answers) still happens in the kernel's
+    /// order: a lock request never overtakes the release read before it, an interrupt never
+    /// overtakes the request it names.
+    pub(crate) reading: Arc<std::sync::Mutex<()>>,
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
@@ -529,14 +537,23 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         loop {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
+            let reading = self.reading.lock().unwrap_or_else(|e| e.into_inner());
             match self.ch.receive_retrying(buf) {
                 Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {
-                        if let Ok(Operation::Destroy(_)) = req.request.operation() {
+                        let operation = req.request.operation();
+                        if let Ok(Operation::Destroy(_)) = operation {
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());
+                        } else if let Ok(
+                            Operation::Release(_) | Operation::SetLk(_) | Operation::Interrupt(_),
+                        ) = operation
+                        {
+                            req.dispatch(self);
+                            drop(reading);
                         } else {
+                            drop(reading);
                             req.dispatch(self)
                         }
                     }
