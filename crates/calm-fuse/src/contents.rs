@@ -228,7 +228,48 @@ impl Contents {
         }
         // Enough ids for the slices this write may start (one per chunk it touches).
         let chunks = calm_meta::slices::split(offset, data.len() as u64).len() as u64;
-        let mut ids = self.next_ids(chunks, client).await?.into_iter();
+        let ids = self.next_ids(chunks, client).await?;
+        self.buffer(handle, &mut state, offset, data, ids);
+        Ok(())
+    }
+
+    /// [`Contents::write`] done at once, on the calling thread, when nothing stands in its way
+    /// (no commit running on the file, the buffers under their bounds, slice ids at hand):
+    /// `data` is copied once, into the buffer. False: nothing was done; go through
+    /// [`Contents::write`]. Needs the runtime's context (it may start uploads).
+    pub fn try_write_now(&self, handle: Handle, offset: u64, data: &[u8]) -> bool {
+        if offset.saturating_add(data.len() as u64) > calm_meta::FILE_SIZE_MAX
+            || self.buffered.load(Ordering::Relaxed) + data.len() as u64 > self.buffer_max
+        {
+            return false;
+        }
+        let file = self.file(handle);
+        let Ok(mut state) = file.try_lock() else {
+            return false;
+        };
+        if state.data.wants_commit(self.buffer_max / 4) {
+            return false;
+        }
+        let chunks = calm_meta::slices::split(offset, data.len() as u64).len() as u64;
+        let ids = {
+            let Ok(mut pool) = self.ids.try_lock() else {
+                return false;
+            };
+            if pool.1 - pool.0 < chunks {
+                return false;
+            }
+            let ids: Vec<u64> = (pool.0..pool.0 + chunks).collect();
+            pool.0 += chunks;
+            ids
+        };
+        self.buffer(handle, &mut state, offset, data, ids);
+        true
+    }
+
+    /// Puts a write into the file's pending slices (`ids` for the slices it may start, one
+    /// per chunk) and starts the uploads of the blocks it filled.
+    fn buffer(&self, handle: Handle, state: &mut FileState, offset: u64, data: &[u8], ids: Vec<u64>) {
+        let mut ids = ids.into_iter();
         let before = state.data.pending_bytes();
         let uploads = state.data.write(offset, data, &mut || {
             ids.next().expect("enough ids for the chunks written")
@@ -239,7 +280,6 @@ impl Contents {
             state.uploads.push(self.upload(upload));
         }
         self.publish_size(handle, &state.data);
-        Ok(())
     }
 
     /// An O_APPEND write: committed pending writes first, then `data` as one object placed at

@@ -860,6 +860,13 @@ impl Filesystem for CalmFs {
         if offset.saturating_add(data.len() as u64) > calm_meta::FILE_SIZE_MAX {
             return reply.error(Errno::EFBIG);
         }
+        if !file.append {
+            // Most writes are buffered here at once, without a copy of their own.
+            let _runtime = self.runtime.enter();
+            if self.shared.contents.try_write_now(ino.0, offset, data) {
+                return reply.written(data.len() as u32);
+            }
+        }
         let shared = self.shared.clone();
         let client = shared.caller(req);
         let data = data.to_vec();
