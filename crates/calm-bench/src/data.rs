@@ -363,7 +363,7 @@ fn cases(
 /// A server in this process on a fresh store whose contents go to `objects`, and two mounts
 /// of it: the first embedded (calls the server in-process), the second over gRPC.
 struct Calm {
-    _work: tempfile::TempDir,
+    work: tempfile::TempDir,
     mounts: Vec<PathBuf>,
     mounted: Vec<calm_fuse::Mounted>,
     server: Option<crate::mdtest::InProcessServer>,
@@ -424,14 +424,16 @@ impl Calm {
             Ok::<_, String>((server, mounted))
         })?;
         Ok(Calm {
-            _work: work,
+            work,
             mounts,
             mounted,
             server: Some(server),
         })
     }
 
-    fn stop(mut self, runtime: &tokio::runtime::Runtime) -> Result<(), String> {
+    /// Unmounts and stops the server; returns the work directory (store and objects), for
+    /// the caller to remove when it suits (see [`run`]).
+    fn stop(mut self, runtime: &tokio::runtime::Runtime) -> Result<tempfile::TempDir, String> {
         let mounted = std::mem::take(&mut self.mounted);
         let server = self.server.take();
         runtime.block_on(async {
@@ -441,12 +443,16 @@ impl Calm {
             if let Some(server) = server {
                 server.stop().await?;
             }
-            Ok(())
-        })
+            Ok::<(), String>(())
+        })?;
+        Ok(self.work)
     }
 }
 
-/// Runs the whole benchmark.
+/// Runs the whole benchmark. Each file system's files are removed only at the end of the run:
+/// on an ext4 without a journal (this machine's disk), creating a file skips every inode freed
+/// in the last minutes by a linear search (`recently_deleted`), so removing one file system's
+/// 20 000 small files would slow the creates of the next one measured on the same disk.
 pub fn run(options: &DataBenchOptions) -> Result<DataReport, String> {
     if options.seq_bytes < MIB as u64
         || options.rand_file_bytes < MIB as u64
@@ -475,7 +481,7 @@ pub fn run(options: &DataBenchOptions) -> Result<DataReport, String> {
         cold,
         &mut results,
     )?;
-    drop(ext4);
+    let mut leftovers = vec![ext4];
     let tmpfs = tempfile::Builder::new()
         .prefix("calm-bench-data-")
         .tempdir_in(&options.tmpfs_dir)
@@ -487,7 +493,7 @@ pub fn run(options: &DataBenchOptions) -> Result<DataReport, String> {
         cold,
         &mut results,
     )?;
-    drop(tmpfs);
+    leftovers.push(tmpfs);
 
     let mut stores: Vec<(&'static str, Option<&str>)> = vec![("calm-file", None)];
     if let Some(s3) = &options.s3 {
@@ -516,6 +522,7 @@ pub fn run(options: &DataBenchOptions) -> Result<DataReport, String> {
             cold,
             &mut results,
         )?;
+        leftovers.push(work);
     }
     for (fs, objects) in stores {
         let calm = Calm::start(&runtime, &options.dir, objects)?;
@@ -528,8 +535,9 @@ pub fn run(options: &DataBenchOptions) -> Result<DataReport, String> {
         );
         let stopped = calm.stop(&runtime);
         measured?;
-        stopped?;
+        leftovers.push(stopped?);
     }
+    drop(leftovers);
     Ok(DataReport {
         bench: "data",
         results,
