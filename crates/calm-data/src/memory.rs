@@ -1,5 +1,5 @@
-//! What a mount keeps in memory of a remote store: whole verified blocks (least recently
-//! fetched dropped first), and which slices are being read in order, so that the blocks ahead
+//! What a mount keeps in memory of its store: the verified headers of blocks read, whole
+//! verified blocks of a remote store (least recently fetched dropped first), and which slices are being read in order, so that the blocks ahead
 //! of a sequential reader are fetched before it asks (pure; the fetching is in
 //! [`crate::objects`]).
 
@@ -12,13 +12,22 @@ use bytes::Bytes;
 /// that follow in the same block are answered from here.
 pub const BLOCK_CACHE_BYTES_DEFAULT: u64 = 256 << 20;
 
-/// Whole verified blocks of a remote store, least recently fetched dropped first.
+/// Bytes of verified block headers a reader keeps in memory (a random read of a block whose
+/// header is known reads only its data pieces: one request, one disk read, instead of two).
+pub const HEADER_CACHE_BYTES: u64 = 8 << 20;
+/// What an entry of the header cache is counted for beyond its bytes (key, map and queue).
+pub(crate) const HEADER_ENTRY_BYTES: u64 = 96;
+
+/// Whole verified blocks of a remote store (or verified block headers), least recently
+/// fetched dropped first.
 #[derive(Debug, Default)]
 pub(crate) struct BlockCache {
     pub(crate) blocks: HashMap<(u64, u32), Bytes>,
     pub(crate) order: VecDeque<(u64, u32)>,
     pub(crate) bytes: u64,
     pub(crate) bytes_max: u64,
+    /// Counted per entry on top of its bytes.
+    pub(crate) entry_bytes: u64,
 }
 
 impl BlockCache {
@@ -30,7 +39,7 @@ impl BlockCache {
         if self.bytes_max == 0 || self.blocks.contains_key(&key) {
             return;
         }
-        self.bytes += data.len() as u64;
+        self.bytes += data.len() as u64 + self.entry_bytes;
         self.blocks.insert(key, data);
         self.order.push_back(key);
         while self.bytes > self.bytes_max {
@@ -38,7 +47,7 @@ impl BlockCache {
                 break;
             };
             if let Some(gone) = self.blocks.remove(&old) {
-                self.bytes -= gone.len() as u64;
+                self.bytes -= gone.len() as u64 + self.entry_bytes;
             }
         }
     }

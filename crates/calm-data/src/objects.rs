@@ -56,6 +56,8 @@ pub struct Objects {
     cache: Arc<std::sync::Mutex<BlockCache>>,
     /// Slices of a remote store being read, to fetch ahead of sequential readers.
     recent: Arc<std::sync::Mutex<RecentReads>>,
+    /// Verified headers of blocks read: objects never change, so a header read once holds.
+    headers: Arc<std::sync::Mutex<BlockCache>>,
     /// Whole-block fetches in flight: a read and a fetch ahead of one block share a request.
     inflight: Arc<std::sync::Mutex<HashMap<(u64, u32), Fetch>>>,
     /// Whole block objects of a remote store on local disk, when the mount keeps them.
@@ -78,6 +80,7 @@ impl Objects {
                     url: url.to_string(),
                     cache: Arc::default(),
                     recent: Arc::default(),
+                    headers: header_cache(),
                     inflight: Arc::default(),
                     disk: None,
                 })
@@ -124,6 +127,7 @@ impl Objects {
                         ..BlockCache::default()
                     })),
                     recent: Arc::default(),
+                    headers: header_cache(),
                     inflight: Arc::default(),
                     disk: None,
                 })
@@ -343,28 +347,60 @@ impl Objects {
         to: u32,
     ) -> Result<(Bytes, Bytes), DataError> {
         let path = self.path(id, b);
-        let header = 0..block::header_len(block_len);
         let data = block::data_range(block_len, from, to);
+        let known = self.headers.lock().expect("headers").get((id, b));
+        if let Some(header) = known {
+            let fetched = match &self.local {
+                Some(root) => {
+                    let file = self.local_path(root, id, b);
+                    let range = data.clone();
+                    let read = move || read_local(&file, id, b, block_len, &[range]);
+                    if data.end - data.start <= crate::local::INLINE_BYTES_MAX {
+                        read()?
+                    } else {
+                        tokio::task::spawn_blocking(read)
+                            .await
+                            .map_err(|e| DataError::Unavailable(e.to_string()))??
+                    }
+                    .pop()
+                    .expect("one range")
+                }
+                None => self
+                    .store
+                    .get_range(&path, data)
+                    .await
+                    .map_err(|e| remote_error(e, id, b))?,
+            };
+            return check_block(id, b, block_len, header, fetched, from, to);
+        }
+        let header = 0..block::header_len(block_len);
+        let checked = self
+            .read_header_and(id, b, block_len, header, data, from, to)
+            .await?;
+        self.headers
+            .lock()
+            .expect("headers")
+            .put((id, b), checked.0.clone());
+        Ok(checked)
+    }
+
+    /// [`Objects::read_block_ranges`] with the header fetched too.
+    #[allow(clippy::too_many_arguments)]
+    async fn read_header_and(
+        &self,
+        id: u64,
+        b: u32,
+        block_len: u32,
+        header: std::ops::Range<u64>,
+        data: std::ops::Range<u64>,
+        from: u32,
+        to: u32,
+    ) -> Result<(Bytes, Bytes), DataError> {
+        let path = self.path(id, b);
         if let Some(root) = &self.local {
             let file = self.local_path(root, id, b);
             let inline = data.end - data.start <= crate::local::INLINE_BYTES_MAX;
-            let read = move || {
-                let ranges = [header, data];
-                match crate::local::read_ranges(&file, &ranges) {
-                    Ok(fetched) => Ok(fetched),
-                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                        let expected = ranges[0].end + u64::from(block_len);
-                        Err(DataError::Corrupt(format!(
-                            "block {b} of slice {id} is {} bytes long, not {expected}",
-                            crate::local::len(&file).unwrap_or(0)
-                        )))
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        Err(DataError::Missing(format!("block {b} of slice {id}")))
-                    }
-                    Err(e) => Err(local_error(&file, e)),
-                }
-            };
+            let read = move || read_local(&file, id, b, block_len, &[header, data]);
             let mut fetched = if inline {
                 read()?
             } else {
@@ -379,8 +415,8 @@ impl Objects {
         let fetched = self.store.get_ranges(&path, &[header, data]).await;
         let mut fetched = match fetched {
             Ok(fetched) => fetched,
-            Err(object_store::Error::NotFound { .. }) => {
-                return Err(DataError::Missing(format!("block {b} of slice {id}")));
+            Err(error @ object_store::Error::NotFound { .. }) => {
+                return Err(remote_error(error, id, b));
             }
             Err(error) => {
                 // A range past the object's end: the object is shorter than its header says.
@@ -471,6 +507,50 @@ impl Objects {
         blocks(size)
             .find(|(b, _)| *b == block)
             .map(|(_, len)| block::header_len(len) + u64::from(len))
+    }
+}
+
+fn header_cache() -> Arc<std::sync::Mutex<BlockCache>> {
+    Arc::new(std::sync::Mutex::new(BlockCache {
+        bytes_max: crate::memory::HEADER_CACHE_BYTES,
+        entry_bytes: crate::memory::HEADER_ENTRY_BYTES,
+        ..BlockCache::default()
+    }))
+}
+
+/// `ranges` of the local object of block `b` of slice `id`: a missing object is
+/// [`DataError::Missing`], one shorter than the ranges [`DataError::Corrupt`].
+fn read_local(
+    file: &std::path::Path,
+    id: u64,
+    b: u32,
+    block_len: u32,
+    ranges: &[std::ops::Range<u64>],
+) -> Result<Vec<Bytes>, DataError> {
+    match crate::local::read_ranges(file, ranges) {
+        Ok(fetched) => Ok(fetched),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            let expected = block::header_len(block_len) + u64::from(block_len);
+            Err(DataError::Corrupt(format!(
+                "block {b} of slice {id} is {} bytes long, not {expected}",
+                crate::local::len(file).unwrap_or(0)
+            )))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(DataError::Missing(format!("block {b} of slice {id}")))
+        }
+        Err(e) => Err(local_error(file, e)),
+    }
+}
+
+/// A remote store's error for block `b` of slice `id`: a missing object is
+/// [`DataError::Missing`].
+fn remote_error(error: object_store::Error, id: u64, b: u32) -> DataError {
+    match error {
+        object_store::Error::NotFound { .. } => {
+            DataError::Missing(format!("block {b} of slice {id}"))
+        }
+        other => other.into(),
     }
 }
 

@@ -268,7 +268,14 @@ impl Contents {
 
     /// Puts a write into the file's pending slices (`ids` for the slices it may start, one
     /// per chunk) and starts the uploads of the blocks it filled.
-    fn buffer(&self, handle: Handle, state: &mut FileState, offset: u64, data: &[u8], ids: Vec<u64>) {
+    fn buffer(
+        &self,
+        handle: Handle,
+        state: &mut FileState,
+        offset: u64,
+        data: &[u8],
+        ids: Vec<u64>,
+    ) {
         let mut ids = ids.into_iter();
         let before = state.data.pending_bytes();
         let uploads = state.data.write(offset, data, &mut || {

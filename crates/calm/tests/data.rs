@@ -798,3 +798,65 @@ print(hashlib.sha256(os.pread(fd, 200000, 0)).hexdigest(), flush=True)
     assert_eq!(format!("{got}\n"), sum);
     let _ = reader.wait();
 }
+
+/// Random writes, reads, truncates, fallocates, O_APPEND writes, fsyncs and reopens through an
+/// embedded mount (its namespace called in-process, requests read by several threads), two
+/// files at once, each compared step by step with the same operations on a local file; then a
+/// second mount, over gRPC, reads both files as they ended (close-to-open).
+#[test]
+fn random_file_operations_match_a_local_file_and_the_other_mount_reads_them() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let a = Mount::embedded(&[]);
+    let addr = a.addr.clone().expect("an embedded mount serves");
+    const OPS: u32 = 4000;
+    let run = |file: &str, seed: u32| {
+        std::process::Command::new("timeout")
+            .args(["300", "nsenter", "-t", &a.pid().to_string(), "-m", "--"])
+            .arg("python3")
+            .arg(format!("{}/random_io.py", common::PROGRAMS))
+            .arg(a.mnt.join(file))
+            .arg(tmp.path().join(file))
+            .args([OPS.to_string(), seed.to_string()])
+            .output()
+            .expect("run random_io.py")
+    };
+    let outputs = std::thread::scope(|scope| {
+        let workers: Vec<_> = [("one", 11), ("two", 12)]
+            .into_iter()
+            .map(|(file, seed)| scope.spawn(move || run(file, seed)))
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("worker"))
+            .collect::<Vec<_>>()
+    });
+    for out in &outputs {
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("ok"),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let b = Mount::remote(&addr, &[]);
+    for file in ["one", "two"] {
+        let expected = std::fs::read(tmp.path().join(file)).expect("reference");
+        let sum = b.sh_ok(&format!(
+            "sha256sum {file} | cut -d' ' -f1; stat -c %s {file}"
+        ));
+        let reference = std::process::Command::new("sha256sum")
+            .arg(tmp.path().join(file))
+            .output()
+            .expect("sha256sum");
+        let reference = String::from_utf8_lossy(&reference.stdout);
+        assert_eq!(
+            sum,
+            format!(
+                "{}\n{}\n",
+                reference.split_whitespace().next().unwrap_or(""),
+                expected.len()
+            ),
+            "{file} as the other mount reads it"
+        );
+    }
+}
