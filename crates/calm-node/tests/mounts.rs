@@ -244,3 +244,55 @@ fn an_overflow_of_the_event_queue_resyncs_without_missing_a_mount() {
 fn the_completion_of_ones_own_mount_never_waits_for_the_budget() {
     in_namespace("inner_own_mount_completes");
 }
+
+#[test]
+#[ignore = "runs inside a private mount namespace (see in_namespace)"]
+fn inner_a_fuse_subtype_is_part_of_the_type() {
+    if !inside() {
+        return;
+    }
+    let watcher = MountWatcher::start_with(Mode::Fanotify).unwrap();
+    let base = tempfile::tempdir().unwrap();
+    let target = base.path().join("fuse");
+    std::fs::create_dir(&target).unwrap();
+    // A FUSE mount needs only an open /dev/fuse to exist (nothing answers it: it is never
+    // used, only listed); closing the device ends its connection.
+    let dev = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .unwrap();
+    let options = CString::new(format!(
+        "fd={},rootmode=40000,user_id=0,group_id=0",
+        std::os::fd::AsRawFd::as_raw_fd(&dev)
+    ))
+    .unwrap();
+    let fs_type = CString::new("fuse.calmtest").unwrap();
+    let source = CString::new("calmtest").unwrap();
+    // SAFETY: mount(2) with valid C strings.
+    let rc = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            c(&target).as_ptr(),
+            fs_type.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            options.as_ptr().cast(),
+        )
+    };
+    assert_eq!(rc, 0, "mount fuse: {}", std::io::Error::last_os_error());
+    settle(&watcher).unwrap_or_else(|e| panic!("with a FUSE mount: {e}"));
+    let listed = watcher.table();
+    let fuse = listed
+        .iter()
+        .find(|m| m.mount_point == target)
+        .expect("the FUSE mount is in the table");
+    assert_eq!(fuse.fs_type, "fuse.calmtest");
+    drop(dev);
+    // SAFETY: umount2(2) with a valid C string.
+    unsafe { libc::umount2(c(&target).as_ptr(), libc::MNT_DETACH) };
+}
+
+#[test]
+fn a_fuse_subtype_is_named_as_mountinfo_names_it() {
+    in_namespace("inner_a_fuse_subtype_is_part_of_the_type");
+}

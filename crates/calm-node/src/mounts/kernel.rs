@@ -23,6 +23,7 @@ const MNT_ID_REQ_SIZE_VER0: u32 = 24;
 const STATMOUNT_MNT_BASIC: u64 = 0x2;
 const STATMOUNT_MNT_POINT: u64 = 0x10;
 const STATMOUNT_FS_TYPE: u64 = 0x20;
+const STATMOUNT_FS_SUBTYPE: u64 = 0x100;
 const STATMOUNT_SB_SOURCE: u64 = 0x200;
 /// Where a `struct statmount`'s strings start.
 const STATMOUNT_STR_OFFSET: usize = 512;
@@ -167,7 +168,11 @@ pub fn statmount(unique: u64, buf: &mut Vec<u8>) -> io::Result<Option<Mount>> {
         size: MNT_ID_REQ_SIZE_VER0,
         spare: 0,
         mnt_id: unique,
-        param: STATMOUNT_MNT_BASIC | STATMOUNT_MNT_POINT | STATMOUNT_FS_TYPE | STATMOUNT_SB_SOURCE,
+        param: STATMOUNT_MNT_BASIC
+            | STATMOUNT_MNT_POINT
+            | STATMOUNT_FS_TYPE
+            | STATMOUNT_FS_SUBTYPE
+            | STATMOUNT_SB_SOURCE,
     };
     loop {
         // SAFETY: statmount(2) with a valid request and a writable buffer of its length.
@@ -208,11 +213,20 @@ pub fn statmount(unique: u64, buf: &mut Vec<u8>) -> io::Result<Option<Mount>> {
     } else {
         String::new()
     };
+    // A FUSE file system's subtype (`fuse.sshfs`, `fuse.calm`) is part of its type in
+    // mountinfo: the table names it the same way, whichever way it learned of the mount.
+    let mut fs_type = string(36);
+    if mask & STATMOUNT_FS_SUBTYPE != 0 {
+        let subtype = string(120);
+        if !subtype.is_empty() {
+            fs_type = format!("{fs_type}.{subtype}");
+        }
+    }
     Ok(Some(Mount {
         id: u32_at(buf, 56),
         parent: u32_at(buf, 60),
         mount_point: PathBuf::from(string(108)),
-        fs_type: string(36),
+        fs_type,
         source,
     }))
 }
