@@ -9,7 +9,7 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -58,6 +58,100 @@ pub fn put(path: &Path, parts: &[&[u8]]) -> io::Result<()> {
     }
 }
 
+/// The alignment O_DIRECT asks of buffers, file offsets and lengths (the page size: enough for
+/// every device's logical block).
+const DIRECT_ALIGN: usize = 4096;
+
+/// Writes `header` then `data` as the object `path` with O_DIRECT (the bytes go from memory
+/// to the device, without a copy into the page cache, which for a stream of full blocks
+/// costs more CPU than everything else the mount does): staged, then renamed, as [`put`].
+/// The file is written padded to [`DIRECT_ALIGN`], then cut to its length. A file system
+/// without O_DIRECT (tmpfs) gets [`put`].
+pub fn put_direct(path: &Path, header: &[u8], data: &[u8]) -> io::Result<()> {
+    let len = header.len() + data.len();
+    let padded = len.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+    let mut buf = AlignedBuf::zeroed(padded);
+    buf.as_mut()[..header.len()].copy_from_slice(header);
+    buf.as_mut()[header.len()..len].copy_from_slice(data);
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "object name"))?;
+    let mut made_dir = false;
+    loop {
+        let n = NEXT_STAGING.fetch_add(1, Ordering::Relaxed);
+        let staging = path.with_file_name(format!("{name}#{n}"));
+        let mut file = match File::options()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&staging)
+        {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !made_dir => {
+                let dir = path.parent().expect("an object lives in a directory");
+                std::fs::create_dir_all(dir)?;
+                made_dir = true;
+                continue;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                return put(path, &[header, data]);
+            }
+            Err(e) => return Err(e),
+        };
+        let written = file
+            .write_all(buf.as_ref())
+            .and_then(|()| file.set_len(len as u64))
+            .and_then(|()| {
+                drop(file);
+                std::fs::rename(&staging, path)
+            });
+        if written.is_err() {
+            let _ = std::fs::remove_file(&staging);
+        }
+        return written;
+    }
+}
+
+/// A zeroed buffer aligned to [`DIRECT_ALIGN`].
+struct AlignedBuf {
+    ptr: std::ptr::NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+impl AlignedBuf {
+    fn zeroed(len: usize) -> AlignedBuf {
+        let layout = std::alloc::Layout::from_size_align(len.max(DIRECT_ALIGN), DIRECT_ALIGN)
+            .expect("a valid layout");
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr =
+            std::ptr::NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        AlignedBuf { ptr, layout }
+    }
+
+    fn as_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` owns `layout.size()` initialized (zeroed) bytes.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
+    }
+
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: as in `as_mut`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeroed` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+// SAFETY: the buffer is owned memory, like a Vec<u8>.
+unsafe impl Send for AlignedBuf {}
+
 /// The bytes of each of `ranges` of the object `path`. An object shorter than a range is
 /// `UnexpectedEof`; a missing one `NotFound`.
 pub fn read_ranges(path: &Path, ranges: &[Range<u64>]) -> io::Result<Vec<Bytes>> {
@@ -80,6 +174,21 @@ pub fn len(path: &Path) -> io::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_direct_put_is_cut_to_its_length_and_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("chunks/09/0000000000000009-0001");
+        let header = vec![7u8; 276];
+        let data: Vec<u8> = (0..(1 << 20) + 123).map(|i| (i % 251) as u8).collect();
+        put_direct(&path, &header, &data).unwrap();
+        assert_eq!(len(&path).unwrap(), (header.len() + data.len()) as u64);
+        let got = read_ranges(&path, &[0..276, 276..276 + data.len() as u64]).unwrap();
+        assert_eq!(&got[0][..], &header[..]);
+        assert_eq!(&got[1][..], &data[..]);
+        let names = std::fs::read_dir(path.parent().unwrap()).unwrap().count();
+        assert_eq!(names, 1, "nothing staged is left");
+    }
 
     #[test]
     fn put_stages_then_renames_and_reads_back() {

@@ -192,7 +192,12 @@ impl Objects {
             let path = self.local_path(root, id, block);
             let inline = (header.len() + data.len()) as u64 <= crate::local::INLINE_BYTES_MAX;
             let put = move || {
-                crate::local::put(&path, &[&header, &data]).map_err(|e| local_error(&path, e))
+                if data.len() as u64 == BLOCK_BYTES {
+                    crate::local::put_direct(&path, &header, &data)
+                } else {
+                    crate::local::put(&path, &[&header, &data])
+                }
+                .map_err(|e| local_error(&path, e))
             };
             return if inline {
                 put()
