@@ -25,37 +25,9 @@ static NEXT_STAGING: AtomicU64 = AtomicU64::new(1);
 
 /// Writes `parts` (header, data) as the object `path`: staged, then renamed.
 pub fn put(path: &Path, parts: &[&[u8]]) -> io::Result<()> {
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "object name"))?;
-    let mut made_dir = false;
-    loop {
-        let n = NEXT_STAGING.fetch_add(1, Ordering::Relaxed);
-        let staging = path.with_file_name(format!("{name}#{n}"));
-        let mut file = match File::options().write(true).create_new(true).open(&staging) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) if e.kind() == io::ErrorKind::NotFound && !made_dir => {
-                let dir = path.parent().expect("an object lives in a directory");
-                std::fs::create_dir_all(dir)?;
-                made_dir = true;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        let written = parts
-            .iter()
-            .try_for_each(|part| file.write_all(part))
-            .and_then(|()| {
-                drop(file);
-                std::fs::rename(&staging, path)
-            });
-        if written.is_err() {
-            let _ = std::fs::remove_file(&staging);
-        }
-        return written;
-    }
+    staged(path, 0, &mut |file| {
+        parts.iter().try_for_each(|part| file.write_all(part))
+    })
 }
 
 /// The alignment O_DIRECT asks of buffers, file offsets and lengths (the page size: enough for
@@ -73,6 +45,23 @@ pub fn put_direct(path: &Path, header: &[u8], data: &[u8]) -> io::Result<()> {
     let mut buf = AlignedBuf::zeroed(padded);
     buf.as_mut()[..header.len()].copy_from_slice(header);
     buf.as_mut()[header.len()..len].copy_from_slice(data);
+    let written = staged(path, libc::O_DIRECT, &mut |file| {
+        file.write_all(buf.as_ref())?;
+        file.set_len(len as u64)
+    });
+    match written {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => put(path, &[header, data]),
+        other => other,
+    }
+}
+
+/// Creates a staging file `NAME#N` beside `path` (with `flags` added to its open), lets
+/// `write` fill it, and renames it to `path`; on an error the staging file is removed.
+fn staged(
+    path: &Path,
+    flags: i32,
+    write: &mut dyn FnMut(&mut File) -> io::Result<()>,
+) -> io::Result<()> {
     let name = path
         .file_name()
         .and_then(|n| n.to_str())
@@ -84,7 +73,7 @@ pub fn put_direct(path: &Path, header: &[u8], data: &[u8]) -> io::Result<()> {
         let mut file = match File::options()
             .write(true)
             .create_new(true)
-            .custom_flags(libc::O_DIRECT)
+            .custom_flags(flags)
             .open(&staging)
         {
             Ok(file) => file,
@@ -95,18 +84,12 @@ pub fn put_direct(path: &Path, header: &[u8], data: &[u8]) -> io::Result<()> {
                 made_dir = true;
                 continue;
             }
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                return put(path, &[header, data]);
-            }
             Err(e) => return Err(e),
         };
-        let written = file
-            .write_all(buf.as_ref())
-            .and_then(|()| file.set_len(len as u64))
-            .and_then(|()| {
-                drop(file);
-                std::fs::rename(&staging, path)
-            });
+        let written = write(&mut file).and_then(|()| {
+            drop(file);
+            std::fs::rename(&staging, path)
+        });
         if written.is_err() {
             let _ = std::fs::remove_file(&staging);
         }

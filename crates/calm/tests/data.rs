@@ -113,6 +113,39 @@ for name in ['big', 'holes', 'fa', 'p']:
     );
 }
 
+/// `run` on each of `items`, each on a thread of its own, all at once; the results in order.
+fn all_at_once<T: Send, R: Send>(items: Vec<T>, run: impl Fn(T) -> R + Sync) -> Vec<R> {
+    std::thread::scope(|scope| {
+        let run = &run;
+        let workers: Vec<_> = items
+            .into_iter()
+            .map(|item| scope.spawn(move || run(item)))
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("worker"))
+            .collect()
+    })
+}
+
+/// Runs `program` of the test programs with python3 in `mount`'s namespace, ended after
+/// `timeout_s` seconds (a hang fails the test instead of the suite).
+fn python_in(
+    mount: &Mount,
+    timeout_s: u32,
+    program: &str,
+    args: &[String],
+) -> std::process::Output {
+    std::process::Command::new("timeout")
+        .arg(timeout_s.to_string())
+        .args(["nsenter", "-t", &mount.pid().to_string(), "-m", "--"])
+        .arg("python3")
+        .arg(format!("{}/{program}", common::PROGRAMS))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {program}: {e}"))
+}
+
 #[test]
 fn locks_protect_read_modify_write_across_mounts_on_a_local_directory() {
     locks_protect_read_modify_write_across_mounts(Backend::File);
@@ -131,35 +164,20 @@ fn locks_protect_read_modify_write_across_mounts(backend: Backend) {
     a.sh_ok(&format!("head -c {} /dev/zero > counters", RECORDS * 8));
     let run = |mount: &Mount, seed: u32| {
         // Bounded: a lost wake-up fails the test instead of hanging the suite.
-        std::process::Command::new("timeout")
-            .args([
-                "120",
-                "nsenter",
-                "-t",
-                &mount.pid().to_string(),
-                "-m",
-                "--",
-                "python3",
-            ])
-            .arg(format!("{}/increment.py", common::PROGRAMS))
-            .arg(mount.mnt.join("counters"))
-            .args([
+        python_in(
+            mount,
+            120,
+            "increment.py",
+            &[
+                mount.mnt.join("counters").display().to_string(),
                 ITERATIONS.to_string(),
                 RECORDS.to_string(),
                 seed.to_string(),
-            ])
-            .output()
-            .expect("run increment.py")
+            ],
+        )
     };
-    let outputs = std::thread::scope(|scope| {
-        let workers: Vec<_> = [(&a, 1), (&a, 2), (&b, 3), (&b, 4)]
-            .into_iter()
-            .map(|(mount, seed)| scope.spawn(move || run(mount, seed)))
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| w.join().expect("worker"))
-            .collect::<Vec<_>>()
+    let outputs = all_at_once(vec![(&a, 1), (&a, 2), (&b, 3), (&b, 4)], |(mount, seed)| {
+        run(mount, seed)
     });
     for out in &outputs {
         assert!(
@@ -810,25 +828,20 @@ fn random_file_operations_match_a_local_file_and_the_other_mount_reads_them() {
     let addr = a.addr.clone().expect("an embedded mount serves");
     const OPS: u32 = 4000;
     let run = |file: &str, seed: u32| {
-        std::process::Command::new("timeout")
-            .args(["300", "nsenter", "-t", &a.pid().to_string(), "-m", "--"])
-            .arg("python3")
-            .arg(format!("{}/random_io.py", common::PROGRAMS))
-            .arg(a.mnt.join(file))
-            .arg(tmp.path().join(file))
-            .args([OPS.to_string(), seed.to_string()])
-            .output()
-            .expect("run random_io.py")
+        python_in(
+            &a,
+            300,
+            "random_io.py",
+            &[
+                a.mnt.join(file).display().to_string(),
+                tmp.path().join(file).display().to_string(),
+                OPS.to_string(),
+                seed.to_string(),
+            ],
+        )
     };
-    let outputs = std::thread::scope(|scope| {
-        let workers: Vec<_> = [("one", 11), ("two", 12)]
-            .into_iter()
-            .map(|(file, seed)| scope.spawn(move || run(file, seed)))
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| w.join().expect("worker"))
-            .collect::<Vec<_>>()
+    let outputs = all_at_once(vec![("one", 11), ("two", 12)], |(file, seed)| {
+        run(file, seed)
     });
     for out in &outputs {
         assert!(
