@@ -95,6 +95,19 @@ fn unnamed(report: &mut Audit, object: &Listed, now_ms: i64, grace_ms: i64) {
     }
 }
 
+/// The unfinished writes (see [`crate::local::Unfinished`]) last written before
+/// `now_ms - grace_ms`: younger ones may be writes still going on.
+pub fn stale_unfinished(
+    unfinished: Vec<crate::local::Unfinished>,
+    now_ms: i64,
+    grace_ms: i64,
+) -> Vec<crate::local::Unfinished> {
+    unfinished
+        .into_iter()
+        .filter(|u| u.modified_ms <= now_ms.saturating_sub(grace_ms))
+        .collect()
+}
+
 /// Deletes the leaked objects of `report`; returns how many went.
 pub async fn delete_leaked(objects: &Objects, report: &Audit) -> Result<u64, crate::DataError> {
     let mut deleted = 0;

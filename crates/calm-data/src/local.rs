@@ -149,6 +149,57 @@ pub fn read_ranges(path: &Path, ranges: &[Range<u64>]) -> io::Result<Vec<Bytes>>
         .collect()
 }
 
+/// A staging file left behind: a write that never reached its rename (the process died in
+/// the middle). Nothing names it; `object_store` does not list it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unfinished {
+    pub path: std::path::PathBuf,
+    pub len: u64,
+    /// When it was last written, in ms since the epoch.
+    pub modified_ms: i64,
+}
+
+/// Whether `name` is a staging name, `NAME#N`.
+fn is_staging(name: &str) -> bool {
+    name.split_once('#')
+        .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The staging files under `chunks` (its `HH` directories), as [`put`] leaves them when it
+/// dies before the rename.
+pub fn unfinished(chunks: &Path) -> io::Result<Vec<Unfinished>> {
+    let mut out = Vec::new();
+    let dirs = match std::fs::read_dir(chunks) {
+        Ok(dirs) => dirs,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e),
+    };
+    for dir in dirs {
+        let dir = dir?;
+        if !dir.file_type()?.is_dir() {
+            continue;
+        }
+        for entry in std::fs::read_dir(dir.path())? {
+            let entry = entry?;
+            if !entry.file_name().to_str().is_some_and(is_staging) {
+                continue;
+            }
+            let meta = entry.metadata()?;
+            let modified_ms = meta
+                .modified()?
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
+            out.push(Unfinished {
+                path: entry.path(),
+                len: meta.len(),
+                modified_ms,
+            });
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
 /// The length of the object `path`.
 pub fn len(path: &Path) -> io::Result<u64> {
     Ok(std::fs::metadata(path)?.len())
@@ -157,6 +208,20 @@ pub fn len(path: &Path) -> io::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unfinished_writes_are_found_and_objects_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let chunks = dir.path().join("chunks");
+        put(&chunks.join("07/0000000000000007-0000"), &[b"whole"]).unwrap();
+        std::fs::write(chunks.join("07/0000000000000008-0000#12"), b"half").unwrap();
+        std::fs::write(chunks.join("07/0000000000000009-0000#x"), b"not ours").unwrap();
+        let found = unfinished(&chunks).unwrap();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].path, chunks.join("07/0000000000000008-0000#12"));
+        assert_eq!(found[0].len, 4);
+        assert!(unfinished(&dir.path().join("none")).unwrap().is_empty());
+    }
 
     #[test]
     fn a_direct_put_is_cut_to_its_length_and_reads_back() {

@@ -488,6 +488,32 @@ impl Objects {
         }
     }
 
+    /// Writes of a local store that died before their rename (staging files), which no
+    /// listing shows; none for a remote store (a put there is whole or absent).
+    pub async fn unfinished(&self) -> Result<Vec<crate::local::Unfinished>, DataError> {
+        let Some(root) = &self.local else {
+            return Ok(Vec::new());
+        };
+        let chunks = root.join(self.prefix.as_ref());
+        tokio::task::spawn_blocking(move || {
+            crate::local::unfinished(&chunks).map_err(|e| local_error(&chunks, e))
+        })
+        .await
+        .map_err(|e| DataError::Unavailable(e.to_string()))?
+    }
+
+    /// Removes an unfinished write (gone already is no error).
+    pub async fn delete_unfinished(
+        &self,
+        unfinished: &crate::local::Unfinished,
+    ) -> Result<(), DataError> {
+        match std::fs::remove_file(&unfinished.path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(local_error(&unfinished.path, e)),
+        }
+    }
+
     /// Every object in the store, as `(id, block, length, modified)`.
     pub async fn list(&self) -> Result<Vec<Listed>, DataError> {
         let mut stream = self.store.list(Some(&self.prefix));

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, anyhow};
 use calm_data::Objects;
-use calm_data::audit::{Audit, audit, delete_leaked};
+use calm_data::audit::{Audit, audit, delete_leaked, stale_unfinished};
 use calm_store::Store;
 use calm_store::lmdb::{LmdbOptions, LmdbStore};
 
@@ -62,16 +62,33 @@ pub fn run(data: &Path, grace_s: u64, delete: bool, json: bool) -> anyhow::Resul
     let (store, _) = open_offline(data)?;
     let grace_ms = (grace_s.min(i64::MAX as u64 / 1000) * 1000) as i64;
     let (objects, report) = audit_objects(&store, grace_ms)?;
-    let deleted = if delete {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as i64;
+    let unfinished = stale_unfinished(
         runtime
+            .block_on(objects.unfinished())
+            .context("listing unfinished writes")?,
+        now_ms,
+        grace_ms,
+    );
+    let unfinished_bytes: u64 = unfinished.iter().map(|u| u.len).sum();
+    let mut deleted = 0;
+    let mut unfinished_deleted = 0;
+    if delete {
+        deleted = runtime
             .block_on(delete_leaked(&objects, &report))
-            .context("deleting leaked objects")?
-    } else {
-        0
-    };
+            .context("deleting leaked objects")?;
+        for u in &unfinished {
+            runtime
+                .block_on(objects.delete_unfinished(u))
+                .context("deleting an unfinished write")?;
+            unfinished_deleted += 1;
+        }
+    }
     if json {
         let value = serde_json::json!({
             "objects": report.objects,
@@ -81,6 +98,9 @@ pub fn run(data: &Path, grace_s: u64, delete: bool, json: bool) -> anyhow::Resul
             "leaked_bytes": report.leaked_bytes(),
             "young": report.young,
             "deleted": deleted,
+            "unfinished": unfinished.len(),
+            "unfinished_bytes": unfinished_bytes,
+            "unfinished_deleted": unfinished_deleted,
             "missing": report.missing.len(),
             "wrong_length": report.wrong_length.len(),
         });
@@ -105,9 +125,15 @@ pub fn run(data: &Path, grace_s: u64, delete: bool, json: bool) -> anyhow::Resul
                 object.id, object.block, object.len
             );
         }
+        println!(
+            "{} unfinished writes ({:.1} MB) older than {grace_s} s (staging files of writes \
+             that died before their rename)",
+            unfinished.len(),
+            unfinished_bytes as f64 / 1e6
+        );
         if delete {
-            println!("deleted {deleted}");
-        } else if !report.leaked.is_empty() {
+            println!("deleted {deleted} objects and {unfinished_deleted} unfinished writes");
+        } else if !report.leaked.is_empty() || !unfinished.is_empty() {
             println!("(calm gc --delete removes them)");
         }
         for problem in problems(&report) {

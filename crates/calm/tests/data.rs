@@ -458,6 +458,11 @@ for i in range(400):
     assert!(status.success());
 
     let data_arg = data.to_str().expect("utf-8");
+    // A write killed between its staging file and its rename leaves the staging file (made
+    // here: the kill above rarely lands in that instant).
+    let staging = data.join("objects/chunks/ab/00000000000000ab-0000#9");
+    std::fs::create_dir_all(staging.parent().unwrap()).expect("mkdir");
+    std::fs::write(&staging, b"half an object").expect("staging file");
     let fsck = calm_json(&["fsck", data_arg, "--objects", "--json"]);
     assert_eq!(fsck["clean"], true, "{fsck}");
     let gc = calm_json(&["gc", data_arg, "--grace-s", "0", "--json"]);
@@ -465,9 +470,14 @@ for i in range(400):
         gc["leaked"].as_u64().unwrap() >= 4,
         "uploads of the killed write: {gc}"
     );
+    assert!(gc["unfinished"].as_u64().unwrap() >= 1, "{gc}");
     assert_eq!(gc["missing"], 0, "{gc}");
+    let young = calm_json(&["gc", data_arg, "--json"]);
+    assert_eq!(young["unfinished"], 0, "within the grace period: {young}");
     let gc = calm_json(&["gc", data_arg, "--grace-s", "0", "--delete", "--json"]);
     assert_eq!(gc["deleted"], gc["leaked"], "{gc}");
+    assert_eq!(gc["unfinished_deleted"], gc["unfinished"], "{gc}");
+    assert!(!staging.exists(), "the unfinished write is gone");
     let gc = calm_json(&["gc", data_arg, "--grace-s", "0", "--json"]);
     assert_eq!(gc["leaked"], 0, "{gc}");
     let fsck = calm_json(&["fsck", data_arg, "--objects", "--json"]);
