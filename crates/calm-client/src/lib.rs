@@ -8,7 +8,9 @@
 use calm_changelog::{Record, User, UserId};
 use calm_locks::{Holder, Request as LockRequest, SessionId};
 use calm_meta::{Attr, Caller, DirEntry, FileMap, Handle, MetaError, NewNode, SetAttr, StatFs};
-use calm_proto::changelog::{GID_KEY, SESSION_KEY, UID_KEY, record_from_wire, user_from_wire};
+use calm_proto::changelog::{
+    GID_KEY, GROUPS_KEY, SESSION_KEY, UID_KEY, record_from_wire, user_from_wire,
+};
 use calm_proto::locks::{
     LockAnswer, LockCall, LockFailure, holder_from_wire, lock_failure_from_status, owner_from_wire,
     scope_from_wire,
@@ -207,7 +209,7 @@ impl Client {
 
     fn tagged<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
-        if let Some(caller) = self.caller {
+        if let Some(caller) = &self.caller {
             let metadata = request.metadata_mut();
             for (key, value) in [
                 (SESSION_KEY, caller.session.to_string()),
@@ -215,6 +217,18 @@ impl Client {
                 (GID_KEY, caller.gid.to_string()),
             ] {
                 metadata.insert(key, value.parse().expect("digits are valid metadata"));
+            }
+            if !caller.groups.as_slice().is_empty() {
+                let groups: Vec<String> = caller
+                    .groups
+                    .as_slice()
+                    .iter()
+                    .map(u32::to_string)
+                    .collect();
+                metadata.insert(
+                    GROUPS_KEY,
+                    groups.join(",").parse().expect("digits are valid metadata"),
+                );
             }
         }
         request
@@ -225,11 +239,16 @@ impl Client {
             parent,
             name: name.to_vec(),
         };
-        check(meta_call!(self, lookup, request))?.try_into()
+        check(meta_call!(self, lookup, self.tagged(request)))?.try_into()
     }
 
     pub async fn getattr(&self, handle: Handle) -> Result<Attr> {
-        check(meta_call!(self, get_attr, pb::HandleRequest { handle }))?.try_into()
+        check(meta_call!(
+            self,
+            get_attr,
+            self.tagged(pb::HandleRequest { handle })
+        ))?
+        .try_into()
     }
 
     pub async fn setattr(&self, handle: Handle, attr: &SetAttr) -> Result<Attr> {
@@ -361,7 +380,12 @@ impl Client {
     }
 
     pub async fn readlink(&self, handle: Handle) -> Result<Vec<u8>> {
-        Ok(check(meta_call!(self, readlink, pb::HandleRequest { handle }))?.target)
+        Ok(check(meta_call!(
+            self,
+            readlink,
+            self.tagged(pb::HandleRequest { handle })
+        ))?
+        .target)
     }
 
     pub async fn readdir(
@@ -375,7 +399,7 @@ impl Client {
             after_cookie,
             limit,
         };
-        check(meta_call!(self, read_dir, request))?
+        check(meta_call!(self, read_dir, self.tagged(request)))?
             .entries
             .into_iter()
             .map(DirEntry::try_from)
@@ -404,11 +428,16 @@ impl Client {
             handle,
             name: name.to_vec(),
         };
-        Ok(check(meta_call!(self, get_xattr, request))?.value)
+        Ok(check(meta_call!(self, get_xattr, self.tagged(request)))?.value)
     }
 
     pub async fn listxattr(&self, handle: Handle) -> Result<Vec<Vec<u8>>> {
-        Ok(check(meta_call!(self, list_xattr, pb::HandleRequest { handle }))?.names)
+        Ok(check(meta_call!(
+            self,
+            list_xattr,
+            self.tagged(pb::HandleRequest { handle })
+        ))?
+        .names)
     }
 
     pub async fn removexattr(&self, handle: Handle, name: &[u8]) -> Result<()> {
@@ -421,7 +450,7 @@ impl Client {
     }
 
     pub async fn statfs(&self) -> Result<StatFs> {
-        let s = check(meta_call!(self, stat_fs, pb::Empty {}))?;
+        let s = check(meta_call!(self, stat_fs, self.tagged(pb::Empty {})))?;
         Ok(StatFs {
             inodes: s.inodes,
             file_bytes: s.file_bytes,
@@ -431,14 +460,14 @@ impl Client {
     }
 
     pub async fn status(&self) -> Result<StatusReply> {
-        check(meta_call!(self, status, pb::Empty {}))
+        check(meta_call!(self, status, self.tagged(pb::Empty {})))
     }
 
     // ---- file contents ----
 
     /// The URL of the namespace's object store and the namespace's identity.
     pub async fn data_info(&self) -> Result<DataInfo> {
-        let reply = check(meta_call!(self, data_info, pb::Empty {}))?;
+        let reply = check(meta_call!(self, data_info, self.tagged(pb::Empty {})))?;
         Ok(DataInfo {
             objects_url: reply.objects_url,
             namespace_id: reply.namespace_id,
@@ -459,7 +488,7 @@ impl Client {
                     from_chunk,
                     max_records: 0,
                 };
-                let reply = check(meta_call!(self, read_map, request))?;
+                let reply = check(meta_call!(self, read_map, self.tagged(request)))?;
                 let attr: Attr = reply
                     .attr
                     .ok_or_else(|| MetaError::Io("a map without attributes".into()))?
@@ -531,7 +560,7 @@ impl Client {
     /// `count` new slice ids; returns the first.
     pub async fn alloc_slices(&self, count: u64) -> Result<u64> {
         let request = pb::AllocSlicesRequest { count };
-        Ok(check(meta_call!(self, alloc_slices, request))?.first)
+        Ok(check(meta_call!(self, alloc_slices, self.tagged(request)))?.first)
     }
 
     // ---- changelog ----

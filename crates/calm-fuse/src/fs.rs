@@ -146,6 +146,8 @@ pub(crate) struct Shared {
     state: Mutex<State>,
     /// Signalled when a release has given back its locks.
     released: tokio::sync::Notify,
+    /// The supplementary groups of the processes calling.
+    groups: crate::groups::CallerGroups,
     ttl: Duration,
 }
 
@@ -228,11 +230,14 @@ fn lock_range(start: u64, end: u64) -> Result<Range, Errno> {
 }
 
 impl Shared {
+    /// The client acting for the process behind `req`: its uid, gid and supplementary groups
+    /// (the server decides what it may do).
     fn caller(&self, req: &Request) -> Client {
         self.client.with_caller(Caller {
             session: self.locks.session(),
             uid: req.uid(),
             gid: req.gid(),
+            groups: self.groups.of(req.pid()),
         })
     }
 
@@ -310,8 +315,7 @@ impl Shared {
         }
         let client = self.client.with_caller(Caller {
             session: self.locks.session(),
-            uid: 0,
-            gid: 0,
+            ..Caller::default()
         });
         if let Err(e) = client.claim_orphans(handles).await {
             tracing::warn!(%e, "claiming unlinked open files for the new session");
@@ -418,6 +422,7 @@ impl CalmFs {
             locks,
             state: Mutex::new(State::default()),
             released: tokio::sync::Notify::new(),
+            groups: crate::groups::CallerGroups::default(),
             ttl: options.ttl,
         });
         runtime.spawn(Shared::claim_orphans(
@@ -521,8 +526,8 @@ impl Filesystem for CalmFs {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let client = self.shared.client.clone();
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let client = self.shared.caller(req);
         let name = name.as_bytes().to_vec();
         self.entry_task(reply, async move {
             client.lookup(parent.0, &name).await.map_err(|e| errno(&e))
@@ -774,19 +779,20 @@ impl Filesystem for CalmFs {
         });
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let open_flags = flags.0;
         let shared = self.shared.clone();
+        let client = shared.caller(req);
         self.spawn(async move {
             // A regular file's map comes with its attributes, on one snapshot: what this open
             // reads is the file as committed now (close-to-open).
-            let (attr, keep) = match shared.client.read_map(ino.0).await {
+            let (attr, keep) = match client.read_map(ino.0).await {
                 Ok(map) => {
                     let attr = map.attr.clone();
                     (attr, shared.contents.opened(map).await)
                 }
                 Err(MetaError::IsDir | MetaError::Invalid(_)) => {
-                    match shared.client.getattr(ino.0).await {
+                    match client.getattr(ino.0).await {
                         Ok(attr) => (attr, false),
                         Err(e) => return reply.error(errno(&e)),
                     }
@@ -1060,13 +1066,13 @@ impl Filesystem for CalmFs {
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let client = self.shared.client.clone();
+        let client = self.shared.caller(req);
         self.spawn(async move {
             // Offsets are the server's cookies; 1 and 2 are "." and "..".
             if offset == 0 && reply.add(ino, 1, FileType::Directory, ".") {
@@ -1149,8 +1155,8 @@ impl Filesystem for CalmFs {
         });
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let client = self.shared.client.clone();
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let client = self.shared.caller(req);
         let name = name.as_bytes().to_vec();
         self.spawn(async move {
             match client.getxattr(ino.0, &name).await {
@@ -1160,8 +1166,8 @@ impl Filesystem for CalmFs {
         });
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let client = self.shared.client.clone();
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let client = self.shared.caller(req);
         self.spawn(async move {
             match client.listxattr(ino.0).await {
                 Ok(names) => {

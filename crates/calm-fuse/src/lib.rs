@@ -14,6 +14,7 @@
 
 pub mod contents;
 pub mod fs;
+pub mod groups;
 pub mod locks;
 pub mod mount;
 

@@ -26,13 +26,35 @@ use crate::error::MetaError;
 use crate::layout::*;
 use crate::ops::{Failure, Outcome};
 
-/// Who asks for a mutation; recorded in its changelog record.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Who asks for an operation: its session, uid and gid are recorded in its changelog record,
+/// and uid, gid and supplementary groups decide what it may do (`crate::perm`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Caller {
     /// The client session (0: none).
     pub session: u64,
     pub uid: u32,
     pub gid: u32,
+    pub groups: Groups,
+}
+
+/// A caller's supplementary groups: sorted, without repeats; cheap to clone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Groups(std::sync::Arc<[u32]>);
+
+impl Groups {
+    pub fn new(mut groups: Vec<u32>) -> Groups {
+        groups.sort_unstable();
+        groups.dedup();
+        Groups(groups.into())
+    }
+
+    pub fn contains(&self, gid: u32) -> bool {
+        self.0.binary_search(&gid).is_ok()
+    }
+
+    pub fn as_slice(&self) -> &[u32] {
+        &self.0
+    }
 }
 
 /// Most records one purge step deletes (one step rides along each group commit, or runs
@@ -160,7 +182,7 @@ impl ClState {
         txn: &mut T,
         kind: RecordType,
         now: i64,
-        caller: Caller,
+        caller: &Caller,
     ) -> Outcome<()> {
         while self.wants(kind) {
             match self.registry.make_room(self.last, 1, &self.config) {
@@ -186,7 +208,7 @@ impl ClState {
         id: UserId,
         why: &str,
         now: i64,
-        caller: Caller,
+        caller: &Caller,
     ) -> Outcome<()> {
         Arc::make_mut(&mut self.registry)
             .deregister(id)
@@ -301,7 +323,7 @@ impl ClState {
                 reader = id,
                 "changelog reader idle past its limit: deregistering"
             );
-            self.remove_user(txn, *id, "idle", now, Caller::default())?;
+            self.remove_user(txn, *id, "idle", now, &Caller::default())?;
         }
         Ok(victims)
     }
@@ -318,7 +340,7 @@ fn cl_error(error: ChangelogError) -> Failure {
 }
 
 /// A MARK record carrying `text`.
-pub fn mark(text: Vec<u8>, now: i64, caller: Caller) -> Record {
+pub fn mark(text: Vec<u8>, now: i64, caller: &Caller) -> Record {
     let mut text = text;
     text.truncate(calm_changelog::record::RECORD_NAME_LEN_MAX);
     Record {

@@ -432,7 +432,7 @@ fn commit_batch<S: Store>(
     }
     let mut ctx = Ctx::new(&mut txn, alloc, cl, now_ns(), generation);
     for request in batch {
-        ctx.caller = request.caller;
+        ctx.caller = request.caller.clone();
         match ops::apply(&mut ctx, &request.op) {
             Ok(done) => results.push(Ok(done)),
             Err(Failure::Meta(error)) => results.push(Err(error)),

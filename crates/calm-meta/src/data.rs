@@ -62,9 +62,25 @@ impl<S: Store> Meta<S> {
     /// The attributes and the slice map of file `handle` from chunk `from_chunk` on, at most
     /// `max_records` records (and [`MAP_RECORDS_MAX`]; whole chunks, at least one).
     pub fn read_map(&self, handle: Handle, from_chunk: u64, max_records: usize) -> Result<FileMap> {
+        self.read_map_as(&Caller::default(), handle, from_chunk, max_records)
+    }
+
+    /// [`Meta::read_map`] for `caller`, who may read or write the file (an open for writing
+    /// reads the map too; `crate::perm::may_read_contents`).
+    pub fn read_map_as(
+        &self,
+        caller: &Caller,
+        handle: Handle,
+        from_chunk: u64,
+        max_records: usize,
+    ) -> Result<FileMap> {
         self.blocking(|| {
             let snap = self.store.snapshot()?;
-            let attr = ops::load(&snap, handle)?.attr();
+            let inode = ops::load(&snap, handle)?;
+            let owner = inode.owner();
+            crate::perm::may_read_contents(caller, &owner)
+                .or_else(|_| crate::perm::may_write_contents(caller, &owner))?;
+            let attr = inode.attr();
             if attr.kind != Kind::File {
                 return Err(if attr.kind == Kind::Dir {
                     MetaError::IsDir

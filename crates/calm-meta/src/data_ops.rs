@@ -124,13 +124,15 @@ fn load_file<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle) -> Outcome<crate
     }
 }
 
-/// Makes the file at least `end` bytes long and sets its mtime, ctime and size counter, and
-/// appends the changelog record.
+/// Makes the file at least `end` bytes long and sets its mtime, ctime and size counter (and
+/// takes setuid and setgid away, for a writer who is not the superuser), and appends the
+/// changelog record.
 fn written<T: WriteTxn>(
     ctx: &mut Ctx<'_, T>,
     mut inode: crate::layout::Inode,
     end: u64,
 ) -> Outcome<Done> {
+    inode.mode = crate::perm::after_write(&ctx.caller, inode.kind, inode.mode);
     if end > inode.size {
         ctx.file_bytes_delta += (end - inode.size) as i64;
         inode.size = end;
@@ -151,6 +153,7 @@ pub(crate) fn write<T: WriteTxn>(
     end: u64,
 ) -> Outcome<Done> {
     let inode = load_file(ctx, handle)?;
+    crate::perm::may_write_contents(&ctx.caller, &inode.owner())?;
     let next = slice_next(ctx.txn)?;
     let mut end = end;
     // Checks first: every record fits, names an id handed out, and the file stays in bounds.
@@ -219,6 +222,7 @@ pub(crate) fn append<T: WriteTxn>(
     size: u32,
 ) -> Outcome<Done> {
     let inode = load_file(ctx, handle)?;
+    crate::perm::may_write_contents(&ctx.caller, &inode.owner())?;
     if id == HOLE || id >= slice_next(ctx.txn)? || size == 0 || u64::from(size) > CHUNK_BYTES {
         return Err(MetaError::Invalid(format!("append of object {id} ({size} bytes)")).into());
     }

@@ -47,6 +47,10 @@ pub enum MetaError {
     Stale,
     #[error("store needs repair: {0}")]
     Corrupt(String),
+    #[error("permission denied: {0}")]
+    Access(String),
+    #[error("not supported: {0}")]
+    NotSupported(String),
 }
 
 /// `(code, errno, name)` for every variant, in code order. The single source of truth for
@@ -71,6 +75,8 @@ pub const CODES: &[(u32, i32, &str)] = &[
     (17, 30, "ReadOnly"),     // EROFS
     (18, 116, "Stale"),       // ESTALE
     (19, 117, "Corrupt"),     // EUCLEAN
+    (20, 13, "Access"),       // EACCES
+    (21, 95, "NotSupported"), // EOPNOTSUPP
 ];
 
 impl MetaError {
@@ -96,6 +102,8 @@ impl MetaError {
             MetaError::ReadOnly(_) => 17,
             MetaError::Stale => 18,
             MetaError::Corrupt(_) => 19,
+            MetaError::Access(_) => 20,
+            MetaError::NotSupported(_) => 21,
         }
     }
 
@@ -118,7 +126,9 @@ impl MetaError {
             | MetaError::NoSpace(d)
             | MetaError::Io(d)
             | MetaError::ReadOnly(d)
-            | MetaError::Corrupt(d) => d,
+            | MetaError::Corrupt(d)
+            | MetaError::Access(d)
+            | MetaError::NotSupported(d) => d,
             _ => "",
         }
     }
@@ -146,6 +156,8 @@ impl MetaError {
             17 => MetaError::ReadOnly(d),
             18 => MetaError::Stale,
             19 => MetaError::Corrupt(d),
+            20 => MetaError::Access(d),
+            21 => MetaError::NotSupported(d),
             _ => return None,
         })
     }

@@ -374,6 +374,16 @@ impl Inode {
         })
     }
 
+    /// What a permission check looks at.
+    pub fn owner(&self) -> crate::perm::Owner {
+        crate::perm::Owner {
+            kind: self.kind,
+            mode: self.mode,
+            uid: self.uid,
+            gid: self.gid,
+        }
+    }
+
     pub fn attr(&self) -> crate::types::Attr {
         crate::types::Attr {
             handle: self.handle,

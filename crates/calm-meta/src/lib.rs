@@ -23,6 +23,7 @@ pub mod fsck;
 pub mod layout;
 pub mod ops;
 pub mod orphans;
+pub mod perm;
 pub mod slices;
 pub mod types;
 
@@ -34,7 +35,7 @@ use calm_changelog::{Mask, Record, User, UserId};
 use calm_store::{ReadTxn, Store, WriteTxn, decode_counter};
 use tokio::sync::{mpsc, oneshot};
 
-pub use crate::changelog::Caller;
+pub use crate::changelog::{Caller, Groups};
 pub use crate::commit::{CommitStats, FOLLOWERS_WAITING_MAX, MetaOptions, SHARED_BATCH_OPS_MAX};
 pub use crate::data::{FileMap, Garbage, MAP_RECORDS_MAX};
 pub use crate::error::{MetaError, Result};
@@ -283,9 +284,15 @@ impl<S: Store> Meta<S> {
 
     /// The entry `name` of directory `parent`; "." is the directory, ".." its parent.
     pub fn lookup(&self, parent: Handle, name: &[u8]) -> Result<Attr> {
+        self.lookup_as(&Caller::default(), parent, name)
+    }
+
+    /// [`Meta::lookup`] for `caller`, who needs search permission on `parent`.
+    pub fn lookup_as(&self, caller: &Caller, parent: Handle, name: &[u8]) -> Result<Attr> {
         self.blocking(|| {
             let snap = self.store.snapshot()?;
             let dir = ops::load_dir(&snap, parent)?;
+            perm::may_lookup(caller, &dir.owner())?;
             let child = match name {
                 b"." => parent,
                 b".." => dir.parent,
@@ -315,9 +322,21 @@ impl<S: Store> Meta<S> {
     /// `after_cookie` (0 = from the start). Resuming with the last entry's cookie continues
     /// exactly where the listing stopped, whatever was created or removed in between.
     pub fn readdir(&self, dir: Handle, after_cookie: u64, limit: usize) -> Result<Vec<DirEntry>> {
+        self.readdir_as(&Caller::default(), dir, after_cookie, limit)
+    }
+
+    /// [`Meta::readdir`] for `caller`, who needs read permission on `dir`.
+    pub fn readdir_as(
+        &self,
+        caller: &Caller,
+        dir: Handle,
+        after_cookie: u64,
+        limit: usize,
+    ) -> Result<Vec<DirEntry>> {
         self.blocking(|| {
             let snap = self.store.snapshot()?;
-            ops::load_dir(&snap, dir)?;
+            let inode = ops::load_dir(&snap, dir)?;
+            perm::permission(caller, &inode.owner(), perm::MAY_READ)?;
             let limit = limit.min(READDIR_ENTRIES_MAX);
             let mut entries = Vec::with_capacity(limit.min(256));
             if limit == 0 || after_cookie == u64::MAX {
@@ -364,9 +383,15 @@ impl<S: Store> Meta<S> {
     }
 
     pub fn getxattr(&self, handle: Handle, name: &[u8]) -> Result<Vec<u8>> {
+        self.getxattr_as(&Caller::default(), handle, name)
+    }
+
+    /// [`Meta::getxattr`] for `caller` (the namespace's rules: `crate::perm::may_get_xattr`).
+    pub fn getxattr_as(&self, caller: &Caller, handle: Handle, name: &[u8]) -> Result<Vec<u8>> {
         self.blocking(|| {
             let snap = self.store.snapshot()?;
-            ops::load(&snap, handle)?;
+            let inode = ops::load(&snap, handle)?;
+            perm::may_get_xattr(caller, &inode.owner(), name)?;
             match snap.get(&xattr_key(handle, name))? {
                 Some(value) => Ok(value.into_owned()),
                 None => Err(MetaError::NoData),
@@ -375,10 +400,17 @@ impl<S: Store> Meta<S> {
     }
 
     pub fn listxattr(&self, handle: Handle) -> Result<Vec<Vec<u8>>> {
+        self.listxattr_as(&Caller::default(), handle)
+    }
+
+    /// [`Meta::listxattr`] for `caller`: `trusted.*` names only for the superuser.
+    pub fn listxattr_as(&self, caller: &Caller, handle: Handle) -> Result<Vec<Vec<u8>>> {
         self.blocking(|| {
             let snap = self.store.snapshot()?;
             ops::load(&snap, handle)?;
-            Ok(ops::xattr_names(&snap, handle)?)
+            let mut names = ops::xattr_names(&snap, handle)?;
+            names.retain(|name| perm::lists_xattr(caller, name));
+            Ok(names)
         })
     }
 

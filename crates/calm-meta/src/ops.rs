@@ -545,8 +545,8 @@ fn setattr_record_type(attr: &SetAttr) -> RecordType {
 /// Applies one mutation in `ctx.txn`, with its changelog record.
 pub fn apply<T: WriteTxn>(ctx: &mut Ctx<'_, T>, op: &Op) -> Outcome<Done> {
     if let Some(kind) = record_type(op) {
-        let (now, caller) = (ctx.now, ctx.caller);
-        ctx.cl.make_room(ctx.txn, kind, now, caller)?;
+        let now = ctx.now;
+        ctx.cl.make_room(ctx.txn, kind, now, &ctx.caller)?;
     }
     match op {
         Op::Make {
@@ -626,6 +626,7 @@ fn make<T: WriteTxn>(
     }
     check_name(name)?;
     let mut dir = ctx.load_dir(parent)?;
+    crate::perm::may_lookup(&ctx.caller, &dir.owner())?;
     if let Some(existing) = get_dentry(ctx.txn, parent, name)? {
         if exclusive || node.kind != Kind::File {
             return Err(MetaError::Exists.into());
@@ -637,6 +638,15 @@ fn make<T: WriteTxn>(
         }
         return Ok(Done::Attr(inode.attr()));
     }
+    crate::perm::may_change_dir(&ctx.caller, &dir.owner())?;
+    let (uid, gid, mode) = crate::perm::new_owner(
+        &ctx.caller,
+        &dir.owner(),
+        node.kind,
+        node.uid,
+        node.gid,
+        node.mode & MODE_PERMISSION_MASK,
+    );
     match node.kind {
         Kind::Symlink => {
             if node.target.is_empty() {
@@ -662,9 +672,9 @@ fn make<T: WriteTxn>(
     let inode = Inode {
         handle,
         kind: node.kind,
-        mode: node.mode & MODE_PERMISSION_MASK,
-        uid: node.uid,
-        gid: node.gid,
+        mode,
+        uid,
+        gid,
         nlink: if is_dir { 2 } else { 1 },
         generation: ctx.generation,
         size: if node.kind == Kind::Symlink {
@@ -718,9 +728,12 @@ fn link<T: WriteTxn>(
         return Err(MetaError::NotFound.into());
     }
     let mut dir = ctx.load_dir(parent)?;
+    crate::perm::may_lookup(&ctx.caller, &dir.owner())?;
     if get_dentry(ctx.txn, parent, name)?.is_some() {
         return Err(MetaError::Exists.into());
     }
+    crate::perm::may_change_dir(&ctx.caller, &dir.owner())?;
+    crate::perm::may_link(&ctx.caller, &inode.owner())?;
     if inode.nlink >= LINK_COUNT_MAX {
         return Err(MetaError::TooManyLinks.into());
     }
@@ -756,11 +769,13 @@ fn unlink<T: WriteTxn>(
     }
     check_name(name)?;
     let mut dir = ctx.load_dir(parent)?;
+    crate::perm::may_lookup(&ctx.caller, &dir.owner())?;
     let dentry = get_dentry(ctx.txn, parent, name)?.ok_or(MetaError::NotFound)?;
     if dentry.kind == Kind::Dir {
         return Err(MetaError::IsDir.into());
     }
     let inode = ctx.load(dentry.child)?;
+    crate::perm::may_delete(&ctx.caller, &dir.owner(), &inode.owner())?;
 
     remove_entry(ctx.txn, &mut dir, name, &dentry)?;
     touch(&mut dir, ctx.now);
@@ -791,11 +806,13 @@ fn rmdir<T: WriteTxn>(ctx: &mut Ctx<'_, T>, parent: Handle, name: &[u8]) -> Outc
         _ => check_name(name)?,
     }
     let mut dir = ctx.load_dir(parent)?;
+    crate::perm::may_lookup(&ctx.caller, &dir.owner())?;
     let dentry = get_dentry(ctx.txn, parent, name)?.ok_or(MetaError::NotFound)?;
     if dentry.kind != Kind::Dir {
         return Err(MetaError::NotDir.into());
     }
     let child = ctx.load(dentry.child)?;
+    crate::perm::may_delete(&ctx.caller, &dir.owner(), &child.owner())?;
     if child.entries > 0 {
         return Err(MetaError::NotEmpty.into());
     }
@@ -886,14 +903,35 @@ fn rename<T: WriteTxn>(
     }
     let mut staged = Staged::new();
     for dir in [sp, dp] {
-        if staged.load(ctx, dir)?.kind != Kind::Dir {
+        let dir = staged.load(ctx, dir)?.owner();
+        if dir.kind != Kind::Dir {
             return Err(MetaError::NotDir.into());
         }
+        crate::perm::may_lookup(&ctx.caller, &dir)?;
     }
     let src = get_dentry(ctx.txn, sp, sname)?.ok_or(MetaError::NotFound)?;
     let dst = get_dentry(ctx.txn, dp, dname)?;
     if exchange && dst.is_none() {
         return Err(MetaError::NotFound.into());
+    }
+    // Who may: the source's name goes (sticky rules), the destination's name is made or
+    // replaced (sticky rules again), and a directory that changes parent rewrites its "..".
+    let sp_owner = staged.get(sp).owner();
+    let dp_owner = staged.get(dp).owner();
+    let src_owner = staged.load(ctx, src.child)?.owner();
+    crate::perm::may_delete(&ctx.caller, &sp_owner, &src_owner)?;
+    match &dst {
+        Some(dst) => {
+            let dst_owner = staged.load(ctx, dst.child)?.owner();
+            crate::perm::may_delete(&ctx.caller, &dp_owner, &dst_owner)?;
+            if exchange && dst.kind == Kind::Dir && sp != dp {
+                crate::perm::permission(&ctx.caller, &dst_owner, crate::perm::MAY_WRITE)?;
+            }
+        }
+        None => crate::perm::may_change_dir(&ctx.caller, &dp_owner)?,
+    }
+    if src.kind == Kind::Dir && sp != dp {
+        crate::perm::permission(&ctx.caller, &src_owner, crate::perm::MAY_WRITE)?;
     }
     if sp == dp && sname == dname {
         return Ok(Done::Nothing);
@@ -1032,6 +1070,7 @@ fn resolve(time: SetTime, now: i64) -> i64 {
 
 fn setattr<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle, attr: &SetAttr) -> Outcome<Done> {
     let mut inode = ctx.load(handle)?;
+    let mode = crate::perm::setattr(&ctx.caller, &inode.owner(), attr)?;
     if let Some(size) = attr.size {
         match inode.kind {
             Kind::Dir => return Err(MetaError::IsDir.into()),
@@ -1043,9 +1082,7 @@ fn setattr<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle, attr: &SetAttr) ->
         }
     }
 
-    if let Some(mode) = attr.mode {
-        inode.mode = mode & MODE_PERMISSION_MASK;
-    }
+    inode.mode = mode & MODE_PERMISSION_MASK;
     if let Some(uid) = attr.uid {
         inode.uid = uid;
     }
@@ -1097,6 +1134,7 @@ fn setxattr<T: WriteTxn>(
         return Err(MetaError::TooBig.into());
     }
     let mut inode = ctx.load(handle)?;
+    crate::perm::may_set_xattr(&ctx.caller, &inode.owner(), name)?;
     let key = xattr_key(handle, name);
     let exists = ctx.txn.get(&key)?.is_some();
     if exists && flags & XATTR_CREATE != 0 {
@@ -1129,6 +1167,7 @@ fn setxattr<T: WriteTxn>(
 fn removexattr<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle, name: &[u8]) -> Outcome<Done> {
     check_xattr_name(name)?;
     let mut inode = ctx.load(handle)?;
+    crate::perm::may_set_xattr(&ctx.caller, &inode.owner(), name)?;
     let key = xattr_key(handle, name);
     if ctx.txn.get(&key)?.is_none() {
         return Err(MetaError::NoData.into());

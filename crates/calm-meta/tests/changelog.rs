@@ -53,6 +53,12 @@ fn every_operation_writes_one_record_with_its_fields() {
     let meta = meta_with(ChangelogConfig::default());
     rt.block_on(async {
         meta.create(ROOT, b"before", 0o644).await.unwrap();
+        // Anyone may make names in the root (uid 1000 does below).
+        let open = calm_meta::SetAttr {
+            mode: Some(0o777),
+            ..Default::default()
+        };
+        meta.setattr(ROOT, open).await.unwrap();
         assert!(all(&meta).is_empty(), "no reader, no records");
         let reader = meta
             .changelog_register("backup", Mask::all())
@@ -63,6 +69,7 @@ fn every_operation_writes_one_record_with_its_fields() {
             session: 77,
             uid: 1000,
             gid: 100,
+            ..Caller::default()
         };
         let d = match meta
             .apply_as(

@@ -159,7 +159,7 @@ proptest! {
                         model[from..from + n as usize].copy_from_slice(bytes);
                         done += u64::from(n);
                     }
-                    runtime.block_on(meta.write(caller, file, records, 0)).unwrap();
+                    runtime.block_on(meta.write(caller.clone(), file, records, 0)).unwrap();
                 }
                 Step::Hole { at, len } => {
                     let size = BASE + model.len() as u64;
@@ -170,14 +170,14 @@ proptest! {
                         .map(|(chunk, pos, n)| (chunk, Slice::hole(pos, n)))
                         .collect();
                     model[at as usize..(end - BASE) as usize].fill(0);
-                    runtime.block_on(meta.write(caller, file, holes, 0)).unwrap();
+                    runtime.block_on(meta.write(caller.clone(), file, holes, 0)).unwrap();
                 }
                 Step::Append { len } => {
                     let id = runtime.block_on(meta.alloc_slices(1)).unwrap();
                     objects.insert(id, Object { skip: 0, bytes: content(id, len) });
                     placed.insert(id);
                     model.extend_from_slice(&objects[&id].bytes);
-                    runtime.block_on(meta.append(caller, file, id, len as u32)).unwrap();
+                    runtime.block_on(meta.append(caller.clone(), file, id, len as u32)).unwrap();
                 }
                 Step::Truncate { size } => {
                     model.resize(size as usize, 0);

@@ -246,6 +246,11 @@ impl Model {
 
     fn setxattr(&mut self, h: Handle, name: &[u8], value: &[u8], flags: u32) -> Answer {
         let node = self.nodes.get_mut(&h).ok_or(ENOENT)?;
+        // user.* xattrs belong to regular files and directories (the model's names are all
+        // user.*).
+        if !matches!(node.kind, Kind::File | Kind::Dir) {
+            return Err(EPERM);
+        }
         let exists = node.xattrs.contains_key(name);
         if flags == XATTR_CREATE && exists {
             return Err(EEXIST);
@@ -259,6 +264,9 @@ impl Model {
 
     fn removexattr(&mut self, h: Handle, name: &[u8]) -> Answer {
         let node = self.nodes.get_mut(&h).ok_or(ENOENT)?;
+        if !matches!(node.kind, Kind::File | Kind::Dir) {
+            return Err(EPERM);
+        }
         node.xattrs.remove(name).map(|_| ()).ok_or(ENODATA)
     }
 }

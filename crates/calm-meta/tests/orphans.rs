@@ -15,6 +15,7 @@ fn caller(session: u64) -> Caller {
         session,
         uid: 0,
         gid: 0,
+        ..Caller::default()
     }
 }
 

@@ -10,6 +10,9 @@ use crate::pb;
 pub const SESSION_KEY: &str = "calm-session";
 pub const UID_KEY: &str = "calm-uid";
 pub const GID_KEY: &str = "calm-gid";
+/// The caller's supplementary groups, decimal, comma-separated (at most
+/// `calm_meta::perm::GROUPS_MAX`).
+pub const GROUPS_KEY: &str = "calm-groups";
 
 /// Longest a follow read may wait, in ms.
 pub const CL_WAIT_MS_MAX: u32 = 60_000;

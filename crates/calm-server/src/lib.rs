@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use calm_meta::ops::{Done, Op};
 use calm_meta::{Caller, Meta, MetaError};
-use calm_proto::changelog::{GID_KEY, SESSION_KEY, UID_KEY};
+use calm_proto::changelog::{GID_KEY, GROUPS_KEY, SESSION_KEY, UID_KEY};
 use calm_proto::pb::changelog_server::ChangelogServer;
 use calm_proto::pb::locks_server::LocksServer;
 use calm_proto::pb::meta_server::{Meta as MetaRpc, MetaServer};
@@ -206,18 +206,30 @@ fn caller_of<T>(request: &Request<T>) -> Caller {
             .unwrap_or_default()
     }
     let m = request.metadata();
+    let groups: Vec<u32> = m
+        .get(GROUPS_KEY)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(',')
+                .filter_map(|g| g.parse().ok())
+                .take(calm_meta::perm::GROUPS_MAX)
+                .collect()
+        })
+        .unwrap_or_default();
     Caller {
         session: get(m, SESSION_KEY),
         uid: get(m, UID_KEY),
         gid: get(m, GID_KEY),
+        groups: calm_meta::Groups::new(groups),
     }
 }
 
 #[tonic::async_trait]
 impl<S: Store> MetaRpc for MetaService<S> {
     async fn lookup(&self, r: Request<pb::LookupRequest>) -> Result<Response<pb::Attr>, Status> {
+        let caller = caller_of(&r);
         let r = r.into_inner();
-        self.answer(attr(self.meta.lookup(r.parent, &r.name)))
+        self.answer(attr(self.meta.lookup_as(&caller, r.parent, &r.name)))
     }
 
     async fn get_attr(&self, r: Request<pb::HandleRequest>) -> Result<Response<pb::Attr>, Status> {
@@ -325,10 +337,11 @@ impl<S: Store> MetaRpc for MetaService<S> {
         &self,
         r: Request<pb::ReadDirRequest>,
     ) -> Result<Response<pb::ReadDirReply>, Status> {
+        let caller = caller_of(&r);
         let r = r.into_inner();
         let result = self
             .meta
-            .readdir(r.handle, r.after_cookie, r.limit as usize);
+            .readdir_as(&caller, r.handle, r.after_cookie, r.limit as usize);
         self.answer(result.map(|entries| pb::ReadDirReply {
             entries: entries.iter().map(pb::DirEntry::from).collect(),
         }))
@@ -353,8 +366,9 @@ impl<S: Store> MetaRpc for MetaService<S> {
         &self,
         r: Request<pb::XattrRequest>,
     ) -> Result<Response<pb::XattrValue>, Status> {
+        let caller = caller_of(&r);
         let r = r.into_inner();
-        let result = self.meta.getxattr(r.handle, &r.name);
+        let result = self.meta.getxattr_as(&caller, r.handle, &r.name);
         self.answer(result.map(|value| pb::XattrValue { value }))
     }
 
@@ -362,7 +376,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
         &self,
         r: Request<pb::HandleRequest>,
     ) -> Result<Response<pb::XattrNames>, Status> {
-        let result = self.meta.listxattr(r.into_inner().handle);
+        let caller = caller_of(&r);
+        let result = self.meta.listxattr_as(&caller, r.into_inner().handle);
         self.answer(result.map(|names| pb::XattrNames { names }))
     }
 
@@ -453,10 +468,11 @@ impl<S: Store> MetaRpc for MetaService<S> {
         &self,
         r: Request<pb::ReadMapRequest>,
     ) -> Result<Response<pb::ReadMapReply>, Status> {
+        let caller = caller_of(&r);
         let r = r.into_inner();
         let result = self
             .meta
-            .read_map(r.handle, r.from_chunk, r.max_records as usize)
+            .read_map_as(&caller, r.handle, r.from_chunk, r.max_records as usize)
             .map(|map| pb::ReadMapReply {
                 attr: Some(pb::Attr::from(&map.attr)),
                 records: map

@@ -69,10 +69,17 @@ fn register_read_clear_and_follow_with_the_cli() {
     let rt = runtime();
     rt.block_on(async {
         let c = Client::connect(addr).await.unwrap();
+        // uid 1000 makes names in the root below: the root is open to everyone.
+        let open = calm_meta::SetAttr {
+            mode: Some(0o777),
+            ..Default::default()
+        };
+        c.setattr(ROOT, &open).await.unwrap();
         let c = c.with_caller(Caller {
             session: 5,
             uid: 1000,
             gid: 100,
+            ..Caller::default()
         });
         c.mkdir(ROOT, b"d", 0o755).await.unwrap();
         c.create(ROOT, b"a", 0o644).await.unwrap();

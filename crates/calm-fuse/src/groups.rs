@@ -1,0 +1,75 @@
+//! The supplementary groups of the processes calling the mount: FUSE gives each request's
+//! uid, gid and pid, not the groups, which the kernel shows in `/proc/PID/status`. The server
+//! decides permissions with them, so they travel with every request. Kept a short while per
+//! pid: a process's groups rarely change, and reading them costs a few microseconds.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use calm_meta::Groups;
+
+/// How long a pid's groups are reused before they are read again.
+pub const GROUPS_TTL: Duration = Duration::from_secs(1);
+/// Pids whose groups are kept; past it the table starts over.
+pub const GROUPS_PIDS_MAX: usize = 4096;
+
+/// The groups of recent callers.
+#[derive(Debug, Default)]
+pub struct CallerGroups {
+    known: Mutex<HashMap<u32, (Instant, Groups)>>,
+}
+
+impl CallerGroups {
+    /// The supplementary groups of process (or thread) `pid`; none when it is gone or its
+    /// status cannot be read.
+    pub fn of(&self, pid: u32) -> Groups {
+        let now = Instant::now();
+        if let Some((at, groups)) = self.known.lock().expect("groups").get(&pid)
+            && now.duration_since(*at) < GROUPS_TTL
+        {
+            return groups.clone();
+        }
+        let groups = read_groups(pid).unwrap_or_default();
+        let mut known = self.known.lock().expect("groups");
+        if known.len() >= GROUPS_PIDS_MAX {
+            known.clear();
+        }
+        known.insert(pid, (now, groups.clone()));
+        groups
+    }
+}
+
+fn read_groups(pid: u32) -> Option<Groups> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    parse_status(&status)
+}
+
+/// The `Groups:` line of a `/proc/PID/status` text.
+fn parse_status(status: &str) -> Option<Groups> {
+    let line = status.lines().find(|l| l.starts_with("Groups:"))?;
+    let groups: Option<Vec<u32>> = line["Groups:".len()..]
+        .split_whitespace()
+        .map(|g| g.parse().ok())
+        .collect();
+    Some(Groups::new(groups?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_groups_line_is_read() {
+        let status = "Name:\tbash\nUid:\t1000\t1000\t1000\t1000\nGroups:\t27 4 1000 \nNgid:\t0\n";
+        let groups = parse_status(status).unwrap();
+        assert_eq!(groups.as_slice(), &[4, 27, 1000]);
+        assert_eq!(
+            parse_status("Groups:\t\n").unwrap().as_slice(),
+            &[] as &[u32]
+        );
+        assert!(parse_status("Name:\tx\n").is_none());
+        let ours = CallerGroups::default().of(std::process::id());
+        assert_eq!(ours, read_groups(std::process::id()).unwrap());
+    }
+}
