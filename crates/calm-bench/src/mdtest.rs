@@ -138,13 +138,9 @@ impl InProcessServer {
         meta: Arc<Meta<S>>,
         data: Option<calm_server::data::DataOptions>,
     ) -> Result<InProcessServer, String> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(|e| e.to_string())?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| e.to_string())?
-            .to_string();
+        // Loopback TCP: the benchmark runs as root, whose connections a plain TCP listener
+        // takes.
+        let (listener, addr) = calm_server::listen::bind("127.0.0.1:0", None).await?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let info = calm_server::ServerInfo {
             data_dir: String::new(),
@@ -152,13 +148,14 @@ impl InProcessServer {
             ready_ms: 0,
             watch_limits: calm_watch::Limits::default(),
             data,
+            auth: calm_server::auth::Auth::default(),
         };
         let server = calm_server::Server::start(meta, info).await;
         let local = calm_client::InProcess {
             meta: server.meta_service(),
             locks: server.lock_service(),
         };
-        let task = tokio::spawn(server.serve(listener, async {
+        let task = tokio::spawn(server.serve(vec![listener], async {
             let _ = stopped.await;
         }));
         Ok(InProcessServer {

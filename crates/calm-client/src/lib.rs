@@ -57,9 +57,12 @@ impl std::fmt::Debug for InProcess {
 /// connection.
 macro_rules! meta_call {
     ($client:expr, $method:ident, $request:expr) => {{
-        let request = tonic::IntoRequest::into_request($request);
+        let mut request = tonic::IntoRequest::into_request($request);
         match &$client.local {
-            Some(local) => local.meta.$method(request).await,
+            Some(local) => {
+                request.extensions_mut().insert(calm_proto::InProcess);
+                local.meta.$method(request).await
+            }
             None => $client.rpc.clone().$method(request).await,
         }
     }};
@@ -68,12 +71,68 @@ macro_rules! meta_call {
 /// [`meta_call`] for the lock service.
 macro_rules! locks_call {
     ($client:expr, $method:ident, $request:expr) => {{
-        let request = tonic::IntoRequest::into_request($request);
+        let mut request = tonic::IntoRequest::into_request($request);
         match &$client.local {
-            Some(local) => local.locks.$method(request).await,
+            Some(local) => {
+                request.extensions_mut().insert(calm_proto::InProcess);
+                local.locks.$method(request).await
+            }
             None => $client.locks.clone().$method(request).await,
         }
     }};
+}
+
+/// What a client presents over TLS: the CA that signed the server's certificate, and its
+/// own certificate and key (PEM files; the certificate's name says what it is: `admin`,
+/// `mount:NAME`, `user:UID[:GID]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientTls {
+    pub ca: std::path::PathBuf,
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    /// The name the server's certificate must carry (default: the address's host).
+    pub domain: Option<String>,
+}
+
+/// Environment variables that give [`Client::connect`] its TLS files: the CA of the server's
+/// certificate, the client certificate and its key.
+pub const TLS_ENV: [&str; 3] = ["CALM_TLS_CA", "CALM_TLS_CERT", "CALM_TLS_KEY"];
+
+impl ClientTls {
+    /// The files named by [`TLS_ENV`], when all three are set; an error when only some are.
+    pub fn from_env() -> Result<Option<ClientTls>> {
+        let [ca, cert, key] = TLS_ENV.map(std::env::var_os);
+        match (ca, cert, key) {
+            (Some(ca), Some(cert), Some(key)) => Ok(Some(ClientTls {
+                ca: ca.into(),
+                cert: cert.into(),
+                key: key.into(),
+                domain: None,
+            })),
+            (None, None, None) => Ok(None),
+            _ => Err(MetaError::Invalid(format!(
+                "set all of {} for TLS, or none",
+                TLS_ENV.join(", ")
+            ))),
+        }
+    }
+
+    fn config(&self) -> Result<tonic::transport::ClientTlsConfig> {
+        let read = |path: &std::path::Path| {
+            std::fs::read(path)
+                .map_err(|e| MetaError::Invalid(format!("reading {}: {e}", path.display())))
+        };
+        let mut config = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(read(&self.ca)?))
+            .identity(tonic::transport::Identity::from_pem(
+                read(&self.cert)?,
+                read(&self.key)?,
+            ));
+        if let Some(domain) = &self.domain {
+            config = config.domain_name(domain.clone());
+        }
+        Ok(config)
+    }
 }
 
 /// A connection to a metadata server.
@@ -127,20 +186,55 @@ pub struct FollowWait {
 }
 
 impl Client {
-    /// Connects to `addr` (`HOST:PORT`, or a full `http://` URI).
+    /// Connects to `addr`: `unix:PATH` (a server's Unix socket on this machine, which tells
+    /// the server who this process is), `HOST:PORT` or a full `http://` URI (plain TCP: a
+    /// server takes it from root on loopback only), over TLS when the environment names the
+    /// files ([`TLS_ENV`]).
     pub async fn connect(addr: &str) -> Result<Client> {
+        let tls = match addr.starts_with("unix:") {
+            true => None,
+            false => ClientTls::from_env()?,
+        };
+        Self::connect_with(addr, tls.as_ref()).await
+    }
+
+    /// [`Client::connect`], over TLS with the client certificate of `tls` when given
+    /// (`HOST:PORT` or `https://`).
+    pub async fn connect_with(addr: &str, tls: Option<&ClientTls>) -> Result<Client> {
+        let connecting =
+            |e: &dyn std::fmt::Display| MetaError::Io(format!("connecting to {addr}: {e}"));
+        if let Some(path) = addr.strip_prefix("unix:") {
+            let path = std::path::PathBuf::from(path);
+            // The URI is not used: every connection is made to the socket.
+            let endpoint = tonic::transport::Endpoint::from_static("http://localhost");
+            let channel = endpoint
+                .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+                    let path = path.clone();
+                    async move {
+                        let stream = tokio::net::UnixStream::connect(&path).await?;
+                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                    }
+                }))
+                .await
+                .map_err(|e| connecting(&e))?;
+            return Ok(Self::from_channel(channel));
+        }
         let uri = if addr.contains("://") {
             addr.to_string()
+        } else if tls.is_some() {
+            format!("https://{addr}")
         } else {
             format!("http://{addr}")
         };
-        let endpoint = Channel::from_shared(uri)
+        let mut endpoint = Channel::from_shared(uri)
             .map_err(|e| MetaError::Invalid(format!("server address {addr:?}: {e}")))?
             .tcp_nodelay(true);
-        let channel = endpoint
-            .connect()
-            .await
-            .map_err(|e| MetaError::Io(format!("connecting to {addr}: {e}")))?;
+        if let Some(tls) = tls {
+            endpoint = endpoint
+                .tls_config(tls.config()?)
+                .map_err(|e| MetaError::Invalid(format!("TLS for {addr}: {e}")))?;
+        }
+        let channel = endpoint.connect().await.map_err(|e| connecting(&e))?;
         Ok(Self::from_channel(channel))
     }
 

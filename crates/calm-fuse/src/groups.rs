@@ -42,17 +42,7 @@ impl CallerGroups {
 
 fn read_groups(pid: u32) -> Option<Groups> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    parse_status(&status)
-}
-
-/// The `Groups:` line of a `/proc/PID/status` text.
-fn parse_status(status: &str) -> Option<Groups> {
-    let line = status.lines().find(|l| l.starts_with("Groups:"))?;
-    let groups: Option<Vec<u32>> = line["Groups:".len()..]
-        .split_whitespace()
-        .map(|g| g.parse().ok())
-        .collect();
-    Some(Groups::new(groups?))
+    Groups::from_proc_status(&status)
 }
 
 #[cfg(test)]
@@ -62,13 +52,13 @@ mod tests {
     #[test]
     fn the_groups_line_is_read() {
         let status = "Name:\tbash\nUid:\t1000\t1000\t1000\t1000\nGroups:\t27 4 1000 \nNgid:\t0\n";
-        let groups = parse_status(status).unwrap();
+        let groups = Groups::from_proc_status(status).unwrap();
         assert_eq!(groups.as_slice(), &[4, 27, 1000]);
         assert_eq!(
-            parse_status("Groups:\t\n").unwrap().as_slice(),
+            Groups::from_proc_status("Groups:\t\n").unwrap().as_slice(),
             &[] as &[u32]
         );
-        assert!(parse_status("Name:\tx\n").is_none());
+        assert!(Groups::from_proc_status("Name:\tx\n").is_none());
         let ours = CallerGroups::default().of(std::process::id());
         assert_eq!(ours, read_groups(std::process::id()).unwrap());
     }

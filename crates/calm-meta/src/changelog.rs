@@ -55,6 +55,16 @@ impl Groups {
     pub fn as_slice(&self) -> &[u32] {
         &self.0
     }
+
+    /// The `Groups:` line of a `/proc/PID/status` text (None when there is none).
+    pub fn from_proc_status(status: &str) -> Option<Groups> {
+        let line = status.lines().find(|l| l.starts_with("Groups:"))?;
+        let groups: Option<Vec<u32>> = line["Groups:".len()..]
+            .split_whitespace()
+            .map(|g| g.parse().ok())
+            .collect();
+        Some(Groups::new(groups?))
+    }
 }
 
 /// Most records one purge step deletes (one step rides along each group commit, or runs

@@ -27,6 +27,11 @@ pub const ERROR_CODE_KEY: &str = "calm-code";
 /// index of its own record).
 pub const INDEX_KEY: &str = "calm-index";
 
+/// Marks a request made by a client in the server's own process (an embedded mount): set in
+/// the request's extensions, which never cross the wire, so no remote client can claim it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InProcess;
+
 /// The gRPC status standing for `error`.
 pub fn status_from_error(error: &MetaError) -> tonic::Status {
     use tonic::Code;
@@ -38,7 +43,9 @@ pub fn status_from_error(error: &MetaError) -> tonic::Status {
         }
         MetaError::Io(_) => Code::Unavailable,
         MetaError::Corrupt(_) => Code::DataLoss,
-        MetaError::ReadOnly(_) | MetaError::NotPermitted(_) => Code::PermissionDenied,
+        MetaError::ReadOnly(_) | MetaError::NotPermitted(_) | MetaError::Access(_) => {
+            Code::PermissionDenied
+        }
         MetaError::Busy(_) => Code::Aborted,
         _ => Code::FailedPrecondition,
     };
@@ -64,7 +71,13 @@ pub fn error_from_status(status: &tonic::Status) -> MetaError {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u32>().ok())
         .and_then(|code| MetaError::from_code(code, status.message()))
-        .unwrap_or_else(|| MetaError::Io(format!("{:?}: {}", status.code(), status.message())))
+        .unwrap_or_else(|| match status.code() {
+            // The server refused the client itself (who it is, or what it may call).
+            tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => {
+                MetaError::NotPermitted(status.message().to_string())
+            }
+            code => MetaError::Io(format!("{code:?}: {}", status.message())),
+        })
 }
 
 fn kind_from_wire(kind: u32) -> Result<Kind, MetaError> {

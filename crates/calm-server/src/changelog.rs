@@ -17,11 +17,14 @@ use tonic::{Request, Response, Status};
 #[derive(Debug)]
 pub struct ChangelogService<S: Store> {
     meta: Arc<Meta<S>>,
+    /// Readers are administered by administrators; records are read by mounts and
+    /// administrators (they name every change, in directories a user may not see).
+    auth: Arc<crate::auth::Auth>,
 }
 
 impl<S: Store> ChangelogService<S> {
-    pub fn new(meta: Arc<Meta<S>>) -> Self {
-        ChangelogService { meta }
+    pub fn new(meta: Arc<Meta<S>>, auth: Arc<crate::auth::Auth>) -> Self {
+        ChangelogService { meta, auth }
     }
 }
 
@@ -40,6 +43,7 @@ impl<S: Store> ChangelogRpc for ChangelogService<S> {
         &self,
         r: Request<pb::ClRegisterRequest>,
     ) -> Result<Response<pb::ClUser>, Status> {
+        self.auth.admin(&r, "registering a changelog reader")?;
         let r = r.into_inner();
         let result = match mask_from_wire(&r.mask) {
             Ok(mask) => self.meta.changelog_register(&r.name, mask).await,
@@ -52,11 +56,13 @@ impl<S: Store> ChangelogRpc for ChangelogService<S> {
         &self,
         r: Request<pb::ClUserRequest>,
     ) -> Result<Response<pb::ClUser>, Status> {
+        self.auth.admin(&r, "deregistering a changelog reader")?;
         let result = self.meta.changelog_deregister(r.into_inner().id).await;
         answer(result, |user| user_to_wire(&user))
     }
 
-    async fn users(&self, _: Request<pb::Empty>) -> Result<Response<pb::ClUsersReply>, Status> {
+    async fn users(&self, r: Request<pb::Empty>) -> Result<Response<pb::ClUsersReply>, Status> {
+        self.auth.trusted(&r, "the changelog's readers")?;
         answer(self.meta.changelog_users(), |users| {
             let global = users
                 .users
@@ -75,6 +81,7 @@ impl<S: Store> ChangelogRpc for ChangelogService<S> {
         &self,
         r: Request<pb::ClReadRequest>,
     ) -> Result<Response<pb::ClReadReply>, Status> {
+        self.auth.trusted(&r, "reading the changelog")?;
         let r = r.into_inner();
         let limit = |n: u32| if n == 0 { usize::MAX } else { n as usize };
         let follow = Follow {
@@ -104,6 +111,7 @@ impl<S: Store> ChangelogRpc for ChangelogService<S> {
     }
 
     async fn clear(&self, r: Request<pb::ClClearRequest>) -> Result<Response<pb::ClUser>, Status> {
+        self.auth.admin(&r, "clearing a changelog reader")?;
         let r = r.into_inner();
         let result = self.meta.changelog_clear(r.id, r.index).await;
         answer(result, |user| user_to_wire(&user))
@@ -113,6 +121,7 @@ impl<S: Store> ChangelogRpc for ChangelogService<S> {
         &self,
         r: Request<pb::ClMaskRequest>,
     ) -> Result<Response<pb::ClUser>, Status> {
+        self.auth.admin(&r, "changing a changelog reader's mask")?;
         let r = r.into_inner();
         let result = match mask_from_wire(&r.mask) {
             Ok(mask) => self.meta.changelog_set_mask(r.id, mask).await,

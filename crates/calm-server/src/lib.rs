@@ -19,24 +19,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use calm_meta::ops::{Done, Op};
-use calm_meta::{Caller, Meta, MetaError};
-use calm_proto::changelog::{GID_KEY, GROUPS_KEY, SESSION_KEY, UID_KEY};
+use calm_meta::{Meta, MetaError};
 use calm_proto::pb::changelog_server::ChangelogServer;
 use calm_proto::pb::locks_server::LocksServer;
 use calm_proto::pb::meta_server::{Meta as MetaRpc, MetaServer};
 use calm_proto::pb::watch_server::WatchServer;
 use calm_proto::{MESSAGE_BYTES_MAX, pb, status_from_error};
 use calm_store::Store;
-use tokio::net::TcpListener;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status};
 
+pub mod auth;
 pub mod changelog;
 pub mod data;
+pub mod listen;
 pub mod locks;
 pub mod orphans;
 pub mod targets;
+pub mod tls;
 pub mod watch;
 
 pub use changelog::ChangelogService;
@@ -46,13 +45,77 @@ pub use watch::{WatchHub, WatchService};
 /// Requests one client connection may have in flight at once.
 pub const STREAMS_PER_CONNECTION_MAX: usize = 1024;
 
+/// Name of the Unix socket a server listens on in its data directory.
+pub const SOCKET_FILE: &str = "calm.sock";
+
 /// Name of the lock file that keeps two servers off one data directory.
 pub const LOCK_FILE: &str = "calm.lock";
 
+/// Mode of a data directory: others may only reach the socket in it.
+pub const DATA_DIR_MODE: u32 = 0o711;
+
+/// Makes what the server creates from now on readable by its own user alone (umask 077: files
+/// 0600, directories 0700), whatever the caller's umask. Process-wide; called by `calm serve`
+/// and the embedded mount before they open anything.
+pub fn private_files() {
+    // SAFETY: umask(2) only sets the process's file creation mask.
+    unsafe { libc::umask(0o077) };
+}
+
+/// Creates the data directory (mode [`DATA_DIR_MODE`]) or checks an existing one: the
+/// directory itself and every entry in it but the socket must be closed to group and others
+/// (the store's files, its write-ahead log, the record log and object directories). Modes
+/// that are too open — a store made by an older calm, or changed by hand — are closed, each
+/// named in the returned list (the caller warns). Only the top level is read: what lies in
+/// the closed subdirectories cannot be reached by others whatever its own mode, and a start
+/// never walks the object tree.
+pub fn secure_data_dir(dir: &Path) -> Result<Vec<String>, String> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let mut fixed = Vec::new();
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(DATA_DIR_MODE)
+            .create(dir)
+            .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        // The mode as asked, whatever the umask.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DATA_DIR_MODE))
+            .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
+    let mut close = |path: &Path| -> Result<(), String> {
+        let meta =
+            std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mode = meta.permissions().mode() & 0o7777;
+        // The directory may keep search permission for others (the socket); a directory
+        // closed further by its administrator stays so.
+        let open = if path == dir { 0o066 } else { 0o077 };
+        if mode & open != 0 && !meta.file_type().is_symlink() {
+            let mode_now = mode & !open;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode_now))
+                .map_err(|e| format!("closing {}: {e}", path.display()))?;
+            fixed.push(format!("{} was {mode:o}, now {mode_now:o}", path.display()));
+        }
+        Ok(())
+    };
+    close(dir)?;
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+        if entry.file_name() == SOCKET_FILE {
+            continue;
+        }
+        close(&entry.path())?;
+    }
+    Ok(fixed)
+}
+
 /// Takes the data directory's lock, so that a second server on the same directory is refused
 /// with a clear error instead of sharing the store. Held for as long as the returned file lives.
+/// Creates the directory, or closes it to others ([`secure_data_dir`]).
 pub fn lock_data_dir(dir: &Path) -> Result<File, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    for fixed in secure_data_dir(dir)? {
+        tracing::warn!("data directory open to others: {fixed}");
+    }
     let path = dir.join(LOCK_FILE);
     let file = File::options()
         .create(true)
@@ -71,15 +134,19 @@ pub fn lock_data_dir(dir: &Path) -> Result<File, String> {
     }
 }
 
-/// The line `calm serve` prints once it accepts requests: `ready in N ms on ADDR`.
-pub fn ready_line(ready_ms: u64, addr: &std::net::SocketAddr) -> String {
-    format!("ready in {ready_ms} ms on {addr}")
+/// The line `calm serve` prints once it accepts requests: `ready in N ms on ADDR` (`and ADDR`
+/// for each further listener; the Unix socket first).
+pub fn ready_line(ready_ms: u64, addrs: &[String]) -> String {
+    format!("ready in {ready_ms} ms on {}", addrs.join(" and "))
 }
 
-/// Reads a [`ready_line`] back: the milliseconds and the address.
+/// Reads a [`ready_line`] back: the milliseconds and the last address (a TCP listener asked
+/// for, when there is one; else the Unix socket).
 pub fn parse_ready_line(line: &str) -> Option<(u64, String)> {
     match line.split_whitespace().collect::<Vec<_>>().as_slice() {
-        ["ready", "in", ms, "ms", "on", addr] => Some((ms.parse().ok()?, addr.to_string())),
+        ["ready", "in", ms, "ms", "on", addrs @ ..] if !addrs.is_empty() => {
+            Some((ms.parse().ok()?, addrs.last()?.to_string()))
+        }
         _ => None,
     }
 }
@@ -97,12 +164,15 @@ pub struct ServerInfo {
     /// The object store and the deleter's delay (absent: no deleter or compactor runs, as in
     /// tests of the namespace alone).
     pub data: Option<data::DataOptions>,
+    /// How clients become identities (root squash).
+    pub auth: auth::Auth,
 }
 
 /// The metadata service.
 #[derive(Debug)]
 pub struct MetaService<S: Store> {
     meta: Arc<Meta<S>>,
+    auth: Arc<auth::Auth>,
     locks: Arc<LockTable>,
     info: ServerInfo,
     data: Option<Arc<data::DataTasks>>,
@@ -113,12 +183,14 @@ pub struct MetaService<S: Store> {
 impl<S: Store> MetaService<S> {
     pub fn new(
         meta: Arc<Meta<S>>,
+        auth: Arc<auth::Auth>,
         locks: Arc<LockTable>,
         info: ServerInfo,
         data: Option<Arc<data::DataTasks>>,
     ) -> Self {
         Self {
             meta,
+            auth,
             locks,
             info,
             data,
@@ -192,52 +264,21 @@ fn done_removed(result: Result<Done, MetaError>) -> Result<pb::RemovedReply, Met
     })
 }
 
-/// Who asks, from the request's metadata (`calm-session`, `calm-uid`, `calm-gid`); recorded in
-/// changelog records. Absent or unreadable entries count as 0.
-fn caller_of<T>(request: &Request<T>) -> Caller {
-    fn get<N: std::str::FromStr + Default>(
-        metadata: &tonic::metadata::MetadataMap,
-        key: &str,
-    ) -> N {
-        metadata
-            .get(key)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_default()
-    }
-    let m = request.metadata();
-    let groups: Vec<u32> = m
-        .get(GROUPS_KEY)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| {
-            v.split(',')
-                .filter_map(|g| g.parse().ok())
-                .take(calm_meta::perm::GROUPS_MAX)
-                .collect()
-        })
-        .unwrap_or_default();
-    Caller {
-        session: get(m, SESSION_KEY),
-        uid: get(m, UID_KEY),
-        gid: get(m, GID_KEY),
-        groups: calm_meta::Groups::new(groups),
-    }
-}
-
 #[tonic::async_trait]
 impl<S: Store> MetaRpc for MetaService<S> {
     async fn lookup(&self, r: Request<pb::LookupRequest>) -> Result<Response<pb::Attr>, Status> {
-        let caller = caller_of(&r);
+        let caller = self.auth.caller(&r)?;
         let r = r.into_inner();
         self.answer(attr(self.meta.lookup_as(&caller, r.parent, &r.name)))
     }
 
     async fn get_attr(&self, r: Request<pb::HandleRequest>) -> Result<Response<pb::Attr>, Status> {
+        self.auth.identity(&r)?;
         self.answer(attr(self.meta.getattr(r.into_inner().handle)))
     }
 
     async fn set_attr(&self, r: Request<pb::SetAttrRequest>) -> Result<Response<pb::Attr>, Status> {
-        let caller = caller_of(&r);
+        let caller = self.auth.caller(&r)?;
         let r = r.into_inner();
         let truncate = r.size.is_some();
         let op = Op::SetAttr {
@@ -252,7 +293,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
     }
 
     async fn make(&self, r: Request<pb::MakeRequest>) -> Result<Response<pb::Attr>, Status> {
-        let caller = caller_of(&r);
+        let caller = self.auth.caller(&r)?;
         let r = r.into_inner();
         let result = match calm_proto::node_from_request(&r) {
             Ok(node) => {
@@ -270,7 +311,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
     }
 
     async fn link(&self, r: Request<pb::LinkRequest>) -> Result<Response<pb::Attr>, Status> {
-        let caller = caller_of(&r);
+        let caller = self.auth.caller(&r)?;
         let r = r.into_inner();
         let op = Op::Link {
             handle: r.handle,
@@ -284,7 +325,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         &self,
         r: Request<pb::RemoveRequest>,
     ) -> Result<Response<pb::RemovedReply>, Status> {
-        let caller = caller_of(&r);
+        let caller = self.auth.caller(&r)?;
         let r = r.into_inner();
         let op = Op::Unlink {
             parent: r.parent,
@@ -297,7 +338,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
     }
 
     async fn rmdir(&self, r: Request<pb::RemoveRequest>) -> Result<Response<pb::Empty>, Status> {
-        let caller = caller_of(&r);
+        let caller = self.auth.caller(&r)?;
         let r = r.into_inner();
         let op = Op::Rmdir {
             parent: r.parent,
@@ -310,7 +351,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         &self,
         r: Request<pb::RenameRequest>,
     ) -> Result<Response<pb::RemovedReply>, Status> {
-        let caller = caller_of(&r);
+        let caller = self.auth.caller(&r)?;
         let r = r.into_inner();
         let op = Op::Rename {
             parent: r.parent,
@@ -329,6 +370,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         &self,
         r: Request<pb::HandleRequest>,
     ) -> Result<Response<pb::ReadlinkReply>, Status> {
+        self.auth.identity(&r)?;
         let result = self.meta.readlink(r.into_inner().handle);
         self.answer(result.map(|target| pb::ReadlinkReply { target }))
     }
@@ -337,7 +379,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         &self,
         r: Request<pb::ReadDirRequest>,
     ) -> Result<Response<pb::ReadDirReply>, Status> {
-        let caller = caller_of(&r);
+        let caller = self.auth.caller(&r)?;
         let r = r.into_inner();
         let result = self
             .meta
@@ -351,7 +393,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         &self,
         r: Request<pb::SetXattrRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
-        let caller = caller_of(&r);
+        let caller = self.auth.caller(&r)?;
         let r = r.into_inner();
         let op = Op::SetXattr {
             handle: r.handle,
@@ -366,7 +408,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         &self,
         r: Request<pb::XattrRequest>,
     ) -> Result<Response<pb::XattrValue>, Status> {
-        let caller = caller_of(&r);
+        let caller = self.auth.caller(&r)?;
         let r = r.into_inner();
         let result = self.meta.getxattr_as(&caller, r.handle, &r.name);
         self.answer(result.map(|value| pb::XattrValue { value }))
@@ -376,7 +418,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         &self,
         r: Request<pb::HandleRequest>,
     ) -> Result<Response<pb::XattrNames>, Status> {
-        let caller = caller_of(&r);
+        let caller = self.auth.caller(&r)?;
         let result = self.meta.listxattr_as(&caller, r.into_inner().handle);
         self.answer(result.map(|names| pb::XattrNames { names }))
     }
@@ -385,7 +427,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         &self,
         r: Request<pb::XattrRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
-        let caller = caller_of(&r);
+        let caller = self.auth.caller(&r)?;
         let r = r.into_inner();
         let op = Op::RemoveXattr {
             handle: r.handle,
@@ -394,7 +436,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
         self.mutated(done_empty(self.meta.apply_as(caller, op).await))
     }
 
-    async fn stat_fs(&self, _: Request<pb::Empty>) -> Result<Response<pb::StatFsReply>, Status> {
+    async fn stat_fs(&self, r: Request<pb::Empty>) -> Result<Response<pb::StatFsReply>, Status> {
+        self.auth.identity(&r)?;
         self.answer(self.meta.statfs().map(|s| pb::StatFsReply {
             inodes: s.inodes,
             file_bytes: s.file_bytes,
@@ -403,7 +446,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
         }))
     }
 
-    async fn status(&self, _: Request<pb::Empty>) -> Result<Response<pb::StatusReply>, Status> {
+    async fn status(&self, r: Request<pb::Empty>) -> Result<Response<pb::StatusReply>, Status> {
+        self.auth.identity(&r)?;
         let locks = self.locks.stats();
         let result = self.meta.status().map(|s| pb::StatusReply {
             version: env!("CARGO_PKG_VERSION").to_string(),
@@ -449,8 +493,9 @@ impl<S: Store> MetaRpc for MetaService<S> {
 
     async fn data_info(
         &self,
-        _: Request<pb::Empty>,
+        r: Request<pb::Empty>,
     ) -> Result<Response<pb::DataInfoReply>, Status> {
+        self.auth.trusted(&r, "the object store's address")?;
         let result = self.meta.objects_url().and_then(|url| {
             let url =
                 url.ok_or_else(|| MetaError::Invalid("this namespace has no object store".into()))?;
@@ -468,7 +513,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
         &self,
         r: Request<pb::ReadMapRequest>,
     ) -> Result<Response<pb::ReadMapReply>, Status> {
-        let caller = caller_of(&r);
+        self.auth.trusted(&r, "read_map")?;
+        let caller = self.auth.caller(&r)?;
         let r = r.into_inner();
         let result = self
             .meta
@@ -488,7 +534,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
     }
 
     async fn write(&self, r: Request<pb::WriteRequest>) -> Result<Response<pb::Attr>, Status> {
-        let caller = caller_of(&r);
+        self.auth.trusted(&r, "write")?;
+        let caller = self.auth.caller(&r)?;
         let r = r.into_inner();
         let slices: Vec<_> = r.records.iter().map(calm_proto::slice_from_wire).collect();
         let mut chunks: Vec<u64> = slices.iter().map(|(c, _)| *c).collect();
@@ -503,7 +550,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
     }
 
     async fn append(&self, r: Request<pb::AppendRequest>) -> Result<Response<pb::Attr>, Status> {
-        let caller = caller_of(&r);
+        self.auth.trusted(&r, "append")?;
+        let caller = self.auth.caller(&r)?;
         let r = r.into_inner();
         let result = self.meta.append(caller, r.handle, r.id, r.size).await;
         self.mutated(attr(result))
@@ -513,6 +561,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         &self,
         r: Request<pb::AllocSlicesRequest>,
     ) -> Result<Response<pb::AllocSlicesReply>, Status> {
+        self.auth.trusted(&r, "alloc_slices")?;
         let result = self.meta.alloc_slices(r.into_inner().count).await;
         self.answer(result.map(|first| pb::AllocSlicesReply { first }))
     }
@@ -521,7 +570,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
         &self,
         r: Request<pb::HandleRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
-        let caller = caller_of(&r);
+        self.auth.trusted(&r, "release_orphan")?;
+        let caller = self.auth.caller(&r)?;
         let op = Op::ReleaseOrphan {
             handle: r.into_inner().handle,
             any_session: false,
@@ -535,7 +585,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
         &self,
         r: Request<pb::OrphansRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
-        let caller = caller_of(&r);
+        self.auth.trusted(&r, "claim_orphans")?;
+        let caller = self.auth.caller(&r)?;
         let op = Op::ClaimOrphans {
             handles: r.into_inner().handles,
         };
@@ -549,7 +600,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
 pub async fn serve<S: Store>(
     meta: Arc<Meta<S>>,
     info: ServerInfo,
-    listener: TcpListener,
+    listener: Vec<listen::Listener>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     Server::start(meta, info)
@@ -584,8 +635,15 @@ impl<S: Store> Server<S> {
             .clone()
             .map(|options| data::DataTasks::start(meta.clone(), options));
         let sweeper = tokio::spawn(orphans::sweep(meta.clone(), table.clone(), data.clone()));
-        let service = Arc::new(MetaService::new(meta.clone(), table.clone(), info, data));
-        let locks = Arc::new(LockService::new(meta.clone(), table));
+        let auth = Arc::new(info.auth.clone());
+        let service = Arc::new(MetaService::new(
+            meta.clone(),
+            auth.clone(),
+            table.clone(),
+            info,
+            data,
+        ));
+        let locks = Arc::new(LockService::new(meta.clone(), table, auth.clone()));
         let hub = WatchHub::new(meta.clone(), watch_limits);
         if let Err(e) = hub.resume().await {
             tracing::warn!(%e, "resuming the watch feed");
@@ -593,9 +651,9 @@ impl<S: Store> Server<S> {
         Server {
             meta: service,
             locks,
-            changelog: Arc::new(ChangelogService::new(meta)),
-            watch: Arc::new(WatchService::new(hub)),
-            targets: Arc::new(targets::TargetRegistry::new()),
+            changelog: Arc::new(ChangelogService::new(meta, auth.clone())),
+            watch: Arc::new(WatchService::new(hub, auth.clone())),
+            targets: Arc::new(targets::TargetRegistry::new(auth)),
             leases,
             sweeper,
         }
@@ -611,11 +669,11 @@ impl<S: Store> Server<S> {
         self.locks.clone()
     }
 
-    /// Serves every service on `listener` until `shutdown` completes; then stops accepting,
+    /// Serves every service on `listeners` until `shutdown` completes; then stops accepting,
     /// lets the requests in flight finish, stops the server's tasks and returns.
     pub async fn serve(
         self,
-        listener: TcpListener,
+        listeners: Vec<listen::Listener>,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), tonic::transport::Error> {
         let service = MetaServer::from_arc(self.meta.clone())
@@ -633,16 +691,14 @@ impl<S: Store> Server<S> {
         let changelog = ChangelogServer::from_arc(self.changelog.clone())
             .max_decoding_message_size(MESSAGE_BYTES_MAX)
             .max_encoding_message_size(MESSAGE_BYTES_MAX);
-        // Replies are small and latency-bound: without TCP_NODELAY, Nagle's algorithm holds a
-        // reply back until the client's delayed ACK (40 ms) whenever a previous segment is
-        // unacknowledged.
-        let incoming = TcpListenerStream::new(listener).map(|stream| {
-            let stream = stream?;
-            stream.set_nodelay(true)?;
-            Ok::<_, std::io::Error>(stream)
-        });
+        // Each connection comes with its peer (listen.rs; TCP with TCP_NODELAY: replies are
+        // small and latency-bound, and Nagle's algorithm would hold one back until the
+        // client's delayed ACK whenever a previous segment is unacknowledged).
+        let (incoming, accepting) = listen::incoming(listeners);
         let served = tonic::transport::Server::builder()
             .concurrency_limit_per_connection(STREAMS_PER_CONNECTION_MAX)
+            .http2_keepalive_interval(Some(listen::KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(listen::KEEPALIVE_TIMEOUT))
             .add_service(service)
             .add_service(locks)
             .add_service(changelog)
@@ -650,6 +706,9 @@ impl<S: Store> Server<S> {
             .add_service(targets)
             .serve_with_incoming_shutdown(incoming, shutdown)
             .await;
+        for task in accepting {
+            task.abort();
+        }
         self.leases.abort();
         self.sweeper.abort();
         served

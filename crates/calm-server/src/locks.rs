@@ -246,18 +246,86 @@ fn result_of_failure(failure: LockFailure) -> pb::LockResult {
 pub struct LockService<S: Store> {
     meta: Arc<Meta<S>>,
     table: Arc<LockTable>,
+    auth: Arc<crate::auth::Auth>,
+    /// Session → the identity that opened it (`Identity::key`): a session id alone grants
+    /// nothing; only its owner (or an administrator) uses or closes it.
+    owners: std::sync::Mutex<HashMap<SessionId, String>>,
 }
 
+/// Session owners remembered before the ended sessions are forgotten.
+pub const SESSION_OWNERS_MAX: usize = 4096;
+
 impl<S: Store> LockService<S> {
-    pub fn new(meta: Arc<Meta<S>>, table: Arc<LockTable>) -> Self {
-        LockService { meta, table }
+    pub fn new(meta: Arc<Meta<S>>, table: Arc<LockTable>, auth: Arc<crate::auth::Auth>) -> Self {
+        LockService {
+            meta,
+            table,
+            auth,
+            owners: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The identity of `request`, if it may use `session`: the one that opened it, or an
+    /// administrator.
+    fn owner_of<T>(
+        &self,
+        request: &Request<T>,
+        session: SessionId,
+    ) -> Result<crate::auth::Identity, Status> {
+        let identity = self.auth.identity(request)?;
+        let owner = self.owners.lock().expect("owners").get(&session).cloned();
+        match owner {
+            Some(owner) if owner == identity.key() => Ok(identity),
+            _ if identity.is_admin() => Ok(identity),
+            // Unknown to this server (ended, or never opened): the manager says so.
+            None => Ok(identity),
+            Some(_) => Err(Status::permission_denied(format!(
+                "lock session {session} belongs to another client"
+            ))),
+        }
     }
 
     /// A set names a file that exists (locks of a file unlinked while open stay until
-    /// released, as POSIX wants, but a new lock needs a live handle).
-    fn check_file(&self, request: &LockRequest) -> Result<(), LockFailure> {
+    /// released, as POSIX wants, but a new lock needs a live handle); a user (not a mount,
+    /// whose kernel checked the open file) needs read permission for a read lock and write
+    /// permission for a write lock, as fcntl asks of the descriptor.
+    fn check_file(
+        &self,
+        request: &LockRequest,
+        identity: &crate::auth::Identity,
+    ) -> Result<(), LockFailure> {
         match self.meta.getattr(request.resource) {
-            Ok(_) => Ok(()),
+            Ok(attr) => {
+                if let crate::auth::Identity::User {
+                    uid, gid, groups, ..
+                } = identity
+                {
+                    let caller = calm_meta::Caller {
+                        session: 0,
+                        uid: *uid,
+                        gid: *gid,
+                        groups: groups.clone(),
+                    };
+                    let owner = calm_meta::perm::Owner {
+                        kind: attr.kind,
+                        mode: attr.mode,
+                        uid: attr.uid,
+                        gid: attr.gid,
+                    };
+                    let allowed = match request.kind {
+                        calm_locks::LockKind::Read => {
+                            calm_meta::perm::may_read_contents(&caller, &owner)
+                        }
+                        calm_locks::LockKind::Write => {
+                            calm_meta::perm::may_write_contents(&caller, &owner)
+                        }
+                    };
+                    if let Err(error) = allowed {
+                        return Err(failure(LockCode::Invalid, error.to_string()));
+                    }
+                }
+                Ok(())
+            }
             Err(MetaError::NotFound | MetaError::Stale) => Err(failure(
                 LockCode::NoSuchFile,
                 format!("no file with handle {}", request.resource),
@@ -280,12 +348,21 @@ impl<S: Store> LocksRpc for LockService<S> {
         &self,
         r: Request<pb::OpenSessionRequest>,
     ) -> Result<Response<pb::SessionReply>, Status> {
+        let identity = self.auth.identity(&r)?;
         let lease_ms = r.into_inner().lease_ms;
         let session = {
             let mut inner = self.table.lock();
             inner.manager.open_session(self.table.now_ms(), lease_ms)
         }
         .map_err(|error| status_from_lock_failure(&LockFailure::from(&error)))?;
+        {
+            let mut owners = self.owners.lock().expect("owners");
+            if owners.len() >= SESSION_OWNERS_MAX {
+                let inner = self.table.lock();
+                owners.retain(|s, _| inner.manager.live(*s).is_ok());
+            }
+            owners.insert(session, identity.key().to_string());
+        }
         self.table.lease_changed.notify_one();
         Ok(Response::new(pb::SessionReply { session, lease_ms }))
     }
@@ -294,7 +371,8 @@ impl<S: Store> LocksRpc for LockService<S> {
         &self,
         r: Request<pb::SessionRequest>,
     ) -> Result<Response<pb::SessionReply>, Status> {
-        let session = r.into_inner().session;
+        let session = r.get_ref().session;
+        self.owner_of(&r, session)?;
         let mut inner = self.table.lock();
         let result = inner.manager.renew(session, self.table.now_ms());
         inner.deliver();
@@ -308,10 +386,13 @@ impl<S: Store> LocksRpc for LockService<S> {
         &self,
         r: Request<pb::SessionRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
-        let session = r.into_inner().session;
+        let session = r.get_ref().session;
+        self.owner_of(&r, session)?;
         let mut inner = self.table.lock();
         let result = inner.manager.close_session(session);
         inner.deliver();
+        drop(inner);
+        self.owners.lock().expect("owners").remove(&session);
         result.map_err(|error| status_from_lock_failure(&LockFailure::from(&error)))?;
         Ok(Response::new(pb::Empty {}))
     }
@@ -320,6 +401,7 @@ impl<S: Store> LocksRpc for LockService<S> {
         &self,
         r: Request<pb::LockBatch>,
     ) -> Result<Response<pb::LockBatchReply>, Status> {
+        let identity = self.owner_of(&r, r.get_ref().session)?;
         let batch = r.into_inner();
         if batch.ops.len() > LOCK_BATCH_OPS_MAX {
             return Err(status_from_lock_failure(&failure(
@@ -337,7 +419,7 @@ impl<S: Store> LocksRpc for LockService<S> {
             .map(|op| {
                 let call = parse(op)?;
                 if let Call::Set(request) = &call {
-                    self.check_file(request)?;
+                    self.check_file(request, &identity)?;
                 }
                 Ok(call)
             })
@@ -373,6 +455,7 @@ impl<S: Store> LocksRpc for LockService<S> {
     }
 
     async fn wait(&self, r: Request<pb::WaitRequest>) -> Result<Response<pb::LockResult>, Status> {
+        let identity = self.owner_of(&r, r.get_ref().session)?;
         let r = r.into_inner();
         let op = r.op.unwrap_or_default();
         let request = match parse(&op) {
@@ -385,7 +468,7 @@ impl<S: Store> LocksRpc for LockService<S> {
             }
             Err(failure) => return Ok(Response::new(result_of_failure(failure))),
         };
-        if let Err(failure) = self.check_file(&request) {
+        if let Err(failure) = self.check_file(&request, &identity) {
             return Ok(Response::new(result_of_failure(failure)));
         }
         let (sender, receiver) = oneshot::channel();
@@ -433,6 +516,7 @@ impl<S: Store> LocksRpc for LockService<S> {
         &self,
         r: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelReply>, Status> {
+        self.owner_of(&r, r.get_ref().session)?;
         let r = r.into_inner();
         let mut inner = self.table.lock();
         Self::session_ok(&inner, r.session)?;
@@ -452,6 +536,7 @@ impl<S: Store> LocksRpc for LockService<S> {
         &self,
         r: Request<pb::ListLocksRequest>,
     ) -> Result<Response<pb::ListLocksReply>, Status> {
+        self.auth.identity(&r)?;
         let resource = r.into_inner().resource;
         let inner = self.table.lock();
         let held = inner.manager.locks(resource);

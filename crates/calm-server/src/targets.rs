@@ -4,7 +4,7 @@
 //! (a map insert); a node's complete registration also drops its targets it no longer lists.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use calm_proto::pb;
@@ -18,11 +18,16 @@ pub const TARGETS_MAX: usize = 1 << 20;
 pub struct TargetRegistry {
     /// Target uuid → its latest registration.
     targets: Mutex<HashMap<String, pb::TargetEntry>>,
+    /// Registering needs an administrator (a node agent runs as root).
+    auth: Arc<crate::auth::Auth>,
 }
 
 impl TargetRegistry {
-    pub fn new() -> TargetRegistry {
-        TargetRegistry::default()
+    pub fn new(auth: Arc<crate::auth::Auth>) -> TargetRegistry {
+        TargetRegistry {
+            targets: Mutex::default(),
+            auth,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -46,6 +51,7 @@ impl TargetsRpc for TargetRegistry {
         &self,
         r: Request<pb::TargetRegistration>,
     ) -> Result<Response<pb::Empty>, Status> {
+        self.auth.admin(&r, "registering targets")?;
         let r = r.into_inner();
         if r.node.is_empty() {
             return Err(Status::invalid_argument("a registration names its node"));
@@ -73,7 +79,8 @@ impl TargetsRpc for TargetRegistry {
         Ok(Response::new(pb::Empty {}))
     }
 
-    async fn list(&self, _: Request<pb::Empty>) -> Result<Response<pb::TargetList>, Status> {
+    async fn list(&self, r: Request<pb::Empty>) -> Result<Response<pb::TargetList>, Status> {
+        self.auth.identity(&r)?;
         let mut list: Vec<pb::TargetEntry> = self
             .targets
             .lock()

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod certs;
 mod changelog;
 
 /// Counts live heap bytes so that `calm bench locks` can report memory per lock.
@@ -21,6 +22,10 @@ mod serve;
 mod status;
 mod watch;
 
+/// The server a command talks to when --server is not given: the Unix socket of the default
+/// data directory (as `scripts/run` and `calm serve` make it).
+const DEFAULT_SERVER: &str = "unix:calm-data/calm.sock";
+
 /// The metadata plane that stays fast as everything grows.
 #[derive(Debug, Parser)]
 #[command(name = "calm", version, about)]
@@ -33,10 +38,7 @@ struct Cli {
 enum Command {
     /// Run the metadata server (gRPC) on an embedded store.
     Serve {
-        /// Address to listen on (port 0 picks a free port; the ready line names it).
-        #[arg(long, default_value = "127.0.0.1:7420")]
-        listen: String,
-        /// Directory of the store (created when absent).
+        /// Directory of the store (created when absent), and of the Unix socket (calm.sock).
         #[arg(long, default_value = "./calm-data")]
         data: PathBuf,
         /// Keep the metadata on an etcd cluster instead of in --data:
@@ -51,7 +53,7 @@ enum Command {
     Mount(mount::MountArgs),
     /// Show a running server's counts and figures.
     Status {
-        #[arg(long, default_value = "127.0.0.1:7420")]
+        #[arg(long, default_value = DEFAULT_SERVER)]
         server: String,
         /// Print JSON instead of a table.
         #[arg(long)]
@@ -59,7 +61,7 @@ enum Command {
     },
     /// The metadata changelog: readers, records, clear.
     Changelog {
-        #[arg(long, default_value = "127.0.0.1:7420", global = true)]
+        #[arg(long, default_value = DEFAULT_SERVER, global = true)]
         server: String,
         #[command(subcommand)]
         command: changelog::ChangelogCommand,
@@ -68,7 +70,7 @@ enum Command {
     Locks {
         /// Path of the file inside calm's namespace, from its root (`/dir/file`).
         path: String,
-        #[arg(long, default_value = "127.0.0.1:7420")]
+        #[arg(long, default_value = DEFAULT_SERVER)]
         server: String,
         /// Print JSON instead of a table.
         #[arg(long)]
@@ -87,7 +89,7 @@ enum Command {
         /// Stop after this many changes.
         #[arg(long)]
         count: Option<u64>,
-        #[arg(long, default_value = "127.0.0.1:7420")]
+        #[arg(long, default_value = DEFAULT_SERVER)]
         server: String,
         /// JSON lines instead of changelog lines.
         #[arg(long)]
@@ -157,6 +159,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Make a CA and certificates for TLS listeners (--tls-cert) and their clients.
+    #[command(subcommand)]
+    Certs(certs::Certs),
     /// Reproduce a seed's experiment, with its baseline in the same run.
     #[command(subcommand)]
     Bench(bench::Bench),
@@ -174,13 +179,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Serve {
-            listen,
             data,
             store,
             changelog,
         } => match store {
-            Some(url) => serve::run_etcd(&listen, &url, &changelog, started),
-            None => serve::run(&listen, &data, &changelog, started),
+            Some(url) => serve::run_etcd(&url, &data, &changelog, started),
+            None => serve::run(&data, &changelog, started),
         },
         Command::Mount(args) => mount::run(&args, started),
         Command::Status { server, json } => status::run(&server, json),
@@ -228,6 +232,7 @@ fn main() -> ExitCode {
             delete,
             json,
         } => gc::run(&data, grace_s, delete, json),
+        Command::Certs(command) => certs::run(command),
         Command::Bench(bench) => bench::run(bench),
     };
     match outcome {

@@ -27,9 +27,15 @@ pub struct MountArgs {
     /// in MiB.
     #[arg(long, default_value_t = calm_fuse::contents::WRITE_BUFFER_BYTES_DEFAULT >> 20)]
     pub write_buffer_mib: u64,
-    /// With --embedded: the address the in-process server listens on.
-    #[arg(long, default_value = "127.0.0.1:7420")]
-    pub listen: String,
+    /// The CA that signed the server's certificate, for a --server over TLS (PEM).
+    #[arg(long, requires_all = ["tls_client_cert", "tls_client_key"])]
+    pub tls_ca: Option<PathBuf>,
+    /// This mount's client certificate (`calm certs issue DIR mount:NAME` makes one).
+    #[arg(long)]
+    pub tls_client_cert: Option<PathBuf>,
+    /// The key of --tls-client-cert.
+    #[arg(long)]
+    pub tls_client_key: Option<PathBuf>,
     /// Lease of the mount's lock session, in ms: a mount that dies loses its locks this long
     /// after its last renewal.
     #[arg(long, default_value_t = calm_fuse::locks::LEASE_MS_DEFAULT)]
@@ -63,6 +69,8 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
             args.mountpoint.display()
         );
     }
+    // The block cache holds file contents: readable by this user alone.
+    calm_server::private_files();
     let options = MountOptions {
         write_buffer_bytes: args.write_buffer_mib.saturating_mul(1 << 20),
         ttl: Duration::from_millis(args.ttl_ms),
@@ -75,8 +83,18 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
     match &args.embedded {
         None => {
             let server = args.server.as_deref().expect("checked above");
+            let tls = match (&args.tls_ca, &args.tls_client_cert, &args.tls_client_key) {
+                (Some(ca), Some(cert), Some(key)) => Some(calm_client::ClientTls {
+                    ca: ca.clone(),
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    domain: None,
+                }),
+                _ => None,
+            };
             runtime.block_on(mount_over(
                 server,
+                tls.as_ref(),
                 &args.mountpoint,
                 &options,
                 started,
@@ -85,10 +103,8 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
         }
         Some(dir) => {
             let embedded = crate::serve::Embedded::open(dir, &args.changelog)?;
-            let listener = runtime
-                .block_on(tokio::net::TcpListener::bind(&args.listen))
-                .with_context(|| format!("listening on {}", args.listen))?;
-            let addr = listener.local_addr()?;
+            let (listeners, addrs) =
+                runtime.block_on(args.changelog.listeners(&crate::serve::socket_of(dir)))?;
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             let server = runtime.block_on(calm_server::Server::start(
                 embedded.meta.clone(),
@@ -100,15 +116,16 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
                 meta: server.meta_service(),
                 locks: server.lock_service(),
             };
-            let server = runtime.spawn(server.serve(listener, async move {
+            let server = runtime.spawn(server.serve(listeners, async move {
                 let _ = stopped.await;
             }));
             let mounted = runtime.block_on(mount_over(
-                &addr.to_string(),
+                &addrs[0],
+                None,
                 &args.mountpoint,
                 &options,
                 started,
-                Some((addr, local)),
+                Some((addrs.join(" and "), local)),
             ));
             let _ = stop.send(());
             let served = runtime.block_on(server);
@@ -135,12 +152,13 @@ fn default_cache_dir() -> Option<PathBuf> {
 
 async fn mount_over(
     server: &str,
+    tls: Option<&calm_client::ClientTls>,
     mountpoint: &Path,
     options: &MountOptions,
     started: Instant,
-    serving: Option<(std::net::SocketAddr, calm_client::InProcess)>,
+    serving: Option<(String, calm_client::InProcess)>,
 ) -> anyhow::Result<()> {
-    let mut client = calm_client::Client::connect(server)
+    let mut client = calm_client::Client::connect_with(server, tls)
         .await
         .with_context(|| format!("connecting to {server}"))?;
     let serving = serving.map(|(addr, local)| {

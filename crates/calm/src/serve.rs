@@ -52,6 +52,24 @@ pub struct ServerArgs {
     /// name; past it the server destroys the unclaimed ones.
     #[arg(long, default_value_t = calm_server::orphans::CLAIM_GRACE_DEFAULT.as_secs())]
     pub orphan_claim_grace_s: u64,
+    /// Also listen on ADDR (may be given more than once): HOST:PORT, with TLS when
+    /// --tls-cert is given (required beyond loopback; plain TCP on loopback serves only the
+    /// superuser's connections), or unix:PATH. The Unix socket next to the store
+    /// (DATA/calm.sock) is always served: it tells the server who each local client is.
+    #[arg(long)]
+    pub listen: Vec<String>,
+    /// The server's certificate chain for TCP listeners (PEM; `calm certs` makes one).
+    #[arg(long, requires_all = ["tls_key", "tls_client_ca"])]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The key of --tls-cert (PEM).
+    #[arg(long)]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// The CA whose certificates clients must present (PEM).
+    #[arg(long)]
+    pub tls_client_ca: Option<std::path::PathBuf>,
+    /// Clients with a mount certificate (mount:NAME) act as nobody (65534) for their uid 0.
+    #[arg(long)]
+    pub root_squash: bool,
     /// Commit with LMDB's own synchronous commit instead of the write-ahead log (the default:
     /// one sequential write and fdatasync per commit, LMDB's pages written back at
     /// checkpoints, the changelog's records in segment files beside the B-tree).
@@ -126,10 +144,12 @@ pub struct Embedded {
     data: std::path::PathBuf,
     watch_limits: calm_watch::Limits,
     data_options: Option<calm_server::data::DataOptions>,
+    auth: calm_server::auth::Auth,
 }
 
 impl Embedded {
     pub fn open(data: &Path, changelog: &ServerArgs) -> anyhow::Result<Embedded> {
+        calm_server::private_files();
         let lock = lock_data_dir(data).map_err(|e| anyhow!(e))?;
         let options = LmdbOptions {
             wal: !changelog.no_wal,
@@ -155,6 +175,7 @@ impl Embedded {
             data: data.to_path_buf(),
             watch_limits: changelog.watch_limits(),
             data_options,
+            auth: changelog.auth(),
         })
     }
 
@@ -165,6 +186,7 @@ impl Embedded {
             ready_ms: started.elapsed().as_millis() as u64,
             watch_limits: self.watch_limits,
             data: self.data_options.clone(),
+            auth: self.auth.clone(),
         }
     }
 
@@ -178,26 +200,61 @@ impl Embedded {
     }
 }
 
-pub fn run(
-    listen: &str,
-    data: &Path,
-    changelog: &ServerArgs,
-    started: Instant,
-) -> anyhow::Result<ExitCode> {
+impl ServerArgs {
+    /// The Unix socket `socket` and every --listen address, bound; and their addresses as
+    /// clients name them.
+    pub async fn listeners(
+        &self,
+        socket: &Path,
+    ) -> anyhow::Result<(Vec<calm_server::listen::Listener>, Vec<String>)> {
+        let tls = match (&self.tls_cert, &self.tls_key, &self.tls_client_ca) {
+            (Some(cert), Some(key), Some(ca)) => Some(Arc::new(
+                calm_server::tls::TlsServer::new(cert, key, ca).map_err(|e| anyhow!(e))?,
+            )),
+            _ => None,
+        };
+        let mut listeners = Vec::new();
+        let mut addrs = Vec::new();
+        let socket = format!("unix:{}", socket.display());
+        for addr in std::iter::once(&socket).chain(&self.listen) {
+            let tls = if addr.starts_with("unix:") {
+                None
+            } else {
+                tls.clone()
+            };
+            let (listener, name) = calm_server::listen::bind(addr, tls)
+                .await
+                .map_err(|e| anyhow!(e))?;
+            listeners.push(listener);
+            addrs.push(name);
+        }
+        Ok((listeners, addrs))
+    }
+
+    pub fn auth(&self) -> calm_server::auth::Auth {
+        calm_server::auth::Auth {
+            root_squash: self.root_squash,
+        }
+    }
+}
+
+/// Where the Unix socket of a store in `data` is.
+pub fn socket_of(data: &Path) -> std::path::PathBuf {
+    data.join(calm_server::SOCKET_FILE)
+}
+
+pub fn run(data: &Path, changelog: &ServerArgs, started: Instant) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     let embedded = Embedded::open(data, changelog)?;
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind(listen))
-        .with_context(|| format!("listening on {listen}"))?;
-    let addr = listener.local_addr()?;
+    let (listeners, addrs) = runtime.block_on(changelog.listeners(&socket_of(data)))?;
     let info = embedded.info(started);
-    println!("{}", calm_server::ready_line(info.ready_ms, &addr));
+    println!("{}", calm_server::ready_line(info.ready_ms, &addrs));
     std::io::stdout().flush()?;
 
     runtime.block_on(calm_server::serve(
         embedded.meta.clone(),
         info,
-        listener,
+        listeners,
         shutdown_signal(),
     ))?;
     drop(runtime);
@@ -209,8 +266,8 @@ pub fn run(
 /// `calm serve --store etcd://…`: the namespace on an etcd cluster, which other servers may
 /// serve at the same time. Nothing is kept locally, so there is no data directory to lock.
 pub fn run_etcd(
-    listen: &str,
     url: &str,
+    socket_dir: &Path,
     changelog: &ServerArgs,
     started: Instant,
 ) -> anyhow::Result<ExitCode> {
@@ -232,23 +289,26 @@ pub fn run_etcd(
     let data = changelog.data_options(&meta)?;
     let meta = Arc::new(meta);
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind(listen))
-        .with_context(|| format!("listening on {listen}"))?;
-    let addr = listener.local_addr()?;
+    // Nothing of the namespace is kept in --data: only the Unix socket is there.
+    calm_server::private_files();
+    for fixed in calm_server::secure_data_dir(socket_dir).map_err(|e| anyhow!(e))? {
+        tracing::warn!("data directory open to others: {fixed}");
+    }
+    let (listeners, addrs) = runtime.block_on(changelog.listeners(&socket_of(socket_dir)))?;
     let info = ServerInfo {
         data_dir: url.to_string(),
         started,
         ready_ms: started.elapsed().as_millis() as u64,
         watch_limits: changelog.watch_limits(),
         data,
+        auth: changelog.auth(),
     };
-    println!("{}", calm_server::ready_line(info.ready_ms, &addr));
+    println!("{}", calm_server::ready_line(info.ready_ms, &addrs));
     std::io::stdout().flush()?;
     runtime.block_on(calm_server::serve(
         meta.clone(),
         info,
-        listener,
+        listeners,
         shutdown_signal(),
     ))?;
     drop(runtime);

@@ -180,10 +180,13 @@ impl Mount {
             let _ = child.wait();
             panic!("unexpected first line from calm mount: {line:?}");
         }
+        // "serving on unix:… and 127.0.0.1:PORT": the last one (the test's --listen, when
+        // it gave one).
         let addr = line
             .split("serving on ")
             .nth(1)
-            .map(|a| a.trim().to_string());
+            .and_then(|a| a.split_whitespace().last())
+            .map(str::to_string);
         Mount {
             child,
             stdout,

@@ -1,0 +1,328 @@
+//! Who a request acts for. The connection's [`Peer`] (decided when it was accepted) makes an
+//! [`Identity`]; the identity decides which uid, gid and groups the request's operations are
+//! checked with ([`Auth::caller`]) and which services it may use.
+//!
+//! - **Admin**: the server's own process (an embedded mount), the superuser of this machine
+//!   (on the Unix socket or on loopback), an `admin` certificate. Acts for any uid it names,
+//!   and may administer (changelog readers, targets, others' lock sessions).
+//! - **Mount**: a `mount:NAME` certificate. Acts for the uids of its kernel's callers, as an
+//!   NFS client host does; with `--root-squash` its uid 0 acts as nobody (65534).
+//! - **User**: any other local process (the kernel's SO_PEERCRED) or a `user:UID[:GID]`
+//!   certificate. Acts as that uid and nothing else, whatever a request claims; no data-plane
+//!   calls (it cannot reach the object store anyway), no administration.
+//!
+//! A request with no identity (no peer: it did not come through a listener, nor from this
+//! process) is refused.
+
+use calm_meta::{Caller, Groups};
+use calm_proto::changelog::{GID_KEY, GROUPS_KEY, SESSION_KEY, UID_KEY};
+use tonic::{Request, Status};
+
+use crate::listen::Peer;
+
+/// The uid and gid a squashed superuser acts as.
+pub const NOBODY: u32 = 65_534;
+
+/// What a client is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    Admin {
+        key: String,
+    },
+    Mount {
+        key: String,
+        squash: bool,
+    },
+    User {
+        key: String,
+        uid: u32,
+        gid: u32,
+        groups: Groups,
+    },
+}
+
+impl Identity {
+    /// Names the client, for what belongs to it (lock sessions).
+    pub fn key(&self) -> &str {
+        match self {
+            Identity::Admin { key } | Identity::Mount { key, .. } | Identity::User { key, .. } => {
+                key
+            }
+        }
+    }
+
+    pub fn is_admin(&self) -> bool {
+        matches!(self, Identity::Admin { .. })
+    }
+
+    /// May act for other uids (an administrator or a mount).
+    pub fn is_trusted(&self) -> bool {
+        !matches!(self, Identity::User { .. })
+    }
+}
+
+/// How the server turns peers into identities.
+#[derive(Debug, Clone, Default)]
+pub struct Auth {
+    /// Certificates of mounts have their uid 0 act as nobody.
+    pub root_squash: bool,
+}
+
+fn unauthenticated(why: &str) -> Status {
+    Status::unauthenticated(why.to_string())
+}
+
+fn denied(what: &str) -> Status {
+    Status::permission_denied(what.to_string())
+}
+
+impl Auth {
+    /// The identity `request` acts with.
+    pub fn identity<T>(&self, request: &Request<T>) -> Result<Identity, Status> {
+        if request
+            .extensions()
+            .get::<calm_proto::InProcess>()
+            .is_some()
+        {
+            return Ok(Identity::Admin {
+                key: "in-process".into(),
+            });
+        }
+        let Some(peer) = request.extensions().get::<Peer>() else {
+            return Err(unauthenticated("the request came through no listener"));
+        };
+        Ok(match peer {
+            Peer::Local { uid: 0, .. } | Peer::LoopbackRoot => Identity::Admin {
+                key: "uid:0".into(),
+            },
+            Peer::Local {
+                uid, gid, groups, ..
+            } => Identity::User {
+                key: format!("uid:{uid}"),
+                uid: *uid,
+                gid: *gid,
+                groups: groups.clone(),
+            },
+            Peer::Certificate { name } => self.certificate(name)?,
+        })
+    }
+
+    /// Whether `name` is one a client certificate may carry (what `calm certs` checks
+    /// before it issues one).
+    pub fn check_client_name(name: &str) -> Result<(), String> {
+        Auth::default()
+            .certificate(name)
+            .map(|_| ())
+            .map_err(|status| status.message().to_string())
+    }
+
+    fn certificate(&self, name: &str) -> Result<Identity, Status> {
+        let key = format!("cert:{name}");
+        if name == "admin" {
+            return Ok(Identity::Admin { key });
+        }
+        if let Some(mount) = name.strip_prefix("mount:")
+            && !mount.is_empty()
+        {
+            return Ok(Identity::Mount {
+                key,
+                squash: self.root_squash,
+            });
+        }
+        if let Some(ids) = name.strip_prefix("user:") {
+            let mut parts = ids.split(':').map(str::parse::<u32>);
+            let uid = parts.next().and_then(Result::ok);
+            let gid = parts.next().transpose().ok().flatten();
+            if let Some(uid) = uid
+                && parts.next().is_none()
+            {
+                return Ok(Identity::User {
+                    key,
+                    uid,
+                    gid: gid.unwrap_or(uid),
+                    groups: Groups::default(),
+                });
+            }
+        }
+        Err(unauthenticated(&format!(
+            "certificate name {name:?}: expected admin, mount:NAME or user:UID[:GID]"
+        )))
+    }
+
+    /// Who `request`'s operations are checked as: what it names (session, uid, gid, groups)
+    /// for an administrator or a mount (a mount's uid 0 squashed if so configured); the
+    /// user itself for a user, with the session it names.
+    pub fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
+        let claimed = claimed(request)?;
+        Ok(match self.identity(request)? {
+            Identity::Admin { .. } => claimed,
+            Identity::Mount { squash, .. } => {
+                if squash && claimed.uid == 0 {
+                    Caller {
+                        session: claimed.session,
+                        uid: NOBODY,
+                        gid: NOBODY,
+                        groups: Groups::default(),
+                    }
+                } else {
+                    claimed
+                }
+            }
+            Identity::User {
+                uid, gid, groups, ..
+            } => Caller {
+                session: claimed.session,
+                uid,
+                gid,
+                groups,
+            },
+        })
+    }
+
+    /// An administrator's request, else PERMISSION_DENIED naming `what`.
+    pub fn admin<T>(&self, request: &Request<T>, what: &str) -> Result<Identity, Status> {
+        let identity = self.identity(request)?;
+        if identity.is_admin() {
+            Ok(identity)
+        } else {
+            Err(denied(&format!("{what} needs an administrator")))
+        }
+    }
+
+    /// A mount's or an administrator's request, else PERMISSION_DENIED naming `what`.
+    pub fn trusted<T>(&self, request: &Request<T>, what: &str) -> Result<Identity, Status> {
+        let identity = self.identity(request)?;
+        if identity.is_trusted() {
+            Ok(identity)
+        } else {
+            Err(denied(&format!("{what} is for mounts and administrators")))
+        }
+    }
+}
+
+/// What a request names as its caller (`calm-session`, `calm-uid`, `calm-gid`,
+/// `calm-groups`); absent entries count as 0 (no groups). More than
+/// [`calm_meta::perm::GROUPS_MAX`] groups, or one that is not a number, is refused.
+fn claimed<T>(request: &Request<T>) -> Result<Caller, Status> {
+    fn get<N: std::str::FromStr + Default>(
+        metadata: &tonic::metadata::MetadataMap,
+        key: &str,
+    ) -> Result<N, Status> {
+        match metadata.get(key) {
+            None => Ok(N::default()),
+            Some(v) => v
+                .to_str()
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| Status::invalid_argument(format!("{key}: not a number"))),
+        }
+    }
+    let m = request.metadata();
+    let groups = match m.get(GROUPS_KEY) {
+        None => Vec::new(),
+        Some(v) => {
+            let text = v
+                .to_str()
+                .map_err(|_| Status::invalid_argument(format!("{GROUPS_KEY}: not text")))?;
+            let groups: Result<Vec<u32>, _> = text.split(',').map(str::parse).collect();
+            let groups = groups.map_err(|_| {
+                Status::invalid_argument(format!("{GROUPS_KEY}: not a list of numbers"))
+            })?;
+            if groups.len() > calm_meta::perm::GROUPS_MAX {
+                return Err(Status::invalid_argument(format!(
+                    "{} groups: at most {}",
+                    groups.len(),
+                    calm_meta::perm::GROUPS_MAX
+                )));
+            }
+            groups
+        }
+    };
+    Ok(Caller {
+        session: get(m, SESSION_KEY)?,
+        uid: get(m, UID_KEY)?,
+        gid: get(m, GID_KEY)?,
+        groups: Groups::new(groups),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from(peer: Peer, uid: u32) -> Request<()> {
+        let mut r = Request::new(());
+        r.extensions_mut().insert(peer);
+        r.metadata_mut()
+            .insert(UID_KEY, uid.to_string().parse().unwrap());
+        r.metadata_mut().insert(GID_KEY, "0".parse().unwrap());
+        r.metadata_mut().insert(GROUPS_KEY, "0,4".parse().unwrap());
+        r
+    }
+
+    #[test]
+    fn a_user_acts_as_itself_whatever_it_claims() {
+        let auth = Auth::default();
+        let peer = Peer::Local {
+            uid: 1000,
+            gid: 100,
+            pid: 1,
+            groups: Groups::new(vec![27]),
+        };
+        let caller = auth.caller(&from(peer.clone(), 0)).unwrap();
+        assert_eq!((caller.uid, caller.gid), (1000, 100));
+        assert_eq!(caller.groups.as_slice(), &[27]);
+        assert!(auth.admin(&from(peer.clone(), 0), "x").is_err());
+        assert!(auth.trusted(&from(peer, 0), "x").is_err());
+    }
+
+    #[test]
+    fn root_and_mounts_act_for_their_callers_and_squash_applies_to_mounts() {
+        let auth = Auth { root_squash: true };
+        let root = auth.caller(&from(Peer::LoopbackRoot, 0)).unwrap();
+        assert_eq!(root.uid, 0, "root on this machine is not squashed");
+        let mount = Peer::Certificate {
+            name: "mount:host1".into(),
+        };
+        assert_eq!(auth.caller(&from(mount.clone(), 1000)).unwrap().uid, 1000);
+        let squashed = auth.caller(&from(mount.clone(), 0)).unwrap();
+        assert_eq!((squashed.uid, squashed.gid), (NOBODY, NOBODY));
+        assert!(squashed.groups.as_slice().is_empty());
+        assert!(auth.trusted(&from(mount.clone(), 0), "x").is_ok());
+        assert!(auth.admin(&from(mount, 0), "x").is_err());
+    }
+
+    #[test]
+    fn certificate_names() {
+        let auth = Auth::default();
+        let cert = |name: &str| {
+            auth.identity(&from(
+                Peer::Certificate {
+                    name: name.to_string(),
+                },
+                0,
+            ))
+        };
+        assert!(cert("admin").unwrap().is_admin());
+        assert!(matches!(
+            cert("user:1000:100").unwrap(),
+            Identity::User {
+                uid: 1000,
+                gid: 100,
+                ..
+            }
+        ));
+        assert!(matches!(
+            cert("user:7").unwrap(),
+            Identity::User { uid: 7, gid: 7, .. }
+        ));
+        for bad in ["root", "mount:", "user:x", "user:1:2:3", ""] {
+            assert!(cert(bad).is_err(), "{bad}");
+        }
+        let nobody = Request::new(());
+        assert_eq!(
+            auth.identity(&nobody).unwrap_err().code(),
+            tonic::Code::Unauthenticated
+        );
+    }
+}

@@ -1,0 +1,534 @@
+//! The server's listeners, and who is at the other end of each connection, decided once when
+//! it is accepted (the requests then carry it: [`Peer`] is the connection's `ConnectInfo`).
+//!
+//! - A Unix socket (the default, next to the store): the kernel tells the peer's uid, gid and
+//!   pid (SO_PEERCRED).
+//! - TCP on a loopback address without TLS: the kernel's socket table tells which uid owns
+//!   the peer's socket (`/proc/net/tcp`, the peer is on this machine); only the superuser's
+//!   connections are taken, anyone else is told to use the Unix socket.
+//! - TCP with TLS: the client certificate, checked against the client CA, names the peer.
+//!
+//! Limits: [`CONNECTIONS_MAX`] open connections in all and [`CONNECTIONS_PER_PEER_MAX`] per
+//! peer (a uid, a certificate, an address); a TLS handshake must end within
+//! [`HANDSHAKE_TIMEOUT`], and a connection that sends nothing for [`IDLE_TIMEOUT`] (pings
+//! answered count) is closed. A connection over a limit is closed at once.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, UnixListener};
+use tonic::transport::server::Connected;
+
+/// Connections open at once, in all.
+pub const CONNECTIONS_MAX: usize = 4096;
+/// Connections open at once from one peer (uid, certificate or address).
+pub const CONNECTIONS_PER_PEER_MAX: usize = 256;
+/// How long a client has to finish its TLS handshake, and then to send its first bytes.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection may send nothing before it is closed. The server pings every
+/// client every [`KEEPALIVE_INTERVAL`], and a live client's answers count: only a peer that
+/// is gone or does not speak HTTP/2 is idle this long.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// How often the server pings a connection (HTTP/2 PING); a ping unanswered for
+/// [`KEEPALIVE_TIMEOUT`] closes it.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// See [`KEEPALIVE_INTERVAL`].
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Accepted connections waiting to be served (the accept loops wait past it).
+const ACCEPTED_QUEUE: usize = 64;
+
+/// Who is at the other end of a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Peer {
+    /// A process of this machine on the Unix socket, with its supplementary groups then.
+    Local {
+        uid: u32,
+        gid: u32,
+        pid: u32,
+        groups: calm_meta::Groups,
+    },
+    /// A socket of the superuser of this machine, over TCP on loopback.
+    LoopbackRoot,
+    /// A TLS client whose certificate (signed by the client CA) names it.
+    Certificate { name: String },
+}
+
+impl Peer {
+    /// What the per-peer connection limit counts by.
+    fn key(&self) -> String {
+        match self {
+            Peer::Local { uid, .. } => format!("uid:{uid}"),
+            Peer::LoopbackRoot => "uid:0".into(),
+            Peer::Certificate { name } => format!("cert:{name}"),
+        }
+    }
+}
+
+/// A listener the server accepts on.
+#[derive(Debug)]
+pub enum Listener {
+    Unix(UnixListener),
+    /// Plain TCP: loopback only (checked when the server starts).
+    Tcp(TcpListener),
+    /// TCP with TLS and client certificates.
+    Tls(TcpListener, Arc<crate::tls::TlsServer>),
+}
+
+trait Io: AsyncRead + AsyncWrite + Send {}
+impl<T: AsyncRead + AsyncWrite + Send> Io for T {}
+
+/// An accepted stream and its peer, or nothing when the peer was refused.
+type Accepted = std::io::Result<Option<(Pin<Box<dyn Io>>, Peer)>>;
+
+/// One accepted connection and its peer; leaves the connection counts when dropped.
+pub struct Conn {
+    io: Pin<Box<dyn Io>>,
+    peer: Peer,
+    _counted: Counted,
+    /// When the connection is closed unless it sends something before.
+    idle: Idle,
+}
+
+/// The idle timer of a connection: it fires [`HANDSHAKE_TIMEOUT`] after the connection was
+/// taken if nothing came by then, and [`IDLE_TIMEOUT`] after the last bytes read otherwise.
+/// Reads only note the time; the timer is moved when it fires early.
+struct Idle {
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    last_read: Option<tokio::time::Instant>,
+}
+
+impl Idle {
+    fn new() -> Idle {
+        Idle {
+            sleep: Box::pin(tokio::time::sleep(HANDSHAKE_TIMEOUT)),
+            last_read: None,
+        }
+    }
+
+    /// Whether the connection has been idle too long (registers the waker otherwise).
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        loop {
+            if self.sleep.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            match self.last_read {
+                Some(at) if at + IDLE_TIMEOUT > tokio::time::Instant::now() => {
+                    self.sleep.as_mut().reset(at + IDLE_TIMEOUT);
+                }
+                _ => return true,
+            }
+        }
+    }
+}
+
+impl Conn {
+    fn new(io: Pin<Box<dyn Io>>, peer: Peer, counted: Counted) -> Conn {
+        Conn {
+            io,
+            peer,
+            _counted: counted,
+            idle: Idle::new(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn").field("peer", &self.peer).finish()
+    }
+}
+
+impl Connected for Conn {
+    type ConnectInfo = Peer;
+
+    fn connect_info(&self) -> Peer {
+        self.peer.clone()
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        match self.io.as_mut().poll_read(cx, buf) {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                self.idle.last_read = Some(tokio::time::Instant::now());
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending if self.idle.expired(cx) => {
+                tracing::info!(peer = ?self.peer, "idle connection closed");
+                Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connection idle for too long",
+                )))
+            }
+            other => other,
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.io.as_mut().poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.io.as_mut().poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.io.as_mut().poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        self.io.as_mut().poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+/// Open connections, in all and per peer.
+#[derive(Debug, Default)]
+struct Counts {
+    total: usize,
+    per_peer: HashMap<String, usize>,
+}
+
+/// A place in the connection counts, given back when dropped.
+struct Counted {
+    counts: Arc<Mutex<Counts>>,
+    key: String,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock().expect("counts");
+        counts.total -= 1;
+        if let Some(n) = counts.per_peer.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                counts.per_peer.remove(&self.key);
+            }
+        }
+    }
+}
+
+fn count(counts: &Arc<Mutex<Counts>>, peer: &Peer) -> Option<Counted> {
+    let key = peer.key();
+    let mut c = counts.lock().expect("counts");
+    let mine = c.per_peer.get(&key).copied().unwrap_or(0);
+    if c.total >= CONNECTIONS_MAX || mine >= CONNECTIONS_PER_PEER_MAX {
+        return None;
+    }
+    c.total += 1;
+    *c.per_peer.entry(key.clone()).or_default() += 1;
+    Some(Counted {
+        counts: counts.clone(),
+        key,
+    })
+}
+
+/// Binds `addr`: `unix:PATH` (a socket anyone on this machine may connect to; the kernel
+/// tells who they are), or `HOST:PORT` (TLS with `tls`; without, only on a loopback
+/// address). Returns the listener and its address as clients name it (`unix:/abs/path`,
+/// `HOST:PORT` with the port picked when 0 was asked for).
+pub async fn bind(
+    addr: &str,
+    tls: Option<Arc<crate::tls::TlsServer>>,
+) -> Result<(Listener, String), String> {
+    if let Some(path) = addr.strip_prefix("unix:") {
+        let path = std::path::absolute(path).map_err(|e| format!("{addr}: {e}"))?;
+        if path.exists() {
+            // A socket left by a server that died: nobody answers it any more.
+            if tokio::net::UnixStream::connect(&path).await.is_ok() {
+                return Err(format!(
+                    "{}: another server is listening there",
+                    path.display()
+                ));
+            }
+            std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        let listener = UnixListener::bind(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        return Ok((Listener::Unix(listener), format!("unix:{}", path.display())));
+    }
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("listening on {addr}: {e}"))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| format!("listening on {addr}: {e}"))?;
+    match tls {
+        Some(tls) => Ok((Listener::Tls(listener, tls), local.to_string())),
+        None if local.ip().is_loopback() => Ok((Listener::Tcp(listener), local.to_string())),
+        None => Err(format!(
+            "{local}: a TCP listener beyond loopback needs TLS (--tls-cert, --tls-key, \
+             --tls-client-ca): without it anyone who reaches the port could claim any uid"
+        )),
+    }
+}
+
+/// The connections accepted on every listener, each with its peer, as tonic takes them.
+pub fn incoming(
+    listeners: Vec<Listener>,
+) -> (
+    tokio_stream::wrappers::ReceiverStream<std::io::Result<Conn>>,
+    Vec<tokio::task::JoinHandle<()>>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(ACCEPTED_QUEUE);
+    let counts = Arc::new(Mutex::new(Counts::default()));
+    let tasks = listeners
+        .into_iter()
+        .map(|listener| tokio::spawn(accept_loop(listener, tx.clone(), counts.clone())))
+        .collect();
+    (tokio_stream::wrappers::ReceiverStream::new(rx), tasks)
+}
+
+async fn accept_loop(
+    listener: Listener,
+    tx: tokio::sync::mpsc::Sender<std::io::Result<Conn>>,
+    counts: Arc<Mutex<Counts>>,
+) {
+    loop {
+        let accepted: Accepted = match &listener {
+            Listener::Unix(l) => match l.accept().await {
+                Ok((stream, _)) => Ok(local_peer(&stream).map(|peer| {
+                    let io: Pin<Box<dyn Io>> = Box::pin(stream);
+                    (io, peer)
+                })),
+                Err(e) => Err(e),
+            },
+            Listener::Tcp(l) => match l.accept().await {
+                Ok((stream, addr)) => {
+                    let _ = stream.set_nodelay(true);
+                    Ok(loopback_root(&stream, addr).map(|peer| {
+                        let io: Pin<Box<dyn Io>> = Box::pin(stream);
+                        (io, peer)
+                    }))
+                }
+                Err(e) => Err(e),
+            },
+            Listener::Tls(l, tls) => match l.accept().await {
+                Ok((stream, addr)) => {
+                    let _ = stream.set_nodelay(true);
+                    // The handshake runs on a task of its own: a slow client holds up no one.
+                    let (tls, tx, counts) = (tls.clone(), tx.clone(), counts.clone());
+                    tokio::spawn(async move {
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
+                            Ok(Ok((io, name))) => {
+                                let peer = Peer::Certificate { name };
+                                if let Some(counted) = count(&counts, &peer) {
+                                    let conn = Conn::new(Box::pin(io), peer, counted);
+                                    let _ = tx.send(Ok(conn)).await;
+                                } else {
+                                    tracing::warn!(%addr, "TLS connection over the limits");
+                                }
+                            }
+                            Ok(Err(e)) => tracing::info!(%addr, %e, "TLS client refused"),
+                            Err(_) => tracing::info!(%addr, "TLS handshake timed out"),
+                        }
+                    });
+                    continue;
+                }
+                Err(e) => Err(e),
+            },
+        };
+        match accepted {
+            Ok(Some((io, peer))) => match count(&counts, &peer) {
+                Some(counted) => {
+                    let conn = Conn::new(io, peer, counted);
+                    if tx.send(Ok(conn)).await.is_err() {
+                        return;
+                    }
+                }
+                None => tracing::warn!(?peer, "connection over the limits closed"),
+            },
+            Ok(None) => {}
+            Err(e) => {
+                // EMFILE and the like: wait a little rather than spin.
+                tracing::warn!(%e, "accepting a connection");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        if tx.is_closed() {
+            return;
+        }
+    }
+}
+
+fn local_peer(stream: &tokio::net::UnixStream) -> Option<Peer> {
+    match stream.peer_cred() {
+        Ok(cred) => {
+            let pid = cred.pid().unwrap_or(0).max(0) as u32;
+            // The groups the process has now; a process that changes them reconnects.
+            let groups = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .ok()
+                .and_then(|status| calm_meta::Groups::from_proc_status(&status))
+                .unwrap_or_default();
+            Some(Peer::Local {
+                uid: cred.uid(),
+                gid: cred.gid(),
+                pid,
+                groups,
+            })
+        }
+        Err(e) => {
+            tracing::warn!(%e, "the peer of a Unix connection is unknown: closed");
+            None
+        }
+    }
+}
+
+/// A plain TCP connection is taken only from the superuser's socket on loopback.
+fn loopback_root(stream: &tokio::net::TcpStream, peer: SocketAddr) -> Option<Peer> {
+    if !peer.ip().is_loopback() {
+        tracing::warn!(%peer, "plain TCP from another machine: closed (TLS is required)");
+        return None;
+    }
+    let local = stream.local_addr().ok()?;
+    match socket_owner(peer, local) {
+        Some(0) => Some(Peer::LoopbackRoot),
+        Some(uid) => {
+            tracing::info!(
+                %peer,
+                uid,
+                "plain TCP from an unprivileged user: closed (the Unix socket tells who it is)"
+            );
+            None
+        }
+        None => {
+            tracing::warn!(%peer, "the owner of a loopback connection is unknown: closed");
+            None
+        }
+    }
+}
+
+/// The uid owning the TCP socket whose local end is `their` and remote end `ours`, from the
+/// kernel's socket tables.
+fn socket_owner(their: SocketAddr, ours: SocketAddr) -> Option<u32> {
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        if let Some(uid) = owner_in(&text, their, ours) {
+            return Some(uid);
+        }
+    }
+    None
+}
+
+/// [`socket_owner`] in the text of one table.
+fn owner_in(table: &str, their: SocketAddr, ours: SocketAddr) -> Option<u32> {
+    let (local, remote) = (proc_addr(their), proc_addr(ours));
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let matches = fields.get(1).is_some_and(|l| local.iter().any(|a| a == l))
+            && fields.get(2).is_some_and(|r| remote.iter().any(|a| a == r));
+        if matches {
+            fields.get(7)?.parse().ok()
+        } else {
+            None
+        }
+    })
+}
+
+/// How `/proc/net/tcp{,6}` writes `addr` (IPv4 in tcp and as a mapped address in tcp6).
+fn proc_addr(addr: SocketAddr) -> Vec<String> {
+    let port = addr.port();
+    let v6 = |bytes: [u8; 16]| {
+        let words: String = bytes
+            .chunks(4)
+            .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
+            .collect();
+        format!("{words}:{port:04X}")
+    };
+    match addr.ip() {
+        IpAddr::V4(ip) => vec![
+            format!("{:08X}:{port:04X}", u32::from_ne_bytes(ip.octets())),
+            v6(ip.to_ipv6_mapped().octets()),
+        ],
+        IpAddr::V6(ip) => match ip.to_ipv4_mapped() {
+            Some(v4) => proc_addr(SocketAddr::new(IpAddr::V4(v4), port)),
+            None => vec![v6(ip.octets())],
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_owner_of_a_loopback_socket_is_found() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let client = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (server, peer) = listener.accept().await.unwrap();
+            assert_eq!(peer, client.local_addr().unwrap());
+            let uid = socket_owner(peer, server.local_addr().unwrap());
+            // SAFETY: getuid(2) cannot fail.
+            assert_eq!(uid, Some(unsafe { libc::getuid() }));
+        });
+    }
+
+    #[test]
+    fn a_proc_table_line_is_read() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when \
+                     retrnsmt   uid  timeout inode\n   0: 0100007F:C350 0100007F:1F90 01 \
+                     00000000:00000000 00:00000000 00000000  1000        0 12345\n";
+        let their: SocketAddr = "127.0.0.1:50000".parse().unwrap();
+        let ours: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        assert_eq!(owner_in(table, their, ours), Some(1000));
+        assert_eq!(owner_in(table, ours, their), None);
+    }
+
+    #[test]
+    fn connections_are_counted_per_peer() {
+        let counts = Arc::new(Mutex::new(Counts::default()));
+        let peer = Peer::Local {
+            uid: 7,
+            gid: 7,
+            pid: 1,
+            groups: calm_meta::Groups::default(),
+        };
+        let held: Vec<Counted> = (0..CONNECTIONS_PER_PEER_MAX)
+            .map(|_| count(&counts, &peer).expect("under the limit"))
+            .collect();
+        assert!(
+            count(&counts, &peer).is_none(),
+            "one over the per-peer limit"
+        );
+        assert!(
+            count(&counts, &Peer::LoopbackRoot).is_some(),
+            "another peer"
+        );
+        drop(held);
+        assert!(count(&counts, &peer).is_some(), "given back when closed");
+    }
+}
