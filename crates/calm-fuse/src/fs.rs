@@ -159,7 +159,12 @@ pub struct CalmFs {
 }
 
 fn errno(e: &MetaError) -> Errno {
-    Errno::from_i32(e.errno())
+    let errno = e.errno();
+    // The application sees a code only; what went wrong inside goes to the mount's log.
+    if errno == libc::EIO || errno == libc::EROFS {
+        tracing::warn!(error = %e, "a request failed");
+    }
+    Errno::from_i32(errno)
 }
 
 fn time(ns: i64) -> SystemTime {

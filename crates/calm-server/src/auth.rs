@@ -104,6 +104,7 @@ impl Auth {
                 groups: groups.clone(),
             },
             Peer::Certificate { name } => self.certificate(name)?,
+            Peer::Refused { why, .. } => return Err(unauthenticated(why)),
         })
     }
 

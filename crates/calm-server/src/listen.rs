@@ -57,6 +57,9 @@ pub enum Peer {
     LoopbackRoot,
     /// A TLS client whose certificate (signed by the client CA) names it.
     Certificate { name: String },
+    /// A connection that is served only to be told why each request is refused (so that the
+    /// client sees the reason, not a closed connection).
+    Refused { key: String, why: String },
 }
 
 impl Peer {
@@ -66,6 +69,7 @@ impl Peer {
             Peer::Local { uid, .. } => format!("uid:{uid}"),
             Peer::LoopbackRoot => "uid:0".into(),
             Peer::Certificate { name } => format!("cert:{name}"),
+            Peer::Refused { key, .. } => format!("refused:{key}"),
         }
     }
 }
@@ -410,12 +414,14 @@ fn loopback_root(stream: &tokio::net::TcpStream, peer: SocketAddr) -> Option<Pee
     match socket_owner(peer, local) {
         Some(0) => Some(Peer::LoopbackRoot),
         Some(uid) => {
-            tracing::info!(
-                %peer,
-                uid,
-                "plain TCP from an unprivileged user: closed (the Unix socket tells who it is)"
-            );
-            None
+            tracing::info!(%peer, uid, "plain TCP from an unprivileged user: refused");
+            Some(Peer::Refused {
+                key: format!("uid:{uid}"),
+                why: format!(
+                    "plain TCP is taken from the superuser only (this connection is uid {uid}'s): \
+                     connect to the server's Unix socket, which tells the server who you are"
+                ),
+            })
         }
         None => {
             tracing::warn!(%peer, "the owner of a loopback connection is unknown: closed");

@@ -106,8 +106,36 @@ fn map_err(error: heed::Error) -> StoreError {
         heed::Error::Io(io) if io.raw_os_error() == Some(libc_enospc()) => {
             StoreError::Full(io.to_string())
         }
+        // LMDB's own calls report errno as their code (a commit's page writes).
+        heed::Error::Mdb(MdbError::Other(code)) if code == libc_enospc() => {
+            StoreError::Full(format!("LMDB: {}", MdbError::Other(code)))
+        }
         other => StoreError::Io(other.to_string()),
     }
+}
+
+/// Free bytes under which a write that failed is taken for a lack of room.
+const NO_ROOM_BYTES: u64 = 4 << 20;
+
+/// Whether the file system of `dir` is (nearly) full, for the process's user (the superuser
+/// may use the blocks reserved for it).
+fn no_room(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statvfs(3) writes into the zeroed struct we own; `path` is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    // SAFETY: geteuid(2) has no preconditions.
+    let blocks = if unsafe { libc::geteuid() } == 0 {
+        st.f_bfree
+    } else {
+        st.f_bavail
+    };
+    (blocks as u64).saturating_mul(st.f_frsize as u64) < NO_ROOM_BYTES
 }
 
 /// ENOSPC on every Linux architecture.
@@ -410,6 +438,8 @@ pub struct LmdbTxn<'s> {
     txn: RwTxn<'s>,
     db: Database<Bytes, Bytes>,
     poisoned: &'s AtomicBool,
+    /// The store's directory (what a failed commit asks for its free space).
+    dir: &'s Path,
     /// With a write-ahead log: the log (locked for the whole transaction) and this
     /// transaction's changes, in order, as its record.
     wal: Option<(MutexGuard<'s, Wal>, Vec<u8>)>,
@@ -654,8 +684,14 @@ impl WriteTxn for LmdbTxn<'_> {
     }
 
     fn commit(self) -> Result<()> {
+        // A store that is full stays usable: the failed commit wrote nothing that counts (LMDB
+        // aborts a transaction whose pages could not be written, and raises its own fatal
+        // flag, seen by the next `begin`, when a meta page could not), and the next commit
+        // is tried once room is back. Any other failure poisons the store.
         let poison = |error: StoreError| {
-            self.poisoned.store(true, Ordering::SeqCst);
+            if !matches!(error, StoreError::Full(_)) {
+                self.poisoned.store(true, Ordering::SeqCst);
+            }
             error
         };
         let Some((mut wal, record)) = self.wal else {
@@ -674,28 +710,42 @@ impl WriteTxn for LmdbTxn<'_> {
         // Then the record log's files, past what readers see; then LMDB's commit and the
         // record log's new bounds, together for readers (a snapshot sees both or neither).
         let txn = self.txn;
+        let dir = self.dir;
+        // LMDB's commit here only writes pages (no sync: NO_SYNC), and a failed one is
+        // aborted whole (pages it wrote are free pages no snapshot sees; a failed meta page
+        // write sets LMDB's fatal flag, seen by the next `begin`). So the store stays usable.
+        // LMDB reports a short write as EIO: on a file system without room, that is ENOSPC.
+        let lmdb_commit = || {
+            txn.commit().map_err(|error| match map_err(error) {
+                StoreError::Io(message) if no_room(dir) => StoreError::Full(message),
+                other => other,
+            })
+        };
         let committed = match self.log {
-            Some(own) if own.pending.changed() => own
-                .log
-                .publish(own.pending, || txn.commit().map_err(map_err)),
-            _ => txn.commit().map_err(map_err),
+            Some(own) if own.pending.changed() => own.log.publish(own.pending, lmdb_commit),
+            _ => lmdb_commit(),
         };
         if let Err(error) = committed {
-            // The record must not be replayed for a commit reported failed.
-            let cancelled = wal.cancel(at);
-            return Err(poison(match cancelled {
+            // The record must not be replayed for a commit reported failed (and the next
+            // record goes where it was). Once it is cancelled, the store is as it was.
+            return Err(match wal.cancel(at) {
                 Ok(()) => error,
-                Err(cancel) => StoreError::Io(format!("{error}; and then {cancel}")),
-            }));
+                Err(cancel) => poison(StoreError::Io(format!("{error}; and then {cancel}"))),
+            });
         }
         if wal.applied(at, record.len(), self.log_bytes)
             && let Err(error) = wal.checkpoint()
         {
             // The commit itself is durable (its record) and applied; what failed is making
             // LMDB durable. The previous checkpoint and its pin still stand, so a restart
-            // replays from there; until then no write is taken.
-            tracing::error!(%error, "checkpoint failed: the store takes no more writes");
-            self.poisoned.store(true, Ordering::SeqCst);
+            // replays from there. Out of room, the next commit tries again; after a failed
+            // sync no write is taken.
+            if matches!(error, StoreError::Full(_)) {
+                tracing::warn!(%error, "checkpoint postponed: no room");
+            } else {
+                tracing::error!(%error, "checkpoint failed: the store takes no more writes");
+                self.poisoned.store(true, Ordering::SeqCst);
+            }
         }
         Ok(())
     }
@@ -746,6 +796,7 @@ impl Store for LmdbStore {
             txn,
             db: self.db,
             poisoned: &self.poisoned,
+            dir: &self.path,
             wal,
             log,
             log_bytes: 0,

@@ -60,8 +60,13 @@ pub const SPARE_SEGMENTS_MAX: usize = 2;
 const VISIT_RECORDS_MAX: u64 = 4096;
 const VISIT_BYTES_MAX: u64 = 1 << 20;
 
+/// An I/O error as the store reports it: ENOSPC from anything but a sync is
+/// [`StoreError::Full`] (Linux's local file systems reserve space when data is written, so a
+/// write that fails for room wrote nothing that counts, and the commit can be tried again);
+/// a failed sync is never `Full`, whatever its errno, because the kernel may have dropped the
+/// dirty pages it could not write (the caller poisons the store).
 fn io(what: &str, path: &Path, error: std::io::Error) -> StoreError {
-    if error.raw_os_error() == Some(28) {
+    if error.raw_os_error() == Some(28) && !what.starts_with("syncing") {
         return StoreError::Full(format!("{what} {}: {error}", path.display()));
     }
     StoreError::Io(format!("{what} {}: {error}", path.display()))

@@ -74,8 +74,13 @@ const OP_DELETE: u8 = 2;
 const OP_LOG_APPEND: u8 = 3;
 const OP_LOG_PURGE: u8 = 4;
 
+/// An I/O error as the store reports it: ENOSPC from anything but a sync is
+/// [`StoreError::Full`] (Linux's local file systems reserve space when data is written, so a
+/// write that fails for room wrote nothing that counts, and the commit can be tried again);
+/// a failed sync is never `Full`, whatever its errno, because the kernel may have dropped the
+/// dirty pages it could not write (the caller poisons the store).
 fn io(what: &str, path: &Path, error: std::io::Error) -> StoreError {
-    if error.raw_os_error() == Some(28) {
+    if error.raw_os_error() == Some(28) && !what.starts_with("syncing") {
         return StoreError::Full(format!("{what} {}: {error}", path.display()));
     }
     StoreError::Io(format!("{what} {}: {error}", path.display()))
@@ -612,10 +617,12 @@ impl Wal {
                 .map_err(|e| io("growing", &path, e))?;
             self.lengths[self.active] = grown;
         }
+        // A record that fails to be written is overwritten by the next one (the offset does
+        // not move); one whose sync fails is of unknown fate, and the store is poisoned.
         segment
             .write_all_at(&record, at)
-            .and_then(|()| segment.sync_data())
             .map_err(|e| io("writing", &path, e))?;
+        segment.sync_data().map_err(|e| io("syncing", &path, e))?;
         Ok(at)
     }
 
@@ -637,7 +644,7 @@ impl Wal {
         segment
             .write_all_at(&[0u8; HEADER_BYTES], at)
             .and_then(|()| segment.sync_data())
-            .map_err(|e| io("cancelling a record in", &path, e))
+            .map_err(|e| io("syncing (cancelling a record in)", &path, e))
     }
 
     /// Makes LMDB durable at its last commit and records it as the checkpoint: pin the

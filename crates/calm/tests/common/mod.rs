@@ -116,8 +116,10 @@ pub struct Mount {
     pub stdout: BufReader<ChildStdout>,
     /// The mount point (mounted only inside the namespace).
     pub mnt: PathBuf,
-    /// The in-process server's address, with --embedded.
+    /// The in-process server's address, with --embedded (the last it serves on).
     pub addr: Option<String>,
+    /// Its Unix socket, with --embedded.
+    pub socket: Option<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -187,11 +189,16 @@ impl Mount {
             .nth(1)
             .and_then(|a| a.split_whitespace().last())
             .map(str::to_string);
+        let socket = line
+            .split_whitespace()
+            .find(|word| word.starts_with("unix:"))
+            .map(str::to_string);
         Mount {
             child,
             stdout,
             mnt,
             addr,
+            socket,
             _dir: dir,
         }
     }
