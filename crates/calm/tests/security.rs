@@ -696,3 +696,51 @@ fn a_full_store_answers_enospc_keeps_reading_and_takes_writes_when_room_is_back(
         "{stdout}"
     );
 }
+
+#[test]
+fn permission_cases_give_the_same_results_as_tmpfs_for_root_and_two_users() {
+    let mount = Mount::embedded(&["--allow-other"]);
+    let out = mount.sh_ok(
+        "chmod 755 \"$MNT\"
+         tmp=$(mktemp -d); mount -t tmpfs calm-test-tmpfs \"$tmp\"
+         python3 \"$PROGRAMS/permissions.py\" \"$tmp\" > \"$tmp.tmpfs\"
+         python3 \"$PROGRAMS/permissions.py\" \"$MNT\" > \"$tmp.calm\"
+         umount \"$tmp\"; rmdir \"$tmp\"
+         echo ===tmpfs; cat \"$tmp.tmpfs\"; echo ===calm; cat \"$tmp.calm\"; rm \"$tmp.tmpfs\" \"$tmp.calm\"",
+    );
+    let (tmpfs, calm) = out.split_once("===calm\n").expect("both outputs");
+    let tmpfs = tmpfs.strip_prefix("===tmpfs\n").expect("tmpfs output");
+    assert!(lines(tmpfs).len() >= 3 * 45, "every case ran:\n{tmpfs}");
+    for errno in ["EACCES", "EPERM"] {
+        assert!(tmpfs.contains(errno), "{errno} cases are exercised");
+    }
+    let mut differ = Vec::new();
+    for (t, c) in lines(tmpfs).iter().zip(lines(calm)) {
+        if c != *t {
+            differ.push(format!("tmpfs {t}\ncalm  {c}"));
+        }
+    }
+    assert!(differ.is_empty(), "calm differs from tmpfs:\n{}", differ.join("\n"));
+    assert_eq!(lines(calm).len(), lines(tmpfs).len());
+
+    // POSIX ACLs are refused clearly (tmpfs has them; calm does not check them, so it does
+    // not pretend to keep them).
+    let acl = mount.sh_ok(
+        r#"touch acl && python3 -c 'import errno, os, struct
+acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", t, p, 0xFFFFFFFF)
+      for t, p in ((1, 6), (4, 4), (0x20, 4)))
+for name in ("system.posix_acl_access", "system.posix_acl_default"):
+    try:
+        os.setxattr("acl" if name.endswith("access") else ".", name, acl)
+        print(name, "kept")
+    except OSError as e:
+        print(name, errno.errorcode[e.errno])'"#,
+    );
+    assert_eq!(
+        lines(&acl),
+        [
+            "system.posix_acl_access ENOTSUP",
+            "system.posix_acl_default ENOTSUP"
+        ]
+    );
+}
