@@ -29,6 +29,7 @@ pub mod mount;
 pub mod plot;
 pub mod startup;
 pub mod storm;
+pub mod transport;
 
 use std::time::Duration;
 

@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use calm_meta::{Handle, Meta, MetaError, MetaOptions, ROOT};
+use calm_meta::ops::{Done, Op};
+use calm_meta::{Caller, Handle, Meta, MetaError, MetaOptions, NewNode, ROOT};
 use calm_store::Store;
 use calm_store::lmdb::{LmdbOptions, LmdbStore};
 use serde::Serialize;
@@ -36,6 +37,20 @@ pub struct MdtestOptions {
     /// Run calm's LMDB modes a second time with LMDB's own synchronous commit (store
     /// "lmdb-sync"; "lmdb" commits through the write-ahead log).
     pub lmdb_sync: bool,
+    /// Measure what the permission checks cost: calm's LMDB modes act as an unprivileged
+    /// caller (uid 1000, 16 supplementary groups, in directories it owns), twice with the
+    /// checks and twice without, alternately (rows with `checks` "on" and "off").
+    pub check_cost: bool,
+}
+
+/// The unprivileged caller of `--check-cost`.
+fn unprivileged() -> Caller {
+    Caller {
+        session: 0,
+        uid: 1000,
+        gid: 1000,
+        groups: calm_meta::Groups::new((2000..2016).collect()),
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -50,6 +65,9 @@ pub struct MdtestResult {
     pub files: u64,
     pub seconds: f64,
     pub ops_per_sec: f64,
+    /// With `--check-cost`: "on" or "off" (the permission checks); otherwise "on" (the
+    /// caller is the superuser, whose checks pass at once).
+    pub checks: &'static str,
 }
 
 const OPS: [&str; 3] = ["create", "stat", "unlink"];
@@ -116,6 +134,7 @@ fn row(
         files,
         seconds,
         ops_per_sec: files as f64 / seconds.max(1e-9),
+        checks: "on",
     }
 }
 
@@ -228,43 +247,86 @@ fn open_meta_store(
     Ok((work, Arc::new(meta)))
 }
 
+/// `caller` makes a directory (`dir`) or a file with permission bits `mode` named `name` in
+/// `parent`.
+async fn make_as<S: Store>(
+    meta: &Meta<S>,
+    caller: &Caller,
+    parent: Handle,
+    name: Vec<u8>,
+    (dir, mode): (bool, u32),
+) -> Result<Handle, MetaError> {
+    let node = match dir {
+        true => NewNode::dir(mode, caller.uid, caller.gid),
+        false => NewNode::file(mode, caller.uid, caller.gid),
+    };
+    let op = Op::Make {
+        parent,
+        name,
+        node,
+        exclusive: true,
+    };
+    match meta.apply_as(caller.clone(), op).await? {
+        Done::Attr(attr) => Ok(attr.handle),
+        other => Err(MetaError::Io(format!("a make answered {other:?}"))),
+    }
+}
+
 async fn inprocess<S: Store>(
     options: &MdtestOptions,
     clients: usize,
     per_client: u64,
     (store, meta): (&'static str, Arc<Meta<S>>),
+    caller: &Caller,
 ) -> Result<Vec<MdtestResult>, String> {
     let mut dirs: Vec<Handle> = Vec::new();
+    // The caller's directories, in one of the superuser's where everyone may make them.
+    let top = make_as(
+        &meta,
+        &Caller::default(),
+        ROOT,
+        b"top".to_vec(),
+        (true, 0o777),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     for c in 0..dir_count(options, clients) {
+        let name = format!("dir.{c}").into_bytes();
         dirs.push(
-            meta.mkdir(ROOT, format!("dir.{c}").as_bytes(), 0o755)
+            make_as(&meta, caller, top, name, (true, 0o755))
                 .await
-                .map_err(|e| e.to_string())?
-                .handle,
+                .map_err(|e| e.to_string())?,
         );
     }
     let dirs = Arc::new(dirs);
     let files = per_client * clients as u64;
-    let (m, d) = (meta.clone(), dirs.clone());
+    let (m, d, who) = (meta.clone(), dirs.clone(), caller.clone());
     let create = phase(clients, per_client, move |c, i| {
-        let (m, d) = (m.clone(), d.clone());
+        let (m, d, who) = (m.clone(), d.clone(), who.clone());
         async move {
-            m.create(d[c % d.len()], &name(c, i), 0o644)
+            make_as(&m, &who, d[c % d.len()], name(c, i), (false, 0o644))
                 .await
                 .map(|_| ())
         }
     })
     .await?;
-    let (m, d) = (meta.clone(), dirs.clone());
+    let (m, d, who) = (meta.clone(), dirs.clone(), caller.clone());
     let stat = phase(clients, per_client, move |c, i| {
-        let (m, d) = (m.clone(), d.clone());
-        async move { m.lookup(d[c % d.len()], &name(c, i)).map(|_| ()) }
+        let (m, d, who) = (m.clone(), d.clone(), who.clone());
+        async move { m.lookup_as(&who, d[c % d.len()], &name(c, i)).map(|_| ()) }
     })
     .await?;
-    let (m, d) = (meta.clone(), dirs.clone());
+    let (m, d, who) = (meta.clone(), dirs.clone(), caller.clone());
     let unlink = phase(clients, per_client, move |c, i| {
-        let (m, d) = (m.clone(), d.clone());
-        async move { m.unlink(d[c % d.len()], &name(c, i)).await }
+        let (m, d, who) = (m.clone(), d.clone(), who.clone());
+        async move {
+            let op = Op::Unlink {
+                parent: d[c % d.len()],
+                name: name(c, i),
+                keep: Vec::new(),
+            };
+            m.apply_as(who, op).await.map(|_| ())
+        }
     })
     .await?;
     Ok([create, stat, unlink]
@@ -289,19 +351,32 @@ async fn grpc<S: Store>(
     clients: usize,
     per_client: u64,
     (store, meta): (&'static str, Arc<Meta<S>>),
+    caller: &Caller,
 ) -> Result<Vec<MdtestResult>, String> {
     let server = InProcessServer::start(meta.clone()).await?;
     let addr = server.addr.clone();
     let mut conns = Vec::new();
     let mut dirs = Vec::new();
+    let top = make_as(
+        &meta,
+        &Caller::default(),
+        ROOT,
+        b"top".to_vec(),
+        (true, 0o777),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     for c in 0..clients {
+        // The benchmark is the superuser of this machine on loopback: it may act for the
+        // caller it names.
         let client = calm_client::Client::connect(&addr)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.to_string())?
+            .with_caller(caller.clone());
         if c < dir_count(options, clients) {
             dirs.push(
                 client
-                    .mkdir(ROOT, format!("dir.{c}").as_bytes(), 0o755)
+                    .mkdir(top, format!("dir.{c}").as_bytes(), 0o755)
                     .await
                     .map_err(|e| e.to_string())?
                     .handle,
@@ -436,19 +511,52 @@ pub fn run(options: &MdtestOptions) -> Result<Vec<MdtestResult>, String> {
             ));
         }
         let lmdb_stores = [("lmdb", true), ("lmdb-sync", false)];
-        for (store, wal) in lmdb_stores
-            .into_iter()
-            .filter(|(_, wal)| *wal || options.lmdb_sync)
-        {
-            let (_work, meta) = open_meta_with(&options.dir, wal)?;
-            results.extend(runtime.block_on(inprocess(
-                options,
-                clients,
-                per_client,
-                (store, meta),
-            ))?);
-            let (_work, meta) = open_meta_with(&options.dir, wal)?;
-            results.extend(runtime.block_on(grpc(options, clients, per_client, (store, meta)))?);
+        let root = Caller::default();
+        if options.check_cost {
+            // With and without the checks, alternately (the machine's drift falls on both).
+            let user = unprivileged();
+            for checks in [true, false, true, false] {
+                calm_meta::perm::set_checks_for_benchmark(checks);
+                let label = if checks { "on" } else { "off" };
+                let (_work, meta) = open_meta_with(&options.dir, true)?;
+                let rows = runtime.block_on(inprocess(
+                    options,
+                    clients,
+                    per_client,
+                    ("lmdb", meta),
+                    &user,
+                ));
+                let (_work, meta) = open_meta_with(&options.dir, true)?;
+                let grpc_rows =
+                    runtime.block_on(grpc(options, clients, per_client, ("lmdb", meta), &user));
+                calm_meta::perm::set_checks_for_benchmark(true);
+                for mut row in rows?.into_iter().chain(grpc_rows?) {
+                    row.checks = label;
+                    results.push(row);
+                }
+            }
+        } else {
+            for (store, wal) in lmdb_stores
+                .into_iter()
+                .filter(|(_, wal)| *wal || options.lmdb_sync)
+            {
+                let (_work, meta) = open_meta_with(&options.dir, wal)?;
+                results.extend(runtime.block_on(inprocess(
+                    options,
+                    clients,
+                    per_client,
+                    (store, meta),
+                    &root,
+                ))?);
+                let (_work, meta) = open_meta_with(&options.dir, wal)?;
+                results.extend(runtime.block_on(grpc(
+                    options,
+                    clients,
+                    per_client,
+                    (store, meta),
+                    &root,
+                ))?);
+            }
         }
         if let Some(url) = &options.etcd {
             let meta = open_etcd(url)?;
@@ -457,11 +565,138 @@ pub fn run(options: &MdtestOptions) -> Result<Vec<MdtestResult>, String> {
                 clients,
                 per_client,
                 ("etcd", meta),
+                &root,
             ))?);
             let meta = open_etcd(url)?;
-            results.extend(runtime.block_on(grpc(options, clients, per_client, ("etcd", meta)))?);
+            results.extend(runtime.block_on(grpc(
+                options,
+                clients,
+                per_client,
+                ("etcd", meta),
+                &root,
+            ))?);
         }
         results.extend(kernel(options, clients, per_client)?);
     }
     Ok(results)
+}
+
+/// The table of `results`: one row each, with its rate against the kernel's in the same
+/// round; then, with `--check-cost`, what the checks cost each mode and operation (the mean
+/// of the rounds without them against the mean of the rounds with them).
+pub fn table(results: &[MdtestResult]) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{:>13} {:>8} {:>7} {:>7} {:>6} {:>8} {:>9} {:>12} {:>14}",
+        "mode", "store", "op", "dirs", "checks", "clients", "files", "ops/s", "vs tmpfs"
+    )];
+    for r in results {
+        let baseline = results
+            .iter()
+            .find(|b| b.mode == "kernel-tmpfs" && b.op == r.op && b.clients == r.clients)
+            .map_or(f64::NAN, |b| r.ops_per_sec / b.ops_per_sec);
+        lines.push(format!(
+            "{:>13} {:>8} {:>7} {:>7} {:>6} {:>8} {:>9} {:>12.0} {:>13.2}x",
+            r.mode, r.store, r.op, r.dirs, r.checks, r.clients, r.files, r.ops_per_sec, baseline
+        ));
+    }
+    let costs = check_costs(results);
+    if !costs.is_empty() {
+        lines.push(String::new());
+        lines.push(format!(
+            "{:>13} {:>7} {:>8} {:>14} {:>14} {:>8}",
+            "mode", "op", "clients", "checks ops/s", "without ops/s", "cost"
+        ));
+        for c in costs {
+            lines.push(format!(
+                "{:>13} {:>7} {:>8} {:>14.0} {:>14.0} {:>7.1}%",
+                c.mode,
+                c.op,
+                c.clients,
+                c.with,
+                c.without,
+                c.cost * 100.0
+            ));
+        }
+    }
+    lines
+}
+
+/// What the permission checks cost one mode's operation at one client count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckCost {
+    pub mode: &'static str,
+    pub op: &'static str,
+    pub clients: usize,
+    /// Mean rate of the rounds with the checks, and without.
+    pub with: f64,
+    pub without: f64,
+    /// `1 - with / without`: the share of the rate the checks take (negative: within noise).
+    pub cost: f64,
+}
+
+/// The cost of the checks from `--check-cost` rows (none without them).
+pub fn check_costs(results: &[MdtestResult]) -> Vec<CheckCost> {
+    let mut costs = Vec::new();
+    for r in results.iter().filter(|r| r.checks == "off") {
+        if costs
+            .iter()
+            .any(|c: &CheckCost| c.mode == r.mode && c.op == r.op && c.clients == r.clients)
+        {
+            continue;
+        }
+        let mean = |checks: &str| {
+            let rates: Vec<f64> = results
+                .iter()
+                .filter(|x| {
+                    x.mode == r.mode && x.op == r.op && x.clients == r.clients && x.checks == checks
+                })
+                .map(|x| x.ops_per_sec)
+                .collect();
+            rates.iter().sum::<f64>() / rates.len().max(1) as f64
+        };
+        let (with, without) = (mean("on"), mean("off"));
+        costs.push(CheckCost {
+            mode: r.mode,
+            op: r.op,
+            clients: r.clients,
+            with,
+            without,
+            cost: 1.0 - with / without,
+        });
+    }
+    costs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(mode: &'static str, op: &'static str, checks: &'static str, rate: f64) -> MdtestResult {
+        MdtestResult {
+            checks,
+            ..row(mode, "lmdb", op, "shared", 4, rate as u64, 1.0)
+        }
+    }
+
+    #[test]
+    fn the_cost_of_the_checks_is_the_mean_without_against_the_mean_with() {
+        let results = [
+            r("inprocess", "create", "on", 90.0),
+            r("inprocess", "create", "off", 100.0),
+            r("inprocess", "create", "on", 94.0),
+            r("inprocess", "create", "off", 100.0),
+            r("grpc", "stat", "on", 50.0),
+            r("grpc", "stat", "off", 40.0),
+            r("kernel-tmpfs", "stat", "on", 1000.0),
+        ];
+        let costs = check_costs(&results);
+        assert_eq!(costs.len(), 2);
+        assert_eq!((costs[0].mode, costs[0].op), ("inprocess", "create"));
+        assert_eq!((costs[0].with, costs[0].without), (92.0, 100.0));
+        assert!((costs[0].cost - 0.08).abs() < 1e-9);
+        // Faster with the checks: a negative cost (noise), reported as it is.
+        assert!((costs[1].cost + 0.25).abs() < 1e-9);
+        assert!(check_costs(&results[6..]).is_empty());
+        assert!(table(&results).iter().any(|l| l.contains("8.0%")));
+    }
 }

@@ -199,6 +199,19 @@ pub enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// 10 000 stats over one connection: the Unix socket, plain TCP on loopback and mutual
+    /// TLS, in turn, against one server in this process.
+    Transport {
+        #[arg(long, default_value_t = 10_000)]
+        stats: u64,
+        /// Rounds of the three transports, in turn.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        #[arg(long, default_value_os_t = std::env::temp_dir())]
+        dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
     /// create, stat and unlink rates in-process, over gRPC and on the kernel's tmpfs.
     Mdtest {
         /// Concurrent clients, comma-separated for several rounds.
@@ -221,6 +234,10 @@ pub enum Bench {
         /// `calm serve --no-wal`).
         #[arg(long)]
         no_wal: bool,
+        /// Measure what the server's permission checks cost: an unprivileged caller, with the
+        /// checks and without (this benchmark's process only), alternately.
+        #[arg(long, conflicts_with = "no_wal")]
+        check_cost: bool,
         #[arg(long)]
         json: bool,
     },
@@ -647,6 +664,22 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 .map_err(|e| anyhow!(e))?;
             }
         }
+        Bench::Transport {
+            stats,
+            rounds,
+            dir,
+            json,
+        } => {
+            let results =
+                calm_bench::transport::run(&dir, stats, rounds).map_err(|e| anyhow!(e))?;
+            table(json, &calm_bench::transport::table(&results));
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"bench": "transport", "results": results})
+                );
+            }
+        }
         Bench::Mdtest {
             clients,
             files,
@@ -655,6 +688,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             unique_dir,
             store,
             no_wal,
+            check_cost,
             json,
         } => {
             let options = mdtest::MdtestOptions {
@@ -665,22 +699,10 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 unique_dir,
                 etcd: store,
                 lmdb_sync: no_wal,
+                check_cost,
             };
             let results = mdtest::run(&options).map_err(|e| anyhow!(e))?;
-            let mut lines = vec![format!(
-                "{:>13} {:>8} {:>7} {:>7} {:>8} {:>9} {:>12} {:>14}",
-                "mode", "store", "op", "dirs", "clients", "files", "ops/s", "vs tmpfs"
-            )];
-            for r in &results {
-                let baseline = results
-                    .iter()
-                    .find(|b| b.mode == "kernel-tmpfs" && b.op == r.op && b.clients == r.clients)
-                    .map_or(f64::NAN, |b| r.ops_per_sec / b.ops_per_sec);
-                lines.push(format!(
-                    "{:>13} {:>8} {:>7} {:>7} {:>8} {:>9} {:>12.0} {:>13.2}x",
-                    r.mode, r.store, r.op, r.dirs, r.clients, r.files, r.ops_per_sec, baseline
-                ));
-            }
+            let lines = mdtest::table(&results);
             table(json, &lines);
             if json {
                 println!(

@@ -720,7 +720,11 @@ fn permission_cases_give_the_same_results_as_tmpfs_for_root_and_two_users() {
             differ.push(format!("tmpfs {t}\ncalm  {c}"));
         }
     }
-    assert!(differ.is_empty(), "calm differs from tmpfs:\n{}", differ.join("\n"));
+    assert!(
+        differ.is_empty(),
+        "calm differs from tmpfs:\n{}",
+        differ.join("\n")
+    );
     assert_eq!(lines(calm).len(), lines(tmpfs).len());
 
     // POSIX ACLs are refused clearly (tmpfs has them; calm does not check them, so it does
