@@ -748,3 +748,170 @@ for name in ("system.posix_acl_access", "system.posix_acl_default"):
         ]
     );
 }
+
+/// One etcd member speaking TLS only, with client certificates required; killed when dropped.
+struct TlsEtcd {
+    child: std::process::Child,
+    endpoint: String,
+}
+
+impl Drop for TlsEtcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+#[test]
+fn the_etcd_store_speaks_tls_with_a_client_certificate_and_etcd_users() {
+    use calm_store::{ReadTxn, Store, WriteTxn};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let certs = tmp.path().join("certs");
+    certificates(&certs);
+    let c = |name: &str| certs.join(name).to_string_lossy().into_owned();
+    let (client, peer) = (free_port(), free_port());
+    let endpoint = format!("https://127.0.0.1:{client}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let log = std::fs::File::create(tmp.path().join("etcd.log")).expect("log");
+    let etcd = TlsEtcd {
+        child: Command::new("etcd")
+            .args(["--name", "m0", "--data-dir"])
+            .arg(tmp.path().join("etcd"))
+            .args(["--listen-client-urls", &endpoint])
+            .args(["--advertise-client-urls", &endpoint])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("m0={peer_url}")])
+            .args([
+                "--cert-file",
+                &c("server.pem"),
+                "--key-file",
+                &c("server-key.pem"),
+            ])
+            .args(["--client-cert-auth", "--trusted-ca-file", &c("ca.pem")])
+            .args(["--log-level", "warn"])
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("etcd"),
+        endpoint,
+    };
+    let etcdctl = |args: &[&str]| {
+        let mut last = None;
+        // The member may still be starting.
+        for _ in 0..100 {
+            let out = Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["--endpoints", &etcd.endpoint, "--cacert", &c("ca.pem")])
+                .args(["--cert", &c("admin.pem"), "--key", &c("admin-key.pem")])
+                .args(["--user", "root:rootpw"])
+                .args(args)
+                .output()
+                .expect("etcdctl");
+            if out.status.success() {
+                return;
+            }
+            last = Some(out);
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("etcdctl {args:?}: {last:?}");
+    };
+    // Users: root (to administer), and calm, which may read and write under its prefix only.
+    etcdctl(&["user", "add", "root:rootpw"]);
+    etcdctl(&["user", "grant-role", "root", "root"]);
+    etcdctl(&["user", "add", "calm:calmpw"]);
+    etcdctl(&["role", "add", "calm"]);
+    etcdctl(&[
+        "role",
+        "grant-permission",
+        "calm",
+        "--prefix=true",
+        "readwrite",
+        "sec",
+    ]);
+    etcdctl(&["user", "grant-role", "calm", "calm"]);
+    etcdctl(&["auth", "enable"]);
+    std::fs::write(tmp.path().join("pw"), "calmpw\n").expect("password file");
+    std::fs::write(tmp.path().join("bad"), "nope\n").expect("password file");
+    let hosts = etcd.endpoint.trim_start_matches("https://");
+    let url = |prefix: &str, query: &str| {
+        format!(
+            "etcd+https://{hosts}/{prefix}?retry-ms-max=2000&tls-ca={}{query}",
+            c("ca.pem")
+        )
+    };
+    let with_cert = format!(
+        "&tls-cert={}&tls-key={}",
+        c("user-4242.pem"),
+        c("user-4242-key.pem")
+    );
+    let password = |file: &str| {
+        format!(
+            "&user=calm&password-file={}",
+            tmp.path().join(file).display()
+        )
+    };
+    let connect = |url: &str| {
+        let options = calm_store_etcd::EtcdOptions::from_url(url).expect("a good URL");
+        calm_store_etcd::EtcdStore::connect(options)
+    };
+
+    // TLS, a client certificate, the right password: the store works.
+    let store = connect(&url("sec", &format!("{with_cert}{}", password("pw"))))
+        .expect("connecting with TLS and a password");
+    let mut txn = store.begin().expect("begin");
+    txn.put(b"k", b"v").expect("put");
+    txn.commit().expect("commit over TLS");
+    assert_eq!(
+        store
+            .snapshot()
+            .expect("snapshot")
+            .get(b"k")
+            .expect("get")
+            .as_deref(),
+        Some(&b"v"[..])
+    );
+    drop(store);
+
+    // A wrong password, no password, no client certificate, a prefix the user may not
+    // write, or plain HTTP: refused.
+    let attempts = [
+        (
+            "a wrong password",
+            url("sec", &format!("{with_cert}{}", password("bad"))),
+        ),
+        ("no password", url("sec", &with_cert)),
+        ("no client certificate", url("sec", &password("pw"))),
+        (
+            "another prefix",
+            url("other", &format!("{with_cert}{}", password("pw"))),
+        ),
+    ];
+    for (what, url) in attempts {
+        let refused = connect(&url).and_then(|store| {
+            let mut txn = store.begin()?;
+            txn.put(b"k", b"intruder")?;
+            txn.commit()
+        });
+        eprintln!("{what}: {refused:?}");
+        assert!(refused.is_err(), "{what} was let in");
+    }
+    let plain = format!("etcd://{hosts}/sec?retry-ms-max=2000");
+    assert!(connect(&plain).is_err(), "plain HTTP was let in");
+    // Passwords stay out of URLs and of debug output.
+    let options = calm_store_etcd::EtcdOptions::from_url(&url("sec", &password("pw"))).unwrap();
+    assert!(!format!("{options:?}").contains("calmpw"));
+    let error = calm_store_etcd::EtcdOptions::from_url(&format!(
+        "etcd://{hosts}/sec?tls-ca={}",
+        c("ca.pem")
+    ))
+    .unwrap_err();
+    assert!(error.contains("etcd+https://"), "{error}");
+}
