@@ -134,18 +134,19 @@ pub fn lock_data_dir(dir: &Path) -> Result<File, String> {
     }
 }
 
-/// The line `calm serve` prints once it accepts requests: `ready in N ms on ADDR` (`and ADDR`
-/// for each further listener; the Unix socket first).
+/// The line `calm serve` prints once it accepts requests: `ready in N ms, serving on ADDR`
+/// (`and ADDR` for each further listener; the Unix socket first).
 pub fn ready_line(ready_ms: u64, addrs: &[String]) -> String {
-    format!("ready in {ready_ms} ms on {}", addrs.join(" and "))
+    format!("ready in {ready_ms} ms, serving on {}", addrs.join(" and "))
 }
 
 /// Reads a [`ready_line`] back: the milliseconds and the last address (a TCP listener asked
 /// for, when there is one; else the Unix socket).
 pub fn parse_ready_line(line: &str) -> Option<(u64, String)> {
     match line.split_whitespace().collect::<Vec<_>>().as_slice() {
-        ["ready", "in", ms, "ms", "on", addrs @ ..] if !addrs.is_empty() => {
-            Some((ms.parse().ok()?, addrs.last()?.to_string()))
+        ["ready", "in", ms, "ms,", "serving", "on", addrs @ ..] => {
+            let last = addrs.last().filter(|addr| **addr != "and")?;
+            Some((ms.parse().ok()?, last.to_string()))
         }
         _ => None,
     }
@@ -712,5 +713,39 @@ impl<S: Store> Server<S> {
         self.leases.abort();
         self.sweeper.abort();
         served
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ready_line_names_every_address_and_reads_back_the_last() {
+        let addrs = [
+            "unix:/d/calm.sock".to_string(),
+            "127.0.0.1:7420".to_string(),
+        ];
+        let line = ready_line(12, &addrs);
+        assert_eq!(
+            line,
+            "ready in 12 ms, serving on unix:/d/calm.sock and 127.0.0.1:7420"
+        );
+        assert_eq!(
+            parse_ready_line(&line),
+            Some((12, "127.0.0.1:7420".to_string()))
+        );
+        assert_eq!(
+            parse_ready_line(&ready_line(3, &addrs[..1])),
+            Some((3, "unix:/d/calm.sock".to_string()))
+        );
+        for bad in [
+            "ready in 12 ms, serving on",
+            "ready in x ms, serving on a",
+            "ready in 1 ms, serving on a and",
+            "mounted at /m",
+        ] {
+            assert_eq!(parse_ready_line(bad), None, "{bad}");
+        }
     }
 }

@@ -238,6 +238,12 @@ pub enum Bench {
         /// checks and without (this benchmark's process only), alternately.
         #[arg(long, conflicts_with = "no_wal")]
         check_cost: bool,
+        /// Rounds with the checks and without, in turn, for --check-cost.
+        #[arg(long, default_value_t = 4)]
+        check_pairs: usize,
+        /// The A/A run of --check-cost: both arms check (the cost it shows is noise).
+        #[arg(long, requires = "check_cost")]
+        check_calibrate: bool,
         #[arg(long)]
         json: bool,
     },
@@ -689,6 +695,8 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             store,
             no_wal,
             check_cost,
+            check_pairs,
+            check_calibrate,
             json,
         } => {
             let options = mdtest::MdtestOptions {
@@ -700,6 +708,8 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 etcd: store,
                 lmdb_sync: no_wal,
                 check_cost,
+                check_pairs,
+                check_calibrate,
             };
             let results = mdtest::run(&options).map_err(|e| anyhow!(e))?;
             let lines = mdtest::table(&results);

@@ -15,11 +15,17 @@ use common::*;
 fn serve_prints_ready_and_answers_with_the_right_errors() {
     let tmp = tempfile::tempdir().unwrap();
     let server = Server::start(&data_dir(&tmp));
+    // "ready in N ms, serving on unix:DATA/calm.sock and 127.0.0.1:PORT".
+    let socket = format!("unix:{}", data_dir(&tmp).join("calm.sock").display());
     assert!(
-        server.ready_line.starts_with("ready in "),
+        server.ready_line.starts_with("ready in ")
+            && server
+                .ready_line
+                .contains(&format!(", serving on {socket} and 127.0.0.1:")),
         "{}",
         server.ready_line
     );
+    assert!(server.addr.starts_with("127.0.0.1:"), "{}", server.addr);
     let rt = runtime();
     rt.block_on(async {
         let c = Client::connect(&server.addr).await.unwrap();
