@@ -915,3 +915,119 @@ fn the_etcd_store_speaks_tls_with_a_client_certificate_and_etcd_users() {
     .unwrap_err();
     assert!(error.contains("etcd+https://"), "{error}");
 }
+
+#[test]
+fn a_mount_over_tls_acts_for_its_callers_with_root_squashed() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let certs = tmp.path().join("certs");
+    certificates(&certs);
+    let out = calm(&[
+        "certs",
+        "issue",
+        "mount:node1",
+        "--dir",
+        certs.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let c = |name: &str| certs.join(name).to_string_lossy().into_owned();
+    let data = tmp.path().join("data");
+    let server = common::Server::start_with(
+        &data,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            &c("server.pem"),
+            "--tls-key",
+            &c("server-key.pem"),
+            "--tls-client-ca",
+            &c("ca.pem"),
+            "--root-squash",
+        ],
+    );
+    let socket = format!("unix:{}", data.join("calm.sock").display());
+    // Root's mount over the Unix socket is an administrator: root stays root.
+    let local = Mount::remote(&socket, &[]);
+    local.sh_ok("echo secret > root600 && chmod 600 root600 && mkdir open && chmod 777 open");
+    // The mount with a mount:NAME certificate: its root acts as nobody.
+    let remote = Mount::remote(
+        &server.addr,
+        &[
+            "--tls-ca",
+            &c("ca.pem"),
+            "--tls-client-cert",
+            &c("mount-node1.pem"),
+            "--tls-client-key",
+            &c("mount-node1-key.pem"),
+        ],
+    );
+    let out = remote.sh_ok(
+        "cat root600 2>/dev/null && echo read || echo refused
+         echo mine > open/new && stat -c '%u %g' open/new
+         chmod 777 root600 2>/dev/null && echo chmodded || echo refused",
+    );
+    assert_eq!(lines(&out), ["refused", "65534 65534", "refused"], "{out}");
+    assert_eq!(
+        local.sh_ok("cat root600; stat -c %a root600"),
+        "secret\n600\n"
+    );
+}
+
+#[test]
+fn connections_beyond_the_limits_and_silent_ones_are_closed() {
+    use std::io::Read;
+    use std::os::unix::net::UnixStream;
+    use std::time::{Duration, Instant};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let server = common::Server::start(&data);
+    let socket = data.join("calm.sock");
+    // Whether the server closed `conn` within `wait` (bytes it sent first are read past).
+    let closed_within = |conn: &mut UnixStream, wait: Duration| {
+        conn.set_read_timeout(Some(Duration::from_millis(200)))
+            .expect("timeout");
+        let deadline = Instant::now() + wait;
+        let mut buf = [0u8; 4096];
+        while Instant::now() < deadline {
+            match conn.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(_) => return true,
+            }
+        }
+        false
+    };
+    // One peer (this process's uid) may hold 256 connections; the next ones are closed at once.
+    let limit = calm_server::listen::CONNECTIONS_PER_PEER_MAX;
+    let mut held: Vec<UnixStream> = (0..limit)
+        .map(|_| UnixStream::connect(&socket).expect("connect"))
+        .collect();
+    // The accept loop has taken all of them once a later connection is answered by a close.
+    let mut over = UnixStream::connect(&socket).expect("connect");
+    assert!(
+        closed_within(&mut over, Duration::from_secs(5)),
+        "connection {} of one peer was kept",
+        limit + 1
+    );
+    // A connection that never says anything is closed after the handshake timeout (10 s).
+    let started = Instant::now();
+    let silent = held.last_mut().expect("a connection");
+    assert!(
+        closed_within(
+            silent,
+            calm_server::listen::HANDSHAKE_TIMEOUT + Duration::from_secs(5)
+        ),
+        "a silent connection stayed open"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "closed too early"
+    );
+    drop(held);
+    // The server still serves.
+    let out = calm(&["status", "--server", &format!("unix:{}", socket.display())]);
+    assert!(out.status.success(), "{out:?}");
+    drop(server);
+}
