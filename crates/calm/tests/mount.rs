@@ -18,15 +18,8 @@ fn lines(text: &str) -> Vec<&str> {
 #[test]
 fn file_operations_give_the_same_results_and_errno_as_tmpfs() {
     let mount = Mount::embedded(&[]);
-    let out = mount.sh_ok(
-        "tmp=$(mktemp -d); mount -t tmpfs calm-test-tmpfs \"$tmp\"
-         python3 \"$PROGRAMS/conformance.py\" \"$tmp\" > \"$tmp.tmpfs\"
-         python3 \"$PROGRAMS/conformance.py\" \"$MNT\" > \"$tmp.calm\"
-         umount \"$tmp\"; rmdir \"$tmp\"
-         echo ===tmpfs; cat \"$tmp.tmpfs\"; echo ===calm; cat \"$tmp.calm\"; rm \"$tmp.tmpfs\" \"$tmp.calm\"",
-    );
-    let (tmpfs, calm) = out.split_once("===calm\n").expect("both outputs");
-    let tmpfs = tmpfs.strip_prefix("===tmpfs\n").expect("tmpfs output");
+    let (tmpfs, calm) = mount.beside_tmpfs("conformance.py");
+    let (tmpfs, calm) = (tmpfs.as_str(), calm.as_str());
     assert!(
         lines(tmpfs).len() >= 90,
         "the script ran every step:\n{tmpfs}"

@@ -81,6 +81,15 @@ for top, dirs, files in sorted(os.walk(".")):
     )
 }
 
+/// An attempt's outcome as [`attempts_of_an_unprivileged_client`] prints it.
+fn outcome<T: std::fmt::Debug>(
+    result: Result<T, impl std::fmt::Display>,
+) -> Result<String, String> {
+    result
+        .map(|done| format!("{done:?}"))
+        .map_err(|e| e.to_string())
+}
+
 /// The attempts of an unprivileged user, run by the test below as that user: one line per
 /// attempt, `NAME ok` or `NAME refused (WHY)`.
 #[test]
@@ -133,145 +142,86 @@ fn attempts_of_an_unprivileged_client() {
         };
         let secret = client.lookup(ROOT, b"secret").await.expect("secret").handle;
         let sticky = client.lookup(ROOT, b"sticky").await.expect("sticky").handle;
-        let e = |e: calm_meta::MetaError| e.to_string();
         say(
             "lookup-in-0700-dir",
-            client
-                .lookup(secret, b"file")
-                .await
-                .map(|_| String::new())
-                .map_err(e),
+            outcome(client.lookup(secret, b"file").await),
         );
         say(
             "readdir-0700-dir",
-            client
-                .readdir(secret, 0, 100)
-                .await
-                .map(|_| String::new())
-                .map_err(e),
+            outcome(client.readdir(secret, 0, 100).await),
         );
         say(
             "read-map-of-0600-file",
-            client
-                .read_map(root_txt)
-                .await
-                .map(|_| String::new())
-                .map_err(e),
+            outcome(client.read_map(root_txt).await),
         );
         say(
             "append-to-0600-file",
-            client
-                .append(root_txt, 77, 4)
-                .await
-                .map(|_| String::new())
-                .map_err(e),
+            outcome(client.append(root_txt, 77, 4).await),
         );
-        let set = |attr: SetAttr| {
-            let client = client.clone();
-            async move {
-                client
-                    .setattr(root_txt, &attr)
-                    .await
-                    .map(|_| String::new())
-                    .map_err(e)
-            }
-        };
-        say(
-            "truncate",
-            set(SetAttr {
-                size: Some(0),
-                ..Default::default()
-            })
-            .await,
-        );
-        say(
-            "chmod",
-            set(SetAttr {
-                mode: Some(0o777),
-                ..Default::default()
-            })
-            .await,
-        );
-        say(
-            "chown",
-            set(SetAttr {
-                uid: Some(std::process::id()),
-                ..Default::default()
-            })
-            .await,
-        );
-        say(
-            "set-times",
-            set(SetAttr {
-                mtime: Some(SetTime::At(0)),
-                atime: Some(SetTime::At(0)),
-                ..Default::default()
-            })
-            .await,
-        );
-        say(
-            "touch-now",
-            set(SetAttr {
-                mtime: Some(SetTime::Now),
-                ..Default::default()
-            })
-            .await,
-        );
+        let changes = [
+            (
+                "truncate",
+                SetAttr {
+                    size: Some(0),
+                    ..Default::default()
+                },
+            ),
+            (
+                "chmod",
+                SetAttr {
+                    mode: Some(0o777),
+                    ..Default::default()
+                },
+            ),
+            (
+                "chown",
+                SetAttr {
+                    uid: Some(std::process::id()),
+                    ..Default::default()
+                },
+            ),
+            (
+                "set-times",
+                SetAttr {
+                    mtime: Some(SetTime::At(0)),
+                    atime: Some(SetTime::At(0)),
+                    ..Default::default()
+                },
+            ),
+            (
+                "touch-now",
+                SetAttr {
+                    mtime: Some(SetTime::Now),
+                    ..Default::default()
+                },
+            ),
+        ];
+        for (name, change) in changes {
+            say(name, outcome(client.setattr(root_txt, &change).await));
+        }
         say(
             "setxattr",
-            client
-                .setxattr(root_txt, b"user.k", b"mine", 0)
-                .await
-                .map(|_| String::new())
-                .map_err(e),
+            outcome(client.setxattr(root_txt, b"user.k", b"mine", 0).await),
         );
         say(
             "getxattr",
-            client
-                .getxattr(root_txt, b"user.k")
-                .await
-                .map(|v| String::from_utf8_lossy(&v).into_owned())
-                .map_err(e),
+            outcome(client.getxattr(root_txt, b"user.k").await),
         );
         say(
             "removexattr",
-            client
-                .removexattr(root_txt, b"user.k")
-                .await
-                .map(|_| String::new())
-                .map_err(e),
+            outcome(client.removexattr(root_txt, b"user.k").await),
         );
-        say(
-            "unlink",
-            client
-                .unlink(ROOT, b"root.txt")
-                .await
-                .map(|_| String::new())
-                .map_err(e),
-        );
-        say(
-            "rename",
-            client
-                .rename(ROOT, b"root.txt", sticky, b"taken", 0)
-                .await
-                .map(|_| String::new())
-                .map_err(e),
-        );
+        say("unlink", outcome(client.unlink(ROOT, b"root.txt").await));
+        let rename = client.rename(ROOT, b"root.txt", sticky, b"taken", 0).await;
+        say("rename", outcome(rename));
         say(
             "create-in-0700-dir",
-            client
-                .create(secret, b"mine", 0o644)
-                .await
-                .map(|_| String::new())
-                .map_err(e),
+            outcome(client.create(secret, b"mine", 0o644).await),
         );
+        let sticky_unlink = client.unlink(sticky, b"other").await;
         say(
             "unlink-other-users-file-in-sticky-dir",
-            client
-                .unlink(sticky, b"other")
-                .await
-                .map(|_| String::new())
-                .map_err(e),
+            outcome(sticky_unlink),
         );
         // Claiming to be root changes nothing.
         let as_root = client.with_caller(Caller {
@@ -282,52 +232,28 @@ fn attempts_of_an_unprivileged_client() {
         });
         say(
             "unlink-claiming-uid-0",
-            as_root
-                .unlink(ROOT, b"root.txt")
-                .await
-                .map(|_| String::new())
-                .map_err(e),
+            outcome(as_root.unlink(ROOT, b"root.txt").await),
         );
         say(
             "changelog-register",
-            client
-                .changelog_register("intruder", "")
-                .await
-                .map(|u| u.name)
-                .map_err(e),
+            outcome(client.changelog_register("intruder", "").await),
         );
         say(
             "changelog-deregister",
-            client
-                .changelog_deregister(reader)
-                .await
-                .map(|u| u.name)
-                .map_err(e),
+            outcome(client.changelog_deregister(reader).await),
         );
         say(
             "changelog-clear",
-            client
-                .changelog_clear(reader, u64::MAX)
-                .await
-                .map(|u| u.name)
-                .map_err(e),
+            outcome(client.changelog_clear(reader, u64::MAX).await),
         );
-        let l = |e: calm_proto::locks::LockFailure| e.to_string();
+        let release = [LockCall::Release(holder, None)];
         say(
             "release-other-clients-locks",
-            client
-                .lock_batch(session, &[LockCall::Release(holder, None)])
-                .await
-                .map(|answers| format!("{answers:?}"))
-                .map_err(l),
+            outcome(client.lock_batch(session, &release).await),
         );
         say(
             "close-other-clients-session",
-            client
-                .close_lock_session(session)
-                .await
-                .map(|_| String::new())
-                .map_err(l),
+            outcome(client.close_lock_session(session).await),
         );
     });
 }
@@ -700,16 +626,9 @@ fn a_full_store_answers_enospc_keeps_reading_and_takes_writes_when_room_is_back(
 #[test]
 fn permission_cases_give_the_same_results_as_tmpfs_for_root_and_two_users() {
     let mount = Mount::embedded(&["--allow-other"]);
-    let out = mount.sh_ok(
-        "chmod 755 \"$MNT\"
-         tmp=$(mktemp -d); mount -t tmpfs calm-test-tmpfs \"$tmp\"
-         python3 \"$PROGRAMS/permissions.py\" \"$tmp\" > \"$tmp.tmpfs\"
-         python3 \"$PROGRAMS/permissions.py\" \"$MNT\" > \"$tmp.calm\"
-         umount \"$tmp\"; rmdir \"$tmp\"
-         echo ===tmpfs; cat \"$tmp.tmpfs\"; echo ===calm; cat \"$tmp.calm\"; rm \"$tmp.tmpfs\" \"$tmp.calm\"",
-    );
-    let (tmpfs, calm) = out.split_once("===calm\n").expect("both outputs");
-    let tmpfs = tmpfs.strip_prefix("===tmpfs\n").expect("tmpfs output");
+    mount.sh_ok("chmod 755 \"$MNT\"");
+    let (tmpfs, calm) = mount.beside_tmpfs("permissions.py");
+    let (tmpfs, calm) = (tmpfs.as_str(), calm.as_str());
     assert!(lines(tmpfs).len() >= 3 * 45, "every case ran:\n{tmpfs}");
     for errno in ["EACCES", "EPERM"] {
         assert!(tmpfs.contains(errno), "{errno} cases are exercised");

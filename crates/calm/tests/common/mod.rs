@@ -242,6 +242,22 @@ impl Mount {
         String::from_utf8(out.stdout).expect("utf-8")
     }
 
+    /// Runs `python3 PROGRAMS/PROGRAM DIR` on a fresh tmpfs and then on this mount (inside
+    /// its namespace); returns what it printed on each: (tmpfs, calm).
+    pub fn beside_tmpfs(&self, program: &str) -> (String, String) {
+        let out = self.sh_ok(&format!(
+            "tmp=$(mktemp -d); mount -t tmpfs calm-test-tmpfs \"$tmp\"
+             python3 \"$PROGRAMS/{program}\" \"$tmp\" > \"$tmp.tmpfs\"
+             python3 \"$PROGRAMS/{program}\" \"$MNT\" > \"$tmp.calm\"
+             umount \"$tmp\"; rmdir \"$tmp\"
+             echo ===tmpfs; cat \"$tmp.tmpfs\"; echo ===calm; cat \"$tmp.calm\"
+             rm \"$tmp.tmpfs\" \"$tmp.calm\""
+        ));
+        let (tmpfs, calm) = out.split_once("===calm\n").expect("both outputs");
+        let tmpfs = tmpfs.strip_prefix("===tmpfs\n").expect("tmpfs output");
+        (tmpfs.to_string(), calm.to_string())
+    }
+
     /// SIGTERM; returns the exit status and what the process printed after the mounted line.
     pub fn terminate(mut self) -> (std::process::ExitStatus, String) {
         // SAFETY: kill(2) on our own child's pid.
