@@ -1,0 +1,145 @@
+//! The data directory's modes, a full file system, and the connection limits.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::common::{self, CALM, Mount, PROGRAMS, calm};
+use crate::lines;
+
+#[test]
+fn the_store_and_its_objects_are_closed_to_other_users() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let mount = Mount::start(
+        tempfile::tempdir().expect("tempdir"),
+        &["--embedded", data.to_str().expect("utf-8")],
+        &[],
+    );
+    mount.sh_ok("mkdir d && head -c 300000 /dev/urandom > d/f && echo small > g");
+    let (status, _) = mount.terminate();
+    assert!(status.success());
+    let check = |data: &Path| {
+        let out = Command::new("find")
+            .arg(data)
+            .args(["-printf", "%m %y %p\\n"])
+            .output()
+            .expect("find");
+        let listing = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut objects = 0;
+        for line in listing.lines() {
+            let mut fields = line.splitn(3, ' ');
+            let (mode, kind, path) = (
+                u32::from_str_radix(fields.next().expect("mode"), 8).expect("octal"),
+                fields.next().expect("kind"),
+                fields.next().expect("path"),
+            );
+            if path.contains("/objects/") && kind == "f" {
+                objects += 1;
+            }
+            match (Path::new(path) == data, kind) {
+                (true, _) => assert_eq!(mode, 0o711, "{line}"),
+                (false, "s") => {}
+                _ => assert_eq!(mode & 0o077, 0, "open to others: {line}"),
+            }
+        }
+        assert!(objects >= 2, "the objects were checked:\n{listing}");
+    };
+    check(&data);
+    // A store whose files were opened (by hand, or by an older calm) is closed at start.
+    for path in [data.clone(), data.join("wal.0"), data.join("objects")] {
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+    }
+    let server = common::Server::start(&data);
+    drop(server);
+    check(&data);
+}
+
+#[test]
+fn a_full_store_answers_enospc_keeps_reading_and_takes_writes_when_room_is_back() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "--", "bash"])
+        .arg(Path::new(PROGRAMS).join("full_store.sh"))
+        .arg(CALM)
+        .arg(tmp.path())
+        .output()
+        .expect("unshare");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "full_store.sh failed:\n{stdout}\n{}\nmount's log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(tmp.path().join("mount.err")).unwrap_or_default()
+    );
+    assert_eq!(
+        lines(&stdout),
+        [
+            "filling files: ENOSPC",
+            "filling names: ENOSPC",
+            "reads: ok",
+            "after room is back: ok",
+            "clean",
+        ],
+        "{stdout}"
+    );
+}
+
+#[test]
+fn connections_beyond_the_limits_and_silent_ones_are_closed() {
+    use std::io::Read;
+    use std::os::unix::net::UnixStream;
+    use std::time::{Duration, Instant};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let server = common::Server::start(&data);
+    let socket = data.join("calm.sock");
+    // Whether the server closed `conn` within `wait` (bytes it sent first are read past).
+    let closed_within = |conn: &mut UnixStream, wait: Duration| {
+        conn.set_read_timeout(Some(Duration::from_millis(200)))
+            .expect("timeout");
+        let deadline = Instant::now() + wait;
+        let mut buf = [0u8; 4096];
+        while Instant::now() < deadline {
+            match conn.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(_) => return true,
+            }
+        }
+        false
+    };
+    // One peer (this process's uid) may hold 256 connections; the next ones are closed at once.
+    let limit = calm_server::listen::CONNECTIONS_PER_PEER_MAX;
+    let mut held: Vec<UnixStream> = (0..limit)
+        .map(|_| UnixStream::connect(&socket).expect("connect"))
+        .collect();
+    // The accept loop has taken all of them once a later connection is answered by a close.
+    let mut over = UnixStream::connect(&socket).expect("connect");
+    assert!(
+        closed_within(&mut over, Duration::from_secs(5)),
+        "connection {} of one peer was kept",
+        limit + 1
+    );
+    // A connection that never says anything is closed after the handshake timeout (10 s).
+    let started = Instant::now();
+    let silent = held.last_mut().expect("a connection");
+    assert!(
+        closed_within(
+            silent,
+            calm_server::listen::HANDSHAKE_TIMEOUT + Duration::from_secs(5)
+        ),
+        "a silent connection stayed open"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "closed too early"
+    );
+    drop(held);
+    // The server still serves.
+    let out = calm(&["status", "--server", &format!("unix:{}", socket.display())]);
+    assert!(out.status.success(), "{out:?}");
+    drop(server);
+}
