@@ -1,6 +1,12 @@
 //! Mounting and unmounting: the lock session, the FUSE session on its own thread, and an
 //! orderly end (unmount, then the lock session closed so that the server releases the mount's
 //! locks at once instead of at lease expiry).
+//!
+//! When another mount namespace still holds a copy of the mount, unmounting it here leaves the
+//! kernel's FUSE connection alive and the session's threads in their reads of /dev/fuse: the
+//! end then aborts the connection (`/sys/fs/fuse/connections/N/abort`, mounting fusectl there
+//! if needed) after [`ABORT_AFTER`], so that SIGTERM always ends the process. The other
+//! namespace's copy then answers ENOTCONN.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,10 +18,19 @@ use tokio::sync::oneshot;
 use crate::fs::{CalmFs, MountOptions, mount_config};
 use crate::locks::LockForwarder;
 
+/// How long an unmount waits for the FUSE session to end before it aborts the connection.
+pub const ABORT_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Where the kernel lists its FUSE connections (the fusectl file system).
+const FUSE_CONNECTIONS: &str = "/sys/fs/fuse/connections";
+
 /// A live mount.
 #[derive(Debug)]
 pub struct Mounted {
     unmounter: fuser::SessionUnmounter,
+    /// The kernel's number of the FUSE connection (its directory under [`FUSE_CONNECTIONS`]),
+    /// when it was found in the mount table.
+    connection: Option<u64>,
     thread: Option<JoinHandle<std::io::Result<()>>>,
     ended: Option<oneshot::Receiver<()>>,
     locks: Arc<LockForwarder>,
@@ -45,6 +60,9 @@ pub async fn mount(
     let fs = CalmFs::new(client, locks.clone(), objects, options, runtime)?;
     let shared = fs.shared();
     let mountpoint = mountpoint.to_path_buf();
+    // Resolved before mounting: afterwards a stat of the mount point is a FUSE request, and
+    // nobody answers them yet.
+    let table_mountpoint = mountpoint_of(&mountpoint);
     let config = mount_config(options);
     let session =
         tokio::task::spawn_blocking(move || fuser::Session::new(fs, &mountpoint, &config))
@@ -60,6 +78,9 @@ pub async fn mount(
     };
     let _ = shared.notifier.set(session.notifier());
     let unmounter = session.unmount_callable();
+    let connection = std::fs::read_to_string("/proc/self/mountinfo")
+        .ok()
+        .and_then(|table| connection_of(&table, &table_mountpoint));
     let (done, ended) = oneshot::channel();
     let thread = std::thread::Builder::new()
         .name("calm-fuse".into())
@@ -70,6 +91,7 @@ pub async fn mount(
         })?;
     Ok(Mounted {
         unmounter,
+        connection,
         thread: Some(thread),
         ended: Some(ended),
         locks,
@@ -134,14 +156,25 @@ impl Mounted {
         }
     }
 
-    /// Unmounts (if still mounted), waits for the FUSE thread, and closes the lock session.
+    /// Unmounts (if still mounted), waits for the FUSE thread (aborting the connection when
+    /// another namespace keeps it alive), and closes the lock session.
     pub async fn unmount(mut self) -> std::io::Result<()> {
         let unmounted = self.unmounter.unmount();
         let thread = self.thread.take();
+        let connection = self.connection;
         let joined = tokio::task::spawn_blocking(move || match thread {
-            Some(thread) => thread
-                .join()
-                .unwrap_or_else(|_| Err(std::io::Error::other("the FUSE thread panicked"))),
+            Some(thread) => {
+                let waited = std::time::Instant::now();
+                while !thread.is_finished() && waited.elapsed() < ABORT_AFTER {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                if !thread.is_finished() {
+                    abort(connection);
+                }
+                thread
+                    .join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("the FUSE thread panicked")))
+            }
             None => Ok(()),
         })
         .await
@@ -149,5 +182,79 @@ impl Mounted {
         self.keep_alive.abort();
         self.locks.close().await;
         unmounted.and(joined)
+    }
+}
+
+/// The mount point as the mount table names it (absolute, symlinks resolved).
+fn mountpoint_of(path: &Path) -> std::path::PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// The FUSE connection number of calm's mount at `mountpoint` in a `/proc/self/mountinfo`
+/// text: its device number (`MAJOR:MINOR`, as the kernel encodes it: `MAJOR << 20 | MINOR`);
+/// the last such mount when several are stacked there.
+fn connection_of(mountinfo: &str, mountpoint: &Path) -> Option<u64> {
+    let wanted = mountpoint.to_str()?;
+    mountinfo.lines().rev().find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let separator = fields.iter().position(|f| *f == "-")?;
+        let fstype = fields.get(separator + 1)?;
+        let point = fields.get(4)?.replace("\\040", " ");
+        if point != wanted || !fstype.starts_with("fuse") {
+            return None;
+        }
+        let (major, minor) = fields.get(2)?.split_once(':')?;
+        Some((major.parse::<u64>().ok()? << 20) | minor.parse::<u64>().ok()?)
+    })
+}
+
+/// Aborts FUSE connection `connection`: the kernel fails its requests and ends the reads of
+/// /dev/fuse, so the session's threads return. Mounts fusectl at [`FUSE_CONNECTIONS`] when it
+/// is not there (root only; in the caller's mount namespace).
+fn abort(connection: Option<u64>) {
+    let Some(connection) = connection else {
+        tracing::error!("the FUSE session did not end and its connection is unknown");
+        return;
+    };
+    let dir = Path::new(FUSE_CONNECTIONS).join(connection.to_string());
+    if !dir.exists() {
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "fusectl", "fusectl", FUSE_CONNECTIONS])
+            .output();
+        if let Err(error) = mounted {
+            tracing::warn!(%error, "mounting fusectl");
+        }
+    }
+    match std::fs::write(dir.join("abort"), "1") {
+        Ok(()) => tracing::warn!(
+            connection,
+            "the FUSE connection outlived the unmount (another mount namespace holds it): \
+             aborted"
+        ),
+        Err(error) => tracing::error!(connection, %error, "aborting the FUSE connection"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_is_the_device_number_of_the_last_fuse_mount_there() {
+        let table = "\
+22 1 0:21 / / rw,relatime shared:1 - ext4 /dev/vda rw
+40 22 0:45 / /tmp/m rw,nosuid,nodev shared:20 - fuse.calm calm rw,user_id=0
+41 40 0:52 / /tmp/m rw,nosuid,nodev shared:21 - fuse.calm calm rw,user_id=0
+42 22 0:53 / /tmp/other rw - fuse.calm calm rw
+43 22 259:3 / /tmp/disk rw - ext4 /dev/nvme0n1 rw
+";
+        assert_eq!(connection_of(table, Path::new("/tmp/m")), Some(52));
+        assert_eq!(connection_of(table, Path::new("/tmp/other")), Some(53));
+        assert_eq!(connection_of(table, Path::new("/tmp/disk")), None);
+        assert_eq!(connection_of(table, Path::new("/nowhere")), None);
+        assert_eq!(
+            connection_of("42 22 1:2 / /tmp/x rw - fuse x rw", Path::new("/tmp/x")),
+            Some((1 << 20) | 2)
+        );
     }
 }

@@ -382,3 +382,56 @@ fn other_users_come_in_with_allow_other_and_permission_bits_still_apply() {
     ));
     assert_eq!(lines(&out), ["65534", "refused"], "{out}");
 }
+
+#[test]
+fn sigterm_ends_the_mount_while_another_namespace_still_holds_it() {
+    let mut mount = Mount::embedded(&[]);
+    mount.sh_ok("echo data > f");
+    // A process in a mount namespace made now holds a copy of the mount: unmounting in the
+    // mount's own namespace then leaves the FUSE connection alive.
+    let pid_file = mount.mnt.with_file_name("holder.pid");
+    mount.sh_ok(&format!(
+        "nohup unshare --mount --propagation private sleep 600 > /dev/null 2>&1 &
+         echo $! > {}",
+        pid_file.display()
+    ));
+    let holder: i32 = std::fs::read_to_string(&pid_file)
+        .expect("the holder's pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    struct Holder(i32);
+    impl Drop for Holder {
+        fn drop(&mut self) {
+            // SAFETY: kill(2) on the pid of a process this test started.
+            unsafe { libc::kill(self.0, libc::SIGKILL) };
+        }
+    }
+    let _holder = Holder(holder);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(mount.child.id() as i32, libc::SIGTERM) };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = mount.child.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let status = status.expect("the mount process was still running 20 s after SIGTERM");
+    assert!(status.success(), "{status}");
+    // The copy the other namespace holds is cut off, not served by nobody.
+    let out = Command::new("nsenter")
+        .args(["-t", &holder.to_string(), "-m", "--", "cat"])
+        .arg(mount.mnt.join("f"))
+        .output()
+        .expect("nsenter");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not connected"),
+        "{out:?}"
+    );
+}
