@@ -192,6 +192,11 @@ const REFUSALS: &[(&str, bool, &str)] = &[
     ),
 ];
 
+/// Whether the cluster refused a request for its space quota.
+fn out_of_space(error: &etcd_client::Error) -> bool {
+    error.to_string().contains(REFUSALS[0].0)
+}
+
 /// Maps an error the cluster gave to the seam's errors.
 fn store_error(error: etcd_client::Error) -> StoreError {
     let text = error.to_string();
@@ -784,6 +789,13 @@ async fn commit(inner: &Inner, txn: Txn, token: Vec<u8>, revision: i64) -> Resul
                 ))),
             };
         }
+        // etcd applies the transaction that crosses the space quota and then answers it with
+        // "database space exceeded" (and raises its alarm): whether it applied is in the
+        // commit key, which the alarm leaves readable.
+        Err(error) if out_of_space(&error) && applied(inner, &token).await? => {
+            inner.stats.commits.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
         Err(error) => return Err(store_error(error)),
     };
     if response.succeeded() {
@@ -827,6 +839,13 @@ async fn fence(inner: &Inner, token: &[u8], revision: i64) -> Result<Settled> {
     .await;
     match fenced {
         Ok(response) if response.succeeded() => Ok(Settled::NotApplied),
+        // With the space alarm raised no write applies any more, the lost copy's included:
+        // what the commit key names is final.
+        Err(error) if out_of_space(&error) => Ok(if applied(inner, token).await? {
+            Settled::Applied
+        } else {
+            Settled::NotApplied
+        }),
         Ok(_) => Ok(if applied(inner, token).await? {
             Settled::Applied
         } else {
