@@ -10,18 +10,17 @@
 //! and a lock holder sees what the previous holder wrote (the pages are dropped when a lock is
 //! granted, and a holder commits before it unlocks).
 
-use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use calm_client::Client;
 use calm_locks::{LockKind, Range, Scope};
-use calm_meta::{Attr, Caller, Handle, Kind, MetaError, NewNode, SetAttr, SetTime};
+use calm_meta::{Attr, Kind, MetaError, NewNode, SetAttr, SetTime};
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
     ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs,
     ReplyWrite, ReplyXattr, Request, RequestId, TimeOrNow, WriteFlags,
@@ -29,7 +28,11 @@ use fuser::{
 use tokio::runtime::Handle as Runtime;
 
 use crate::contents::Contents;
+use crate::convert::{
+    errno, file_attr, file_type, lock_kind, lock_range, set_time, statvfs, xattr_reply,
+};
 use crate::locks::LockForwarder;
+use crate::shared::{Shared, State, lock};
 
 /// Largest write the kernel sends in one request, in bytes.
 pub const WRITE_BYTES_MAX: u32 = 1 << 20;
@@ -85,330 +88,11 @@ pub fn mount_config(options: &MountOptions) -> fuser::Config {
     config
 }
 
-/// A file this mount has open.
-#[derive(Debug)]
-struct OpenFile {
-    /// A regular file (its contents go through [`Contents`]).
-    is_file: bool,
-    /// Opened with O_APPEND: every write goes to the end of the file as the server sees it.
-    append: bool,
-    /// Lock owners that locked through this open file: their locks on the file end with it.
-    owners: Mutex<HashSet<u64>>,
-}
-
-/// What this mount knows of a file beyond the server.
-#[derive(Debug, Default)]
-struct Inode {
-    /// This mount's open files of it.
-    files: Vec<Arc<OpenFile>>,
-    /// The last attributes seen (for an unlinked file still open).
-    attr: Option<Attr>,
-    /// Owners of POSIX locks taken here (released by the flush of a close).
-    lock_owners: HashSet<u64>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    inodes: HashMap<Handle, Inode>,
-    files: HashMap<u64, Arc<OpenFile>>,
-    next_fh: u64,
-    /// Releases whose locks are still being given back, per file. The kernel sends a release
-    /// without waiting for it (after close(2) has returned), so a lock request that follows a
-    /// close waits for these first: it must not overtake the release of the closed file's
-    /// OFD or flock lock.
-    releasing: HashMap<Handle, u32>,
-    /// Files that lost their last name while open here: the server keeps them (orphans of
-    /// this mount's session) until their last close here.
-    orphans: HashSet<Handle>,
-}
-
-impl State {
-    /// Whether this mount has `handle` open.
-    fn is_open(&self, handle: Handle) -> bool {
-        self.inodes
-            .get(&handle)
-            .is_some_and(|i| !i.files.is_empty())
-    }
-}
-
-/// Open files named in an unlink or rename so that the server keeps the one that loses its
-/// last name; past it, the name is looked up first and only its file is named.
-pub const KEEP_HANDLES_MAX: usize = 4096;
-
-/// The shared part, which request tasks hold.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    client: Client,
-    contents: Contents,
-    locks: Arc<LockForwarder>,
-    /// Tells the kernel to drop pages and attributes; set once the session exists.
-    pub(crate) notifier: OnceLock<fuser::Notifier>,
-    state: Mutex<State>,
-    /// Signalled when a release has given back its locks.
-    released: tokio::sync::Notify,
-    /// The supplementary groups of the processes calling.
-    groups: crate::groups::CallerGroups,
-    ttl: Duration,
-}
-
 /// A calm mount.
 #[derive(Debug)]
 pub struct CalmFs {
     shared: Arc<Shared>,
     runtime: Runtime,
-}
-
-fn errno(e: &MetaError) -> Errno {
-    let errno = e.errno();
-    // The application sees a code only; what went wrong inside goes to the mount's log.
-    if errno == libc::EIO || errno == libc::EROFS {
-        tracing::warn!(error = %e, "a request failed");
-    }
-    Errno::from_i32(errno)
-}
-
-fn time(ns: i64) -> SystemTime {
-    if ns >= 0 {
-        UNIX_EPOCH + Duration::from_nanos(ns as u64)
-    } else {
-        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
-    }
-}
-
-fn set_time(t: TimeOrNow) -> SetTime {
-    match t {
-        TimeOrNow::Now => SetTime::Now,
-        TimeOrNow::SpecificTime(t) => SetTime::At(match t.duration_since(UNIX_EPOCH) {
-            Ok(d) => d.as_nanos().min(i64::MAX as u128) as i64,
-            Err(e) => -(e.duration().as_nanos().min(i64::MAX as u128) as i64),
-        }),
-    }
-}
-
-fn file_type(kind: Kind) -> FileType {
-    match kind {
-        Kind::File => FileType::RegularFile,
-        Kind::Dir => FileType::Directory,
-        Kind::Symlink => FileType::Symlink,
-        Kind::CharDevice => FileType::CharDevice,
-        Kind::BlockDevice => FileType::BlockDevice,
-        Kind::Fifo => FileType::NamedPipe,
-        Kind::Socket => FileType::Socket,
-    }
-}
-
-fn file_attr(attr: &Attr) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(attr.handle),
-        size: attr.size,
-        blocks: attr.size.div_ceil(512),
-        atime: time(attr.atime_ns),
-        mtime: time(attr.mtime_ns),
-        ctime: time(attr.ctime_ns),
-        crtime: time(attr.ctime_ns),
-        kind: file_type(attr.kind),
-        perm: (attr.mode & 0o7777) as u16,
-        nlink: attr.nlink,
-        uid: attr.uid,
-        gid: attr.gid,
-        rdev: attr.rdev as u32,
-        blksize: 4096,
-        flags: 0,
-    }
-}
-
-/// A lock's kind from `struct flock`'s type, or None for F_UNLCK.
-fn lock_kind(typ: i32) -> Result<Option<LockKind>, Errno> {
-    match typ {
-        libc::F_RDLCK => Ok(Some(LockKind::Read)),
-        libc::F_WRLCK => Ok(Some(LockKind::Write)),
-        libc::F_UNLCK => Ok(None),
-        _ => Err(Errno::EINVAL),
-    }
-}
-
-fn lock_range(start: u64, end: u64) -> Result<Range, Errno> {
-    if start > end || end > calm_locks::OFFSET_MAX {
-        return Err(Errno::EINVAL);
-    }
-    Ok(Range { start, end })
-}
-
-impl Shared {
-    /// The client acting for the process behind `req`: its uid, gid and supplementary groups
-    /// (the server decides what it may do).
-    fn caller(&self, req: &Request) -> Client {
-        self.client.with_caller(Caller {
-            session: self.locks.session(),
-            uid: req.uid(),
-            gid: req.gid(),
-            groups: self.groups.of(req.pid()),
-        })
-    }
-
-    /// The regular files open here that the server must keep if `parent/name` is the last
-    /// name of one of them (see [`State::orphans`]).
-    async fn keep_for(&self, client: &Client, parent: Handle, name: &[u8]) -> Vec<Handle> {
-        let open: Vec<Handle> = {
-            let state = self.state.lock().expect("state");
-            state
-                .inodes
-                .iter()
-                .filter(|(_, i)| i.files.iter().any(|f| f.is_file))
-                .map(|(h, _)| *h)
-                .take(KEEP_HANDLES_MAX + 1)
-                .collect()
-        };
-        if open.len() <= KEEP_HANDLES_MAX {
-            return open;
-        }
-        match client.lookup(parent, name).await {
-            Ok(attr) if self.is_open(attr.handle) => vec![attr.handle],
-            _ => Vec::new(),
-        }
-    }
-
-    fn is_open(&self, handle: Handle) -> bool {
-        self.state.lock().expect("state").is_open(handle)
-    }
-
-    /// The server kept `orphan` for this mount: remember it until its last close here, or
-    /// release it now if that close came first.
-    async fn kept(&self, client: &Client, orphan: Option<Handle>) {
-        let Some(handle) = orphan else {
-            return;
-        };
-        let closed = {
-            let mut state = self.state.lock().expect("state");
-            let open = state.is_open(handle);
-            if open {
-                state.orphans.insert(handle);
-            }
-            !open
-        };
-        if closed {
-            self.release_orphan(client, handle).await;
-        }
-    }
-
-    async fn release_orphan(&self, client: &Client, handle: Handle) {
-        if let Err(e) = client.release_orphan(handle).await {
-            // The server destroys it when this mount's session ends.
-            tracing::warn!(handle, %e, "releasing an unlinked file");
-        }
-    }
-
-    /// After the lock session was replaced (the server restarted, or the lease was lost), the
-    /// new session claims this mount's orphans.
-    async fn claim_orphans(shared: std::sync::Weak<Shared>, locks: Arc<LockForwarder>) {
-        loop {
-            locks.replaced().await;
-            let Some(shared) = shared.upgrade() else {
-                return;
-            };
-            shared.claim_for_new_session().await;
-        }
-    }
-
-    async fn claim_for_new_session(&self) {
-        let handles: Vec<Handle> = {
-            let state = self.state.lock().expect("state");
-            state.orphans.iter().copied().collect()
-        };
-        if handles.is_empty() {
-            return;
-        }
-        let client = self.client.with_caller(Caller {
-            session: self.locks.session(),
-            ..Caller::default()
-        });
-        if let Err(e) = client.claim_orphans(handles).await {
-            tracing::warn!(%e, "claiming unlinked open files for the new session");
-        }
-    }
-
-    /// `attr` as this mount sees it: a dirty file's size counts its pending writes.
-    fn local_view(&self, mut attr: Attr) -> Attr {
-        if let Some(size) = self.contents.dirty_size(attr.handle) {
-            attr.size = attr.size.max(size);
-        }
-        let mut state = self.state.lock().expect("state");
-        if let Some(inode) = state.inodes.get_mut(&attr.handle) {
-            inode.attr = Some(attr.clone());
-        }
-        attr
-    }
-
-    /// Commits a file's pending writes (records, size and mtime) to the server.
-    async fn push(&self, client: &Client, handle: Handle) -> Result<(), Errno> {
-        self.contents
-            .commit(client, handle, false)
-            .await
-            .map_err(Errno::from_i32)
-    }
-
-    /// Drops the kernel's pages and attributes of `handle` (another mount may have changed
-    /// it). On a thread of its own: the kernel waits for the file's pages that are locked,
-    /// some by reads and writes this mount's runtime has yet to answer.
-    async fn drop_kernel_cache(&self, handle: Handle) {
-        let Some(notifier) = self.notifier.get().cloned() else {
-            return;
-        };
-        let dropped =
-            tokio::task::spawn_blocking(move || notifier.inval_inode(INodeNo(handle), 0, 0)).await;
-        match dropped {
-            Ok(Err(e)) if e.raw_os_error() != Some(libc::ENOENT) => {
-                tracing::warn!(handle, %e, "dropping the kernel's cache of a file");
-            }
-            Err(e) => tracing::warn!(handle, %e, "dropping the kernel's cache of a file"),
-            _ => {}
-        }
-    }
-
-    /// Waits until no release of `handle` is still giving back locks.
-    async fn after_releases(&self, handle: Handle) {
-        loop {
-            let released = self.released.notified();
-            tokio::pin!(released);
-            released.as_mut().enable();
-            if !self
-                .state
-                .lock()
-                .expect("state")
-                .releasing
-                .contains_key(&handle)
-            {
-                return;
-            }
-            released.await;
-        }
-    }
-
-    fn open_file(&self, attr: &Attr, flags: i32) -> Result<u64, Errno> {
-        let mut state = self.state.lock().expect("state");
-        state.next_fh += 1;
-        let fh = state.next_fh;
-        let file = Arc::new(OpenFile {
-            is_file: attr.kind == Kind::File,
-            append: flags & libc::O_APPEND != 0,
-            owners: Mutex::new(HashSet::new()),
-        });
-        state.files.insert(fh, file.clone());
-        let inode = state.inodes.entry(attr.handle).or_default();
-        inode.files.push(file);
-        inode.attr = Some(attr.clone());
-        Ok(fh)
-    }
-
-    fn file(&self, fh: FileHandle) -> Result<Arc<OpenFile>, Errno> {
-        self.state
-            .lock()
-            .expect("state")
-            .files
-            .get(&fh.0)
-            .cloned()
-            .ok_or(Errno::EBADF)
-    }
 }
 
 impl CalmFs {
@@ -550,7 +234,7 @@ impl Filesystem for CalmFs {
                 Err(MetaError::NotFound) => {
                     // Unlinked while open here: what this mount last saw, with no links.
                     let kept = {
-                        let state = shared.state.lock().expect("state");
+                        let state = shared.state();
                         state
                             .inodes
                             .get(&ino.0)
@@ -909,9 +593,7 @@ impl Filesystem for CalmFs {
             shared.push(&client, ino.0).await?;
             // A close releases the closing process's POSIX locks on the file.
             let held = shared
-                .state
-                .lock()
-                .expect("state")
+                .state()
                 .inodes
                 .get_mut(&ino.0)
                 .is_some_and(|inode| inode.lock_owners.remove(&lock_owner.0));
@@ -945,11 +627,11 @@ impl Filesystem for CalmFs {
         // Taken here, in the kernel's order, so that a lock request read after this release
         // waits for it (see `State::releasing`).
         let (file, owners) = {
-            let mut state = shared.state.lock().expect("state");
+            let mut state = shared.state();
             let Some(file) = state.files.remove(&fh.0) else {
                 return reply.error(Errno::EBADF);
             };
-            let owners: Vec<u64> = file.owners.lock().expect("owners").drain().collect();
+            let owners: Vec<u64> = lock(&file.owners).drain().collect();
             if !owners.is_empty() {
                 *state.releasing.entry(ino.0).or_default() += 1;
             }
@@ -966,7 +648,7 @@ impl Filesystem for CalmFs {
                     .release(ino.0, &owners)
                     .await
                     .map_err(Errno::from_i32);
-                let mut state = shared.state.lock().expect("state");
+                let mut state = shared.state();
                 if let Some(count) = state.releasing.get_mut(&ino.0) {
                     *count -= 1;
                     if *count == 0 {
@@ -978,7 +660,7 @@ impl Filesystem for CalmFs {
                 released
             };
             let orphan_closed = {
-                let mut state = shared.state.lock().expect("state");
+                let mut state = shared.state();
                 let inode = state.inodes.entry(ino.0).or_default();
                 inode.files.retain(|f| !Arc::ptr_eq(f, &file));
                 if inode.files.is_empty() {
@@ -1269,16 +951,8 @@ impl Filesystem for CalmFs {
             self.shared.locks.expect_wait(req.unique().0);
         }
         if kind.is_some() {
-            file.owners.lock().expect("owners").insert(owner);
-            if !flock
-                && let Some(inode) = self
-                    .shared
-                    .state
-                    .lock()
-                    .expect("state")
-                    .inodes
-                    .get_mut(&ino.0)
-            {
+            lock(&file.owners).insert(owner);
+            if !flock && let Some(inode) = self.shared.state().inodes.get_mut(&ino.0) {
                 inode.lock_owners.insert(owner);
             }
         }
@@ -1344,34 +1018,4 @@ impl Filesystem for CalmFs {
         let locks = self.shared.locks.clone();
         self.spawn(async move { locks.interrupt(unique.0).await });
     }
-}
-
-fn xattr_reply(reply: ReplyXattr, size: u32, value: &[u8]) {
-    if size == 0 {
-        reply.size(value.len() as u32);
-    } else if value.len() > size as usize {
-        reply.error(Errno::ERANGE);
-    } else {
-        reply.data(value);
-    }
-}
-
-/// (blocks, free blocks, blocks available to users, block size) of the file system holding
-/// `path`.
-fn statvfs(path: &Path) -> Option<(u64, u64, u64, u32)> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs is plain data; all zeros is a valid value.
-    let mut v: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid NUL-terminated path and `v` a writable statvfs.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut v) } != 0 {
-        return None;
-    }
-    let frsize = v.f_frsize.max(1);
-    Some((
-        v.f_blocks,
-        v.f_bfree,
-        v.f_bavail,
-        u32::try_from(frsize).unwrap_or(4096),
-    ))
 }

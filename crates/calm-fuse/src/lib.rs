@@ -7,16 +7,20 @@
 //!   one lock session per mount, with signal-interruptible waits;
 //! - [`mount`]: mount and orderly unmount;
 //! - [`fs`]: the `fuser::Filesystem` implementation: every namespace operation, attribute and
-//!   entry caching, sizes and times kept in the metadata server.
+//!   entry caching, sizes and times kept in the metadata server;
+//! - `shared`: what request tasks share of the mount's state; `convert`: between calm's and
+//!   the kernel's shapes; [`groups`]: callers' supplementary groups.
 //!
 //! Every request is answered from a task on the tokio runtime, so a slow server or a lock
 //! wait never holds up the FUSE reader.
 
 pub mod contents;
+mod convert;
 pub mod fs;
 pub mod groups;
 pub mod locks;
 pub mod mount;
+mod shared;
 
 pub use fs::{CalmFs, MountOptions, mount_config};
 pub use mount::{Mounted, mount};

@@ -1,0 +1,263 @@
+//! What a mount knows beside the server, shared by every request task: its open files, the
+//! last attributes seen, lock owners, releases in progress and unlinked files it keeps open.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use calm_client::Client;
+use calm_meta::{Attr, Caller, Handle, Kind};
+use fuser::{Errno, FileHandle, INodeNo, Request};
+
+use crate::contents::Contents;
+use crate::locks::LockForwarder;
+
+/// Locks `mutex`, also when a thread panicked while holding it: a mount serves on after a
+/// failed request.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A file this mount has open.
+#[derive(Debug)]
+pub(crate) struct OpenFile {
+    /// A regular file (its contents go through [`Contents`]).
+    pub(crate) is_file: bool,
+    /// Opened with O_APPEND: every write goes to the end of the file as the server sees it.
+    pub(crate) append: bool,
+    /// Lock owners that locked through this open file: their locks on the file end with it.
+    pub(crate) owners: Mutex<HashSet<u64>>,
+}
+
+/// What this mount knows of a file beyond the server.
+#[derive(Debug, Default)]
+pub(crate) struct Inode {
+    /// This mount's open files of it.
+    pub(crate) files: Vec<Arc<OpenFile>>,
+    /// The last attributes seen (for an unlinked file still open).
+    pub(crate) attr: Option<Attr>,
+    /// Owners of POSIX locks taken here (released by the flush of a close).
+    pub(crate) lock_owners: HashSet<u64>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub(crate) inodes: HashMap<Handle, Inode>,
+    pub(crate) files: HashMap<u64, Arc<OpenFile>>,
+    pub(crate) next_fh: u64,
+    /// Releases whose locks are still being given back, per file. The kernel sends a release
+    /// without waiting for it (after close(2) has returned), so a lock request that follows a
+    /// close waits for these first: it must not overtake the release of the closed file's
+    /// OFD or flock lock.
+    pub(crate) releasing: HashMap<Handle, u32>,
+    /// Files that lost their last name while open here: the server keeps them (orphans of
+    /// this mount's session) until their last close here.
+    pub(crate) orphans: HashSet<Handle>,
+}
+
+impl State {
+    /// Whether this mount has `handle` open.
+    pub(crate) fn is_open(&self, handle: Handle) -> bool {
+        self.inodes
+            .get(&handle)
+            .is_some_and(|i| !i.files.is_empty())
+    }
+}
+
+/// Open files named in an unlink or rename so that the server keeps the one that loses its
+/// last name; past it, the name is looked up first and only its file is named.
+pub const KEEP_HANDLES_MAX: usize = 4096;
+
+/// The shared part, which request tasks hold.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) client: Client,
+    pub(crate) contents: Contents,
+    pub(crate) locks: Arc<LockForwarder>,
+    /// Tells the kernel to drop pages and attributes; set once the session exists.
+    pub(crate) notifier: OnceLock<fuser::Notifier>,
+    pub(crate) state: Mutex<State>,
+    /// Signalled when a release has given back its locks.
+    pub(crate) released: tokio::sync::Notify,
+    /// The supplementary groups of the processes calling.
+    pub(crate) groups: crate::groups::CallerGroups,
+    pub(crate) ttl: Duration,
+}
+
+impl Shared {
+    /// The mount's state, also after a request task panicked while holding it (the state is
+    /// kept consistent between awaits, and a panic never leaves it half-changed).
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// The client acting for the process behind `req`: its uid, gid and supplementary groups
+    /// (the server decides what it may do).
+    pub(crate) fn caller(&self, req: &Request) -> Client {
+        self.client.with_caller(Caller {
+            session: self.locks.session(),
+            uid: req.uid(),
+            gid: req.gid(),
+            groups: self.groups.of(req.pid()),
+        })
+    }
+
+    /// The regular files open here that the server must keep if `parent/name` is the last
+    /// name of one of them (see [`State::orphans`]).
+    pub(crate) async fn keep_for(
+        &self,
+        client: &Client,
+        parent: Handle,
+        name: &[u8],
+    ) -> Vec<Handle> {
+        let open: Vec<Handle> = {
+            let state = self.state();
+            state
+                .inodes
+                .iter()
+                .filter(|(_, i)| i.files.iter().any(|f| f.is_file))
+                .map(|(h, _)| *h)
+                .take(KEEP_HANDLES_MAX + 1)
+                .collect()
+        };
+        if open.len() <= KEEP_HANDLES_MAX {
+            return open;
+        }
+        match client.lookup(parent, name).await {
+            Ok(attr) if self.is_open(attr.handle) => vec![attr.handle],
+            _ => Vec::new(),
+        }
+    }
+
+    pub(crate) fn is_open(&self, handle: Handle) -> bool {
+        self.state().is_open(handle)
+    }
+
+    /// The server kept `orphan` for this mount: remember it until its last close here, or
+    /// release it now if that close came first.
+    pub(crate) async fn kept(&self, client: &Client, orphan: Option<Handle>) {
+        let Some(handle) = orphan else {
+            return;
+        };
+        let closed = {
+            let mut state = self.state();
+            let open = state.is_open(handle);
+            if open {
+                state.orphans.insert(handle);
+            }
+            !open
+        };
+        if closed {
+            self.release_orphan(client, handle).await;
+        }
+    }
+
+    pub(crate) async fn release_orphan(&self, client: &Client, handle: Handle) {
+        if let Err(e) = client.release_orphan(handle).await {
+            // The server destroys it when this mount's session ends.
+            tracing::warn!(handle, %e, "releasing an unlinked file");
+        }
+    }
+
+    /// After the lock session was replaced (the server restarted, or the lease was lost), the
+    /// new session claims this mount's orphans.
+    pub(crate) async fn claim_orphans(shared: std::sync::Weak<Shared>, locks: Arc<LockForwarder>) {
+        loop {
+            locks.replaced().await;
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            shared.claim_for_new_session().await;
+        }
+    }
+
+    pub(crate) async fn claim_for_new_session(&self) {
+        let handles: Vec<Handle> = {
+            let state = self.state();
+            state.orphans.iter().copied().collect()
+        };
+        if handles.is_empty() {
+            return;
+        }
+        let client = self.client.with_caller(Caller {
+            session: self.locks.session(),
+            ..Caller::default()
+        });
+        if let Err(e) = client.claim_orphans(handles).await {
+            tracing::warn!(%e, "claiming unlinked open files for the new session");
+        }
+    }
+
+    /// `attr` as this mount sees it: a dirty file's size counts its pending writes.
+    pub(crate) fn local_view(&self, mut attr: Attr) -> Attr {
+        if let Some(size) = self.contents.dirty_size(attr.handle) {
+            attr.size = attr.size.max(size);
+        }
+        let mut state = self.state();
+        if let Some(inode) = state.inodes.get_mut(&attr.handle) {
+            inode.attr = Some(attr.clone());
+        }
+        attr
+    }
+
+    /// Commits a file's pending writes (records, size and mtime) to the server.
+    pub(crate) async fn push(&self, client: &Client, handle: Handle) -> Result<(), Errno> {
+        self.contents
+            .commit(client, handle, false)
+            .await
+            .map_err(Errno::from_i32)
+    }
+
+    /// Drops the kernel's pages and attributes of `handle` (another mount may have changed
+    /// it). On a thread of its own: the kernel waits for the file's pages that are locked,
+    /// some by reads and writes this mount's runtime has yet to answer.
+    pub(crate) async fn drop_kernel_cache(&self, handle: Handle) {
+        let Some(notifier) = self.notifier.get().cloned() else {
+            return;
+        };
+        let dropped =
+            tokio::task::spawn_blocking(move || notifier.inval_inode(INodeNo(handle), 0, 0)).await;
+        match dropped {
+            Ok(Err(e)) if e.raw_os_error() != Some(libc::ENOENT) => {
+                tracing::warn!(handle, %e, "dropping the kernel's cache of a file");
+            }
+            Err(e) => tracing::warn!(handle, %e, "dropping the kernel's cache of a file"),
+            _ => {}
+        }
+    }
+
+    /// Waits until no release of `handle` is still giving back locks.
+    pub(crate) async fn after_releases(&self, handle: Handle) {
+        loop {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if !self.state().releasing.contains_key(&handle) {
+                return;
+            }
+            released.await;
+        }
+    }
+
+    pub(crate) fn open_file(&self, attr: &Attr, flags: i32) -> Result<u64, Errno> {
+        let mut state = self.state();
+        state.next_fh += 1;
+        let fh = state.next_fh;
+        let file = Arc::new(OpenFile {
+            is_file: attr.kind == Kind::File,
+            append: flags & libc::O_APPEND != 0,
+            owners: Mutex::new(HashSet::new()),
+        });
+        state.files.insert(fh, file.clone());
+        let inode = state.inodes.entry(attr.handle).or_default();
+        inode.files.push(file);
+        inode.attr = Some(attr.clone());
+        Ok(fh)
+    }
+
+    pub(crate) fn file(&self, fh: FileHandle) -> Result<Arc<OpenFile>, Errno> {
+        self.state().files.get(&fh.0).cloned().ok_or(Errno::EBADF)
+    }
+}
