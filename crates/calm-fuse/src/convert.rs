@@ -1,12 +1,16 @@
 //! Between calm's and the kernel's shapes: errno, times, file types and attributes, lock
-//! kinds and ranges, xattr replies, the statfs of a directory.
+//! kinds and ranges, xattr replies, the statfs of a directory; any reply refused with an
+//! errno, and what a request's task fails with as one.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use calm_locks::{LockKind, Range};
 use calm_meta::{Attr, Kind, MetaError, SetTime};
-use fuser::{Errno, FileAttr, FileType, INodeNo, ReplyXattr, TimeOrNow};
+use fuser::{
+    Errno, FileAttr, FileType, INodeNo, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, TimeOrNow,
+};
 
 pub(crate) fn errno(e: &MetaError) -> Errno {
     let errno = e.errno();
@@ -112,4 +116,57 @@ pub(crate) fn statvfs(path: &Path) -> Option<(u64, u64, u64, u32)> {
         v.f_bavail,
         u32::try_from(frsize).unwrap_or(4096),
     ))
+}
+
+/// A FUSE reply that can carry an errno (every `fuser` reply can; it names no trait for it).
+pub(crate) trait Refusable: Send + 'static {
+    fn refuse(self, errno: Errno);
+}
+
+macro_rules! refusable {
+    ($($reply:ty),*) => {
+        $(impl Refusable for $reply {
+            fn refuse(self, errno: Errno) {
+                self.error(errno)
+            }
+        })*
+    };
+}
+
+refusable!(
+    ReplyAttr,
+    ReplyCreate,
+    ReplyData,
+    ReplyDirectory,
+    ReplyEmpty,
+    ReplyEntry,
+    ReplyLock,
+    ReplyOpen,
+    ReplyStatfs,
+    ReplyWrite,
+    ReplyXattr
+);
+
+/// What a request's task fails with, as the errno it answers.
+pub(crate) trait IntoErrno: Send + 'static {
+    fn into_errno(self) -> Errno;
+}
+
+impl IntoErrno for Errno {
+    fn into_errno(self) -> Errno {
+        self
+    }
+}
+
+/// An errno as calm-data and the contents give it.
+impl IntoErrno for i32 {
+    fn into_errno(self) -> Errno {
+        Errno::from_i32(self)
+    }
+}
+
+impl IntoErrno for MetaError {
+    fn into_errno(self) -> Errno {
+        errno(&self)
+    }
 }

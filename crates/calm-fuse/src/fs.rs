@@ -29,7 +29,8 @@ use tokio::runtime::Handle as Runtime;
 
 use crate::contents::Contents;
 use crate::convert::{
-    errno, file_attr, file_type, lock_kind, lock_range, set_time, statvfs, xattr_reply,
+    IntoErrno, Refusable, errno, file_attr, file_type, lock_kind, lock_range, set_time, statvfs,
+    xattr_reply,
 };
 use crate::locks::LockForwarder;
 use crate::shared::{Shared, State, lock};
@@ -139,20 +140,31 @@ impl CalmFs {
         }
     }
 
+    /// The shape of most requests: runs `task` (see [`CalmFs::spawn`]) and answers `reply`
+    /// with `ok` of its value, or with its error's errno.
+    fn answer<R: Refusable, T: 'static, E: IntoErrno>(
+        &self,
+        reply: R,
+        task: impl Future<Output = Result<T, E>> + Send + 'static,
+        ok: impl FnOnce(R, T) + Send + 'static,
+    ) {
+        self.spawn(async move {
+            match task.await {
+                Ok(value) => ok(reply, value),
+                Err(e) => reply.refuse(e.into_errno()),
+            }
+        });
+    }
+
     fn entry_task(
         &self,
         reply: ReplyEntry,
         task: impl Future<Output = Result<Attr, Errno>> + Send + 'static,
     ) {
         let shared = self.shared.clone();
-        self.spawn(async move {
-            match task.await {
-                Ok(attr) => {
-                    let attr = shared.local_view(attr);
-                    reply.entry(&shared.ttl, &file_attr(&attr), Generation(attr.generation))
-                }
-                Err(e) => reply.error(e),
-            }
+        self.answer(reply, task, move |reply, attr| {
+            let attr = shared.local_view(attr);
+            reply.entry(&shared.ttl, &file_attr(&attr), Generation(attr.generation))
         });
     }
 
@@ -180,12 +192,7 @@ impl CalmFs {
         reply: ReplyEmpty,
         task: impl Future<Output = Result<(), Errno>> + Send + 'static,
     ) {
-        self.spawn(async move {
-            match task.await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(e),
-            }
-        });
+        self.answer(reply, task, |reply, ()| reply.ok());
     }
 }
 
@@ -309,12 +316,8 @@ impl Filesystem for CalmFs {
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         let client = self.shared.client.clone();
-        self.spawn(async move {
-            match client.readlink(ino.0).await {
-                Ok(target) => reply.data(&target),
-                Err(e) => reply.error(errno(&e)),
-            }
-        });
+        let target = async move { client.readlink(ino.0).await };
+        self.answer(reply, target, |reply, target| reply.data(&target));
     }
 
     fn mknod(
@@ -525,12 +528,8 @@ impl Filesystem for CalmFs {
         }
         let shared = self.shared.clone();
         let client = shared.caller(req);
-        self.spawn(async move {
-            match shared.contents.read(&client, ino.0, offset, size).await {
-                Ok(data) => reply.data(&data),
-                Err(e) => reply.error(Errno::from_i32(e)),
-            }
-        });
+        let data = async move { shared.contents.read(&client, ino.0, offset, size).await };
+        self.answer(reply, data, |reply, data| reply.data(&data));
     }
 
     fn write(
@@ -565,17 +564,15 @@ impl Filesystem for CalmFs {
         let shared = self.shared.clone();
         let client = shared.caller(req);
         let data = data.to_vec();
-        self.spawn(async move {
-            let written = if file.append {
+        let size = data.len() as u32;
+        let written = async move {
+            if file.append {
                 shared.contents.append(&client, ino.0, &data).await
             } else {
                 shared.contents.write(&client, ino.0, offset, &data).await
-            };
-            match written {
-                Ok(()) => reply.written(data.len() as u32),
-                Err(e) => reply.error(Errno::from_i32(e)),
             }
-        });
+        };
+        self.answer(reply, written, move |reply, ()| reply.written(size));
     }
 
     fn flush(
@@ -845,28 +842,22 @@ impl Filesystem for CalmFs {
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let client = self.shared.caller(req);
         let name = name.as_bytes().to_vec();
-        self.spawn(async move {
-            match client.getxattr(ino.0, &name).await {
-                Ok(value) => xattr_reply(reply, size, &value),
-                Err(e) => reply.error(errno(&e)),
-            }
+        let value = async move { client.getxattr(ino.0, &name).await };
+        self.answer(reply, value, move |reply, value| {
+            xattr_reply(reply, size, &value)
         });
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let client = self.shared.caller(req);
-        self.spawn(async move {
-            match client.listxattr(ino.0).await {
-                Ok(names) => {
-                    let mut list = Vec::new();
-                    for name in names {
-                        list.extend_from_slice(&name);
-                        list.push(0);
-                    }
-                    xattr_reply(reply, size, &list)
-                }
-                Err(e) => reply.error(errno(&e)),
+        let names = async move { client.listxattr(ino.0).await };
+        self.answer(reply, names, move |reply, names| {
+            let mut list = Vec::new();
+            for name in names {
+                list.extend_from_slice(&name);
+                list.push(0);
             }
+            xattr_reply(reply, size, &list)
         });
     }
 
