@@ -168,6 +168,23 @@ enum Command {
     Bench(bench::Bench),
 }
 
+impl Command {
+    /// A command that prints what it found and ends (no server, mount or agent).
+    fn prints_and_ends(&self) -> bool {
+        matches!(
+            self,
+            Command::Status { .. }
+                | Command::Changelog { .. }
+                | Command::Locks { .. }
+                | Command::Watch { .. }
+                | Command::Pools { .. }
+                | Command::Fsck { .. }
+                | Command::Gc { .. }
+                | Command::Certs(_)
+        )
+    }
+}
+
 fn main() -> ExitCode {
     let started = std::time::Instant::now();
     tracing_subscriber::fmt()
@@ -178,6 +195,13 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if cli.command.prints_and_ends() {
+        // A command whose output goes into a pipe that closes early (`calm status | head`)
+        // ends quietly, as other Unix tools do, instead of panicking in println!. Servers and
+        // mounts keep SIGPIPE ignored: a client that goes away must not end them.
+        // SAFETY: signal(2) sets this process's disposition of SIGPIPE, before any thread.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let outcome = match cli.command {
         Command::Serve {
             data,

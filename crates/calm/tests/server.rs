@@ -296,3 +296,22 @@ fn bad_arguments_and_missing_stores_are_clear_errors() {
     let status = calm(&["status", "--server", "127.0.0.1:1"]);
     assert_eq!(status.status.code(), Some(2));
 }
+
+#[test]
+fn a_command_whose_reader_went_away_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&data_dir(&tmp));
+    // The pipe's read end is closed before the command writes to it.
+    let mut child = std::process::Command::new(CALM)
+        .args(["status", "--server", &server.addr])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}", out.status);
+}
