@@ -10,7 +10,8 @@
 //!
 //! Limits: [`CONNECTIONS_MAX`] open connections in all and [`CONNECTIONS_PER_PEER_MAX`] per
 //! peer (a uid, a certificate, an address); a TLS handshake must end within
-//! [`HANDSHAKE_TIMEOUT`], and a connection that sends nothing for [`IDLE_TIMEOUT`] (pings
+//! [`HANDSHAKE_TIMEOUT`], at most [`IDENTIFYING_MAX`] TCP connections per listener are being
+//! identified at once, and a connection that sends nothing for [`IDLE_TIMEOUT`] (pings
 //! answered count) is closed. A connection over a limit is closed at once.
 
 use std::collections::HashMap;
@@ -42,6 +43,9 @@ pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// Accepted connections waiting to be served (the accept loops wait past it).
 const ACCEPTED_QUEUE: usize = 64;
+/// TCP connections of one listener still being identified (a TLS handshake, the lookup of a
+/// loopback peer's uid); more are closed at once.
+pub const IDENTIFYING_MAX: usize = 256;
 
 /// Who is at the other end of a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -314,6 +318,15 @@ async fn accept_loop(
     tx: tokio::sync::mpsc::Sender<std::io::Result<Conn>>,
     counts: Arc<Mutex<Counts>>,
 ) {
+    let identifying = Arc::new(tokio::sync::Semaphore::new(IDENTIFYING_MAX));
+    // A place among the connections being identified, or None (the connection is dropped).
+    let place = |addr: SocketAddr| {
+        let place = identifying.clone().try_acquire_owned().ok();
+        if place.is_none() {
+            tracing::warn!(%addr, "too many connections being identified: closed");
+        }
+        place
+    };
     loop {
         let accepted: Accepted = match &listener {
             Listener::Unix(l) => match l.accept().await {
@@ -326,10 +339,38 @@ async fn accept_loop(
             Listener::Tcp(l) => match l.accept().await {
                 Ok((stream, addr)) => {
                     let _ = stream.set_nodelay(true);
-                    Ok(loopback_root(&stream, addr).map(|peer| {
-                        let io: Pin<Box<dyn Io>> = Box::pin(stream);
-                        (io, peer)
-                    }))
+                    // Who owns the peer socket is read from the kernel's socket tables, a
+                    // read of every TCP socket of the machine: on a thread of the blocking
+                    // pool, for each connection on a task of its own, so that neither the
+                    // runtime nor the next accept waits for it.
+                    let Some(place) = place(addr) else {
+                        continue;
+                    };
+                    let (tx, counts) = (tx.clone(), counts.clone());
+                    tokio::spawn(async move {
+                        let _place = place;
+                        let local = stream.local_addr();
+                        let peer = match local {
+                            Ok(local) => {
+                                tokio::task::spawn_blocking(move || loopback_peer(addr, local))
+                                    .await
+                                    .ok()
+                                    .flatten()
+                            }
+                            Err(_) => None,
+                        };
+                        let Some(peer) = peer else {
+                            return;
+                        };
+                        match count(&counts, &peer) {
+                            Some(counted) => {
+                                let conn = Conn::new(Box::pin(stream), peer, counted);
+                                let _ = tx.send(Ok(conn)).await;
+                            }
+                            None => tracing::warn!(?peer, "connection over the limits closed"),
+                        }
+                    });
+                    continue;
                 }
                 Err(e) => Err(e),
             },
@@ -337,8 +378,12 @@ async fn accept_loop(
                 Ok((stream, addr)) => {
                     let _ = stream.set_nodelay(true);
                     // The handshake runs on a task of its own: a slow client holds up no one.
+                    let Some(place) = place(addr) else {
+                        continue;
+                    };
                     let (tls, tx, counts) = (tls.clone(), tx.clone(), counts.clone());
                     tokio::spawn(async move {
+                        let _place = place;
                         match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
                             Ok(Ok((io, name))) => {
                                 let peer = Peer::Certificate { name };
@@ -404,13 +449,13 @@ fn local_peer(stream: &tokio::net::UnixStream) -> Option<Peer> {
     }
 }
 
-/// A plain TCP connection is taken only from the superuser's socket on loopback.
-fn loopback_root(stream: &tokio::net::TcpStream, peer: SocketAddr) -> Option<Peer> {
+/// A plain TCP connection is taken only from the superuser's socket on loopback (anyone
+/// else's is told why on every request).
+fn loopback_peer(peer: SocketAddr, local: SocketAddr) -> Option<Peer> {
     if !peer.ip().is_loopback() {
         tracing::warn!(%peer, "plain TCP from another machine: closed (TLS is required)");
         return None;
     }
-    let local = stream.local_addr().ok()?;
     match socket_owner(peer, local) {
         Some(0) => Some(Peer::LoopbackRoot),
         Some(uid) => {
