@@ -35,6 +35,9 @@ use crate::convert::{
 use crate::locks::LockForwarder;
 use crate::shared::{Shared, State, lock};
 
+mod data;
+mod locks;
+
 /// Largest write the kernel sends in one request, in bytes.
 pub const WRITE_BYTES_MAX: u32 = 1 << 20;
 /// Most bytes the kernel reads ahead of a sequential reader, in bytes.
@@ -472,40 +475,7 @@ impl Filesystem for CalmFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let open_flags = flags.0;
-        let shared = self.shared.clone();
-        let client = shared.caller(req);
-        self.spawn(async move {
-            // A regular file's map comes with its attributes, on one snapshot: what this open
-            // reads is the file as committed now (close-to-open).
-            let (attr, keep) = match client.read_map(ino.0).await {
-                Ok(map) => {
-                    let attr = map.attr.clone();
-                    (attr, shared.contents.opened(map).await)
-                }
-                Err(MetaError::IsDir | MetaError::Invalid(_)) => {
-                    match client.getattr(ino.0).await {
-                        Ok(attr) => (attr, false),
-                        Err(e) => return reply.error(errno(&e)),
-                    }
-                }
-                Err(e) => return reply.error(errno(&e)),
-            };
-            if attr.kind == Kind::File && !keep {
-                // Another writer changed it since this mount last saw it: the kernel's pages
-                // and size are stale.
-                shared.drop_kernel_cache(attr.handle).await;
-            }
-            let flags = if keep {
-                FopenFlags::FOPEN_KEEP_CACHE
-            } else {
-                FopenFlags::empty()
-            };
-            match shared.open_file(&attr, open_flags) {
-                Ok(fh) => reply.opened(FileHandle(fh), flags),
-                Err(e) => reply.error(e),
-            }
-        });
+        self.handle_open(req, ino, flags, reply)
     }
 
     fn read(
@@ -519,17 +489,7 @@ impl Filesystem for CalmFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let file = match self.shared.file(fh) {
-            Ok(file) => file,
-            Err(e) => return reply.error(e),
-        };
-        if !file.is_file {
-            return reply.error(Errno::EISDIR);
-        }
-        let shared = self.shared.clone();
-        let client = shared.caller(req);
-        let data = async move { shared.contents.read(&client, ino.0, offset, size).await };
-        self.answer(reply, data, |reply, data| reply.data(&data));
+        self.handle_read(req, ino, fh, offset, size, reply)
     }
 
     fn write(
@@ -544,35 +504,7 @@ impl Filesystem for CalmFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let file = match self.shared.file(fh) {
-            Ok(file) => file,
-            Err(e) => return reply.error(e),
-        };
-        if !file.is_file {
-            return reply.error(Errno::EISDIR);
-        }
-        if offset.saturating_add(data.len() as u64) > calm_meta::FILE_SIZE_MAX {
-            return reply.error(Errno::EFBIG);
-        }
-        if !file.append {
-            // Most writes are buffered here at once, without a copy of their own.
-            let _runtime = self.runtime.enter();
-            if self.shared.contents.try_write_now(ino.0, offset, data) {
-                return reply.written(data.len() as u32);
-            }
-        }
-        let shared = self.shared.clone();
-        let client = shared.caller(req);
-        let data = data.to_vec();
-        let size = data.len() as u32;
-        let written = async move {
-            if file.append {
-                shared.contents.append(&client, ino.0, &data).await
-            } else {
-                shared.contents.write(&client, ino.0, offset, &data).await
-            }
-        };
-        self.answer(reply, written, move |reply, ()| reply.written(size));
+        self.handle_write(req, ino, fh, offset, data, reply)
     }
 
     fn flush(
@@ -583,30 +515,7 @@ impl Filesystem for CalmFs {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let shared = self.shared.clone();
-        let client = shared.caller(req);
-        self.empty_task(reply, async move {
-            shared.file(fh)?;
-            shared.push(&client, ino.0).await?;
-            // A close releases the closing process's POSIX locks on the file.
-            let held = shared
-                .state()
-                .inodes
-                .get_mut(&ino.0)
-                .is_some_and(|inode| inode.lock_owners.remove(&lock_owner.0));
-            if held {
-                let everything = Scope::Range(Range {
-                    start: 0,
-                    end: calm_locks::OFFSET_MAX,
-                });
-                shared
-                    .locks
-                    .unlock(ino.0, lock_owner.0, everything)
-                    .await
-                    .map_err(Errno::from_i32)?;
-            }
-            Ok(())
-        });
+        self.handle_flush(req, ino, fh, lock_owner, reply)
     }
 
     fn release(
@@ -619,62 +528,7 @@ impl Filesystem for CalmFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let shared = self.shared.clone();
-        let client = shared.caller(req);
-        // Taken here, in the kernel's order, so that a lock request read after this release
-        // waits for it (see `State::releasing`).
-        let (file, owners) = {
-            let mut state = shared.state();
-            let Some(file) = state.files.remove(&fh.0) else {
-                return reply.error(Errno::EBADF);
-            };
-            let owners: Vec<u64> = lock(&file.owners).drain().collect();
-            if !owners.is_empty() {
-                *state.releasing.entry(ino.0).or_default() += 1;
-            }
-            (file, owners)
-        };
-        self.empty_task(reply, async move {
-            let pushed = shared.push(&client, ino.0).await;
-            // OFD and flock locks belong to the open file: they end with it.
-            let released = if owners.is_empty() {
-                Ok(())
-            } else {
-                let released = shared
-                    .locks
-                    .release(ino.0, &owners)
-                    .await
-                    .map_err(Errno::from_i32);
-                let mut state = shared.state();
-                if let Some(count) = state.releasing.get_mut(&ino.0) {
-                    *count -= 1;
-                    if *count == 0 {
-                        state.releasing.remove(&ino.0);
-                    }
-                }
-                drop(state);
-                shared.released.notify_waiters();
-                released
-            };
-            let orphan_closed = {
-                let mut state = shared.state();
-                let inode = state.inodes.entry(ino.0).or_default();
-                inode.files.retain(|f| !Arc::ptr_eq(f, &file));
-                if inode.files.is_empty() {
-                    state.inodes.remove(&ino.0);
-                    state.orphans.remove(&ino.0)
-                } else {
-                    false
-                }
-            };
-            if file.is_file {
-                shared.contents.closed(ino.0).await;
-            }
-            if orphan_closed {
-                shared.release_orphan(&client, ino.0).await;
-            }
-            pushed.and(released)
-        });
+        self.handle_release(req, ino, fh, reply)
     }
 
     fn fsync(
@@ -685,18 +539,7 @@ impl Filesystem for CalmFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let shared = self.shared.clone();
-        let client = shared.caller(req);
-        self.empty_task(reply, async move {
-            shared.file(fh)?;
-            // The objects are made durable before the records that name them are committed;
-            // the server's commit is durable when it answers.
-            shared
-                .contents
-                .commit(&client, ino.0, true)
-                .await
-                .map_err(Errno::from_i32)
-        });
+        self.handle_fsync(req, ino, fh, reply)
     }
 
     fn fallocate(
@@ -709,43 +552,7 @@ impl Filesystem for CalmFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let shared = self.shared.clone();
-        let client = shared.caller(req);
-        self.empty_task(reply, async move {
-            let file = shared.file(fh)?;
-            if !file.is_file {
-                return Err(Errno::ENODEV);
-            }
-            let end = offset
-                .checked_add(length)
-                .filter(|e| *e <= calm_meta::FILE_SIZE_MAX)
-                .ok_or(Errno::EFBIG)?;
-            if length == 0 {
-                return Err(Errno::EINVAL);
-            }
-            shared.push(&client, ino.0).await?;
-            let attr = match mode {
-                // Space is not reserved ahead in an object store; the size grows.
-                0 => client.write(ino.0, &[], end).await,
-                libc::FALLOC_FL_KEEP_SIZE => return Ok(()),
-                m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => {
-                    let size = client.getattr(ino.0).await.map_err(|e| errno(&e))?.size;
-                    let holes: Vec<_> =
-                        calm_meta::slices::split(offset, end.min(size).saturating_sub(offset))
-                            .into_iter()
-                            .map(|(chunk, pos, len)| {
-                                (chunk, calm_meta::slices::Slice::hole(pos, len))
-                            })
-                            .collect();
-                    client.write(ino.0, &holes, 0).await
-                }
-                _ => return Err(Errno::EOPNOTSUPP),
-            }
-            .map_err(|e| errno(&e))?;
-            shared.contents.changed(&attr).await;
-            shared.drop_kernel_cache(ino.0).await;
-            Ok(())
-        });
+        self.handle_fallocate(req, ino, fh, offset, length, mode, reply)
     }
 
     fn readdir(
@@ -884,25 +691,7 @@ impl Filesystem for CalmFs {
         _pid: u32,
         reply: ReplyLock,
     ) {
-        let (kind, range) = match (lock_kind(typ), lock_range(start, end)) {
-            (Ok(Some(kind)), Ok(range)) => (kind, range),
-            (Ok(None), _) | (Err(_), _) | (_, Err(_)) => return reply.error(Errno::EINVAL),
-        };
-        let shared = self.shared.clone();
-        self.spawn(async move {
-            shared.after_releases(ino.0).await;
-            match shared.locks.test(ino.0, lock_owner.0, range, kind).await {
-                Ok(Some(conflict)) => {
-                    let typ = match conflict.kind {
-                        LockKind::Read => libc::F_RDLCK,
-                        LockKind::Write => libc::F_WRLCK,
-                    };
-                    reply.locked(conflict.range.start, conflict.range.end, typ, conflict.pid)
-                }
-                Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
-                Err(e) => reply.error(Errno::from_i32(e)),
-            }
-        });
+        self.handle_getlk(ino, lock_owner, start, end, typ, reply)
     }
 
     fn setlk(
@@ -919,63 +708,9 @@ impl Filesystem for CalmFs {
         flock: bool,
         reply: ReplyEmpty,
     ) {
-        let kind = match lock_kind(typ) {
-            Ok(kind) => kind,
-            Err(e) => return reply.error(e),
-        };
-        let scope = if flock {
-            Scope::WholeFile
-        } else {
-            match lock_range(start, end) {
-                Ok(range) => Scope::Range(range),
-                Err(e) => return reply.error(e),
-            }
-        };
-        let file = match self.shared.file(fh) {
-            Ok(file) => file,
-            Err(e) => return reply.error(e),
-        };
-        let owner = lock_owner.0;
-        if kind.is_some() && sleep {
-            // Before the next request is read (this one is dispatched in the kernel's order):
-            // an interrupt naming it finds it.
-            self.shared.locks.expect_wait(req.unique().0);
-        }
-        if kind.is_some() {
-            lock(&file.owners).insert(owner);
-            if !flock && let Some(inode) = self.shared.state().inodes.get_mut(&ino.0) {
-                inode.lock_owners.insert(owner);
-            }
-        }
-        let shared = self.shared.clone();
-        let client = shared.caller(req);
-        let wait = sleep.then_some(req.unique().0);
-        self.empty_task(reply, async move {
-            shared.after_releases(ino.0).await;
-            let locks = &shared.locks;
-            match kind {
-                Some(kind) => {
-                    locks
-                        .set(ino.0, owner, pid, scope, kind, wait)
-                        .await
-                        .map_err(Errno::from_i32)?;
-                    // The previous holder may have written through another mount: what this
-                    // mount and its kernel hold of the file may be stale (as NFS does on a
-                    // lock).
-                    shared.contents.invalidate(ino.0).await;
-                    shared.drop_kernel_cache(ino.0).await;
-                    Ok(())
-                }
-                None => {
-                    // What the holder wrote reaches the server before anyone else may lock.
-                    shared.push(&client, ino.0).await?;
-                    locks
-                        .unlock(ino.0, owner, scope)
-                        .await
-                        .map_err(Errno::from_i32)
-                }
-            }
-        });
+        self.handle_setlk(
+            req, ino, fh, lock_owner, start, end, typ, pid, sleep, flock, reply,
+        )
     }
 
     fn ioctl(

@@ -1,0 +1,282 @@
+//! File contents: open, read, write, flush, release, fsync and fallocate (through
+//! [`crate::contents::Contents`]; see the module above for when writes reach the server).
+
+use super::*;
+
+impl CalmFs {
+    pub(super) fn handle_open(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        flags: OpenFlags,
+        reply: ReplyOpen,
+    ) {
+        let open_flags = flags.0;
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        self.spawn(async move {
+            // A regular file's map comes with its attributes, on one snapshot: what this open
+            // reads is the file as committed now (close-to-open).
+            let (attr, keep) = match client.read_map(ino.0).await {
+                Ok(map) => {
+                    let attr = map.attr.clone();
+                    (attr, shared.contents.opened(map).await)
+                }
+                Err(MetaError::IsDir | MetaError::Invalid(_)) => {
+                    match client.getattr(ino.0).await {
+                        Ok(attr) => (attr, false),
+                        Err(e) => return reply.error(errno(&e)),
+                    }
+                }
+                Err(e) => return reply.error(errno(&e)),
+            };
+            if attr.kind == Kind::File && !keep {
+                // Another writer changed it since this mount last saw it: the kernel's pages
+                // and size are stale.
+                shared.drop_kernel_cache(attr.handle).await;
+            }
+            let flags = if keep {
+                FopenFlags::FOPEN_KEEP_CACHE
+            } else {
+                FopenFlags::empty()
+            };
+            match shared.open_file(&attr, open_flags) {
+                Ok(fh) => reply.opened(FileHandle(fh), flags),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    pub(super) fn handle_read(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        reply: ReplyData,
+    ) {
+        let file = match self.shared.file(fh) {
+            Ok(file) => file,
+            Err(e) => return reply.error(e),
+        };
+        if !file.is_file {
+            return reply.error(Errno::EISDIR);
+        }
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        let data = async move { shared.contents.read(&client, ino.0, offset, size).await };
+        self.answer(reply, data, |reply, data| reply.data(&data));
+    }
+
+    pub(super) fn handle_write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        reply: ReplyWrite,
+    ) {
+        let file = match self.shared.file(fh) {
+            Ok(file) => file,
+            Err(e) => return reply.error(e),
+        };
+        if !file.is_file {
+            return reply.error(Errno::EISDIR);
+        }
+        if offset.saturating_add(data.len() as u64) > calm_meta::FILE_SIZE_MAX {
+            return reply.error(Errno::EFBIG);
+        }
+        if !file.append {
+            // Most writes are buffered here at once, without a copy of their own.
+            let _runtime = self.runtime.enter();
+            if self.shared.contents.try_write_now(ino.0, offset, data) {
+                return reply.written(data.len() as u32);
+            }
+        }
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        let data = data.to_vec();
+        let size = data.len() as u32;
+        let written = async move {
+            if file.append {
+                shared.contents.append(&client, ino.0, &data).await
+            } else {
+                shared.contents.write(&client, ino.0, offset, &data).await
+            }
+        };
+        self.answer(reply, written, move |reply, ()| reply.written(size));
+    }
+
+    pub(super) fn handle_flush(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        self.empty_task(reply, async move {
+            shared.file(fh)?;
+            shared.push(&client, ino.0).await?;
+            // A close releases the closing process's POSIX locks on the file.
+            let held = shared
+                .state()
+                .inodes
+                .get_mut(&ino.0)
+                .is_some_and(|inode| inode.lock_owners.remove(&lock_owner.0));
+            if held {
+                let everything = Scope::Range(Range {
+                    start: 0,
+                    end: calm_locks::OFFSET_MAX,
+                });
+                shared
+                    .locks
+                    .unlock(ino.0, lock_owner.0, everything)
+                    .await
+                    .map_err(Errno::from_i32)?;
+            }
+            Ok(())
+        });
+    }
+
+    pub(super) fn handle_release(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        reply: ReplyEmpty,
+    ) {
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        // Taken here, in the kernel's order, so that a lock request read after this release
+        // waits for it (see `State::releasing`).
+        let (file, owners) = {
+            let mut state = shared.state();
+            let Some(file) = state.files.remove(&fh.0) else {
+                return reply.error(Errno::EBADF);
+            };
+            let owners: Vec<u64> = lock(&file.owners).drain().collect();
+            if !owners.is_empty() {
+                *state.releasing.entry(ino.0).or_default() += 1;
+            }
+            (file, owners)
+        };
+        self.empty_task(reply, async move {
+            let pushed = shared.push(&client, ino.0).await;
+            // OFD and flock locks belong to the open file: they end with it.
+            let released = if owners.is_empty() {
+                Ok(())
+            } else {
+                let released = shared
+                    .locks
+                    .release(ino.0, &owners)
+                    .await
+                    .map_err(Errno::from_i32);
+                let mut state = shared.state();
+                if let Some(count) = state.releasing.get_mut(&ino.0) {
+                    *count -= 1;
+                    if *count == 0 {
+                        state.releasing.remove(&ino.0);
+                    }
+                }
+                drop(state);
+                shared.released.notify_waiters();
+                released
+            };
+            let orphan_closed = {
+                let mut state = shared.state();
+                let inode = state.inodes.entry(ino.0).or_default();
+                inode.files.retain(|f| !Arc::ptr_eq(f, &file));
+                if inode.files.is_empty() {
+                    state.inodes.remove(&ino.0);
+                    state.orphans.remove(&ino.0)
+                } else {
+                    false
+                }
+            };
+            if file.is_file {
+                shared.contents.closed(ino.0).await;
+            }
+            if orphan_closed {
+                shared.release_orphan(&client, ino.0).await;
+            }
+            pushed.and(released)
+        });
+    }
+
+    pub(super) fn handle_fsync(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        reply: ReplyEmpty,
+    ) {
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        self.empty_task(reply, async move {
+            shared.file(fh)?;
+            // The objects are made durable before the records that name them are committed;
+            // the server's commit is durable when it answers.
+            shared
+                .contents
+                .commit(&client, ino.0, true)
+                .await
+                .map_err(Errno::from_i32)
+        });
+    }
+
+    // The kernel's request, field for field (as `fuser::Filesystem` passes it).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn handle_fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        self.empty_task(reply, async move {
+            let file = shared.file(fh)?;
+            if !file.is_file {
+                return Err(Errno::ENODEV);
+            }
+            let end = offset
+                .checked_add(length)
+                .filter(|e| *e <= calm_meta::FILE_SIZE_MAX)
+                .ok_or(Errno::EFBIG)?;
+            if length == 0 {
+                return Err(Errno::EINVAL);
+            }
+            shared.push(&client, ino.0).await?;
+            let attr = match mode {
+                // Space is not reserved ahead in an object store; the size grows.
+                0 => client.write(ino.0, &[], end).await,
+                libc::FALLOC_FL_KEEP_SIZE => return Ok(()),
+                m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => {
+                    let size = client.getattr(ino.0).await.map_err(|e| errno(&e))?.size;
+                    let holes: Vec<_> =
+                        calm_meta::slices::split(offset, end.min(size).saturating_sub(offset))
+                            .into_iter()
+                            .map(|(chunk, pos, len)| {
+                                (chunk, calm_meta::slices::Slice::hole(pos, len))
+                            })
+                            .collect();
+                    client.write(ino.0, &holes, 0).await
+                }
+                _ => return Err(Errno::EOPNOTSUPP),
+            }
+            .map_err(|e| errno(&e))?;
+            shared.contents.changed(&attr).await;
+            shared.drop_kernel_cache(ino.0).await;
+            Ok(())
+        });
+    }
+}
