@@ -14,6 +14,7 @@
 //!
 //! [`MountOptions::write_buffer_bytes`]: crate::MountOptions::write_buffer_bytes
 
+use crate::shared::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -100,25 +101,16 @@ impl Contents {
     }
 
     fn file(&self, handle: Handle) -> File {
-        self.files
-            .lock()
-            .expect("files")
-            .entry(handle)
-            .or_default()
-            .clone()
+        lock(&self.files).entry(handle).or_default().clone()
     }
 
     /// The size of `handle` with this mount's pending writes, when it has any.
     pub fn dirty_size(&self, handle: Handle) -> Option<u64> {
-        self.dirty_sizes
-            .lock()
-            .expect("sizes")
-            .get(&handle)
-            .copied()
+        lock(&self.dirty_sizes).get(&handle).copied()
     }
 
     fn publish_size(&self, handle: Handle, data: &FileData) {
-        let mut sizes = self.dirty_sizes.lock().expect("sizes");
+        let mut sizes = lock(&self.dirty_sizes);
         if data.is_dirty() {
             sizes.insert(handle, data.size());
         } else {
@@ -177,7 +169,7 @@ impl Contents {
             let mut state = file.lock().await;
             state.opens = state.opens.saturating_sub(1);
         }
-        let mut files = self.files.lock().expect("files");
+        let mut files = lock(&self.files);
         if files.len() > FILES_KEPT_MAX {
             files.retain(|_, f| {
                 f.try_lock()
@@ -324,7 +316,11 @@ impl Contents {
         let objects = self.objects.clone();
         let permits = self.uploads.clone();
         tokio::spawn(async move {
-            let _permit = permits.acquire_owned().await.expect("never closed");
+            // The semaphore is never closed; were it, the upload would fail, not the mount.
+            let _permit = permits
+                .acquire_owned()
+                .await
+                .map_err(|_| DataError::Unavailable("the upload limiter is closed".into()))?;
             objects
                 .put_block(upload.id, upload.block, upload.data)
                 .await
@@ -334,7 +330,7 @@ impl Contents {
     /// Commits `handle`'s pending writes (and with `sync`, makes their objects durable first).
     pub async fn commit(&self, client: &Client, handle: Handle, sync: bool) -> Result<(), i32> {
         let file = {
-            let files = self.files.lock().expect("files");
+            let files = lock(&self.files);
             match files.get(&handle) {
                 Some(file) => file.clone(),
                 None => return Ok(()),
@@ -345,10 +341,7 @@ impl Contents {
     }
 
     async fn commit_all_but(&self, client: &Client, except: Handle) -> Result<(), i32> {
-        let dirty: Vec<Handle> = self
-            .dirty_sizes
-            .lock()
-            .expect("sizes")
+        let dirty: Vec<Handle> = lock(&self.dirty_sizes)
             .keys()
             .copied()
             .filter(|h| *h != except)
@@ -370,11 +363,14 @@ impl Contents {
             return Ok(());
         }
         let (n, mut uploads) = state.data.seal();
-        let uploaded = if state.uploads.is_empty() && uploads.len() == 1 {
+        let single = match (state.uploads.is_empty(), uploads.len()) {
+            (true, 1) => uploads.pop(),
+            _ => None,
+        };
+        let uploaded = if let Some(upload) = single {
             // One block and nothing in flight (a small file): uploaded here rather than by a
             // task of its own, which would cost two thread switches.
-            let upload = uploads.pop().expect("one upload");
-            let _permit = self.uploads.acquire().await.expect("never closed");
+            let _permit = self.uploads.acquire().await;
             self.objects
                 .put_block(upload.id, upload.block, upload.data)
                 .await
@@ -504,7 +500,12 @@ impl Contents {
                 Part::Zeros(n) => out.resize(out.len() + *n as usize, 0),
                 Part::Memory(b) => out.extend_from_slice(b),
                 Part::Object { .. } => {
-                    out.extend_from_slice(&bytes.map_err(ReadError::Data)?.expect("fetched"))
+                    let bytes = bytes.map_err(ReadError::Data)?.ok_or_else(|| {
+                        ReadError::Data(DataError::Missing(
+                            "a part of the read was not fetched".into(),
+                        ))
+                    })?;
+                    out.extend_from_slice(&bytes)
                 }
             }
         }

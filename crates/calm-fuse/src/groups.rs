@@ -3,6 +3,7 @@
 //! decides permissions with them, so they travel with every request. Kept a short while per
 //! pid: a process's groups rarely change, and reading them costs a few microseconds.
 
+use crate::shared::lock;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -25,13 +26,13 @@ impl CallerGroups {
     /// status cannot be read.
     pub fn of(&self, pid: u32) -> Groups {
         let now = Instant::now();
-        if let Some((at, groups)) = self.known.lock().expect("groups").get(&pid)
+        if let Some((at, groups)) = lock(&self.known).get(&pid)
             && now.duration_since(*at) < GROUPS_TTL
         {
             return groups.clone();
         }
         let groups = read_groups(pid).unwrap_or_default();
-        let mut known = self.known.lock().expect("groups");
+        let mut known = lock(&self.known);
         if known.len() >= GROUPS_PIDS_MAX {
             known.clear();
         }

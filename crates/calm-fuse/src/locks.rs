@@ -12,6 +12,7 @@
 //! FUSE request's id; a signal to the waiting process arrives as FUSE_INTERRUPT naming that id,
 //! and cancels the wait: the process gets EINTR and nothing is left behind.
 
+use crate::shared::lock;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -91,7 +92,7 @@ impl LockForwarder {
     }
 
     pub fn session(&self) -> SessionId {
-        *self.session.lock().expect("session")
+        *lock(&self.session)
     }
 
     /// Completes when the session has been replaced by a new one since the last call.
@@ -115,7 +116,7 @@ impl LockForwarder {
                     tracing::warn!(session, %failure, "lock session lost; opening a new one");
                     match self.client.open_lock_session(self.lease_ms).await {
                         Ok(new) => {
-                            *self.session.lock().expect("session") = new;
+                            *lock(&self.session) = new;
                             self.replaced.notify_one();
                         }
                         Err(e) => tracing::warn!(%e, "opening a lock session"),
@@ -127,7 +128,7 @@ impl LockForwarder {
     }
 
     fn remember_pid(&self, owner: u64, pid: u32) {
-        let mut pids = self.pids.lock().expect("pids");
+        let mut pids = lock(&self.pids);
         if pids.len() >= PIDS_MAX && !pids.contains_key(&owner) {
             pids.clear();
         }
@@ -137,13 +138,9 @@ impl LockForwarder {
     fn pid_of(&self, session: SessionId, holder_session: SessionId, owner: Owner) -> u32 {
         match owner {
             Owner::Process { pid } => pid,
-            Owner::File { file } if holder_session == session => self
-                .pids
-                .lock()
-                .expect("pids")
-                .get(&file)
-                .copied()
-                .unwrap_or(0),
+            Owner::File { file } if holder_session == session => {
+                lock(&self.pids).get(&file).copied().unwrap_or(0)
+            }
             Owner::File { .. } => 0,
         }
     }
@@ -214,7 +211,7 @@ impl LockForwarder {
         };
         let session = self.session();
         {
-            let mut waits = self.waits.lock().expect("waits");
+            let mut waits = lock(&self.waits);
             let wait = waits.entry(request_id).or_default();
             if wait.interrupted {
                 waits.remove(&request_id);
@@ -223,7 +220,7 @@ impl LockForwarder {
             wait.session = Some(session);
         }
         let answer = self.client.lock_wait(session, request_id, request).await;
-        self.waits.lock().expect("waits").remove(&request_id);
+        lock(&self.waits).remove(&request_id);
         answer_errno(&answer.map_err(|f| errno_of(&f))?)
     }
 
@@ -231,10 +228,7 @@ impl LockForwarder {
     /// until [`LockForwarder::set`] sends it (or answers EINTR instead). Called in the order
     /// the kernel sent the requests, before the interrupt can be read.
     pub fn expect_wait(&self, request_id: u64) {
-        self.waits
-            .lock()
-            .expect("waits")
-            .insert(request_id, Wait::default());
+        lock(&self.waits).insert(request_id, Wait::default());
     }
 
     /// Ends the wait of FUSE request `request_id`, if one is running or about to (a signal
@@ -244,7 +238,7 @@ impl LockForwarder {
         let mut tries = 0;
         loop {
             let session = {
-                let mut waits = self.waits.lock().expect("waits");
+                let mut waits = lock(&self.waits);
                 match waits.get_mut(&request_id) {
                     // Answered already, or not a blocking request.
                     None => return,
