@@ -35,8 +35,10 @@ use crate::convert::{
 use crate::locks::LockForwarder;
 use crate::shared::{Shared, State, lock};
 
+mod attrs;
 mod data;
 mod locks;
+mod names;
 
 /// Largest write the kernel sends in one request, in bytes.
 pub const WRITE_BYTES_MAX: u32 = 1 << 20;
@@ -226,43 +228,11 @@ impl Filesystem for CalmFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let client = self.shared.caller(req);
-        let name = name.as_bytes().to_vec();
-        self.entry_task(reply, async move {
-            client.lookup(parent.0, &name).await.map_err(|e| errno(&e))
-        });
+        self.handle_lookup(req, parent, name, reply)
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let shared = self.shared.clone();
-        self.spawn(async move {
-            match shared.client.getattr(ino.0).await {
-                Ok(attr) => {
-                    let attr = shared.local_view(attr);
-                    reply.attr(&shared.ttl, &file_attr(&attr));
-                }
-                Err(MetaError::NotFound) => {
-                    // Unlinked while open here: what this mount last saw, with no links.
-                    let kept = {
-                        let state = shared.state();
-                        state
-                            .inodes
-                            .get(&ino.0)
-                            .filter(|i| !i.files.is_empty())
-                            .and_then(|i| i.attr.clone())
-                    };
-                    match kept {
-                        Some(mut attr) => {
-                            attr.nlink = 0;
-                            let attr = shared.local_view(attr);
-                            reply.attr(&shared.ttl, &file_attr(&attr));
-                        }
-                        None => reply.error(Errno::ENOENT),
-                    }
-                }
-                Err(e) => reply.error(errno(&e)),
-            }
-        });
+        self.handle_getattr(ino, reply)
     }
 
     fn setattr(
@@ -283,44 +253,11 @@ impl Filesystem for CalmFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let shared = self.shared.clone();
-        let client = shared.caller(req);
-        self.spawn(async move {
-            let handle = ino.0;
-            // Pending writes go first: a truncate cuts them too, and every other change
-            // follows them.
-            if let Err(e) = shared.push(&client, handle).await {
-                return reply.error(e);
-            }
-            let change = SetAttr {
-                mode: mode.map(|m| m & 0o7777),
-                uid,
-                gid,
-                size,
-                atime: atime.map(set_time),
-                mtime: mtime.map(set_time),
-                ctime: ctime.map(|t| match set_time(TimeOrNow::SpecificTime(t)) {
-                    SetTime::At(ns) => ns,
-                    SetTime::Now => 0,
-                }),
-            };
-            match client.setattr(handle, &change).await {
-                Ok(attr) => {
-                    if size.is_some() {
-                        shared.contents.changed(&attr).await;
-                    }
-                    let attr = shared.local_view(attr);
-                    reply.attr(&shared.ttl, &file_attr(&attr));
-                }
-                Err(e) => reply.error(errno(&e)),
-            }
-        });
+        self.handle_setattr(req, ino, mode, uid, gid, size, atime, mtime, ctime, reply)
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let client = self.shared.client.clone();
-        let target = async move { client.readlink(ino.0).await };
-        self.answer(reply, target, |reply, target| reply.data(&target));
+        self.handle_readlink(ino, reply)
     }
 
     fn mknod(
@@ -333,17 +270,7 @@ impl Filesystem for CalmFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let Some(kind) = Kind::from_mode(mode) else {
-            return reply.error(Errno::EINVAL);
-        };
-        let node = NewNode::node(
-            kind,
-            mode & !umask & 0o7777,
-            req.uid(),
-            req.gid(),
-            u64::from(rdev),
-        );
-        self.make_entry(req, parent, name, node, reply);
+        self.handle_mknod(req, parent, name, mode, umask, rdev, reply)
     }
 
     fn mkdir(
@@ -355,8 +282,7 @@ impl Filesystem for CalmFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let node = NewNode::dir(mode & !umask & 0o7777, req.uid(), req.gid());
-        self.make_entry(req, parent, name, node, reply);
+        self.handle_mkdir(req, parent, name, mode, umask, reply)
     }
 
     fn symlink(
@@ -367,8 +293,7 @@ impl Filesystem for CalmFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let node = NewNode::symlink(target.as_os_str().as_bytes(), req.uid(), req.gid());
-        self.make_entry(req, parent, link_name, node, reply);
+        self.handle_symlink(req, parent, link_name, target, reply)
     }
 
     fn create(
@@ -381,30 +306,7 @@ impl Filesystem for CalmFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let shared = self.shared.clone();
-        let client = shared.caller(req);
-        let node = NewNode::file(mode & !umask & 0o7777, req.uid(), req.gid());
-        let name = name.as_bytes().to_vec();
-        let exclusive = flags & libc::O_EXCL != 0;
-        self.spawn(async move {
-            let attr = match client.make(parent.0, &name, &node, exclusive).await {
-                Ok(attr) => attr,
-                Err(e) => return reply.error(errno(&e)),
-            };
-            if attr.kind == Kind::File {
-                shared.contents.created(&attr).await;
-            }
-            match shared.open_file(&attr, flags) {
-                Ok(fh) => reply.created(
-                    &shared.ttl,
-                    &file_attr(&attr),
-                    Generation(attr.generation),
-                    FileHandle(fh),
-                    FopenFlags::empty(),
-                ),
-                Err(e) => reply.error(e),
-            }
-        });
+        self.handle_create(req, parent, name, mode, umask, flags, reply)
     }
 
     fn link(
@@ -415,37 +317,15 @@ impl Filesystem for CalmFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let client = self.shared.caller(req);
-        let name = newname.as_bytes().to_vec();
-        self.entry_task(reply, async move {
-            client
-                .link(ino.0, newparent.0, &name)
-                .await
-                .map_err(|e| errno(&e))
-        });
+        self.handle_link(req, ino, newparent, newname, reply)
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let shared = self.shared.clone();
-        let client = shared.caller(req);
-        let name = name.as_bytes().to_vec();
-        self.empty_task(reply, async move {
-            let keep = shared.keep_for(&client, parent.0, &name).await;
-            let orphan = client
-                .unlink_keeping(parent.0, &name, keep)
-                .await
-                .map_err(|e| errno(&e))?;
-            shared.kept(&client, orphan).await;
-            Ok(())
-        });
+        self.handle_unlink(req, parent, name, reply)
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let client = self.shared.caller(req);
-        let name = name.as_bytes().to_vec();
-        self.empty_task(reply, async move {
-            client.rmdir(parent.0, &name).await.map_err(|e| errno(&e))
-        });
+        self.handle_rmdir(req, parent, name, reply)
     }
 
     fn rename(
@@ -458,20 +338,7 @@ impl Filesystem for CalmFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let shared = self.shared.clone();
-        let client = shared.caller(req);
-        let name = name.as_bytes().to_vec();
-        let newname = newname.as_bytes().to_vec();
-        let flags = flags.bits();
-        self.empty_task(reply, async move {
-            let keep = shared.keep_for(&client, newparent.0, &newname).await;
-            let orphan = client
-                .rename_keeping(parent.0, &name, newparent.0, &newname, flags, keep)
-                .await
-                .map_err(|e| errno(&e))?;
-            shared.kept(&client, orphan).await;
-            Ok(())
-        });
+        self.handle_rename(req, parent, name, newparent, newname, flags, reply)
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -561,68 +428,13 @@ impl Filesystem for CalmFs {
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        let client = self.shared.caller(req);
-        self.spawn(async move {
-            // Offsets are the server's cookies; 1 and 2 are "." and "..".
-            if offset == 0 && reply.add(ino, 1, FileType::Directory, ".") {
-                return reply.ok();
-            }
-            if offset <= 1 && reply.add(ino, 2, FileType::Directory, "..") {
-                return reply.ok();
-            }
-            let mut after = offset.max(2);
-            loop {
-                let entries = match client.readdir(ino.0, after, READDIR_BATCH).await {
-                    Ok(entries) => entries,
-                    Err(e) => return reply.error(errno(&e)),
-                };
-                if entries.is_empty() {
-                    return reply.ok();
-                }
-                for entry in &entries {
-                    let name = OsStr::from_bytes(&entry.name);
-                    if reply.add(
-                        INodeNo(entry.handle),
-                        entry.cookie,
-                        file_type(entry.kind),
-                        name,
-                    ) {
-                        return reply.ok();
-                    }
-                    after = entry.cookie;
-                }
-            }
-        });
+        self.handle_readdir(req, ino, offset, reply)
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let shared = self.shared.clone();
-        self.spawn(async move {
-            let figures = match shared.client.statfs().await {
-                Ok(figures) => figures,
-                Err(e) => return reply.error(errno(&e)),
-            };
-            // Space is the local object store's file system's; a remote store's is not known
-            // (reported as large and free).
-            let (blocks, bfree, bavail, bsize) = shared
-                .contents
-                .objects()
-                .local_root()
-                .and_then(statvfs)
-                .unwrap_or((1 << 40, 1 << 40, 1 << 40, 4096));
-            reply.statfs(
-                blocks,
-                bfree,
-                bavail,
-                figures.inodes.saturating_add(1 << 32),
-                1 << 32,
-                bsize,
-                figures.name_len_max,
-                bsize,
-            );
-        });
+        self.handle_statfs(reply)
     }
 
     fn setxattr(
@@ -635,48 +447,19 @@ impl Filesystem for CalmFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let client = self.shared.caller(req);
-        let name = name.as_bytes().to_vec();
-        let value = value.to_vec();
-        self.empty_task(reply, async move {
-            client
-                .setxattr(ino.0, &name, &value, flags as u32)
-                .await
-                .map_err(|e| errno(&e))
-        });
+        self.handle_setxattr(req, ino, name, value, flags, reply)
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let client = self.shared.caller(req);
-        let name = name.as_bytes().to_vec();
-        let value = async move { client.getxattr(ino.0, &name).await };
-        self.answer(reply, value, move |reply, value| {
-            xattr_reply(reply, size, &value)
-        });
+        self.handle_getxattr(req, ino, name, size, reply)
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let client = self.shared.caller(req);
-        let names = async move { client.listxattr(ino.0).await };
-        self.answer(reply, names, move |reply, names| {
-            let mut list = Vec::new();
-            for name in names {
-                list.extend_from_slice(&name);
-                list.push(0);
-            }
-            xattr_reply(reply, size, &list)
-        });
+        self.handle_listxattr(req, ino, size, reply)
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let client = self.shared.caller(req);
-        let name = name.as_bytes().to_vec();
-        self.empty_task(reply, async move {
-            client
-                .removexattr(ino.0, &name)
-                .await
-                .map_err(|e| errno(&e))
-        });
+        self.handle_removexattr(req, ino, name, reply)
     }
 
     fn getlk(

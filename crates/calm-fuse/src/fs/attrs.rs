@@ -1,0 +1,193 @@
+//! Attributes: getattr (a dirty file's size counts its pending writes), setattr, readlink,
+//! statfs and extended attributes.
+
+use super::*;
+
+impl CalmFs {
+    pub(super) fn handle_getattr(&self, ino: INodeNo, reply: ReplyAttr) {
+        let shared = self.shared.clone();
+        self.spawn(async move {
+            match shared.client.getattr(ino.0).await {
+                Ok(attr) => {
+                    let attr = shared.local_view(attr);
+                    reply.attr(&shared.ttl, &file_attr(&attr));
+                }
+                Err(MetaError::NotFound) => {
+                    // Unlinked while open here: what this mount last saw, with no links.
+                    let kept = {
+                        let state = shared.state();
+                        state
+                            .inodes
+                            .get(&ino.0)
+                            .filter(|i| !i.files.is_empty())
+                            .and_then(|i| i.attr.clone())
+                    };
+                    match kept {
+                        Some(mut attr) => {
+                            attr.nlink = 0;
+                            let attr = shared.local_view(attr);
+                            reply.attr(&shared.ttl, &file_attr(&attr));
+                        }
+                        None => reply.error(Errno::ENOENT),
+                    }
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    // The kernel's request, field for field (as `fuser::Filesystem` passes it).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn handle_setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        reply: ReplyAttr,
+    ) {
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        self.spawn(async move {
+            let handle = ino.0;
+            // Pending writes go first: a truncate cuts them too, and every other change
+            // follows them.
+            if let Err(e) = shared.push(&client, handle).await {
+                return reply.error(e);
+            }
+            let change = SetAttr {
+                mode: mode.map(|m| m & 0o7777),
+                uid,
+                gid,
+                size,
+                atime: atime.map(set_time),
+                mtime: mtime.map(set_time),
+                ctime: ctime.map(|t| match set_time(TimeOrNow::SpecificTime(t)) {
+                    SetTime::At(ns) => ns,
+                    SetTime::Now => 0,
+                }),
+            };
+            match client.setattr(handle, &change).await {
+                Ok(attr) => {
+                    if size.is_some() {
+                        shared.contents.changed(&attr).await;
+                    }
+                    let attr = shared.local_view(attr);
+                    reply.attr(&shared.ttl, &file_attr(&attr));
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    pub(super) fn handle_readlink(&self, ino: INodeNo, reply: ReplyData) {
+        let client = self.shared.client.clone();
+        let target = async move { client.readlink(ino.0).await };
+        self.answer(reply, target, |reply, target| reply.data(&target));
+    }
+
+    pub(super) fn handle_statfs(&self, reply: ReplyStatfs) {
+        let shared = self.shared.clone();
+        self.spawn(async move {
+            let figures = match shared.client.statfs().await {
+                Ok(figures) => figures,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            // Space is the local object store's file system's; a remote store's is not known
+            // (reported as large and free).
+            let (blocks, bfree, bavail, bsize) = shared
+                .contents
+                .objects()
+                .local_root()
+                .and_then(statvfs)
+                .unwrap_or((1 << 40, 1 << 40, 1 << 40, 4096));
+            reply.statfs(
+                blocks,
+                bfree,
+                bavail,
+                figures.inodes.saturating_add(1 << 32),
+                1 << 32,
+                bsize,
+                figures.name_len_max,
+                bsize,
+            );
+        });
+    }
+
+    pub(super) fn handle_setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        reply: ReplyEmpty,
+    ) {
+        let client = self.shared.caller(req);
+        let name = name.as_bytes().to_vec();
+        let value = value.to_vec();
+        self.empty_task(reply, async move {
+            client
+                .setxattr(ino.0, &name, &value, flags as u32)
+                .await
+                .map_err(|e| errno(&e))
+        });
+    }
+
+    pub(super) fn handle_getxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        size: u32,
+        reply: ReplyXattr,
+    ) {
+        let client = self.shared.caller(req);
+        let name = name.as_bytes().to_vec();
+        let value = async move { client.getxattr(ino.0, &name).await };
+        self.answer(reply, value, move |reply, value| {
+            xattr_reply(reply, size, &value)
+        });
+    }
+
+    pub(super) fn handle_listxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        size: u32,
+        reply: ReplyXattr,
+    ) {
+        let client = self.shared.caller(req);
+        let names = async move { client.listxattr(ino.0).await };
+        self.answer(reply, names, move |reply, names| {
+            let mut list = Vec::new();
+            for name in names {
+                list.extend_from_slice(&name);
+                list.push(0);
+            }
+            xattr_reply(reply, size, &list)
+        });
+    }
+
+    pub(super) fn handle_removexattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        reply: ReplyEmpty,
+    ) {
+        let client = self.shared.caller(req);
+        let name = name.as_bytes().to_vec();
+        self.empty_task(reply, async move {
+            client
+                .removexattr(ino.0, &name)
+                .await
+                .map_err(|e| errno(&e))
+        });
+    }
+}
