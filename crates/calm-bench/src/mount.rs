@@ -3,6 +3,10 @@
 //! fcntl write locks on one file (the seed-001 shape, where the kernel's own lock list is
 //! O(n) per request).
 //!
+//! Also the cross-mount visibility: a change made through one mount (chmod, rename, write and
+//! close, unlink) of a file the other mount has looked at, and how long until the other mount
+//! shows it (polled every 100 µs; p50 and p99).
+//!
 //! The mount is made in a private mount namespace of this process when it can make one (it is
 //! still single-threaded when the benchmark starts), so it vanishes with the process whatever
 //! happens; calm's server runs in this process on a temporary store.
@@ -27,6 +31,24 @@ pub struct MountBenchOptions {
     pub tmpfs_dir: PathBuf,
     /// Where the temporary store, data directory and mount point are made.
     pub dir: PathBuf,
+    /// Changes of each kind timed for the cross-mount visibility (0: none).
+    pub visibility_samples: usize,
+}
+
+/// How long a change may take to show through the other mount before it counts as unseen.
+pub const VISIBILITY_WAIT: Duration = Duration::from_secs(5);
+
+/// How long until a change through one mount shows through the other, in ms.
+#[derive(Debug, Clone, Serialize)]
+pub struct Visibility {
+    pub samples: usize,
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+    /// Changes not seen within [`VISIBILITY_WAIT`] (counted at that wait).
+    pub unseen: usize,
+    /// p50 and p99 per kind of change.
+    pub by_kind: Vec<(String, f64, f64)>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -50,6 +72,7 @@ pub struct MountReport {
     pub ttl_ms: u64,
     pub threads: usize,
     pub results: Vec<MountResult>,
+    pub visibility_ms: Option<Visibility>,
 }
 
 /// Attribute and entry timeout of the benchmark's mount (`calm mount`'s default).
@@ -176,6 +199,102 @@ fn fcntl_locks(
     Ok(result(fs, "fcntl-locks", n, done, seconds))
 }
 
+/// The `q` quantile (0..=1) of sorted `values`.
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let at = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[at.min(sorted.len() - 1)]
+}
+
+/// Waits until `seen()` holds, polling every 100 µs; the ms it took, or None past
+/// [`VISIBILITY_WAIT`].
+fn until(seen: impl Fn() -> bool) -> Option<f64> {
+    let started = Instant::now();
+    while started.elapsed() < VISIBILITY_WAIT {
+        if seen() {
+            return Some(started.elapsed().as_secs_f64() * 1e3);
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    None
+}
+
+/// Changes made through mount `a` of files mount `b` has just looked at, and how long `b`
+/// takes to show each: chmod, rename, write + close, unlink; `samples` of each.
+fn visibility(a: &Path, b: &Path, samples: usize) -> Result<Visibility, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let io = |what: &str, e: std::io::Error| format!("visibility, {what}: {e}");
+    let dir = "visibility";
+    std::fs::create_dir(a.join(dir)).map_err(|e| io("mkdir", e))?;
+    let mut all = Vec::new();
+    let mut by_kind = Vec::new();
+    let mut unseen = 0;
+    for kind in ["chmod", "rename", "write-close", "unlink"] {
+        let mut times = Vec::new();
+        for i in 0..samples {
+            let name = format!("{dir}/{kind}-{i}");
+            std::fs::write(a.join(&name), b"before").map_err(|e| io("create", e))?;
+            // Mount b looks first, so that what it caches is the old state.
+            let seen_before = until(|| std::fs::read(b.join(&name)).is_ok_and(|d| d == b"before"));
+            if seen_before.is_none() {
+                return Err(format!("{name} never showed through the second mount"));
+            }
+            let started = Instant::now();
+            let waited = match kind {
+                "chmod" => {
+                    std::fs::set_permissions(a.join(&name), PermissionsExt::from_mode(0o600))
+                        .map_err(|e| io("chmod", e))?;
+                    until(|| {
+                        std::fs::metadata(b.join(&name))
+                            .is_ok_and(|m| m.permissions().mode() & 0o777 == 0o600)
+                    })
+                }
+                "rename" => {
+                    let to = format!("{name}-renamed");
+                    std::fs::rename(a.join(&name), a.join(&to)).map_err(|e| io("rename", e))?;
+                    until(|| std::fs::metadata(b.join(&to)).is_ok() && !b.join(&name).exists())
+                }
+                "write-close" => {
+                    std::fs::write(a.join(&name), b"after!").map_err(|e| io("write", e))?;
+                    until(|| std::fs::read(b.join(&name)).is_ok_and(|d| d == b"after!"))
+                }
+                _ => {
+                    std::fs::remove_file(a.join(&name)).map_err(|e| io("unlink", e))?;
+                    until(|| !b.join(&name).exists())
+                }
+            };
+            // From the change's return to its sight through b.
+            let ms = match waited {
+                Some(_) => started.elapsed().as_secs_f64() * 1e3,
+                None => {
+                    unseen += 1;
+                    VISIBILITY_WAIT.as_secs_f64() * 1e3
+                }
+            };
+            times.push(ms);
+        }
+        times.sort_by(f64::total_cmp);
+        by_kind.push((
+            kind.to_string(),
+            quantile(&times, 0.5),
+            quantile(&times, 0.99),
+        ));
+        all.extend(times);
+    }
+    std::fs::remove_dir_all(a.join(dir)).map_err(|e| io("cleaning up", e))?;
+    all.sort_by(f64::total_cmp);
+    Ok(Visibility {
+        samples: all.len(),
+        p50: quantile(&all, 0.5),
+        p99: quantile(&all, 0.99),
+        max: all.last().copied().unwrap_or(f64::NAN),
+        unseen,
+        by_kind,
+    })
+}
+
 /// Runs the whole benchmark.
 pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
     if options.files == 0 || options.threads == 0 || options.locks.contains(&0) {
@@ -190,6 +309,9 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
     let (work, meta) = crate::mdtest::open_meta(&options.dir)?;
     let mountpoint = work.path().join("mnt");
     std::fs::create_dir(&mountpoint).map_err(|e| e.to_string())?;
+    // A second mount of the same server, for the cross-mount visibility.
+    let second = work.path().join("mnt2");
+    std::fs::create_dir(&second).map_err(|e| e.to_string())?;
     let fuse_options = calm_fuse::MountOptions {
         write_buffer_bytes: calm_fuse::contents::WRITE_BUFFER_BYTES_DEFAULT,
         ttl: TTL,
@@ -198,20 +320,26 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
         cache_dir: None,
         cache_bytes: 0,
     };
-    let (server, mounted) = runtime.block_on(async {
+    let (server, mounted, mounted_second) = runtime.block_on(async {
         let server = crate::mdtest::InProcessServer::start(Arc::clone(&meta)).await?;
-        let client = calm_client::Client::connect(&server.addr)
+        let mut mounts = Vec::new();
+        for point in [&mountpoint, &second] {
+            let client = calm_client::Client::connect(&server.addr)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mounted = calm_fuse::mount(
+                client,
+                point,
+                &fuse_options,
+                tokio::runtime::Handle::current(),
+            )
             .await
-            .map_err(|e| e.to_string())?;
-        let mounted = calm_fuse::mount(
-            client,
-            &mountpoint,
-            &fuse_options,
-            tokio::runtime::Handle::current(),
-        )
-        .await
-        .map_err(|e| format!("mounting at {}: {e}", mountpoint.display()))?;
-        Ok::<_, String>((server, mounted))
+            .map_err(|e| format!("mounting at {}: {e}", point.display()))?;
+            mounts.push(mounted);
+        }
+        let second = mounts.pop().ok_or("no second mount")?;
+        let first = mounts.pop().ok_or("no first mount")?;
+        Ok::<_, String>((server, first, second))
     })?;
     let tmpfs = tempfile::Builder::new()
         .prefix("calm-bench-mount-")
@@ -231,17 +359,26 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
                 results.push(r);
             }
         }
-        Ok::<_, String>(results)
+        let visible = match options.visibility_samples {
+            0 => None,
+            n => Some(visibility(&mountpoint, &second, n)?),
+        };
+        Ok::<_, String>((results, visible))
     })();
 
     let ended = runtime.block_on(async {
-        let unmounted = mounted.unmount().await.map_err(|e| e.to_string());
+        let unmounted_second = mounted_second.unmount().await.map_err(|e| e.to_string());
+        let unmounted = mounted
+            .unmount()
+            .await
+            .map_err(|e| e.to_string())
+            .and(unmounted_second);
         let stopped = server.stop().await;
         unmounted.and(stopped)
     });
     drop(runtime);
     drop(meta);
-    let results = measured?;
+    let (results, visibility_ms) = measured?;
     ended?;
     Ok(MountReport {
         bench: "mount",
@@ -249,5 +386,6 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
         ttl_ms: TTL.as_millis() as u64,
         threads: options.threads,
         results,
+        visibility_ms,
     })
 }

@@ -124,6 +124,10 @@ pub enum Bench {
         /// Where the temporary store, data directory and mount point are made.
         #[arg(long, default_value_os_t = std::env::temp_dir())]
         dir: PathBuf,
+        /// Changes of each kind (chmod, rename, write + close, unlink) timed from one mount to
+        /// a second one (0: none).
+        #[arg(long, default_value_t = 20)]
+        visibility_samples: usize,
         #[arg(long)]
         json: bool,
     },
@@ -417,6 +421,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             cap_seconds,
             tmpfs_dir,
             dir,
+            visibility_samples,
             json,
         } => {
             let options = mount::MountBenchOptions {
@@ -426,6 +431,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 cap_seconds,
                 tmpfs_dir,
                 dir,
+                visibility_samples,
             };
             let report = mount::run(&options).map_err(|e| anyhow!(e))?;
             let mut lines = vec![format!(
@@ -437,6 +443,21 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                     "{:>6} {:>12} {:>8} {:>10} {:>8} {:>12.3} {:>12.0}",
                     r.fs, r.op, r.n, r.completed, r.stopped, r.seconds, r.ops_per_sec
                 ));
+            }
+            if let Some(v) = &report.visibility_ms {
+                lines.push(format!(
+                    "cross-mount visibility: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms over {} \
+                     changes ({} unseen after {} s)",
+                    v.p50,
+                    v.p99,
+                    v.max,
+                    v.samples,
+                    v.unseen,
+                    mount::VISIBILITY_WAIT.as_secs()
+                ));
+                for (kind, p50, p99) in &v.by_kind {
+                    lines.push(format!("  {kind:>12}: p50 {p50:.1} ms, p99 {p99:.1} ms"));
+                }
             }
             lines.push(format!(
                 "{} threads; attribute and entry timeout {} ms; {}",
