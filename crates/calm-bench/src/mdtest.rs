@@ -277,6 +277,19 @@ async fn make_as<S: Store>(
     }
 }
 
+/// The superuser's directory `top` (0777), where every caller may make its directories.
+async fn shared_top<S: Store>(meta: &Meta<S>) -> Result<Handle, String> {
+    make_as(
+        meta,
+        &Caller::default(),
+        ROOT,
+        b"top".to_vec(),
+        (true, 0o777),
+    )
+    .await
+    .map_err(|e| e.to_string())
+}
+
 async fn inprocess<S: Store>(
     options: &MdtestOptions,
     clients: usize,
@@ -286,15 +299,7 @@ async fn inprocess<S: Store>(
 ) -> Result<Vec<MdtestResult>, String> {
     let mut dirs: Vec<Handle> = Vec::new();
     // The caller's directories, in one of the superuser's where everyone may make them.
-    let top = make_as(
-        &meta,
-        &Caller::default(),
-        ROOT,
-        b"top".to_vec(),
-        (true, 0o777),
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let top = shared_top(&meta).await?;
     for c in 0..dir_count(options, clients) {
         let name = format!("dir.{c}").into_bytes();
         dirs.push(
@@ -362,15 +367,7 @@ async fn grpc<S: Store>(
     let addr = server.addr.clone();
     let mut conns = Vec::new();
     let mut dirs = Vec::new();
-    let top = make_as(
-        &meta,
-        &Caller::default(),
-        ROOT,
-        b"top".to_vec(),
-        (true, 0o777),
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let top = shared_top(&meta).await?;
     for c in 0..clients {
         // The benchmark is the superuser of this machine on loopback: it may act for the
         // caller it names.

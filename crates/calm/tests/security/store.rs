@@ -56,7 +56,7 @@ fn the_store_and_its_objects_are_closed_to_other_users() {
 }
 
 #[test]
-fn a_full_store_answers_enospc_keeps_reading_and_takes_writes_when_room_is_back() {
+fn a_full_store_answers_enospc_keeps_reading_takes_writes_when_room_is_back_and_survives_kill_9() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let out = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "--", "bash"])
@@ -79,6 +79,7 @@ fn a_full_store_answers_enospc_keeps_reading_and_takes_writes_when_room_is_back(
             "filling names: ENOSPC",
             "reads: ok",
             "after room is back: ok",
+            "after kill -9: ok",
             "clean",
         ],
         "{stdout}"

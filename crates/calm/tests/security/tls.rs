@@ -38,25 +38,30 @@ fn certificates(dir: &Path) {
     calm_server::tls::issue(&other, "admin", &[], 30).expect("a certificate of another CA");
 }
 
+/// `calm serve` on `data` with a TLS listener on loopback, the certificates of `certs`.
+fn tls_server(data: &Path, certs: &Path, extra: &[&str]) -> common::Server {
+    let c = |name: &str| certs.join(name).to_string_lossy().into_owned();
+    let (cert, key, ca) = (c("server.pem"), c("server-key.pem"), c("ca.pem"));
+    let mut args = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+    ];
+    args.extend(["--tls-client-ca", &ca]);
+    args.extend(extra);
+    common::Server::start_with(data, &args)
+}
+
 #[test]
 fn tls_clients_need_a_certificate_of_the_client_ca() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let certs = tmp.path().join("certs");
     certificates(&certs);
     let c = |name: &str| certs.join(name).to_string_lossy().into_owned();
-    let server = common::Server::start_with(
-        &tmp.path().join("data"),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--tls-cert",
-            &c("server.pem"),
-            "--tls-key",
-            &c("server-key.pem"),
-            "--tls-client-ca",
-            &c("ca.pem"),
-        ],
-    );
+    let server = tls_server(&tmp.path().join("data"), &certs, &[]);
     let status = |cert: Option<(&str, &str)>, args: &[&str]| {
         let mut command = Command::new(CALM);
         command.args(args).args(["--server", &server.addr]);
@@ -307,20 +312,7 @@ fn a_mount_over_tls_acts_for_its_callers_with_root_squashed() {
     assert!(out.status.success(), "{out:?}");
     let c = |name: &str| certs.join(name).to_string_lossy().into_owned();
     let data = tmp.path().join("data");
-    let server = common::Server::start_with(
-        &data,
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--tls-cert",
-            &c("server.pem"),
-            "--tls-key",
-            &c("server-key.pem"),
-            "--tls-client-ca",
-            &c("ca.pem"),
-            "--root-squash",
-        ],
-    );
+    let server = tls_server(&data, &certs, &["--root-squash"]);
     let socket = format!("unix:{}", data.join("calm.sock").display());
     // Root's mount over the Unix socket is an administrator: root stays root.
     let local = Mount::remote(&socket, &[]);
