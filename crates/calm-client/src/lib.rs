@@ -753,12 +753,13 @@ impl Client {
 
     // ---- watches ----
 
-    /// Starts watching: a directory's entries (`recursive`: everything below it) or the given
-    /// handles, from changelog index `from` (0: from now).
+    /// Starts watching: a directory's entries (`recursive`: everything below it), the given
+    /// handles, or every change, from changelog index `from` (0: from now).
     pub async fn watch(&self, what: WatchWhat, from: u64) -> Result<Watch> {
-        let (dir, recursive, handles) = match what {
-            WatchWhat::Dir { handle, recursive } => (handle, recursive, Vec::new()),
-            WatchWhat::Handles(handles) => (0, false, handles),
+        let (dir, recursive, handles, all) = match what {
+            WatchWhat::Dir { handle, recursive } => (handle, recursive, Vec::new(), false),
+            WatchWhat::Handles(handles) => (0, false, handles, false),
+            WatchWhat::All => (0, false, Vec::new(), true),
         };
         let request = pb::WatchRequest {
             dir,
@@ -766,6 +767,7 @@ impl Client {
             handles,
             from,
             batch_max: 0,
+            all,
         };
         let mut stream = check(self.watch.clone().watch(request).await)?;
         let first = stream
@@ -872,8 +874,13 @@ impl Client {
 /// What to watch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchWhat {
-    Dir { handle: Handle, recursive: bool },
+    Dir {
+        handle: Handle,
+        recursive: bool,
+    },
     Handles(Vec<Handle>),
+    /// Every change, in order and never coalesced (for a mount and administrators only).
+    All,
 }
 
 /// One event of a watch.
@@ -952,6 +959,17 @@ impl Watch {
                 return Ok(None);
             }
         }
+    }
+
+    /// The events that have arrived, at least one (waiting for the next batch when none
+    /// has); None when the stream ended.
+    pub async fn next_batch(&mut self) -> Result<Option<Vec<WatchEvent>>> {
+        while self.pending.is_empty() {
+            if !self.fill().await? {
+                return Ok(None);
+            }
+        }
+        Ok(Some(self.pending.drain(..).collect()))
     }
 
     /// Waits until the stream has passed `index` (e.g. [`Client::reached`] after one's own

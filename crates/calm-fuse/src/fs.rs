@@ -70,8 +70,9 @@ pub struct MountOptions {
     pub cache_bytes: u64,
 }
 
-/// Default attribute and entry timeout.
-pub const TTL_DEFAULT: Duration = Duration::from_secs(1);
+/// Default attribute and entry timeout (the mount invalidates what other clients change:
+/// [`crate::cache`]).
+pub const TTL_DEFAULT: Duration = Duration::from_secs(60);
 
 /// The `fuser` configuration of a calm mount.
 pub fn mount_config(options: &MountOptions) -> fuser::Config {
@@ -118,7 +119,7 @@ impl CalmFs {
             state: Mutex::new(State::default()),
             released: tokio::sync::Notify::new(),
             groups: crate::groups::CallerGroups::default(),
-            ttl: options.ttl,
+            cache: crate::cache::Coherence::new(options.ttl),
         });
         runtime.spawn(Shared::claim_orphans(
             Arc::downgrade(&shared),
@@ -161,15 +162,19 @@ impl CalmFs {
         });
     }
 
+    /// Answers an entry request with what `task` found; the kernel holds the inode once
+    /// more (see [`crate::cache`]).
     fn entry_task(
         &self,
         reply: ReplyEntry,
         task: impl Future<Output = Result<Attr, Errno>> + Send + 'static,
     ) {
         let shared = self.shared.clone();
+        let ticket = shared.cache.ticket();
         self.answer(reply, task, move |reply, attr| {
             let attr = shared.local_view(attr);
-            reply.entry(&shared.ttl, &file_attr(&attr), Generation(attr.generation))
+            let ttl = shared.cache.entered(ticket, attr.handle);
+            reply.entry(&ttl, &file_attr(&attr), Generation(attr.generation))
         });
     }
 
@@ -229,6 +234,11 @@ impl Filesystem for CalmFs {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.handle_lookup(req, parent, name, reply)
+    }
+
+    // (fuser's batch_forget calls this for each inode.)
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.shared.cache.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {

@@ -1,6 +1,8 @@
 //! `calm-fuse`: the FUSE file system over a calm metadata server. The only crate that knows
 //! errno and FUSE.
 //!
+//! - [`cache`]: the kernel's cache kept exact: the mount follows every change of the
+//!   namespace and invalidates what other clients changed, so replies carry long TTLs;
 //! - [`contents`]: file contents through the namespace's shared object store (calm-data):
 //!   buffered writes uploaded and committed, reads over the file's map;
 //! - [`locks`]: fcntl (POSIX, OFD) and flock locks forwarded to the server's lock manager, in
@@ -14,6 +16,7 @@
 //! Every request is answered from a task on the tokio runtime, so a slow server or a lock
 //! wait never holds up the FUSE reader.
 
+pub mod cache;
 pub mod contents;
 mod convert;
 pub mod fs;

@@ -35,6 +35,9 @@ pub struct Mounted {
     ended: Option<oneshot::Receiver<()>>,
     locks: Arc<LockForwarder>,
     keep_alive: tokio::task::JoinHandle<()>,
+    cache: Arc<crate::cache::Coherence>,
+    /// The task following the server's changes for the cache.
+    follower: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Mounts calm at `mountpoint` over `client`, answering requests on `runtime`. Returns once
@@ -57,7 +60,7 @@ pub async fn mount(
             return Err(e);
         }
     };
-    let fs = CalmFs::new(client, locks.clone(), objects, options, runtime)?;
+    let fs = CalmFs::new(client.clone(), locks.clone(), objects, options, runtime)?;
     let shared = fs.shared();
     let mountpoint = mountpoint.to_path_buf();
     // Resolved before mounting: afterwards a stat of the mount point is a FUSE request, and
@@ -77,6 +80,17 @@ pub async fn mount(
         }
     };
     let _ = shared.notifier.set(session.notifier());
+    // The changes are followed from before the kernel's first request: nothing it caches can
+    // miss its invalidation. Without epochs (Linux < 6.16) the cache could not be dropped as
+    // a whole after the mount fell behind, so it is not made long-lived at all.
+    let cache = shared.cache.clone();
+    let follower = match cache.start(session.notifier()) {
+        true => {
+            let locks = locks.clone();
+            crate::cache::follow(cache.clone(), client, move || locks.session()).await
+        }
+        false => None,
+    };
     let unmounter = session.unmount_callable();
     let connection = std::fs::read_to_string("/proc/self/mountinfo")
         .ok()
@@ -96,6 +110,8 @@ pub async fn mount(
         ended: Some(ended),
         locks,
         keep_alive,
+        cache,
+        follower,
     })
 }
 
@@ -180,6 +196,10 @@ impl Mounted {
         .await
         .map_err(std::io::Error::other)?;
         self.keep_alive.abort();
+        self.cache.stop();
+        if let Some(follower) = self.follower.take() {
+            follower.abort();
+        }
         self.locks.close().await;
         unmounted.and(joined)
     }

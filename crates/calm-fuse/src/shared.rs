@@ -3,7 +3,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::Duration;
 
 use calm_client::Client;
 use calm_meta::{Attr, Caller, Handle, Kind};
@@ -83,7 +82,8 @@ pub(crate) struct Shared {
     pub(crate) released: tokio::sync::Notify,
     /// The supplementary groups of the processes calling.
     pub(crate) groups: crate::groups::CallerGroups,
-    pub(crate) ttl: Duration,
+    /// What the kernel holds, and the TTL of each reply.
+    pub(crate) cache: Arc<crate::cache::Coherence>,
 }
 
 impl Shared {

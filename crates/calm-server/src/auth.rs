@@ -12,7 +12,12 @@
 //!   calls (it cannot reach the object store anyway), no administration.
 //!
 //! A request with no identity (no peer: it did not come through a listener, nor from this
-//! process) is refused.
+//! process) is refused. A request that names a lock session (`calm-session`) another identity
+//! opened is refused too: the session goes into the changelog record and owns the orphans of
+//! the mutation, and a mount skips its own session's records when it keeps its cache exact.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use calm_meta::{Caller, Groups};
 use calm_proto::changelog::{GID_KEY, GROUPS_KEY, SESSION_KEY, UID_KEY};
@@ -66,6 +71,58 @@ impl Identity {
 pub struct Auth {
     /// Certificates of mounts have their uid 0 act as nobody.
     pub root_squash: bool,
+    /// Which identity opened each lock session (shared by every service of one server).
+    pub sessions: Arc<SessionOwners>,
+}
+
+/// Lock session → the identity that opened it ([`Identity::key`]): a session id alone grants
+/// nothing; only its owner (or an administrator) names it.
+#[derive(Debug, Default)]
+pub struct SessionOwners {
+    owners: Mutex<HashMap<u64, String>>,
+}
+
+/// Session owners remembered before ended sessions are forgotten.
+pub const SESSION_OWNERS_MAX: usize = 4096;
+
+impl SessionOwners {
+    /// Notes that `key` opened `session`; past [`SESSION_OWNERS_MAX`], first forgets the
+    /// sessions `live` says have ended.
+    pub fn opened(&self, session: u64, key: &str, live: impl Fn(u64) -> bool) {
+        let mut owners = self
+            .owners
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if owners.len() >= SESSION_OWNERS_MAX {
+            owners.retain(|s, _| live(*s));
+        }
+        owners.insert(session, key.to_string());
+    }
+
+    pub fn closed(&self, session: u64) {
+        self.owners
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&session);
+    }
+
+    /// Whether `identity` may name `session`: it opened it, it administers, or the session
+    /// is unknown here (ended, or opened before a restart: its user finds out from the lock
+    /// manager, and it owns nothing any more).
+    pub fn may_use(&self, session: u64, identity: &Identity) -> bool {
+        if session == 0 || identity.is_admin() {
+            return true;
+        }
+        match self
+            .owners
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&session)
+        {
+            Some(owner) => owner == identity.key(),
+            None => true,
+        }
+    }
 }
 
 fn unauthenticated(why: &str) -> Status {
@@ -155,7 +212,14 @@ impl Auth {
     /// user itself for a user, with the session it names.
     pub fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
         let claimed = claimed(request)?;
-        Ok(match self.identity(request)? {
+        let identity = self.identity(request)?;
+        if !self.sessions.may_use(claimed.session, &identity) {
+            return Err(denied(&format!(
+                "lock session {} belongs to another client",
+                claimed.session
+            )));
+        }
+        Ok(match identity {
             Identity::Admin { .. } => claimed,
             Identity::Mount { squash, .. } => {
                 if squash && claimed.uid == 0 {
@@ -279,7 +343,10 @@ mod tests {
 
     #[test]
     fn root_and_mounts_act_for_their_callers_and_squash_applies_to_mounts() {
-        let auth = Auth { root_squash: true };
+        let auth = Auth {
+            root_squash: true,
+            ..Auth::default()
+        };
         let root = auth.caller(&from(Peer::LoopbackRoot, 0)).unwrap();
         assert_eq!(root.uid, 0, "root on this machine is not squashed");
         let mount = Peer::Certificate {

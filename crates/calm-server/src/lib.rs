@@ -177,6 +177,8 @@ pub struct MetaService<S: Store> {
     locks: Arc<LockTable>,
     info: ServerInfo,
     data: Option<Arc<data::DataTasks>>,
+    /// For the watch figures of `status`.
+    watch: Option<Arc<watch::WatchHub<S>>>,
     requests: AtomicU64,
     request_errors: AtomicU64,
 }
@@ -195,6 +197,7 @@ impl<S: Store> MetaService<S> {
             locks,
             info,
             data,
+            watch: None,
             requests: AtomicU64::new(0),
             request_errors: AtomicU64::new(0),
         }
@@ -450,6 +453,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
     async fn status(&self, r: Request<pb::Empty>) -> Result<Response<pb::StatusReply>, Status> {
         self.auth.identity(&r)?;
         let locks = self.locks.stats();
+        let watch = self.watch.as_ref().map(|w| w.stats()).unwrap_or_default();
         let result = self.meta.status().map(|s| pb::StatusReply {
             version: env!("CARGO_PKG_VERSION").to_string(),
             data_dir: self.info.data_dir.clone(),
@@ -488,6 +492,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
                 .data
                 .as_ref()
                 .map_or(0, |d| d.stats.compacted.load(Ordering::Relaxed)),
+            watchers: watch.watchers as u64,
+            watch_resyncs: watch.resyncs,
         });
         self.answer(result)
     }
@@ -637,15 +643,11 @@ impl<S: Store> Server<S> {
             .map(|options| data::DataTasks::start(meta.clone(), options));
         let sweeper = tokio::spawn(orphans::sweep(meta.clone(), table.clone(), data.clone()));
         let auth = Arc::new(info.auth.clone());
-        let service = Arc::new(MetaService::new(
-            meta.clone(),
-            auth.clone(),
-            table.clone(),
-            info,
-            data,
-        ));
-        let locks = Arc::new(LockService::new(meta.clone(), table, auth.clone()));
         let hub = WatchHub::new(meta.clone(), watch_limits);
+        let mut service = MetaService::new(meta.clone(), auth.clone(), table.clone(), info, data);
+        service.watch = Some(hub.clone());
+        let service = Arc::new(service);
+        let locks = Arc::new(LockService::new(meta.clone(), table, auth.clone()));
         if let Err(e) = hub.resume().await {
             tracing::warn!(%e, "resuming the watch feed");
         }

@@ -246,23 +246,14 @@ fn result_of_failure(failure: LockFailure) -> pb::LockResult {
 pub struct LockService<S: Store> {
     meta: Arc<Meta<S>>,
     table: Arc<LockTable>,
+    /// Also who opened each session (`auth.sessions`): only its owner (or an administrator)
+    /// uses or closes it.
     auth: Arc<crate::auth::Auth>,
-    /// Session → the identity that opened it (`Identity::key`): a session id alone grants
-    /// nothing; only its owner (or an administrator) uses or closes it.
-    owners: std::sync::Mutex<HashMap<SessionId, String>>,
 }
-
-/// Session owners remembered before the ended sessions are forgotten.
-pub const SESSION_OWNERS_MAX: usize = 4096;
 
 impl<S: Store> LockService<S> {
     pub fn new(meta: Arc<Meta<S>>, table: Arc<LockTable>, auth: Arc<crate::auth::Auth>) -> Self {
-        LockService {
-            meta,
-            table,
-            auth,
-            owners: std::sync::Mutex::new(HashMap::new()),
-        }
+        LockService { meta, table, auth }
     }
 
     /// The identity of `request`, if it may use `session`: the one that opened it, or an
@@ -273,15 +264,13 @@ impl<S: Store> LockService<S> {
         session: SessionId,
     ) -> Result<crate::auth::Identity, Status> {
         let identity = self.auth.identity(request)?;
-        let owner = self.owners.lock().expect("owners").get(&session).cloned();
-        match owner {
-            Some(owner) if owner == identity.key() => Ok(identity),
-            _ if identity.is_admin() => Ok(identity),
-            // Unknown to this server (ended, or never opened): the manager says so.
-            None => Ok(identity),
-            Some(_) => Err(Status::permission_denied(format!(
+        // Unknown to this server (ended, or never opened): the manager says so.
+        if self.auth.sessions.may_use(session, &identity) {
+            Ok(identity)
+        } else {
+            Err(Status::permission_denied(format!(
                 "lock session {session} belongs to another client"
-            ))),
+            )))
         }
     }
 
@@ -355,14 +344,9 @@ impl<S: Store> LocksRpc for LockService<S> {
             inner.manager.open_session(self.table.now_ms(), lease_ms)
         }
         .map_err(|error| status_from_lock_failure(&LockFailure::from(&error)))?;
-        {
-            let mut owners = self.owners.lock().expect("owners");
-            if owners.len() >= SESSION_OWNERS_MAX {
-                let inner = self.table.lock();
-                owners.retain(|s, _| inner.manager.live(*s).is_ok());
-            }
-            owners.insert(session, identity.key().to_string());
-        }
+        self.auth.sessions.opened(session, identity.key(), |s| {
+            self.table.lock().manager.live(s).is_ok()
+        });
         self.table.lease_changed.notify_one();
         Ok(Response::new(pb::SessionReply { session, lease_ms }))
     }
@@ -392,7 +376,7 @@ impl<S: Store> LocksRpc for LockService<S> {
         let result = inner.manager.close_session(session);
         inner.deliver();
         drop(inner);
-        self.owners.lock().expect("owners").remove(&session);
+        self.auth.sessions.closed(session);
         result.map_err(|error| status_from_lock_failure(&LockFailure::from(&error)))?;
         Ok(Response::new(pb::Empty {}))
     }

@@ -237,6 +237,14 @@ impl<S: Store> WatchHub<S> {
     }
 
     fn validate(&self, request: &pb::WatchRequest) -> Result<Target, MetaError> {
+        if request.all {
+            if request.dir != 0 || !request.handles.is_empty() || request.recursive {
+                return Err(MetaError::Invalid(
+                    "a watch of every change names no directory and no handles".into(),
+                ));
+            }
+            return Ok(Target::All);
+        }
         if request.dir != 0 {
             if !request.handles.is_empty() {
                 return Err(MetaError::Invalid(

@@ -5,6 +5,7 @@
 //! watchers of a handle, watchers of a directory (its entries), and recursive watchers of a
 //! directory (everything below it), looked up for each ancestor of the changed directories. So
 //! publishing costs O(depth + m) for m matching watchers, whatever the number of watchers.
+//! Watchers of everything (mounts) are a list of their own, matched by every change.
 //!
 //! A watcher that starts from an index already published catches up first: the caller reads
 //! the changelog from there and hands the records to [`Fanout::catch_up`]; live changes skip it
@@ -25,6 +26,18 @@ pub enum Target {
     Dir { handle: Handle, recursive: bool },
     /// These objects, wherever they are.
     Handles(Vec<Handle>),
+    /// Every change, in order and never coalesced (a mount keeping its cache exact).
+    All,
+}
+
+impl Target {
+    /// The queue a watcher of this target gets.
+    fn queue(&self, max: usize) -> Queue {
+        match self {
+            Target::All => Queue::exact(max),
+            _ => Queue::new(max),
+        }
+    }
 }
 
 /// Named limits.
@@ -104,6 +117,8 @@ pub struct Fanout {
     by_handle: HashMap<Handle, Vec<WatcherId>>,
     by_dir: HashMap<Handle, Vec<WatcherId>>,
     by_tree: HashMap<Handle, Vec<WatcherId>>,
+    /// Watchers of every change.
+    all: Vec<WatcherId>,
     next_id: WatcherId,
     /// Index of the last change published.
     last: u64,
@@ -183,6 +198,7 @@ impl Fanout {
                     self.by_handle.entry(handle).or_default().push(id);
                 }
             }
+            Target::All => self.all.push(id),
         }
         let live = from > self.last;
         let position = if live {
@@ -190,11 +206,12 @@ impl Fanout {
         } else {
             from.saturating_sub(1)
         };
+        let queue = target.queue(self.limits.queue_max);
         self.watchers.insert(
             id,
             Watcher {
                 target,
-                queue: Queue::new(self.limits.queue_max),
+                queue,
                 live,
                 told: position,
                 position,
@@ -223,6 +240,7 @@ impl Fanout {
                     unindex(&mut self.by_handle, *handle, id);
                 }
             }
+            Target::All => self.all.retain(|w| *w != id),
         }
         let stats = watcher.queue.stats();
         self.gone.pushed += stats.pushed;
@@ -235,6 +253,7 @@ impl Fanout {
     fn wants(target: &Target, change: &Change, ancestors: &[Handle]) -> bool {
         match target {
             Target::Handles(handles) => handles.contains(&change.object),
+            Target::All => true,
             Target::Dir { handle, recursive } => {
                 change.dirs().any(|d| d == *handle) || (*recursive && ancestors.contains(handle))
             }
@@ -266,6 +285,7 @@ impl Fanout {
                 candidates.extend_from_slice(list);
             }
         }
+        candidates.extend_from_slice(&self.all);
         for id in candidates {
             let Some(watcher) = self.watchers.get_mut(&id) else {
                 continue;
@@ -302,7 +322,7 @@ impl Fanout {
         }
         if purged {
             // Nothing to replay from: resync from the live stream on.
-            let mut queue = Queue::new(self.limits.queue_max);
+            let mut queue = watcher.target.queue(self.limits.queue_max);
             queue.force_resync(last + 1);
             watcher.queue = queue;
             watcher.live = true;

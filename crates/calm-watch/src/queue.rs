@@ -8,6 +8,10 @@
 //! overflowed it, and the changes from R on follow. A watcher that re-reads the current state
 //! when told to resync, then applies what follows, misses nothing: whatever the state it read
 //! does not yet show has an index of at least R.
+//!
+//! An exact queue ([`Queue::exact`], a mount's cache) never coalesces: a rename followed by a
+//! chmod of the same file must both arrive, since the rename names entries the chmod does not.
+//! Past `max` changes it resyncs in the same way.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -33,6 +37,8 @@ pub struct Queue {
     max: usize,
     /// A resync is owed, from this index.
     resync: Option<u64>,
+    /// A newer change of an object replaces its queued one.
+    coalesce: bool,
     stats: QueueStats,
 }
 
@@ -44,7 +50,16 @@ impl Queue {
             by_object: HashMap::new(),
             max: max.max(1),
             resync: None,
+            coalesce: true,
             stats: QueueStats::default(),
+        }
+    }
+
+    /// A queue holding at most `max` changes that never coalesces them.
+    pub fn exact(max: usize) -> Queue {
+        Queue {
+            coalesce: false,
+            ..Queue::new(max)
         }
     }
 
@@ -70,7 +85,9 @@ impl Queue {
             "changes arrive in index order"
         );
         self.stats.pushed += 1;
-        if let Some(old) = self.by_object.insert(change.object, change.index) {
+        if self.coalesce
+            && let Some(old) = self.by_object.insert(change.object, change.index)
+        {
             self.entries.remove(&old);
             self.stats.coalesced += 1;
         }
@@ -80,7 +97,9 @@ impl Queue {
             let (index, change) = self.entries.pop_last().expect("just inserted");
             self.entries.clear();
             self.by_object.clear();
-            self.by_object.insert(change.object, index);
+            if self.coalesce {
+                self.by_object.insert(change.object, index);
+            }
             self.entries.insert(index, change);
             self.resync = Some(index);
             self.stats.resyncs += 1;
@@ -88,6 +107,7 @@ impl Queue {
     }
 
     /// Drops what is queued and owes a resync from `from` (a watcher whose history is gone).
+    /// An exact queue stays exact.
     pub fn force_resync(&mut self, from: u64) {
         self.entries.clear();
         self.by_object.clear();
@@ -106,10 +126,12 @@ impl Queue {
             room -= 1;
         }
         while room > 0 {
-            let Some((_, change)) = self.entries.pop_first() else {
+            let Some((index, change)) = self.entries.pop_first() else {
                 break;
             };
-            self.by_object.remove(&change.object);
+            if self.by_object.get(&change.object) == Some(&index) {
+                self.by_object.remove(&change.object);
+            }
             out.push(Event::Change(change));
             room -= 1;
         }

@@ -39,6 +39,7 @@ fn wants(target: &Target, change: &Change) -> bool {
             change.dirs().any(|d| d == *handle)
                 || (*recursive && ancestors(change).contains(handle))
         }
+        Target::All => true,
     }
 }
 
@@ -53,7 +54,10 @@ const QUEUE_MAX: usize = 6;
 
 impl ModelWatcher {
     fn push(&mut self, change: Arc<Change>) {
-        if let Some(at) = self.list.iter().position(|c| c.object == change.object) {
+        // A watcher of everything gets every change (it never coalesces).
+        if self.target != Target::All
+            && let Some(at) = self.list.iter().position(|c| c.object == change.object)
+        {
             self.list.remove(at);
         }
         self.list.push(change.clone());
@@ -92,6 +96,7 @@ fn target() -> impl Strategy<Value = Target> {
     prop_oneof![
         (1u64..=6, any::<bool>()).prop_map(|(handle, recursive)| Target::Dir { handle, recursive }),
         prop::collection::vec(10u64..16, 1..4).prop_map(Target::Handles),
+        Just(Target::All),
     ]
 }
 

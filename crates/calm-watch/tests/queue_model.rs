@@ -13,11 +13,15 @@ struct Model {
     list: Vec<Arc<Change>>,
     resync: Option<u64>,
     max: usize,
+    /// An exact queue: nothing coalesced.
+    exact: bool,
 }
 
 impl Model {
     fn push(&mut self, change: Arc<Change>) {
-        if let Some(at) = self.list.iter().position(|c| c.object == change.object) {
+        if !self.exact
+            && let Some(at) = self.list.iter().position(|c| c.object == change.object)
+        {
             self.list.remove(at);
         }
         self.list.push(change.clone());
@@ -86,9 +90,17 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     #[test]
-    fn the_queue_is_the_list_model_and_loses_nothing(max in 1usize..8, ops in ops()) {
-        let mut queue = Queue::new(max);
-        let mut model = Model { list: Vec::new(), resync: None, max };
+    fn the_queue_is_the_list_model_and_loses_nothing(
+        max in 1usize..8,
+        exact in any::<bool>(),
+        ops in ops(),
+    ) {
+        let mut queue = if exact { Queue::exact(max) } else { Queue::new(max) };
+        let mut model = Model { list: Vec::new(), resync: None, max, exact };
+        // Exact: every change pushed, and what the watcher got since its last resync (which
+        // must be every change from that resync's index on, in order).
+        let mut pushed: Vec<u64> = Vec::new();
+        let mut since_resync: (u64, Vec<u64>) = (1, Vec::new());
         let mut truth: HashMap<u64, u64> = HashMap::new();
         let mut replica: HashMap<u64, u64> = HashMap::new();
         let mut index = 0;
@@ -98,6 +110,7 @@ proptest! {
                     index += 1;
                     let c = change(index, object);
                     truth.insert(object, index);
+                    pushed.push(index);
                     queue.push(c.clone());
                     model.push(c);
                 }
@@ -107,6 +120,13 @@ proptest! {
                     let want = model.take(n);
                     prop_assert_eq!(&got, &want);
                     apply(&mut replica, &truth, &got);
+                    for event in &got {
+                        match event {
+                            Event::Resync { from } => since_resync = (*from, Vec::new()),
+                            Event::Change(c) => since_resync.1.push(c.index),
+                            Event::Progress { .. } => {}
+                        }
+                    }
                 }
             }
             prop_assert!(queue.len() <= max, "queue of {} past its limit {max}", queue.len());
@@ -118,6 +138,18 @@ proptest! {
         apply(&mut replica, &truth, &rest);
         prop_assert!(queue.is_empty());
         prop_assert_eq!(replica, truth);
+        if exact {
+            for event in &rest {
+                match event {
+                    Event::Resync { from } => since_resync = (*from, Vec::new()),
+                    Event::Change(c) => since_resync.1.push(c.index),
+                    Event::Progress { .. } => {}
+                }
+            }
+            let (from, got) = since_resync;
+            let want: Vec<u64> = pushed.into_iter().filter(|i| *i >= from).collect();
+            prop_assert_eq!(got, want, "an exact queue delivers every change from its resync");
+        }
     }
 }
 

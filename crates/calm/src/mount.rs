@@ -52,8 +52,9 @@ pub struct MountArgs {
     /// object store is a local directory.
     #[arg(long, default_value_t = calm_data::cache::DISK_CACHE_BYTES_DEFAULT >> 20)]
     pub cache_size_mib: u64,
-    /// How long the kernel trusts attributes and names, in ms.
-    #[arg(long, default_value_t = 1000)]
+    /// How long the kernel trusts attributes and names, in ms, while the mount follows the
+    /// server's changes (which invalidate them at once); otherwise at most 1000.
+    #[arg(long, default_value_t = calm_fuse::fs::TTL_DEFAULT.as_millis() as u64)]
     pub ttl_ms: u64,
     #[command(flatten)]
     pub changelog: crate::serve::ServerArgs,

@@ -234,6 +234,7 @@ impl ServerArgs {
     pub fn auth(&self) -> calm_server::auth::Auth {
         calm_server::auth::Auth {
             root_squash: self.root_squash,
+            ..Default::default()
         }
     }
 }

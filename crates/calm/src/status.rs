@@ -47,6 +47,8 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
             "objects_queued": status.objects_queued,
             "objects_deleted": status.objects_deleted,
             "chunks_compacted": status.chunks_compacted,
+            "watchers": status.watchers,
+            "watch_resyncs": status.watch_resyncs,
         });
         println!("{value}");
     } else {
@@ -99,6 +101,13 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
                 format!(
                     "{} queued, {} deleted since start; {} chunks compacted",
                     status.objects_queued, status.objects_deleted, status.chunks_compacted
+                ),
+            ),
+            (
+                "watches",
+                format!(
+                    "{} open, {} resyncs since start",
+                    status.watchers, status.watch_resyncs
                 ),
             ),
             ("ready after", format!("{} ms", status.ready_ms)),

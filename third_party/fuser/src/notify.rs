@@ -104,15 +104,19 @@ impl Notifier {
         self.send_inval(notify_code::FUSE_NOTIFY_DELETE, &notif)
     }
 
+    /// calm: invalidates every directory entry the kernel has cached (a new epoch: Linux
+    /// 6.16 and later; an older kernel answers EINVAL).
+    /// # Errors
+    /// Returns an error if the kernel rejects the notification.
+    pub fn inc_epoch(&self) -> io::Result<()> {
+        self.send(notify_code::FUSE_NOTIFY_INC_EPOCH, &Notification::new_bare())
+    }
+
+    // calm: ENOENT is returned (the kernel does not hold the entry or inode): calm repeats an
+    // invalidation of an inode a lookup in flight is about to install.
     #[allow(unused)]
     fn send_inval(&self, code: notify_code, notification: &Notification<'_>) -> io::Result<()> {
-        match self.send(code, notification) {
-            // ENOENT is harmless for an invalidation (the
-            // kernel may have already dropped the cached
-            // entry on its own anyway), so ignore it.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            x => x,
-        }
+        self.send(code, notification)
     }
 
     fn send(&self, code: notify_code, notification: &Notification<'_>) -> io::Result<()> {

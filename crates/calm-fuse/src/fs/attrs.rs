@@ -6,11 +6,15 @@ use super::*;
 impl CalmFs {
     pub(super) fn handle_getattr(&self, ino: INodeNo, reply: ReplyAttr) {
         let shared = self.shared.clone();
+        let ticket = shared.cache.ticket();
         self.spawn(async move {
             match shared.client.getattr(ino.0).await {
                 Ok(attr) => {
                     let attr = shared.local_view(attr);
-                    reply.attr(&shared.ttl, &file_attr(&attr));
+                    reply.attr(
+                        &shared.cache.reply_ttl(ticket, attr.handle),
+                        &file_attr(&attr),
+                    );
                 }
                 Err(MetaError::NotFound) => {
                     // Unlinked while open here: what this mount last saw, with no links.
@@ -26,7 +30,10 @@ impl CalmFs {
                         Some(mut attr) => {
                             attr.nlink = 0;
                             let attr = shared.local_view(attr);
-                            reply.attr(&shared.ttl, &file_attr(&attr));
+                            reply.attr(
+                                &shared.cache.reply_ttl(ticket, attr.handle),
+                                &file_attr(&attr),
+                            );
                         }
                         None => reply.error(Errno::ENOENT),
                     }
@@ -53,6 +60,7 @@ impl CalmFs {
     ) {
         let shared = self.shared.clone();
         let client = shared.caller(req);
+        let ticket = shared.cache.ticket();
         self.spawn(async move {
             let handle = ino.0;
             // Pending writes go first: a truncate cuts them too, and every other change
@@ -78,7 +86,10 @@ impl CalmFs {
                         shared.contents.changed(&attr).await;
                     }
                     let attr = shared.local_view(attr);
-                    reply.attr(&shared.ttl, &file_attr(&attr));
+                    reply.attr(
+                        &shared.cache.reply_ttl(ticket, attr.handle),
+                        &file_attr(&attr),
+                    );
                 }
                 Err(e) => reply.error(errno(&e)),
             }

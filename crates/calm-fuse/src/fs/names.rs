@@ -86,6 +86,7 @@ impl CalmFs {
         let node = NewNode::file(mode & !umask & 0o7777, req.uid(), req.gid());
         let name = name.as_bytes().to_vec();
         let exclusive = flags & libc::O_EXCL != 0;
+        let ticket = shared.cache.ticket();
         self.spawn(async move {
             let attr = match client.make(parent.0, &name, &node, exclusive).await {
                 Ok(attr) => attr,
@@ -96,7 +97,7 @@ impl CalmFs {
             }
             match shared.open_file(&attr, flags) {
                 Ok(fh) => reply.created(
-                    &shared.ttl,
+                    &shared.cache.entered(ticket, attr.handle),
                     &file_attr(&attr),
                     Generation(attr.generation),
                     FileHandle(fh),

@@ -239,6 +239,18 @@ fn attempts_of_an_unprivileged_client() {
             "changelog-clear",
             outcome(client.changelog_clear(reader, u64::MAX).await),
         );
+        // A create the user may make (in the sticky directory), naming another client's
+        // lock session: its record would carry that session (and its orphans be theirs).
+        let in_their_session = client.with_caller(Caller {
+            uid: 0,
+            gid: 0,
+            groups: Groups::default(),
+            session,
+        });
+        say(
+            "create-naming-other-clients-session",
+            outcome(in_their_session.create(sticky, b"mine", 0o644).await),
+        );
         let release = [LockCall::Release(holder, None)];
         say(
             "release-other-clients-locks",
@@ -397,6 +409,13 @@ time.sleep(600)' > /dev/null 2>&1 &
                 .as_str()
         ],
         "through TCP"
+    );
+    assert!(
+        through_socket.contains(&format!(
+            "create-naming-other-clients-session refused (operation not permitted: lock \
+             session {session} belongs to another client"
+        )),
+        "{through_socket}"
     );
     // Changelog readers' administration needs an administrator: said as such.
     assert!(

@@ -1,0 +1,621 @@
+//! The kernel's cache of this mount, kept exact: names and attributes are given to the kernel
+//! for long (`--ttl-ms`, a minute by default) because the mount follows every change of the
+//! namespace (a watch of everything, `calm.v1.Watch` with `all`) and tells the kernel to drop
+//! what another client changed (FUSE notify_inval_entry and notify_inval_inode), on a thread
+//! of its own, about a millisecond after the change committed. The rules and their reasons:
+//! `docs/design/mount.md`, "Caches".
+//!
+//! - [`plan`] (pure): what a change makes stale: entries (parent, name), attributes, or
+//!   attributes and pages.
+//! - [`Coherence`]: what the kernel holds (lookup counts, from entry replies and forgets), the
+//!   TTL each reply may carry, and the invalidations themselves.
+//! - [`follow`]: the task that reads the watch and hands the invalidations over; a stream that
+//!   falls behind (resync) or breaks drops the kernel's whole cache.
+//!
+//! Races, and why none leaves a stale entry behind:
+//! - An entry: the kernel holds a directory's lock (shared) while it looks a name up in it and
+//!   installs the answer, and an entry invalidation takes that lock, so it waits for lookups in
+//!   flight and finds what they installed.
+//! - Attributes of an inode the kernel holds: the kernel ignores a reply's attributes when an
+//!   invalidation of the inode came after the request was sent (`attr_version`).
+//! - Attributes of an inode the kernel does not hold yet (a lookup in flight): the reply marks
+//!   the inode as held before it is sent, then checks whether a change of it was seen since the
+//!   request began ([`Ticket`]); the invalidation marks the change first, then checks whether
+//!   the inode is held. One of the two sees the other: either the reply goes out with a TTL of
+//!   0, or the invalidation is sent, and repeated for [`RETRY_FOR`] while the kernel has not
+//!   installed the inode yet.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use calm_changelog::{Record, RecordType};
+use calm_client::{Client, WatchEvent, WatchWhat};
+use calm_meta::{Handle, ROOT};
+use fuser::INodeNo;
+
+use crate::shared::lock;
+
+/// Slots of the table of recent changes per handle (hashed; a collision only makes a reply
+/// be cached for 0 s).
+pub const CHANGED_SLOTS: usize = 1 << 16;
+/// How long an attribute invalidation is repeated while the kernel has yet to install the
+/// inode it is about (a lookup in flight).
+pub const RETRY_FOR: Duration = Duration::from_millis(100);
+/// Interval of those repetitions.
+const RETRY_EVERY: Duration = Duration::from_millis(1);
+/// TTL of replies while the mount does not follow the server's changes (the watch broke and
+/// is being made again, or the server does not let this client watch).
+pub const TTL_UNFOLLOWED: Duration = Duration::from_secs(1);
+/// Wait before a broken watch is made again, growing to [`REWATCH_MAX`].
+const REWATCH_FIRST: Duration = Duration::from_millis(50);
+const REWATCH_MAX: Duration = Duration::from_secs(2);
+
+/// What a change makes stale in a kernel's cache.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Stale {
+    /// The name `name` in directory `parent` (it was removed, or now names another inode).
+    Entry { parent: Handle, name: Vec<u8> },
+    /// The inode's attributes (a directory's include its listing).
+    Attrs(Handle),
+    /// The inode's attributes and its cached pages (its contents changed).
+    Contents(Handle),
+}
+
+impl Stale {
+    fn handle(&self) -> Handle {
+        match self {
+            Stale::Entry { parent, .. } => *parent,
+            Stale::Attrs(handle) | Stale::Contents(handle) => *handle,
+        }
+    }
+}
+
+/// What `record` makes stale in the cache of a kernel that did not make the change. A new name
+/// needs no entry invalidation: the mount never lets the kernel cache a name's absence
+/// (lookups that find nothing answer ENOENT, which the kernel does not keep).
+pub fn plan(record: &Record, out: &mut Vec<Stale>) {
+    use RecordType as T;
+    let entry = |parent: Handle, name: &[u8]| Stale::Entry {
+        parent,
+        name: name.to_vec(),
+    };
+    match record.kind {
+        T::Create | T::Mkdir | T::Softlink | T::Mknod => out.push(Stale::Attrs(record.parent)),
+        T::Hardlink => {
+            out.push(Stale::Attrs(record.parent));
+            out.push(Stale::Attrs(record.target));
+        }
+        T::Unlink | T::Rmdir => {
+            out.push(entry(record.parent, &record.name));
+            out.push(Stale::Attrs(record.parent));
+            out.push(Stale::Attrs(record.target));
+        }
+        T::Rename => {
+            out.push(entry(record.parent, &record.name));
+            out.push(Stale::Attrs(record.parent));
+            out.push(Stale::Attrs(record.target));
+            if let Some(from) = &record.rename {
+                out.push(entry(from.source_parent, &from.source_name));
+                if from.source_parent != record.parent {
+                    out.push(Stale::Attrs(from.source_parent));
+                }
+                if from.overwritten != 0 {
+                    out.push(Stale::Attrs(from.overwritten));
+                }
+            }
+        }
+        T::Trunc | T::Mtime | T::Layout => out.push(Stale::Contents(record.target)),
+        T::Setattr | T::Xattr | T::Ctime | T::Atime => out.push(Stale::Attrs(record.target)),
+        T::Mark | T::RenameTo | T::Open | T::Close | T::Hsm | T::Migrate => {}
+    }
+}
+
+/// When a request began, for the TTL of its reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket {
+    changes: u64,
+    follows: bool,
+}
+
+/// What a batch of changes asks of the invalidating thread.
+#[derive(Debug)]
+enum Work {
+    Drop(Vec<Stale>),
+    /// Drop everything the kernel holds.
+    DropAll,
+}
+
+/// Figures of the cache, for tests and benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Invalidations sent to the kernel.
+    pub invalidations: u64,
+    /// Times the whole cache was dropped (the stream fell behind or broke).
+    pub dropped_all: u64,
+}
+
+/// The mount's side of the kernel's cache.
+#[derive(Debug)]
+pub struct Coherence {
+    /// TTL of replies while the changes are followed.
+    ttl: Duration,
+    /// The watch is live: replies may carry `ttl`.
+    follows: AtomicBool,
+    /// Inodes the kernel holds, with their lookup counts (entry replies minus forgets).
+    held: Mutex<HashMap<Handle, u64>>,
+    /// Changes seen so far, and per slot (handle hashed) the count when one of its handles
+    /// last changed.
+    changes: AtomicU64,
+    changed: Box<[AtomicU64]>,
+    /// The count when anything may have changed (the stream fell behind or broke).
+    all_changed: AtomicU64,
+    /// The kernel drops every cached entry on a new epoch (Linux 6.16).
+    epochs: AtomicBool,
+    notifier: OnceLock<fuser::Notifier>,
+    work: Mutex<Option<std::sync::mpsc::Sender<Work>>>,
+    invalidations: AtomicU64,
+    dropped_all: AtomicU64,
+}
+
+fn slot(handle: Handle) -> usize {
+    // Fibonacci hashing: consecutive handles spread over the slots.
+    (handle.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 48) as usize % CHANGED_SLOTS
+}
+
+impl Coherence {
+    /// A cache whose replies carry `ttl` while the changes are followed.
+    pub fn new(ttl: Duration) -> Arc<Coherence> {
+        Arc::new(Coherence {
+            ttl,
+            follows: AtomicBool::new(false),
+            held: Mutex::new(HashMap::new()),
+            changes: AtomicU64::new(0),
+            changed: (0..CHANGED_SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            all_changed: AtomicU64::new(0),
+            epochs: AtomicBool::new(false),
+            notifier: OnceLock::new(),
+            work: Mutex::new(None),
+            invalidations: AtomicU64::new(0),
+            dropped_all: AtomicU64::new(0),
+        })
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            invalidations: self.invalidations.load(Ordering::Relaxed),
+            dropped_all: self.dropped_all.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether the mount follows the server's changes now.
+    pub fn follows(&self) -> bool {
+        self.follows.load(Ordering::SeqCst)
+    }
+
+    /// Taken when a request begins; see [`Coherence::reply_ttl`].
+    pub fn ticket(&self) -> Ticket {
+        Ticket {
+            follows: self.follows(),
+            changes: self.changes.load(Ordering::SeqCst),
+        }
+    }
+
+    /// The TTL of a reply about `handle` to a request that began at `ticket`: the long one
+    /// while the changes are followed, none if the handle changed since the request began
+    /// (the reply may predate the change), [`TTL_UNFOLLOWED`] otherwise.
+    pub fn reply_ttl(&self, ticket: Ticket, handle: Handle) -> Duration {
+        if self.changed[slot(handle)].load(Ordering::SeqCst) > ticket.changes
+            || self.all_changed.load(Ordering::SeqCst) > ticket.changes
+        {
+            return Duration::ZERO;
+        }
+        if ticket.follows && self.follows() {
+            self.ttl
+        } else {
+            TTL_UNFOLLOWED.min(self.ttl)
+        }
+    }
+
+    /// An entry reply about `handle` is about to be sent: the kernel will hold it once more.
+    /// Returns the reply's TTL.
+    pub fn entered(&self, ticket: Ticket, handle: Handle) -> Duration {
+        *lock(&self.held).entry(handle).or_insert(0) += 1;
+        self.reply_ttl(ticket, handle)
+    }
+
+    /// The kernel forgot `lookups` of its lookups of `handle`.
+    pub fn forget(&self, handle: Handle, lookups: u64) {
+        let mut held = lock(&self.held);
+        if let Some(count) = held.get_mut(&handle) {
+            *count = count.saturating_sub(lookups);
+            if *count == 0 {
+                held.remove(&handle);
+            }
+        }
+    }
+
+    fn holds(&self, handle: Handle) -> bool {
+        handle == ROOT || lock(&self.held).contains_key(&handle)
+    }
+
+    /// Notes the changes of `stale` (before the kernel is told: see the module's races).
+    fn mark(&self, stale: &[Stale]) {
+        let now = self.changes.fetch_add(1, Ordering::SeqCst) + 1;
+        for s in stale {
+            self.changed[slot(s.handle())].store(now, Ordering::SeqCst);
+        }
+    }
+
+    /// Notes that anything may have changed (replies in flight are not cached).
+    fn mark_all(&self) {
+        let now = self.changes.fetch_add(1, Ordering::SeqCst) + 1;
+        self.all_changed.store(now, Ordering::SeqCst);
+    }
+
+    fn send(&self, work: Work) {
+        if let Some(sender) = lock(&self.work).as_ref() {
+            let _ = sender.send(work);
+        }
+    }
+
+    /// Starts the thread that tells the kernel, once the session exists; `notifier` tells the
+    /// kernel. Returns whether the kernel can drop its whole cache at once (otherwise the
+    /// mount keeps short TTLs: after falling behind it could not drop every entry).
+    pub fn start(self: &Arc<Self>, notifier: fuser::Notifier) -> bool {
+        // A new epoch on a cache still empty is harmless, and says whether the kernel knows
+        // epochs (an older one answers EINVAL).
+        let epochs = match notifier.inc_epoch() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(
+                    %e,
+                    "this kernel cannot drop its whole FUSE cache at once (Linux 6.16): \
+                     names and attributes are cached for at most {} ms",
+                    TTL_UNFOLLOWED.as_millis()
+                );
+                false
+            }
+        };
+        self.epochs.store(epochs, Ordering::SeqCst);
+        let _ = self.notifier.set(notifier);
+        let (sender, receiver) = std::sync::mpsc::channel();
+        *lock(&self.work) = Some(sender);
+        let me = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("calm-inval".into())
+            .spawn(move || invalidate(me, receiver));
+        if let Err(e) = spawned {
+            tracing::warn!(%e, "starting the cache invalidation thread");
+            return false;
+        }
+        epochs
+    }
+
+    /// Stops the invalidation thread (the session ended).
+    pub fn stop(&self) {
+        lock(&self.work).take();
+        self.follows.store(false, Ordering::SeqCst);
+    }
+
+    /// Tells the kernel to drop one stale thing; false when the kernel does not hold it (yet).
+    fn drop_one(&self, notifier: &fuser::Notifier, stale: &Stale) -> bool {
+        let result = match stale {
+            Stale::Entry { parent, name } => {
+                use std::os::unix::ffi::OsStrExt;
+                notifier.inval_entry(INodeNo(*parent), std::ffi::OsStr::from_bytes(name))
+            }
+            // A negative offset: attributes only.
+            Stale::Attrs(handle) => notifier.inval_inode(INodeNo(*handle), -1, 0),
+            Stale::Contents(handle) => notifier.inval_inode(INodeNo(*handle), 0, 0),
+        };
+        self.invalidations.fetch_add(1, Ordering::Relaxed);
+        match result {
+            Ok(()) => true,
+            // The kernel does not hold it (fuser turns ENOENT into Ok for invalidations; kept
+            // for a kernel that says so differently).
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => false,
+            Err(e) => {
+                tracing::warn!(?stale, %e, "invalidating the kernel's cache");
+                true
+            }
+        }
+    }
+
+    /// Drops everything the kernel holds: every entry (a new epoch), and the attributes and
+    /// pages of every inode held.
+    fn drop_all(&self, notifier: &fuser::Notifier) {
+        self.dropped_all.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = notifier.inc_epoch() {
+            tracing::warn!(%e, "dropping the kernel's cached names");
+        }
+        let held: Vec<Handle> = lock(&self.held).keys().copied().collect();
+        for handle in std::iter::once(ROOT).chain(held) {
+            self.drop_one(notifier, &Stale::Contents(handle));
+        }
+    }
+}
+
+/// The invalidation thread: tells the kernel what went stale, in the order the changes came.
+/// A thread of its own, never a request's: an entry invalidation waits for lookups in flight in
+/// its directory, and a contents invalidation for pages locked by reads, both of which the
+/// request threads must be free to answer.
+fn invalidate(cache: std::sync::Weak<Coherence>, work: std::sync::mpsc::Receiver<Work>) {
+    // Attribute invalidations of inodes the kernel was about to install, to repeat.
+    let mut retry: Vec<(Stale, Instant)> = Vec::new();
+    loop {
+        let next = if retry.is_empty() {
+            work.recv().map_err(|_| true)
+        } else {
+            work.recv_timeout(RETRY_EVERY)
+                .map_err(|e| matches!(e, std::sync::mpsc::RecvTimeoutError::Disconnected))
+        };
+        let Some(cache) = cache.upgrade() else {
+            return;
+        };
+        let Some(notifier) = cache.notifier.get() else {
+            return;
+        };
+        match next {
+            Err(true) => return,
+            Err(false) => {}
+            Ok(Work::DropAll) => {
+                retry.clear();
+                cache.drop_all(notifier);
+            }
+            Ok(Work::Drop(stale)) => {
+                for s in stale {
+                    let held = match &s {
+                        Stale::Entry { parent, .. } => cache.holds(*parent),
+                        Stale::Attrs(handle) | Stale::Contents(handle) => cache.holds(*handle),
+                    };
+                    if held && !cache.drop_one(notifier, &s) && !matches!(s, Stale::Entry { .. }) {
+                        retry.push((s, Instant::now() + RETRY_FOR));
+                    }
+                }
+            }
+        }
+        let now = Instant::now();
+        retry.retain(|(s, until)| {
+            *until > now && cache.holds(s.handle()) && !cache.drop_one(notifier, s)
+        });
+    }
+}
+
+/// Follows every change of the namespace for `cache` through `client` (a watch of everything,
+/// from now), until the mount ends; `own_session` names this mount's lock session, whose
+/// changes its kernel made itself. Returns the following task once the first watch is made;
+/// None when it could not be (the mount then keeps [`TTL_UNFOLLOWED`]).
+pub async fn follow(
+    cache: Arc<Coherence>,
+    client: Client,
+    own_session: impl Fn() -> u64 + Send + 'static,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let mut watch = match client.watch(WatchWhat::All, 0).await {
+        Ok(watch) => watch,
+        Err(e) => {
+            tracing::warn!(
+                %e,
+                "the mount cannot follow the server's changes: names and attributes are \
+                 cached for at most {} ms",
+                TTL_UNFOLLOWED.as_millis()
+            );
+            return None;
+        }
+    };
+    cache.follows.store(true, Ordering::SeqCst);
+    Some(tokio::spawn(async move {
+        let mut wait = REWATCH_FIRST;
+        loop {
+            match watch.next_batch().await {
+                Ok(Some(events)) => {
+                    wait = REWATCH_FIRST;
+                    apply(&cache, &events, own_session());
+                    continue;
+                }
+                Ok(None) => tracing::warn!("the server ended the watch of its changes"),
+                Err(e) => tracing::warn!(%e, "following the server's changes"),
+            }
+            if lock(&cache.work).is_none() {
+                return; // the mount ended
+            }
+            // Nothing is known of what changes meanwhile: short TTLs and an empty cache
+            // until the watch is back (from where it broke: what changed in between comes
+            // first, or a resync).
+            cache.follows.store(false, Ordering::SeqCst);
+            cache.mark_all();
+            cache.send(Work::DropAll);
+            let from = watch.passed() + 1;
+            loop {
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(REWATCH_MAX);
+                if lock(&cache.work).is_none() {
+                    return;
+                }
+                match client.watch(WatchWhat::All, from).await {
+                    Ok(again) => {
+                        watch = again;
+                        break;
+                    }
+                    Err(e) => tracing::debug!(%e, "watching the server's changes again"),
+                }
+            }
+            cache.follows.store(true, Ordering::SeqCst);
+        }
+    }))
+}
+
+/// Applies a batch of events: what other clients changed is marked and handed to the
+/// invalidation thread, once per stale thing; a resync drops everything.
+fn apply(cache: &Coherence, events: &[WatchEvent], own_session: u64) {
+    let mut stale = Vec::new();
+    for event in events {
+        match event {
+            WatchEvent::Change(record) => {
+                // This mount's own changes are in its kernel's cache already.
+                if own_session == 0 || record.session != own_session {
+                    plan(record, &mut stale);
+                }
+            }
+            WatchEvent::Resync { .. } => {
+                cache.mark_all();
+                stale.clear();
+                cache.send(Work::DropAll);
+            }
+            WatchEvent::Progress { .. } => {}
+        }
+    }
+    if stale.is_empty() {
+        return;
+    }
+    let mut seen = HashSet::with_capacity(stale.len());
+    stale.retain(|s| seen.insert(s.clone()));
+    cache.mark(&stale);
+    cache.send(Work::Drop(stale));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use calm_changelog::record::RenameFrom;
+
+    fn record(kind: RecordType, target: Handle, parent: Handle, name: &[u8]) -> Record {
+        Record {
+            index: 1,
+            kind,
+            flags: 0,
+            time_ns: 0,
+            target,
+            generation: 0,
+            parent,
+            name: name.to_vec(),
+            session: 7,
+            uid: 0,
+            gid: 0,
+            rename: None,
+        }
+    }
+
+    fn planned(record: &Record) -> Vec<Stale> {
+        let mut out = Vec::new();
+        plan(record, &mut out);
+        out
+    }
+
+    fn entry(parent: Handle, name: &[u8]) -> Stale {
+        Stale::Entry {
+            parent,
+            name: name.to_vec(),
+        }
+    }
+
+    #[test]
+    fn what_each_change_makes_stale() {
+        use RecordType as T;
+        assert_eq!(
+            planned(&record(T::Create, 10, 2, b"f")),
+            [Stale::Attrs(2)],
+            "a new name: only the directory (absences are never cached)"
+        );
+        assert_eq!(
+            planned(&record(T::Hardlink, 10, 2, b"l")),
+            [Stale::Attrs(2), Stale::Attrs(10)]
+        );
+        assert_eq!(
+            planned(&record(T::Unlink, 10, 2, b"f")),
+            [entry(2, b"f"), Stale::Attrs(2), Stale::Attrs(10)]
+        );
+        assert_eq!(
+            planned(&record(T::Rmdir, 11, 2, b"d")),
+            [entry(2, b"d"), Stale::Attrs(2), Stale::Attrs(11)]
+        );
+        let mut rename = record(T::Rename, 10, 3, b"to");
+        rename.rename = Some(RenameFrom {
+            source_parent: 2,
+            source_name: b"from".to_vec(),
+            overwritten: 12,
+            overwritten_generation: 0,
+        });
+        assert_eq!(
+            planned(&rename),
+            [
+                entry(3, b"to"),
+                Stale::Attrs(3),
+                Stale::Attrs(10),
+                entry(2, b"from"),
+                Stale::Attrs(2),
+                Stale::Attrs(12)
+            ]
+        );
+        for kind in [T::Trunc, T::Mtime] {
+            assert_eq!(planned(&record(kind, 10, 0, b"")), [Stale::Contents(10)]);
+        }
+        for kind in [T::Setattr, T::Xattr, T::Ctime, T::Atime] {
+            assert_eq!(planned(&record(kind, 10, 0, b"")), [Stale::Attrs(10)]);
+        }
+        assert!(planned(&record(T::Mark, 0, 0, b"note")).is_empty());
+    }
+
+    #[test]
+    fn a_reply_is_cached_long_only_while_followed_and_unchanged_since_its_request() {
+        let cache = Coherence::new(Duration::from_secs(60));
+        let early = cache.ticket();
+        assert_eq!(
+            cache.reply_ttl(early, 10),
+            TTL_UNFOLLOWED,
+            "not followed yet"
+        );
+        cache.follows.store(true, Ordering::SeqCst);
+        assert_eq!(
+            cache.reply_ttl(early, 10),
+            TTL_UNFOLLOWED,
+            "asked before the changes were followed"
+        );
+        let ticket = cache.ticket();
+        assert_eq!(cache.entered(ticket, 10), Duration::from_secs(60));
+        assert!(cache.holds(10));
+        cache.mark(&[Stale::Attrs(10)]);
+        assert_eq!(
+            cache.reply_ttl(ticket, 10),
+            Duration::ZERO,
+            "changed while the request was out"
+        );
+        assert_eq!(cache.reply_ttl(ticket, 11), Duration::from_secs(60));
+        assert_eq!(cache.reply_ttl(cache.ticket(), 10), Duration::from_secs(60));
+        cache.forget(10, 1);
+        assert!(!cache.holds(10));
+        assert!(cache.holds(ROOT), "the root is always held");
+    }
+
+    #[test]
+    fn a_batch_skips_the_mounts_own_changes_and_a_resync_drops_everything() {
+        let cache = Coherence::new(Duration::from_secs(60));
+        let (sender, receiver) = std::sync::mpsc::channel();
+        *lock(&cache.work) = Some(sender);
+        let own = record(RecordType::Setattr, 10, 0, b"");
+        let mut other = own.clone();
+        other.session = 8;
+        other.target = 11;
+        let events = [
+            WatchEvent::Change(own.clone()),
+            WatchEvent::Change(other.clone()),
+            WatchEvent::Change(other),
+        ];
+        apply(&cache, &events, 7);
+        match receiver.try_recv() {
+            Ok(Work::Drop(stale)) => assert_eq!(stale, [Stale::Attrs(11)], "once, not own"),
+            other => panic!("{other:?}"),
+        }
+        cache.follows.store(true, Ordering::SeqCst);
+        let ticket = cache.ticket();
+        apply(&cache, &[WatchEvent::Resync { from: 5 }], 7);
+        assert!(matches!(receiver.try_recv(), Ok(Work::DropAll)));
+        assert_eq!(
+            cache.reply_ttl(ticket, 99),
+            Duration::ZERO,
+            "asked before the resync"
+        );
+        assert!(receiver.try_recv().is_err());
+    }
+}

@@ -1,0 +1,138 @@
+//! Caches kept exact between mounts: two mounts of one server, whose kernels cache names and
+//! attributes for a minute (the default TTL); every change made through one is seen through the
+//! other long before that, because the mount follows the server's changes and invalidates the
+//! kernel's entries. A mount whose change stream fell behind drops its whole cache.
+
+mod common;
+
+use common::{Mount, Server, calm};
+
+fn status(server: &str) -> serde_json::Value {
+    let out = calm(&["status", "--server", server, "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// Waits until `condition` (a shell test run in `mount`) holds, for at most 10 s: with a TTL
+/// of 60 s only an invalidation makes it hold in time.
+fn until(mount: &Mount, condition: &str, what: &str) {
+    let out = mount.sh(&format!(
+        "for _ in $(seq 1000); do if {condition}; then exit 0; fi; sleep 0.01; done; exit 1"
+    ));
+    assert!(
+        out.status.success(),
+        "{what}: not seen through the other mount within 10 s ({condition})"
+    );
+}
+
+#[test]
+fn every_change_through_one_mount_is_seen_through_another_despite_a_minute_of_ttl() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &[]);
+    let b = Mount::remote(&server.addr, &[]);
+    a.sh_ok("mkdir -p d/sub && echo one > d/f && echo x > d/p && echo y > d/q");
+    // B caches all of it.
+    let cached = "stat -c '%n %a %u %Y %s %h' d d/f d/p d/q d/sub > /dev/null; \
+                  cat d/f d/p d/q > /dev/null; ls d > /dev/null";
+    b.sh_ok(cached);
+
+    // Cached for real: past the old 1 s TTL, stats through B reach the server not at all.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let before = status(&server.addr)["requests"].as_u64().expect("requests");
+    b.sh_ok("for _ in $(seq 200); do stat d/f d/q > /dev/null; done");
+    let after = status(&server.addr)["requests"].as_u64().expect("requests");
+    // (One request is the first status call itself.)
+    assert!(
+        after - before <= 10,
+        "400 stats of cached files through B made {} requests",
+        after - before
+    );
+
+    let steps = [
+        ("chmod", "chmod 600 d/f", "[ $(stat -c %a d/f) = 600 ]"),
+        (
+            "chown",
+            "chown 1234:1234 d/f",
+            "[ $(stat -c %u d/f) = 1234 ]",
+        ),
+        (
+            "utimes",
+            "touch -m -d @1000000000 d/f",
+            "[ $(stat -c %Y d/f) = 1000000000 ]",
+        ),
+        (
+            "write+close",
+            "echo 'a longer line' > d/f",
+            "[ \"$(cat d/f)\" = 'a longer line' ] && [ $(stat -c %s d/f) = 14 ]",
+        ),
+        (
+            "hard link",
+            "ln d/f d/link",
+            "[ $(stat -c %h d/f) = 2 ] && [ -e d/link ]",
+        ),
+        (
+            "rename",
+            "mv d/f d/sub/g",
+            "[ ! -e d/f ] && [ -e d/sub/g ] && [ $(ls d/sub) = g ]",
+        ),
+        (
+            "unlink",
+            "rm d/sub/g",
+            "[ ! -e d/sub/g ] && [ $(stat -c %h d/link) = 1 ]",
+        ),
+        ("rmdir", "rmdir d/sub", "[ ! -e d/sub ]"),
+        (
+            "rename over a file",
+            "mv d/p d/q",
+            "[ ! -e d/p ] && [ \"$(cat d/q)\" = x ]",
+        ),
+        ("truncate", "truncate -s 1 d/q", "[ $(stat -c %s d/q) = 1 ]"),
+        ("mkdir", "mkdir d/new", "[ -d d/new ]"),
+    ];
+    for (what, change, seen) in steps {
+        // B has it cached (again) right before A changes it.
+        b.sh_ok("stat d d/* > /dev/null 2>&1; ls d > /dev/null; cat d/* > /dev/null 2>&1 || true");
+        a.sh_ok(change);
+        until(&b, seen, what);
+    }
+    // And the other way round.
+    a.sh_ok("stat -c %a d/q > /dev/null");
+    b.sh_ok("chmod 640 d/q");
+    until(&a, "[ $(stat -c %a d/q) = 640 ]", "chmod through B");
+}
+
+#[test]
+fn a_mount_whose_change_stream_fell_behind_drops_its_whole_cache() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // A queue of one change: any two changes published together overflow every watcher.
+    let server = Server::start_with(&common::data_dir(&tmp), &["--watch-queue-max", "1"]);
+    let a = Mount::remote(&server.addr, &[]);
+    let b = Mount::remote(&server.addr, &[]);
+    a.sh_ok("mkdir d && for i in $(seq 100); do echo $i > d/f$i; done");
+    b.sh_ok("for i in $(seq 100); do stat -c %a d/f$i > /dev/null; done");
+    // Changes in groups: sixteen threads chmod the files and make new ones, so that commits
+    // carry several records and B's queue overflows.
+    a.sh_ok(
+        "python3 - <<'EOF'
+import os, threading
+def work(t):
+    for i in range(t, 100, 16):
+        os.chmod(f'd/f{i + 1}', 0o600)
+        for j in range(4):
+            open(f'd/n{t}-{i}-{j}', 'w').close()
+threads = [threading.Thread(target=work, args=(t,)) for t in range(16)]
+for t in threads: t.start()
+for t in threads: t.join()
+EOF",
+    );
+    let resyncs = status(&server.addr)["watch_resyncs"]
+        .as_u64()
+        .expect("watch_resyncs");
+    assert!(resyncs > 0, "no watcher fell behind: the test did not test");
+    until(
+        &b,
+        "[ $(stat -c %a d/f* | sort -u) = 600 ] && [ $(ls d | wc -l) = 500 ]",
+        "every chmod and create after a resync",
+    );
+}
