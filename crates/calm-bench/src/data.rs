@@ -384,7 +384,7 @@ impl Calm {
         }
         let options = calm_fuse::MountOptions {
             write_buffer_bytes: calm_fuse::contents::WRITE_BUFFER_BYTES_DEFAULT,
-            ttl: crate::mount::TTL,
+            ttl: calm_fuse::fs::TTL_DEFAULT,
             lease_ms: calm_fuse::locks::LEASE_MS_DEFAULT,
             allow_other: false,
             cache_dir: None,

@@ -33,6 +33,8 @@ pub struct MountBenchOptions {
     pub dir: PathBuf,
     /// Changes of each kind timed for the cross-mount visibility (0: none).
     pub visibility_samples: usize,
+    /// The mounts' attribute and entry timeout.
+    pub ttl: Duration,
 }
 
 /// How long a change may take to show through the other mount before it counts as unseen.
@@ -74,9 +76,6 @@ pub struct MountReport {
     pub results: Vec<MountResult>,
     pub visibility_ms: Option<Visibility>,
 }
-
-/// Attribute and entry timeout of the benchmark's mount (`calm mount`'s default).
-pub const TTL: Duration = Duration::from_secs(1);
 
 fn result(fs: &'static str, op: &'static str, n: u64, completed: u64, seconds: f64) -> MountResult {
     MountResult {
@@ -321,7 +320,7 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
     std::fs::create_dir(&second).map_err(|e| e.to_string())?;
     let fuse_options = calm_fuse::MountOptions {
         write_buffer_bytes: calm_fuse::contents::WRITE_BUFFER_BYTES_DEFAULT,
-        ttl: TTL,
+        ttl: options.ttl,
         lease_ms: calm_fuse::locks::LEASE_MS_DEFAULT,
         allow_other: false,
         cache_dir: None,
@@ -390,7 +389,7 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
     Ok(MountReport {
         bench: "mount",
         private_namespace,
-        ttl_ms: TTL.as_millis() as u64,
+        ttl_ms: options.ttl.as_millis() as u64,
         threads: options.threads,
         results,
         visibility_ms,

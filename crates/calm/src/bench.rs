@@ -128,6 +128,9 @@ pub enum Bench {
         /// a second one (0: none).
         #[arg(long, default_value_t = 20)]
         visibility_samples: usize,
+        /// The mounts' attribute and entry timeout, in ms (`calm mount --ttl-ms`).
+        #[arg(long, default_value_t = calm_fuse::fs::TTL_DEFAULT.as_millis() as u64)]
+        ttl_ms: u64,
         #[arg(long)]
         json: bool,
     },
@@ -422,9 +425,11 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             tmpfs_dir,
             dir,
             visibility_samples,
+            ttl_ms,
             json,
         } => {
             let options = mount::MountBenchOptions {
+                ttl: std::time::Duration::from_millis(ttl_ms),
                 files,
                 threads,
                 locks,
