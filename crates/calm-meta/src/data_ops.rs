@@ -141,8 +141,9 @@ fn written<T: WriteTxn>(
     inode.ctime_ns = ctx.now;
     let attr = inode.attr();
     let (handle, generation) = (inode.handle, inode.generation);
+    let parent = crate::ops::record_parent(&inode);
     ctx.store(inode);
-    ctx.record(RecordType::Mtime, 0, handle, generation, 0, b"", None)?;
+    ctx.record(RecordType::Mtime, 0, handle, generation, parent, b"", None)?;
     Ok(Done::Attr(attr))
 }
 

@@ -10,7 +10,10 @@
 //!   directory has one name and the right parent, no inode is an orphan;
 //! - `N`, `S`: counters and superblock, checked against what was counted; every handle is below
 //!   the high-water mark;
-//! - `X` (xattrs, by handle): each belongs to a live inode.
+//! - `X` (xattrs, by handle): each belongs to a live inode;
+//! - `L` (where the names of multi-link files are, by handle and directory): exactly the
+//!   directories and counts the names gave, and a non-directory's `parent` is one of its
+//!   names' directories (0 only for one made before format 4: below `Sparents_from`).
 //!
 //! Memory is about 24 bytes per name, plus the index of the largest directory. Nothing here
 //! does I/O of its own: the caller passes a snapshot and a progress callback.
@@ -125,6 +128,13 @@ struct Checker {
     root_seen: bool,
     /// Orphan records (`H`), and whether their inode was seen.
     orphans: std::collections::BTreeMap<Handle, bool>,
+    /// The `L` keys the names of multi-link files call for, `(handle, directory, count)` in
+    /// key order, and the merge cursor into them.
+    links_expected: Vec<(Handle, Handle, u32)>,
+    links_at: usize,
+    /// The highest named non-directory with no parent recorded, and `Sparents_from`.
+    unparented_max: Option<Handle>,
+    parents_from: u64,
 }
 
 impl Checker {
@@ -197,6 +207,11 @@ impl Checker {
                         Ok(n) => self.report.handle_high_water = n,
                         Err(e) => self.report.problem(format!("high-water mark: {e}")),
                     }
+                } else if key == KEY_PARENTS_FROM {
+                    match decode_counter(key, value) {
+                        Ok(n) => self.parents_from = n,
+                        Err(e) => self.report.problem(format!("parents-from mark: {e}")),
+                    }
                 } else if key != KEY_EPOCH && key != KEY_OBJECTS && key != KEY_NAMESPACE_ID {
                     self.report.problem(format!(
                         "unknown superblock field {:?}",
@@ -211,6 +226,10 @@ impl Checker {
             TAG_CHUNK => {
                 self.enter(Phase::After);
                 self.chunk(key, value);
+            }
+            TAG_LINKS => {
+                self.enter(Phase::After);
+                self.links_key(key, value);
             }
             // The deletion queue and the shared-object counts name objects, not inodes: they
             // may sit between the names and the inodes, so they leave the phase as it is.
@@ -463,6 +482,59 @@ impl Checker {
             if inode.kind == Kind::File {
                 self.file_bytes += inode.size;
             }
+            let Checker {
+                rows,
+                report,
+                links_expected,
+                unparented_max,
+                ..
+            } = self;
+            parents_of(
+                &inode,
+                &rows[links_from..self.row_at],
+                report,
+                links_expected,
+                unparented_max,
+            );
+        }
+    }
+
+    /// One `L` key, merged with what the names called for.
+    fn links_key(&mut self, key: &[u8], value: &[u8]) {
+        let (Some(handle), Some(parent)) = (key_handle(key), links_key_parent(key)) else {
+            return self
+                .report
+                .problem(format!("links key {key:?} does not decode"));
+        };
+        let count = match <[u8; 4]>::try_from(value) {
+            Ok(bytes) => u32::from_le_bytes(bytes),
+            Err(_) => {
+                return self
+                    .report
+                    .problem(format!("links of {handle} in {parent}: not a u32"));
+            }
+        };
+        while let Some(&(h, p, n)) = self.links_expected.get(self.links_at)
+            && (h, p) < (handle, parent)
+        {
+            self.report.problem(format!(
+                "inode {h} has {n} names in directory {p} but no links key there"
+            ));
+            self.links_at += 1;
+        }
+        match self.links_expected.get(self.links_at) {
+            Some(&(h, p, n)) if (h, p) == (handle, parent) => {
+                self.links_at += 1;
+                if n != count {
+                    self.report.problem(format!(
+                        "links key of {handle} in {parent} says {count} names, there are {n}"
+                    ));
+                }
+            }
+            _ => self.report.problem(format!(
+                "links key of {handle} in {parent}, which holds none of its names (or it has \
+                 one name)"
+            )),
         }
     }
 
@@ -599,6 +671,20 @@ impl Checker {
                 ));
             }
         }
+        for &(h, p, n) in &self.links_expected[self.links_at..] {
+            self.report.problem(format!(
+                "inode {h} has {n} names in directory {p} but no links key there"
+            ));
+        }
+        if let Some(handle) = self.unparented_max
+            && handle >= self.parents_from
+        {
+            self.report.problem(format!(
+                "inode {handle} records no parent, but was made in format 4 or later \
+                 (Sparents_from {})",
+                self.parents_from
+            ));
+        }
         if !self.root_seen {
             self.report
                 .problem("the root directory (handle 1) is missing".into());
@@ -631,6 +717,44 @@ impl Checker {
     }
 }
 
+/// A non-directory's `parent` against its names, and the `L` keys they call for.
+fn parents_of(
+    inode: &Inode,
+    links: &[Row],
+    report: &mut FsckReport,
+    links_expected: &mut Vec<(Handle, Handle, u32)>,
+    unparented_max: &mut Option<Handle>,
+) {
+    let handle = inode.handle;
+    if links.is_empty() {
+        if inode.parent != 0 {
+            report.problem(format!(
+                "inode {handle} has no name but records parent {}",
+                inode.parent
+            ));
+        }
+        return;
+    }
+    if inode.parent == 0 {
+        // Made before format 4 (checked against `Sparents_from` at the end): no `L` keys.
+        *unparented_max = Some(handle);
+        return;
+    }
+    if !links.iter().any(|l| l.parent == inode.parent) {
+        report.problem(format!(
+            "inode {handle} records parent {}, which holds none of its names",
+            inode.parent
+        ));
+    }
+    if links.len() > 1 {
+        let mut dirs: Vec<Handle> = links.iter().map(|l| l.parent).collect();
+        dirs.sort_unstable();
+        for group in dirs.chunk_by(|a, b| a == b) {
+            links_expected.push((handle, group[0], group.len() as u32));
+        }
+    }
+}
+
 /// Reads the whole of `view` once, in key order (the keyspace, then the changelog's records in
 /// the store's record log), and reports every inconsistency found. `progress` is called now
 /// and then with the bytes read so far.
@@ -654,6 +778,10 @@ pub fn check<R: ReadTxn>(view: &R, progress: &mut dyn FnMut(u64)) -> Result<Fsck
         counters: Vec::new(),
         format: None,
         root_seen: false,
+        links_expected: Vec::new(),
+        links_at: 0,
+        unparented_max: None,
+        parents_from: 0,
     };
     let mut next_progress = 0u64;
     // Calls `progress` every 4 MiB read.

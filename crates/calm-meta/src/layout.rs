@@ -15,6 +15,7 @@
 //! | `X`    | `X` handle:u64be name                 | xattr value                            |
 //! | `G`    | `G` queued_ns:u64be id:u64be          | object size:u32 (deletion queue)       |
 //! | `J`    | `J` handle:u64be chunk:u64be          | slice records (crate::slices)          |
+//! | `L`    | `L` handle:u64be parent:u64be         | names of a multi-link file there: u32  |
 //! | `R`    | `R` id:u64be                          | records naming the object, when > 1    |
 //! | `0xFF` | `0xFF` index:u64be                    | changelog record (calm-changelog)      |
 //!
@@ -28,9 +29,10 @@ use crate::types::{Handle, Kind};
 
 /// The format this build writes. Version 2 added the changelog (`0xFF`, `U`, `Ncl_*`);
 /// version 3 the file contents (`J` chunks, `G` deletion queue, `R` shared objects,
-/// `Sobjects`, `Nslice_next`). An older store has none of those keys and is upgraded in place
-/// when opened for writing.
-pub const FORMAT_VERSION: u32 = 3;
+/// `Sobjects`, `Nslice_next`); version 4 the parents of non-directories (their inode's
+/// `parent`, the `L` links of multi-link files, `Sparents_from`). An older store has none of
+/// those keys and is upgraded in place when opened for writing.
+pub const FORMAT_VERSION: u32 = 4;
 /// The oldest format this build opens.
 pub const FORMAT_VERSION_MIN: u32 = 1;
 /// First bytes of the format field, so a foreign store is refused rather than misread.
@@ -62,7 +64,14 @@ pub const TAG_GC: u8 = b'G';
 pub const TAG_ORPHAN: u8 = b'H';
 /// Objects named by more than one record (an append split over two chunks): the count.
 pub const TAG_REF: u8 = b'R';
+/// The directories holding the names of a non-directory with more than one name, each with
+/// how many (u32 le): Lustre's link EA as keys. After `I`, so that fsck checks each against
+/// the live inodes.
+pub const TAG_LINKS: u8 = b'L';
 
+/// Superblock: the handle high-water mark when the store was upgraded to version 4; a
+/// non-directory below it may have no parent recorded (absent: every one has).
+pub const KEY_PARENTS_FROM: &[u8] = b"Sparents_from";
 /// Superblock: magic and format version.
 pub const KEY_FORMAT: &[u8] = b"Sformat";
 /// Superblock: the handle high-water mark. Every handle ever handed out is below it.
@@ -180,6 +189,28 @@ pub fn xattr_range(handle: Handle) -> ([u8; 9], [u8; 9]) {
         handle_prefix(TAG_XATTR, handle),
         handle_prefix(TAG_XATTR, handle + 1),
     )
+}
+
+/// The count of `handle`'s names in directory `parent` (multi-link files only).
+pub fn links_key(handle: Handle, parent: Handle) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    k[..9].copy_from_slice(&handle_prefix(TAG_LINKS, handle));
+    k[9..].copy_from_slice(&parent.to_be_bytes());
+    k
+}
+
+/// `[start, end)` of every links key of `handle`.
+pub fn links_range(handle: Handle) -> ([u8; 9], [u8; 9]) {
+    (
+        handle_prefix(TAG_LINKS, handle),
+        handle_prefix(TAG_LINKS, handle + 1),
+    )
+}
+
+/// The directory a links key names.
+pub fn links_key_parent(key: &[u8]) -> Option<Handle> {
+    (key.len() == 17 && key[0] == TAG_LINKS)
+        .then(|| Handle::from_be_bytes(key[9..17].try_into().expect("8 bytes")))
 }
 
 pub fn chunk_key(handle: Handle, chunk: u64) -> [u8; 17] {
@@ -309,7 +340,9 @@ pub struct Inode {
     pub atime_ns: i64,
     pub mtime_ns: i64,
     pub ctime_ns: i64,
-    /// Directories: the one directory holding this one (the root holds itself). Others: 0.
+    /// Directories: the one directory holding this one (the root holds itself). Others: the
+    /// directory holding one of its names (with several names, `L` keys list them all); 0
+    /// when it has none (an orphan) or when it was made before format 4.
     pub parent: Handle,
     /// Directories: the cookie the next entry gets. Cookies only grow.
     pub next_cookie: u64,

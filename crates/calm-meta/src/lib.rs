@@ -21,6 +21,7 @@ pub(crate) mod data_ops;
 pub mod error;
 pub mod fsck;
 pub mod layout;
+pub mod links;
 pub mod ops;
 pub mod orphans;
 pub mod perm;
@@ -279,6 +280,18 @@ impl<S: Store> Meta<S> {
         self.blocking(|| {
             let snap = self.store.snapshot()?;
             Ok(ops::load(&snap, handle)?.attr())
+        })
+    }
+
+    /// The directories holding names of `handle`, sorted (none for the root, an unlinked
+    /// file kept open, or a file made before format 4 that was not renamed since).
+    pub fn parents(&self, handle: Handle) -> Result<Vec<Handle>> {
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            let inode = ops::load(&snap, handle)?;
+            let mut parents = links::parents(&snap, &inode)?;
+            parents.sort_unstable();
+            Ok(parents)
         })
     }
 
@@ -868,8 +881,18 @@ fn open_txn<S: Store>(
     let mut txn = store.begin()?;
     match txn.get(KEY_FORMAT)? {
         Some(format) => {
-            if check_format(&format)? < FORMAT_VERSION {
-                // Version 1 differs only by having no changelog yet.
+            let version = check_format(&format)?;
+            if version < FORMAT_VERSION {
+                // Versions 1 to 3 differ only by lacking keys that later ones add as they go;
+                // before version 4 no non-directory recorded its parent: those are the
+                // handles below today's high-water mark.
+                if version < 4 {
+                    let mark = match txn.get(KEY_HWM)? {
+                        Some(bytes) => calm_store::decode_counter(KEY_HWM, &bytes)?,
+                        None => 0,
+                    };
+                    txn.put(KEY_PARENTS_FROM, &mark.to_le_bytes())?;
+                }
                 txn.put(KEY_FORMAT, &format_value())?;
             }
         }

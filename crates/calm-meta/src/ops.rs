@@ -470,16 +470,18 @@ pub(crate) fn destroy<T: WriteTxn>(ctx: &mut Ctx<'_, T>, inode: &Inode) -> Outco
     Ok(())
 }
 
-/// Drops one link of a non-directory; destroys it when none is left, unless it is a file the
-/// caller's mount has open (one of `keep`): then it is kept as an orphan of the caller's
-/// session, and its handle returned.
+/// Drops one link of a non-directory, its name in `dir`; destroys it when none is left, unless
+/// it is a file the caller's mount has open (one of `keep`): then it is kept as an orphan of
+/// the caller's session, and its handle returned.
 fn drop_link<T: WriteTxn>(
     ctx: &mut Ctx<'_, T>,
     mut inode: Inode,
+    dir: Handle,
     keep: &[Handle],
 ) -> Outcome<Option<Handle>> {
     debug_assert!(inode.kind != Kind::Dir);
     inode.nlink -= 1;
+    crate::links::removed(ctx.txn, &mut inode, dir)?;
     if inode.nlink == 0 {
         if inode.kind == Kind::File && keep.contains(&inode.handle) {
             return crate::orphans::keep(ctx, inode);
@@ -686,7 +688,8 @@ fn make<T: WriteTxn>(
         atime_ns: ctx.now,
         mtime_ns: ctx.now,
         ctime_ns: ctx.now,
-        parent: if is_dir { parent } else { 0 },
+        // Every node records the directory of its (first) name: `crate::links`.
+        parent,
         next_cookie: if is_dir { FIRST_COOKIE } else { 0 },
         entries: 0,
         target: if node.kind == Kind::Symlink {
@@ -742,6 +745,7 @@ fn link<T: WriteTxn>(
     touch(&mut dir, ctx.now);
     ctx.store(dir);
     inode.nlink += 1;
+    crate::links::added(ctx.txn, &mut inode, parent)?;
     inode.ctime_ns = ctx.now;
     let attr = inode.attr();
     let generation = inode.generation;
@@ -786,7 +790,7 @@ fn unlink<T: WriteTxn>(
         0
     };
     let (target, generation) = (inode.handle, inode.generation);
-    let orphan = drop_link(ctx, inode, keep)?;
+    let orphan = drop_link(ctx, inode, parent, keep)?;
     ctx.record(
         RecordType::Unlink,
         flags,
@@ -1000,6 +1004,8 @@ fn rename<T: WriteTxn>(
     add_entry(ctx.txn, staged.get(dp), dname, src.child, src.kind)?;
     if src_is_dir {
         staged.get(src.child).parent = dp;
+    } else {
+        crate::links::moved(ctx.txn, staged.get(src.child), sp, dp)?;
     }
     staged.get(src.child).ctime_ns = now;
     let source_generation = staged.get(src.child).generation;
@@ -1029,6 +1035,8 @@ fn rename<T: WriteTxn>(
             add_entry(ctx.txn, staged.get(sp), sname, dst.child, dst.kind)?;
             if dst_is_dir {
                 staged.get(dst.child).parent = sp;
+            } else {
+                crate::links::moved(ctx.txn, staged.get(dst.child), dp, sp)?;
             }
             staged.get(dst.child).ctime_ns = now;
         } else {
@@ -1036,7 +1044,7 @@ fn rename<T: WriteTxn>(
             if dst_is_dir {
                 destroy(ctx, &replaced)?;
             } else {
-                orphan = drop_link(ctx, replaced, keep)?;
+                orphan = drop_link(ctx, replaced, dp, keep)?;
             }
         }
     }
@@ -1059,6 +1067,17 @@ fn rename<T: WriteTxn>(
         Some(rename_from),
     )?;
     Ok(orphan.map_or(Done::Nothing, Done::Orphaned))
+}
+
+/// The directory an attribute change's record names: one holding a name of the inode (with
+/// several, watchers find the others through `crate::links`); 0 for the root, an orphan, or a
+/// file made before format 4.
+pub(crate) fn record_parent(inode: &Inode) -> Handle {
+    if inode.handle == crate::ROOT {
+        0
+    } else {
+        inode.parent
+    }
 }
 
 fn resolve(time: SetTime, now: i64) -> i64 {
@@ -1110,9 +1129,9 @@ fn setattr<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle, attr: &SetAttr) ->
     inode.ctime_ns = attr.ctime.unwrap_or(ctx.now);
     let kind = setattr_record_type(attr);
     let attr = inode.attr();
-    let generation = inode.generation;
+    let (generation, parent) = (inode.generation, record_parent(&inode));
     ctx.store(inode);
-    ctx.record(kind, 0, handle, generation, 0, b"", None)?;
+    ctx.record(kind, 0, handle, generation, parent, b"", None)?;
     Ok(Done::Attr(attr))
 }
 
@@ -1158,9 +1177,9 @@ fn setxattr<T: WriteTxn>(
 
     ctx.txn.put(&key, value)?;
     inode.ctime_ns = ctx.now;
-    let generation = inode.generation;
+    let (generation, parent) = (inode.generation, record_parent(&inode));
     ctx.store(inode);
-    ctx.record(RecordType::Xattr, 0, handle, generation, 0, name, None)?;
+    ctx.record(RecordType::Xattr, 0, handle, generation, parent, name, None)?;
     Ok(Done::Nothing)
 }
 
@@ -1175,8 +1194,8 @@ fn removexattr<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle, name: &[u8]) -
 
     ctx.txn.delete(&key)?;
     inode.ctime_ns = ctx.now;
-    let generation = inode.generation;
+    let (generation, parent) = (inode.generation, record_parent(&inode));
     ctx.store(inode);
-    ctx.record(RecordType::Xattr, 0, handle, generation, 0, name, None)?;
+    ctx.record(RecordType::Xattr, 0, handle, generation, parent, name, None)?;
     Ok(Done::Nothing)
 }

@@ -51,7 +51,7 @@ fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 fn every_operation_writes_one_record_with_its_fields() {
     let rt = rt();
     let meta = meta_with(ChangelogConfig::default());
-    rt.block_on(async {
+    let (dir, file) = rt.block_on(async {
         meta.create(ROOT, b"before", 0o644).await.unwrap();
         // Anyone may make names in the root (uid 1000 does below).
         let open = calm_meta::SetAttr {
@@ -127,6 +127,10 @@ fn every_operation_writes_one_record_with_its_fields() {
         .unwrap();
         meta.setxattr(f.handle, b"user.k", b"v", 0).await.unwrap();
         meta.removexattr(f.handle, b"user.k").await.unwrap();
+        // Named in d and in the root: both directories are its parents.
+        let mut both = vec![d.handle, ROOT];
+        both.sort_unstable();
+        assert_eq!(meta.parents(f.handle).unwrap(), both);
         meta.create(ROOT, b"victim", 0o644).await.unwrap();
         meta.rename(d.handle, b"f", ROOT, b"victim", 0)
             .await
@@ -138,6 +142,7 @@ fn every_operation_writes_one_record_with_its_fields() {
         meta.rmdir(ROOT, b"d").await.unwrap();
         // Refused operations write nothing.
         assert!(meta.unlink(ROOT, b"nope").await.is_err());
+        (d.handle, f.handle)
     });
     let records = all(&meta);
     let kinds: Vec<&str> = records.iter().map(|r| r.kind.name()).collect();
@@ -170,6 +175,16 @@ fn every_operation_writes_one_record_with_its_fields() {
     assert_eq!(records[12].flags, 0);
     assert_eq!(records[13].flags, flags::LAST_LINK);
     assert_eq!(records[16].flags, flags::LAST_LINK);
+    // Attribute changes name a directory holding the file (its first name's), so that
+    // watchers of that directory get them.
+    for record in &records[5..10] {
+        assert_eq!(
+            (record.target, record.parent),
+            (file, dir),
+            "{}",
+            record.kind.name()
+        );
+    }
     assert!(records.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
     clean(&meta);
 }

@@ -390,6 +390,24 @@ fn model_tree(model: &Model) -> Tree {
         .collect()
 }
 
+/// The directories holding names of each node, sorted, each once (none for the root).
+fn model_parents(model: &Model) -> BTreeMap<Handle, Vec<Handle>> {
+    let mut parents: BTreeMap<Handle, Vec<Handle>> =
+        model.nodes.keys().map(|h| (*h, Vec::new())).collect();
+    for (dir, node) in &model.nodes {
+        for child in node.children.values() {
+            let list = parents.get_mut(child).expect("a child is a node");
+            if !list.contains(dir) {
+                list.push(*dir);
+            }
+        }
+    }
+    for list in parents.values_mut() {
+        list.sort_unstable();
+    }
+    parents
+}
+
 /// A step with its handles picked: what both the model and the namespace run.
 #[derive(Debug, Clone)]
 enum Call {
@@ -594,6 +612,11 @@ proptest! {
             }
             if answers.iter().all(|a| a.is_err()) {
                 prop_assert!(store.dump() == before, "failed calls {:?} changed the store", calls);
+            }
+            // Every node knows the directories holding its names (what watchers of those
+            // directories match its attribute changes by).
+            for (handle, dirs) in model_parents(&model) {
+                prop_assert_eq!(meta.parents(handle).unwrap(), dirs, "parents of {} after {:?}", handle, calls);
             }
         }
         let mut real = BTreeMap::new();

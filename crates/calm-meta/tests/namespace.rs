@@ -10,7 +10,7 @@ use calm_meta::*;
 use calm_store::fault::FaultStore;
 use calm_store::lmdb::{LmdbOptions, LmdbStore};
 use calm_store::mem::MemStore;
-use calm_store::{Store, WriteTxn};
+use calm_store::{ReadTxn, Store, WriteTxn};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -650,4 +650,78 @@ fn a_corrupt_readdir_key_is_an_error_not_a_crash() {
     txn.commit().unwrap();
     let error = meta.readdir(d, 0, 100).unwrap_err();
     assert!(matches!(error, MetaError::Corrupt(_)), "{error:?}");
+}
+
+/// A store of format 3 (no parent recorded for non-directories) opened by this build: upgraded
+/// in place, fsck clean, the old files' parents unknown until a rename gives them one, new
+/// files' known; a file made after the upgrade without a parent is a problem fsck reports.
+#[test]
+fn a_format_3_store_is_upgraded_and_its_files_learn_their_parents() {
+    use calm_meta::layout::{Inode, KEY_FORMAT, KEY_PARENTS_FROM, links_range};
+    let rt = rt();
+    let store = Arc::new(MemStore::new());
+    let (d, old, linked) = {
+        let meta = Meta::open(store.clone(), MetaOptions::default()).unwrap();
+        rt.block_on(async {
+            let d = meta.mkdir(ROOT, b"d", 0o755).await.unwrap().handle;
+            let old = meta.create(d, b"old", 0o644).await.unwrap().handle;
+            let linked = meta.create(d, b"linked", 0o644).await.unwrap().handle;
+            meta.link(linked, ROOT, b"alias").await.unwrap();
+            (d, old, linked)
+        })
+    };
+    // What version 3 wrote: no parent for non-directories, no `L` keys.
+    let mut txn = store.begin().unwrap();
+    for handle in [old, linked] {
+        let mut inode =
+            Inode::decode(handle, &txn.get(&inode_key(handle)).unwrap().unwrap()).unwrap();
+        inode.parent = 0;
+        txn.put(&inode_key(handle), &inode.encode()).unwrap();
+    }
+    let (start, end) = links_range(linked);
+    for (key, _) in txn.scan(&start, &end, 100).unwrap() {
+        txn.delete(&key).unwrap();
+    }
+    let mut format = txn.get(KEY_FORMAT).unwrap().unwrap().to_vec();
+    format[8..12].copy_from_slice(&3u32.to_le_bytes());
+    txn.put(KEY_FORMAT, &format).unwrap();
+    txn.delete(KEY_PARENTS_FROM).unwrap();
+    txn.commit().unwrap();
+
+    let meta = Meta::open(store.clone(), MetaOptions::default()).unwrap();
+    clean(&meta);
+    assert!(meta.parents(old).unwrap().is_empty(), "not known yet");
+    assert!(meta.parents(linked).unwrap().is_empty());
+    rt.block_on(async {
+        meta.rename(d, b"old", ROOT, b"old", 0).await.unwrap();
+        let new = meta.create(d, b"new", 0o644).await.unwrap().handle;
+        assert_eq!(meta.parents(old).unwrap(), [ROOT], "a rename tells");
+        assert_eq!(meta.parents(new).unwrap(), [d]);
+        // A file with two names from before stays unknown; links and unlinks keep it so.
+        meta.link(linked, d, b"again").await.unwrap();
+        meta.unlink(ROOT, b"alias").await.unwrap();
+        assert!(meta.parents(linked).unwrap().is_empty());
+        clean(&meta);
+
+        // A file made after the upgrade without its parent is a problem.
+        drop_parent(&store, new);
+        let report = fsck::check(&store.snapshot().unwrap(), &mut |_| {}).unwrap();
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.contains(&format!("inode {new} records no parent"))),
+            "{:?}",
+            report.problems
+        );
+    });
+}
+
+fn drop_parent(store: &Arc<MemStore>, handle: Handle) {
+    let mut txn = store.begin().unwrap();
+    let mut inode =
+        layout::Inode::decode(handle, &txn.get(&inode_key(handle)).unwrap().unwrap()).unwrap();
+    inode.parent = 0;
+    txn.put(&inode_key(handle), &inode.encode()).unwrap();
+    txn.commit().unwrap();
 }

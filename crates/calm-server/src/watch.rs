@@ -138,9 +138,49 @@ impl<S: Store> WatchHub<S> {
         }
     }
 
+    /// The changes `records` are, with the ancestors of their directories.
+    fn changes_of(&self, records: &[Record]) -> Vec<(Change, Vec<Handle>)> {
+        let directories = self
+            .inner
+            .lock()
+            .expect("watch hub")
+            .fanout
+            .watches_directories();
+        records
+            .iter()
+            .map(|record| {
+                let more = match directories {
+                    true => self.other_parents(record),
+                    false => Vec::new(),
+                };
+                self.change_of(record, more)
+            })
+            .collect()
+    }
+
+    /// For a change of a file's attributes: the directories holding its other names (a file
+    /// with several; the record names one). Read when the feed publishes the change.
+    fn other_parents(&self, record: &Record) -> Vec<Handle> {
+        use calm_changelog::RecordType as T;
+        let attributes = matches!(
+            record.kind,
+            T::Trunc | T::Setattr | T::Xattr | T::Mtime | T::Ctime | T::Atime
+        );
+        if !attributes || record.parent == 0 {
+            return Vec::new();
+        }
+        match self.meta.parents(record.target) {
+            Ok(mut parents) => {
+                parents.retain(|p| *p != record.parent);
+                parents
+            }
+            Err(_) => Vec::new(), // gone since
+        }
+    }
+
     /// The change a record is, with the ancestors of its directories; keeps the parent map up
     /// to date from the record.
-    fn change_of(&self, record: &Record) -> (Change, Vec<Handle>) {
+    fn change_of(&self, record: &Record, more_dirs: Vec<Handle>) -> (Change, Vec<Handle>) {
         use calm_changelog::RecordType as T;
         {
             let mut parents = self.parents.lock().expect("parents");
@@ -164,6 +204,7 @@ impl<S: Store> WatchHub<S> {
             object: record.target,
             dir: record.parent,
             other_dir: record.rename.as_ref().map_or(0, |r| r.source_parent),
+            more_dirs,
             encoded: Arc::from(record_to_wire(record).encode_to_vec()),
         };
         let mut ancestors = Vec::new();
@@ -205,8 +246,7 @@ impl<S: Store> WatchHub<S> {
                 }
                 continue;
             }
-            let changes: Vec<(Change, Vec<Handle>)> =
-                records.iter().map(|r| self.change_of(r)).collect();
+            let changes: Vec<(Change, Vec<Handle>)> = self.changes_of(&records);
             next = records.last().expect("not empty").index + 1;
             {
                 let mut inner = self.inner.lock().expect("watch hub");
@@ -284,8 +324,7 @@ impl<S: Store> WatchHub<S> {
             let through = records
                 .last()
                 .map_or(self.meta.changelog_last(), |r| r.index);
-            let changes: Vec<(Change, Vec<Handle>)> =
-                records.iter().map(|r| self.change_of(r)).collect();
+            let changes: Vec<(Change, Vec<Handle>)> = self.changes_of(&records);
             let live = self
                 .inner
                 .lock()

@@ -157,6 +157,12 @@ impl Fanout {
         self.last
     }
 
+    /// Whether some watcher watches a directory or a subtree (the publisher then looks up
+    /// the other directories of a multi-link file whose attributes changed).
+    pub fn watches_directories(&self) -> bool {
+        !self.by_dir.is_empty()
+    }
+
     pub fn len(&self) -> usize {
         self.watchers.len()
     }

@@ -31,14 +31,20 @@ pub struct Change {
     pub dir: Handle,
     /// A second such directory (a rename's source; 0: none).
     pub other_dir: Handle,
+    /// More directories the change is about: those holding the other names of a file with
+    /// several, for a change of its attributes (the first is `dir`).
+    pub more_dirs: Vec<Handle>,
     /// The change as the wire carries it, encoded once.
     pub encoded: Arc<[u8]>,
 }
 
 impl Change {
-    /// The directories whose entries this change changed.
+    /// The directories whose entries this change changed (or whose entry's attributes).
     pub fn dirs(&self) -> impl Iterator<Item = Handle> + '_ {
-        [self.dir, self.other_dir].into_iter().filter(|d| *d != 0)
+        [self.dir, self.other_dir]
+            .into_iter()
+            .chain(self.more_dirs.iter().copied())
+            .filter(|d| *d != 0)
     }
 }
 

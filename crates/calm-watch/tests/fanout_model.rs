@@ -88,6 +88,7 @@ enum Op {
         object: u64,
         dir: u64,
         other_dir: u64,
+        more_dirs: Vec<u64>,
     },
     Take(usize),
 }
@@ -105,7 +106,10 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (target(), prop::option::of(0u64..20)).prop_map(|(target, back)| Op::Watch { target, back }),
         1 => (0usize..8).prop_map(Op::Unwatch),
         6 => (10u64..16, 1u64..=6, prop_oneof![Just(0u64), 1u64..=6])
-            .prop_map(|(object, dir, other_dir)| Op::Publish { object, dir, other_dir }),
+            .prop_flat_map(|(object, dir, other_dir)| {
+                prop::collection::vec(1u64..=6, 0..3)
+                    .prop_map(move |more_dirs| Op::Publish { object, dir, other_dir, more_dirs })
+            }),
         3 => (0usize..8).prop_map(Op::Take),
     ]
 }
@@ -150,12 +154,13 @@ proptest! {
                         model.remove(&id);
                     }
                 }
-                Op::Publish { object, dir, other_dir } => {
+                Op::Publish { object, dir, other_dir, more_dirs } => {
                     let change = Change {
                         index: fanout.last() + 1,
                         object,
                         dir,
                         other_dir,
+                        more_dirs,
                         encoded: Arc::from(&b"x"[..]),
                     };
                     let mut woken = fanout.publish(change.clone(), &ancestors(&change)).to_vec();
@@ -188,6 +193,7 @@ fn change(index: u64, object: u64, dir: u64) -> Change {
         object,
         dir,
         other_dir: 0,
+        more_dirs: Vec::new(),
         encoded: Arc::from(&b"x"[..]),
     }
 }

@@ -68,6 +68,7 @@ fn change(index: u64, object: u64) -> Arc<Change> {
         object,
         dir: 1,
         other_dir: 0,
+        more_dirs: Vec::new(),
         encoded: Arc::from(index.to_le_bytes().as_slice()),
     })
 }

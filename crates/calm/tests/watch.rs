@@ -120,6 +120,118 @@ fn directory_subtree_and_handle_watches_see_their_changes_in_order() {
     });
 }
 
+/// The kinds and targets of the changes among `events`.
+fn targets(events: &[WatchEvent]) -> Vec<(RecordType, u64)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            WatchEvent::Change(r) => Some((r.kind, r.target)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn directory_and_subtree_watches_see_the_attribute_changes_of_their_entries() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&common::data_dir(&tmp));
+    common::runtime().block_on(async {
+        let client = Client::connect(&server.addr).await.unwrap();
+        let a = client.mkdir(calm_meta::ROOT, b"a", 0o755).await.unwrap();
+        let b = client.mkdir(a.handle, b"b", 0o755).await.unwrap();
+        let other = client
+            .mkdir(calm_meta::ROOT, b"other", 0o755)
+            .await
+            .unwrap();
+        let top = client.create(a.handle, b"top", 0o644).await.unwrap();
+        let deep = client.create(b.handle, b"deep", 0o644).await.unwrap();
+        // A second name elsewhere: its attribute changes concern both directories.
+        client
+            .link(deep.handle, other.handle, b"alias")
+            .await
+            .unwrap();
+        let watch = |handle, recursive| client.watch(WatchWhat::Dir { handle, recursive }, 0);
+        let mut on_a = watch(a.handle, false).await.unwrap();
+        let mut below_a = watch(a.handle, true).await.unwrap();
+        let mut on_b = watch(b.handle, false).await.unwrap();
+        let mut on_other = watch(other.handle, false).await.unwrap();
+
+        let chmod = calm_meta::SetAttr {
+            mode: Some(0o600),
+            ..Default::default()
+        };
+        client.setattr(top.handle, &chmod).await.unwrap();
+        let chown = calm_meta::SetAttr {
+            uid: Some(1234),
+            ..Default::default()
+        };
+        client.setattr(deep.handle, &chown).await.unwrap();
+        let truncate = calm_meta::SetAttr {
+            size: Some(5),
+            ..Default::default()
+        };
+        client.setattr(deep.handle, &truncate).await.unwrap();
+        let touch = calm_meta::SetAttr {
+            mtime: Some(calm_meta::SetTime::At(1_000_000_000)),
+            ..Default::default()
+        };
+        client.setattr(top.handle, &touch).await.unwrap();
+        client
+            .setxattr(deep.handle, b"user.k", b"v", 0)
+            .await
+            .unwrap();
+        // Moved out of the watched tree: its later changes are no longer the tree's.
+        client
+            .rename(a.handle, b"top", other.handle, b"top", 0)
+            .await
+            .unwrap();
+        client.setattr(top.handle, &chmod).await.unwrap();
+        let reached = client.reached();
+
+        let (t, d) = (top.handle, deep.handle);
+        assert_eq!(
+            targets(&until(&mut on_a, reached).await),
+            [
+                (RecordType::Setattr, t),
+                (RecordType::Mtime, t),
+                (RecordType::Rename, t)
+            ],
+            "a directory watch sees its entries' attribute changes"
+        );
+        assert_eq!(
+            targets(&until(&mut below_a, reached).await),
+            [
+                (RecordType::Setattr, t),
+                (RecordType::Setattr, d),
+                (RecordType::Trunc, d),
+                (RecordType::Mtime, t),
+                (RecordType::Xattr, d),
+                (RecordType::Rename, t)
+            ],
+            "a subtree watch sees those of everything below it"
+        );
+        assert_eq!(
+            targets(&until(&mut on_b, reached).await),
+            [
+                (RecordType::Setattr, d),
+                (RecordType::Trunc, d),
+                (RecordType::Xattr, d)
+            ]
+        );
+        assert_eq!(
+            targets(&until(&mut on_other, reached).await),
+            [
+                (RecordType::Setattr, d),
+                (RecordType::Trunc, d),
+                (RecordType::Xattr, d),
+                (RecordType::Rename, t),
+                (RecordType::Setattr, t)
+            ],
+            "the directory of a file's second name sees its changes too"
+        );
+    });
+}
+
 #[test]
 fn a_watcher_that_does_not_read_resyncs_and_ends_with_the_true_state() {
     let tmp = tempfile::tempdir().unwrap();
