@@ -1,7 +1,9 @@
-//! `calm bench mount`: system calls through a real calm mount against the same system calls on
+//! `calm bench mount`: system calls through real calm mounts against the same system calls on
 //! the kernel's tmpfs, in the same run: create, stat and unlink rates, and N non-overlapping
 //! fcntl write locks on one file (the seed-001 shape, where the kernel's own lock list is
-//! O(n) per request).
+//! O(n) per request). Two mounts of one server: `calm` calls the server in this process (as
+//! `calm mount --embedded`), `calm-remote` speaks gRPC to it over loopback TCP (as
+//! `calm mount --server`).
 //!
 //! Also the cross-mount visibility: a change made through one mount (chmod, rename, write and
 //! close, unlink) of a file the other mount has looked at, and how long until the other mount
@@ -36,6 +38,9 @@ pub struct MountBenchOptions {
     /// The mounts' attribute and entry timeout.
     pub ttl: Duration,
 }
+
+/// Lock and unlock pairs timed on each file system.
+pub const LOCK_UNLOCK_PAIRS: u64 = 5_000;
 
 /// How long a change may take to show through the other mount before it counts as unseen.
 pub const VISIBILITY_WAIT: Duration = Duration::from_secs(5);
@@ -198,6 +203,44 @@ fn fcntl_locks(
     Ok(result(fs, "fcntl-locks", n, done, seconds))
 }
 
+/// Uncontended fcntl write lock and unlock of one byte range of one file, `n` pairs, through
+/// one descriptor (the round trips a lock-protected update pays); ops/s counts pairs.
+fn lock_unlock(fs: &'static str, root: &Path, n: u64) -> Result<MountResult, String> {
+    let path = root.join("lock-unlock");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let set = |kind: i32| -> Result<(), String> {
+        // SAFETY: flock is plain data; all zeros is valid before the fields are set.
+        let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+        lock.l_type = kind as i16;
+        lock.l_whence = libc::SEEK_SET as i16;
+        lock.l_start = 0;
+        lock.l_len = 4096;
+        // SAFETY: fcntl(2) F_SETLK on an open descriptor with a valid struct flock.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &lock) } != 0 {
+            return Err(format!(
+                "{fs}: lock or unlock refused: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(())
+    };
+    let started = Instant::now();
+    for _ in 0..n {
+        set(libc::F_WRLCK)?;
+        set(libc::F_UNLCK)?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    drop(file);
+    std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(result(fs, "lock-unlock", n, n, seconds))
+}
+
 /// The `q` quantile (0..=1) of sorted `values`.
 fn quantile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
@@ -330,9 +373,14 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
         let server = crate::mdtest::InProcessServer::start(Arc::clone(&meta)).await?;
         let mut mounts = Vec::new();
         for point in [&mountpoint, &second] {
-            let client = calm_client::Client::connect(&server.addr)
+            let mut client = calm_client::Client::connect(&server.addr)
                 .await
                 .map_err(|e| e.to_string())?;
+            // The first mount calls the server in this process, as `calm mount --embedded`
+            // does; the second speaks gRPC, as `calm mount --server` does.
+            if point == &mountpoint {
+                client = client.in_process(server.local.clone());
+            }
             let mounted = calm_fuse::mount(
                 client,
                 point,
@@ -355,15 +403,24 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
     let measured = (|| {
         let mut results = Vec::new();
         metadata_ops("calm", &mountpoint, options, &mut results)?;
+        metadata_ops("calm-remote", &second, options, &mut results)?;
         metadata_ops("tmpfs", tmpfs.path(), options, &mut results)?;
         let mut tmpfs_capped = false;
         for &n in &options.locks {
             results.push(fcntl_locks("calm", &mountpoint, n, options.cap_seconds)?);
+            results.push(fcntl_locks("calm-remote", &second, n, options.cap_seconds)?);
             if !tmpfs_capped {
                 let r = fcntl_locks("tmpfs", tmpfs.path(), n, options.cap_seconds)?;
                 tmpfs_capped = r.stopped;
                 results.push(r);
             }
+        }
+        for (fs, root) in [
+            ("calm", mountpoint.as_path()),
+            ("calm-remote", second.as_path()),
+            ("tmpfs", tmpfs.path()),
+        ] {
+            results.push(lock_unlock(fs, root, LOCK_UNLOCK_PAIRS)?);
         }
         let visible = match options.visibility_samples {
             0 => None,

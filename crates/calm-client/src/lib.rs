@@ -278,8 +278,9 @@ impl Client {
         }
     }
 
-    /// The highest changelog index a mutation made through this client (or a clone) answered
-    /// with: once a watch stream has passed it, every change this client made is in the stream.
+    /// The highest changelog index a mutation or a lock answer of this client (or a clone)
+    /// carried: once a watch stream has passed it, every change this client made, and every
+    /// change made before a lock it was granted, is in the stream.
     pub fn reached(&self) -> u64 {
         self.reached.load(Ordering::Acquire)
     }
@@ -289,7 +290,14 @@ impl Client {
         &self,
         reply: std::result::Result<tonic::Response<T>, tonic::Status>,
     ) -> Result<T> {
-        if let Ok(response) = &reply
+        self.note_index(&reply);
+        check(reply)
+    }
+
+    /// Notes the changelog index an answer says the namespace reached (mutations, and lock
+    /// answers: what a lock's previous holder committed is at or below it).
+    fn note_index<T>(&self, reply: &std::result::Result<tonic::Response<T>, tonic::Status>) {
+        if let Ok(response) = reply
             && let Some(index) = response
                 .metadata()
                 .get(calm_proto::INDEX_KEY)
@@ -298,7 +306,6 @@ impl Client {
         {
             self.reached.fetch_max(index, Ordering::AcqRel);
         }
-        check(reply)
     }
 
     fn tagged<T>(&self, message: T) -> tonic::Request<T> {
@@ -814,7 +821,9 @@ impl Client {
             session,
             ops: calls.iter().map(LockCall::to_wire).collect(),
         };
-        let reply = check_lock(locks_call!(self, apply, batch))?;
+        let reply = locks_call!(self, apply, batch);
+        self.note_index(&reply);
+        let reply = check_lock(reply)?;
         Ok(reply.results.iter().map(LockAnswer::from_wire).collect())
     }
 
@@ -831,7 +840,9 @@ impl Client {
             tag,
             op: Some(LockCall::Set(request).to_wire()),
         };
-        let reply = check_lock(locks_call!(self, wait, wait))?;
+        let reply = locks_call!(self, wait, wait);
+        self.note_index(&reply);
+        let reply = check_lock(reply)?;
         Ok(LockAnswer::from_wire(&reply))
     }
 

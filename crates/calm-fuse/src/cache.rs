@@ -122,9 +122,10 @@ pub struct Ticket {
 /// What a batch of changes asks of the invalidating thread.
 #[derive(Debug)]
 enum Work {
-    Drop(Vec<Stale>),
-    /// Drop everything the kernel holds.
-    DropAll,
+    /// Drop these, after which every change up to the index is dealt with.
+    Drop(Vec<Stale>, u64),
+    /// Drop everything the kernel holds: every change up to the index is dealt with.
+    DropAll(u64),
 }
 
 /// Figures of the cache, for tests and benchmarks.
@@ -157,6 +158,8 @@ pub struct Coherence {
     work: Mutex<Option<std::sync::mpsc::Sender<Work>>>,
     invalidations: AtomicU64,
     dropped_all: AtomicU64,
+    /// Every change up to this changelog index has been dealt with (its invalidations sent).
+    applied: AtomicU64,
 }
 
 fn slot(handle: Handle) -> usize {
@@ -179,6 +182,7 @@ impl Coherence {
             work: Mutex::new(None),
             invalidations: AtomicU64::new(0),
             dropped_all: AtomicU64::new(0),
+            applied: AtomicU64::new(0),
         })
     }
 
@@ -192,6 +196,13 @@ impl Coherence {
     /// Whether the mount follows the server's changes now.
     pub fn follows(&self) -> bool {
         self.follows.load(Ordering::SeqCst)
+    }
+
+    /// Whether every change up to changelog index `index` has been dealt with: what the
+    /// kernel holds is not older than that (e.g. after a lock grant answered with `index`,
+    /// nothing the previous holder wrote is left in the kernel's pages).
+    pub fn passed(&self, index: u64) -> bool {
+        self.follows() && self.applied.load(Ordering::SeqCst) >= index
     }
 
     /// Taken when a request begins; see [`Coherence::reply_ttl`].
@@ -360,11 +371,12 @@ fn invalidate(cache: std::sync::Weak<Coherence>, work: std::sync::mpsc::Receiver
         match next {
             Err(true) => return,
             Err(false) => {}
-            Ok(Work::DropAll) => {
+            Ok(Work::DropAll(upto)) => {
                 retry.clear();
                 cache.drop_all(notifier);
+                cache.applied.fetch_max(upto, Ordering::SeqCst);
             }
-            Ok(Work::Drop(stale)) => {
+            Ok(Work::Drop(stale, upto)) => {
                 for s in stale {
                     let held = match &s {
                         Stale::Entry { parent, .. } => cache.holds(*parent),
@@ -374,6 +386,7 @@ fn invalidate(cache: std::sync::Weak<Coherence>, work: std::sync::mpsc::Receiver
                         retry.push((s, Instant::now() + RETRY_FOR));
                     }
                 }
+                cache.applied.fetch_max(upto, Ordering::SeqCst);
             }
         }
         let now = Instant::now();
@@ -425,7 +438,7 @@ pub async fn follow(
             // first, or a resync).
             cache.follows.store(false, Ordering::SeqCst);
             cache.mark_all();
-            cache.send(Work::DropAll);
+            cache.send(Work::DropAll(0));
             let from = watch.passed() + 1;
             loop {
                 tokio::time::sleep(wait).await;
@@ -450,29 +463,33 @@ pub async fn follow(
 /// invalidation thread, once per stale thing; a resync drops everything.
 fn apply(cache: &Coherence, events: &[WatchEvent], own_session: u64) {
     let mut stale = Vec::new();
+    let mut upto = 0;
     for event in events {
         match event {
             WatchEvent::Change(record) => {
+                upto = upto.max(record.index);
                 // This mount's own changes are in its kernel's cache already.
                 if own_session == 0 || record.session != own_session {
                     plan(record, &mut stale);
                 }
             }
-            WatchEvent::Resync { .. } => {
+            WatchEvent::Resync { from } => {
                 cache.mark_all();
                 stale.clear();
-                cache.send(Work::DropAll);
+                // What follows starts at `from`: everything before is in what is dropped.
+                cache.send(Work::DropAll(from.saturating_sub(1)));
             }
-            WatchEvent::Progress { .. } => {}
+            WatchEvent::Progress { index } => upto = upto.max(*index),
         }
-    }
-    if stale.is_empty() {
-        return;
     }
     let mut seen = HashSet::with_capacity(stale.len());
     stale.retain(|s| seen.insert(s.clone()));
-    cache.mark(&stale);
-    cache.send(Work::Drop(stale));
+    if !stale.is_empty() {
+        cache.mark(&stale);
+    }
+    if !stale.is_empty() || upto > 0 {
+        cache.send(Work::Drop(stale, upto));
+    }
 }
 
 #[cfg(test)]
@@ -604,13 +621,16 @@ mod tests {
         ];
         apply(&cache, &events, 7);
         match receiver.try_recv() {
-            Ok(Work::Drop(stale)) => assert_eq!(stale, [Stale::Attrs(11)], "once, not own"),
+            Ok(Work::Drop(stale, upto)) => {
+                assert_eq!(stale, [Stale::Attrs(11)], "once, not own");
+                assert_eq!(upto, 1, "dealt with up to the batch's last index");
+            }
             other => panic!("{other:?}"),
         }
         cache.follows.store(true, Ordering::SeqCst);
         let ticket = cache.ticket();
         apply(&cache, &[WatchEvent::Resync { from: 5 }], 7);
-        assert!(matches!(receiver.try_recv(), Ok(Work::DropAll)));
+        assert!(matches!(receiver.try_recv(), Ok(Work::DropAll(4))));
         assert_eq!(
             cache.reply_ttl(ticket, 99),
             Duration::ZERO,

@@ -256,6 +256,23 @@ impl<S: Store> LockService<S> {
         LockService { meta, table, auth }
     }
 
+    /// `reply` with the changelog index the namespace has reached (response metadata
+    /// [`calm_proto::INDEX_KEY`]): whatever the previous holder of a lock granted here
+    /// committed is at or below it, so a mount whose change stream has passed it has dropped
+    /// every stale page of the file (`docs/design/mount.md`, "Caches").
+    fn indexed<T>(&self, reply: T) -> Response<T> {
+        let mut response = Response::new(reply);
+        response.metadata_mut().insert(
+            calm_proto::INDEX_KEY,
+            self.meta
+                .changelog_last()
+                .to_string()
+                .parse()
+                .expect("digits are valid metadata"),
+        );
+        response
+    }
+
     /// The identity of `request`, if it may use `session`: the one that opened it, or an
     /// administrator.
     fn owner_of<T>(
@@ -435,7 +452,8 @@ impl<S: Store> LocksRpc for LockService<S> {
             })
             .collect();
         inner.deliver();
-        Ok(Response::new(pb::LockBatchReply { results }))
+        drop(inner);
+        Ok(self.indexed(pb::LockBatchReply { results }))
     }
 
     async fn wait(&self, r: Request<pb::WaitRequest>) -> Result<Response<pb::LockResult>, Status> {
@@ -483,7 +501,7 @@ impl<S: Store> LocksRpc for LockService<S> {
             wait
         };
         let Some(wait) = wait else {
-            return Ok(Response::new(result_of(Ok(0))));
+            return Ok(self.indexed(result_of(Ok(0))));
         };
         let mut guard = WaitGuard {
             table: &self.table,
@@ -493,7 +511,7 @@ impl<S: Store> LocksRpc for LockService<S> {
         let reply = receiver.await;
         guard.armed = false;
         let reply = reply.unwrap_or(Err(LockError::Cancelled));
-        Ok(Response::new(result_of(reply.map(|()| 0))))
+        Ok(self.indexed(result_of(reply.map(|()| 0))))
     }
 
     async fn cancel(

@@ -440,12 +440,12 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             };
             let report = mount::run(&options).map_err(|e| anyhow!(e))?;
             let mut lines = vec![format!(
-                "{:>6} {:>12} {:>8} {:>10} {:>8} {:>12} {:>12}",
+                "{:>11} {:>12} {:>8} {:>10} {:>8} {:>12} {:>12}",
                 "fs", "op", "n", "completed", "stopped", "seconds", "ops/s"
             )];
             for r in &report.results {
                 lines.push(format!(
-                    "{:>6} {:>12} {:>8} {:>10} {:>8} {:>12.3} {:>12.0}",
+                    "{:>11} {:>12} {:>8} {:>10} {:>8} {:>12.3} {:>12.0}",
                     r.fs, r.op, r.n, r.completed, r.stopped, r.seconds, r.ops_per_sec
                 ));
             }

@@ -92,9 +92,13 @@ impl CalmFs {
                         .map_err(Errno::from_i32)?;
                     // The previous holder may have written through another mount: what this
                     // mount and its kernel hold of the file may be stale (as NFS does on a
-                    // lock).
+                    // lock). The kernel's pages are dropped already when the change stream
+                    // has passed the index the grant answered with (what the holder committed
+                    // is below it); otherwise they are dropped here.
                     shared.contents.invalidate(ino.0).await;
-                    shared.drop_kernel_cache(ino.0).await;
+                    if !shared.cache.passed(shared.client.reached()) {
+                        shared.drop_kernel_cache(ino.0).await;
+                    }
                     Ok(())
                 }
                 None => {
