@@ -432,6 +432,18 @@ impl Filesystem for CalmFs {
         self.handle_fallocate(req, ino, fh, offset, length, mode, reply)
     }
 
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // While the mount follows the server's changes the kernel keeps a directory's listing
+        // across opens: another client's change of its entries changes its mtime, whose
+        // invalidation (`cache::plan`) makes the kernel list it again; its own changes it
+        // notes itself.
+        let flags = match self.shared.cache.follows() {
+            true => FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+            false => FopenFlags::empty(),
+        };
+        reply.opened(FileHandle(0), flags)
+    }
+
     fn readdir(
         &self,
         req: &Request,

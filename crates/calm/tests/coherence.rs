@@ -88,7 +88,21 @@ fn every_change_through_one_mount_is_seen_through_another_despite_a_minute_of_tt
             "[ ! -e d/p ] && [ \"$(cat d/q)\" = x ]",
         ),
         ("truncate", "truncate -s 1 d/q", "[ $(stat -c %s d/q) = 1 ]"),
-        ("mkdir", "mkdir d/new", "[ -d d/new ]"),
+        (
+            "mkdir",
+            "mkdir d/new",
+            "[ -d d/new ] && ls d | grep -qx new",
+        ),
+        (
+            "create seen in a listing",
+            "touch d/listed",
+            "ls d | grep -qx listed",
+        ),
+        (
+            "unlink seen in a listing",
+            "rm d/listed",
+            "! ls d | grep -qx listed",
+        ),
     ];
     for (what, change, seen) in steps {
         // B has it cached (again) right before A changes it.
