@@ -37,6 +37,11 @@ pub struct MountBenchOptions {
     pub visibility_samples: usize,
     /// The mounts' attribute and entry timeout.
     pub ttl: Duration,
+    /// A directory on ext4 (or any local disk file system) to measure beside tmpfs.
+    pub ext4_dir: Option<PathBuf>,
+    /// Other file systems, mounted beforehand, measured in the same run (the first
+    /// directory of each).
+    pub others: Vec<crate::data::Other>,
 }
 
 /// Lock and unlock pairs timed on each file system.
@@ -60,7 +65,7 @@ pub struct Visibility {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct MountResult {
-    pub fs: &'static str,
+    pub fs: String,
     pub op: &'static str,
     pub n: u64,
     /// Operations done (less than `n` when the run hit the cap).
@@ -82,9 +87,9 @@ pub struct MountReport {
     pub visibility_ms: Option<Visibility>,
 }
 
-fn result(fs: &'static str, op: &'static str, n: u64, completed: u64, seconds: f64) -> MountResult {
+fn result(fs: &str, op: &'static str, n: u64, completed: u64, seconds: f64) -> MountResult {
     MountResult {
-        fs,
+        fs: fs.to_string(),
         op,
         n,
         completed,
@@ -132,7 +137,7 @@ fn timed_names(
 }
 
 fn metadata_ops(
-    fs: &'static str,
+    fs: &str,
     root: &Path,
     options: &MountBenchOptions,
     results: &mut Vec<MountResult>,
@@ -162,12 +167,7 @@ fn metadata_ops(
 
 /// `n` one-byte write locks with gaps (so that none merge) on one file, ascending, through one
 /// descriptor; stops at the cap.
-fn fcntl_locks(
-    fs: &'static str,
-    root: &Path,
-    n: u64,
-    cap_seconds: f64,
-) -> Result<MountResult, String> {
+fn fcntl_locks(fs: &str, root: &Path, n: u64, cap_seconds: f64) -> Result<MountResult, String> {
     let path = root.join(format!("locks-{n}"));
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -205,7 +205,7 @@ fn fcntl_locks(
 
 /// Uncontended fcntl write lock and unlock of one byte range of one file, `n` pairs, through
 /// one descriptor (the round trips a lock-protected update pays); ops/s counts pairs.
-fn lock_unlock(fs: &'static str, root: &Path, n: u64) -> Result<MountResult, String> {
+fn lock_unlock(fs: &str, root: &Path, n: u64) -> Result<MountResult, String> {
     let path = root.join("lock-unlock");
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -405,6 +405,24 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
         metadata_ops("calm", &mountpoint, options, &mut results)?;
         metadata_ops("calm-remote", &second, options, &mut results)?;
         metadata_ops("tmpfs", tmpfs.path(), options, &mut results)?;
+        // Beside them: ext4, and the other file systems asked for, in directories of their
+        // own removed afterwards.
+        let mut baselines = Vec::new();
+        if let Some(dir) = &options.ext4_dir {
+            baselines.push(("ext4".to_string(), dir.clone()));
+        }
+        for other in &options.others {
+            baselines.push((other.name.clone(), other.views[0].clone()));
+        }
+        let mut baseline_dirs = Vec::new();
+        for (name, dir) in &baselines {
+            let own = tempfile::Builder::new()
+                .prefix("calm-bench-mount-")
+                .tempdir_in(dir)
+                .map_err(|e| format!("{}: {e}", dir.display()))?;
+            metadata_ops(name, own.path(), options, &mut results)?;
+            baseline_dirs.push((name.clone(), own));
+        }
         let mut tmpfs_capped = false;
         for &n in &options.locks {
             results.push(fcntl_locks("calm", &mountpoint, n, options.cap_seconds)?);
@@ -421,6 +439,9 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
             ("tmpfs", tmpfs.path()),
         ] {
             results.push(lock_unlock(fs, root, LOCK_UNLOCK_PAIRS)?);
+        }
+        for (name, own) in &baseline_dirs {
+            results.push(lock_unlock(name, own.path(), LOCK_UNLOCK_PAIRS)?);
         }
         let visible = match options.visibility_samples {
             0 => None,

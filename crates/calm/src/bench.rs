@@ -131,6 +131,13 @@ pub enum Bench {
         /// The mounts' attribute and entry timeout, in ms (`calm mount --ttl-ms`).
         #[arg(long, default_value_t = calm_fuse::fs::TTL_DEFAULT.as_millis() as u64)]
         ttl_ms: u64,
+        /// A directory on ext4 (a local disk file system) to measure beside tmpfs.
+        #[arg(long)]
+        ext4_dir: Option<PathBuf>,
+        /// Another file system to measure in the same run, mounted beforehand: NAME=DIR.
+        /// May be given more than once.
+        #[arg(long = "other")]
+        others: Vec<calm_bench::data::Other>,
         #[arg(long)]
         json: bool,
     },
@@ -426,10 +433,14 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             dir,
             visibility_samples,
             ttl_ms,
+            ext4_dir,
+            others,
             json,
         } => {
             let options = mount::MountBenchOptions {
                 ttl: std::time::Duration::from_millis(ttl_ms),
+                ext4_dir,
+                others,
                 files,
                 threads,
                 locks,
