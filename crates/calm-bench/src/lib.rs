@@ -27,6 +27,7 @@ pub mod locks;
 pub mod mdtest;
 pub mod mount;
 pub mod plot;
+pub mod programs;
 pub mod startup;
 pub mod storm;
 pub mod transport;

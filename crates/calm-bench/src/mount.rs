@@ -42,6 +42,8 @@ pub struct MountBenchOptions {
     /// Other file systems, mounted beforehand, measured in the same run (the first
     /// directory of each).
     pub others: Vec<crate::data::Other>,
+    /// Real programs too (sqlite writers, tar), on every file system: `crate::programs`.
+    pub programs: Option<crate::programs::ProgramOptions>,
 }
 
 /// Lock and unlock pairs timed on each file system.
@@ -87,7 +89,13 @@ pub struct MountReport {
     pub visibility_ms: Option<Visibility>,
 }
 
-fn result(fs: &str, op: &'static str, n: u64, completed: u64, seconds: f64) -> MountResult {
+pub(crate) fn result(
+    fs: &str,
+    op: &'static str,
+    n: u64,
+    completed: u64,
+    seconds: f64,
+) -> MountResult {
     MountResult {
         fs: fs.to_string(),
         op,
@@ -442,6 +450,18 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
         }
         for (name, own) in &baseline_dirs {
             results.push(lock_unlock(name, own.path(), LOCK_UNLOCK_PAIRS)?);
+        }
+        if let Some(programs) = &options.programs {
+            let ball = crate::programs::make_tarball(tmpfs.path(), programs.tar_files)?;
+            let mut runs = vec![
+                ("calm", mountpoint.as_path()),
+                ("calm-remote", second.as_path()),
+                ("tmpfs", tmpfs.path()),
+            ];
+            runs.extend(baseline_dirs.iter().map(|(n, d)| (n.as_str(), d.path())));
+            for (fs, root) in runs {
+                results.extend(crate::programs::run_all(fs, root, &ball, programs)?);
+            }
         }
         let visible = match options.visibility_samples {
             0 => None,

@@ -138,6 +138,18 @@ pub enum Bench {
         /// May be given more than once.
         #[arg(long = "other")]
         others: Vec<calm_bench::data::Other>,
+        /// Real programs too, on every file system: sqlite writers (rollback journal and
+        /// write-ahead log) and tar extraction.
+        #[arg(long)]
+        programs: bool,
+        /// Concurrent sqlite writer processes, and rows each inserts (one transaction each).
+        #[arg(long, default_value_t = 4)]
+        sqlite_writers: usize,
+        #[arg(long, default_value_t = 500)]
+        sqlite_rows: usize,
+        /// Files in the tarball extracted.
+        #[arg(long, default_value_t = 2000)]
+        tar_files: usize,
         #[arg(long)]
         json: bool,
     },
@@ -435,12 +447,21 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             ttl_ms,
             ext4_dir,
             others,
+            programs,
+            sqlite_writers,
+            sqlite_rows,
+            tar_files,
             json,
         } => {
             let options = mount::MountBenchOptions {
                 ttl: std::time::Duration::from_millis(ttl_ms),
                 ext4_dir,
                 others,
+                programs: programs.then_some(calm_bench::programs::ProgramOptions {
+                    writers: sqlite_writers,
+                    rows: sqlite_rows,
+                    tar_files,
+                }),
                 files,
                 threads,
                 locks,
@@ -451,12 +472,12 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             };
             let report = mount::run(&options).map_err(|e| anyhow!(e))?;
             let mut lines = vec![format!(
-                "{:>11} {:>12} {:>8} {:>10} {:>8} {:>12} {:>12}",
+                "{:>11} {:>18} {:>8} {:>10} {:>8} {:>12} {:>12}",
                 "fs", "op", "n", "completed", "stopped", "seconds", "ops/s"
             )];
             for r in &report.results {
                 lines.push(format!(
-                    "{:>11} {:>12} {:>8} {:>10} {:>8} {:>12.3} {:>12.0}",
+                    "{:>11} {:>18} {:>8} {:>10} {:>8} {:>12.3} {:>12.0}",
                     r.fs, r.op, r.n, r.completed, r.stopped, r.seconds, r.ops_per_sec
                 ));
             }
