@@ -398,12 +398,17 @@ fn invalidate(cache: std::sync::Weak<Coherence>, work: std::sync::mpsc::Receiver
 
 /// Follows every change of the namespace for `cache` through `client` (a watch of everything,
 /// from now), until the mount ends; `own_session` names this mount's lock session, whose
-/// changes its kernel made itself. Returns the following task once the first watch is made;
-/// None when it could not be (the mount then keeps [`TTL_UNFOLLOWED`]).
+/// changes its kernel made itself; `contents_changed` is told of every file whose contents
+/// another client changed (None: of every file, the stream fell behind or broke), before the
+/// kernel's pages are dropped (the mount's own copy of the file's map must not fill the
+/// kernel's pages again with the old bytes). Returns the
+/// following task once the first watch is made; None when it could not be (the mount then
+/// keeps [`TTL_UNFOLLOWED`]).
 pub async fn follow(
     cache: Arc<Coherence>,
     client: Client,
     own_session: impl Fn() -> u64 + Send + 'static,
+    contents_changed: impl Fn(Option<Handle>) + Send + 'static,
 ) -> Option<tokio::task::JoinHandle<()>> {
     let mut watch = match client.watch(WatchWhat::All, 0).await {
         Ok(watch) => watch,
@@ -424,7 +429,7 @@ pub async fn follow(
             match watch.next_batch().await {
                 Ok(Some(events)) => {
                     wait = REWATCH_FIRST;
-                    apply(&cache, &events, own_session());
+                    apply(&cache, &events, own_session(), &contents_changed);
                     continue;
                 }
                 Ok(None) => tracing::warn!("the server ended the watch of its changes"),
@@ -438,6 +443,7 @@ pub async fn follow(
             // first, or a resync).
             cache.follows.store(false, Ordering::SeqCst);
             cache.mark_all();
+            contents_changed(None);
             cache.send(Work::DropAll(0));
             let from = watch.passed() + 1;
             loop {
@@ -461,7 +467,12 @@ pub async fn follow(
 
 /// Applies a batch of events: what other clients changed is marked and handed to the
 /// invalidation thread, once per stale thing; a resync drops everything.
-fn apply(cache: &Coherence, events: &[WatchEvent], own_session: u64) {
+fn apply(
+    cache: &Coherence,
+    events: &[WatchEvent],
+    own_session: u64,
+    contents_changed: &dyn Fn(Option<Handle>),
+) {
     let mut stale = Vec::new();
     let mut upto = 0;
     for event in events {
@@ -475,6 +486,7 @@ fn apply(cache: &Coherence, events: &[WatchEvent], own_session: u64) {
             }
             WatchEvent::Resync { from } => {
                 cache.mark_all();
+                contents_changed(None);
                 stale.clear();
                 // What follows starts at `from`: everything before is in what is dropped.
                 cache.send(Work::DropAll(from.saturating_sub(1)));
@@ -486,6 +498,11 @@ fn apply(cache: &Coherence, events: &[WatchEvent], own_session: u64) {
     stale.retain(|s| seen.insert(s.clone()));
     if !stale.is_empty() {
         cache.mark(&stale);
+        for s in &stale {
+            if let Stale::Contents(handle) = s {
+                contents_changed(Some(*handle));
+            }
+        }
     }
     if !stale.is_empty() || upto > 0 {
         cache.send(Work::Drop(stale, upto));
@@ -619,7 +636,7 @@ mod tests {
             WatchEvent::Change(other.clone()),
             WatchEvent::Change(other),
         ];
-        apply(&cache, &events, 7);
+        apply(&cache, &events, 7, &|_| {});
         match receiver.try_recv() {
             Ok(Work::Drop(stale, upto)) => {
                 assert_eq!(stale, [Stale::Attrs(11)], "once, not own");
@@ -629,7 +646,7 @@ mod tests {
         }
         cache.follows.store(true, Ordering::SeqCst);
         let ticket = cache.ticket();
-        apply(&cache, &[WatchEvent::Resync { from: 5 }], 7);
+        apply(&cache, &[WatchEvent::Resync { from: 5 }], 7, &|_| {});
         assert!(matches!(receiver.try_recv(), Ok(Work::DropAll(4))));
         assert_eq!(
             cache.reply_ttl(ticket, 99),

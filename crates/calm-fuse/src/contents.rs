@@ -15,7 +15,7 @@
 //! [`MountOptions::write_buffer_bytes`]: crate::MountOptions::write_buffer_bytes
 
 use crate::shared::lock;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -75,6 +75,9 @@ type File = Arc<tokio::sync::Mutex<FileState>>;
 pub struct Contents {
     objects: Objects,
     files: Mutex<HashMap<Handle, File>>,
+    /// Files another client changed since this mount loaded their map: the next read loads
+    /// it again (see [`Contents::changed_elsewhere`]).
+    changed: Mutex<HashSet<Handle>>,
     /// Sizes of files with pending writes (what stat answers on this mount).
     dirty_sizes: Mutex<HashMap<Handle, u64>>,
     ids: tokio::sync::Mutex<(u64, u64)>,
@@ -88,6 +91,7 @@ impl Contents {
         Contents {
             objects,
             files: Mutex::new(HashMap::new()),
+            changed: Mutex::new(HashSet::new()),
             dirty_sizes: Mutex::new(HashMap::new()),
             ids: tokio::sync::Mutex::new((0, 0)),
             uploads: Arc::new(Semaphore::new(UPLOADS_IN_FLIGHT_MAX)),
@@ -102,6 +106,22 @@ impl Contents {
 
     fn file(&self, handle: Handle) -> File {
         lock(&self.files).entry(handle).or_default().clone()
+    }
+
+    /// Another client changed the contents of `handle` (None: maybe of every file; the change
+    /// stream says so, before the kernel's pages are dropped): a read that starts from now on
+    /// loads the map again, so that no page the kernel caches afterwards is older than the
+    /// change. Without waiting (the stream never waits for a file's commit).
+    pub fn changed_elsewhere(&self, handle: Option<Handle>) {
+        let files = lock(&self.files);
+        let mut changed = lock(&self.changed);
+        match handle {
+            Some(handle) if files.contains_key(&handle) => {
+                changed.insert(handle);
+            }
+            Some(_) => {}
+            None => changed.extend(files.keys().copied()),
+        }
     }
 
     /// The size of `handle` with this mount's pending writes, when it has any.
@@ -461,6 +481,9 @@ impl Contents {
         let file = self.file(handle);
         let plan = {
             let mut state = file.lock().await;
+            if lock(&self.changed).remove(&handle) {
+                state.loaded = false;
+            }
             if !state.loaded || reload {
                 let map = client
                     .read_map(handle)

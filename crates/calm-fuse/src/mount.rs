@@ -87,7 +87,18 @@ pub async fn mount(
     let follower = match cache.start(session.notifier()) {
         true => {
             let locks = locks.clone();
-            crate::cache::follow(cache.clone(), client, move || locks.session()).await
+            let files = Arc::downgrade(&shared);
+            crate::cache::follow(
+                cache.clone(),
+                client,
+                move || locks.session(),
+                move |handle| {
+                    if let Some(shared) = files.upgrade() {
+                        shared.contents.changed_elsewhere(handle);
+                    }
+                },
+            )
+            .await
         }
         false => None,
     };
