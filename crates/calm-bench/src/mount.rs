@@ -46,6 +46,48 @@ pub struct MountBenchOptions {
     pub programs: Option<crate::programs::ProgramOptions>,
 }
 
+impl MountReport {
+    /// The report as a table, one line per result, then the visibility and the setting.
+    pub fn lines(&self) -> Vec<String> {
+        let mut lines = vec![format!(
+            "{:>11} {:>18} {:>8} {:>10} {:>8} {:>12} {:>12}",
+            "fs", "op", "n", "completed", "stopped", "seconds", "ops/s"
+        )];
+        for r in &self.results {
+            lines.push(format!(
+                "{:>11} {:>18} {:>8} {:>10} {:>8} {:>12.3} {:>12.0}",
+                r.fs, r.op, r.n, r.completed, r.stopped, r.seconds, r.ops_per_sec
+            ));
+        }
+        if let Some(v) = &self.visibility_ms {
+            lines.push(format!(
+                "cross-mount visibility: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms over {} \
+                 changes ({} unseen after {} s)",
+                v.p50,
+                v.p99,
+                v.max,
+                v.samples,
+                v.unseen,
+                VISIBILITY_WAIT.as_secs()
+            ));
+            for (kind, p50, p99) in &v.by_kind {
+                lines.push(format!("  {kind:>12}: p50 {p50:.1} ms, p99 {p99:.1} ms"));
+            }
+        }
+        lines.push(format!(
+            "{} threads; attribute and entry timeout {} ms; {}",
+            self.threads,
+            self.ttl_ms,
+            if self.private_namespace {
+                "mounted in a private mount namespace"
+            } else {
+                "mounted in this namespace (no private one could be made)"
+            }
+        ));
+        lines
+    }
+}
+
 /// Lock and unlock pairs timed on each file system.
 pub const LOCK_UNLOCK_PAIRS: u64 = 5_000;
 

@@ -471,41 +471,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 visibility_samples,
             };
             let report = mount::run(&options).map_err(|e| anyhow!(e))?;
-            let mut lines = vec![format!(
-                "{:>11} {:>18} {:>8} {:>10} {:>8} {:>12} {:>12}",
-                "fs", "op", "n", "completed", "stopped", "seconds", "ops/s"
-            )];
-            for r in &report.results {
-                lines.push(format!(
-                    "{:>11} {:>18} {:>8} {:>10} {:>8} {:>12.3} {:>12.0}",
-                    r.fs, r.op, r.n, r.completed, r.stopped, r.seconds, r.ops_per_sec
-                ));
-            }
-            if let Some(v) = &report.visibility_ms {
-                lines.push(format!(
-                    "cross-mount visibility: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms over {} \
-                     changes ({} unseen after {} s)",
-                    v.p50,
-                    v.p99,
-                    v.max,
-                    v.samples,
-                    v.unseen,
-                    mount::VISIBILITY_WAIT.as_secs()
-                ));
-                for (kind, p50, p99) in &v.by_kind {
-                    lines.push(format!("  {kind:>12}: p50 {p50:.1} ms, p99 {p99:.1} ms"));
-                }
-            }
-            lines.push(format!(
-                "{} threads; attribute and entry timeout {} ms; {}",
-                report.threads,
-                report.ttl_ms,
-                if report.private_namespace {
-                    "mounted in a private mount namespace"
-                } else {
-                    "mounted in this namespace (no private one could be made)"
-                }
-            ));
+            let lines = report.lines();
             emit(json, &lines, &report)?;
         }
         Bench::Changelog {
