@@ -1,6 +1,8 @@
 //! kill -9 during a storm of creates from several clients, three times over: after each
 //! restart fsck is clean, every acknowledged create is there with the handle it was given,
-//! and no handle was ever handed out twice. With the write-ahead log (the default), whose
+//! and no handle was ever handed out twice. Every fourth file also gets a second name in a
+//! shared directory (so the store's record of where a file's names are, its `L` keys, is
+//! written under the kill too): every acknowledged one is there, and fsck checks the records. With the write-ahead log (the default), whose
 //! recovery replays the log, and with LMDB's own commit (`--no-wal`).
 
 mod common;
@@ -30,11 +32,18 @@ fn storm_kill9_restart(args: &[&str]) {
     let data = data_dir(&tmp);
     // name → (directory, handle) of every acknowledged create, across all rounds.
     let acked: Arc<Mutex<HashMap<String, (Handle, Handle)>>> = Arc::default();
+    // The same for the second names.
+    let linked: Arc<Mutex<HashMap<String, (Handle, Handle)>>> = Arc::default();
     let rt = runtime();
     for round in 0..3 {
         let server = Server::start_with(&data, args);
-        let dirs: Vec<Handle> = rt.block_on(async {
+        let (dirs, links): (Vec<Handle>, Handle) = rt.block_on(async {
             let c = Client::connect(&server.addr).await.unwrap();
+            let links = c
+                .mkdir(ROOT, format!("r{round}links").as_bytes(), 0o755)
+                .await
+                .unwrap()
+                .handle;
             let mut dirs = Vec::new();
             for k in 0..CLIENTS {
                 dirs.push(
@@ -44,23 +53,36 @@ fn storm_kill9_restart(args: &[&str]) {
                         .handle,
                 );
             }
-            dirs
+            (dirs, links)
         });
         let before = acked.lock().unwrap().len();
         let storm: Vec<_> = dirs
             .iter()
             .enumerate()
             .map(|(k, &dir)| {
-                let (addr, acked) = (server.addr.clone(), acked.clone());
+                let (addr, acked, linked) = (server.addr.clone(), acked.clone(), linked.clone());
                 rt.spawn(async move {
                     let c = Client::connect(&addr).await.unwrap();
                     for i in 0u64.. {
                         let name = format!("r{round}c{k}f{i}");
-                        match c.create(dir, name.as_bytes(), 0o644).await {
+                        let handle = match c.create(dir, name.as_bytes(), 0o644).await {
                             Ok(attr) => {
-                                acked.lock().unwrap().insert(name, (dir, attr.handle));
+                                acked
+                                    .lock()
+                                    .unwrap()
+                                    .insert(name.clone(), (dir, attr.handle));
+                                attr.handle
                             }
                             Err(_) => return, // the server died under us
+                        };
+                        if i % 4 == 0 {
+                            let alias = format!("{name}-also");
+                            match c.link(handle, links, alias.as_bytes()).await {
+                                Ok(_) => {
+                                    linked.lock().unwrap().insert(alias, (links, handle));
+                                }
+                                Err(_) => return,
+                            }
                         }
                     }
                 })
@@ -115,6 +137,16 @@ fn storm_kill9_restart(args: &[&str]) {
                     .await
                     .unwrap_or_else(|e| panic!("acknowledged {name} lost: {e}"));
                 assert_eq!(attr.handle, *handle, "{name} changed handle");
+            }
+            let linked = linked.lock().unwrap().clone();
+            assert!(!linked.is_empty(), "no second name was acknowledged");
+            for (alias, (dir, handle)) in &linked {
+                let attr = c
+                    .lookup(*dir, alias.as_bytes())
+                    .await
+                    .unwrap_or_else(|e| panic!("acknowledged link {alias} lost: {e}"));
+                assert_eq!(attr.handle, *handle, "{alias} names another file");
+                assert_eq!(attr.nlink, 2, "{alias}");
             }
             let mut handles: Vec<Handle> = acked.values().map(|(_, h)| *h).collect();
             handles.sort_unstable();
