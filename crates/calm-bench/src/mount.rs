@@ -74,6 +74,12 @@ impl MountReport {
                 lines.push(format!("  {kind:>12}: p50 {p50:.1} ms, p99 {p99:.1} ms"));
             }
         }
+        for (fs, s) in ["calm", "calm-remote"].iter().zip(&self.cache_stats) {
+            lines.push(format!(
+                "{fs}: {} invalidations sent to its kernel, whole cache dropped {} times",
+                s.invalidations, s.dropped_all
+            ));
+        }
         lines.push(format!(
             "{} threads; attribute and entry timeout {} ms; {}",
             self.threads,
@@ -129,6 +135,17 @@ pub struct MountReport {
     pub threads: usize,
     pub results: Vec<MountResult>,
     pub visibility_ms: Option<Visibility>,
+    /// Per mount (`calm`, then `calm-remote`): what keeping its cache exact did.
+    pub cache_stats: Vec<CacheFigures>,
+}
+
+/// What a mount's cache coherence did over the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct CacheFigures {
+    /// Invalidations sent to the kernel (changes made through the other mount).
+    pub invalidations: u64,
+    /// Times the whole cache was dropped (the change stream fell behind or broke).
+    pub dropped_all: u64,
 }
 
 pub(crate) fn result(
@@ -512,6 +529,13 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
         Ok::<_, String>((results, visible))
     })();
 
+    // What keeping the caches exact cost each mount (the embedded one, then the remote one).
+    let cache_stats = [mounted.cache_stats(), mounted_second.cache_stats()]
+        .map(|s| CacheFigures {
+            invalidations: s.invalidations,
+            dropped_all: s.dropped_all,
+        })
+        .to_vec();
     let ended = runtime.block_on(async {
         let unmounted_second = mounted_second.unmount().await.map_err(|e| e.to_string());
         let unmounted = mounted
@@ -533,5 +557,6 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
         threads: options.threads,
         results,
         visibility_ms,
+        cache_stats,
     })
 }

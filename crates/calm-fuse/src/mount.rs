@@ -176,6 +176,11 @@ async fn open_objects(
 }
 
 impl Mounted {
+    /// What the mount's cache coherence has done so far.
+    pub fn cache_stats(&self) -> crate::cache::CacheStats {
+        self.cache.stats()
+    }
+
     /// Completes when the mount goes away from outside (`fusermount3 -u`, `umount`).
     pub async fn ended(&mut self) {
         if let Some(ended) = self.ended.take() {
