@@ -232,33 +232,42 @@ fn metadata_ops(
     std::fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))
 }
 
-/// `n` one-byte write locks with gaps (so that none merge) on one file, ascending, through one
-/// descriptor; stops at the cap.
-fn fcntl_locks(fs: &str, root: &Path, n: u64, cap_seconds: f64) -> Result<MountResult, String> {
-    let path = root.join(format!("locks-{n}"));
-    let file = std::fs::OpenOptions::new()
+/// A fresh file for lock runs.
+fn lock_file(path: &Path) -> Result<std::fs::File, String> {
+    std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(true)
-        .open(&path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// fcntl F_SETLK of `kind` (F_WRLCK, F_UNLCK, …) on `len` bytes at `start` of `file`.
+fn set_lock(file: &std::fs::File, kind: i32, start: u64, len: u64) -> std::io::Result<()> {
+    // SAFETY: flock is plain data; all zeros is valid before the fields are set.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = kind as i16;
+    lock.l_whence = libc::SEEK_SET as i16;
+    lock.l_start = start as i64;
+    lock.l_len = len as i64;
+    // SAFETY: fcntl(2) F_SETLK on an open descriptor with a valid struct flock.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &lock) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `n` one-byte write locks with gaps (so that none merge) on one file, ascending, through one
+/// descriptor; stops at the cap.
+fn fcntl_locks(fs: &str, root: &Path, n: u64, cap_seconds: f64) -> Result<MountResult, String> {
+    let path = root.join(format!("locks-{n}"));
+    let file = lock_file(&path)?;
     let started = Instant::now();
     let mut done = 0;
     for i in 0..n {
-        // SAFETY: flock is plain data; all zeros is valid before the fields are set.
-        let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-        lock.l_type = libc::F_WRLCK as i16;
-        lock.l_whence = libc::SEEK_SET as i16;
-        lock.l_start = (2 * i) as i64;
-        lock.l_len = 1;
-        // SAFETY: fcntl(2) F_SETLK on an open descriptor with a valid struct flock.
-        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &lock) } != 0 {
-            return Err(format!(
-                "{fs}: lock {i} refused: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
+        set_lock(&file, libc::F_WRLCK, 2 * i, 1)
+            .map_err(|e| format!("{fs}: lock {i} refused: {e}"))?;
         done += 1;
         if done % 256 == 0 && started.elapsed().as_secs_f64() > cap_seconds {
             break;
@@ -274,28 +283,9 @@ fn fcntl_locks(fs: &str, root: &Path, n: u64, cap_seconds: f64) -> Result<MountR
 /// one descriptor (the round trips a lock-protected update pays); ops/s counts pairs.
 fn lock_unlock(fs: &str, root: &Path, n: u64) -> Result<MountResult, String> {
     let path = root.join("lock-unlock");
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    let set = |kind: i32| -> Result<(), String> {
-        // SAFETY: flock is plain data; all zeros is valid before the fields are set.
-        let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-        lock.l_type = kind as i16;
-        lock.l_whence = libc::SEEK_SET as i16;
-        lock.l_start = 0;
-        lock.l_len = 4096;
-        // SAFETY: fcntl(2) F_SETLK on an open descriptor with a valid struct flock.
-        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &lock) } != 0 {
-            return Err(format!(
-                "{fs}: lock or unlock refused: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        Ok(())
+    let file = lock_file(&path)?;
+    let set = |kind: i32| {
+        set_lock(&file, kind, 0, 4096).map_err(|e| format!("{fs}: lock or unlock refused: {e}"))
     };
     let started = Instant::now();
     for _ in 0..n {

@@ -8,15 +8,21 @@ use calm_meta::ROOT;
 use calm_store_etcd::cluster::{LocalCluster, shared_url, unique_prefix};
 use common::{Server, runtime};
 
-#[test]
-fn killing_one_server_leaves_the_other_serving_the_namespace() {
-    let mut private = None;
-    let prefix = unique_prefix("servers");
-    let url = shared_url(&prefix).unwrap_or_else(|| {
+/// The URL of a fresh prefix on scripts/test's etcd cluster, or on a private one (kept in
+/// `private` until the test ends) when the test runs alone.
+fn cluster(name: &str, private: &mut Option<LocalCluster>) -> String {
+    let prefix = unique_prefix(name);
+    shared_url(&prefix).unwrap_or_else(|| {
         private
             .insert(LocalCluster::start(3).expect("starting etcd"))
             .url(&prefix)
-    });
+    })
+}
+
+#[test]
+fn killing_one_server_leaves_the_other_serving_the_namespace() {
+    let mut private = None;
+    let url = cluster("servers", &mut private);
     let tmp = tempfile::tempdir().unwrap();
     // --data is not used with --store; each server still gets a directory of its own.
     let a = Server::start_with(&tmp.path().join("a"), &["--store", &url]);
@@ -78,12 +84,7 @@ fn killing_one_server_leaves_the_other_serving_the_namespace() {
 #[test]
 fn a_change_through_one_servers_mount_reaches_the_other_servers_mount() {
     let mut private = None;
-    let prefix = unique_prefix("coherent");
-    let url = shared_url(&prefix).unwrap_or_else(|| {
-        private
-            .insert(LocalCluster::start(3).expect("starting etcd"))
-            .url(&prefix)
-    });
+    let url = cluster("coherent", &mut private);
     let tmp = tempfile::tempdir().unwrap();
     let a = Server::start_with(&tmp.path().join("a"), &["--store", &url]);
     let b = Server::start_with(&tmp.path().join("b"), &["--store", &url]);

@@ -38,13 +38,17 @@ async fn until(watch: &mut calm_client::Watch, index: u64) -> Vec<WatchEvent> {
     events
 }
 
+/// The records among `events`.
+fn records(events: &[WatchEvent]) -> impl Iterator<Item = &calm_changelog::Record> {
+    events.iter().filter_map(|e| match e {
+        WatchEvent::Change(r) => Some(r),
+        _ => None,
+    })
+}
+
 fn changes(events: &[WatchEvent]) -> Vec<(RecordType, String)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            WatchEvent::Change(r) => Some((r.kind, String::from_utf8_lossy(&r.name).into_owned())),
-            _ => None,
-        })
+    records(events)
+        .map(|r| (r.kind, String::from_utf8_lossy(&r.name).into_owned()))
         .collect()
 }
 
@@ -122,13 +126,7 @@ fn directory_subtree_and_handle_watches_see_their_changes_in_order() {
 
 /// The kinds and targets of the changes among `events`.
 fn targets(events: &[WatchEvent]) -> Vec<(RecordType, u64)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            WatchEvent::Change(r) => Some((r.kind, r.target)),
-            _ => None,
-        })
-        .collect()
+    records(events).map(|r| (r.kind, r.target)).collect()
 }
 
 #[test]
