@@ -1,6 +1,7 @@
 //! `calm bench mount`: system calls through real calm mounts against the same system calls on
-//! the kernel's tmpfs, in the same run: create, stat and unlink rates, and N non-overlapping
-//! fcntl write locks on one file (the seed-001 shape, where the kernel's own lock list is
+//! the kernel's tmpfs, in the same run: create, stat (cached, and cold after the kernel's
+//! caches are dropped), `ls -l` of the directories (cold), rename and unlink rates, and N
+//! non-overlapping fcntl write locks on one file (the seed-001 shape, where the kernel's own lock list is
 //! O(n) per request). Two mounts of one server: `calm` calls the server in this process (as
 //! `calm mount --embedded`), `calm-remote` speaks gRPC to it over loopback TCP (as
 //! `calm mount --server`).
@@ -227,7 +228,55 @@ fn metadata_ops(
         std::fs::metadata(path).map(drop)
     })?;
     results.push(result(fs, "stat", n, n, seconds));
-    let seconds = timed_names(&dir, n, options.threads, |path| std::fs::remove_file(path))?;
+    // The same stats with the kernel's dentries and inodes dropped first (root only; the
+    // kernel keeps tmpfs's, which have nowhere else to live).
+    if crate::drop_caches() {
+        let seconds = timed_names(&dir, n, options.threads, |path| {
+            std::fs::metadata(path).map(drop)
+        })?;
+        results.push(result(fs, "stat-cold", n, n, seconds));
+    }
+    // `ls -l` of each thread's directory, all at once, with the kernel's caches dropped first
+    // when they can be: entries listed and stat'ed per second.
+    let listing = match crate::drop_caches() {
+        true => "ls-l-cold",
+        false => "ls-l",
+    };
+    let started = Instant::now();
+    let listed = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..options.threads)
+            .map(|t| {
+                let own = dir.join(format!("t{t}"));
+                scope.spawn(move || -> Result<u64, String> {
+                    let mut count = 0;
+                    let entries =
+                        std::fs::read_dir(&own).map_err(|e| format!("{}: {e}", own.display()))?;
+                    for entry in entries {
+                        let entry = entry.map_err(|e| e.to_string())?;
+                        entry.metadata().map_err(|e| e.to_string())?;
+                        count += 1;
+                    }
+                    Ok(count)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a lister panicked".into())))
+            .sum::<Result<u64, String>>()
+    })?;
+    if listed != n {
+        return Err(format!("{fs}: listed {listed} entries, made {n}"));
+    }
+    results.push(result(fs, listing, n, n, started.elapsed().as_secs_f64()));
+    let renamed = |path: &Path| path.with_extension("renamed");
+    let seconds = timed_names(&dir, n, options.threads, |path| {
+        std::fs::rename(path, renamed(path))
+    })?;
+    results.push(result(fs, "rename", n, n, seconds));
+    let seconds = timed_names(&dir, n, options.threads, |path| {
+        std::fs::remove_file(renamed(path))
+    })?;
     results.push(result(fs, "unlink", n, n, seconds));
     std::fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))
 }
