@@ -152,8 +152,6 @@ pub struct Coherence {
     changed: Box<[AtomicU64]>,
     /// The count when anything may have changed (the stream fell behind or broke).
     all_changed: AtomicU64,
-    /// The kernel drops every cached entry on a new epoch (Linux 6.16).
-    epochs: AtomicBool,
     notifier: OnceLock<fuser::Notifier>,
     work: Mutex<Option<std::sync::mpsc::Sender<Work>>>,
     invalidations: AtomicU64,
@@ -177,7 +175,6 @@ impl Coherence {
             changes: AtomicU64::new(0),
             changed: (0..CHANGED_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             all_changed: AtomicU64::new(0),
-            epochs: AtomicBool::new(false),
             notifier: OnceLock::new(),
             work: Mutex::new(None),
             invalidations: AtomicU64::new(0),
@@ -289,7 +286,6 @@ impl Coherence {
                 false
             }
         };
-        self.epochs.store(epochs, Ordering::SeqCst);
         let _ = self.notifier.set(notifier);
         let (sender, receiver) = std::sync::mpsc::channel();
         *lock(&self.work) = Some(sender);
@@ -302,6 +298,11 @@ impl Coherence {
             return false;
         }
         epochs
+    }
+
+    /// What tells the kernel (once the session exists).
+    pub(crate) fn notifier(&self) -> Option<fuser::Notifier> {
+        self.notifier.get().cloned()
     }
 
     /// Stops the invalidation thread (the session ended).

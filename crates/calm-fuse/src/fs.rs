@@ -13,7 +13,7 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use calm_client::Client;
@@ -114,7 +114,6 @@ impl CalmFs {
         let shared = Arc::new(Shared {
             client,
             contents: Contents::new(objects, options.write_buffer_bytes),
-            notifier: OnceLock::new(),
             locks,
             state: Mutex::new(State::default()),
             released: tokio::sync::Notify::new(),
@@ -128,7 +127,7 @@ impl CalmFs {
         Ok(CalmFs { shared, runtime })
     }
 
-    /// The part request tasks share (the mount sets its notifier once the session exists).
+    /// The part request tasks share (the mount starts its cache once the session exists).
     pub(crate) fn shared(&self) -> Arc<Shared> {
         self.shared.clone()
     }

@@ -79,7 +79,6 @@ pub async fn mount(
             return Err(e);
         }
     };
-    let _ = shared.notifier.set(session.notifier());
     // The changes are followed from before the kernel's first request: nothing it caches can
     // miss its invalidation. Without epochs (Linux < 6.16) the cache could not be dropped as
     // a whole after the mount fell behind, so it is not made long-lived at all.

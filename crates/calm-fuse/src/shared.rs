@@ -2,7 +2,7 @@
 //! last attributes seen, lock owners, releases in progress and unlinked files it keeps open.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use calm_client::Client;
 use calm_meta::{Attr, Caller, Handle, Kind};
@@ -75,8 +75,6 @@ pub(crate) struct Shared {
     pub(crate) client: Client,
     pub(crate) contents: Contents,
     pub(crate) locks: Arc<LockForwarder>,
-    /// Tells the kernel to drop pages and attributes; set once the session exists.
-    pub(crate) notifier: OnceLock<fuser::Notifier>,
     pub(crate) state: Mutex<State>,
     /// Signalled when a release has given back its locks.
     pub(crate) released: tokio::sync::Notify,
@@ -214,7 +212,7 @@ impl Shared {
     /// it). On a thread of its own: the kernel waits for the file's pages that are locked,
     /// some by reads and writes this mount's runtime has yet to answer.
     pub(crate) async fn drop_kernel_cache(&self, handle: Handle) {
-        let Some(notifier) = self.notifier.get().cloned() else {
+        let Some(notifier) = self.cache.notifier() else {
             return;
         };
         let dropped =

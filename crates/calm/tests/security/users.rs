@@ -251,6 +251,17 @@ fn attempts_of_an_unprivileged_client() {
             "create-naming-other-clients-session",
             outcome(in_their_session.create(sticky, b"mine", 0o644).await),
         );
+        // Every change of the namespace (what a mount follows) names entries of directories
+        // the user may not search.
+        say(
+            "watch-every-change",
+            outcome(
+                client
+                    .watch(calm_client::WatchWhat::All, 0)
+                    .await
+                    .map(|w| w.id()),
+            ),
+        );
         let release = [LockCall::Release(holder, None)];
         say(
             "release-other-clients-locks",
@@ -415,6 +426,10 @@ time.sleep(600)' > /dev/null 2>&1 &
             "create-naming-other-clients-session refused (operation not permitted: lock \
              session {session} belongs to another client"
         )),
+        "{through_socket}"
+    );
+    assert!(
+        through_socket.contains("watch-every-change refused (operation not permitted"),
         "{through_socket}"
     );
     // Changelog readers' administration needs an administrator: said as such.
