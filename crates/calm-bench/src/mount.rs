@@ -45,6 +45,9 @@ pub struct MountBenchOptions {
     pub others: Vec<crate::data::Other>,
     /// Real programs too (sqlite writers, tar), on every file system: `crate::programs`.
     pub programs: Option<crate::programs::ProgramOptions>,
+    /// The store commits through its write-ahead log, as `calm mount --embedded` and `calm
+    /// serve` do by default (off: LMDB's own synchronous commit, `--no-wal`).
+    pub wal: bool,
 }
 
 impl MountReport {
@@ -461,7 +464,7 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let (work, meta) = crate::mdtest::open_meta(&options.dir)?;
+    let (work, meta) = crate::mdtest::open_meta_with(&options.dir, options.wal)?;
     let mountpoint = work.path().join("mnt");
     std::fs::create_dir(&mountpoint).map_err(|e| e.to_string())?;
     // A second mount of the same server, for the cross-mount visibility.

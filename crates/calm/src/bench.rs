@@ -150,6 +150,10 @@ pub enum Bench {
         /// Files in the tarball extracted.
         #[arg(long, default_value_t = 2000)]
         tar_files: usize,
+        /// Serve the mounts with LMDB's own synchronous commit (`calm serve --no-wal`) instead
+        /// of the write-ahead log every calm server and embedded mount uses by default.
+        #[arg(long)]
+        no_wal: bool,
         #[arg(long)]
         json: bool,
     },
@@ -451,9 +455,11 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             sqlite_writers,
             sqlite_rows,
             tar_files,
+            no_wal,
             json,
         } => {
             let options = mount::MountBenchOptions {
+                wal: !no_wal,
                 ttl: std::time::Duration::from_millis(ttl_ms),
                 ext4_dir,
                 others,
