@@ -30,6 +30,7 @@ pub mod plot;
 pub mod programs;
 pub mod startup;
 pub mod storm;
+pub mod syscalls;
 pub mod transport;
 
 use std::time::Duration;

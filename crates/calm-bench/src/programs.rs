@@ -186,12 +186,20 @@ pub fn run_all(
     let mut results = Vec::new();
     for (op, mode) in [("sqlite-writers", "delete"), ("sqlite-writers-wal", "wal")] {
         let seconds = sqlite(dir.path(), mode, options)?;
-        results.push(crate::mount::result(fs, op, rows, rows, seconds));
+        results.push(crate::mount::result(
+            fs,
+            op,
+            options.writers,
+            rows,
+            rows,
+            seconds,
+        ));
     }
     let seconds = extract(dir.path(), ball, options.tar_files)?;
     results.push(crate::mount::result(
         fs,
         "tar-extract",
+        1,
         files,
         files,
         seconds,

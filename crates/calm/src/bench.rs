@@ -104,15 +104,20 @@ pub enum Bench {
         #[arg(long)]
         json: bool,
     },
-    /// System calls through a real calm mount against the same calls on tmpfs: create, stat and
-    /// unlink rates, and N non-overlapping fcntl write locks on one file.
+    /// System calls through real calm mounts against the same calls on tmpfs, ext4 and other
+    /// file systems at 1, 4 and 16 threads: creates, stats, listings, renames, unlinks, small
+    /// files, fcntl locks, and how soon one mount sees another's change.
     Mount {
-        /// Files created, stat'ed and unlinked on each file system.
-        #[arg(long, default_value_t = 20_000)]
+        /// Files created, stat'ed, listed, renamed and unlinked (then written and read as
+        /// small files) on each file system, at each thread count.
+        #[arg(long, default_value_t = 100_000)]
         files: u64,
-        /// Threads doing the metadata operations.
-        #[arg(long, default_value_t = 4)]
-        threads: usize,
+        /// Thread counts of the metadata and small-file shapes, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+        threads: Vec<usize>,
+        /// Thread counts of the uncontended lock + unlock pairs, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,4")]
+        lock_threads: Vec<usize>,
         /// Lock counts, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
         locks: Vec<u64>,
@@ -443,6 +448,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
         Bench::Mount {
             files,
             threads,
+            lock_threads,
             locks,
             cap_seconds,
             tmpfs_dir,
@@ -470,6 +476,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 }),
                 files,
                 threads,
+                lock_threads,
                 locks,
                 cap_seconds,
                 tmpfs_dir,
