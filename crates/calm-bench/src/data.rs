@@ -389,6 +389,7 @@ impl Calm {
             allow_other: false,
             cache_dir: None,
             cache_bytes: 0,
+            inline_bytes_max: calm_meta::slices::INLINE_WRITE_BYTES_MAX,
         };
         let (server, mounted) = runtime.block_on(async {
             // The deleter and the compactor run, as under `calm serve` (with its defaults):

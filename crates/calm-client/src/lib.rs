@@ -603,12 +603,15 @@ impl Client {
                     }
                 }
                 let next = chunks.last().map(|(c, _)| c + 1);
+                let inline: Vec<(u64, Vec<u8>)> =
+                    reply.inline.into_iter().map(|b| (b.id, b.data)).collect();
                 match &mut map {
                     None => {
                         map = Some(FileMap {
                             attr,
                             chunks,
                             more: false,
+                            inline,
                         })
                     }
                     Some(map) => {
@@ -619,6 +622,7 @@ impl Client {
                             continue 'again;
                         }
                         map.chunks.extend(chunks);
+                        map.inline.extend(inline);
                     }
                 }
                 match (reply.more, next) {
@@ -632,12 +636,14 @@ impl Client {
         )))
     }
 
-    /// Places slice records in a file and makes it at least `end` bytes long.
+    /// Places slice records in a file and makes it at least `end` bytes long; `inline` holds
+    /// the bytes of the records' inline slices, by id.
     pub async fn write(
         &self,
         handle: Handle,
         records: &[(u64, calm_meta::slices::Slice)],
         end: u64,
+        inline: Vec<(u64, Vec<u8>)>,
     ) -> Result<Attr> {
         let request = pb::WriteRequest {
             handle,
@@ -646,6 +652,10 @@ impl Client {
                 .map(|(chunk, s)| calm_proto::slice_to_wire(*chunk, s))
                 .collect(),
             end,
+            inline: inline
+                .into_iter()
+                .map(|(id, data)| pb::InlineBytes { id, data })
+                .collect(),
         };
         self.mutated(meta_call!(self, write, self.tagged(request)))?
             .try_into()

@@ -12,7 +12,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
-use calm_meta::slices::{BLOCK_BYTES, CHUNK_BYTES, Slice, Source, extent, pieces_in, split, view};
+use calm_meta::slices::{
+    BLOCK_BYTES, CHUNK_BYTES, INLINE, INLINE_FILE_BYTES_MAX, INLINE_SLICE_BYTES_MAX, Slice, Source,
+    extent, is_inline, pieces_in, split, view,
+};
 
 /// Pending slices of one file past which the writer commits before taking more writes.
 pub const PENDING_SLICES_MAX: usize = 1024;
@@ -174,25 +177,45 @@ impl Part {
 #[derive(Debug, Default)]
 pub struct FileData {
     chunks: BTreeMap<u64, Vec<Slice>>,
+    /// The bytes of the committed inline slices, by id (from the map, and this mount's own
+    /// inline commits); at most the server's limit per file.
+    inline: HashMap<u64, Bytes>,
     /// The size the server last answered with.
     size: u64,
     pending: Vec<Pending>,
     pending_bytes: u64,
 }
 
+/// The pending writes a commit may place inline (their bytes sent with the records, no
+/// object written): the records, with inline ids, and the bytes of each.
+#[derive(Debug)]
+pub struct InlineCommit {
+    /// How many pending slices it takes (all of them).
+    pub slices: usize,
+    pub records: Vec<(u64, Slice)>,
+    pub bytes: Vec<(u64, Vec<u8>)>,
+}
+
 impl FileData {
-    /// The contents the server's map describes.
-    pub fn new(size: u64, chunks: Vec<(u64, Vec<Slice>)>) -> FileData {
+    /// The contents the server's map describes (`inline`: the bytes of its inline slices).
+    pub fn new(size: u64, chunks: Vec<(u64, Vec<Slice>)>, inline: Vec<(u64, Vec<u8>)>) -> FileData {
         FileData {
             chunks: chunks.into_iter().collect(),
+            inline: inline_map(inline),
             size,
             ..FileData::default()
         }
     }
 
     /// Replaces what was committed by a fresher map; pending writes stay.
-    pub fn refresh(&mut self, size: u64, chunks: Vec<(u64, Vec<Slice>)>) {
+    pub fn refresh(
+        &mut self,
+        size: u64,
+        chunks: Vec<(u64, Vec<Slice>)>,
+        inline: Vec<(u64, Vec<u8>)>,
+    ) {
         self.chunks = chunks.into_iter().collect();
+        self.inline = inline_map(inline);
         self.size = size;
     }
 
@@ -221,6 +244,7 @@ impl FileData {
     pub fn resized(&mut self, size: u64) {
         self.size = size;
         self.chunks.clear();
+        self.inline.clear();
     }
 
     /// Bytes held by pending writes.
@@ -294,6 +318,56 @@ impl FileData {
         (self.pending.len(), uploads)
     }
 
+    /// Every pending write as inline slices, when all of them can be: none has a block handed
+    /// out for upload, each lies below [`INLINE_FILE_BYTES_MAX`] and holds at most
+    /// [`INLINE_SLICE_BYTES_MAX`], and together they hold at most `bytes_max` (0: never).
+    /// Nothing changes until [`FileData::committed_inline`].
+    pub fn inline_commit(&self, bytes_max: u64) -> Option<InlineCommit> {
+        if self.pending.is_empty() || self.pending_bytes > bytes_max {
+            return None;
+        }
+        let fits = |p: &Pending| {
+            p.len <= INLINE_SLICE_BYTES_MAX
+                && p.chunk * CHUNK_BYTES + u64::from(p.pos) + u64::from(p.len)
+                    <= INLINE_FILE_BYTES_MAX
+                && p.blocks.iter().all(|b| matches!(b, Block::Open(_)))
+        };
+        if !self.pending.iter().all(fits) {
+            return None;
+        }
+        let mut records = Vec::with_capacity(self.pending.len());
+        let mut bytes = Vec::with_capacity(self.pending.len());
+        for p in &self.pending {
+            let (chunk, mut slice) = p.record();
+            slice.id |= INLINE;
+            records.push((chunk, slice));
+            bytes.push((slice.id, p.bytes(0, p.len)));
+        }
+        Some(InlineCommit {
+            slices: self.pending.len(),
+            records,
+            bytes,
+        })
+    }
+
+    /// The pending slices of `commit` were committed inline, the file now `size` bytes long.
+    pub fn committed_inline(&mut self, commit: InlineCommit, size: u64) {
+        for p in self.pending.drain(..commit.slices) {
+            self.pending_bytes -= u64::from(p.len);
+        }
+        for ((chunk, record), (id, data)) in commit.records.into_iter().zip(commit.bytes) {
+            self.chunks.entry(chunk).or_default().push(record);
+            self.inline.insert(id, Bytes::from(data));
+        }
+        self.size = self.size.max(size);
+    }
+
+    /// Drops the bytes of committed inline slices (the file is closed: an open reads the map
+    /// with them again, and a read that finds them missing reads the map again).
+    pub fn forget_inline(&mut self) {
+        self.inline = HashMap::new();
+    }
+
     /// The records of the first `n` pending slices.
     pub fn records(&self, n: usize) -> Vec<(u64, Slice)> {
         self.pending[..n].iter().map(Pending::record).collect()
@@ -358,6 +432,17 @@ impl FileData {
                     Source::Object { id, off, .. } if memory.contains_key(&id) => {
                         Part::Memory(Bytes::from(memory[&id].bytes(off, off + piece.len)))
                     }
+                    Source::Object { id, off, .. }
+                        if is_inline(id)
+                            && self
+                                .inline
+                                .get(&id)
+                                .is_some_and(|b| b.len() >= (off + piece.len) as usize) =>
+                    {
+                        Part::Memory(
+                            self.inline[&id].slice(off as usize..(off + piece.len) as usize),
+                        )
+                    }
                     Source::Object { id, size, off } => Part::Object {
                         id,
                         size,
@@ -378,6 +463,13 @@ impl FileData {
     pub fn chunk_extent(&self, chunk: u64) -> u64 {
         extent(self.chunk(chunk))
     }
+}
+
+fn inline_map(inline: Vec<(u64, Vec<u8>)>) -> HashMap<u64, Bytes> {
+    inline
+        .into_iter()
+        .map(|(id, data)| (id, Bytes::from(data)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -409,50 +501,99 @@ mod tests {
     enum Step {
         Write(u64, Vec<u8>),
         Commit,
+        /// A commit with the bytes inline when they may be (else as objects).
+        CommitInline,
     }
 
-    fn step() -> impl Strategy<Value = Step> {
-        // Around a chunk's end, so that writes cross it.
-        let base = CHUNK_BYTES - 3000;
+    fn step(base: u64) -> impl Strategy<Value = Step> {
         prop_oneof![
             5 => (0..6000u64, prop::collection::vec(any::<u8>(), 1..2500))
                 .prop_map(move |(at, data)| Step::Write(base + at, data)),
             1 => Just(Step::Commit),
+            1 => Just(Step::CommitInline),
         ]
     }
 
+    /// Around a chunk's end, so that writes cross it; and at a file's start, where a commit
+    /// may be inline.
+    const NEAR_CHUNK_END: u64 = CHUNK_BYTES - 3000;
+
     proptest! {
-        /// Buffered writes, uploads and commits read back as a plain byte array written in the
-        /// same order, before and after each commit.
+        /// Buffered writes, uploads and commits (as objects or inline) read back as a plain
+        /// byte array written in the same order, before and after each commit.
         #[test]
-        fn writes_read_back_as_written(steps in prop::collection::vec(step(), 1..30)) {
-            let base = CHUNK_BYTES - 3000;
+        fn writes_read_back_as_written(steps in prop::collection::vec(step(NEAR_CHUNK_END), 1..30)) {
+            writes_read_back(NEAR_CHUNK_END, steps)?;
+        }
+
+        #[test]
+        fn writes_at_the_start_read_back_as_written(steps in prop::collection::vec(step(0), 1..30)) {
+            writes_read_back(0, steps)?;
+        }
+    }
+
+    fn writes_read_back(base: u64, steps: Vec<Step>) -> Result<(), TestCaseError> {
+        {
             let mut model: Vec<u8> = Vec::new();
-            let mut file = FileData::new(0, Vec::new());
+            let mut file = FileData::new(0, Vec::new(), Vec::new());
             let mut objects: HashMap<(u64, u32), Bytes> = HashMap::new();
             let mut next = 100;
             for step in steps {
                 match step {
                     Step::Write(at, data) => {
                         let end = (at - base) as usize + data.len();
-                        if model.len() < end { model.resize(end, 0); }
+                        if model.len() < end {
+                            model.resize(end, 0);
+                        }
                         model[(at - base) as usize..end].copy_from_slice(&data);
-                        for up in file.write(at, &data, &mut || { next += 1; next }) {
+                        for up in file.write(at, &data, &mut || {
+                            next += 1;
+                            next
+                        }) {
                             objects.insert((up.id, up.block), up.data);
                         }
                     }
-                    Step::Commit => {
+                    Step::CommitInline if file.inline_commit(64 << 10).is_some() => {
+                        let commit = file.inline_commit(64 << 10).expect("checked");
+                        prop_assert!(
+                            commit
+                                .bytes
+                                .iter()
+                                .map(|(_, b)| b.len() as u64)
+                                .sum::<u64>()
+                                <= 64 << 10
+                        );
+                        for ((_, r), (id, b)) in commit.records.iter().zip(&commit.bytes) {
+                            prop_assert!(r.check().is_ok());
+                            prop_assert!(
+                                is_inline(r.id) && r.id == *id && b.len() == r.size as usize
+                            );
+                        }
+                        let size = file.size();
+                        file.committed_inline(commit, size);
+                        prop_assert!(!file.is_dirty());
+                        prop_assert_eq!(file.pending_bytes(), 0);
+                    }
+                    Step::Commit | Step::CommitInline => {
                         let (n, uploads) = file.seal();
-                        for up in uploads { objects.insert((up.id, up.block), up.data); }
+                        for up in uploads {
+                            objects.insert((up.id, up.block), up.data);
+                        }
                         let records = file.records(n);
-                        for (_, r) in &records { prop_assert!(r.check().is_ok()); }
+                        for (_, r) in &records {
+                            prop_assert!(r.check().is_ok());
+                        }
                         let size = file.size();
                         file.committed(n, size);
                         prop_assert!(!file.is_dirty());
                         prop_assert_eq!(file.pending_bytes(), 0);
                     }
                 }
-                let expected_size = if model.is_empty() { 0 } else { base + model.len() as u64 };
+                let expected_size = if model.is_empty() {
+                    0
+                } else {
+                    base + model.len() as u64
+                };
                 prop_assert_eq!(file.size(), expected_size);
                 if !model.is_empty() {
                     let got = read(&file, &objects, base, model.len() as u64 + 10);
@@ -460,11 +601,12 @@ mod tests {
                 }
             }
         }
+        Ok(())
     }
 
     #[test]
     fn a_sequential_write_uploads_full_blocks_as_it_goes() {
-        let mut file = FileData::new(0, Vec::new());
+        let mut file = FileData::new(0, Vec::new(), Vec::new());
         let mut ids = 0;
         let mb = vec![7u8; 1 << 20];
         let mut uploaded = 0;

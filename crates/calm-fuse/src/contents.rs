@@ -9,6 +9,10 @@
 //!   left, waits for every upload, and only then sends the records to the server in one write
 //!   (with the size, mtime and changelog record): metadata never names an object that is not
 //!   completely written. fsync also syncs the objects of a local store before that commit.
+//! - A commit of small writes (at most [`Contents::inline_bytes_max`] in all, in the file's
+//!   first MiB, none uploaded yet) sends their bytes with the records instead: the server keeps
+//!   them beside the records, in the same transaction, and no object is written (one durable
+//!   write instead of an object's, its directory's and the metadata's).
 //! - A read follows the file's map (read from the server at each open: close-to-open), with
 //!   this mount's pending writes over it.
 //!
@@ -84,11 +88,14 @@ pub struct Contents {
     uploads: Arc<Semaphore>,
     buffered: AtomicU64,
     buffer_max: u64,
+    /// Most bytes one commit sends inline (0: never).
+    inline_bytes_max: u64,
 }
 
 impl Contents {
-    pub fn new(objects: Objects, write_buffer_bytes: u64) -> Contents {
+    pub fn new(objects: Objects, write_buffer_bytes: u64, inline_bytes_max: u64) -> Contents {
         Contents {
+            inline_bytes_max: inline_bytes_max.min(calm_meta::slices::INLINE_WRITE_BYTES_MAX),
             objects,
             files: Mutex::new(HashMap::new()),
             changed: Mutex::new(HashSet::new()),
@@ -155,27 +162,46 @@ impl Contents {
         Ok(out)
     }
 
-    /// An open of `handle` whose map the server answered with: returns whether the kernel may
+    /// An open of regular file `handle`: its map and attributes read on one snapshot (what
+    /// this open reads is the file as committed now: close-to-open), and whether the kernel may
     /// keep the pages it has of the file (it is unchanged since this mount last saw it).
-    pub async fn opened(&self, map: calm_meta::FileMap) -> bool {
-        let file = self.file(map.attr.handle);
+    ///
+    /// The map is read while the file's state is held: a commit of this mount's writes to the
+    /// file cannot land between the read and the refresh, so the refresh never puts back a map
+    /// older than what this mount itself committed (another process of the mount would then
+    /// read, and overwrite, the bytes before that commit).
+    pub async fn open(&self, client: &Client, handle: Handle) -> Result<(Attr, bool), MetaError> {
+        let file = self.file(handle);
         let mut state = file.lock().await;
+        let map = match client.read_map(handle).await {
+            Ok(map) => map,
+            Err(error) => {
+                if state.opens == 0 && !state.data.is_dirty() && !state.loaded {
+                    drop(state);
+                    lock(&self.files).remove(&handle);
+                }
+                return Err(error);
+            }
+        };
         state.opens += 1;
-        state.data.refresh(map.attr.size, map.chunks);
+        state.data.refresh(map.attr.size, map.chunks, map.inline);
         state.loaded = true;
         let now = version(&map.attr);
         let keep = state.cached == Some(now) && !state.data.is_dirty();
         state.cached = Some(now);
-        keep
+        Ok((map.attr, keep))
     }
 
     /// A file created by this mount (empty, open).
+    /// (A create without O_EXCL may find a file another process made meanwhile: one with
+    /// bytes has its map read at the first read.)
     pub async fn created(&self, attr: &Attr) {
         let file = self.file(attr.handle);
         let mut state = file.lock().await;
         if !state.data.is_dirty() {
-            state.data = FileData::new(attr.size, Vec::new());
-            state.loaded = true;
+            state.data = FileData::new(attr.size, Vec::new(), Vec::new());
+            // An empty file has no records (none reaches past the size).
+            state.loaded = attr.size == 0;
         }
         state.cached = Some(version(attr));
         state.opens += 1;
@@ -188,6 +214,10 @@ impl Contents {
         {
             let mut state = file.lock().await;
             state.opens = state.opens.saturating_sub(1);
+            if state.opens == 0 {
+                // Kept files hold no inline bytes: memory stays bounded by the open ones.
+                state.data.forget_inline();
+            }
         }
         let mut files = lock(&self.files);
         if files.len() > FILES_KEPT_MAX {
@@ -382,6 +412,45 @@ impl Contents {
         if !state.data.is_dirty() && state.uploads.is_empty() {
             return Ok(());
         }
+        if state.uploads.is_empty()
+            && let Some(commit) = state.data.inline_commit(self.inline_bytes_max)
+        {
+            let bytes = state.data.pending_bytes();
+            let end = state.data.pending_end();
+            let records = commit.records.clone();
+            match client
+                .write(handle, &records, end, commit.bytes.clone())
+                .await
+            {
+                Ok(attr) => {
+                    state.data.committed_inline(commit, attr.size);
+                    state.cached = Some(version(&attr));
+                }
+                // The file's inline bytes are at their limit: as objects, below.
+                Err(MetaError::NotSupported(_)) => {
+                    return self.commit_objects(client, handle, state, sync).await;
+                }
+                Err(MetaError::NotFound) => {
+                    state.data.discard_pending();
+                }
+                Err(error) => return Err(meta_errno(&error)),
+            }
+            self.buffered.fetch_sub(bytes, Ordering::Relaxed);
+            self.publish_size(handle, &state.data);
+            return Ok(());
+        }
+        self.commit_objects(client, handle, state, sync).await
+    }
+
+    /// [`Contents::commit_locked`] of the pending writes as objects: uploaded (and synced, with
+    /// `sync`), then named by the records.
+    async fn commit_objects(
+        &self,
+        client: &Client,
+        handle: Handle,
+        state: &mut FileState,
+        sync: bool,
+    ) -> Result<(), i32> {
         let (n, mut uploads) = state.data.seal();
         let single = match (state.uploads.is_empty(), uploads.len()) {
             (true, 1) => uploads.pop(),
@@ -423,7 +492,7 @@ impl Contents {
             }
         }
         let end = state.data.pending_end();
-        match client.write(handle, &records, end).await {
+        match client.write(handle, &records, end, Vec::new()).await {
             Ok(attr) => {
                 state.data.committed(n, attr.size);
                 state.cached = Some(version(&attr));
@@ -489,7 +558,7 @@ impl Contents {
                     .read_map(handle)
                     .await
                     .map_err(|e| ReadError::Meta(meta_errno(&e)))?;
-                state.data.refresh(map.attr.size, map.chunks);
+                state.data.refresh(map.attr.size, map.chunks, map.inline);
                 state.loaded = true;
                 if reload {
                     // The kernel's pages of the file may be as old as the map was.
@@ -506,6 +575,10 @@ impl Contents {
             let part = part.clone();
             fetches.push(async move {
                 match part {
+                    // Inline bytes this mount no longer holds: the map has them.
+                    Part::Object { id, .. } if calm_meta::slices::is_inline(id) => Err(
+                        DataError::Missing(format!("the bytes of inline slice {id:#x}")),
+                    ),
                     Part::Object { id, size, off, len } => {
                         objects.read(id, size, off, len).await.map(Some)
                     }

@@ -68,6 +68,9 @@ pub struct MountOptions {
     /// cache. A local store is never cached.
     pub cache_dir: Option<std::path::PathBuf>,
     pub cache_bytes: u64,
+    /// Most bytes of small writes one commit sends inline, kept by the metadata instead of
+    /// written as objects (0: never; at most `calm_meta::slices::INLINE_WRITE_BYTES_MAX`).
+    pub inline_bytes_max: u64,
 }
 
 /// Default attribute and entry timeout (the mount invalidates what other clients change:
@@ -113,7 +116,11 @@ impl CalmFs {
     ) -> std::io::Result<CalmFs> {
         let shared = Arc::new(Shared {
             client,
-            contents: Contents::new(objects, options.write_buffer_bytes),
+            contents: Contents::new(
+                objects,
+                options.write_buffer_bytes,
+                options.inline_bytes_max,
+            ),
             locks,
             state: Mutex::new(State::default()),
             released: tokio::sync::Notify::new(),

@@ -26,6 +26,39 @@ pub struct FileMap {
     pub chunks: Vec<(u64, Vec<Slice>)>,
     /// The map goes on past the last chunk returned: ask again from the next one.
     pub more: bool,
+    /// The bytes of the inline slices the records name (`crate::slices::INLINE`), by id.
+    pub inline: Vec<(u64, Vec<u8>)>,
+}
+
+/// One chunk as a compaction reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChunkRead {
+    pub records: Vec<Slice>,
+    /// The chunk's value as stored.
+    pub value: Vec<u8>,
+    /// The bytes of its inline slices, by id.
+    pub inline: Vec<(u64, Vec<u8>)>,
+}
+
+/// The bytes of the inline slices among `records`, by id, once each.
+fn inline_of<'a, R: ReadTxn>(
+    snap: &R,
+    records: impl Iterator<Item = &'a Slice>,
+) -> Result<Vec<(u64, Vec<u8>)>> {
+    let mut ids: Vec<u64> = records
+        .filter(|s| crate::slices::is_inline(s.id))
+        .map(|s| s.id)
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.into_iter()
+        .map(|id| match snap.get(&inline_key(id))? {
+            Some(data) => Ok((id, data.into_owned())),
+            None => Err(MetaError::Corrupt(format!(
+                "inline slice {id:#x} is named but has no bytes"
+            ))),
+        })
+        .collect()
 }
 
 /// An entry of the deletion queue: object `id` of `size` bytes, queued at `queued_ns`.
@@ -114,37 +147,63 @@ impl<S: Store> Meta<S> {
                     }
                 }
             })?;
-            match bad {
-                Some(error) => Err(error),
-                None => Ok(FileMap { attr, chunks, more }),
+            if let Some(error) = bad {
+                return Err(error);
             }
+            let inline = inline_of(&snap, chunks.iter().flat_map(|(_, s)| s))?;
+            Ok(FileMap {
+                attr,
+                chunks,
+                more,
+                inline,
+            })
         })
     }
 
-    /// The records of one chunk, and its value as stored (for a compaction's check).
-    pub fn read_chunk(&self, handle: Handle, chunk: u64) -> Result<(Vec<Slice>, Vec<u8>)> {
+    /// How many records chunk `chunk` of `handle` holds.
+    pub fn chunk_record_count(&self, handle: Handle, chunk: u64) -> Result<usize> {
         self.blocking(|| {
             let snap = self.store.snapshot()?;
-            match snap.get(&chunk_key(handle, chunk))? {
-                Some(value) => Ok((decode_chunk(&value)?, value.into_owned())),
-                None => Ok((Vec::new(), Vec::new())),
-            }
+            Ok(snap
+                .get(&chunk_key(handle, chunk))?
+                .map_or(0, |v| v.len() / crate::slices::SLICE_RECORD_BYTES))
+        })
+    }
+
+    /// The records of one chunk, its value as stored (for a compaction's check), and the bytes
+    /// of its inline slices, on one snapshot.
+    pub fn read_chunk(&self, handle: Handle, chunk: u64) -> Result<ChunkRead> {
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            let (records, value) = match snap.get(&chunk_key(handle, chunk))? {
+                Some(value) => (decode_chunk(&value)?, value.into_owned()),
+                None => (Vec::new(), Vec::new()),
+            };
+            let inline = inline_of(&snap, records.iter())?;
+            Ok(ChunkRead {
+                records,
+                value,
+                inline,
+            })
         })
     }
 
     /// Places `slices` (`(chunk, record)`) in file `handle` and makes it at least `end` bytes
-    /// long, in one commit with its size, mtime and changelog record.
+    /// long, in one commit with its size, mtime and changelog record; `inline` holds the bytes
+    /// of its inline slices.
     pub async fn write(
         &self,
         caller: Caller,
         handle: Handle,
         slices: Vec<(u64, Slice)>,
         end: u64,
+        inline: Vec<(u64, Vec<u8>)>,
     ) -> Result<Attr> {
         let op = Op::Write {
             handle,
             slices,
             end,
+            inline,
         };
         attr_of(self.apply_as(caller, op).await?)
     }
@@ -157,19 +216,22 @@ impl<S: Store> Meta<S> {
         )
     }
 
-    /// Replaces chunk `chunk` of `handle`, if it is still `expected`, by `slice`.
+    /// Replaces chunk `chunk` of `handle`, if it is still `expected`, by `slice` (an inline
+    /// one with its bytes `inline`).
     pub async fn compact(
         &self,
         handle: Handle,
         chunk: u64,
         expected: Vec<u8>,
         slice: Slice,
+        inline: Option<Vec<u8>>,
     ) -> Result<()> {
         let op = Op::Compact {
             handle,
             chunk,
             expected,
             slice,
+            inline,
         };
         self.apply_as(Caller::default(), op).await.map(|_| ())
     }
@@ -238,7 +300,7 @@ pub fn referenced_objects<R: ReadTxn>(snap: &R) -> Result<(Vec<(u64, u32)>, u64)
             Ok(slices) => ids.extend(
                 slices
                     .iter()
-                    .filter(|s| s.id != crate::slices::HOLE)
+                    .filter(|s| crate::slices::is_object(s.id))
                     .map(|s| (s.id, s.size)),
             ),
             Err(error) => {

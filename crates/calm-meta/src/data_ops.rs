@@ -6,7 +6,8 @@
 //! (then `R id` holds the count). When the last record naming an object goes (truncate,
 //! compaction, the file's destruction), the object is queued for deletion (`G`) in the same
 //! transaction: the background deleter removes it later, so nothing leaks and nothing is
-//! deleted that a record still names.
+//! deleted that a record still names. An inline slice's bytes (`K id`) are written with the
+//! one record that names them and deleted with it.
 //!
 //! Same rule as every mutation: all checks first, then writes.
 
@@ -16,11 +17,14 @@ use calm_changelog::RecordType;
 use calm_store::WriteTxn;
 
 use crate::error::MetaError;
-use crate::layout::{KEY_SLICE_NEXT, chunk_key, chunk_range, gc_key, key_chunk, ref_key};
+use crate::layout::{
+    KEY_SLICE_NEXT, chunk_key, chunk_range, gc_key, inline_key, key_chunk, ref_key,
+};
 use crate::ops::{Ctx, Done, Outcome};
 use crate::slices::{
-    CHUNK_BYTES, CHUNK_SLICES_MAX, HOLE, SLICE_IDS_PER_ALLOC_MAX, Slice, decode_chunk,
-    encode_chunk, extent, split,
+    CHUNK_BYTES, CHUNK_SLICES_MAX, HOLE, INLINE, INLINE_CHUNK_BYTES_MAX, INLINE_FILE_BYTES_MAX,
+    INLINE_WRITE_BYTES_MAX, SLICE_IDS_PER_ALLOC_MAX, Slice, decode_chunk, encode_chunk, extent,
+    is_inline, split,
 };
 use crate::types::{FILE_SIZE_MAX, Handle, Kind};
 
@@ -55,9 +59,13 @@ fn slice_next<T: WriteTxn>(txn: &T) -> Outcome<u64> {
 }
 
 /// Records that name objects no longer: each object whose last record this was is queued for
-/// deletion.
+/// deletion; inline bytes go at once.
 fn release<T: WriteTxn>(ctx: &mut Ctx<'_, T>, dropped: &[Slice]) -> Outcome<()> {
     for slice in dropped.iter().filter(|s| s.id != HOLE) {
+        if is_inline(slice.id) {
+            ctx.txn.delete(&inline_key(slice.id))?;
+            continue;
+        }
         let key = ref_key(slice.id);
         match ctx.txn.get(&key)? {
             Some(bytes) => {
@@ -147,21 +155,74 @@ fn written<T: WriteTxn>(
     Ok(Done::Attr(attr))
 }
 
+/// Checks the inline bytes of a write: each names an inline slice of the write with the
+/// right length, once, within the limits. Returns their total.
+fn check_inline(slices: &[(u64, Slice)], inline: &[(u64, Vec<u8>)]) -> Outcome<u64> {
+    let invalid = |why: String| Err(MetaError::Invalid(format!("inline bytes: {why}")).into());
+    let named = slices.iter().filter(|(_, s)| is_inline(s.id)).count();
+    if named != inline.len() {
+        return invalid(format!(
+            "{named} inline records, {} inline bytes",
+            inline.len()
+        ));
+    }
+    let mut total = 0u64;
+    for (id, data) in inline {
+        let Some((chunk, slice)) = slices.iter().find(|(_, s)| s.id == *id) else {
+            return invalid(format!("slice {id:#x} is not written"));
+        };
+        if slices.iter().filter(|(_, s)| s.id == *id).count() != 1 {
+            return invalid(format!("slice {id:#x} is placed twice"));
+        }
+        if data.len() != slice.size as usize {
+            return invalid(format!(
+                "slice {id:#x}: {} bytes for a record of {}",
+                data.len(),
+                slice.size
+            ));
+        }
+        let file_end = chunk.saturating_mul(CHUNK_BYTES) + slice.end();
+        if file_end > INLINE_FILE_BYTES_MAX {
+            return invalid(format!(
+                "slice {id:#x} reaches past byte {INLINE_FILE_BYTES_MAX}"
+            ));
+        }
+        total += data.len() as u64;
+    }
+    if total > INLINE_WRITE_BYTES_MAX {
+        return invalid(format!(
+            "{total} bytes in one write, at most {INLINE_WRITE_BYTES_MAX}"
+        ));
+    }
+    Ok(total)
+}
+
+/// Bytes the inline slices named by `records` hold.
+fn inline_bytes(records: &[Slice]) -> u64 {
+    records
+        .iter()
+        .filter(|s| is_inline(s.id))
+        .map(|s| u64::from(s.size))
+        .sum()
+}
+
 pub(crate) fn write<T: WriteTxn>(
     ctx: &mut Ctx<'_, T>,
     handle: Handle,
     slices: &[(u64, Slice)],
     end: u64,
+    inline: &[(u64, Vec<u8>)],
 ) -> Outcome<Done> {
     let inode = load_file(ctx, handle)?;
     crate::perm::may_write_contents(&ctx.caller, &inode.owner())?;
     let next = slice_next(ctx.txn)?;
     let mut end = end;
+    let inline_total = check_inline(slices, inline)?;
     // Checks first: every record fits, names an id handed out, and the file stays in bounds.
     let mut by_chunk: std::collections::BTreeMap<u64, Vec<Slice>> = Default::default();
     for (chunk, slice) in slices {
         slice.check()?;
-        if slice.id >= next {
+        if slice.id & !INLINE >= next {
             return Err(
                 MetaError::Invalid(format!("slice id {} was never handed out", slice.id)).into(),
             );
@@ -203,15 +264,37 @@ pub(crate) fn write<T: WriteTxn>(
             ))
             .into());
         }
+        let added = inline_bytes(&new);
+        if added > 0 && inline_bytes(&records) + added > INLINE_CHUNK_BYTES_MAX {
+            // The writer sends the bytes as objects instead.
+            return Err(MetaError::NotSupported(format!(
+                "inline bytes: file {handle} holds {INLINE_CHUNK_BYTES_MAX} already"
+            ))
+            .into());
+        }
         records.extend_from_slice(&new);
         merged.push((chunk, records));
     }
     if replayed > 0 && merged.is_empty() && !slices.is_empty() {
         return Ok(Done::Attr(inode.attr()));
     }
+    if replayed > 0 && inline_total > 0 {
+        return Err(MetaError::Invalid(
+            "a write with inline bytes was placed in part already".into(),
+        )
+        .into());
+    }
+    for (id, _) in inline {
+        if ctx.txn.get(&inline_key(*id))?.is_some() {
+            return Err(MetaError::Invalid(format!("inline slice {id:#x} exists already")).into());
+        }
+    }
 
     for (chunk, records) in &merged {
         store_chunk(ctx.txn, handle, *chunk, records)?;
+    }
+    for (id, data) in inline {
+        ctx.txn.put(&inline_key(*id), data)?;
     }
     written(ctx, inode, end)
 }
@@ -269,11 +352,17 @@ pub(crate) fn compact<T: WriteTxn>(
     chunk: u64,
     expected: &[u8],
     slice: &Slice,
+    inline: Option<&[u8]>,
 ) -> Outcome<Done> {
     load_file(ctx, handle)?;
     slice.check()?;
-    if slice.id == HOLE || slice.id >= slice_next(ctx.txn)? {
+    if slice.id == HOLE || slice.id & !INLINE >= slice_next(ctx.txn)? {
         return Err(MetaError::Invalid(format!("compaction into object {}", slice.id)).into());
+    }
+    if let Some(data) = inline {
+        check_inline(&[(chunk, *slice)], &[(slice.id, data.to_vec())])?;
+    } else if is_inline(slice.id) {
+        return Err(MetaError::Invalid("an inline compaction without its bytes".into()).into());
     }
     let current = ctx.txn.get(&chunk_key(handle, chunk))?;
     if current.as_deref() != Some(expected) {
@@ -286,6 +375,9 @@ pub(crate) fn compact<T: WriteTxn>(
 
     store_chunk(ctx.txn, handle, chunk, &[*slice])?;
     release(ctx, &old)?;
+    if let Some(data) = inline {
+        ctx.txn.put(&inline_key(slice.id), data)?;
+    }
     Ok(Done::Nothing)
 }
 

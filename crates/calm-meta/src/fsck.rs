@@ -42,6 +42,8 @@ pub struct FsckReport {
     /// File chunks, and the slice records they hold.
     pub chunks: u64,
     pub slice_records: u64,
+    /// Inline slices' bytes (`K`).
+    pub inline_slices: u64,
     pub changelog_records: u64,
     pub changelog_readers: u64,
     pub handle_high_water: u64,
@@ -135,6 +137,8 @@ struct Checker {
     /// The highest named non-directory with no parent recorded, and `Sparents_from`.
     unparented_max: Option<Handle>,
     parents_from: u64,
+    /// Inline slices the chunks name, with their length, until their bytes (`K`) are seen.
+    inline_named: std::collections::HashMap<u64, u32>,
 }
 
 impl Checker {
@@ -226,6 +230,10 @@ impl Checker {
             TAG_CHUNK => {
                 self.enter(Phase::After);
                 self.chunk(key, value);
+            }
+            TAG_INLINE => {
+                self.enter(Phase::After);
+                self.inline(key, value);
             }
             TAG_LINKS => {
                 self.enter(Phase::After);
@@ -559,11 +567,39 @@ impl Checker {
                         self.report
                             .problem(format!("chunk {chunk} of handle {handle}: {error}"));
                     }
+                    if crate::slices::is_inline(slice.id)
+                        && self.inline_named.insert(slice.id, slice.size).is_some()
+                    {
+                        self.report.problem(format!(
+                            "inline slice {:#x} is named twice (chunk {chunk} of handle {handle})",
+                            slice.id
+                        ));
+                    }
                 }
             }
             Err(error) => self
                 .report
                 .problem(format!("chunk {chunk} of handle {handle}: {error}")),
+        }
+    }
+
+    /// The bytes of an inline slice: named by one record, of its length.
+    fn inline(&mut self, key: &[u8], value: &[u8]) {
+        let Some(id) = key_handle(key).filter(|_| key.len() == 9) else {
+            return self
+                .report
+                .problem(format!("inline bytes key {key:?} does not decode"));
+        };
+        self.report.inline_slices += 1;
+        match self.inline_named.remove(&id) {
+            None => self.report.problem(format!(
+                "inline bytes of slice {id:#x}, which no record names"
+            )),
+            Some(size) if size as usize != value.len() => self.report.problem(format!(
+                "inline slice {id:#x} holds {} bytes, its record says {size}",
+                value.len()
+            )),
+            Some(_) => {}
         }
     }
 
@@ -663,6 +699,12 @@ impl Checker {
                     self.report.problem(e.to_string());
                 }
             }
+        }
+        let mut missing: Vec<u64> = self.inline_named.keys().copied().collect();
+        missing.sort_unstable();
+        for id in missing {
+            self.report
+                .problem(format!("inline slice {id:#x} is named but has no bytes"));
         }
         for (handle, seen) in &self.orphans {
             if !seen {
@@ -782,6 +824,7 @@ pub fn check<R: ReadTxn>(view: &R, progress: &mut dyn FnMut(u64)) -> Result<Fsck
         links_at: 0,
         unparented_max: None,
         parents_from: 0,
+        inline_named: Default::default(),
     };
     let mut next_progress = 0u64;
     // Calls `progress` every 4 MiB read.

@@ -30,9 +30,10 @@ use crate::types::{Handle, Kind};
 /// The format this build writes. Version 2 added the changelog (`0xFF`, `U`, `Ncl_*`);
 /// version 3 the file contents (`J` chunks, `G` deletion queue, `R` shared objects,
 /// `Sobjects`, `Nslice_next`); version 4 the parents of non-directories (their inode's
-/// `parent`, the `L` links of multi-link files, `Sparents_from`). An older store has none of
-/// those keys and is upgraded in place when opened for writing.
-pub const FORMAT_VERSION: u32 = 4;
+/// `parent`, the `L` links of multi-link files, `Sparents_from`); version 5 inline slices
+/// (`K`, ids with [`crate::slices::INLINE`]). An older store has none of those keys and is
+/// upgraded in place when opened for writing.
+pub const FORMAT_VERSION: u32 = 5;
 /// The oldest format this build opens.
 pub const FORMAT_VERSION_MIN: u32 = 1;
 /// First bytes of the format field, so a foreign store is refused rather than misread.
@@ -64,6 +65,9 @@ pub const TAG_GC: u8 = b'G';
 pub const TAG_ORPHAN: u8 = b'H';
 /// Objects named by more than one record (an append split over two chunks): the count.
 pub const TAG_REF: u8 = b'R';
+/// The bytes of an inline slice (`crate::slices::INLINE`): id → its data, written and
+/// deleted with the one record that names it.
+pub const TAG_INLINE: u8 = b'K';
 /// The directories holding the names of a non-directory with more than one name, each with
 /// how many (u32 le): Lustre's link EA as keys. After `I`, so that fsck checks each against
 /// the live inodes.
@@ -262,6 +266,13 @@ pub const ORPHAN_END: &[u8] = &[TAG_ORPHAN + 1];
 pub fn ref_key(id: u64) -> [u8; 9] {
     handle_prefix(TAG_REF, id)
 }
+
+/// The key of inline slice `id`'s bytes.
+pub fn inline_key(id: u64) -> [u8; 9] {
+    handle_prefix(TAG_INLINE, id)
+}
+
+pub const INLINE_END: &[u8] = &[TAG_INLINE + 1];
 
 /// Reads the big-endian handle at `key[1..9]`.
 pub fn key_handle(key: &[u8]) -> Option<Handle> {

@@ -101,6 +101,8 @@ pub enum Op {
         handle: Handle,
         slices: Vec<(u64, Slice)>,
         end: u64,
+        /// The bytes of the write's inline slices (`crate::slices::INLINE`), by id.
+        inline: Vec<(u64, Vec<u8>)>,
     },
     /// File contents: place the whole of object `id` (`size` bytes) at the file's current end.
     Append {
@@ -115,6 +117,8 @@ pub enum Op {
         chunk: u64,
         expected: Vec<u8>,
         slice: Slice,
+        /// The slice's bytes, when it is inline.
+        inline: Option<Vec<u8>>,
     },
     /// Hands out `count` new slice ids.
     AllocSlices {
@@ -594,14 +598,16 @@ pub fn apply<T: WriteTxn>(ctx: &mut Ctx<'_, T>, op: &Op) -> Outcome<Done> {
             handle,
             slices,
             end,
-        } => crate::data_ops::write(ctx, *handle, slices, *end),
+            inline,
+        } => crate::data_ops::write(ctx, *handle, slices, *end, inline),
         Op::Append { handle, id, size } => crate::data_ops::append(ctx, *handle, *id, *size),
         Op::Compact {
             handle,
             chunk,
             expected,
             slice,
-        } => crate::data_ops::compact(ctx, *handle, *chunk, expected, slice),
+            inline,
+        } => crate::data_ops::compact(ctx, *handle, *chunk, expected, slice, inline.as_deref()),
         Op::AllocSlices { count } => crate::data_ops::alloc_slices(ctx, *count),
         Op::GcDone { entries } => crate::data_ops::gc_done(ctx, entries),
         Op::ReleaseOrphan {

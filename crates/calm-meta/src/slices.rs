@@ -36,6 +36,36 @@ const _: () = assert!(CHUNK_SLICES_COMPACT < CHUNK_SLICES_MAX);
 /// The id of a hole record: no object, zeros.
 pub const HOLE: u64 = 0;
 
+/// The flag of an inline slice's id: its bytes are kept in the metadata store (`K id`),
+/// written in the same transaction as its record, rather than in an object (as Lustre keeps a
+/// small file's data on its metadata target). Ids handed out never reach it.
+pub const INLINE: u64 = 1 << 63;
+/// Most bytes one inline slice holds.
+pub const INLINE_SLICE_BYTES_MAX: u32 = 64 << 10;
+/// Most inline bytes one write places (all its inline slices together).
+pub const INLINE_WRITE_BYTES_MAX: u64 = 64 << 10;
+/// Inline slices lie in a file's first bytes only: none reaches past this.
+pub const INLINE_FILE_BYTES_MAX: u64 = 1 << 20;
+/// Most bytes the inline slices of one file may hold together (its first chunk's), so that a
+/// file's map with its inline bytes stays a small message. A write past it places objects.
+pub const INLINE_CHUNK_BYTES_MAX: u64 = 1 << 20;
+
+const _: () = assert!(INLINE_FILE_BYTES_MAX <= CHUNK_BYTES);
+const _: () = assert!(INLINE_SLICE_BYTES_MAX as u64 <= INLINE_WRITE_BYTES_MAX);
+const _: () = assert!(INLINE_WRITE_BYTES_MAX <= INLINE_CHUNK_BYTES_MAX);
+// A map's inline bytes and records fit one message with room to spare.
+const _: () = assert!(INLINE_CHUNK_BYTES_MAX <= 2 << 20);
+
+/// Whether slice id `id` names inline bytes (not an object, not a hole).
+pub fn is_inline(id: u64) -> bool {
+    id & INLINE != 0
+}
+
+/// Whether `id` names an object of the object store.
+pub fn is_object(id: u64) -> bool {
+    id != HOLE && !is_inline(id)
+}
+
 /// One record of a chunk: `len` bytes of slice object `id` (whose data is `size` bytes long),
 /// starting at byte `off` of the object, placed at byte `pos` of the chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -78,6 +108,9 @@ impl Slice {
         }
         if self.id != HOLE && u64::from(self.size) > CHUNK_BYTES {
             return bad("an object larger than a chunk");
+        }
+        if is_inline(self.id) && self.size > INLINE_SLICE_BYTES_MAX {
+            return bad("inline bytes past their limit");
         }
         Ok(())
     }

@@ -1,35 +1,59 @@
-//! Model-based test of file contents in the metadata: random writes, holes, appends, truncates
-//! and compactions of one file, applied to the real namespace (over the in-memory store) and to
-//! a plain byte array side by side. After every step the file reads (through its map and a
-//! stand-in object store) as the byte array, and no object is lost or leaked: every object ever
-//! placed is named by a record of the file or waits in the deletion queue, never both. After
-//! the file's unlink, every object is in the queue. fsck finds nothing wrong throughout.
+//! Model-based test of file contents in the metadata: random writes (as objects, and with
+//! their bytes inline), holes, appends, truncates and compactions of one file, applied to the
+//! real namespace (over the in-memory store) and to a plain byte array side by side. After
+//! every step the file reads (through its map, its inline bytes and a stand-in object store) as
+//! the byte array, and no object is lost or leaked: every object ever placed is named by a
+//! record of the file or waits in the deletion queue, never both; inline bytes are never
+//! queued, and fsck (which checks that every inline slice named has its bytes and no bytes are
+//! left unnamed) finds nothing wrong after any step. After the file's unlink, every object is
+//! in the queue and no inline bytes are left. Run twice: near a chunk's end (writes and
+//! appends cross it; nothing may be inline there) and at a file's start.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use calm_meta::slices::{CHUNK_BYTES, Slice, Source, pieces_in, split, view};
+use calm_meta::slices::{
+    CHUNK_BYTES, INLINE, INLINE_CHUNK_BYTES_MAX, INLINE_FILE_BYTES_MAX, INLINE_SLICE_BYTES_MAX,
+    Slice, Source, is_inline, pieces_in, split, view,
+};
 use calm_meta::*;
 use calm_store::Store;
 use calm_store::mem::MemStore;
 use proptest::prelude::*;
 
-/// Offsets are kept near a chunk's end, so that writes and appends cross it.
-const BASE: u64 = CHUNK_BYTES - 200;
+/// Offsets are kept near a chunk's end, so that writes and appends cross it; or at the start
+/// of the file, where writes may be inline.
+const NEAR_CHUNK_END: u64 = CHUNK_BYTES - 200;
 const SPAN: u64 = 400;
 
 #[derive(Debug, Clone)]
 enum Step {
-    Write { at: u64, len: u64 },
-    Hole { at: u64, len: u64 },
-    Append { len: u64 },
-    Truncate { size: u64 },
+    Write {
+        at: u64,
+        len: u64,
+    },
+    /// A write whose bytes go inline (where they may: else as an object).
+    InlineWrite {
+        at: u64,
+        len: u64,
+    },
+    Hole {
+        at: u64,
+        len: u64,
+    },
+    Append {
+        len: u64,
+    },
+    Truncate {
+        size: u64,
+    },
     Compact,
 }
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        5 => (0..SPAN, 1..120u64).prop_map(|(at, len)| Step::Write { at, len }),
+        3 => (0..SPAN, 1..120u64).prop_map(|(at, len)| Step::Write { at, len }),
+        3 => (0..SPAN, 1..120u64).prop_map(|(at, len)| Step::InlineWrite { at, len }),
         1 => (0..SPAN, 1..120u64).prop_map(|(at, len)| Step::Hole { at, len }),
         2 => (1..150u64).prop_map(|len| Step::Append { len }),
         1 => (0..SPAN + 100).prop_map(|size| Step::Truncate { size }),
@@ -61,24 +85,45 @@ fn content(id: u64, len: u64) -> Vec<u8> {
     (0..len).map(|i| ((id * 31 + i) % 251 + 1) as u8).collect()
 }
 
-/// The file as its map reads: bytes `[BASE, size)`.
-fn read(meta: &Meta<Arc<MemStore>>, handle: Handle, objects: &Objects) -> (u64, Vec<u8>) {
+/// The file as its map reads: bytes `[base, size)`.
+fn read(
+    meta: &Meta<Arc<MemStore>>,
+    handle: Handle,
+    objects: &Objects,
+    base: u64,
+) -> (u64, Vec<u8>) {
     let map = meta.read_map(handle, 0, MAP_RECORDS_MAX).unwrap();
+    let inline: HashMap<u64, Object> = map
+        .inline
+        .iter()
+        .map(|(id, bytes)| {
+            (
+                *id,
+                Object {
+                    skip: 0,
+                    bytes: bytes.clone(),
+                },
+            )
+        })
+        .collect();
     let size = map.attr.size;
-    let mut out = vec![0u8; size.saturating_sub(BASE) as usize];
+    let mut out = vec![0u8; size.saturating_sub(base) as usize];
     for (chunk, records) in &map.chunks {
         let start = chunk * CHUNK_BYTES;
         for piece in pieces_in(&view(records), 0, CHUNK_BYTES as u32) {
             if let Source::Object { id, off, .. } = piece.source {
-                let object = &objects[&id];
-                // Only the bytes of [BASE, size): a piece may start at the chunk's head.
-                let from = BASE
+                let object = match is_inline(id) {
+                    true => &inline[&id],
+                    false => &objects[&id],
+                };
+                // Only the bytes of [base, size): a piece may start at the chunk's head.
+                let from = base
                     .saturating_sub(start + u64::from(piece.pos))
                     .min(u64::from(piece.len));
                 for i in from as u32..piece.len {
                     let at = start + u64::from(piece.pos + i);
                     if at < size {
-                        out[(at - BASE) as usize] = object.at((off + i) as usize);
+                        out[(at - base) as usize] = object.at((off + i) as usize);
                     }
                 }
             }
@@ -94,7 +139,7 @@ fn named(meta: &Meta<Arc<MemStore>>, handle: Handle) -> BTreeSet<u64> {
             .chunks
             .iter()
             .flat_map(|(_, r)| r.iter().map(|s| s.id))
-            .filter(|id| *id != slices::HOLE)
+            .filter(|id| slices::is_object(*id))
             .collect(),
         Err(MetaError::NotFound) => BTreeSet::new(),
         Err(e) => panic!("{e}"),
@@ -128,113 +173,335 @@ fn check_no_loss(
     Ok(())
 }
 
+fn clean(store: &Arc<MemStore>) -> Result<(), TestCaseError> {
+    let report = fsck::check(&store.snapshot().unwrap(), &mut |_| {}).unwrap();
+    prop_assert!(report.is_clean(), "fsck: {:?}", report.problems);
+    Ok(())
+}
+
+/// Runs `steps` on a file whose bytes before `base` are not looked at.
+fn run(base: u64, steps: Vec<Step>) -> Result<(), TestCaseError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = Arc::new(MemStore::new());
+    let meta = Meta::open(store.clone(), MetaOptions::default()).unwrap();
+    let file = runtime
+        .block_on(meta.create(ROOT, b"f", 0o644))
+        .unwrap()
+        .handle;
+    // Everything happens past base: make the file start there.
+    if base > 0 {
+        runtime
+            .block_on(meta.setattr(
+                file,
+                SetAttr {
+                    size: Some(base),
+                    ..SetAttr::default()
+                },
+            ))
+            .unwrap();
+    }
+    let caller = Caller::default();
+    let mut model: Vec<u8> = Vec::new();
+    let mut objects: Objects = HashMap::new();
+    let mut placed: BTreeSet<u64> = BTreeSet::new();
+    for step in steps {
+        match step {
+            Step::Write { at, len } | Step::InlineWrite { at, len } => {
+                // One slice per chunk the write touches, as a mount makes them: inline
+                // where the step asks for it and it may be.
+                let inline_asked = matches!(step, Step::InlineWrite { .. })
+                    && base + at + len <= INLINE_FILE_BYTES_MAX;
+                let mut records = Vec::new();
+                let mut inline = Vec::new();
+                let mut done = 0;
+                for (chunk, pos, n) in split(base + at, len) {
+                    let mut id = runtime.block_on(meta.alloc_slices(1)).unwrap();
+                    let bytes = content(id, u64::from(n));
+                    if inline_asked {
+                        id |= INLINE;
+                        inline.push((id, bytes.clone()));
+                    } else {
+                        objects.insert(
+                            id,
+                            Object {
+                                skip: 0,
+                                bytes: bytes.clone(),
+                            },
+                        );
+                        placed.insert(id);
+                    }
+                    records.push((
+                        chunk,
+                        Slice {
+                            id,
+                            size: n,
+                            off: 0,
+                            len: n,
+                            pos,
+                        },
+                    ));
+                    let from = (at + done) as usize;
+                    if model.len() < from + n as usize {
+                        model.resize(from + n as usize, 0);
+                    }
+                    model[from..from + n as usize].copy_from_slice(&bytes);
+                    done += u64::from(n);
+                }
+                runtime
+                    .block_on(meta.write(caller.clone(), file, records, 0, inline))
+                    .unwrap();
+            }
+            Step::Hole { at, len } => {
+                let size = base + model.len() as u64;
+                let end = (base + at + len).min(size);
+                if base + at >= end {
+                    continue;
+                }
+                let holes: Vec<_> = split(base + at, end - base - at)
+                    .into_iter()
+                    .map(|(chunk, pos, n)| (chunk, Slice::hole(pos, n)))
+                    .collect();
+                model[at as usize..(end - base) as usize].fill(0);
+                runtime
+                    .block_on(meta.write(caller.clone(), file, holes, 0, Vec::new()))
+                    .unwrap();
+            }
+            Step::Append { len } => {
+                let id = runtime.block_on(meta.alloc_slices(1)).unwrap();
+                objects.insert(
+                    id,
+                    Object {
+                        skip: 0,
+                        bytes: content(id, len),
+                    },
+                );
+                placed.insert(id);
+                model.extend_from_slice(&objects[&id].bytes);
+                runtime
+                    .block_on(meta.append(caller.clone(), file, id, len as u32))
+                    .unwrap();
+            }
+            Step::Truncate { size } => {
+                model.resize(size as usize, 0);
+                let change = SetAttr {
+                    size: Some(base + size),
+                    ..SetAttr::default()
+                };
+                runtime.block_on(meta.setattr(file, change)).unwrap();
+            }
+            Step::Compact => {
+                // As the server's compactor: every chunk's visible bytes as one object.
+                let map = meta.read_map(file, 0, MAP_RECORDS_MAX).unwrap();
+                for (chunk, _) in map.chunks {
+                    let read = meta.read_chunk(file, chunk).unwrap();
+                    let (records, value) = (read.records, read.value);
+                    let inline: HashMap<u64, Vec<u8>> = read.inline.into_iter().collect();
+                    let len = slices::extent(&records) as u32;
+                    // Each inline slice's bytes are read with the chunk.
+                    for r in records.iter().filter(|r| is_inline(r.id)) {
+                        prop_assert_eq!(inline[&r.id].len(), r.size as usize);
+                    }
+                    let pieces = view(&records);
+                    // Where each piece's kept bytes begin: past its object's zero head.
+                    let object = |id: u64| match is_inline(id) {
+                        true => Object {
+                            skip: 0,
+                            bytes: inline[&id].clone(),
+                        },
+                        false => Object {
+                            skip: objects[&id].skip,
+                            bytes: objects[&id].bytes.clone(),
+                        },
+                    };
+                    let kept = |id: u64, off: u32, len: u32| {
+                        (object(id).skip as u32).saturating_sub(off).min(len)
+                    };
+                    let skip = pieces
+                        .iter()
+                        .filter_map(|p| match p.source {
+                            Source::Object { id, off, .. } => Some(p.pos + kept(id, off, p.len)),
+                            _ => None,
+                        })
+                        .min()
+                        .unwrap_or(len) as usize;
+                    let mut bytes = vec![0u8; len as usize - skip];
+                    for piece in pieces {
+                        if let Source::Object { id, off, .. } = piece.source {
+                            let object = object(id);
+                            for i in kept(id, off, piece.len) as usize..piece.len as usize {
+                                bytes[piece.pos as usize + i - skip] = object.at(off as usize + i);
+                            }
+                        }
+                    }
+                    let id = runtime.block_on(meta.alloc_slices(1)).unwrap();
+                    // A small chunk at the file's start compacts inline, as the server's
+                    // compactor does.
+                    let small = len <= INLINE_SLICE_BYTES_MAX
+                        && chunk * CHUNK_BYTES + u64::from(len) <= INLINE_FILE_BYTES_MAX;
+                    if small {
+                        let mut whole = vec![0u8; skip];
+                        whole.extend_from_slice(&bytes);
+                        let slice = Slice {
+                            id: id | INLINE,
+                            size: len,
+                            off: 0,
+                            len,
+                            pos: 0,
+                        };
+                        runtime
+                            .block_on(meta.compact(file, chunk, value, slice, Some(whole)))
+                            .unwrap();
+                    } else {
+                        objects.insert(id, Object { skip, bytes });
+                        placed.insert(id);
+                        let slice = Slice {
+                            id,
+                            size: len,
+                            off: 0,
+                            len,
+                            pos: 0,
+                        };
+                        runtime
+                            .block_on(meta.compact(file, chunk, value, slice, None))
+                            .unwrap();
+                    }
+                }
+            }
+        }
+        let (size, bytes) = read(&meta, file, &objects, base);
+        prop_assert_eq!(size, base + model.len() as u64);
+        prop_assert_eq!(&bytes, &model);
+        check_no_loss(&meta, file, &placed)?;
+        clean(&store)?;
+    }
+    // A compaction over a chunk that changed meanwhile is refused and changes nothing.
+    let before = store.dump();
+    let stale = runtime.block_on(meta.compact(
+        file,
+        0,
+        b"not the chunk".to_vec(),
+        Slice {
+            id: 1,
+            size: 1,
+            off: 0,
+            len: 1,
+            pos: 0,
+        },
+        None,
+    ));
+    prop_assert!(stale.is_err());
+    prop_assert!(store.dump() == before);
+
+    runtime.block_on(meta.unlink(ROOT, b"f")).unwrap();
+    check_no_loss(&meta, file, &placed)?;
+    prop_assert!(named(&meta, file).is_empty());
+    let left = store
+        .dump()
+        .into_iter()
+        .filter(|(k, _)| k[0] == b'K')
+        .count();
+    prop_assert_eq!(left, 0, "inline bytes outlived their file");
+    clean(&store)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
     #[test]
     fn contents_read_as_written_and_no_object_is_lost(steps in prop::collection::vec(step(), 1..60)) {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let store = Arc::new(MemStore::new());
-        let meta = Meta::open(store.clone(), MetaOptions::default()).unwrap();
-        let file = runtime.block_on(meta.create(ROOT, b"f", 0o644)).unwrap().handle;
-        // Everything happens past BASE: make the file start there.
-        runtime.block_on(meta.setattr(file, SetAttr { size: Some(BASE), ..SetAttr::default() })).unwrap();
-        let caller = Caller::default();
-        let mut model: Vec<u8> = Vec::new();
-        let mut objects: Objects = HashMap::new();
-        let mut placed: BTreeSet<u64> = BTreeSet::new();
-        for step in steps {
-            match step {
-                Step::Write { at, len } => {
-                    // One object per chunk the write touches, as a mount makes them.
-                    let mut records = Vec::new();
-                    let mut done = 0;
-                    for (chunk, pos, n) in split(BASE + at, len) {
-                        let id = runtime.block_on(meta.alloc_slices(1)).unwrap();
-                        objects.insert(id, Object { skip: 0, bytes: content(id, u64::from(n)) });
-                        placed.insert(id);
-                        records.push((chunk, Slice { id, size: n, off: 0, len: n, pos }));
-                        let bytes = &objects[&id].bytes;
-                        let from = (at + done) as usize;
-                        if model.len() < from + n as usize { model.resize(from + n as usize, 0); }
-                        model[from..from + n as usize].copy_from_slice(bytes);
-                        done += u64::from(n);
-                    }
-                    runtime.block_on(meta.write(caller.clone(), file, records, 0)).unwrap();
-                }
-                Step::Hole { at, len } => {
-                    let size = BASE + model.len() as u64;
-                    let end = (BASE + at + len).min(size);
-                    if BASE + at >= end { continue; }
-                    let holes: Vec<_> = split(BASE + at, end - BASE - at)
-                        .into_iter()
-                        .map(|(chunk, pos, n)| (chunk, Slice::hole(pos, n)))
-                        .collect();
-                    model[at as usize..(end - BASE) as usize].fill(0);
-                    runtime.block_on(meta.write(caller.clone(), file, holes, 0)).unwrap();
-                }
-                Step::Append { len } => {
-                    let id = runtime.block_on(meta.alloc_slices(1)).unwrap();
-                    objects.insert(id, Object { skip: 0, bytes: content(id, len) });
-                    placed.insert(id);
-                    model.extend_from_slice(&objects[&id].bytes);
-                    runtime.block_on(meta.append(caller.clone(), file, id, len as u32)).unwrap();
-                }
-                Step::Truncate { size } => {
-                    model.resize(size as usize, 0);
-                    let change = SetAttr { size: Some(BASE + size), ..SetAttr::default() };
-                    runtime.block_on(meta.setattr(file, change)).unwrap();
-                }
-                Step::Compact => {
-                    // As the server's compactor: every chunk's visible bytes as one object.
-                    let map = meta.read_map(file, 0, MAP_RECORDS_MAX).unwrap();
-                    for (chunk, _) in map.chunks {
-                        let (records, value) = meta.read_chunk(file, chunk).unwrap();
-                        let len = slices::extent(&records) as u32;
-                        let pieces = view(&records);
-                        // Where each piece's kept bytes begin: past its object's zero head.
-                        let kept = |id: u64, off: u32, len: u32| {
-                            (objects[&id].skip as u32).saturating_sub(off).min(len)
-                        };
-                        let skip = pieces
-                            .iter()
-                            .filter_map(|p| match p.source {
-                                Source::Object { id, off, .. } => Some(p.pos + kept(id, off, p.len)),
-                                _ => None,
-                            })
-                            .min()
-                            .unwrap_or(len) as usize;
-                        let mut bytes = vec![0u8; len as usize - skip];
-                        for piece in pieces {
-                            if let Source::Object { id, off, .. } = piece.source {
-                                let object = &objects[&id];
-                                for i in kept(id, off, piece.len) as usize..piece.len as usize {
-                                    bytes[piece.pos as usize + i - skip] = object.at(off as usize + i);
-                                }
-                            }
-                        }
-                        let id = runtime.block_on(meta.alloc_slices(1)).unwrap();
-                        objects.insert(id, Object { skip, bytes });
-                        placed.insert(id);
-                        let slice = Slice { id, size: len, off: 0, len, pos: 0 };
-                        runtime.block_on(meta.compact(file, chunk, value, slice)).unwrap();
-                    }
-                }
-            }
-            let (size, bytes) = read(&meta, file, &objects);
-            prop_assert_eq!(size, BASE + model.len() as u64);
-            prop_assert_eq!(&bytes, &model);
-            check_no_loss(&meta, file, &placed)?;
-        }
-        // A compaction over a chunk that changed meanwhile is refused and changes nothing.
-        let before = store.dump();
-        let stale = runtime.block_on(meta.compact(file, 0, b"not the chunk".to_vec(), Slice { id: 1, size: 1, off: 0, len: 1, pos: 0 }));
-        prop_assert!(stale.is_err());
-        prop_assert!(store.dump() == before);
-
-        runtime.block_on(meta.unlink(ROOT, b"f")).unwrap();
-        check_no_loss(&meta, file, &placed)?;
-        prop_assert!(named(&meta, file).is_empty());
-        let report = fsck::check(&store.snapshot().unwrap(), &mut |_| {}).unwrap();
-        prop_assert!(report.is_clean(), "fsck: {:?}", report.problems);
+        run(NEAR_CHUNK_END, steps)?;
     }
+
+    #[test]
+    fn inline_contents_read_as_written_and_leave_nothing_behind(steps in prop::collection::vec(step(), 1..60)) {
+        run(0, steps)?;
+    }
+}
+
+/// A file's inline bytes are bounded: once its first chunk's inline slices hold
+/// `INLINE_CHUNK_BYTES_MAX`, a write with more is refused as not supported (the writer places
+/// objects instead) and changes nothing; bad inline writes are refused too.
+#[test]
+fn inline_bytes_stop_at_their_limit_and_bad_ones_are_refused() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = Arc::new(MemStore::new());
+    let meta = Meta::open(store.clone(), MetaOptions::default()).unwrap();
+    let file = runtime
+        .block_on(meta.create(ROOT, b"f", 0o644))
+        .unwrap()
+        .handle;
+    let size = INLINE_SLICE_BYTES_MAX;
+    let write = |id: u64, bytes: Vec<u8>, pos: u32| {
+        let slice = Slice {
+            id,
+            size: bytes.len() as u32,
+            off: 0,
+            len: bytes.len() as u32,
+            pos,
+        };
+        runtime.block_on(meta.write(
+            Caller::default(),
+            file,
+            vec![(0, slice)],
+            0,
+            vec![(id, bytes)],
+        ))
+    };
+    let full = (INLINE_CHUNK_BYTES_MAX / u64::from(size)) as usize;
+    for _ in 0..full {
+        let id = runtime.block_on(meta.alloc_slices(1)).unwrap() | INLINE;
+        write(id, vec![7u8; size as usize], 0).unwrap();
+    }
+    let id = runtime.block_on(meta.alloc_slices(1)).unwrap() | INLINE;
+    let before = store.dump();
+    assert!(matches!(
+        write(id, vec![8u8; 1], 0),
+        Err(MetaError::NotSupported(_))
+    ));
+    // Wrong length, past the file's first MiB, never handed out, or without its bytes.
+    assert!(matches!(
+        write(id, vec![8u8; 0], 0),
+        Err(MetaError::Invalid(_))
+    ));
+    let far = (INLINE_FILE_BYTES_MAX - 1) as u32;
+    assert!(matches!(
+        write(id, vec![8u8; 2], far),
+        Err(MetaError::Invalid(_))
+    ));
+    assert!(matches!(
+        write((1 << 40) | INLINE, vec![8u8; 2], 0),
+        Err(MetaError::Invalid(_))
+    ));
+    let bare = Slice {
+        id,
+        size: 3,
+        off: 0,
+        len: 3,
+        pos: 0,
+    };
+    assert!(matches!(
+        runtime.block_on(meta.write(Caller::default(), file, vec![(0, bare)], 0, Vec::new())),
+        Err(MetaError::Invalid(_))
+    ));
+    assert!(store.dump() == before, "a refused write changed the store");
+    // As an object it goes in.
+    let object = runtime.block_on(meta.alloc_slices(1)).unwrap();
+    let slice = Slice {
+        id: object,
+        size: 1,
+        off: 0,
+        len: 1,
+        pos: 0,
+    };
+    runtime
+        .block_on(meta.write(Caller::default(), file, vec![(0, slice)], 0, Vec::new()))
+        .unwrap();
+    let report = fsck::check(&store.snapshot().unwrap(), &mut |_| {}).unwrap();
+    assert!(report.is_clean(), "fsck: {:?}", report.problems);
+    assert_eq!(report.inline_slices, full as u64);
 }

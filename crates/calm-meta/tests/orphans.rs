@@ -44,7 +44,7 @@ async fn file_with_object(meta: &Meta<Arc<MemStore>>, name: &[u8]) -> (Handle, u
         len: 100,
         pos: 0,
     };
-    meta.write(Caller::default(), handle, vec![(0, slice)], 0)
+    meta.write(Caller::default(), handle, vec![(0, slice)], 0, Vec::new())
         .await
         .unwrap();
     (handle, id)

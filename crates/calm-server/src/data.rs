@@ -3,12 +3,16 @@
 //! compactor (rewrites a chunk's visible bytes as one slice once it holds too many records).
 //! Neither is on a client's path: a client's write commits, and compaction follows.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use calm_data::Objects;
-use calm_meta::slices::{CHUNK_SLICES_COMPACT, HOLE, Slice, Source, blocks, extent, view};
+use calm_meta::slices::{
+    CHUNK_SLICES_COMPACT, HOLE, INLINE, INLINE_FILE_BYTES_MAX, INLINE_SLICE_BYTES_MAX, Slice,
+    Source, blocks, extent, is_inline, view,
+};
 use calm_meta::{Meta, MetaError};
 use calm_store::Store;
 use tokio::sync::{Notify, mpsc};
@@ -79,8 +83,8 @@ impl DataTasks {
     /// many.
     pub fn written<S: Store>(&self, meta: &Meta<S>, handle: u64, chunks: &[u64]) {
         for chunk in chunks {
-            if let Ok((records, _)) = meta.read_chunk(handle, *chunk)
-                && records.len() > CHUNK_SLICES_COMPACT
+            if let Ok(records) = meta.chunk_record_count(handle, *chunk)
+                && records > CHUNK_SLICES_COMPACT
             {
                 let _ = self.compact.try_send((handle, *chunk));
             }
@@ -208,22 +212,50 @@ pub async fn compact<S: Store>(
     handle: u64,
     chunk: u64,
 ) -> Result<bool, String> {
-    let (records, value) = meta.read_chunk(handle, chunk).map_err(|e| e.to_string())?;
+    let read = meta.read_chunk(handle, chunk).map_err(|e| e.to_string())?;
+    let (records, value) = (read.records, read.value);
     if records.len() <= CHUNK_SLICES_COMPACT {
         return Ok(false);
     }
+    let inline: HashMap<u64, Vec<u8>> = read.inline.into_iter().collect();
     let len = extent(&records) as u32;
     let mut data = vec![0u8; len as usize];
     for piece in view(&records) {
         if let Source::Object { id, size, off } = piece.source {
+            let at = piece.pos as usize..(piece.pos + piece.len) as usize;
+            if is_inline(id) {
+                let bytes = inline
+                    .get(&id)
+                    .and_then(|b| b.get(off as usize..(off + piece.len) as usize))
+                    .ok_or_else(|| format!("inline slice {id:#x} is shorter than its record"))?;
+                data[at].copy_from_slice(bytes);
+                continue;
+            }
             let bytes = objects
                 .read(id, size, off, piece.len)
                 .await
                 .map_err(|e| e.to_string())?;
-            data[piece.pos as usize..(piece.pos + piece.len) as usize].copy_from_slice(&bytes);
+            data[at].copy_from_slice(&bytes);
         }
     }
     let id = meta.alloc_slices(1).await.map_err(|e| e.to_string())?;
+    // A small chunk at the start of its file stays inline: no object to write.
+    if u64::from(len) <= u64::from(INLINE_SLICE_BYTES_MAX)
+        && (chunk * calm_meta::slices::CHUNK_BYTES + u64::from(len)) <= INLINE_FILE_BYTES_MAX
+    {
+        let slice = Slice {
+            id: id | INLINE,
+            size: len,
+            off: 0,
+            len,
+            pos: 0,
+        };
+        return match meta.compact(handle, chunk, value, slice, Some(data)).await {
+            Ok(()) => Ok(true),
+            Err(MetaError::Busy(_) | MetaError::NotFound) => Ok(false),
+            Err(error) => Err(error.to_string()),
+        };
+    }
     for (b, block_len) in blocks(len) {
         let start = b as usize * calm_meta::slices::BLOCK_BYTES as usize;
         objects
@@ -244,7 +276,7 @@ pub async fn compact<S: Store>(
         pos: 0,
     };
     debug_assert_ne!(slice.id, HOLE);
-    match meta.compact(handle, chunk, value, slice).await {
+    match meta.compact(handle, chunk, value, slice, None).await {
         Ok(()) => Ok(true),
         Err(MetaError::Busy(_) | MetaError::NotFound) => {
             // Never named by any record: gone at once.

@@ -536,6 +536,11 @@ impl<S: Store> MetaRpc for MetaService<S> {
                     })
                     .collect(),
                 more: map.more,
+                inline: map
+                    .inline
+                    .into_iter()
+                    .map(|(id, data)| pb::InlineBytes { id, data })
+                    .collect(),
             });
         self.answer(result)
     }
@@ -547,7 +552,11 @@ impl<S: Store> MetaRpc for MetaService<S> {
         let slices: Vec<_> = r.records.iter().map(calm_proto::slice_from_wire).collect();
         let mut chunks: Vec<u64> = slices.iter().map(|(c, _)| *c).collect();
         chunks.dedup();
-        let result = self.meta.write(caller, r.handle, slices, r.end).await;
+        let inline = r.inline.into_iter().map(|b| (b.id, b.data)).collect();
+        let result = self
+            .meta
+            .write(caller, r.handle, slices, r.end, inline)
+            .await;
         if result.is_ok()
             && let Some(data) = &self.data
         {

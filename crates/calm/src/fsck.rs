@@ -62,6 +62,7 @@ pub fn run(data: &Path, objects: bool, json: bool) -> anyhow::Result<ExitCode> {
             "problems": report.problems,
             "chunks": report.chunks,
             "slice_records": report.slice_records,
+            "inline_slices": report.inline_slices,
             "objects": audit.as_ref().map(|a| a.objects),
             "objects_named": audit.as_ref().map(|a| a.referenced),
         });
@@ -88,8 +89,8 @@ pub fn run(data: &Path, objects: bool, json: bool) -> anyhow::Result<ExitCode> {
             report.changelog_records, report.changelog_readers
         );
         println!(
-            "file contents: {} chunks, {} slice records",
-            report.chunks, report.slice_records
+            "file contents: {} chunks, {} slice records, {} inline slices",
+            report.chunks, report.slice_records, report.inline_slices
         );
         if let Some(audit) = &audit {
             println!(

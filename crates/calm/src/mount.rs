@@ -56,6 +56,12 @@ pub struct MountArgs {
     /// server's changes (which invalidate them at once); otherwise at most 1000.
     #[arg(long, default_value_t = calm_fuse::fs::TTL_DEFAULT.as_millis() as u64)]
     pub ttl_ms: u64,
+    /// Small writes committed together up to this many bytes (in a file's first MiB) are kept
+    /// by the metadata server beside their records instead of written as objects: one durable
+    /// write instead of three. 0: always objects; at most 65536.
+    #[arg(long, default_value_t = calm_meta::slices::INLINE_WRITE_BYTES_MAX,
+          value_parser = clap::value_parser!(u64).range(0..=calm_meta::slices::INLINE_WRITE_BYTES_MAX))]
+    pub inline_bytes_max: u64,
     #[command(flatten)]
     pub changelog: crate::serve::ServerArgs,
 }
@@ -79,6 +85,7 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
         allow_other: args.allow_other,
         cache_dir: args.cache_dir.clone().or_else(default_cache_dir),
         cache_bytes: args.cache_size_mib.saturating_mul(1 << 20),
+        inline_bytes_max: args.inline_bytes_max,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     match &args.embedded {

@@ -7,6 +7,10 @@ mod common;
 
 use common::{Mount, S3, Server};
 
+/// Mount arguments that keep every write in objects (no inline bytes): for the tests of what
+/// happens to objects.
+const OBJECTS_ONLY: [&str; 2] = ["--inline-bytes-max", "0"];
+
 fn lines(text: &str) -> Vec<&str> {
     text.lines().collect()
 }
@@ -261,7 +265,7 @@ fn an_unlinked_open_file_lives_until_its_last_close() {
         "4",
     ];
     let server = Server::start_with(&data, &args);
-    let lease = ["--lock-lease-ms", "1000"];
+    let lease = ["--lock-lease-ms", "1000", OBJECTS_ONLY[0], OBJECTS_ONLY[1]];
     let mount = Mount::remote(&server.addr, &lease);
     let out = mount.sh_ok(
         "python3 -c \"
@@ -341,7 +345,7 @@ fn a_corrupted_object_is_an_error_not_contents_and_other_files_still_read() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = common::data_dir(&tmp);
     let server = Server::start(&data);
-    let mount = Mount::remote(&server.addr, &[]);
+    let mount = Mount::remote(&server.addr, &OBJECTS_ONLY);
     mount.sh_ok("echo 'first file' > one && echo 'second file' > two");
     // Flip a byte of one's only object on disk.
     let objects: Vec<_> = walk(&data.join("objects"));
@@ -636,7 +640,7 @@ fn removed_contents_are_deleted_and_small_overwrites_are_compacted() {
     let data = common::data_dir(&tmp);
     let objects = data.join("objects");
     let server = Server::start_with(&data, &["--delete-delay-s", "0"]);
-    let mount = Mount::remote(&server.addr, &[]);
+    let mount = Mount::remote(&server.addr, &OBJECTS_ONLY);
     mount.sh_ok("head -c 9000000 /dev/urandom > big && head -c 5000 /dev/urandom > small");
     assert_eq!(object_files(&objects), 4, "3 blocks of big, 1 of small");
     mount.sh_ok("rm big && truncate -s 0 small");
@@ -767,8 +771,9 @@ fn a_remote_store_is_read_through_a_bounded_disk_cache() {
     );
     drop(b);
     let blocks = cached_blocks(&cache);
-    // big: two full blocks and a tail; f: one.
-    assert_eq!(blocks.len(), 4, "{blocks:?}");
+    // big: two full blocks and a tail; f, six bytes, is inline (kept by the metadata): no
+    // block, and it reads below whatever the object store loses.
+    assert_eq!(blocks.len(), 3, "{blocks:?}");
 
     // Remove the objects from the store: a mount without a cache cannot read them...
     for (name, _) in &blocks {
@@ -882,4 +887,94 @@ fn random_file_operations_match_a_local_file_and_the_other_mount_reads_them() {
             "{file} as the other mount reads it"
         );
     }
+}
+
+/// Small writes live in the metadata (inline slices): small files written through one mount
+/// make no object, read whole through another, take overwrites, appends, truncates and
+/// unlinks, and leave nothing behind; a larger file still goes to objects. fsck counts the
+/// inline slices and finds the store clean throughout.
+#[test]
+fn small_files_live_in_the_metadata_and_leave_nothing_behind() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let objects = data.join("objects");
+    let server = Server::start_with(&data, &["--delete-delay-s", "0"]);
+    let a = Mount::remote(&server.addr, &[]);
+    let b = Mount::remote(&server.addr, &[]);
+    // Sizes up to the limit of one commit (64 KiB), each file written and closed.
+    let write = "python3 -c \"
+import os
+for i, size in enumerate([1, 100, 4096, 5000, 65536]):
+    with open('s%d' % i, 'wb') as f:
+        f.write(bytes((i * 7 + j) % 251 for j in range(size)))
+\"";
+    a.sh_ok(write);
+    assert_eq!(object_files(&objects), 0, "small files wrote objects");
+    let check = "python3 -c \"
+for i, size in enumerate([1, 100, 4096, 5000, 65536]):
+    got = open('s%d' % i, 'rb').read()
+    assert got == bytes((i * 7 + j) % 251 for j in range(size)), i
+print('same')
+\"";
+    assert_eq!(b.sh_ok(check), "same\n");
+    let fsck = || {
+        let out = common::calm(&["fsck", data.to_str().expect("utf-8"), "--json"]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("fsck json")
+    };
+
+    // An overwrite in place with fsync, an append (as an object), a truncate, and a file past
+    // one commit's limit (objects); then the other mount reads them all.
+    let out = a.sh_ok(
+        "python3 -c \"
+import os
+fd = os.open('s3', os.O_WRONLY)
+os.pwrite(fd, b'HELLO', 10)
+os.fsync(fd)
+os.close(fd)
+with open('s2', 'ab') as f:
+    f.write(b'tail')
+os.truncate('s4', 1000)
+with open('big', 'wb') as f:
+    f.write(b'b' * 70000)
+print('done')
+\"",
+    );
+    assert_eq!(out, "done\n");
+    assert_eq!(object_files(&objects), 2, "the append and the big file");
+    let modified = "python3 -c \"
+def made(i, size):
+    return bytearray((i * 7 + j) % 251 for j in range(size))
+s3 = made(3, 5000)
+s3[10:15] = b'HELLO'
+print(open('s0', 'rb').read() == made(0, 1), open('s1', 'rb').read() == made(1, 100),
+      open('s3', 'rb').read() == s3, open('s2', 'rb').read() == made(2, 4096) + b'tail',
+      open('s4', 'rb').read() == made(4, 1000), open('big', 'rb').read() == b'b' * 70000)
+\"";
+    assert_eq!(b.sh_ok(modified), "True True True True True True\n");
+    // Offline, fsck finds them all; a restarted server serves them the same.
+    drop(a);
+    drop(b);
+    let (status, _) = server.terminate();
+    assert!(status.success());
+    let report = fsck();
+    assert_eq!(report["clean"], true, "{report}");
+    assert_eq!(
+        report["inline_slices"], 6,
+        "five files and the overwrite: {report}"
+    );
+    let server = Server::start_with(&data, &["--delete-delay-s", "0"]);
+    let a = Mount::remote(&server.addr, &[]);
+    let b = Mount::remote(&server.addr, &[]);
+    assert_eq!(b.sh_ok(modified), "True True True True True True\n");
+
+    // Gone with their files: no inline bytes and no object left.
+    a.sh_ok("rm s0 s1 s2 s3 s4 big");
+    wait_for("the objects deleted", || object_files(&objects) == 0);
+    drop(a);
+    drop(b);
+    let (status, _) = server.terminate();
+    assert!(status.success());
+    let report = fsck();
+    assert_eq!(report["clean"], true, "{report}");
+    assert_eq!(report["inline_slices"], 0, "{report}");
 }

@@ -17,11 +17,8 @@ impl CalmFs {
         self.spawn(async move {
             // A regular file's map comes with its attributes, on one snapshot: what this open
             // reads is the file as committed now (close-to-open).
-            let (attr, keep) = match client.read_map(ino.0).await {
-                Ok(map) => {
-                    let attr = map.attr.clone();
-                    (attr, shared.contents.opened(map).await)
-                }
+            let (attr, keep) = match shared.contents.open(&client, ino.0).await {
+                Ok(opened) => opened,
                 Err(MetaError::IsDir | MetaError::Invalid(_)) => {
                     match client.getattr(ino.0).await {
                         Ok(attr) => (attr, false),
@@ -258,7 +255,7 @@ impl CalmFs {
             shared.push(&client, ino.0).await?;
             let attr = match mode {
                 // Space is not reserved ahead in an object store; the size grows.
-                0 => client.write(ino.0, &[], end).await,
+                0 => client.write(ino.0, &[], end, Vec::new()).await,
                 libc::FALLOC_FL_KEEP_SIZE => return Ok(()),
                 m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => {
                     let size = client.getattr(ino.0).await.map_err(|e| errno(&e))?.size;
@@ -269,7 +266,7 @@ impl CalmFs {
                                 (chunk, calm_meta::slices::Slice::hole(pos, len))
                             })
                             .collect();
-                    client.write(ino.0, &holes, 0).await
+                    client.write(ino.0, &holes, 0, Vec::new()).await
                 }
                 _ => return Err(Errno::EOPNOTSUPP),
             }

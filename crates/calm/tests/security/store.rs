@@ -15,7 +15,8 @@ fn the_store_and_its_objects_are_closed_to_other_users() {
         &["--embedded", data.to_str().expect("utf-8")],
         &[],
     );
-    mount.sh_ok("mkdir d && head -c 300000 /dev/urandom > d/f && echo small > g");
+    // Two objects (a small file would be inline, in the store).
+    mount.sh_ok("mkdir d && head -c 300000 /dev/urandom > d/f && head -c 100000 /dev/urandom > g");
     let (status, _) = mount.terminate();
     assert!(status.success());
     let check = |data: &Path| {
