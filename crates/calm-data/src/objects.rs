@@ -464,7 +464,11 @@ impl Objects {
         })
         .await
         .map_err(|e| DataError::Unavailable(e.to_string()))?
-        .map_err(|e| DataError::Unavailable(format!("syncing slice {id}: {e}")))
+        .map_err(|e| match e.kind() {
+            // Deleted meanwhile (its file went): nothing left to make durable.
+            std::io::ErrorKind::NotFound => DataError::Missing(format!("slice {id}: {e}")),
+            _ => DataError::Unavailable(format!("syncing slice {id}: {e}")),
+        })
     }
 
     /// Deletes every block of slice `id` (`size` bytes); blocks already gone are no error.

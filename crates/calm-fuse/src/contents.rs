@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use calm_client::Client;
 use calm_data::{DataError, FileData, Objects, Part, Upload};
+use calm_meta::slices::is_object;
 use calm_meta::{Attr, Handle, MetaError};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
@@ -39,6 +40,9 @@ pub const IDS_PER_ALLOC: u64 = 4096;
 /// Files whose state (map, version) a mount keeps after their last close, for the page cache
 /// kept across opens of an unchanged file; past it the closed ones are forgotten.
 pub const FILES_KEPT_MAX: usize = 65_536;
+/// Objects of one file committed without being made durable (a close, not an fsync) past
+/// which the next commit syncs them.
+pub const UNSYNCED_OBJECTS_MAX: usize = 1024;
 /// Default bound of the bytes a mount buffers for writes not committed yet.
 pub const WRITE_BUFFER_BYTES_DEFAULT: u64 = 256 << 20;
 
@@ -70,6 +74,10 @@ struct FileState {
     cached: Option<Version>,
     /// Open files of it on this mount.
     opens: usize,
+    /// Objects of a local store committed at a close, not synced yet: an fsync (through any
+    /// descriptor) makes them durable, and so does the background sync that follows the last
+    /// close. At most [`UNSYNCED_OBJECTS_MAX`].
+    unsynced: Vec<(u64, u32)>,
 }
 
 type File = Arc<tokio::sync::Mutex<FileState>>;
@@ -217,13 +225,25 @@ impl Contents {
             if state.opens == 0 {
                 // Kept files hold no inline bytes: memory stays bounded by the open ones.
                 state.data.forget_inline();
+                if !state.unsynced.is_empty() {
+                    // Made durable soon after the last close, as a kernel writes back dirty
+                    // pages; an fsync meanwhile waits for it (it holds the file's state).
+                    let (file, objects) = (file.clone(), self.objects.clone());
+                    tokio::spawn(async move {
+                        let mut state = file.lock().await;
+                        if let Err(errno) = sync_objects(&objects, &mut state.unsynced).await {
+                            tracing::warn!(handle, errno, "syncing a closed file's objects");
+                        }
+                    });
+                }
             }
         }
         let mut files = lock(&self.files);
         if files.len() > FILES_KEPT_MAX {
             files.retain(|_, f| {
-                f.try_lock()
-                    .map_or(true, |s| s.opens > 0 || s.data.is_dirty())
+                f.try_lock().map_or(true, |s| {
+                    s.opens > 0 || s.data.is_dirty() || !s.unsynced.is_empty()
+                })
             });
         }
     }
@@ -409,6 +429,10 @@ impl Contents {
         state: &mut FileState,
         sync: bool,
     ) -> Result<(), i32> {
+        if sync {
+            // What earlier closes committed goes first: an fsync covers every byte written.
+            sync_objects(&self.objects, &mut state.unsynced).await?;
+        }
         if !state.data.is_dirty() && state.uploads.is_empty() {
             return Ok(());
         }
@@ -496,6 +520,13 @@ impl Contents {
             Ok(attr) => {
                 state.data.committed(n, attr.size);
                 state.cached = Some(version(&attr));
+                if !sync && self.objects.is_local() {
+                    let written = records.iter().map(|(_, s)| s).filter(|s| is_object(s.id));
+                    state.unsynced.extend(written.map(|s| (s.id, s.size)));
+                    if state.unsynced.len() >= UNSYNCED_OBJECTS_MAX {
+                        sync_objects(&self.objects, &mut state.unsynced).await?;
+                    }
+                }
             }
             Err(MetaError::NotFound) => {
                 // The file is gone: so are its writes.
@@ -607,6 +638,24 @@ impl Contents {
         }
         Ok(out)
     }
+}
+
+/// Makes durable every object of `unsynced` (a local store's: fdatasync of its files and
+/// directories), and forgets those that are; the first failure is the error, and what was not
+/// synced stays listed for the next try.
+async fn sync_objects(objects: &Objects, unsynced: &mut Vec<(u64, u32)>) -> Result<(), i32> {
+    while let Some(&(id, size)) = unsynced.last() {
+        match objects.sync(id, size).await {
+            // Deleted since (the file was removed or rewritten): nothing to make durable.
+            Ok(()) | Err(DataError::Missing(_)) => {}
+            Err(e) => {
+                tracing::warn!(id, %e, "syncing an object");
+                return Err(data_errno(&e));
+            }
+        }
+        unsynced.pop();
+    }
+    Ok(())
 }
 
 /// Why a read failed: the server (an errno), or the object store.
