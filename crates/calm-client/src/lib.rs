@@ -499,11 +499,36 @@ impl Client {
             handle: dir,
             after_cookie,
             limit,
+            plus: false,
         };
         check(meta_call!(self, read_dir, self.tagged(request)))?
             .entries
             .into_iter()
             .map(DirEntry::try_from)
+            .collect()
+    }
+
+    /// [`Client::readdir`] with each entry's attributes (None where the caller may read the
+    /// directory but not search it), on one snapshot.
+    pub async fn readdir_plus(
+        &self,
+        dir: Handle,
+        after_cookie: u64,
+        limit: u32,
+    ) -> Result<Vec<(DirEntry, Option<Attr>)>> {
+        let request = pb::ReadDirRequest {
+            handle: dir,
+            after_cookie,
+            limit,
+            plus: true,
+        };
+        check(meta_call!(self, read_dir, self.tagged(request)))?
+            .entries
+            .into_iter()
+            .map(|mut e| {
+                let attr = e.attr.take().map(Attr::try_from).transpose()?;
+                Ok((DirEntry::try_from(e)?, attr))
+            })
             .collect()
     }
 

@@ -22,8 +22,8 @@ use calm_meta::{Attr, Kind, MetaError, NewNode, SetAttr, SetTime};
 use fuser::{
     Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, RequestId, TimeOrNow, WriteFlags,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, RequestId, TimeOrNow, WriteFlags,
 };
 use tokio::runtime::Handle as Runtime;
 
@@ -226,6 +226,21 @@ impl Filesystem for CalmFs {
         // it, a read inside the size the kernel last knew would serve stale pages and size.
         if let Err(missing) = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA) {
             tracing::warn!(?missing, "the kernel does not refresh attributes on read");
+        }
+        // The server drops setuid, setgid and file capabilities on write, truncate and chown
+        // (calm-meta's perm and ops): the kernel need not look for capabilities (a getxattr
+        // round trip) before every write.
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
+            tracing::warn!(
+                ?missing,
+                "the kernel asks for file capabilities before writes"
+            );
+        }
+        // Listings come with their entries' attributes when the kernel sees they will be
+        // looked up (`ls -l`, a tree walk): one request instead of one lookup per name.
+        let plus = InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
+        if let Err(missing) = config.add_capabilities(plus) {
+            tracing::warn!(?missing, "the kernel lists directories without attributes");
         }
         // Large requests: a sequential stream costs fewer round trips through the kernel
         // (the object store's blocks are 4 MiB).
@@ -459,6 +474,17 @@ impl Filesystem for CalmFs {
         reply: ReplyDirectory,
     ) {
         self.handle_readdir(req, ino, offset, reply)
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) {
+        self.handle_readdirplus(req, ino, offset, reply)
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -141,6 +141,7 @@ fn written<T: WriteTxn>(
     end: u64,
 ) -> Outcome<Done> {
     inode.mode = crate::perm::after_write(&ctx.caller, inode.kind, inode.mode);
+    crate::ops::kill_capability(ctx, inode.handle)?;
     if end > inode.size {
         ctx.file_bytes_delta += (end - inode.size) as i64;
         inode.size = end;

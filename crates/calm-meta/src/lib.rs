@@ -350,48 +350,36 @@ impl<S: Store> Meta<S> {
             let snap = self.store.snapshot()?;
             let inode = ops::load_dir(&snap, dir)?;
             perm::permission(caller, &inode.owner(), perm::MAY_READ)?;
-            let limit = limit.min(READDIR_ENTRIES_MAX);
-            let mut entries = Vec::with_capacity(limit.min(256));
-            if limit == 0 || after_cookie == u64::MAX {
-                return Ok(entries);
-            }
-            let start = readdir_key(dir, after_cookie + 1);
-            let end = readdir_end(dir);
-            let mut corrupt = None;
-            snap.visit(&start, &end, &mut |key, value| {
-                let Some(cookie) = key
-                    .get(10..18)
-                    .filter(|_| key.len() == 18)
-                    .map(|c| u64::from_be_bytes(c.try_into().expect("8 bytes")))
-                else {
-                    corrupt = Some(MetaError::Corrupt(format!(
-                        "directory {dir}: readdir key of {} bytes",
-                        key.len()
-                    )));
-                    return ControlFlow::Break(());
-                };
-                match decode_readdir_value(value) {
-                    Ok((handle, kind, name)) => entries.push(DirEntry {
-                        name: name.to_vec(),
-                        handle,
-                        kind,
-                        cookie,
-                    }),
-                    Err(error) => {
-                        corrupt = Some(error);
-                        return ControlFlow::Break(());
-                    }
-                }
-                if entries.len() >= limit {
-                    ControlFlow::Break(())
-                } else {
-                    ControlFlow::Continue(())
-                }
-            })?;
-            match corrupt {
-                Some(error) => Err(error),
-                None => Ok(entries),
-            }
+            readdir_entries(&snap, dir, after_cookie, limit)
+        })
+    }
+
+    /// [`Meta::readdir_as`] with each entry's attributes, read on the same snapshot (what a
+    /// lookup of each name would answer; READDIRPLUS). A caller who may read `dir` but not
+    /// search it gets the entries without attributes, as its lookups would be refused.
+    pub fn readdir_plus_as(
+        &self,
+        caller: &Caller,
+        dir: Handle,
+        after_cookie: u64,
+        limit: usize,
+    ) -> Result<Vec<(DirEntry, Option<Attr>)>> {
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            let inode = ops::load_dir(&snap, dir)?;
+            perm::permission(caller, &inode.owner(), perm::MAY_READ)?;
+            let entries = readdir_entries(&snap, dir, after_cookie, limit)?;
+            let searchable = perm::may_lookup(caller, &inode.owner()).is_ok();
+            entries
+                .into_iter()
+                .map(|entry| {
+                    let attr = match searchable {
+                        true => Some(ops::load(&snap, entry.handle)?.attr()),
+                        false => None,
+                    };
+                    Ok((entry, attr))
+                })
+                .collect()
         })
     }
 
@@ -1011,4 +999,56 @@ fn format_store<T: WriteTxn>(txn: &mut T) -> Result<()> {
     txn.add(KEY_INODES, 1)?;
     txn.add(KEY_FILE_BYTES, 0)?;
     Ok(())
+}
+
+/// Up to `limit` (at most [`READDIR_ENTRIES_MAX`]) entries of directory `dir` after cookie
+/// `after_cookie`, on `snap`.
+fn readdir_entries<R: ReadTxn>(
+    snap: &R,
+    dir: Handle,
+    after_cookie: u64,
+    limit: usize,
+) -> Result<Vec<DirEntry>> {
+    let limit = limit.min(READDIR_ENTRIES_MAX);
+    let mut entries = Vec::with_capacity(limit.min(256));
+    if limit == 0 || after_cookie == u64::MAX {
+        return Ok(entries);
+    }
+    let start = readdir_key(dir, after_cookie + 1);
+    let end = readdir_end(dir);
+    let mut corrupt = None;
+    snap.visit(&start, &end, &mut |key, value| {
+        let Some(cookie) = key
+            .get(10..18)
+            .filter(|_| key.len() == 18)
+            .map(|c| u64::from_be_bytes(c.try_into().expect("8 bytes")))
+        else {
+            corrupt = Some(MetaError::Corrupt(format!(
+                "directory {dir}: readdir key of {} bytes",
+                key.len()
+            )));
+            return ControlFlow::Break(());
+        };
+        match decode_readdir_value(value) {
+            Ok((handle, kind, name)) => entries.push(DirEntry {
+                name: name.to_vec(),
+                handle,
+                kind,
+                cookie,
+            }),
+            Err(error) => {
+                corrupt = Some(error);
+                return ControlFlow::Break(());
+            }
+        }
+        if entries.len() >= limit {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })?;
+    match corrupt {
+        Some(error) => Err(error),
+        None => Ok(entries),
+    }
 }

@@ -1093,6 +1093,17 @@ fn resolve(time: SetTime, now: i64) -> i64 {
     }
 }
 
+/// The xattr holding a file's capabilities, which a write, truncate or chown takes away.
+pub(crate) const CAPABILITY_XATTR: &[u8] = b"security.capability";
+
+/// Drops `handle`'s file capabilities (the mount asks the kernel to leave this to the
+/// server: FUSE_HANDLE_KILLPRIV_V2, so that a write does not cost a getxattr round trip).
+pub(crate) fn kill_capability<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle) -> Outcome<()> {
+    ctx.txn
+        .delete(&crate::layout::xattr_key(handle, CAPABILITY_XATTR))?;
+    Ok(())
+}
+
 fn setattr<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle, attr: &SetAttr) -> Outcome<Done> {
     let mut inode = ctx.load(handle)?;
     let mode = crate::perm::setattr(&ctx.caller, &inode.owner(), attr)?;
@@ -1107,6 +1118,13 @@ fn setattr<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle, attr: &SetAttr) ->
         }
     }
 
+    // A chown or a truncate of a file drops its file capabilities, as Linux's killpriv does.
+    let chowned =
+        attr.uid.is_some_and(|u| u != inode.uid) || attr.gid.is_some_and(|g| g != inode.gid);
+    let resized = attr.size.is_some_and(|s| s != inode.size);
+    if inode.kind == Kind::File && (chowned || resized) {
+        kill_capability(ctx, handle)?;
+    }
     inode.mode = mode & MODE_PERMISSION_MASK;
     if let Some(uid) = attr.uid {
         inode.uid = uid;

@@ -725,3 +725,61 @@ fn drop_parent(store: &Arc<MemStore>, handle: Handle) {
     txn.put(&inode_key(handle), &inode.encode()).unwrap();
     txn.commit().unwrap();
 }
+
+/// A write, a truncate and a chown take a file's capabilities away (the kernel leaves it to
+/// the server: FUSE_HANDLE_KILLPRIV_V2), and nothing else: other xattrs stay, and a chmod or
+/// a setattr that changes no owner and no size keeps them.
+#[test]
+fn writes_truncates_and_chowns_drop_file_capabilities() {
+    let rt = rt();
+    let meta = mem();
+    let cap = b"security.capability";
+    let file = rt.block_on(meta.create(ROOT, b"f", 0o755)).unwrap().handle;
+    let set = |what: &str| {
+        rt.block_on(meta.setxattr(file, cap, b"caps", 0)).unwrap();
+        rt.block_on(meta.setxattr(file, b"user.keep", what.as_bytes(), 0))
+            .unwrap();
+    };
+    let has_cap = || meta.getxattr(file, cap).is_ok();
+    let kept = |what: &str| {
+        assert_eq!(meta.getxattr(file, b"user.keep").unwrap(), what.as_bytes());
+    };
+
+    set("chmod");
+    let chmod = SetAttr {
+        mode: Some(0o750),
+        ..SetAttr::default()
+    };
+    rt.block_on(meta.setattr(file, chmod)).unwrap();
+    let same_owner = SetAttr {
+        uid: Some(0),
+        ..SetAttr::default()
+    };
+    rt.block_on(meta.setattr(file, same_owner)).unwrap();
+    assert!(has_cap(), "a chmod or a chown to the same owner keeps them");
+
+    let write = slices::Slice::hole(0, 10);
+    rt.block_on(meta.write(Caller::default(), file, vec![(0, write)], 0, Vec::new()))
+        .unwrap();
+    assert!(!has_cap(), "a write drops them");
+    kept("chmod");
+
+    set("truncate");
+    let truncate = SetAttr {
+        size: Some(3),
+        ..SetAttr::default()
+    };
+    rt.block_on(meta.setattr(file, truncate)).unwrap();
+    assert!(!has_cap(), "a truncate drops them");
+    kept("truncate");
+
+    set("chown");
+    let chown = SetAttr {
+        uid: Some(42),
+        ..SetAttr::default()
+    };
+    rt.block_on(meta.setattr(file, chown)).unwrap();
+    assert!(!has_cap(), "a chown drops them");
+    kept("chown");
+    clean(&meta);
+}

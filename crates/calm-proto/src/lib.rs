@@ -133,6 +133,7 @@ impl From<&DirEntry> for pb::DirEntry {
             handle: e.handle,
             kind: e.kind as u32,
             cookie: e.cookie,
+            attr: None,
         }
     }
 }

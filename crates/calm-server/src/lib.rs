@@ -385,6 +385,22 @@ impl<S: Store> MetaRpc for MetaService<S> {
     ) -> Result<Response<pb::ReadDirReply>, Status> {
         let caller = self.auth.caller(&r)?;
         let r = r.into_inner();
+        if r.plus {
+            let result =
+                self.meta
+                    .readdir_plus_as(&caller, r.handle, r.after_cookie, r.limit as usize);
+            return self.answer(result.map(|entries| {
+                pb::ReadDirReply {
+                    entries: entries
+                        .iter()
+                        .map(|(entry, attr)| pb::DirEntry {
+                            attr: attr.as_ref().map(pb::Attr::from),
+                            ..pb::DirEntry::from(entry)
+                        })
+                        .collect(),
+                }
+            }));
+        }
         let result = self
             .meta
             .readdir_as(&caller, r.handle, r.after_cookie, r.limit as usize);

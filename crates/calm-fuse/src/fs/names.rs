@@ -229,4 +229,93 @@ impl CalmFs {
             }
         });
     }
+
+    /// READDIRPLUS: the entries with their attributes, from one server read, so that `ls -l`
+    /// or a tree walk needs no lookup per name. Each entry with attributes is a lookup the
+    /// kernel holds (see [`crate::cache`]); where the caller may not search the directory,
+    /// names go alone, as its lookups would be refused.
+    pub(super) fn handle_readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
+        let ticket = shared.cache.ticket();
+        self.spawn(async move {
+            // Offsets are the server's cookies; 1 and 2 are "." and "..", names alone.
+            let dot = plain_attr(ino.0, Kind::Dir);
+            if offset == 0 && reply.add(INodeNo(0), 1, ".", &Duration::ZERO, &dot, Generation(0)) {
+                return reply.ok();
+            }
+            if offset <= 1 && reply.add(INodeNo(0), 2, "..", &Duration::ZERO, &dot, Generation(0)) {
+                return reply.ok();
+            }
+            let mut after = offset.max(2);
+            loop {
+                let entries = match client.readdir_plus(ino.0, after, READDIR_BATCH).await {
+                    Ok(entries) => entries,
+                    Err(e) => return reply.error(errno(&e)),
+                };
+                if entries.is_empty() {
+                    return reply.ok();
+                }
+                for (entry, attr) in &entries {
+                    let name = OsStr::from_bytes(&entry.name);
+                    let full = match attr {
+                        Some(attr) => {
+                            let attr = shared.local_view(attr.clone());
+                            // Counted before the reply: the kernel holds it once it is sent
+                            // (or forgets it at once, if the buffer had no room).
+                            let ttl = shared.cache.entered(ticket, attr.handle);
+                            let generation = Generation(attr.generation);
+                            reply.add(
+                                INodeNo(attr.handle),
+                                entry.cookie,
+                                name,
+                                &ttl,
+                                &file_attr(&attr),
+                                generation,
+                            )
+                        }
+                        None => reply.add(
+                            INodeNo(0),
+                            entry.cookie,
+                            name,
+                            &Duration::ZERO,
+                            &plain_attr(entry.handle, entry.kind),
+                            Generation(0),
+                        ),
+                    };
+                    if full {
+                        return reply.ok();
+                    }
+                    after = entry.cookie;
+                }
+            }
+        });
+    }
+}
+
+/// The attributes of a name sent alone: its inode number and kind, nothing else.
+fn plain_attr(handle: u64, kind: Kind) -> fuser::FileAttr {
+    fuser::FileAttr {
+        ino: INodeNo(handle),
+        size: 0,
+        blocks: 0,
+        atime: SystemTime::UNIX_EPOCH,
+        mtime: SystemTime::UNIX_EPOCH,
+        ctime: SystemTime::UNIX_EPOCH,
+        crtime: SystemTime::UNIX_EPOCH,
+        kind: file_type(kind),
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
 }

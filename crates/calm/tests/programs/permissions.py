@@ -53,6 +53,9 @@ def build(top):
     f("rdir755/f", 0, 0, 0o644)
     d("rdir711", 0, 0, 0o711)
     f("rdir711/f", 0, 0, 0o644)
+    # Readable but not searchable by others: a listing shows names, not what they are.
+    d("rdir744", 0, 0, 0o744)
+    f("rdir744/f", 0, 0, 0o644)
     d("gdir770", 0, GROUP, 0o770)
     d("sticky", 0, 0, 0o1777)
     f("sticky/a", A, A, 0o644)
@@ -69,6 +72,17 @@ def st(path):
     # A directory's size is the file system's own choice.
     size = s.st_size if stat.S_ISREG(s.st_mode) else None
     return {"mode": oct(s.st_mode), "uid": s.st_uid, "gid": s.st_gid, "size": size}
+
+
+def long_list(path):
+    """`ls -l`: each name of a listing with its attributes, or why not."""
+    out = []
+    for name in sorted(os.listdir(path)):
+        try:
+            out.append([name, st(os.path.join(path, name))])
+        except OSError as e:
+            out.append([name, errno.errorcode[e.errno]])
+    return out
 
 
 def cases(top):
@@ -122,6 +136,9 @@ def cases(top):
         ("list rdir700", lambda: sorted(os.listdir(p("rdir700")))),
         ("lookup rdir711/f", lambda: st(p("rdir711/f"))),
         ("list rdir711", lambda: sorted(os.listdir(p("rdir711")))),
+        ("list rdir744", lambda: sorted(os.listdir(p("rdir744")))),
+        ("list -l rdir744", lambda: long_list(p("rdir744"))),
+        ("list -l rdir755", lambda: long_list(p("rdir755"))),
         ("create in rdir755", lambda: create("rdir755/new")),
         ("create in gdir770", lambda: create("gdir770/new")),
         ("create in adir", lambda: create("adir/new")),

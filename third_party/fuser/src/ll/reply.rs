@@ -464,7 +464,8 @@ impl DirEntList {
 
 #[derive(Debug)]
 pub(crate) struct DirEntryPlus<T: AsRef<Path>> {
-    #[allow(unused)] // We use `attr.ino` instead
+    /// calm: the entry's node id, which may differ from `attr.ino`: 0 sends the name without
+    /// attributes (the kernel links no dentry for it).
     ino: INodeNo,
     generation: Generation,
     offset: DirEntOffset,
@@ -518,7 +519,7 @@ impl DirEntPlusList {
         let name = x.name.as_ref().as_os_str().as_bytes();
         let header = abi::fuse_direntplus {
             entry_out: abi::fuse_entry_out {
-                nodeid: x.attr.attr.ino,
+                nodeid: x.ino.0,
                 generation: x.generation.into(),
                 entry_valid: x.entry_valid.as_secs(),
                 attr_valid: x.attr_valid.as_secs(),
