@@ -178,6 +178,7 @@ impl InProcessServer {
         let local = calm_client::InProcess {
             meta: server.meta_service(),
             locks: server.lock_service(),
+            watch: server.watch_service(),
         };
         let task = tokio::spawn(server.serve(vec![listener], async {
             let _ = stopped.await;

@@ -38,13 +38,18 @@ pub struct DataInfo {
 
 pub type Result<T, E = MetaError> = std::result::Result<T, E>;
 
-/// The namespace and lock services of a server in this process, called directly: no
+/// The stream of a watch served in this process.
+pub type LocalWatchStream =
+    tokio_stream::wrappers::ReceiverStream<std::result::Result<pb::WatchBatch, tonic::Status>>;
+
+/// The namespace, lock and watch services of a server in this process, called directly: no
 /// connection, no encoding, the same requests and answers as over the wire (the embedded
 /// mount's path; `calm_server::Server` hands them out).
 #[derive(Clone)]
 pub struct InProcess {
     pub meta: Arc<dyn pb::meta_server::Meta>,
     pub locks: Arc<dyn pb::locks_server::Locks>,
+    pub watch: Arc<dyn pb::watch_server::Watch<WatchStream = LocalWatchStream>>,
 }
 
 impl std::fmt::Debug for InProcess {
@@ -811,16 +816,24 @@ impl Client {
             batch_max: 0,
             all,
         };
-        let mut stream = check(self.watch.clone().watch(request).await)?;
+        let mut stream = match &self.local {
+            Some(local) => {
+                let mut request = tonic::IntoRequest::into_request(request);
+                request.extensions_mut().insert(calm_proto::InProcess);
+                WatchStream::Local(check(local.watch.watch(request).await)?, local.clone())
+            }
+            None => WatchStream::Remote(Box::new((
+                check(self.watch.clone().watch(request).await)?,
+                self.watch.clone(),
+            ))),
+        };
         let first = stream
             .message()
-            .await
-            .map_err(|s| error_from_status(&s))?
+            .await?
             .ok_or_else(|| MetaError::Io("the watch ended before it began".into()))?;
         Ok(Watch {
             id: first.watch_id,
             stream,
-            client: self.watch.clone(),
             pending: std::collections::VecDeque::new(),
             passed: 0,
         })
@@ -943,12 +956,57 @@ pub enum WatchEvent {
     },
 }
 
+/// Where a watch's batches come from: a connection, or the server in this process (then no
+/// encoding of the batches and no socket between them).
+enum WatchStream {
+    Remote(Box<(tonic::Streaming<pb::WatchBatch>, WatchClient<Channel>)>),
+    Local(LocalWatchStream, InProcess),
+}
+
+impl std::fmt::Debug for WatchStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WatchStream::Remote(..) => "WatchStream::Remote",
+            WatchStream::Local(..) => "WatchStream::Local",
+        })
+    }
+}
+
+impl WatchStream {
+    async fn message(&mut self) -> Result<Option<pb::WatchBatch>> {
+        match self {
+            WatchStream::Remote(remote) => {
+                remote.0.message().await.map_err(|s| error_from_status(&s))
+            }
+            WatchStream::Local(stream, _) => {
+                use tokio_stream::StreamExt;
+                stream
+                    .next()
+                    .await
+                    .transpose()
+                    .map_err(|s| error_from_status(&s))
+            }
+        }
+    }
+
+    async fn watch_past(&self, request: pb::WatchPastRequest) -> Result<()> {
+        match self {
+            WatchStream::Remote(remote) => check(remote.1.clone().watch_past(request).await),
+            WatchStream::Local(_, local) => {
+                let mut request = tonic::IntoRequest::into_request(request);
+                request.extensions_mut().insert(calm_proto::InProcess);
+                check(local.watch.watch_past(request).await)
+            }
+        }
+        .map(|_| ())
+    }
+}
+
 /// A running watch.
 #[derive(Debug)]
 pub struct Watch {
     id: u64,
-    stream: tonic::Streaming<pb::WatchBatch>,
-    client: WatchClient<Channel>,
+    stream: WatchStream,
     pending: std::collections::VecDeque<WatchEvent>,
     /// The highest index the stream has shown (a change or a progress event).
     passed: u64,
@@ -966,12 +1024,7 @@ impl Watch {
 
     async fn fill(&mut self) -> Result<bool> {
         use pb::watch_event::Event as E;
-        let Some(batch) = self
-            .stream
-            .message()
-            .await
-            .map_err(|s| error_from_status(&s))?
-        else {
+        let Some(batch) = self.stream.message().await? else {
             return Ok(false);
         };
         for event in batch.events {
@@ -1030,7 +1083,7 @@ impl Watch {
             watch_id: self.id,
             index,
         };
-        check(self.client.clone().watch_past(request).await)?;
+        self.stream.watch_past(request).await?;
         while self.passed < index {
             if !self.fill().await? {
                 return Err(MetaError::Io("the watch ended".into()));

@@ -10,7 +10,7 @@
 //!   (with the size, mtime and changelog record): metadata never names an object that is not
 //!   completely written. fsync also syncs the objects of a local store before that commit.
 //! - A commit of small writes (at most [`Contents::inline_bytes_max`] in all, in the file's
-//!   first MiB, none uploaded yet) sends their bytes with the records instead: the server keeps
+//!   first chunk (64 MiB), none uploaded yet) sends their bytes with the records instead: the server keeps
 //!   them beside the records, in the same transaction, and no object is written (one durable
 //!   write instead of an object's, its directory's and the metadata's).
 //! - A read follows the file's map (read from the server at each open: close-to-open), with

@@ -44,8 +44,9 @@ pub const INLINE: u64 = 1 << 63;
 pub const INLINE_SLICE_BYTES_MAX: u32 = 64 << 10;
 /// Most inline bytes one write places (all its inline slices together).
 pub const INLINE_WRITE_BYTES_MAX: u64 = 64 << 10;
-/// Inline slices lie in a file's first bytes only: none reaches past this.
-pub const INLINE_FILE_BYTES_MAX: u64 = 1 << 20;
+/// Inline slices lie in a file's first chunk only (none reaches past this): the inline bytes
+/// of a file are those of one chunk, bounded by [`INLINE_CHUNK_BYTES_MAX`].
+pub const INLINE_FILE_BYTES_MAX: u64 = CHUNK_BYTES;
 /// Most bytes the inline slices of one file may hold together (its first chunk's), so that a
 /// file's map with its inline bytes stays a small message. A write past it places objects.
 pub const INLINE_CHUNK_BYTES_MAX: u64 = 1 << 20;

@@ -463,7 +463,7 @@ fn inline_bytes_stop_at_their_limit_and_bad_ones_are_refused() {
         write(id, vec![8u8; 1], 0),
         Err(MetaError::NotSupported(_))
     ));
-    // Wrong length, past the file's first MiB, never handed out, or without its bytes.
+    // Wrong length, past the file's first chunk, never handed out, or without its bytes.
     assert!(matches!(
         write(id, vec![8u8; 0], 0),
         Err(MetaError::Invalid(_))

@@ -697,6 +697,11 @@ impl<S: Store> Server<S> {
         self.locks.clone()
     }
 
+    /// The watch service, for a client in this process.
+    pub fn watch_service(&self) -> Arc<WatchService<S>> {
+        self.watch.clone()
+    }
+
     /// Serves every service on `listeners` until `shutdown` completes; then stops accepting,
     /// lets the requests in flight finish, stops the server's tasks and returns.
     pub async fn serve(

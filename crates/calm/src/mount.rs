@@ -56,7 +56,7 @@ pub struct MountArgs {
     /// server's changes (which invalidate them at once); otherwise at most 1000.
     #[arg(long, default_value_t = calm_fuse::fs::TTL_DEFAULT.as_millis() as u64)]
     pub ttl_ms: u64,
-    /// Small writes committed together up to this many bytes (in a file's first MiB) are kept
+    /// Small writes committed together up to this many bytes (in a file's first 64 MiB) are kept
     /// by the metadata server beside their records instead of written as objects: one durable
     /// write instead of three. 0: always objects; at most 65536.
     #[arg(long, default_value_t = calm_meta::slices::INLINE_WRITE_BYTES_MAX,
@@ -123,6 +123,7 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
             let local = calm_client::InProcess {
                 meta: server.meta_service(),
                 locks: server.lock_service(),
+                watch: server.watch_service(),
             };
             let server = runtime.spawn(server.serve(listeners, async move {
                 let _ = stopped.await;
