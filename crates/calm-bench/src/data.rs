@@ -42,6 +42,8 @@ pub struct DataBenchOptions {
     /// mounts of one file system, or one directory twice), mounted beforehand by the caller
     /// (for example JuiceFS, to compare). Each runs in a fresh directory under its first view.
     pub others: Vec<Other>,
+    /// The calm mounts' inline limit (`calm mount --inline-bytes-max`).
+    pub inline_bytes_max: u64,
 }
 
 /// A file system the caller mounted, to be measured beside calm.
@@ -374,6 +376,7 @@ impl Calm {
         runtime: &tokio::runtime::Runtime,
         dir: &Path,
         objects: Option<&str>,
+        inline_bytes_max: u64,
     ) -> Result<Calm, String> {
         let (work, meta) = crate::mdtest::open_meta_objects(dir, objects)?;
         let mounts: Vec<PathBuf> = (0..2)
@@ -389,7 +392,7 @@ impl Calm {
             allow_other: false,
             cache_dir: None,
             cache_bytes: 0,
-            inline_bytes_max: calm_meta::slices::INLINE_WRITE_BYTES_MAX,
+            inline_bytes_max,
         };
         let (server, mounted) = runtime.block_on(async {
             // The deleter and the compactor run, as under `calm serve` (with its defaults):
@@ -526,7 +529,7 @@ pub fn run(options: &DataBenchOptions) -> Result<DataReport, String> {
         leftovers.push(work);
     }
     for (fs, objects) in stores {
-        let calm = Calm::start(&runtime, &options.dir, objects)?;
+        let calm = Calm::start(&runtime, &options.dir, objects, options.inline_bytes_max)?;
         let measured = cases(
             fs,
             [&calm.mounts[0], &calm.mounts[1]],

@@ -198,6 +198,10 @@ pub enum Bench {
         /// May be given more than once.
         #[arg(long = "other")]
         others: Vec<calm_bench::data::Other>,
+        /// The calm mounts' `--inline-bytes-max`: small writes kept by the metadata up to
+        /// this many bytes per commit (0: every write an object).
+        #[arg(long, default_value_t = calm_meta::slices::INLINE_WRITE_BYTES_MAX)]
+        inline_bytes_max: u64,
         #[arg(long)]
         json: bool,
         #[arg(long)]
@@ -416,10 +420,12 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             dir,
             tmpfs_dir,
             others,
+            inline_bytes_max,
             json,
             plot,
         } => {
             let options = calm_bench::data::DataBenchOptions {
+                inline_bytes_max,
                 seq_bytes: seq_mib << 20,
                 streams,
                 rand_file_bytes: rand_mib << 20,
