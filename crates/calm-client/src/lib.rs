@@ -5,6 +5,8 @@
 //! A [`Client`] is one HTTP/2 connection; clones share it and may be used from many tasks at
 //! once (requests are multiplexed).
 
+pub mod batch;
+
 use calm_changelog::{Record, User, UserId};
 use calm_locks::{Holder, Request as LockRequest, SessionId};
 use calm_meta::{Attr, Caller, DirEntry, FileMap, Handle, MetaError, NewNode, SetAttr, StatFs};
@@ -69,6 +71,26 @@ macro_rules! meta_call {
                 local.meta.$method(request).await
             }
             None => $client.rpc.clone().$method(request).await,
+        }
+    }};
+}
+
+/// [`meta_call`] for the namespace calls a batch may carry (`Meta.Batch`): over the
+/// connection, they go through the client's [`batch::Batcher`] as the call `$op`.
+macro_rules! batched_call {
+    ($client:expr, $method:ident, $op:ident, $request:expr) => {{
+        let mut request = tonic::IntoRequest::into_request($request);
+        match &$client.local {
+            Some(local) => {
+                request.extensions_mut().insert(calm_proto::InProcess);
+                local.meta.$method(request).await
+            }
+            None => {
+                $client
+                    .batch
+                    .call(request, calm_proto::pb::call::Op::$op)
+                    .await
+            }
         }
     }};
 }
@@ -150,6 +172,8 @@ pub struct Client {
     changelog: ChangelogClient<Channel>,
     watch: WatchClient<Channel>,
     targets: TargetsClient<Channel>,
+    /// Namespace calls over the connection, batched (shared by the client's clones).
+    batch: Arc<batch::Batcher>,
     /// Sent with every mutation, for its changelog record.
     caller: Option<Caller>,
     /// The highest changelog index a mutation of this client (or its clones) answered with.
@@ -245,11 +269,13 @@ impl Client {
 
     /// A client over an existing channel.
     pub fn from_channel(channel: Channel) -> Client {
+        let rpc = MetaClient::new(channel.clone())
+            .max_decoding_message_size(MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(MESSAGE_BYTES_MAX);
         Client {
             local: None,
-            rpc: MetaClient::new(channel.clone())
-                .max_decoding_message_size(MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            batch: batch::Batcher::new(rpc.clone()),
+            rpc,
             locks: LocksClient::new(channel.clone())
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
@@ -345,13 +371,14 @@ impl Client {
             parent,
             name: name.to_vec(),
         };
-        check(meta_call!(self, lookup, self.tagged(request)))?.try_into()
+        check(batched_call!(self, lookup, Lookup, self.tagged(request)))?.try_into()
     }
 
     pub async fn getattr(&self, handle: Handle) -> Result<Attr> {
-        check(meta_call!(
+        check(batched_call!(
             self,
             get_attr,
+            GetAttr,
             self.tagged(pb::HandleRequest { handle })
         ))?
         .try_into()
@@ -359,7 +386,7 @@ impl Client {
 
     pub async fn setattr(&self, handle: Handle, attr: &SetAttr) -> Result<Attr> {
         let request = calm_proto::setattr_to_wire(handle, attr);
-        self.mutated(meta_call!(self, set_attr, self.tagged(request)))?
+        self.mutated(batched_call!(self, set_attr, SetAttr, self.tagged(request)))?
             .try_into()
     }
 
@@ -381,7 +408,7 @@ impl Client {
             target: node.target.clone(),
             exclusive,
         };
-        self.mutated(meta_call!(self, make, self.tagged(request)))?
+        self.mutated(batched_call!(self, make, Make, self.tagged(request)))?
             .try_into()
     }
 
@@ -401,7 +428,7 @@ impl Client {
             parent,
             name: name.to_vec(),
         };
-        self.mutated(meta_call!(self, link, self.tagged(request)))?
+        self.mutated(batched_call!(self, link, Link, self.tagged(request)))?
             .try_into()
     }
 
@@ -424,7 +451,7 @@ impl Client {
             name: name.to_vec(),
             keep,
         };
-        self.mutated(meta_call!(self, unlink, self.tagged(request)))
+        self.mutated(batched_call!(self, unlink, Unlink, self.tagged(request)))
             .map(|r| (r.orphan != 0).then_some(r.orphan))
     }
 
@@ -446,7 +473,7 @@ impl Client {
             name: name.to_vec(),
             keep: Vec::new(),
         };
-        self.mutated(meta_call!(self, rmdir, self.tagged(request)))
+        self.mutated(batched_call!(self, rmdir, Rmdir, self.tagged(request)))
             .map(|_| ())
     }
 
@@ -481,7 +508,7 @@ impl Client {
             flags,
             keep,
         };
-        self.mutated(meta_call!(self, rename, self.tagged(request)))
+        self.mutated(batched_call!(self, rename, Rename, self.tagged(request)))
             .map(|r| (r.orphan != 0).then_some(r.orphan))
     }
 
@@ -619,7 +646,7 @@ impl Client {
                     from_chunk,
                     max_records: 0,
                 };
-                let reply = check(meta_call!(self, read_map, self.tagged(request)))?;
+                let reply = check(batched_call!(self, read_map, ReadMap, self.tagged(request)))?;
                 let attr: Attr = reply
                     .attr
                     .ok_or_else(|| MetaError::Io("a map without attributes".into()))?
@@ -687,7 +714,7 @@ impl Client {
                 .map(|(id, data)| pb::InlineBytes { id, data })
                 .collect(),
         };
-        self.mutated(meta_call!(self, write, self.tagged(request)))?
+        self.mutated(batched_call!(self, write, Write, self.tagged(request)))?
             .try_into()
     }
 

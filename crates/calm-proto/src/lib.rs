@@ -7,6 +7,7 @@
 
 use calm_meta::{Attr, DirEntry, Kind, MetaError, NewNode, SetAttr, SetTime};
 
+pub mod batch;
 pub mod changelog;
 pub mod locks;
 

@@ -29,6 +29,7 @@ use calm_store::Store;
 use tonic::{Request, Response, Status};
 
 pub mod auth;
+mod batch;
 pub mod changelog;
 pub mod data;
 pub mod listen;
@@ -181,6 +182,9 @@ pub struct MetaService<S: Store> {
     watch: Option<Arc<watch::WatchHub<S>>>,
     requests: AtomicU64,
     request_errors: AtomicU64,
+    /// `Meta.Batch` requests, and the calls they carried.
+    batches: AtomicU64,
+    batched_calls: AtomicU64,
 }
 
 impl<S: Store> MetaService<S> {
@@ -200,6 +204,8 @@ impl<S: Store> MetaService<S> {
             watch: None,
             requests: AtomicU64::new(0),
             request_errors: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            batched_calls: AtomicU64::new(0),
         }
     }
 
@@ -217,6 +223,13 @@ impl<S: Store> MetaService<S> {
 }
 
 impl<S: Store> MetaService<S> {
+    /// Counts a batch of `calls` calls (each is counted again as a request when answered).
+    fn batched(&self, calls: usize) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.batched_calls
+            .fetch_add(calls as u64, Ordering::Relaxed);
+    }
+
     /// A mutation that may have queued objects for deletion (an unlink, a rename over a file,
     /// a truncate) succeeded: the deleter looks.
     fn maybe_queued<T>(&self, result: &Result<T, MetaError>) {
@@ -270,6 +283,13 @@ fn done_removed(result: Result<Done, MetaError>) -> Result<pb::RemovedReply, Met
 
 #[tonic::async_trait]
 impl<S: Store> MetaRpc for MetaService<S> {
+    async fn batch(
+        &self,
+        r: Request<pb::BatchRequest>,
+    ) -> Result<Response<pb::BatchReply>, Status> {
+        batch::serve(self, r).await
+    }
+
     async fn lookup(&self, r: Request<pb::LookupRequest>) -> Result<Response<pb::Attr>, Status> {
         let caller = self.auth.caller(&r)?;
         let r = r.into_inner();
@@ -487,6 +507,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
             ready_ms: self.info.ready_ms,
             requests: self.requests.load(Ordering::Relaxed),
             request_errors: self.request_errors.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+            batched_calls: self.batched_calls.load(Ordering::Relaxed),
             lock_sessions: locks.sessions as u64,
             locks: locks.locks,
             lock_waits: locks.waits as u64,

@@ -35,6 +35,8 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
             "ready_ms": status.ready_ms,
             "requests": status.requests,
             "request_errors": status.request_errors,
+            "batches": status.batches,
+            "batched_calls": status.batched_calls,
             "lock_sessions": status.lock_sessions,
             "locks": status.locks,
             "lock_waits": status.lock_waits,
@@ -75,8 +77,8 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
             (
                 "requests",
                 format!(
-                    "{} ({} answered with an error)",
-                    status.requests, status.request_errors
+                    "{} ({} answered with an error; {} of them in {} batches)",
+                    status.requests, status.request_errors, status.batched_calls, status.batches
                 ),
             ),
             (

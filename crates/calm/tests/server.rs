@@ -315,3 +315,110 @@ fn a_command_whose_reader_went_away_ends_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}", out.status);
 }
+
+#[test]
+fn concurrent_calls_of_one_client_travel_in_batches_each_answered_as_alone() {
+    use calm_proto::pb;
+    use calm_proto::pb::meta_client::MetaClient;
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&data_dir(&tmp));
+    let rt = runtime();
+    rt.block_on(async {
+        let c = Client::connect(&server.addr).await.unwrap();
+        let d = c.mkdir(ROOT, b"d", 0o755).await.unwrap();
+        for i in 0..50 {
+            c.create(d.handle, format!("old{i}").as_bytes(), 0o644)
+                .await
+                .unwrap();
+        }
+        // 400 calls at once on one connection: creates of new names and of names that exist,
+        // lookups of names that exist and of names that do not.
+        let mut tasks = Vec::new();
+        for i in 0..100 {
+            let c = c.clone();
+            let dir = d.handle;
+            tasks.push(tokio::spawn(async move {
+                let new = format!("new{i}");
+                let made = c.create(dir, new.as_bytes(), 0o640).await.unwrap();
+                assert_eq!(made.mode & 0o777, 0o640);
+                let old = format!("old{}", i % 50);
+                assert_eq!(
+                    c.create(dir, old.as_bytes(), 0o644).await.unwrap_err(),
+                    MetaError::Exists
+                );
+                assert_eq!(c.lookup(dir, new.as_bytes()).await.unwrap(), made);
+                assert_eq!(
+                    c.lookup(dir, format!("missing{i}").as_bytes())
+                        .await
+                        .unwrap_err(),
+                    MetaError::NotFound
+                );
+                made.handle
+            }));
+        }
+        let mut handles = Vec::new();
+        for task in tasks {
+            handles.push(task.await.unwrap());
+        }
+        handles.sort_unstable();
+        handles.dedup();
+        assert_eq!(handles.len(), 100, "each create made a file of its own");
+        assert_eq!(c.readdir(d.handle, 0, 1000).await.unwrap().len(), 150);
+
+        // The wire: a batch past the limit is refused whole; a call naming no operation is
+        // answered with an error beside the others' answers.
+        let mut raw = MetaClient::connect(format!("http://{}", server.addr))
+            .await
+            .unwrap();
+        let lookup = |name: &str| pb::Call {
+            metadata: Default::default(),
+            op: Some(pb::call::Op::Lookup(pb::LookupRequest {
+                parent: d.handle,
+                name: name.as_bytes().to_vec(),
+            })),
+        };
+        let too_many = vec![lookup("old1"); calm_proto::batch::BATCH_CALLS_MAX + 1];
+        let refused = raw
+            .batch(pb::BatchRequest { calls: too_many })
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        let empty = pb::Call {
+            metadata: Default::default(),
+            op: None,
+        };
+        let replies = raw
+            .batch(pb::BatchRequest {
+                calls: vec![lookup("old1"), empty, lookup("nope")],
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .replies;
+        assert_eq!(replies.len(), 3);
+        assert_eq!(replies[0].code, 0);
+        assert!(matches!(
+            replies[0].reply,
+            Some(pb::call_reply::Reply::Attr(_))
+        ));
+        assert_eq!(replies[1].code, tonic::Code::InvalidArgument as u32);
+        assert_eq!(replies[2].code, tonic::Code::NotFound as u32);
+        assert_eq!(
+            calm_proto::batch::response_of::<pb::Attr>(replies[2].clone())
+                .map_err(|s| calm_proto::error_from_status(&s))
+                .unwrap_err(),
+            MetaError::NotFound
+        );
+    });
+    let status = calm(&["status", "--server", &server.addr, "--json"]);
+    assert!(status.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let (batches, calls) = (
+        json["batches"].as_u64().unwrap(),
+        json["batched_calls"].as_u64().unwrap(),
+    );
+    // Every call of the client went in a batch (51 setup calls, 400 at once, a readdir that is
+    // not batched, and the 3 raw calls); those made at once shared batches.
+    assert!(calls >= 454, "{calls} calls in batches");
+    assert!(batches < calls - 100, "{batches} batches for {calls} calls");
+}
