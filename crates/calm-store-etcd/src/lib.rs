@@ -151,6 +151,10 @@ fn transient(error: &etcd_client::Error) -> bool {
     use etcd_client::Error as E;
     match error {
         E::TransportError(_) | E::IoError(_) => true,
+        // The connection to the member broke under the request (the member died, or closed
+        // it): tonic reports it as a status of code Unknown whose source is the transport's
+        // error.
+        E::GRpcStatus(status) if broken_connection(status) => true,
         E::GRpcStatus(status) => {
             let message = status.message();
             matches!(
@@ -165,6 +169,19 @@ fn transient(error: &etcd_client::Error) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether `status` stands for a connection that broke rather than an answer of etcd's: an
+/// I/O or transport error in its source chain.
+fn broken_connection(status: &tonic::Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(error) = source {
+        if error.is::<std::io::Error>() || error.is::<tonic::transport::Error>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 /// The cluster's refusals this store names: what etcd says, whether it means "full" (else a
@@ -577,7 +594,17 @@ where
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_millis(500));
             }
-            other => return other,
+            Err(error) => {
+                // What the caller will see as EIO: said here, with the reason.
+                if transient(&error) {
+                    tracing::warn!(%error, retry_ms_max = inner.options.retry_ms_max,
+                        "etcd did not answer within the retry limit");
+                } else {
+                    tracing::warn!(%error, "etcd refused a request");
+                }
+                return Err(error);
+            }
+            ok => return ok,
         }
     }
 }
@@ -950,5 +977,48 @@ impl Store for EtcdStore {
             }
         });
         Ok(Some(receiver))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broken_connection_is_sent_again_an_answer_is_not() {
+        let broken = tonic::Status::from_error(Box::new(std::io::Error::new(
+            std::io::ErrorKind::BrokenPipe,
+            "stream closed because of a broken pipe",
+        )));
+        assert_eq!(broken.code(), tonic::Code::Unknown);
+        assert!(transient(&etcd_client::Error::GRpcStatus(broken)));
+        for (code, message) in [
+            (tonic::Code::Unavailable, "connection refused"),
+            (tonic::Code::Unknown, "etcdserver: leader changed"),
+            (tonic::Code::Unknown, "etcdserver: request timed out"),
+        ] {
+            let status = tonic::Status::new(code, message);
+            assert!(
+                transient(&etcd_client::Error::GRpcStatus(status)),
+                "{message}"
+            );
+        }
+        for (code, message) in [
+            (tonic::Code::Unknown, "transport error"),
+            (
+                tonic::Code::ResourceExhausted,
+                "etcdserver: mvcc: database space exceeded",
+            ),
+            (
+                tonic::Code::InvalidArgument,
+                "etcdserver: too many operations in txn request",
+            ),
+        ] {
+            let status = tonic::Status::new(code, message);
+            assert!(
+                !transient(&etcd_client::Error::GRpcStatus(status)),
+                "{message}"
+            );
+        }
     }
 }
