@@ -567,7 +567,8 @@ fn at_revision(options: GetOptions, revision: i64) -> GetOptions {
 }
 
 /// Sends `request` until it gets an answer, while the cluster is unavailable and
-/// `retry_ms_max` has not passed; each attempt is bounded by `attempt_ms_max`.
+/// `retry_ms_max` has not passed; each attempt is bounded by `attempt_ms_max` and by the time
+/// left.
 async fn retrying<T, F, Fut>(
     inner: &Inner,
     request: F,
@@ -579,8 +580,15 @@ where
     let deadline = Instant::now() + Duration::from_millis(inner.options.retry_ms_max);
     let attempt = Duration::from_millis(inner.options.attempt_ms_max);
     let mut pause = Duration::from_millis(20);
+    let mut first = true;
     loop {
-        let outcome = match tokio::time::timeout(attempt, request(inner.client.clone())).await {
+        // The first attempt has its whole time; a later one no more than is left before the
+        // deadline, so that a request fails within `retry_ms_max` of its start.
+        let budget = match std::mem::replace(&mut first, false) {
+            true => attempt,
+            false => attempt.min(deadline.saturating_duration_since(Instant::now())),
+        };
+        let outcome = match tokio::time::timeout(budget, request(inner.client.clone())).await {
             Ok(outcome) => outcome,
             Err(_) => Err(etcd_client::Error::GRpcStatus(tonic::Status::new(
                 tonic::Code::DeadlineExceeded,

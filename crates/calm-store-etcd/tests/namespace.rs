@@ -1,6 +1,7 @@
 //! calm's namespace on etcd: two namespaces (two servers) over one cluster serve one
-//! namespace; groups over etcd's transaction limit are cut; and a member killed during a
-//! create storm loses no acknowledged create and does not stop the storm.
+//! namespace; groups over etcd's transaction limit are cut; the leader killed during a create
+//! storm fails no create and loses none; a lost quorum fails creates with EIO within a bound,
+//! and they resume when it returns.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -11,6 +12,11 @@ use calm_changelog::{Mask, RecordType};
 use calm_meta::{Handle, Meta, MetaError, MetaOptions, ROOT};
 use calm_store_etcd::cluster::{LocalCluster, shared_url, unique_prefix};
 use calm_store_etcd::{EtcdOptions, EtcdStore};
+
+/// Taken by the tests that run a cluster of their own (they stop members): one such cluster
+/// at a time, so that two do not start, elect and time out against each other on a small
+/// machine.
+static PRIVATE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn open(url: &str, batch_ops_max: usize) -> Arc<Meta<EtcdStore>> {
     let store = EtcdStore::connect(EtcdOptions::from_url(url).unwrap()).expect("connecting");
@@ -161,6 +167,7 @@ fn a_group_over_the_transaction_limit_is_cut_not_lost() {
 #[test]
 fn killing_the_leader_during_a_create_storm_fails_no_create_and_loses_nothing() {
     // A cluster of its own: this test kills one of its members.
+    let _alone = PRIVATE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
     let mut cluster = LocalCluster::start(3).expect("starting etcd");
     let url = cluster.url(&unique_prefix("member-kill"));
     let meta = open(&url, 16);
@@ -251,4 +258,73 @@ fn killing_the_leader_during_a_create_storm_fails_no_create_and_loses_nothing() 
         "{} creates acknowledged, {after_kill} of them after the leader was killed",
         acked.len()
     );
+}
+
+#[test]
+fn losing_the_quorum_fails_creates_in_bounded_time_and_they_resume_when_it_returns() {
+    // A cluster of its own: this test stops two of its three members.
+    let _alone = PRIVATE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cluster = LocalCluster::start(3).expect("starting etcd");
+    const RETRY_MS: u64 = 2_000;
+    let url = format!(
+        "{}&retry-ms-max={RETRY_MS}&attempt-ms-max=1000",
+        cluster.url(&unique_prefix("quorum"))
+    );
+    let meta = open(&url, 16);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let mut acked = Vec::new();
+    for i in 0..20 {
+        let name = format!("before.{i}");
+        acked.push((
+            name.clone(),
+            runtime
+                .block_on(meta.create(ROOT, name.as_bytes(), 0o644))
+                .unwrap(),
+        ));
+    }
+    let leader = cluster.leader().expect("finding the leader");
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    for &i in &others {
+        cluster.kill(i);
+    }
+    // The commit is retried for RETRY_MS, then its fate settled (the fence is retried for as
+    // long again): EIO well before 3 × RETRY_MS.
+    let started = Instant::now();
+    let failed = runtime.block_on(meta.create(ROOT, b"during", 0o644));
+    let took = started.elapsed();
+    assert!(
+        matches!(failed, Err(MetaError::Io(_))),
+        "a create without a quorum: {failed:?}"
+    );
+    assert!(
+        took < Duration::from_millis(3 * RETRY_MS),
+        "a create without a quorum failed after {took:?}"
+    );
+    for &i in &others {
+        cluster.restart(i).expect("restarting a member");
+    }
+    // Creates resume once the quorum is back (an election first).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let resumed = loop {
+        match runtime.block_on(meta.create(ROOT, b"after", 0o644)) {
+            Ok(attr) => break attr,
+            Err(error) if Instant::now() < deadline => {
+                eprintln!("not yet: {error}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(error) => panic!("creates did not resume with the quorum back: {error}"),
+        }
+    };
+    acked.push(("after".to_string(), resumed));
+    // Nothing acknowledged is lost, seen through a fresh connection.
+    drop(meta);
+    let check = open(&url, 16);
+    for (name, attr) in &acked {
+        assert_eq!(
+            check.lookup(ROOT, name.as_bytes()).map(|a| a.handle).ok(),
+            Some(attr.handle),
+            "acknowledged create {name} is lost"
+        );
+    }
+    eprintln!("a create without a quorum failed after {took:?}");
 }
