@@ -1,9 +1,13 @@
-//! `calm fsck DATA_DIR`: open the store read-only, read it once in key order with a progress
-//! bar, and report. Exit 0 when clean, 1 when damage was found, 2 when the store cannot be read.
-//! A store whose write-ahead log holds commits after its last checkpoint (an unclean close) is
-//! recovered first, as its next server would.
+//! `calm fsck DATA_DIR` or `calm fsck --store etcd://…`: read one snapshot of the store once in
+//! key order with a progress bar, and report. Exit 0 when clean, 1 when damage was found, 2 when
+//! the store cannot be read. A data directory's store is opened read-only, offline; one whose
+//! write-ahead log holds commits after its last checkpoint (an unclean close) is recovered
+//! first, as its next server would. A namespace on etcd is checked while its servers run: the
+//! snapshot is every key at one revision of the cluster.
 
 use std::path::Path;
+
+use anyhow::{Context, anyhow};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -16,6 +20,18 @@ pub fn run(data: &Path, objects: bool, json: bool) -> anyhow::Result<ExitCode> {
     if replayed > 0 && !json {
         eprintln!("recovered {replayed} commits from the write-ahead log");
     }
+    check(&store, objects, json)
+}
+
+/// `calm fsck --store URL`: the namespace on an etcd cluster, servers running or not.
+pub fn run_etcd(url: &str, objects: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let options = calm_store_etcd::EtcdOptions::from_url(url).map_err(|e| anyhow!(e))?;
+    let store = calm_store_etcd::EtcdStore::connect(options)
+        .with_context(|| format!("connecting to {url}"))?;
+    check(&store, objects, json)
+}
+
+fn check<S: Store>(store: &S, objects: bool, json: bool) -> anyhow::Result<ExitCode> {
     let store_bytes = store.size_bytes()?;
     let bar = ProgressBar::new(store_bytes);
     bar.set_style(
@@ -31,7 +47,7 @@ pub fn run(data: &Path, objects: bool, json: bool) -> anyhow::Result<ExitCode> {
     })?;
     let audit = if objects {
         // Every object named must be there, whole; unnamed ones are gc's business.
-        let (_, audit) = crate::gc::audit_objects(&store, i64::MAX)?;
+        let (_, audit) = crate::gc::audit_objects(store, i64::MAX)?;
         for problem in crate::gc::problems(&audit) {
             report.add_problem(problem);
         }

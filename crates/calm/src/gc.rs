@@ -25,7 +25,7 @@ pub fn open_offline(data: &Path) -> anyhow::Result<(LmdbStore, usize)> {
 }
 
 /// The audit of the store's objects against its metadata.
-pub fn audit_objects(store: &LmdbStore, grace_ms: i64) -> anyhow::Result<(Objects, Audit)> {
+pub fn audit_objects<S: Store>(store: &S, grace_ms: i64) -> anyhow::Result<(Objects, Audit)> {
     let snapshot = store.snapshot()?;
     let url = calm_meta::data::objects_url(&snapshot)?
         .ok_or_else(|| anyhow!("this namespace names no object store"))?;

@@ -136,8 +136,13 @@ enum Command {
     },
     /// Verify a store offline (the server may be running: fsck reads a snapshot).
     Fsck {
-        /// The data directory to check.
-        data: PathBuf,
+        /// The data directory to check (a stopped server's).
+        #[arg(required_unless_present = "store", conflicts_with = "store")]
+        data: Option<PathBuf>,
+        /// Check the namespace on this etcd cluster instead (the URL `calm serve --store`
+        /// takes); its servers may be running.
+        #[arg(long)]
+        store: Option<String>,
         /// Also check that every object the metadata names is in the object store, whole.
         #[arg(long)]
         objects: bool,
@@ -248,9 +253,14 @@ fn main() -> ExitCode {
         },
         Command::Fsck {
             data,
+            store,
             objects,
             json,
-        } => fsck::run(&data, objects, json),
+        } => match (data, store) {
+            (_, Some(url)) => fsck::run_etcd(&url, objects, json),
+            (Some(data), None) => fsck::run(&data, objects, json),
+            (None, None) => Err(anyhow::anyhow!("name a data directory or --store")),
+        },
         Command::Gc {
             data,
             grace_s,

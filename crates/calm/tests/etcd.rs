@@ -104,3 +104,84 @@ fn a_change_through_one_servers_mount_reaches_the_other_servers_mount() {
         "the changes through A's server were not seen through B's within 10 s"
     );
 }
+
+#[test]
+fn fsck_checks_a_namespace_on_etcd_while_its_servers_run() {
+    use calm_store::{Store, WriteTxn};
+    let mut private = None;
+    let url = cluster("fsck", &mut private);
+    let tmp = tempfile::tempdir().unwrap();
+    let a = Server::start_with(&tmp.path().join("a"), &["--store", &url]);
+    let b = Server::start_with(&tmp.path().join("b"), &["--store", &url]);
+    let rt = runtime();
+    let victim = rt.block_on(async {
+        let ca = calm_client::Client::connect(&a.addr).await.unwrap();
+        let cb = calm_client::Client::connect(&b.addr).await.unwrap();
+        let dir = ca.mkdir(ROOT, b"d", 0o755).await.unwrap().handle;
+        let mut last = 0;
+        for i in 0..20 {
+            let client = if i % 2 == 0 { &ca } else { &cb };
+            last = client
+                .create(dir, format!("f{i}").as_bytes(), 0o644)
+                .await
+                .unwrap()
+                .handle;
+        }
+        cb.link(last, ROOT, b"second-name").await.unwrap();
+        ca.setxattr(last, b"user.k", b"v", 0).await.unwrap();
+        let link = calm_meta::NewNode::symlink(b"d/f0", 0, 0);
+        cb.make(ROOT, b"s", &link, true).await.unwrap();
+        last
+    });
+    let fsck = |url: &str| {
+        let out = common::calm(&["fsck", "--store", url, "--json"]);
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("{e}: {}", String::from_utf8_lossy(&out.stderr));
+        });
+        (out.status.code(), json)
+    };
+    // Servers running: one revision of the cluster, clean, everything counted.
+    let (code, report) = fsck(&url);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["clean"], true, "{report}");
+    // The root, d, 20 files and the symlink; 20 names in d, the second name and s in the root.
+    assert_eq!(report["inodes"], 23, "{report}");
+    assert_eq!(report["directories"], 2, "{report}");
+    assert_eq!(report["dentries"], 23, "{report}");
+    assert_eq!(report["xattrs"], 1, "{report}");
+
+    // Damage made behind the servers' backs: a file's inode goes, its names stay.
+    let store =
+        calm_store_etcd::EtcdStore::connect(calm_store_etcd::EtcdOptions::from_url(&url).unwrap())
+            .unwrap();
+    let mut txn = store.begin().unwrap();
+    assert!(txn.delete(&calm_meta::layout::inode_key(victim)).unwrap());
+    txn.commit().unwrap();
+    let (code, report) = fsck(&url);
+    assert_eq!(code, Some(1), "{report}");
+    assert_eq!(report["clean"], false, "{report}");
+    assert!(
+        report["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p.as_str().unwrap().contains(&victim.to_string())),
+        "the missing inode {victim} is named: {report}"
+    );
+
+    // A cluster that does not answer is a clear error (exit 2), not a report.
+    let out = common::calm(&[
+        "fsck",
+        "--store",
+        "etcd://127.0.0.1:1/nothing?retry-ms-max=200&attempt-ms-max=100",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("127.0.0.1:1"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Neither a data directory and --store, nor neither.
+    assert!(!common::calm(&["fsck"]).status.success());
+    drop((a, b));
+}
