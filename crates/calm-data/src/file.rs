@@ -262,30 +262,52 @@ impl FileData {
         self.pending.len() >= PENDING_SLICES_MAX || self.pending_bytes >= bytes_max
     }
 
-    /// Buffers `data` at file offset `offset`; `next_id` hands out an id for each new slice.
-    /// Returns the blocks filled, to upload.
-    pub fn write(
-        &mut self,
-        offset: u64,
-        data: &[u8],
-        next_id: &mut dyn FnMut() -> u64,
-    ) -> Vec<Upload> {
+    /// Whether a write of `n` bytes at `pos` of `chunk` goes on in the last pending slice.
+    fn extends_last(&self, chunk: u64, pos: u32, n: u32) -> bool {
+        self.pending.last().is_some_and(|last| {
+            last.chunk == chunk && pos >= last.pos && last.takes(pos - last.pos, n)
+        })
+    }
+
+    /// How many new slices (and so ids) a write of `len` bytes at `offset` would start: one
+    /// per chunk it touches, less one when it goes on in the last pending slice. At most the
+    /// number of chunks it touches.
+    pub fn slices_needed(&self, offset: u64, len: u64) -> usize {
+        let pieces = split(offset, len);
+        match pieces.first() {
+            Some(&(chunk, pos, n)) if self.extends_last(chunk, pos, n) => pieces.len() - 1,
+            _ => pieces.len(),
+        }
+    }
+
+    /// Buffers `data` at file offset `offset`, giving the new slices it starts the ids of
+    /// `ids` in order. Returns the blocks filled, to upload; `None`, with nothing changed,
+    /// when `ids` holds fewer than [`FileData::slices_needed`].
+    pub fn write(&mut self, offset: u64, data: &[u8], ids: &[u64]) -> Option<Vec<Upload>> {
+        if ids.len() < self.slices_needed(offset, data.len() as u64) {
+            return None;
+        }
+        let mut ids = ids.iter().copied();
         let mut uploads = Vec::new();
         let mut done = 0usize;
         for (chunk, pos, n) in split(offset, data.len() as u64) {
             let piece = &data[done..done + n as usize];
             done += n as usize;
+            let extends = self.extends_last(chunk, pos, n);
             let grew = match self.pending.last_mut() {
-                Some(last)
-                    if last.chunk == chunk && pos >= last.pos && last.takes(pos - last.pos, n) =>
-                {
+                Some(last) if extends => {
                     let before = last.len;
                     last.put(pos - last.pos, piece, &mut uploads);
                     u64::from(last.len - before)
                 }
                 _ => {
+                    // Counted above (`slices_needed`): there is an id for every new slice.
+                    let Some(id) = ids.next() else {
+                        debug_assert!(false, "slices_needed counted every new slice");
+                        break;
+                    };
                     let mut slice = Pending {
-                        id: next_id(),
+                        id,
                         chunk,
                         pos,
                         len: 0,
@@ -300,7 +322,7 @@ impl FileData {
             };
             self.pending_bytes += grew;
         }
-        uploads
+        Some(uploads)
     }
 
     /// Seals every pending slice and hands out its blocks not uploaded yet. Returns how many
@@ -546,10 +568,15 @@ mod tests {
                             model.resize(end, 0);
                         }
                         model[(at - base) as usize..end].copy_from_slice(&data);
-                        for up in file.write(at, &data, &mut || {
-                            next += 1;
-                            next
-                        }) {
+                        let needed = file.slices_needed(at, data.len() as u64);
+                        let ids: Vec<u64> = (next + 1..=next + needed as u64).collect();
+                        next += needed as u64;
+                        prop_assert!(
+                            file.write(at, &data, &ids[..needed.saturating_sub(1)])
+                                .is_none()
+                                || needed == 0
+                        );
+                        for up in file.write(at, &data, &ids).expect("ids enough") {
                             objects.insert((up.id, up.block), up.data);
                         }
                     }
@@ -611,12 +638,8 @@ mod tests {
         let mb = vec![7u8; 1 << 20];
         let mut uploaded = 0;
         for i in 0..9u64 {
-            uploaded += file
-                .write(i << 20, &mb, &mut || {
-                    ids += 1;
-                    ids
-                })
-                .len();
+            ids += file.slices_needed(i << 20, mb.len() as u64);
+            uploaded += file.write(i << 20, &mb, &[1]).expect("an id").len();
         }
         assert_eq!(ids, 1, "one slice");
         assert_eq!(uploaded, 2, "two full blocks handed out while writing");
@@ -624,7 +647,14 @@ mod tests {
         assert_eq!((n, rest.len()), (1, 1));
         assert_eq!(rest[0].data.len(), 1 << 20);
         // A write after the seal starts a new slice.
-        file.write(9 << 20, b"x", &mut || 2);
+        assert_eq!(file.slices_needed(9 << 20, 1), 1);
+        let before = file.pending_bytes();
+        assert!(
+            file.write(9 << 20, b"x", &[]).is_none(),
+            "no id, nothing written"
+        );
+        assert_eq!(file.pending_bytes(), before);
+        file.write(9 << 20, b"x", &[2]).expect("an id");
         assert_eq!(file.records(2).len(), 2);
     }
 }

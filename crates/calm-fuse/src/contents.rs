@@ -291,7 +291,7 @@ impl Contents {
         // Enough ids for the slices this write may start (one per chunk it touches).
         let chunks = calm_meta::slices::split(offset, data.len() as u64).len() as u64;
         let ids = self.next_ids(chunks, client).await?;
-        self.buffer(handle, &mut state, offset, data, ids);
+        self.buffer(handle, &mut state, offset, data, ids)?;
         Ok(())
     }
 
@@ -324,8 +324,7 @@ impl Contents {
             pool.0 += chunks;
             ids
         };
-        self.buffer(handle, &mut state, offset, data, ids);
-        true
+        self.buffer(handle, &mut state, offset, data, ids).is_ok()
     }
 
     /// Puts a write into the file's pending slices (`ids` for the slices it may start, one
@@ -337,18 +336,20 @@ impl Contents {
         offset: u64,
         data: &[u8],
         ids: Vec<u64>,
-    ) {
-        let mut ids = ids.into_iter();
+    ) -> Result<(), i32> {
         let before = state.data.pending_bytes();
-        let uploads = state.data.write(offset, data, &mut || {
-            ids.next().expect("enough ids for the chunks written")
-        });
+        // One id per chunk the write touches, at least what it needs.
+        let Some(uploads) = state.data.write(offset, data, &ids) else {
+            tracing::error!(handle, offset, "a write was given too few slice ids");
+            return Err(libc::EIO);
+        };
         let grown = state.data.pending_bytes() - before;
         self.buffered.fetch_add(grown, Ordering::Relaxed);
         for upload in uploads {
             state.uploads.push(self.upload(upload));
         }
         self.publish_size(handle, &state.data);
+        Ok(())
     }
 
     /// An O_APPEND write: committed pending writes first, then `data` as one object placed at
