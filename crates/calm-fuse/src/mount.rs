@@ -147,9 +147,10 @@ async fn open_objects(
     if objects.is_local() {
         return Ok(objects);
     }
-    let (dir, namespace, bytes) = (dir.clone(), info.namespace_id.clone(), options.cache_bytes);
+    let (namespace, bytes) = (info.namespace_id.clone(), options.cache_bytes);
+    let under = dir.clone();
     let opened = tokio::task::spawn_blocking(move || {
-        calm_data::DiskCache::open(&dir, &namespace, bytes)
+        calm_data::DiskCache::open(&under, &namespace, bytes)
             .map_err(|e| std::io::Error::other(format!("opening the block cache: {e}")))
     })
     .await
@@ -167,7 +168,7 @@ async fn open_objects(
         None => {
             tracing::warn!(
                 "every block cache slot under {} is held by another mount: no disk cache",
-                options.cache_dir.as_ref().expect("checked").display()
+                dir.display()
             );
             objects
         }
