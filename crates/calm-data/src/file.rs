@@ -273,7 +273,11 @@ impl FileData {
     /// per chunk it touches, less one when it goes on in the last pending slice. At most the
     /// number of chunks it touches.
     pub fn slices_needed(&self, offset: u64, len: u64) -> usize {
-        let pieces = split(offset, len);
+        self.new_slices(&split(offset, len))
+    }
+
+    /// [`FileData::slices_needed`] of a write's pieces (chunk, position, length).
+    fn new_slices(&self, pieces: &[(u64, u32, u32)]) -> usize {
         match pieces.first() {
             Some(&(chunk, pos, n)) if self.extends_last(chunk, pos, n) => pieces.len() - 1,
             _ => pieces.len(),
@@ -284,13 +288,14 @@ impl FileData {
     /// `ids` in order. Returns the blocks filled, to upload; `None`, with nothing changed,
     /// when `ids` holds fewer than [`FileData::slices_needed`].
     pub fn write(&mut self, offset: u64, data: &[u8], ids: &[u64]) -> Option<Vec<Upload>> {
-        if ids.len() < self.slices_needed(offset, data.len() as u64) {
+        let pieces = split(offset, data.len() as u64);
+        if ids.len() < self.new_slices(&pieces) {
             return None;
         }
         let mut ids = ids.iter().copied();
         let mut uploads = Vec::new();
         let mut done = 0usize;
-        for (chunk, pos, n) in split(offset, data.len() as u64) {
+        for (chunk, pos, n) in pieces {
             let piece = &data[done..done + n as usize];
             done += n as usize;
             let extends = self.extends_last(chunk, pos, n);

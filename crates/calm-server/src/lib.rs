@@ -5,7 +5,9 @@
 //! runtime's threads (an LMDB read is a few microseconds of memory access); mutations await the
 //! group committer. Limits: a request or reply larger than [`calm_proto::MESSAGE_BYTES_MAX`] is
 //! refused before it is decoded; at most [`STREAMS_PER_CONNECTION_MAX`] requests run at once
-//! per connection; a message that does not decode gets an `Internal` status and the server
+//! per connection (a `Batch` is one of them and runs up to
+//! [`calm_proto::batch::BATCH_CALLS_MAX`] calls at once: at most 65 536 calls per connection);
+//! a message that does not decode gets an `Internal` status and the server
 //! goes on serving.
 //!
 //! What it does not know: how the store is laid out (calm-meta) or what a client does with
@@ -43,7 +45,8 @@ pub use changelog::ChangelogService;
 pub use locks::{LockService, LockTable};
 pub use watch::{WatchHub, WatchService};
 
-/// Requests one client connection may have in flight at once.
+/// Requests one client connection may have in flight at once (a batch counts once, its calls
+/// up to `BATCH_CALLS_MAX` more).
 pub const STREAMS_PER_CONNECTION_MAX: usize = 1024;
 
 /// Name of the Unix socket a server listens on in its data directory.
