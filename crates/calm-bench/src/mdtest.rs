@@ -173,6 +173,7 @@ impl InProcessServer {
             watch_limits: calm_watch::Limits::default(),
             data,
             auth: calm_server::auth::Auth::default(),
+            cluster: None,
         };
         let server = calm_server::Server::start(meta, info).await;
         let local = calm_client::InProcess {

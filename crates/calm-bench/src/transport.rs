@@ -96,6 +96,7 @@ pub fn run(
             watch_limits: calm_watch::Limits::default(),
             data: None,
             auth: calm_server::auth::Auth::default(),
+            cluster: None,
         };
         let server = calm_server::Server::start(meta.clone(), info).await;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

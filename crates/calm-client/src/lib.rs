@@ -6,6 +6,7 @@
 //! once (requests are multiplexed).
 
 pub mod batch;
+pub mod routing;
 
 use calm_changelog::{Record, User, UserId};
 use calm_locks::{Holder, Request as LockRequest, SessionId};
@@ -892,10 +893,10 @@ impl Client {
         session: SessionId,
         calls: &[LockCall],
     ) -> Result<Vec<LockAnswer>, LockFailure> {
-        let batch = pb::LockBatch {
+        let batch = self.with_index(pb::LockBatch {
             session,
             ops: calls.iter().map(LockCall::to_wire).collect(),
-        };
+        });
         let reply = locks_call!(self, apply, batch);
         self.note_index(&reply);
         let reply = check_lock(reply)?;
@@ -910,15 +911,84 @@ impl Client {
         tag: u64,
         request: LockRequest,
     ) -> Result<LockAnswer, LockFailure> {
-        let wait = pb::WaitRequest {
+        let wait = self.with_index(pb::WaitRequest {
             session,
             tag,
             op: Some(LockCall::Set(request).to_wire()),
-        };
+        });
         let reply = locks_call!(self, wait, wait);
         self.note_index(&reply);
         let reply = check_lock(reply)?;
         Ok(LockAnswer::from_wire(&reply))
+    }
+
+    /// `message` carrying the changelog index this client's mutations reached: the server
+    /// that grants a lock answers with an index at least as high, so that the next holder's
+    /// mount drops what the previous one changed, also when the two locked through different
+    /// servers from the one they wrote through.
+    fn with_index<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        let reached = self.reached();
+        if reached > 0 {
+            request.metadata_mut().insert(
+                calm_proto::INDEX_KEY,
+                reached
+                    .to_string()
+                    .parse()
+                    .expect("digits are valid metadata"),
+            );
+        }
+        request
+    }
+
+    /// The servers that decide locks, as this one sees them.
+    pub async fn members(&self) -> Result<pb::MembersReply, LockFailure> {
+        let reply = locks_call!(self, members, pb::Empty {});
+        check_lock(reply)
+    }
+
+    /// Reports that `sessions` reclaimed every lock they held, under `view`. False: the
+    /// server decides by another view.
+    pub async fn reclaim_done(
+        &self,
+        sessions: Vec<SessionId>,
+        view: Vec<u64>,
+    ) -> Result<bool, LockFailure> {
+        let reply = locks_call!(
+            self,
+            reclaim_done,
+            pb::ReclaimDoneRequest { sessions, view }
+        );
+        check_lock(reply).map(|r| r.accepted)
+    }
+
+    /// A client of another server (`addr`, as [`Client::connect`] takes it) that shares this
+    /// one's changelog reach: the lock requests it sends carry what this client's mutations
+    /// reached, and the lock answers it gets raise it.
+    pub async fn sibling(&self, addr: &str) -> Result<Client> {
+        let mut client = Client::connect(addr).await?;
+        client.reached = self.reached.clone();
+        Ok(client)
+    }
+
+    /// A client of the server that decides `handle`'s locks: this one, unless several servers
+    /// share the namespace and another decides it.
+    pub async fn decider(&self, handle: Handle) -> Result<Client> {
+        let members = self
+            .members()
+            .await
+            .map_err(|f| MetaError::Io(f.to_string()))?;
+        let view: Vec<u64> = members.servers.iter().map(|m| m.id).collect();
+        match calm_locks::cluster::owner_of(handle, &view) {
+            Some(owner) if members.clustered && owner != members.me => {
+                let member = members.servers.iter().find(|m| m.id == owner);
+                let address = member
+                    .map(|m| m.address.clone())
+                    .ok_or_else(|| MetaError::Io(format!("server {owner:x} has no address")))?;
+                self.sibling(&address).await
+            }
+            _ => Ok(self.clone()),
+        }
     }
 
     /// Cancels the waiting request `tag` (EINTR). False when it was not waiting.

@@ -1,8 +1,9 @@
 //! fcntl and flock locks of the mount, forwarded to the server's lock manager.
 //!
-//! One lock session per mount, renewed every third of its lease: when the mount process dies,
-//! the lease runs out and the server releases every lock the mount held, waking their
-//! waiters. The kernel names a lock's owner with an opaque id (`lock_owner`): the process's
+//! One lock session per mount on each server it locks through (`calm_client::routing`: with
+//! several servers, each file's locks go to the server that decides them, and follow the
+//! file when it moves), renewed every third of its lease: when the mount process dies, the
+//! leases run out and the servers release every lock the mount held, waking their waiters. The kernel names a lock's owner with an opaque id (`lock_owner`): the process's
 //! file table for POSIX locks, the open file description for OFD and flock locks. That id is
 //! the manager's [`Owner::File`]; the pid of the process that last locked for it is kept here,
 //! so that F_GETLK reports a POSIX holder's pid (0 for a holder on another mount, whose pid
@@ -18,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use calm_client::Client;
+use calm_client::routing::LockRouter;
 use calm_locks::{LockKind, Owner, Range, Request, Scope, SessionId};
 use calm_meta::Handle;
 use calm_proto::locks::{LockAnswer, LockCall, LockCode, LockFailure};
@@ -31,8 +33,8 @@ pub const PIDS_MAX: usize = 1 << 20;
 /// A blocking lock request of this mount.
 #[derive(Debug, Default)]
 struct Wait {
-    /// The session it waits in, once sent to the server.
-    session: Option<SessionId>,
+    /// Handed to the router, which sends it (and cancels it by its tag).
+    sent: bool,
     /// Interrupted before it was sent: it is answered EINTR without being sent.
     interrupted: bool,
 }
@@ -53,16 +55,12 @@ pub struct Conflict {
 /// The mount's lock session and bookkeeping.
 #[derive(Debug)]
 pub struct LockForwarder {
-    client: Client,
-    lease_ms: u64,
-    session: Mutex<SessionId>,
+    router: Arc<LockRouter>,
     /// Lock owner → pid of the process that last locked for it.
     pids: Mutex<HashMap<u64, u32>>,
     /// FUSE request id → its blocking request, from when the request was read until it is
     /// answered.
     waits: Mutex<HashMap<u64, Wait>>,
-    /// Signalled when the session was replaced by a new one.
-    replaced: tokio::sync::Notify,
 }
 
 fn errno_of(failure: &LockFailure) -> i32 {
@@ -78,53 +76,31 @@ fn answer_errno(answer: &LockAnswer) -> Result<(), i32> {
 }
 
 impl LockForwarder {
-    /// Opens the mount's lock session.
+    /// Opens the mount's lock session (on its server; on the others when it first locks
+    /// through them).
     pub async fn open(client: Client, lease_ms: u64) -> Result<Arc<LockForwarder>, LockFailure> {
-        let session = client.open_lock_session(lease_ms).await?;
+        let router = LockRouter::open(client, lease_ms).await?;
         Ok(Arc::new(LockForwarder {
-            client,
-            lease_ms,
-            session: Mutex::new(session),
+            router,
             pids: Mutex::new(HashMap::new()),
             waits: Mutex::new(HashMap::new()),
-            replaced: tokio::sync::Notify::new(),
         }))
     }
 
+    /// The session on the mount's own server, which its namespace calls name.
     pub fn session(&self) -> SessionId {
-        *lock(&self.session)
+        self.router.home_session()
     }
 
     /// Completes when the session has been replaced by a new one since the last call.
     pub async fn replaced(&self) {
-        self.replaced.notified().await
+        self.router.replaced().await
     }
 
-    /// Renews the lease until the forwarder is dropped. A session the server no longer knows
-    /// (it expired while this process stalled, or the server restarted) is replaced: its
-    /// locks are gone, which is logged; new requests go to the new session.
+    /// Renews the leases and follows the servers' view until the forwarder is dropped (see
+    /// [`LockRouter::run`]).
     pub async fn keep_alive(self: Arc<Self>) {
-        let period = Duration::from_millis((self.lease_ms / 3).max(10));
-        loop {
-            tokio::time::sleep(period).await;
-            let session = self.session();
-            match self.client.keep_alive(session).await {
-                Ok(_) => {}
-                Err(failure)
-                    if matches!(failure.code, LockCode::Fenced | LockCode::NoSuchSession) =>
-                {
-                    tracing::warn!(session, %failure, "lock session lost; opening a new one");
-                    match self.client.open_lock_session(self.lease_ms).await {
-                        Ok(new) => {
-                            *lock(&self.session) = new;
-                            self.replaced.notify_one();
-                        }
-                        Err(e) => tracing::warn!(%e, "opening a lock session"),
-                    }
-                }
-                Err(failure) => tracing::warn!(session, %failure, "renewing the lock lease"),
-            }
-        }
+        self.router.clone().run().await
     }
 
     fn remember_pid(&self, owner: u64, pid: u32) {
@@ -135,21 +111,20 @@ impl LockForwarder {
         pids.insert(owner, pid);
     }
 
-    fn pid_of(&self, session: SessionId, holder_session: SessionId, owner: Owner) -> u32 {
+    fn pid_of(&self, holder_session: SessionId, owner: Owner) -> u32 {
         match owner {
             Owner::Process { pid } => pid,
-            Owner::File { file } if holder_session == session => {
+            Owner::File { file } if self.router.is_mine(holder_session) => {
                 lock(&self.pids).get(&file).copied().unwrap_or(0)
             }
             Owner::File { .. } => 0,
         }
     }
 
-    async fn one(&self, call: LockCall) -> Result<LockAnswer, i32> {
-        let session = self.session();
+    async fn one(&self, handle: Handle, call: LockCall) -> Result<LockAnswer, i32> {
         let answers = self
-            .client
-            .lock_batch(session, &[call])
+            .router
+            .call(handle, &[call])
             .await
             .map_err(|f| errno_of(&f))?;
         answers.into_iter().next().ok_or(libc::EIO)
@@ -163,14 +138,13 @@ impl LockForwarder {
         range: Range,
         kind: LockKind,
     ) -> Result<Option<Conflict>, i32> {
-        let session = self.session();
         let request = Request {
             resource: handle,
             owner: Owner::File { file: owner },
             scope: Scope::Range(range),
             kind,
         };
-        let answer = self.one(LockCall::Test(request)).await?;
+        let answer = self.one(handle, LockCall::Test(request)).await?;
         match (answer.code, answer.conflict) {
             (LockCode::Ok, _) => Ok(None),
             (LockCode::Conflict, Some(holder)) => Ok(Some(Conflict {
@@ -182,7 +156,7 @@ impl LockForwarder {
                     },
                 },
                 kind: holder.kind,
-                pid: self.pid_of(session, holder.session, holder.owner),
+                pid: self.pid_of(holder.session, holder.owner),
             })),
             (code, _) => Err(code.errno()),
         }
@@ -207,9 +181,8 @@ impl LockForwarder {
             kind,
         };
         let Some(request_id) = wait else {
-            return answer_errno(&self.one(LockCall::Set(request)).await?);
+            return answer_errno(&self.one(handle, LockCall::Set(request)).await?);
         };
-        let session = self.session();
         {
             let mut waits = lock(&self.waits);
             let wait = waits.entry(request_id).or_default();
@@ -217,9 +190,9 @@ impl LockForwarder {
                 waits.remove(&request_id);
                 return Err(libc::EINTR);
             }
-            wait.session = Some(session);
+            wait.sent = true;
         }
-        let answer = self.client.lock_wait(session, request_id, request).await;
+        let answer = self.router.wait(request_id, request).await;
         lock(&self.waits).remove(&request_id);
         answer_errno(&answer.map_err(|f| errno_of(&f))?)
     }
@@ -237,21 +210,19 @@ impl LockForwarder {
     pub async fn interrupt(&self, request_id: u64) {
         let mut tries = 0;
         loop {
-            let session = {
+            {
                 let mut waits = lock(&self.waits);
                 match waits.get_mut(&request_id) {
                     // Answered already, or not a blocking request.
                     None => return,
-                    Some(wait) => match wait.session {
-                        Some(session) => session,
-                        None => {
-                            wait.interrupted = true;
-                            return;
-                        }
-                    },
+                    Some(wait) if !wait.sent => {
+                        wait.interrupted = true;
+                        return;
+                    }
+                    Some(_) => {}
                 }
-            };
-            match self.client.lock_cancel(session, request_id).await {
+            }
+            match self.router.cancel(request_id).await {
                 Ok(true) => return,
                 Ok(false) if tries < CANCEL_RETRY_MS_MAX / CANCEL_RETRY_PAUSE_MS => {
                     // On its way to the server, or being answered: look again.
@@ -278,7 +249,7 @@ impl LockForwarder {
             scope,
             kind: LockKind::Read,
         };
-        answer_errno(&self.one(LockCall::Unlock(request)).await?)
+        answer_errno(&self.one(handle, LockCall::Unlock(request)).await?)
     }
 
     /// Releases every lock of each of `owners` on `handle` (the last close of an open file).
@@ -291,8 +262,8 @@ impl LockForwarder {
             .map(|owner| LockCall::Release(Owner::File { file: *owner }, Some(handle)))
             .collect();
         let answers = self
-            .client
-            .lock_batch(self.session(), &calls)
+            .router
+            .call(handle, &calls)
             .await
             .map_err(|f| errno_of(&f))?;
         for answer in &answers {
@@ -303,8 +274,6 @@ impl LockForwarder {
 
     /// Ends the session (unmount): the server releases whatever is left.
     pub async fn close(&self) {
-        if let Err(failure) = self.client.close_lock_session(self.session()).await {
-            tracing::warn!(%failure, "closing the lock session");
-        }
+        self.router.close().await
     }
 }

@@ -155,6 +155,8 @@ pub enum LockError {
     },
     /// The waiting request was cancelled (EINTR).
     Cancelled,
+    /// The file's locks are now decided by another server (several servers on one store).
+    Moved,
 }
 
 impl std::fmt::Display for LockError {
@@ -186,6 +188,7 @@ impl std::fmt::Display for LockError {
                 write!(f, "a lease must be between {min_ms} and {max_ms} ms")
             }
             LockError::Cancelled => write!(f, "the waiting request was cancelled"),
+            LockError::Moved => write!(f, "another server decides this file's locks now"),
         }
     }
 }
@@ -613,6 +616,41 @@ impl LockManager {
         self.forget_if_idle(waiter.owner);
         self.forget_resource_if_idle(waiter.request.resource);
         true
+    }
+
+    /// Drops every lock on `resource` and refuses its waiting requests with `error`: another
+    /// server decides the file's locks now, and their owners take them again there. Returns
+    /// how many locks were dropped.
+    pub fn drop_resource(&mut self, resource: ResourceId, error: LockError) -> u64 {
+        let waits: Vec<WaitId> = self
+            .waits
+            .iter()
+            .filter(|(_, w)| w.request.resource == resource)
+            .map(|(wait, _)| *wait)
+            .collect();
+        let mut owners = BTreeSet::new();
+        for wait in waits {
+            let waiter = self.unqueue(wait);
+            owners.insert(waiter.owner);
+            self.events.push(Event::Refused(wait, error));
+        }
+        if let Some(state) = self.resources.get(&resource) {
+            owners.extend(state.ranges.locks().into_iter().map(|lock| lock.owner));
+            owners.extend(state.flock.holders().into_iter().map(|(owner, _)| owner));
+        }
+        let mut dropped = 0;
+        for owner in owners {
+            dropped += self.release_on(owner, resource);
+            self.forget_if_idle(owner);
+        }
+        self.run();
+        self.forget_resource_if_idle(resource);
+        dropped
+    }
+
+    /// Every resource with a lock or a waiting request.
+    pub fn resources(&self) -> Vec<ResourceId> {
+        self.resources.keys().copied().collect()
     }
 
     // ---- listing ----

@@ -58,6 +58,8 @@ enum Op {
     },
     Cancel(usize),
     Close(usize),
+    /// The resource's locks moved to another server: everything on it is dropped.
+    Drop(u64),
 }
 
 fn kind() -> impl Strategy<Value = LockKind> {
@@ -87,6 +89,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(slot, owner, resource)| Op::Release { slot, owner, resource }),
         2 => (0..4usize).prop_map(Op::Cancel),
         1 => slot.prop_map(Op::Close),
+        1 => resource.clone().prop_map(Op::Drop),
     ]
 }
 
@@ -357,6 +360,22 @@ proptest! {
                         }
                         None => prop_assert!(!real.cancel(model.next_wait + 5)),
                     }
+                }
+                Op::Drop(resource) => {
+                    let dropped = model
+                        .holders()
+                        .iter()
+                        .filter(|(r, _)| *r == resource)
+                        .count() as u64;
+                    prop_assert_eq!(real.drop_resource(resource, LockError::Moved), dropped);
+                    for (wait, _, request) in &model.queue {
+                        if request.resource == resource {
+                            expected.push(Event::Refused(*wait, LockError::Moved));
+                        }
+                    }
+                    model.queue.retain(|(_, _, request)| request.resource != resource);
+                    model.held.retain(|(r, _), _| *r != resource);
+                    prop_assert!(real.resources().iter().all(|r| *r != resource));
                 }
                 Op::Close(slot) => {
                     let session = slots[slot];

@@ -39,10 +39,16 @@ pub enum LockCode {
     NoSuchFile = 12,
     /// The server could not be reached or answered with something else than a lock answer.
     Unavailable = 13,
+    /// Another server decides the file's locks (the client's view is old): ask for the
+    /// members again and send it there.
+    Moved = 14,
+    /// The server took the file over and its clients are still reclaiming: send it again
+    /// shortly.
+    Grace = 15,
 }
 
 impl LockCode {
-    const ALL: [LockCode; 14] = [
+    const ALL: [LockCode; 16] = [
         LockCode::Ok,
         LockCode::Conflict,
         LockCode::Queued,
@@ -57,6 +63,8 @@ impl LockCode {
         LockCode::Invalid,
         LockCode::NoSuchFile,
         LockCode::Unavailable,
+        LockCode::Moved,
+        LockCode::Grace,
     ];
 
     pub fn from_wire(code: u32) -> LockCode {
@@ -76,7 +84,11 @@ impl LockCode {
             LockCode::Cancelled => 4,                     // EINTR
             LockCode::NoSuchFile => 2,                    // ENOENT
             LockCode::Invalid | LockCode::BadLease => 22, // EINVAL
-            LockCode::Fenced | LockCode::NoSuchSession | LockCode::Unavailable => 5, // EIO
+            LockCode::Fenced
+            | LockCode::NoSuchSession
+            | LockCode::Unavailable
+            | LockCode::Moved
+            | LockCode::Grace => 5, // EIO
         }
     }
 }
@@ -93,6 +105,7 @@ pub fn code_of(error: &LockError) -> LockCode {
         LockError::TooManySessions { .. } => LockCode::TooManySessions,
         LockError::BadLease { .. } => LockCode::BadLease,
         LockError::Cancelled => LockCode::Cancelled,
+        LockError::Moved => LockCode::Moved,
         _ => LockCode::Invalid,
     }
 }
@@ -257,6 +270,8 @@ pub enum LockCall {
     Unlock(Request),
     /// Release every lock of the owner, on one file or (None) everywhere.
     Release(Owner, Option<u64>),
+    /// Take again a lock held through the file's previous server (after a takeover).
+    Reclaim(Request),
 }
 
 impl LockCall {
@@ -265,6 +280,7 @@ impl LockCall {
             LockCall::Set(r) => (1, r),
             LockCall::Test(r) => (2, r),
             LockCall::Unlock(r) => (3, r),
+            LockCall::Reclaim(r) => (5, r),
             LockCall::Release(owner, resource) => {
                 return pb::LockOp {
                     op: 4,
@@ -311,6 +327,16 @@ impl LockAnswer {
 
     pub fn is_ok(&self) -> bool {
         self.code == LockCode::Ok
+    }
+
+    /// An answer of `code` made by the client itself.
+    pub fn failed(code: LockCode, message: impl Into<String>) -> LockAnswer {
+        LockAnswer {
+            code,
+            conflict: None,
+            released: 0,
+            message: message.into(),
+        }
     }
 }
 

@@ -33,6 +33,7 @@ use tonic::{Request, Response, Status};
 pub mod auth;
 mod batch;
 pub mod changelog;
+pub mod cluster;
 pub mod data;
 pub mod listen;
 pub mod locks;
@@ -171,6 +172,9 @@ pub struct ServerInfo {
     pub data: Option<data::DataOptions>,
     /// How clients become identities (root squash).
     pub auth: auth::Auth,
+    /// With a shared store (etcd): this server's part among the servers of the namespace
+    /// (`None`: its locks are its own, as on an embedded store).
+    pub cluster: Option<cluster::ClusterOptions>,
 }
 
 /// The metadata service.
@@ -677,15 +681,29 @@ pub struct Server<S: Store> {
     changelog: Arc<ChangelogService<S>>,
     watch: Arc<WatchService<S>>,
     targets: Arc<targets::TargetRegistry>,
+    table: Arc<LockTable>,
     leases: tokio::task::JoinHandle<()>,
     sweeper: tokio::task::JoinHandle<()>,
+    /// The membership task, with several servers on one store.
+    cluster: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl<S: Store> Server<S> {
     /// Starts the services of `meta` and their tasks (on the current runtime).
     pub async fn start(meta: Arc<Meta<S>>, info: ServerInfo) -> Server<S> {
-        let table = Arc::new(LockTable::new(calm_locks::Limits::default(), meta.epoch()));
+        let registry = info.cluster.as_ref().and(meta.store().registry());
+        let table = Arc::new(LockTable::with_registry(
+            calm_locks::Limits::default(),
+            meta.epoch(),
+            registry,
+        ));
         let leases = tokio::spawn(table.clone().run_leases());
+        let cluster = match (&info.cluster, table.clustered()) {
+            (Some(options), true) => {
+                Some(tokio::spawn(cluster::run(table.clone(), options.clone())))
+            }
+            _ => None,
+        };
         let watch_limits = info.watch_limits;
         let data = info
             .data
@@ -697,7 +715,7 @@ impl<S: Store> Server<S> {
         let mut service = MetaService::new(meta.clone(), auth.clone(), table.clone(), info, data);
         service.watch = Some(hub.clone());
         let service = Arc::new(service);
-        let locks = Arc::new(LockService::new(meta.clone(), table, auth.clone()));
+        let locks = Arc::new(LockService::new(meta.clone(), table.clone(), auth.clone()));
         if let Err(e) = hub.resume().await {
             tracing::warn!(%e, "resuming the watch feed");
         }
@@ -707,8 +725,10 @@ impl<S: Store> Server<S> {
             changelog: Arc::new(ChangelogService::new(meta, auth.clone())),
             watch: Arc::new(WatchService::new(hub, auth.clone())),
             targets: Arc::new(targets::TargetRegistry::new(auth)),
+            table,
             leases,
             sweeper,
+            cluster,
         }
     }
 
@@ -769,6 +789,19 @@ impl<S: Store> Server<S> {
         }
         self.leases.abort();
         self.sweeper.abort();
+        if let Some(task) = self.cluster {
+            // Stop deciding first, then leave: the others take the files over at once rather
+            // than after the lease.
+            task.abort();
+            self.table.lapse();
+            if let Some(registry) = self.table.registry.clone() {
+                match tokio::task::spawn_blocking(move || registry.leave()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!(%e, "leaving the registry of servers"),
+                    Err(e) => tracing::warn!(%e, "leaving the registry of servers"),
+                }
+            }
+        }
         served
     }
 }

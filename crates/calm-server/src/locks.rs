@@ -10,11 +10,17 @@
 //!   wakes it. Time is milliseconds since the server started (monotonic).
 //! - Session ids start at `epoch << 32`: the store's epoch grows at every start, so a session
 //!   of an earlier server life is fenced, never confused with a new one.
+//! - Several servers on one store (`crate::cluster`): under the same mutex, every set, test,
+//!   unlock and release of a file first asks the cluster state whether this server decides the
+//!   file's locks now (`calm_locks::cluster::Route`); a request for a file decided elsewhere
+//!   is answered `Moved`, one for a file in a takeover's grace `Grace` (reclaims excepted).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use calm_locks::cluster::{Cluster, Route};
 use calm_locks::{
     Event, Limits, LockError, LockManager, Outcome, Request as LockRequest, SessionId, Stats,
     WaitId,
@@ -40,12 +46,16 @@ const OP_SET: u32 = 1;
 const OP_TEST: u32 = 2;
 const OP_UNLOCK: u32 = 3;
 const OP_RELEASE: u32 = 4;
+const OP_RECLAIM: u32 = 5;
 
 type Reply = Result<(), LockError>;
 
 #[derive(Debug)]
-struct Inner {
-    manager: LockManager,
+pub(crate) struct Inner {
+    pub(crate) manager: LockManager,
+    /// Which files this server decides, with several servers on one store; `None` alone, or
+    /// before it joined the registry (then it decides nothing: see [`LockTable::clustered`]).
+    pub(crate) cluster: Option<Cluster>,
     /// The RPC each waiting request completes.
     pending: HashMap<WaitId, oneshot::Sender<Reply>>,
     /// `(session, tag)` of every waiting request, and back.
@@ -55,7 +65,7 @@ struct Inner {
 
 impl Inner {
     /// Completes the RPCs of the requests the manager granted or refused.
-    fn deliver(&mut self) {
+    pub(crate) fn deliver(&mut self) {
         for event in self.manager.take_events() {
             let (wait, reply) = match event {
                 Event::Granted(wait) => (wait, Ok(())),
@@ -86,12 +96,38 @@ pub struct LockTable {
     started: Instant,
     /// Wakes the lease task when a session with a sooner deadline may exist.
     lease_changed: Notify,
+    /// Several servers share the store: the registry where sessions are recorded, and where
+    /// this server is a member (`crate::cluster`).
+    pub(crate) registry: Option<Arc<dyn calm_store::registry::Registry>>,
+    /// `(id, address)` of the members of the applied view.
+    pub(crate) members: Mutex<Vec<(u64, String)>>,
+    /// This server's id: its store epoch.
+    pub(crate) me: u64,
+    /// The highest changelog index a client's lock request said its mutations reached: with
+    /// several servers, a lock's previous holder may have committed through another server,
+    /// whose commits this one may not have seen yet.
+    client_index: AtomicU64,
 }
 
 impl LockTable {
     pub fn new(limits: Limits, epoch: u64) -> Self {
+        Self::with_registry(limits, epoch, None)
+    }
+
+    /// A table of one server among several sharing `registry`: it decides nothing until the
+    /// cluster task joined the registry.
+    pub fn with_registry(
+        limits: Limits,
+        epoch: u64,
+        registry: Option<Arc<dyn calm_store::registry::Registry>>,
+    ) -> Self {
         LockTable {
+            registry,
+            members: Mutex::new(Vec::new()),
+            me: epoch,
+            client_index: AtomicU64::new(0),
             inner: Mutex::new(Inner {
+                cluster: None,
                 manager: LockManager::new(limits, (epoch << 32) | 1),
                 pending: HashMap::new(),
                 by_tag: HashMap::new(),
@@ -102,13 +138,52 @@ impl LockTable {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn now_ms(&self) -> u64 {
+    /// Whether several servers share the store.
+    pub fn clustered(&self) -> bool {
+        self.registry.is_some()
+    }
+
+    /// Whether this server decides `resource`'s locks now: `Ok`, or the failure to answer.
+    /// `reclaim`: a set that takes again a lock held through the previous decider; `release`:
+    /// an unlock or release, which a grace does not hold back.
+    fn route(
+        &self,
+        inner: &Inner,
+        resource: u64,
+        reclaim: bool,
+        release: bool,
+    ) -> Result<(), LockFailure> {
+        if !self.clustered() {
+            return Ok(());
+        }
+        let route = match &inner.cluster {
+            Some(cluster) => cluster.route(resource, self.now_ms(), reclaim || release),
+            None => Route::Lapsed,
+        };
+        match route {
+            Route::Mine => Ok(()),
+            Route::Grace => Err(failure(
+                LockCode::Grace,
+                format!("file {resource} was taken over and its clients are reclaiming"),
+            )),
+            Route::Elsewhere(server) => Err(failure(
+                LockCode::Moved,
+                format!("server {server:x} decides the locks of file {resource}"),
+            )),
+            Route::Lapsed => Err(failure(
+                LockCode::Unavailable,
+                "this server's membership is not confirmed: it decides no lock now",
+            )),
+        }
+    }
+
+    pub(crate) fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
 
@@ -124,12 +199,15 @@ impl LockTable {
     /// Expires due sessions until `shutdown`; never returns otherwise.
     pub async fn run_leases(self: Arc<Self>) {
         loop {
-            let next = {
+            let (next, expired) = {
                 let mut inner = self.lock();
-                inner.manager.expire(self.now_ms());
+                let expired = inner.manager.expire(self.now_ms());
                 inner.deliver();
-                inner.manager.next_deadline()
+                (inner.manager.next_deadline(), expired)
             };
+            for session in expired {
+                self.forget_session(session);
+            }
             let sleep = match next {
                 Some(deadline_ms) => {
                     Duration::from_millis(deadline_ms.saturating_sub(self.now_ms()))
@@ -140,6 +218,32 @@ impl LockTable {
                 _ = tokio::time::sleep(sleep) => {}
                 _ = self.lease_changed.notified() => {}
             }
+        }
+    }
+}
+
+impl LockTable {
+    /// Forgets an ended session in the registry (in the background: nothing waits for it,
+    /// and a session left there only makes a takeover wait its grace out).
+    fn forget_session(&self, session: SessionId) {
+        if let Some(registry) = self.registry.clone() {
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = registry.unhold(session) {
+                    tracing::warn!(session, %e, "forgetting a lock session in the registry");
+                }
+            });
+        }
+    }
+
+    /// Notes the changelog index a client's request says its mutations reached.
+    fn note_client_index<T>(&self, request: &Request<T>) {
+        if let Some(index) = request
+            .metadata()
+            .get(calm_proto::INDEX_KEY)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            self.client_index.fetch_max(index, Ordering::AcqRel);
         }
     }
 }
@@ -167,7 +271,8 @@ impl Drop for WaitGuard<'_> {
 
 /// One parsed operation.
 enum Call {
-    Set(LockRequest),
+    /// A set; `true`: a reclaim.
+    Set(LockRequest, bool),
     Test(LockRequest),
     Unlock(LockRequest),
     Release(calm_locks::Owner, Option<u64>),
@@ -201,12 +306,15 @@ fn parse(op: &pb::LockOp) -> Result<Call, LockFailure> {
         kind,
     };
     match op.op {
-        OP_SET => Ok(Call::Set(request)),
+        OP_SET => Ok(Call::Set(request, false)),
+        OP_RECLAIM => Ok(Call::Set(request, true)),
         OP_TEST => Ok(Call::Test(request)),
         OP_UNLOCK => Ok(Call::Unlock(request)),
         other => Err(failure(
             LockCode::Invalid,
-            format!("lock operation {other} is not 1 set, 2 test, 3 unlock or 4 release"),
+            format!(
+                "lock operation {other} is not 1 set, 2 test, 3 unlock, 4 release or 5 reclaim"
+            ),
         )),
     }
 }
@@ -262,10 +370,13 @@ impl<S: Store> LockService<S> {
     /// every stale page of the file (`docs/design/mount.md`, "Caches").
     fn indexed<T>(&self, reply: T) -> Response<T> {
         let mut response = Response::new(reply);
+        let index = self
+            .meta
+            .changelog_last()
+            .max(self.table.client_index.load(Ordering::Acquire));
         response.metadata_mut().insert(
             calm_proto::INDEX_KEY,
-            self.meta
-                .changelog_last()
+            index
                 .to_string()
                 .parse()
                 .expect("digits are valid metadata"),
@@ -361,6 +472,21 @@ impl<S: Store> LocksRpc for LockService<S> {
             inner.manager.open_session(self.table.now_ms(), lease_ms)
         }
         .map_err(|error| status_from_lock_failure(&LockFailure::from(&error)))?;
+        if let Some(registry) = self.table.registry.clone() {
+            // Recorded before it may hold anything: a server that takes this one's files over
+            // waits for the session's reclaim.
+            let held = tokio::task::spawn_blocking(move || registry.hold(session)).await;
+            if let Err(e) = held
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+            {
+                let _ = self.table.lock().manager.close_session(session);
+                return Err(status_from_lock_failure(&failure(
+                    LockCode::Unavailable,
+                    format!("recording the session in the registry: {e}"),
+                )));
+            }
+        }
         self.auth.sessions.opened(session, identity.key(), |s| {
             self.table.lock().manager.live(s).is_ok()
         });
@@ -394,6 +520,9 @@ impl<S: Store> LocksRpc for LockService<S> {
         inner.deliver();
         drop(inner);
         self.auth.sessions.closed(session);
+        if result.is_ok() {
+            self.table.forget_session(session);
+        }
         result.map_err(|error| status_from_lock_failure(&LockFailure::from(&error)))?;
         Ok(Response::new(pb::Empty {}))
     }
@@ -403,6 +532,7 @@ impl<S: Store> LocksRpc for LockService<S> {
         r: Request<pb::LockBatch>,
     ) -> Result<Response<pb::LockBatchReply>, Status> {
         let identity = self.owner_of(&r, r.get_ref().session)?;
+        self.table.note_client_index(&r);
         let batch = r.into_inner();
         if batch.ops.len() > LOCK_BATCH_OPS_MAX {
             return Err(status_from_lock_failure(&failure(
@@ -419,7 +549,7 @@ impl<S: Store> LocksRpc for LockService<S> {
             .iter()
             .map(|op| {
                 let call = parse(op)?;
-                if let Call::Set(request) = &call {
+                if let Call::Set(request, _) = &call {
                     self.check_file(request, &identity)?;
                 }
                 Ok(call)
@@ -428,12 +558,33 @@ impl<S: Store> LocksRpc for LockService<S> {
         let session = batch.session;
         let mut inner = self.table.lock();
         Self::session_ok(&inner, session)?;
-        let manager = &mut inner.manager;
+        let table = &self.table;
         let results = calls
+            .into_iter()
+            .map(|call| {
+                let routed = match &call {
+                    Ok(Call::Set(request, reclaim)) => {
+                        table.route(&inner, request.resource, *reclaim, false)
+                    }
+                    Ok(Call::Test(request)) => table.route(&inner, request.resource, false, false),
+                    Ok(Call::Unlock(request)) => table.route(&inner, request.resource, false, true),
+                    Ok(Call::Release(_, Some(resource))) => {
+                        table.route(&inner, *resource, false, true)
+                    }
+                    Ok(Call::Release(_, None)) | Err(_) => Ok(()),
+                };
+                match routed {
+                    Ok(()) => call,
+                    Err(failure) => Err(failure),
+                }
+            })
+            .collect::<Vec<_>>();
+        let manager = &mut inner.manager;
+        let results = results
             .into_iter()
             .map(|call| match call {
                 Err(failure) => result_of_failure(failure),
-                Ok(Call::Set(request)) => {
+                Ok(Call::Set(request, _)) => {
                     result_of(manager.set(session, request, false).map(|_| 0))
                 }
                 Ok(Call::Test(request)) => match manager.test(session, request) {
@@ -458,10 +609,11 @@ impl<S: Store> LocksRpc for LockService<S> {
 
     async fn wait(&self, r: Request<pb::WaitRequest>) -> Result<Response<pb::LockResult>, Status> {
         let identity = self.owner_of(&r, r.get_ref().session)?;
+        self.table.note_client_index(&r);
         let r = r.into_inner();
         let op = r.op.unwrap_or_default();
         let request = match parse(&op) {
-            Ok(Call::Set(request)) => request,
+            Ok(Call::Set(request, false)) => request,
             Ok(_) => {
                 return Ok(Response::new(result_of_failure(failure(
                     LockCode::Invalid,
@@ -477,6 +629,9 @@ impl<S: Store> LocksRpc for LockService<S> {
         let wait = {
             let mut inner = self.table.lock();
             Self::session_ok(&inner, r.session)?;
+            if let Err(failure) = self.table.route(&inner, request.resource, false, false) {
+                return Ok(Response::new(result_of_failure(failure)));
+            }
             if inner.by_tag.contains_key(&(r.session, r.tag)) {
                 return Ok(Response::new(result_of_failure(failure(
                     LockCode::Invalid,
@@ -532,6 +687,24 @@ impl<S: Store> LocksRpc for LockService<S> {
         }
         inner.deliver();
         Ok(Response::new(pb::CancelReply { cancelled }))
+    }
+
+    async fn members(&self, r: Request<pb::Empty>) -> Result<Response<pb::MembersReply>, Status> {
+        self.auth.identity(&r)?;
+        Ok(Response::new(self.table.members_reply()))
+    }
+
+    async fn reclaim_done(
+        &self,
+        r: Request<pb::ReclaimDoneRequest>,
+    ) -> Result<Response<pb::ReclaimDoneReply>, Status> {
+        // Any client may report: a report only ends a grace sooner, for sessions that say
+        // they reclaimed (a session id names its server, not its client, so it is not checked
+        // against the caller).
+        self.auth.identity(&r)?;
+        let r = r.into_inner();
+        let accepted = self.table.reclaim_done(&r.sessions, &r.view);
+        Ok(Response::new(pb::ReclaimDoneReply { accepted }))
     }
 
     async fn list(

@@ -42,6 +42,7 @@ use etcd_client::{
 
 pub mod cluster;
 mod options;
+mod registry;
 
 pub use options::{EtcdOptions, EtcdTls, PASSWORD_ENV};
 
@@ -135,6 +136,8 @@ impl Drop for Inner {
 #[derive(Clone)]
 pub struct EtcdStore {
     inner: Arc<Inner>,
+    /// The registry of servers, made at its first use and shared by every clone.
+    registry: Arc<std::sync::OnceLock<Arc<registry::EtcdRegistry>>>,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -314,6 +317,7 @@ impl EtcdStore {
                 client,
                 options,
             }),
+            registry: Arc::default(),
         };
         // One read proves the cluster answers (and has a leader) before the store is used.
         store.revision()?;
@@ -937,6 +941,13 @@ impl Store for EtcdStore {
 
     fn shared(&self) -> bool {
         true
+    }
+
+    fn registry(&self) -> Option<Arc<dyn calm_store::registry::Registry>> {
+        let registry = self
+            .registry
+            .get_or_init(|| Arc::new(registry::EtcdRegistry::new(self.inner.clone())));
+        Some(registry.clone())
     }
 
     fn watch_commits(&self) -> Result<Option<std::sync::mpsc::Receiver<()>>> {

@@ -29,6 +29,7 @@ pub mod lmdb;
 pub mod mem;
 #[cfg(feature = "lmdb")]
 mod reclog;
+pub mod registry;
 #[cfg(feature = "lmdb")]
 mod wal;
 
@@ -308,6 +309,11 @@ pub trait Store: Send + Sync + 'static {
     fn watch_commits(&self) -> Result<Option<std::sync::mpsc::Receiver<()>>> {
         Ok(None)
     }
+    /// For a shared store: the registry of the servers sharing it (the same one at every
+    /// call). `None` for a store that only this process writes.
+    fn registry(&self) -> Option<std::sync::Arc<dyn registry::Registry>> {
+        None
+    }
 }
 
 /// A shared store is a store: lets a test (or a tool) keep a handle on a store that a
@@ -334,6 +340,10 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn watch_commits(&self) -> Result<Option<std::sync::mpsc::Receiver<()>>> {
         (**self).watch_commits()
+    }
+
+    fn registry(&self) -> Option<std::sync::Arc<dyn registry::Registry>> {
+        (**self).registry()
     }
 }
 

@@ -14,7 +14,12 @@ pub fn run(server: &str, path: &str, json: bool) -> anyhow::Result<ExitCode> {
         .block_on(async {
             let client = calm_client::Client::connect(server).await?;
             let handle = resolve(&client, path).await?;
-            let listing = client.list_locks(handle).await.map_err(|e| anyhow!(e))?;
+            let listing = client
+                .decider(handle)
+                .await?
+                .list_locks(handle)
+                .await
+                .map_err(|e| anyhow!(e))?;
             anyhow::Ok((handle, listing))
         })
         .with_context(|| format!("listing the locks of {path} on {server}"))?;

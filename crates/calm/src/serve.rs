@@ -75,6 +75,19 @@ pub struct ServerArgs {
     /// checkpoints, the changelog's records in segment files beside the B-tree).
     #[arg(long)]
     pub no_wal: bool,
+    /// With --store: the lease of this server's membership among the namespace's servers, in
+    /// milliseconds (etcd rounds it up to whole seconds): when the server dies, its files'
+    /// locks move to the others this long after its last renewal.
+    #[arg(long, default_value_t = calm_server::cluster::SERVER_LEASE_MS_DEFAULT)]
+    pub server_lease_ms: u64,
+    /// With --store: the longest a server that took files over waits for their clients to
+    /// reclaim their locks before it grants new ones, in milliseconds.
+    #[arg(long, default_value_t = calm_server::cluster::GRACE_MS_MAX_DEFAULT)]
+    pub grace_ms_max: u64,
+    /// With --store: the address the other servers' clients reach this server at (default:
+    /// the first --listen address, else the Unix socket).
+    #[arg(long)]
+    pub advertise: Option<String>,
 }
 
 impl ServerArgs {
@@ -187,6 +200,7 @@ impl Embedded {
             watch_limits: self.watch_limits,
             data: self.data_options.clone(),
             auth: self.auth.clone(),
+            cluster: None,
         }
     }
 
@@ -303,6 +317,18 @@ pub fn run_etcd(
         watch_limits: changelog.watch_limits(),
         data,
         auth: changelog.auth(),
+        cluster: Some(calm_server::cluster::ClusterOptions {
+            address: changelog.advertise.clone().unwrap_or_else(|| {
+                addrs
+                    .iter()
+                    .find(|a| !a.starts_with("unix:"))
+                    .or(addrs.first())
+                    .cloned()
+                    .unwrap_or_default()
+            }),
+            lease_ms: changelog.server_lease_ms,
+            grace_ms_max: changelog.grace_ms_max,
+        }),
     };
     println!("{}", calm_server::ready_line(info.ready_ms, &addrs));
     std::io::stdout().flush()?;

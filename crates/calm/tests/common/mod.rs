@@ -399,3 +399,36 @@ pub fn unique_prefix(name: &str) -> String {
         .as_nanos();
     format!("{name}-{}-{nanos}", std::process::id())
 }
+
+/// `run` on each of `items`, each on a thread of its own, all at once; the results in order.
+pub fn all_at_once<T: Send, R: Send>(items: Vec<T>, run: impl Fn(T) -> R + Sync) -> Vec<R> {
+    std::thread::scope(|scope| {
+        let run = &run;
+        let workers: Vec<_> = items
+            .into_iter()
+            .map(|item| scope.spawn(move || run(item)))
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("worker"))
+            .collect()
+    })
+}
+
+/// Runs `program` of the test programs with python3 in `mount`'s namespace, ended after
+/// `timeout_s` seconds (a hang fails the test instead of the suite).
+pub fn python_in(
+    mount: &Mount,
+    timeout_s: u32,
+    program: &str,
+    args: &[String],
+) -> std::process::Output {
+    std::process::Command::new("timeout")
+        .arg(timeout_s.to_string())
+        .args(["nsenter", "-t", &mount.pid().to_string(), "-m", "--"])
+        .arg("python3")
+        .arg(format!("{}/{program}", PROGRAMS))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {program}: {e}"))
+}

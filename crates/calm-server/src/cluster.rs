@@ -1,0 +1,281 @@
+//! Several servers on one store: this server's membership in the store's registry, the view
+//! of the members it decides by, and the takeovers of files that come to it
+//! (`calm_locks::cluster` holds the rules; `docs/design/cluster.md` the argument).
+//!
+//! One task per server ([`run`]): it joins the registry under a lease, then every third of
+//! the lease (and at once when the registry's watch reports a change, or a takeover has a
+//! deadline) renews the lease and reads the members and their acknowledgements. What it read
+//! goes into the cluster state under the lock table's mutex, so a change of the view and the
+//! requests it moves never interleave; the effects that need the registry (acknowledge the
+//! view, read the sessions of the servers that lost files) run after, outside the mutex.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use calm_locks::LockError;
+use calm_locks::cluster::{Cluster, ClusterConfig, Effect, Route, ServerId};
+use calm_proto::pb;
+use calm_store::registry::{Members, Registry};
+
+use crate::locks::LockTable;
+
+/// Default lease of a server's membership, in milliseconds: the longest a dead server's files
+/// wait before others take them over (etcd counts leases in whole seconds).
+pub const SERVER_LEASE_MS_DEFAULT: u64 = 5_000;
+/// Default longest wait for clients' reclaims after a takeover, in milliseconds.
+pub const GRACE_MS_MAX_DEFAULT: u64 = 10_000;
+/// Pause between two attempts to join the registry.
+const JOIN_RETRY_MS: u64 = 200;
+
+/// How this server takes part in a cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// Where clients reach this server (its first TCP listener, or its Unix socket).
+    pub address: String,
+    pub lease_ms: u64,
+    pub grace_ms_max: u64,
+}
+
+impl LockTable {
+    /// The view this server decides by, for clients.
+    pub(crate) fn members_reply(&self) -> pb::MembersReply {
+        if !self.clustered() {
+            return pb::MembersReply {
+                clustered: false,
+                me: self.me,
+                servers: Vec::new(),
+            };
+        }
+        let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        pb::MembersReply {
+            clustered: true,
+            me: self.me,
+            servers: members
+                .iter()
+                .map(|(id, address)| pb::Member {
+                    id: *id,
+                    address: address.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    pub(crate) fn reclaim_done(&self, sessions: &[u64], view: &[u64]) -> bool {
+        let now_ms = self.now_ms();
+        match &mut self.lock().cluster {
+            Some(cluster) => cluster.reclaim_done(sessions, view, now_ms),
+            None => false,
+        }
+    }
+
+    /// Applies what the cluster state asked for that needs only the table (dropping the files
+    /// that moved away); returns the rest.
+    fn carry_out(&self, effects: Vec<Effect>) -> Vec<Effect> {
+        let mut later = Vec::new();
+        let now_ms = self.now_ms();
+        let mut inner = self.lock();
+        for effect in effects {
+            if effect != Effect::DropMoved {
+                later.push(effect);
+                continue;
+            }
+            let Some(cluster) = inner.cluster.clone() else {
+                continue;
+            };
+            let mut dropped = 0;
+            for resource in inner.manager.resources() {
+                if matches!(
+                    cluster.route(resource, now_ms, true),
+                    Route::Elsewhere(_) | Route::Lapsed
+                ) {
+                    dropped += inner.manager.drop_resource(resource, LockError::Moved);
+                }
+            }
+            inner.deliver();
+            if dropped > 0 {
+                tracing::info!(
+                    dropped,
+                    "dropped the locks of files another server decides now"
+                );
+            }
+        }
+        later
+    }
+
+    /// Stops deciding (the server is leaving): every lock is dropped, every request refused
+    /// until the others took the files over.
+    pub(crate) fn lapse(&self) {
+        let mut inner = self.lock();
+        if let Some(cluster) = &mut inner.cluster {
+            cluster.set_view(Vec::new(), 0);
+        }
+        drop(inner);
+        self.carry_out(vec![Effect::DropMoved]);
+    }
+}
+
+/// Runs `f` on a blocking thread (registry calls wait for etcd).
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> calm_store::Result<T> + Send + 'static,
+) -> calm_store::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(calm_store::StoreError::Io(format!("registry call: {e}"))))
+}
+
+/// Joins the registry (trying until it works) and returns the lease granted.
+async fn join(registry: &Arc<dyn Registry>, me: ServerId, options: &ClusterOptions) -> u64 {
+    loop {
+        let (registry, address, lease_ms) =
+            (registry.clone(), options.address.clone(), options.lease_ms);
+        match blocking(move || registry.join(me, &address, lease_ms)).await {
+            Ok(granted_ms) => return granted_ms,
+            Err(e) => {
+                tracing::warn!(%e, "joining the registry of servers; trying again");
+                tokio::time::sleep(Duration::from_millis(JOIN_RETRY_MS)).await;
+            }
+        }
+    }
+}
+
+/// This server's part in the cluster, until aborted. `me` is the store epoch.
+pub async fn run(table: Arc<LockTable>, options: ClusterOptions) {
+    let Some(registry) = table.registry.clone() else {
+        return;
+    };
+    let me = table.me;
+    let lease_ms = join(&registry, me, &options).await;
+    table.lock().cluster = Some(Cluster::new(
+        me,
+        ClusterConfig {
+            lease_ms,
+            grace_ms_max: options.grace_ms_max,
+        },
+    ));
+    tracing::info!(
+        server = format!("{me:x}"),
+        lease_ms,
+        "joined the registry of servers"
+    );
+    let changed = Arc::new(tokio::sync::Notify::new());
+    match registry.watch() {
+        Ok(receiver) => {
+            let changed = changed.clone();
+            tokio::task::spawn_blocking(move || {
+                while receiver.recv().is_ok() {
+                    changed.notify_one();
+                }
+            });
+        }
+        Err(e) => tracing::warn!(%e, "watching the registry: following it by rounds only"),
+    }
+    let period = Duration::from_millis((lease_ms / 3).max(100));
+    loop {
+        round(&table, &registry, me, &options).await;
+        let now_ms = table.now_ms();
+        let deadline = table
+            .lock()
+            .cluster
+            .as_ref()
+            .and_then(|c| c.next_deadline())
+            .map(|d| Duration::from_millis(d.saturating_sub(now_ms)));
+        let sleep = deadline.map_or(period, |d| d.min(period));
+        tokio::select! {
+            _ = tokio::time::sleep(sleep) => {}
+            _ = changed.notified() => {}
+        }
+    }
+}
+
+/// One round: renew, read the members, apply them.
+async fn round(
+    table: &Arc<LockTable>,
+    registry: &Arc<dyn Registry>,
+    me: ServerId,
+    options: &ClusterOptions,
+) {
+    let sent_ms = table.now_ms();
+    let renewing = registry.clone();
+    let renewed = blocking(move || renewing.renew()).await;
+    let reading = registry.clone();
+    let members = blocking(move || reading.members()).await;
+    match &renewed {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!("this server's lease in the registry ran out; joining again");
+            // Its files were taken over (or are being): nothing is decided here until the
+            // new membership is confirmed.
+            table.lapse();
+            join(registry, me, options).await;
+            return;
+        }
+        Err(e) => tracing::warn!(%e, "renewing this server's lease in the registry"),
+    }
+    let members = match members {
+        Ok(members) => members,
+        Err(e) => {
+            tracing::warn!(%e, "reading the registry of servers");
+            return;
+        }
+    };
+    let effects = apply(table, &members, sent_ms, matches!(renewed, Ok(true)));
+    run_effects(table, registry, effects).await;
+}
+
+/// Applies a read of the registry under the table's mutex.
+fn apply(table: &LockTable, members: &Members, sent_ms: u64, renewed: bool) -> Vec<Effect> {
+    let view: Vec<ServerId> = members.servers.iter().map(|(id, _)| *id).collect();
+    let now_ms = table.now_ms();
+    let effects = {
+        let mut inner = table.lock();
+        let Some(cluster) = inner.cluster.as_mut() else {
+            return Vec::new();
+        };
+        let mut effects = cluster.set_view(view.clone(), now_ms);
+        if renewed {
+            cluster.confirmed(&view, sent_ms);
+        }
+        for (server, acked) in &members.acks {
+            effects.extend(cluster.ack(*server, acked.clone(), now_ms));
+        }
+        effects.extend(cluster.tick(now_ms));
+        let applied = cluster.view().to_vec();
+        *table.members.lock().unwrap_or_else(|p| p.into_inner()) = members
+            .servers
+            .iter()
+            .filter(|(id, _)| applied.binary_search(id).is_ok())
+            .cloned()
+            .collect();
+        effects
+    };
+    table.carry_out(effects)
+}
+
+async fn run_effects(table: &Arc<LockTable>, registry: &Arc<dyn Registry>, effects: Vec<Effect>) {
+    for effect in effects {
+        match effect {
+            Effect::DropMoved => {}
+            Effect::Ack(view) => {
+                let registry = registry.clone();
+                if let Err(e) = blocking(move || registry.ack(&view)).await {
+                    tracing::warn!(%e, "acknowledging the view of servers");
+                }
+            }
+            Effect::ReadHolders(servers) => {
+                let reading = registry.clone();
+                let sessions = match blocking(move || reading.holders()).await {
+                    Ok(sessions) => sessions,
+                    // Not read: the takeover waits its grace out, which is safe.
+                    Err(e) => {
+                        tracing::warn!(%e, "reading the sessions of servers taken over");
+                        continue;
+                    }
+                };
+                let now_ms = table.now_ms();
+                if let Some(cluster) = table.lock().cluster.as_mut() {
+                    cluster.holders(&servers, &sessions, now_ms);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! The registry of the servers sharing a namespace on etcd (`calm_store::registry`):
+//!
+//! | key | value | lifetime |
+//! |---|---|---|
+//! | `PREFIX/c/m/<id, 16 hex>` | the address clients reach the server at | the server's lease |
+//! | `PREFIX/c/a/<id>` | the view it decides by: member ids in hex, comma-separated | its lease |
+//! | `PREFIX/c/h/<session, 16 hex>` | empty: a client lock session the server opened | until closed, expired, or taken over |
+//!
+//! Every call is one attempt bounded by the store's `attempt_ms_max` (a renewal that cannot
+//! reach the cluster in time must say so, not retry past the lease).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use calm_store::registry::{MEMBERS_MAX, Members, Registry};
+use calm_store::{Result, StoreError};
+use etcd_client::{DeleteOptions, GetOptions, PutOptions, WatchOptions};
+
+use crate::Inner;
+
+#[derive(Debug, Default)]
+struct Joined {
+    id: u64,
+    lease: i64,
+}
+
+pub(crate) struct EtcdRegistry {
+    inner: Arc<Inner>,
+    joined: Mutex<Option<Joined>>,
+    members: Vec<u8>,
+    acks: Vec<u8>,
+    holders: Vec<u8>,
+}
+
+impl std::fmt::Debug for EtcdRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdRegistry")
+            .field("prefix", &self.inner.options.prefix)
+            .finish()
+    }
+}
+
+fn hex_id(bytes: &[u8]) -> Option<u64> {
+    u64::from_str_radix(std::str::from_utf8(bytes).ok()?, 16).ok()
+}
+
+fn etcd(error: impl std::fmt::Display) -> StoreError {
+    StoreError::Io(format!("etcd registry: {error}"))
+}
+
+impl EtcdRegistry {
+    pub(crate) fn new(inner: Arc<Inner>) -> EtcdRegistry {
+        let base = inner.options.prefix.as_bytes().to_vec();
+        let key = |suffix: &[u8]| [base.as_slice(), suffix].concat();
+        EtcdRegistry {
+            members: key(b"/c/m/"),
+            acks: key(b"/c/a/"),
+            holders: key(b"/c/h/"),
+            joined: Mutex::new(None),
+            inner,
+        }
+    }
+
+    fn joined(&self) -> Result<(u64, i64)> {
+        let joined = self.joined.lock().unwrap_or_else(|p| p.into_inner());
+        joined
+            .as_ref()
+            .map(|j| (j.id, j.lease))
+            .ok_or_else(|| StoreError::Io("etcd registry: not joined".into()))
+    }
+
+    /// Runs one attempt of `request` on the store's runtime, within `attempt_ms_max`.
+    fn once<T, F, Fut>(&self, request: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(etcd_client::Client) -> Fut + Send + 'static,
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>> + Send,
+    {
+        let client = self.inner.client.clone();
+        let budget = Duration::from_millis(self.inner.options.attempt_ms_max);
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        self.inner.handle().spawn(async move {
+            let outcome = match tokio::time::timeout(budget, request(client)).await {
+                Ok(outcome) => outcome.map_err(etcd),
+                Err(_) => Err(StoreError::Io("etcd registry: request timed out".into())),
+            };
+            let _ = sender.send(outcome);
+        });
+        receiver
+            .recv()
+            .map_err(|_| StoreError::Io("etcd: the store's runtime stopped".into()))?
+    }
+
+    fn key(base: &[u8], id: u64) -> Vec<u8> {
+        [base, format!("{id:016x}").as_bytes()].concat()
+    }
+}
+
+impl Registry for EtcdRegistry {
+    fn join(&self, id: u64, address: &str, lease_ms: u64) -> Result<u64> {
+        let ttl_s = lease_ms.div_ceil(1000).max(1) as i64;
+        let grant =
+            self.once(move |mut client| async move { client.lease_grant(ttl_s, None).await })?;
+        let lease = grant.id();
+        let granted_ms = (grant.ttl().max(1) as u64) * 1000;
+        let key = Self::key(&self.members, id);
+        let address = address.to_string();
+        self.once(move |mut client| async move {
+            client
+                .put(key, address, Some(PutOptions::new().with_lease(lease)))
+                .await
+        })?;
+        *self.joined.lock().unwrap_or_else(|p| p.into_inner()) = Some(Joined { id, lease });
+        Ok(granted_ms)
+    }
+
+    fn renew(&self) -> Result<bool> {
+        let (_, lease) = self.joined()?;
+        let ttl = self.once(move |mut client| async move {
+            let (mut keeper, mut stream) = client.lease_keep_alive(lease).await?;
+            keeper.keep_alive().await?;
+            Ok(stream.message().await?.map_or(0, |r| r.ttl()))
+        })?;
+        Ok(ttl > 0)
+    }
+
+    fn members(&self) -> Result<Members> {
+        let start = self.acks.clone();
+        // `/c/a/` .. `/c/n`: the acknowledgements and the members, in one read.
+        let mut end = self.members.clone();
+        end.truncate(end.len() - 2);
+        end.push(b'n');
+        let response = self.once(move |mut client| async move {
+            client
+                .get(
+                    start,
+                    Some(
+                        GetOptions::new()
+                            .with_range(end)
+                            .with_limit(2 * MEMBERS_MAX as i64),
+                    ),
+                )
+                .await
+        })?;
+        let mut members = Members::default();
+        for kv in response.kvs() {
+            if let Some(id) = kv.key().strip_prefix(self.members.as_slice()) {
+                if let Some(id) = hex_id(id) {
+                    members
+                        .servers
+                        .push((id, String::from_utf8_lossy(kv.value()).into_owned()));
+                }
+            } else if let Some(id) = kv.key().strip_prefix(self.acks.as_slice())
+                && let Some(id) = hex_id(id)
+            {
+                let view = std::str::from_utf8(kv.value())
+                    .unwrap_or("")
+                    .split(',')
+                    .filter_map(|s| hex_id(s.as_bytes()))
+                    .collect();
+                members.acks.push((id, view));
+            }
+        }
+        Ok(members)
+    }
+
+    fn ack(&self, view: &[u64]) -> Result<()> {
+        let (id, lease) = self.joined()?;
+        let key = Self::key(&self.acks, id);
+        let value = view
+            .iter()
+            .map(|s| format!("{s:016x}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        self.once(move |mut client| async move {
+            client
+                .put(key, value, Some(PutOptions::new().with_lease(lease)))
+                .await
+        })?;
+        Ok(())
+    }
+
+    fn hold(&self, session: u64) -> Result<()> {
+        let key = Self::key(&self.holders, session);
+        self.once(move |mut client| async move { client.put(key, "", None).await })?;
+        Ok(())
+    }
+
+    fn unhold(&self, session: u64) -> Result<()> {
+        let key = Self::key(&self.holders, session);
+        self.once(move |mut client| async move { client.delete(key, None).await })?;
+        Ok(())
+    }
+
+    fn unhold_server(&self, id: u64) -> Result<()> {
+        // Sessions are `id << 32 | n`: the ids of one server share their first 8 hex digits.
+        let key = [
+            self.holders.as_slice(),
+            format!("{:08x}", id & 0xffff_ffff).as_bytes(),
+        ]
+        .concat();
+        self.once(move |mut client| async move {
+            client
+                .delete(key, Some(DeleteOptions::new().with_prefix()))
+                .await
+        })?;
+        Ok(())
+    }
+
+    fn holders(&self) -> Result<Vec<u64>> {
+        let start = self.holders.clone();
+        let response = self.once(move |mut client| async move {
+            client
+                .get(
+                    start,
+                    Some(GetOptions::new().with_prefix().with_keys_only()),
+                )
+                .await
+        })?;
+        Ok(response
+            .kvs()
+            .iter()
+            .filter_map(|kv| hex_id(kv.key().strip_prefix(self.holders.as_slice())?))
+            .collect())
+    }
+
+    fn watch(&self) -> Result<std::sync::mpsc::Receiver<()>> {
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        let inner = self.inner.clone();
+        let start = self.acks.clone();
+        let mut end = self.members.clone();
+        end.truncate(end.len() - 2);
+        end.push(b'n');
+        self.inner.handle().spawn(async move {
+            loop {
+                let watched = inner
+                    .client
+                    .clone()
+                    .watch(
+                        start.clone(),
+                        Some(WatchOptions::new().with_range(end.clone())),
+                    )
+                    .await;
+                let mut stream = match watched {
+                    Ok(stream) => stream,
+                    Err(error) => {
+                        tracing::warn!(%error, "etcd: watching the servers; trying again");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
+                };
+                // A (re)started watch may have missed changes: say so once.
+                if let Err(std::sync::mpsc::TrySendError::Disconnected(())) = sender.try_send(()) {
+                    return;
+                }
+                while let Ok(Some(response)) = stream.message().await {
+                    if !response.events().is_empty() || response.canceled() {
+                        match sender.try_send(()) {
+                            Ok(()) | Err(std::sync::mpsc::TrySendError::Full(())) => {}
+                            Err(std::sync::mpsc::TrySendError::Disconnected(())) => return,
+                        }
+                    }
+                    if response.canceled() {
+                        break;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        Ok(receiver)
+    }
+
+    fn leave(&self) -> Result<()> {
+        let Some(joined) = self.joined.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return Ok(());
+        };
+        let lease = joined.lease;
+        self.once(move |mut client| async move { client.lease_revoke(lease).await })?;
+        Ok(())
+    }
+}

@@ -1,0 +1,463 @@
+//! Three `calm serve --store etcd://` processes, one lock table per file: fcntl locks of
+//! processes on mounts of different servers exclude each other, F_GETLK and waits work across
+//! servers, locked read-modify-write keeps exact totals; and kill -9 of the server deciding
+//! some files during a lock storm grants no lock twice (checked against a model of who holds
+//! what), the locks held through it are reclaimed, and the waiters proceed.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use calm_client::Client;
+use calm_client::routing::LockRouter;
+use calm_locks::cluster::owner_of;
+use calm_locks::{LockKind, OFFSET_MAX, Owner, Range, Request, Scope};
+use calm_meta::ROOT;
+use calm_proto::locks::{LockCall, LockCode};
+use calm_store_etcd::cluster::{LocalCluster, shared_url, unique_prefix};
+use common::{Mount, Server, all_at_once, python_in, runtime};
+
+/// The URL of a fresh prefix on scripts/test's etcd cluster, or on a private one (kept in
+/// `private` until the test ends) when the test runs alone.
+fn cluster(name: &str, private: &mut Option<LocalCluster>) -> String {
+    let prefix = unique_prefix(name);
+    shared_url(&prefix).unwrap_or_else(|| {
+        private
+            .insert(LocalCluster::start(3).expect("starting etcd"))
+            .url(&prefix)
+    })
+}
+
+/// Three servers of one namespace, with a short membership lease, once each sees all three.
+fn three_servers(url: &str, tmp: &std::path::Path, lease_ms: u64) -> Vec<Server> {
+    let objects = format!("file://{}", tmp.join("objects").display());
+    let lease = lease_ms.to_string();
+    let servers: Vec<Server> = ["a", "b", "c"]
+        .iter()
+        .map(|name| {
+            Server::start_with(
+                &tmp.join(name),
+                &[
+                    "--store",
+                    url,
+                    "--objects",
+                    &objects,
+                    "--server-lease-ms",
+                    &lease,
+                ],
+            )
+        })
+        .collect();
+    let rt = runtime();
+    rt.block_on(async {
+        for server in &servers {
+            let client = Client::connect(&server.addr).await.unwrap();
+            let started = Instant::now();
+            loop {
+                let members = client.members().await.unwrap();
+                assert!(members.clustered);
+                if members.servers.len() == 3 {
+                    break;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "the servers never saw each other: {members:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    });
+    servers
+}
+
+fn keeper(mount: &Mount, path: &str) -> std::process::Child {
+    let mut keeper = Command::new("nsenter")
+        .args(["-t", &mount.pid().to_string(), "-m", "--", "python3", "-c"])
+        .arg(format!(
+            "import fcntl, sys\nf = open('{}/{path}', 'r+')\nfcntl.lockf(f, fcntl.LOCK_EX)\n\
+             print('held', flush=True)\nsys.stdin.read()",
+            mount.mnt.display()
+        ))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the lock keeper");
+    let mut line = String::new();
+    BufReader::new(keeper.stdout.as_mut().expect("piped"))
+        .read_line(&mut line)
+        .expect("keeper output");
+    assert_eq!(line, "held\n");
+    keeper
+}
+
+const TRY_LOCK: &str = "python3 -c \"
+import fcntl
+f = open('f', 'r+')
+try:
+    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    print('granted')
+except OSError as e:
+    print('refused', e.errno)
+\"";
+
+/// F_GETLK of a write lock on the whole file: the type of the lock in the way (2: none).
+const GET_LOCK: &str = "python3 -c \"
+import fcntl, struct
+f = open('f', 'r+')
+got = fcntl.fcntl(f, fcntl.F_GETLK, struct.pack('@hhqqi', fcntl.F_WRLCK, 0, 0, 0, 0))
+print(struct.unpack('@hhqqi', got)[0])
+\"";
+
+#[test]
+fn fcntl_locks_through_mounts_of_three_servers_are_one_lock_table() {
+    let mut private = None;
+    let url = cluster("locks3", &mut private);
+    let tmp = tempfile::tempdir().unwrap();
+    let servers = three_servers(&url, tmp.path(), 5_000);
+    let mounts: Vec<Mount> = servers
+        .iter()
+        .map(|s| Mount::remote(&s.addr, &[]))
+        .collect();
+    let (a, b, c) = (&mounts[0], &mounts[1], &mounts[2]);
+    a.sh_ok("echo data > f");
+    let mut held = keeper(a, "f");
+    // Whichever server decides f, two of the three mounts reach it through another server.
+    assert_eq!(b.sh_ok(TRY_LOCK), "refused 11\n", "granted through B");
+    assert_eq!(c.sh_ok(TRY_LOCK), "refused 11\n", "granted through C");
+    assert_eq!(
+        c.sh_ok(GET_LOCK).trim(),
+        "1",
+        "F_GETLK through C saw no write lock"
+    );
+    // A blocking waiter on C is woken when the holder on A lets go.
+    let mut waiter = Command::new("timeout")
+        .args(["60", "nsenter", "-t", &c.pid().to_string(), "-m", "--"])
+        .args(["python3", "-c"])
+        .arg(format!(
+            "import fcntl\nf = open('{}/f', 'r+')\nfcntl.lockf(f, fcntl.LOCK_EX)\nprint('got', flush=True)",
+            c.mnt.display()
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the waiter");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        waiter.try_wait().unwrap().is_none(),
+        "the waiter was granted while A held the lock"
+    );
+    drop(held.stdin.take());
+    held.wait().unwrap();
+    let out = waiter.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "got\n",
+        "the waiter on C was not woken by the unlock on A"
+    );
+    assert_eq!(b.sh_ok(GET_LOCK).trim(), "2", "a lock outlived its holder");
+
+    // Locked read-modify-write by processes on all three mounts keeps every increment.
+    const RECORDS: u32 = 8;
+    const ITERATIONS: u32 = 150;
+    a.sh_ok(&format!("head -c {} /dev/zero > counters", RECORDS * 8));
+    let outputs = all_at_once(vec![(a, 1), (b, 2), (c, 3), (a, 4)], |(mount, seed)| {
+        python_in(
+            mount,
+            180,
+            "increment.py",
+            &[
+                mount.mnt.join("counters").display().to_string(),
+                ITERATIONS.to_string(),
+                RECORDS.to_string(),
+                seed.to_string(),
+            ],
+        )
+    });
+    for out in &outputs {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let sum = "python3 -c \"
+import struct
+print(sum(struct.unpack('<8Q', open('counters', 'rb').read())))
+\"";
+    for mount in &mounts {
+        assert_eq!(
+            mount.sh_ok(sum).trim(),
+            (4 * ITERATIONS).to_string(),
+            "an increment was lost"
+        );
+    }
+}
+
+/// Who holds each file's exclusive lock, as the storm's tasks were told: a grant while the
+/// model says another task holds the file is a double grant.
+#[derive(Default)]
+struct Model {
+    holder: HashMap<u64, usize>,
+    double_grants: Vec<String>,
+}
+
+#[test]
+fn killing_the_server_deciding_some_files_during_a_lock_storm_grants_nothing_twice() {
+    let mut private = None;
+    let url = cluster("failover", &mut private);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut servers = three_servers(&url, tmp.path(), 2_000);
+    let rt = runtime();
+    let (victim_index, victim, view, files, routers, slow) = rt.block_on(async {
+        let a = Client::connect(&servers[0].addr).await.unwrap();
+        let members = a.members().await.unwrap();
+        let view: Vec<u64> = members.servers.iter().map(|m| m.id).collect();
+        let dir = a.mkdir(ROOT, b"storm", 0o755).await.unwrap().handle;
+        let mut files = Vec::new();
+        for i in 0..12 {
+            files.push(
+                a.create(dir, format!("f{i}").as_bytes(), 0o644)
+                    .await
+                    .unwrap()
+                    .handle,
+            );
+        }
+        // The victim: the server that decides the most of these files, but not all.
+        let mut counts: HashMap<u64, usize> = HashMap::new();
+        for file in &files {
+            *counts.entry(owner_of(*file, &view).unwrap()).or_default() += 1;
+        }
+        let victim = *counts.iter().max_by_key(|(_, n)| **n).unwrap().0;
+        let mut victim_index = None;
+        for (i, server) in servers.iter().enumerate() {
+            let client = Client::connect(&server.addr).await.unwrap();
+            if client.members().await.unwrap().me == victim {
+                victim_index = Some(i);
+            }
+        }
+        let victim_index = victim_index.expect("the victim is one of the three");
+        // Two clients, on the two servers that survive.
+        let mut routers = Vec::new();
+        for (i, server) in servers.iter().enumerate() {
+            if i != victim_index {
+                let home = Client::connect(&server.addr).await.unwrap();
+                routers.push(LockRouter::open(home, 5_000).await.unwrap());
+            }
+        }
+        for router in &routers {
+            tokio::spawn(router.clone().run());
+        }
+        // A server that does not decide a file says so (a client with an old view is sent
+        // on), rather than granting: no lock is decided by two servers.
+        for server in &servers {
+            let client = Client::connect(&server.addr).await.unwrap();
+            if client.members().await.unwrap().me == owner_of(files[0], &view).unwrap() {
+                continue;
+            }
+            let session = client.open_lock_session(5_000).await.unwrap();
+            let request = Request {
+                resource: files[0],
+                owner: Owner::File { file: 1 },
+                scope: Scope::WholeFile,
+                kind: LockKind::Write,
+            };
+            let answers = client
+                .lock_batch(session, &[LockCall::Set(request), LockCall::Test(request)])
+                .await
+                .unwrap();
+            assert!(
+                answers.iter().all(|a| a.code == LockCode::Moved),
+                "{answers:?}"
+            );
+            client.close_lock_session(session).await.unwrap();
+        }
+        // A third client, which neither polls nor calls: it reclaims only when told to, long
+        // after the victim's files were taken over. Its lease outlasts the test.
+        let home = Client::connect(&servers[(victim_index + 1) % 3].addr)
+            .await
+            .unwrap();
+        let slow = LockRouter::open(home, 60_000).await.unwrap();
+        (victim_index, victim, view, files, routers, slow)
+    });
+    let model = Arc::new(Mutex::new(Model::default()));
+    let killed_at_ms = Arc::new(AtomicU64::new(0));
+    let grants_after_kill = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    const TASKS_PER_CLIENT: usize = 4;
+    /// Rounds each task runs after the kill; before it, as many as fit.
+    const ROUNDS_AFTER_KILL: usize = 15;
+    const ROUNDS_MAX: usize = 100_000;
+    const HOLD_PAST_KILL_MS: u64 = 4_000;
+    let storm = rt.spawn({
+        let (model, files, killed_at_ms, grants_after_kill) = (
+            model.clone(),
+            files.clone(),
+            killed_at_ms.clone(),
+            grants_after_kill.clone(),
+        );
+        async move {
+            let mut tasks = Vec::new();
+            for (r, router) in routers.iter().enumerate() {
+                for t in 0..TASKS_PER_CLIENT {
+                    let task = r * TASKS_PER_CLIENT + t;
+                    let (router, model, files, killed_at_ms, grants_after_kill) = (
+                        router.clone(),
+                        model.clone(),
+                        files.clone(),
+                        killed_at_ms.clone(),
+                        grants_after_kill.clone(),
+                    );
+                    tasks.push(tokio::spawn(async move {
+                        let owner = Owner::File {
+                            file: 1000 + task as u64,
+                        };
+                        let mut after_kill = 0;
+                        for round in 0..ROUNDS_MAX {
+                            if killed_at_ms.load(Ordering::Acquire) > 0 {
+                                after_kill += 1;
+                                if after_kill > ROUNDS_AFTER_KILL {
+                                    break;
+                                }
+                            }
+                            let file = files[(task * 7 + round * 5) % files.len()];
+                            let request = Request {
+                                resource: file,
+                                owner,
+                                scope: Scope::Range(Range {
+                                    start: 0,
+                                    end: OFFSET_MAX,
+                                }),
+                                kind: LockKind::Write,
+                            };
+                            let tag = (task as u64) << 32 | round as u64;
+                            let answer = router
+                                .wait(tag, request)
+                                .await
+                                .map_err(|f| format!("task {task} round {round}: {f}"))?;
+                            if answer.code != LockCode::Ok {
+                                return Err(format!("task {task} round {round}: {answer:?}"));
+                            }
+                            {
+                                let mut model = model.lock().unwrap();
+                                if let Some(other) = model.holder.insert(file, task) {
+                                    model.double_grants.push(format!(
+                                        "file {file}: task {task} granted while task {other} held it"
+                                    ));
+                                }
+                            }
+                            let granted_after_kill = killed_at_ms.load(Ordering::Acquire) > 0;
+                            if granted_after_kill {
+                                grants_after_kill.fetch_add(1, Ordering::Relaxed);
+                            }
+                            tokio::time::sleep(Duration::from_millis(3)).await;
+                            // A lock held through the kill is held until well after the
+                            // takeover (the lease, 2 s), so that a second grant shows.
+                            loop {
+                                let killed = killed_at_ms.load(Ordering::Acquire);
+                                let now = started.elapsed().as_millis() as u64;
+                                if granted_after_kill || killed == 0 || now >= killed + HOLD_PAST_KILL_MS {
+                                    break;
+                                }
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                            model.lock().unwrap().holder.remove(&file);
+                            let answers = router
+                                .call(file, &[LockCall::Unlock(request)])
+                                .await
+                                .map_err(|f| format!("task {task} unlock: {f}"))?;
+                            if answers[0].code != LockCode::Ok {
+                                return Err(format!("task {task} unlock: {:?}", answers[0]));
+                            }
+                        }
+                        Ok::<(), String>(())
+                    }));
+                }
+            }
+            let mut failures = Vec::new();
+            for task in tasks {
+                if let Err(e) = task.await.unwrap() {
+                    failures.push(e);
+                }
+            }
+            failures
+        }
+    });
+    // The slow client takes two of the victim's files while the storm runs, and keeps them.
+    const SLOW: usize = 99;
+    let slow_files: Vec<u64> = files
+        .iter()
+        .copied()
+        .filter(|f| owner_of(*f, &view) == Some(victim))
+        .take(2)
+        .collect();
+    let slow_request = |file: u64| Request {
+        resource: file,
+        owner: Owner::File { file: 7 },
+        scope: Scope::Range(Range {
+            start: 0,
+            end: OFFSET_MAX,
+        }),
+        kind: LockKind::Write,
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    rt.block_on(async {
+        for (i, file) in slow_files.iter().enumerate() {
+            let answer = slow
+                .wait(1 << 40 | i as u64, slow_request(*file))
+                .await
+                .unwrap();
+            assert_eq!(answer.code, LockCode::Ok);
+            let mut model = model.lock().unwrap();
+            if let Some(other) = model.holder.insert(*file, SLOW) {
+                model.double_grants.push(format!(
+                    "file {file}: the slow client granted while {other} held it"
+                ));
+            }
+        }
+    });
+    // Kill the victim while the storm runs.
+    std::thread::sleep(Duration::from_millis(400));
+    let victim_server = servers.remove(victim_index);
+    victim_server.kill9();
+    killed_at_ms.store(started.elapsed().as_millis() as u64, Ordering::Release);
+    // The victim's lease (2 s) has run out and its files were taken over: only now does the
+    // slow client reclaim. Until then the new deciders must grant nobody its files.
+    std::thread::sleep(Duration::from_millis(3_500));
+    rt.block_on(async {
+        slow.refresh(None).await;
+        assert_eq!(slow.held(), slow_files.len(), "the slow client lost a lock");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for file in &slow_files {
+            model.lock().unwrap().holder.remove(file);
+            let answers = slow
+                .call(*file, &[LockCall::Unlock(slow_request(*file))])
+                .await
+                .unwrap();
+            assert_eq!(answers[0].code, LockCode::Ok);
+        }
+    });
+    let failures = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(120), storm)
+            .await
+            .expect("the storm did not end within 120 s")
+            .unwrap()
+    });
+    eprintln!(
+        "storm: killed at {} ms, ended at {} ms, {} grants after the kill",
+        killed_at_ms.load(Ordering::Relaxed),
+        started.elapsed().as_millis(),
+        grants_after_kill.load(Ordering::Relaxed)
+    );
+    let model = model.lock().unwrap();
+    assert!(model.double_grants.is_empty(), "{:?}", model.double_grants);
+    assert!(failures.is_empty(), "tasks failed: {failures:?}");
+    assert!(
+        grants_after_kill.load(Ordering::Relaxed) > 0,
+        "no lock was granted after the kill"
+    );
+    drop(servers);
+}
