@@ -3,9 +3,11 @@
 //! code written against the in-process namespace reads the same against a remote one.
 //!
 //! A [`Client`] is one HTTP/2 connection; clones share it and may be used from many tasks at
-//! once (requests are multiplexed).
+//! once (requests are multiplexed). One made with [`Client::connect_servers`] moves to another
+//! server of its list when its connection is lost (`failover`).
 
 pub mod batch;
+pub mod failover;
 pub mod routing;
 
 use calm_changelog::{Record, User, UserId};
@@ -61,53 +63,121 @@ impl std::fmt::Debug for InProcess {
     }
 }
 
-/// Calls a namespace RPC: on the server in this process if there is one, else over the
-/// connection.
-macro_rules! meta_call {
-    ($client:expr, $method:ident, $request:expr) => {{
-        let mut request = tonic::IntoRequest::into_request($request);
-        match &$client.local {
-            Some(local) => {
-                request.extensions_mut().insert(calm_proto::InProcess);
-                local.meta.$method(request).await
+/// Sends `$message` with `$method` (in-process through `local.$local`, else with
+/// `$remote`, which names the connection `$conn` and the request `$request`): tagged with the
+/// caller and, for a mutation, a request id; sent again on another server of the client's
+/// list when the connection is lost (`failover`).
+macro_rules! rpc_call {
+    ($client:expr, $local:ident, $make:ident, |$conn:ident, $request:ident| $remote:expr, $method:ident, $message:expr, $id:expr) => {{
+        let message = $message;
+        let id = $id;
+        let mut budget = crate::failover::Budget::default();
+        let reply = loop {
+            let mut $request = $client.$make(message.clone(), id);
+            let $conn = $client.conn();
+            let reply = match &$client.local {
+                Some(local) => {
+                    $request.extensions_mut().insert(calm_proto::InProcess);
+                    local.$local.$method($request).await
+                }
+                None => $remote,
+            };
+            if let Err(status) = &reply
+                && $client.move_on(status, &$conn, &mut budget).await
+            {
+                continue;
             }
-            None => $client.rpc.clone().$method(request).await,
-        }
+            break reply;
+        };
+        $client.answered(id);
+        reply
     }};
+}
+
+/// Calls a namespace RPC: on the server in this process if there is one, else over the
+/// connection. `mutation`: with a request id.
+macro_rules! meta_call {
+    ($client:expr, $method:ident, $message:expr) => {
+        rpc_call!(
+            $client,
+            meta,
+            tagged,
+            |conn, request| conn.rpc.clone().$method(request).await,
+            $method,
+            $message,
+            None
+        )
+    };
+    (mutation $client:expr, $method:ident, $message:expr) => {
+        rpc_call!(
+            $client,
+            meta,
+            tagged,
+            |conn, request| conn.rpc.clone().$method(request).await,
+            $method,
+            $message,
+            $client.next_request()
+        )
+    };
 }
 
 /// [`meta_call`] for the namespace calls a batch may carry (`Meta.Batch`): over the
 /// connection, they go through the client's [`batch::Batcher`] as the call `$op`.
 macro_rules! batched_call {
-    ($client:expr, $method:ident, $op:ident, $request:expr) => {{
-        let mut request = tonic::IntoRequest::into_request($request);
-        match &$client.local {
-            Some(local) => {
-                request.extensions_mut().insert(calm_proto::InProcess);
-                local.meta.$method(request).await
-            }
-            None => {
-                $client
-                    .batch
-                    .call(request, calm_proto::pb::call::Op::$op)
-                    .await
-            }
-        }
-    }};
+    ($client:expr, $method:ident, $op:ident, $message:expr) => {
+        rpc_call!(
+            $client,
+            meta,
+            tagged,
+            |conn, request| conn
+                .batch
+                .call(request, calm_proto::pb::call::Op::$op)
+                .await,
+            $method,
+            $message,
+            None
+        )
+    };
+    (mutation $client:expr, $method:ident, $op:ident, $message:expr) => {
+        rpc_call!(
+            $client,
+            meta,
+            tagged,
+            |conn, request| conn
+                .batch
+                .call(request, calm_proto::pb::call::Op::$op)
+                .await,
+            $method,
+            $message,
+            $client.next_request()
+        )
+    };
 }
 
 /// [`meta_call`] for the lock service.
 macro_rules! locks_call {
-    ($client:expr, $method:ident, $request:expr) => {{
-        let mut request = tonic::IntoRequest::into_request($request);
-        match &$client.local {
-            Some(local) => {
-                request.extensions_mut().insert(calm_proto::InProcess);
-                local.locks.$method(request).await
-            }
-            None => $client.locks.clone().$method(request).await,
-        }
-    }};
+    ($client:expr, $method:ident, $message:expr) => {
+        rpc_call!(
+            $client,
+            locks,
+            untagged,
+            |conn, request| conn.locks.clone().$method(request).await,
+            $method,
+            $message,
+            None
+        )
+    };
+    (indexed $client:expr, $method:ident, $message:expr) => {
+        rpc_call!(
+            $client,
+            locks,
+            with_index,
+            |conn, request| conn.locks.clone().$method(request).await,
+            $method,
+            $message,
+            None
+        )
+    };
 }
 
 /// What a client presents over TLS: the CA that signed the server's certificate, and its
@@ -163,11 +233,9 @@ impl ClientTls {
     }
 }
 
-/// A connection to a metadata server.
-#[derive(Debug, Clone)]
-pub struct Client {
-    /// The namespace and lock services in this process, used instead of `rpc` and `locks`.
-    local: Option<InProcess>,
+/// One connection to a server, with a stub per service.
+#[derive(Debug)]
+struct Conn {
     rpc: MetaClient<Channel>,
     locks: LocksClient<Channel>,
     changelog: ChangelogClient<Channel>,
@@ -175,6 +243,39 @@ pub struct Client {
     targets: TargetsClient<Channel>,
     /// Namespace calls over the connection, batched (shared by the client's clones).
     batch: Arc<batch::Batcher>,
+}
+
+impl Conn {
+    fn new(channel: Channel) -> Conn {
+        let rpc = MetaClient::new(channel.clone())
+            .max_decoding_message_size(MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(MESSAGE_BYTES_MAX);
+        Conn {
+            batch: batch::Batcher::new(rpc.clone()),
+            rpc,
+            locks: LocksClient::new(channel.clone())
+                .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            changelog: ChangelogClient::new(channel.clone())
+                .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            targets: TargetsClient::new(channel.clone()),
+            watch: WatchClient::new(channel)
+                .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(MESSAGE_BYTES_MAX),
+        }
+    }
+}
+
+/// A connection to a metadata server.
+#[derive(Debug, Clone)]
+pub struct Client {
+    /// The namespace and lock services in this process, used instead of the connection's.
+    local: Option<InProcess>,
+    /// The connection, replaced when the client moves to another server (shared by clones).
+    conn: Arc<std::sync::RwLock<Arc<Conn>>>,
+    /// The servers it may move to, and its request ids (`connect_servers`).
+    failover: Option<Arc<failover::Failover>>,
     /// Sent with every mutation, for its changelog record.
     caller: Option<Caller>,
     /// The highest changelog index a mutation of this client (or its clones) answered with.
@@ -270,26 +371,114 @@ impl Client {
 
     /// A client over an existing channel.
     pub fn from_channel(channel: Channel) -> Client {
-        let rpc = MetaClient::new(channel.clone())
-            .max_decoding_message_size(MESSAGE_BYTES_MAX)
-            .max_encoding_message_size(MESSAGE_BYTES_MAX);
         Client {
             local: None,
-            batch: batch::Batcher::new(rpc.clone()),
-            rpc,
-            locks: LocksClient::new(channel.clone())
-                .max_decoding_message_size(MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(MESSAGE_BYTES_MAX),
-            changelog: ChangelogClient::new(channel.clone())
-                .max_decoding_message_size(MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(MESSAGE_BYTES_MAX),
-            targets: TargetsClient::new(channel.clone()),
-            watch: WatchClient::new(channel)
-                .max_decoding_message_size(MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            conn: Arc::new(std::sync::RwLock::new(Arc::new(Conn::new(channel)))),
+            failover: None,
             caller: None,
             reached: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// Connects to the first of `addrs` that answers (each as [`Client::connect`] takes it);
+    /// when the connection is lost, the client moves to the next one that answers and sends
+    /// again what was in flight, mutations with their request ids.
+    pub async fn connect_servers(addrs: &[String]) -> Result<Client> {
+        let tls = match addrs.iter().all(|a| a.starts_with("unix:")) {
+            true => None,
+            false => ClientTls::from_env()?,
+        };
+        Self::connect_servers_with(addrs, tls.as_ref()).await
+    }
+
+    /// [`Client::connect_servers`] with the client certificate of `tls` for TCP addresses.
+    pub async fn connect_servers_with(addrs: &[String], tls: Option<&ClientTls>) -> Result<Client> {
+        if addrs.is_empty() {
+            return Err(MetaError::Invalid("no server named".into()));
+        }
+        let tls = tls.cloned();
+        let mut last = None;
+        for (i, addr) in addrs.iter().enumerate() {
+            match Self::connect_with(addr, tls.as_ref()).await {
+                Ok(mut client) => {
+                    client.failover = Some(Arc::new(failover::Failover::new(
+                        addrs.to_vec(),
+                        tls.clone(),
+                        i,
+                    )));
+                    return Ok(client);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("at least one address was tried"))
+    }
+
+    /// The address of the server this client is connected to, when it has a list.
+    pub fn server(&self) -> Option<String> {
+        let failover = self.failover.as_ref()?;
+        let at = failover.at.load(Ordering::Acquire) as usize;
+        failover.addrs.get(at).cloned()
+    }
+
+    fn conn(&self) -> Arc<Conn> {
+        self.conn.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn next_request(&self) -> Option<calm_meta::requests::RequestId> {
+        self.failover.as_ref().map(|f| f.next_request())
+    }
+
+    fn answered(&self, id: Option<calm_meta::requests::RequestId>) {
+        if let (Some(failover), Some(id)) = (&self.failover, id) {
+            failover.answered(id);
+        }
+    }
+
+    /// After `status` on a request sent over `used`: whether to send it again, on another
+    /// server (moving there first if no other request did already), within `budget`.
+    async fn move_on(
+        &self,
+        status: &tonic::Status,
+        used: &Arc<Conn>,
+        budget: &mut failover::Budget,
+    ) -> bool {
+        let Some(failover) = &self.failover else {
+            return false;
+        };
+        if self.local.is_some() || !failover::connection_lost(status) || !budget.left() {
+            return false;
+        }
+        let _moving = failover.moving.lock().await;
+        if !Arc::ptr_eq(&self.conn(), used) {
+            // Another request moved already.
+            return true;
+        }
+        let count = failover.addrs.len();
+        let from = failover.at.load(Ordering::Acquire) as usize;
+        while budget.left() {
+            for step in 1..=count {
+                let at = (from + step) % count;
+                let addr = &failover.addrs[at];
+                let connecting = Self::connect_with(addr, failover.tls.as_ref());
+                let timeout = std::time::Duration::from_millis(failover::CONNECT_MS_MAX);
+                if let Ok(Ok(client)) = tokio::time::timeout(timeout, connecting).await {
+                    let conn = client.conn();
+                    *self.conn.write().unwrap_or_else(|p| p.into_inner()) = conn;
+                    failover.at.store(at as u64, Ordering::Release);
+                    failover.moves.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        from = %failover.addrs[from],
+                        to = %addr,
+                        %status,
+                        "the connection to the server was lost; moved to another"
+                    );
+                    return true;
+                }
+            }
+            failover::round_pause().await;
+        }
+        false
     }
 
     /// This client, calling the namespace and lock services of `local` (a server in this
@@ -340,8 +529,18 @@ impl Client {
         }
     }
 
-    fn tagged<T>(&self, message: T) -> tonic::Request<T> {
+    fn tagged<T>(
+        &self,
+        message: T,
+        id: Option<calm_meta::requests::RequestId>,
+    ) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
+        if let Some(id) = id {
+            request.metadata_mut().insert(
+                calm_proto::REQUEST_KEY,
+                id.to_text().parse().expect("hex digits are valid metadata"),
+            );
+        }
         if let Some(caller) = &self.caller {
             let metadata = request.metadata_mut();
             for (key, value) in [
@@ -372,7 +571,7 @@ impl Client {
             parent,
             name: name.to_vec(),
         };
-        check(batched_call!(self, lookup, Lookup, self.tagged(request)))?.try_into()
+        check(batched_call!(self, lookup, Lookup, request))?.try_into()
     }
 
     pub async fn getattr(&self, handle: Handle) -> Result<Attr> {
@@ -380,14 +579,14 @@ impl Client {
             self,
             get_attr,
             GetAttr,
-            self.tagged(pb::HandleRequest { handle })
+            pb::HandleRequest { handle }
         ))?
         .try_into()
     }
 
     pub async fn setattr(&self, handle: Handle, attr: &SetAttr) -> Result<Attr> {
         let request = calm_proto::setattr_to_wire(handle, attr);
-        self.mutated(batched_call!(self, set_attr, SetAttr, self.tagged(request)))?
+        self.mutated(batched_call!(mutation self, set_attr, SetAttr, request))?
             .try_into()
     }
 
@@ -409,7 +608,7 @@ impl Client {
             target: node.target.clone(),
             exclusive,
         };
-        self.mutated(batched_call!(self, make, Make, self.tagged(request)))?
+        self.mutated(batched_call!(mutation self, make, Make, request))?
             .try_into()
     }
 
@@ -429,7 +628,7 @@ impl Client {
             parent,
             name: name.to_vec(),
         };
-        self.mutated(batched_call!(self, link, Link, self.tagged(request)))?
+        self.mutated(batched_call!(mutation self, link, Link, request))?
             .try_into()
     }
 
@@ -452,20 +651,20 @@ impl Client {
             name: name.to_vec(),
             keep,
         };
-        self.mutated(batched_call!(self, unlink, Unlink, self.tagged(request)))
+        self.mutated(batched_call!(mutation self, unlink, Unlink, request))
             .map(|r| (r.orphan != 0).then_some(r.orphan))
     }
 
     /// The caller's mount closed orphan `handle`: it is destroyed.
     pub async fn release_orphan(&self, handle: Handle) -> Result<()> {
         let request = pb::HandleRequest { handle };
-        check(meta_call!(self, release_orphan, self.tagged(request))).map(|_| ())
+        check(meta_call!(self, release_orphan, request)).map(|_| ())
     }
 
     /// This client's session takes over these orphans of its mount's lost session.
     pub async fn claim_orphans(&self, handles: Vec<Handle>) -> Result<()> {
         let request = pb::OrphansRequest { handles };
-        check(meta_call!(self, claim_orphans, self.tagged(request))).map(|_| ())
+        check(meta_call!(self, claim_orphans, request)).map(|_| ())
     }
 
     pub async fn rmdir(&self, parent: Handle, name: &[u8]) -> Result<()> {
@@ -474,7 +673,7 @@ impl Client {
             name: name.to_vec(),
             keep: Vec::new(),
         };
-        self.mutated(batched_call!(self, rmdir, Rmdir, self.tagged(request)))
+        self.mutated(batched_call!(mutation self, rmdir, Rmdir, request))
             .map(|_| ())
     }
 
@@ -509,17 +708,12 @@ impl Client {
             flags,
             keep,
         };
-        self.mutated(batched_call!(self, rename, Rename, self.tagged(request)))
+        self.mutated(batched_call!(mutation self, rename, Rename, request))
             .map(|r| (r.orphan != 0).then_some(r.orphan))
     }
 
     pub async fn readlink(&self, handle: Handle) -> Result<Vec<u8>> {
-        Ok(check(meta_call!(
-            self,
-            readlink,
-            self.tagged(pb::HandleRequest { handle })
-        ))?
-        .target)
+        Ok(check(meta_call!(self, readlink, pb::HandleRequest { handle }))?.target)
     }
 
     pub async fn readdir(
@@ -534,7 +728,7 @@ impl Client {
             limit,
             plus: false,
         };
-        check(meta_call!(self, read_dir, self.tagged(request)))?
+        check(meta_call!(self, read_dir, request))?
             .entries
             .into_iter()
             .map(DirEntry::try_from)
@@ -555,7 +749,7 @@ impl Client {
             limit,
             plus: true,
         };
-        check(meta_call!(self, read_dir, self.tagged(request)))?
+        check(meta_call!(self, read_dir, request))?
             .entries
             .into_iter()
             .map(|mut e| {
@@ -578,7 +772,7 @@ impl Client {
             value: value.to_vec(),
             flags,
         };
-        self.mutated(meta_call!(self, set_xattr, self.tagged(request)))
+        self.mutated(meta_call!(mutation self, set_xattr, request))
             .map(|_| ())
     }
 
@@ -587,16 +781,11 @@ impl Client {
             handle,
             name: name.to_vec(),
         };
-        Ok(check(meta_call!(self, get_xattr, self.tagged(request)))?.value)
+        Ok(check(meta_call!(self, get_xattr, request))?.value)
     }
 
     pub async fn listxattr(&self, handle: Handle) -> Result<Vec<Vec<u8>>> {
-        Ok(check(meta_call!(
-            self,
-            list_xattr,
-            self.tagged(pb::HandleRequest { handle })
-        ))?
-        .names)
+        Ok(check(meta_call!(self, list_xattr, pb::HandleRequest { handle }))?.names)
     }
 
     pub async fn removexattr(&self, handle: Handle, name: &[u8]) -> Result<()> {
@@ -604,12 +793,12 @@ impl Client {
             handle,
             name: name.to_vec(),
         };
-        self.mutated(meta_call!(self, remove_xattr, self.tagged(request)))
+        self.mutated(meta_call!(mutation self, remove_xattr, request))
             .map(|_| ())
     }
 
     pub async fn statfs(&self) -> Result<StatFs> {
-        let s = check(meta_call!(self, stat_fs, self.tagged(pb::Empty {})))?;
+        let s = check(meta_call!(self, stat_fs, pb::Empty {}))?;
         Ok(StatFs {
             inodes: s.inodes,
             file_bytes: s.file_bytes,
@@ -619,14 +808,14 @@ impl Client {
     }
 
     pub async fn status(&self) -> Result<StatusReply> {
-        check(meta_call!(self, status, self.tagged(pb::Empty {})))
+        check(meta_call!(self, status, pb::Empty {}))
     }
 
     // ---- file contents ----
 
     /// The URL of the namespace's object store and the namespace's identity.
     pub async fn data_info(&self) -> Result<DataInfo> {
-        let reply = check(meta_call!(self, data_info, self.tagged(pb::Empty {})))?;
+        let reply = check(meta_call!(self, data_info, pb::Empty {}))?;
         Ok(DataInfo {
             objects_url: reply.objects_url,
             namespace_id: reply.namespace_id,
@@ -647,7 +836,7 @@ impl Client {
                     from_chunk,
                     max_records: 0,
                 };
-                let reply = check(batched_call!(self, read_map, ReadMap, self.tagged(request)))?;
+                let reply = check(batched_call!(self, read_map, ReadMap, request))?;
                 let attr: Attr = reply
                     .attr
                     .ok_or_else(|| MetaError::Io("a map without attributes".into()))?
@@ -715,21 +904,21 @@ impl Client {
                 .map(|(id, data)| pb::InlineBytes { id, data })
                 .collect(),
         };
-        self.mutated(batched_call!(self, write, Write, self.tagged(request)))?
+        self.mutated(batched_call!(mutation self, write, Write, request))?
             .try_into()
     }
 
     /// Places the whole of object `id` at the end of the file.
     pub async fn append(&self, handle: Handle, id: u64, size: u32) -> Result<Attr> {
         let request = pb::AppendRequest { handle, id, size };
-        self.mutated(meta_call!(self, append, self.tagged(request)))?
+        self.mutated(meta_call!(mutation self, append, request))?
             .try_into()
     }
 
     /// `count` new slice ids; returns the first.
     pub async fn alloc_slices(&self, count: u64) -> Result<u64> {
         let request = pb::AllocSlicesRequest { count };
-        Ok(check(meta_call!(self, alloc_slices, self.tagged(request)))?.first)
+        Ok(check(meta_call!(self, alloc_slices, request))?.first)
     }
 
     // ---- changelog ----
@@ -741,17 +930,21 @@ impl Client {
             name: name.to_string(),
             mask: mask.to_string(),
         };
-        user_from_wire(&check(self.changelog.clone().register(request).await)?)
+        user_from_wire(&check(
+            self.conn().changelog.clone().register(request).await,
+        )?)
     }
 
     pub async fn changelog_deregister(&self, id: UserId) -> Result<User> {
         let request = pb::ClUserRequest { id };
-        user_from_wire(&check(self.changelog.clone().deregister(request).await)?)
+        user_from_wire(&check(
+            self.conn().changelog.clone().deregister(request).await,
+        )?)
     }
 
     /// The last index, the first stored, the global mask and every reader.
     pub async fn changelog_users(&self) -> Result<pb::ClUsersReply> {
-        check(self.changelog.clone().users(pb::Empty {}).await)
+        check(self.conn().changelog.clone().users(pb::Empty {}).await)
     }
 
     /// Records from `from` (after what `user` cleared, within its mask); when there are none
@@ -792,7 +985,7 @@ impl Client {
             min_records: wait.min_records,
             linger_us: wait.linger_us,
         };
-        let reply = check(self.changelog.clone().read(request).await)?;
+        let reply = check(self.conn().changelog.clone().read(request).await)?;
         let records = reply
             .records
             .iter()
@@ -803,7 +996,7 @@ impl Client {
 
     pub async fn changelog_clear(&self, id: UserId, index: u64) -> Result<User> {
         let request = pb::ClClearRequest { id, index };
-        user_from_wire(&check(self.changelog.clone().clear(request).await)?)
+        user_from_wire(&check(self.conn().changelog.clone().clear(request).await)?)
     }
 
     pub async fn changelog_set_mask(&self, id: UserId, mask: &str) -> Result<User> {
@@ -811,19 +1004,21 @@ impl Client {
             id,
             mask: mask.to_string(),
         };
-        user_from_wire(&check(self.changelog.clone().set_mask(request).await)?)
+        user_from_wire(&check(
+            self.conn().changelog.clone().set_mask(request).await,
+        )?)
     }
 
     // ---- target registry ----
 
     /// Registers a node's targets (soft state; `complete`: every target the node holds).
     pub async fn register_targets(&self, registration: pb::TargetRegistration) -> Result<()> {
-        check(self.targets.clone().register(registration).await).map(|_| ())
+        check(self.conn().targets.clone().register(registration).await).map(|_| ())
     }
 
     /// Every registered target.
     pub async fn list_targets(&self) -> Result<Vec<pb::TargetEntry>> {
-        Ok(check(self.targets.clone().list(pb::Empty {}).await)?.targets)
+        Ok(check(self.conn().targets.clone().list(pb::Empty {}).await)?.targets)
     }
 
     // ---- watches ----
@@ -850,10 +1045,22 @@ impl Client {
                 request.extensions_mut().insert(calm_proto::InProcess);
                 WatchStream::Local(check(local.watch.watch(request).await)?, local.clone())
             }
-            None => WatchStream::Remote(Box::new((
-                check(self.watch.clone().watch(request).await)?,
-                self.watch.clone(),
-            ))),
+            None => {
+                let mut budget = failover::Budget::default();
+                loop {
+                    let conn = self.conn();
+                    match conn.watch.clone().watch(request.clone()).await {
+                        Ok(stream) => {
+                            break WatchStream::Remote(Box::new((
+                                stream.into_inner(),
+                                conn.watch.clone(),
+                            )));
+                        }
+                        Err(status) if self.move_on(&status, &conn, &mut budget).await => {}
+                        Err(status) => return Err(error_from_status(&status)),
+                    }
+                }
+            }
         };
         let first = stream
             .message()
@@ -893,11 +1100,11 @@ impl Client {
         session: SessionId,
         calls: &[LockCall],
     ) -> Result<Vec<LockAnswer>, LockFailure> {
-        let batch = self.with_index(pb::LockBatch {
+        let batch = pb::LockBatch {
             session,
             ops: calls.iter().map(LockCall::to_wire).collect(),
-        });
-        let reply = locks_call!(self, apply, batch);
+        };
+        let reply = locks_call!(indexed self, apply, batch);
         self.note_index(&reply);
         let reply = check_lock(reply)?;
         Ok(reply.results.iter().map(LockAnswer::from_wire).collect())
@@ -911,12 +1118,12 @@ impl Client {
         tag: u64,
         request: LockRequest,
     ) -> Result<LockAnswer, LockFailure> {
-        let wait = self.with_index(pb::WaitRequest {
+        let wait = pb::WaitRequest {
             session,
             tag,
             op: Some(LockCall::Set(request).to_wire()),
-        });
-        let reply = locks_call!(self, wait, wait);
+        };
+        let reply = locks_call!(indexed self, wait, wait);
         self.note_index(&reply);
         let reply = check_lock(reply)?;
         Ok(LockAnswer::from_wire(&reply))
@@ -926,7 +1133,11 @@ impl Client {
     /// that grants a lock answers with an index at least as high, so that the next holder's
     /// mount drops what the previous one changed, also when the two locked through different
     /// servers from the one they wrote through.
-    fn with_index<T>(&self, message: T) -> tonic::Request<T> {
+    fn with_index<T>(
+        &self,
+        message: T,
+        _: Option<calm_meta::requests::RequestId>,
+    ) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         let reached = self.reached();
         if reached > 0 {
@@ -939,6 +1150,15 @@ impl Client {
             );
         }
         request
+    }
+
+    /// `message` as it is (lock calls name their session in the message).
+    fn untagged<T>(
+        &self,
+        message: T,
+        _: Option<calm_meta::requests::RequestId>,
+    ) -> tonic::Request<T> {
+        tonic::Request::new(message)
     }
 
     /// The servers that decide locks, as this one sees them.

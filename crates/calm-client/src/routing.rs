@@ -167,6 +167,10 @@ struct WaitState {
 
 #[derive(Debug, Default)]
 struct State {
+    /// The id of the server `home` reaches (it changes when `home` moves to another server).
+    home_id: u64,
+    /// The address `home` was connected to when `home_id` was learnt.
+    home_address: Option<String>,
     clustered: bool,
     /// Sorted member ids.
     view: Vec<u64>,
@@ -187,8 +191,6 @@ const DEPARTED_MAX: usize = 64;
 #[derive(Debug)]
 pub struct LockRouter {
     home: Client,
-    /// The id of the server `home` reaches.
-    home_id: u64,
     lease_ms: u64,
     state: Mutex<State>,
     /// Serializes changes of the view (and their reclaims) and the opening of sessions.
@@ -239,6 +241,8 @@ impl LockRouter {
         let members = home.members().await?;
         let session = home.open_lock_session(lease_ms).await?;
         let mut state = State {
+            home_id: members.me,
+            home_address: home.server(),
             clustered: members.clustered,
             ..State::default()
         };
@@ -260,7 +264,6 @@ impl LockRouter {
         }
         Ok(Arc::new(LockRouter {
             home,
-            home_id: members.me,
             lease_ms,
             state: Mutex::new(state),
             refreshing: tokio::sync::Mutex::new(()),
@@ -274,9 +277,10 @@ impl LockRouter {
 
     /// The session on the home server (the one the client's namespace calls name).
     pub fn home_session(&self) -> SessionId {
-        self.state()
+        let state = self.state();
+        state
             .links
-            .get(&self.home_id)
+            .get(&state.home_id)
             .map_or(0, |link| link.session)
     }
 
@@ -304,8 +308,8 @@ impl LockRouter {
     fn route(&self, resource: u64) -> u64 {
         let state = self.state();
         match state.clustered {
-            true => owner_of(resource, &state.view).unwrap_or(self.home_id),
-            false => self.home_id,
+            true => owner_of(resource, &state.view).unwrap_or(state.home_id),
+            false => state.home_id,
         }
     }
 
@@ -509,7 +513,7 @@ impl LockRouter {
                 .links
                 .keys()
                 .copied()
-                .filter(|id| view.binary_search(id).is_err() && *id != self.home_id)
+                .filter(|id| view.binary_search(id).is_err() && *id != state.home_id)
                 .collect();
             for id in departed {
                 if let Some(link) = state.links.remove(&id) {
@@ -527,7 +531,7 @@ impl LockRouter {
 
     async fn ask_members(&self, hint: Option<u64>) -> Option<calm_proto::pb::MembersReply> {
         let mut order: Vec<u64> = hint.into_iter().collect();
-        order.push(self.home_id);
+        order.push(self.state().home_id);
         {
             let state = self.state();
             order.extend(state.view.iter().copied());
@@ -670,12 +674,66 @@ impl LockRouter {
                 false => renew_every,
             };
             tokio::time::sleep(poll).await;
+            self.follow_home().await;
             self.refresh(None).await;
             if renewed.elapsed() >= renew_every {
                 renewed = Instant::now();
                 self.renew_all().await;
             }
         }
+    }
+
+    /// When `home` moved to another server (its own failover), the session there becomes the
+    /// home session: the one on the server left behind is reported as departed, and the
+    /// client's orphans are claimed by the new one ([`LockRouter::replaced`]).
+    async fn follow_home(&self) {
+        let address = self.home.server();
+        if address.is_none() || address == self.state().home_address {
+            return;
+        }
+        let _refreshing = self.refreshing.lock().await;
+        let Ok(members) = self.home.members().await else {
+            return;
+        };
+        let old = self.state().home_id;
+        if members.me == old {
+            self.state().home_address = address;
+            return;
+        }
+        let existing = self.state().links.get(&members.me).map(|l| l.session);
+        let session = match existing {
+            Some(session) => session,
+            None => match self.home.open_lock_session(self.lease_ms).await {
+                Ok(session) => session,
+                Err(failure) => {
+                    tracing::warn!(%failure, "opening a lock session on the new server");
+                    return;
+                }
+            },
+        };
+        {
+            let mut state = self.state();
+            if let Some(link) = state.links.remove(&old) {
+                state.departed.push_back(link.session);
+                if state.departed.len() > DEPARTED_MAX {
+                    state.departed.pop_front();
+                }
+            }
+            state.links.insert(
+                members.me,
+                Link {
+                    client: self.home.clone(),
+                    session,
+                },
+            );
+            state.home_id = members.me;
+            state.home_address = address;
+        }
+        tracing::info!(
+            server = format!("{:x}", members.me),
+            "the mount's server changed"
+        );
+        self.replaced.notify_one();
     }
 
     async fn renew_all(&self) {
@@ -692,7 +750,7 @@ impl LockRouter {
                     if matches!(failure.code, LockCode::Fenced | LockCode::NoSuchSession) =>
                 {
                     tracing::warn!(session = link.session, %failure, "lock session lost");
-                    if server == self.home_id {
+                    if server == self.state().home_id {
                         match self.home.open_lock_session(self.lease_ms).await {
                             Ok(new) => {
                                 if let Some(link) = self.state().links.get_mut(&server) {

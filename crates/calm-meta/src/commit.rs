@@ -72,6 +72,8 @@ pub struct CommitStats {
 pub(crate) struct Request {
     pub op: Op,
     pub caller: Caller,
+    /// Applied at most once, however often it is sent (`crate::requests`).
+    pub id: Option<crate::requests::RequestId>,
     pub reply: oneshot::Sender<Result<Done, MetaError>>,
 }
 
@@ -433,7 +435,18 @@ fn commit_batch<S: Store>(
     let mut ctx = Ctx::new(&mut txn, alloc, cl, now_ns(), generation);
     for request in batch {
         ctx.caller = request.caller.clone();
-        match ops::apply(&mut ctx, &request.op) {
+        let outcome = match request.id {
+            None => ops::apply(&mut ctx, &request.op),
+            Some(id) => match crate::requests::replay(&mut ctx, id) {
+                Ok(Some(done)) => Ok(done),
+                Ok(None) => ops::apply(&mut ctx, &request.op).and_then(|done| {
+                    crate::requests::record(&mut ctx, id, &done)?;
+                    Ok(done)
+                }),
+                Err(failure) => Err(failure),
+            },
+        };
+        match outcome {
             Ok(done) => results.push(Ok(done)),
             Err(Failure::Meta(error)) => results.push(Err(error)),
             Err(Failure::Store(error)) => return Err(error.into()),

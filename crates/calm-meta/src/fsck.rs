@@ -256,6 +256,12 @@ impl Checker {
                     .report
                     .problem(format!("orphan record {key:?} does not decode")),
             },
+            TAG_REQUEST => {
+                if key.len() != 17 || crate::requests::decode(value).is_none() {
+                    self.report
+                        .problem(format!("request record {key:?} does not decode"));
+                }
+            }
             TAG_REF => {
                 if key.len() != 9 || decode_counter(key, value).map_or(true, |n| n < 2) {
                     self.report

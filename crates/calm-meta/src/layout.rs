@@ -31,9 +31,9 @@ use crate::types::{Handle, Kind};
 /// version 3 the file contents (`J` chunks, `G` deletion queue, `R` shared objects,
 /// `Sobjects`, `Nslice_next`); version 4 the parents of non-directories (their inode's
 /// `parent`, the `L` links of multi-link files, `Sparents_from`); version 5 inline slices
-/// (`K`, ids with [`crate::slices::INLINE`]). An older store has none of those keys and is
-/// upgraded in place when opened for writing.
-pub const FORMAT_VERSION: u32 = 5;
+/// (`K`, ids with [`crate::slices::INLINE`]); version 6 request records (`Q`). An older
+/// store has none of those keys and is upgraded in place when opened for writing.
+pub const FORMAT_VERSION: u32 = 6;
 /// The oldest format this build opens.
 pub const FORMAT_VERSION_MIN: u32 = 1;
 /// First bytes of the format field, so a foreign store is refused rather than misread.
@@ -72,6 +72,9 @@ pub const TAG_INLINE: u8 = b'K';
 /// how many (u32 le): Lustre's link EA as keys. After `I`, so that fsck checks each against
 /// the live inodes.
 pub const TAG_LINKS: u8 = b'L';
+/// Request records (`crate::requests`): client id and sequence number (both u64 BE) → what
+/// the mutation answered (a kind byte and a u64 le).
+pub const TAG_REQUEST: u8 = b'Q';
 
 /// Superblock: the handle high-water mark when the store was upgraded to version 4; a
 /// non-directory below it may have no parent recorded (absent: every one has).

@@ -25,6 +25,7 @@ pub mod links;
 pub mod ops;
 pub mod orphans;
 pub mod perm;
+pub mod requests;
 pub mod slices;
 pub mod types;
 
@@ -249,13 +250,29 @@ impl<S: Store> Meta<S> {
 
     /// Applies a mutation on behalf of `caller` (recorded in its changelog record).
     pub async fn apply_as(&self, caller: Caller, op: Op) -> Result<Done> {
+        self.apply_request(caller, op, None).await
+    }
+
+    /// [`Meta::apply_as`], for a request with an id: applied at most once, however often it
+    /// is sent (`requests`).
+    pub async fn apply_request(
+        &self,
+        caller: Caller,
+        op: Op,
+        id: Option<requests::RequestId>,
+    ) -> Result<Done> {
         let (reply, answer) = oneshot::channel();
         let queue = self
             .queue
             .as_ref()
             .ok_or_else(|| MetaError::Io("namespace is shutting down".into()))?;
         queue
-            .send(commit::Request { op, caller, reply })
+            .send(commit::Request {
+                op,
+                caller,
+                id,
+                reply,
+            })
             .await
             .map_err(|_| MetaError::Io("committer stopped".into()))?;
         answer
@@ -846,6 +863,7 @@ fn changelog_gc(
         let request = commit::Request {
             op: Op::ClGc,
             caller: Caller::default(),
+            id: None,
             reply,
         };
         if queue.blocking_send(request).is_err() {

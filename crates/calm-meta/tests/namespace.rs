@@ -783,3 +783,60 @@ fn writes_truncates_and_chowns_drop_file_capabilities() {
     kept("chown");
     clean(&meta);
 }
+
+/// A mutation sent again with its request id (its client lost the answer) answers as the
+/// first attempt did and applies nothing twice; records a client acknowledged are deleted,
+/// and fsck knows the records.
+#[test]
+fn a_request_sent_again_answers_as_the_first_attempt_and_applies_once() {
+    use calm_meta::ops::{Done, Op};
+    use calm_meta::requests::{RequestId, key};
+    let rt = rt();
+    let meta = mem();
+    let id = |seq, acked| {
+        Some(RequestId {
+            client: 42,
+            seq,
+            acked,
+        })
+    };
+    let make = Op::Make {
+        parent: ROOT,
+        name: b"f".to_vec(),
+        node: NewNode::file(0o644, 0, 0),
+        exclusive: true,
+    };
+    let first = rt
+        .block_on(meta.apply_request(Caller::default(), make.clone(), id(1, 0)))
+        .unwrap();
+    let again = rt
+        .block_on(meta.apply_request(Caller::default(), make.clone(), id(1, 0)))
+        .unwrap();
+    assert_eq!(first, again, "a create sent again answers the same file");
+    // Without the id, the same create is a new one, and fails: the name exists.
+    assert_eq!(
+        rt.block_on(meta.apply_as(Caller::default(), make.clone()))
+            .unwrap_err()
+            .errno(),
+        17
+    );
+    let unlink = Op::Unlink {
+        parent: ROOT,
+        name: b"f".to_vec(),
+        keep: Vec::new(),
+    };
+    for _ in 0..2 {
+        assert_eq!(
+            rt.block_on(meta.apply_request(Caller::default(), unlink.clone(), id(2, 1)))
+                .unwrap(),
+            Done::Nothing,
+            "an unlink sent again succeeds as the first did"
+        );
+    }
+    assert_eq!(meta.lookup(ROOT, b"f").unwrap_err().errno(), 2);
+    let snapshot = meta.store().snapshot().unwrap();
+    assert!(snapshot.get(&key(42, 1)).unwrap().is_none(), "acknowledged");
+    assert!(snapshot.get(&key(42, 2)).unwrap().is_some());
+    drop(snapshot);
+    clean(&meta);
+}

@@ -27,6 +27,10 @@ pub const ERROR_CODE_KEY: &str = "calm-code";
 /// Response metadata of a mutation: the changelog index reached when it committed (at least the
 /// index of its own record).
 pub const INDEX_KEY: &str = "calm-index";
+/// Request metadata: a mutation's request id, `CLIENT:SEQ:ACKED` in hex (the client's random
+/// id, the mutation's number, and the number up to which the client has every answer): a
+/// server applies a mutation at most once, however often it is sent.
+pub const REQUEST_KEY: &str = "calm-request";
 
 /// Marks a request made by a client in the server's own process (an embedded mount): set in
 /// the request's extensions, which never cross the wire, so no remote client can claim it.

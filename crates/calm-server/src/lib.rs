@@ -157,6 +157,30 @@ pub fn parse_ready_line(line: &str) -> Option<(u64, String)> {
     }
 }
 
+/// The attributes a write or an append answered.
+fn done_to_attr(done: calm_meta::Result<Done>) -> calm_meta::Result<calm_meta::Attr> {
+    match done? {
+        Done::Attr(attr) => Ok(attr),
+        other => Err(calm_meta::MetaError::Io(format!(
+            "a write answered {other:?} instead of attributes"
+        ))),
+    }
+}
+
+/// The request id a mutation carries (`calm-request`), if any: applied at most once however
+/// often it is sent (`calm_meta::requests`).
+fn request_id<T>(r: &Request<T>) -> Result<Option<calm_meta::requests::RequestId>, Status> {
+    let Some(value) = r.metadata().get(calm_proto::REQUEST_KEY) else {
+        return Ok(None);
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(calm_meta::requests::RequestId::from_text)
+        .map(Some)
+        .ok_or_else(|| Status::invalid_argument("calm-request is not CLIENT:SEQ:ACKED in hex"))
+}
+
 /// What the service reports about itself in status.
 #[derive(Debug, Clone)]
 pub struct ServerInfo {
@@ -310,13 +334,14 @@ impl<S: Store> MetaRpc for MetaService<S> {
 
     async fn set_attr(&self, r: Request<pb::SetAttrRequest>) -> Result<Response<pb::Attr>, Status> {
         let caller = self.auth.caller(&r)?;
+        let id = request_id(&r)?;
         let r = r.into_inner();
         let truncate = r.size.is_some();
         let op = Op::SetAttr {
             handle: r.handle,
             attr: calm_proto::setattr_from_wire(&r),
         };
-        let result = self.meta.apply_as(caller, op).await;
+        let result = self.meta.apply_request(caller, op, id).await;
         if truncate {
             self.maybe_queued(&result);
         }
@@ -325,6 +350,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
 
     async fn make(&self, r: Request<pb::MakeRequest>) -> Result<Response<pb::Attr>, Status> {
         let caller = self.auth.caller(&r)?;
+        let id = request_id(&r)?;
         let r = r.into_inner();
         let result = match calm_proto::node_from_request(&r) {
             Ok(node) => {
@@ -334,7 +360,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
                     node,
                     exclusive: r.exclusive,
                 };
-                self.meta.apply_as(caller, op).await
+                self.meta.apply_request(caller, op, id).await
             }
             Err(error) => Err(error),
         };
@@ -343,13 +369,14 @@ impl<S: Store> MetaRpc for MetaService<S> {
 
     async fn link(&self, r: Request<pb::LinkRequest>) -> Result<Response<pb::Attr>, Status> {
         let caller = self.auth.caller(&r)?;
+        let id = request_id(&r)?;
         let r = r.into_inner();
         let op = Op::Link {
             handle: r.handle,
             parent: r.parent,
             name: r.name,
         };
-        self.mutated(done_attr(self.meta.apply_as(caller, op).await))
+        self.mutated(done_attr(self.meta.apply_request(caller, op, id).await))
     }
 
     async fn unlink(
@@ -357,25 +384,27 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::RemoveRequest>,
     ) -> Result<Response<pb::RemovedReply>, Status> {
         let caller = self.auth.caller(&r)?;
+        let id = request_id(&r)?;
         let r = r.into_inner();
         let op = Op::Unlink {
             parent: r.parent,
             name: r.name,
             keep: r.keep,
         };
-        let result = self.meta.apply_as(caller, op).await;
+        let result = self.meta.apply_request(caller, op, id).await;
         self.maybe_queued(&result);
         self.mutated(done_removed(result))
     }
 
     async fn rmdir(&self, r: Request<pb::RemoveRequest>) -> Result<Response<pb::Empty>, Status> {
         let caller = self.auth.caller(&r)?;
+        let id = request_id(&r)?;
         let r = r.into_inner();
         let op = Op::Rmdir {
             parent: r.parent,
             name: r.name,
         };
-        self.mutated(done_empty(self.meta.apply_as(caller, op).await))
+        self.mutated(done_empty(self.meta.apply_request(caller, op, id).await))
     }
 
     async fn rename(
@@ -383,6 +412,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::RenameRequest>,
     ) -> Result<Response<pb::RemovedReply>, Status> {
         let caller = self.auth.caller(&r)?;
+        let id = request_id(&r)?;
         let r = r.into_inner();
         let op = Op::Rename {
             parent: r.parent,
@@ -392,7 +422,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
             flags: r.flags,
             keep: r.keep,
         };
-        let result = self.meta.apply_as(caller, op).await;
+        let result = self.meta.apply_request(caller, op, id).await;
         self.maybe_queued(&result);
         self.mutated(done_removed(result))
     }
@@ -441,6 +471,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::SetXattrRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
         let caller = self.auth.caller(&r)?;
+        let id = request_id(&r)?;
         let r = r.into_inner();
         let op = Op::SetXattr {
             handle: r.handle,
@@ -448,7 +479,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
             value: r.value,
             flags: r.flags,
         };
-        self.mutated(done_empty(self.meta.apply_as(caller, op).await))
+        self.mutated(done_empty(self.meta.apply_request(caller, op, id).await))
     }
 
     async fn get_xattr(
@@ -475,12 +506,13 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::XattrRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
         let caller = self.auth.caller(&r)?;
+        let id = request_id(&r)?;
         let r = r.into_inner();
         let op = Op::RemoveXattr {
             handle: r.handle,
             name: r.name,
         };
-        self.mutated(done_empty(self.meta.apply_as(caller, op).await))
+        self.mutated(done_empty(self.meta.apply_request(caller, op, id).await))
     }
 
     async fn stat_fs(&self, r: Request<pb::Empty>) -> Result<Response<pb::StatFsReply>, Status> {
@@ -593,15 +625,19 @@ impl<S: Store> MetaRpc for MetaService<S> {
     async fn write(&self, r: Request<pb::WriteRequest>) -> Result<Response<pb::Attr>, Status> {
         self.auth.trusted(&r, "write")?;
         let caller = self.auth.caller(&r)?;
+        let id = request_id(&r)?;
         let r = r.into_inner();
         let slices: Vec<_> = r.records.iter().map(calm_proto::slice_from_wire).collect();
         let mut chunks: Vec<u64> = slices.iter().map(|(c, _)| *c).collect();
         chunks.dedup();
         let inline = r.inline.into_iter().map(|b| (b.id, b.data)).collect();
-        let result = self
-            .meta
-            .write(caller, r.handle, slices, r.end, inline)
-            .await;
+        let op = Op::Write {
+            handle: r.handle,
+            slices,
+            end: r.end,
+            inline,
+        };
+        let result = done_to_attr(self.meta.apply_request(caller, op, id).await);
         if result.is_ok()
             && let Some(data) = &self.data
         {
@@ -613,8 +649,14 @@ impl<S: Store> MetaRpc for MetaService<S> {
     async fn append(&self, r: Request<pb::AppendRequest>) -> Result<Response<pb::Attr>, Status> {
         self.auth.trusted(&r, "append")?;
         let caller = self.auth.caller(&r)?;
+        let id = request_id(&r)?;
         let r = r.into_inner();
-        let result = self.meta.append(caller, r.handle, r.id, r.size).await;
+        let op = Op::Append {
+            handle: r.handle,
+            id: r.id,
+            size: r.size,
+        };
+        let result = done_to_attr(self.meta.apply_request(caller, op, id).await);
         self.mutated(attr(result))
     }
 

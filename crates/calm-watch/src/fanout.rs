@@ -339,6 +339,11 @@ impl Fanout {
             if change.index <= watcher.position {
                 continue;
             }
+            if change.index > last {
+                // Not published by the feed yet (it reads the changelog behind the caller):
+                // the feed delivers it, in order, once the watcher is live.
+                break;
+            }
             watcher.position = change.index;
             if Self::wants(&watcher.target, &change, &ancestors) {
                 watcher.queue.push(Arc::new(change));

@@ -258,6 +258,43 @@ fn a_watcher_whose_history_is_purged_resyncs_from_the_live_stream() {
     assert!(matches!(&events[1], Event::Change(got) if got.index == 101));
 }
 
+/// A watcher that resumes on a server whose feed is behind the changelog (another server
+/// committed more, or the feed has not read the last commits yet) replays only what the feed
+/// has published; the rest comes from the feed, once, in order.
+#[test]
+fn a_catch_up_that_reads_past_the_feed_leaves_the_rest_to_the_feed() {
+    let mut fanout = Fanout::new(Limits::default(), 100);
+    let target = Target::Dir {
+        handle: 1,
+        recursive: true,
+    };
+    let (id, live) = fanout.watch(target, 99).unwrap();
+    assert!(!live);
+    // The changelog has 99..=103; the feed has published up to 100.
+    let replay: Vec<(Change, Vec<u64>)> = (99..=103)
+        .map(|i| {
+            let c = change(i, 10 + i, 5);
+            let a = ancestors(&c);
+            (c, a)
+        })
+        .collect();
+    assert!(fanout.catch_up(id, replay, 103, false).unwrap());
+    for i in 101..=103 {
+        let c = change(i, 10 + i, 5);
+        fanout.publish(c.clone(), &ancestors(&c));
+    }
+    let indices: Vec<u64> = fanout
+        .take(id, 100, false)
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            Event::Change(c) => Some(c.index),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(indices, [99, 100, 101, 102, 103]);
+}
+
 #[test]
 fn limits_are_named() {
     let limits = Limits {

@@ -16,7 +16,9 @@ use calm_fuse::MountOptions;
 pub struct MountArgs {
     /// Where to mount (an existing empty directory).
     pub mountpoint: PathBuf,
-    /// A running server to mount (file contents go to the object store its namespace names).
+    /// A running server to mount (file contents go to the object store its namespace names);
+    /// several servers of one namespace, comma-separated (A,B,C): when the one in use dies,
+    /// the mount moves to the next that answers and sends again what was in flight.
     #[arg(long, conflicts_with = "embedded")]
     pub server: Option<String>,
     /// Run the server in this process on the store in DIR (created when absent); file
@@ -167,9 +169,15 @@ async fn mount_over(
     started: Instant,
     serving: Option<(String, calm_client::InProcess)>,
 ) -> anyhow::Result<()> {
-    let mut client = calm_client::Client::connect_with(server, tls)
-        .await
-        .with_context(|| format!("connecting to {server}"))?;
+    let mut client = match serving {
+        // The server in this process: nothing to move to.
+        Some(_) => calm_client::Client::connect_with(server, tls).await,
+        None => {
+            let servers: Vec<String> = server.split(',').map(str::to_string).collect();
+            calm_client::Client::connect_servers_with(&servers, tls).await
+        }
+    }
+    .with_context(|| format!("connecting to {server}"))?;
     let serving = serving.map(|(addr, local)| {
         client = client.clone().in_process(local);
         addr

@@ -461,3 +461,91 @@ fn killing_the_server_deciding_some_files_during_a_lock_storm_grants_nothing_twi
     );
     drop(servers);
 }
+
+/// `python3` that tries to lock `path` without waiting: "granted" or "refused ERRNO".
+fn try_lock(path: &str) -> String {
+    TRY_LOCK.replace("open('f'", &format!("open('{path}'"))
+}
+
+/// A mount of three servers (`--server A,B,C`) whose server dies goes on with the next: its
+/// namespace operations pause and succeed, nothing is applied twice, and a lock a process on
+/// it held on a file decided by the dead server is still held after the move (reclaimed at
+/// the file's new decider), as seen from a mount of another server.
+#[test]
+fn a_mount_of_three_servers_moves_on_when_its_server_dies_and_keeps_its_locks() {
+    let mut private = None;
+    let url = cluster("mountmove", &mut private);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut servers = three_servers(&url, tmp.path(), 2_000);
+    let list = servers
+        .iter()
+        .map(|s| s.addr.clone())
+        .collect::<Vec<_>>()
+        .join(",");
+    let moving = Mount::remote(&list, &[]);
+    let other = Mount::remote(&servers[1].addr, &[]);
+    moving.sh_ok("mkdir d && for i in $(seq 0 15); do echo $i > d/f$i; done");
+    // A file whose locks the first server (the mount's) decides.
+    let rt = runtime();
+    let name = rt.block_on(async {
+        let b = Client::connect(&servers[1].addr).await.unwrap();
+        let a = Client::connect(&servers[0].addr).await.unwrap();
+        let doomed = a.members().await.unwrap().me;
+        let view: Vec<u64> = b
+            .members()
+            .await
+            .unwrap()
+            .servers
+            .iter()
+            .map(|m| m.id)
+            .collect();
+        let dir = b.lookup(ROOT, b"d").await.unwrap().handle;
+        for i in 0..16 {
+            let name = format!("f{i}");
+            let handle = b.lookup(dir, name.as_bytes()).await.unwrap().handle;
+            if owner_of(handle, &view) == Some(doomed) {
+                return name;
+            }
+        }
+        panic!("none of 16 files is decided by the first server");
+    });
+    let path = format!("d/{name}");
+    let mut held = keeper(&moving, &path);
+    assert_eq!(other.sh_ok(&try_lock(&path)), "refused 11\n");
+    servers.remove(0).kill9();
+    // The mount goes on: everything succeeds, after a pause.
+    let out = moving.sh_ok(
+        "touch d/new && mv d/new d/renamed && rm d/f15 && mkdir d/sub && echo hello > d/sub/x \
+         && cat d/sub/x && ls d | wc -l",
+    );
+    assert_eq!(out, "hello\n17\n", "{out}");
+    // Through the takeover (lease 2 s, then the reclaim), the lock is never granted to the
+    // other mount.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(5) {
+        assert_eq!(
+            other.sh_ok(&try_lock(&path)),
+            "refused 11\n",
+            "the lock held through the dead server was granted to another after {:?}",
+            watched.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(held.stdin.take());
+    held.wait().unwrap();
+    let mut outcome = String::new();
+    let released = Instant::now();
+    while released.elapsed() < Duration::from_secs(20) {
+        outcome = other.sh_ok(&try_lock(&path));
+        if outcome == "granted\n" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(outcome, "granted\n", "the released lock stayed held");
+    // What the moved mount did is what the others see, once.
+    assert_eq!(
+        other.sh_ok("ls d | sort | tr '\\n' ' '"),
+        "f0 f1 f10 f11 f12 f13 f14 f2 f3 f4 f5 f6 f7 f8 f9 renamed sub "
+    );
+}

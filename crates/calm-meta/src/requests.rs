@@ -1,0 +1,166 @@
+//! Request records: a mutation sent with a request id (a client's id and the mutation's
+//! sequence number) is recorded, in its own transaction, with what it answered; the same
+//! request sent again — its client lost the answer when its server died, and asks another
+//! server — finds the record and answers as the first attempt did, without applying anything
+//! twice (docs/design/store-layout.md, `Q`).
+//!
+//! Records are bounded per client: each request also says up to which sequence number its
+//! client has all its answers (`acked`), and the records at or below it are deleted then. A
+//! client that goes away leaves at most the records of the requests it had in flight.
+
+use std::ops::ControlFlow;
+
+use calm_store::WriteTxn;
+
+use crate::layout::TAG_REQUEST;
+use crate::ops::{Ctx, Done, Outcome};
+use crate::types::Handle;
+
+/// Who sent a mutation, and which of its mutations it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RequestId {
+    /// Chosen at random by the client when it starts.
+    pub client: u64,
+    /// The client's count of mutations, from 1.
+    pub seq: u64,
+    /// Every mutation of the client up to this one has been answered.
+    pub acked: u64,
+}
+
+impl RequestId {
+    /// `client:seq:acked` in hex, as the request metadata carries it.
+    pub fn to_text(self) -> String {
+        format!("{:x}:{:x}:{:x}", self.client, self.seq, self.acked)
+    }
+
+    pub fn from_text(text: &str) -> Option<RequestId> {
+        let mut parts = text.split(':').map(|p| u64::from_str_radix(p, 16).ok());
+        let id = RequestId {
+            client: parts.next()??,
+            seq: parts.next()??,
+            acked: parts.next()??,
+        };
+        (parts.next().is_none() && id.seq > 0 && id.acked < id.seq).then_some(id)
+    }
+}
+
+/// What a recorded mutation answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    Nothing,
+    /// The attributes of this inode (read again when replayed).
+    Attr(Handle),
+    Orphaned(Handle),
+    Ids(u64),
+}
+
+/// Most records deleted for one client when one is written (the acknowledged ones are at most
+/// the client's requests in flight before).
+pub const ACKED_DELETES_MAX: usize = 4096;
+
+pub fn key(client: u64, seq: u64) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    k[0] = TAG_REQUEST;
+    k[1..9].copy_from_slice(&client.to_be_bytes());
+    k[9..].copy_from_slice(&seq.to_be_bytes());
+    k
+}
+
+fn encode(done: &Done) -> Option<[u8; 9]> {
+    let (kind, value) = match done {
+        Done::Nothing => (0, 0),
+        Done::Attr(attr) => (1, attr.handle),
+        Done::Orphaned(handle) => (2, *handle),
+        Done::Ids(first) => (3, *first),
+        // Changelog readers are administration, sent without request ids.
+        Done::User(_) => return None,
+    };
+    let mut bytes = [0u8; 9];
+    bytes[0] = kind;
+    bytes[1..].copy_from_slice(&value.to_le_bytes());
+    Some(bytes)
+}
+
+pub fn decode(bytes: &[u8]) -> Option<Recorded> {
+    let value = u64::from_le_bytes(bytes.get(1..9)?.try_into().ok()?);
+    if bytes.len() != 9 {
+        return None;
+    }
+    Some(match bytes[0] {
+        0 => Recorded::Nothing,
+        1 => Recorded::Attr(value),
+        2 => Recorded::Orphaned(value),
+        3 => Recorded::Ids(value),
+        _ => return None,
+    })
+}
+
+/// The answer `id` got the first time, if it was applied already.
+pub(crate) fn replay<T: WriteTxn>(ctx: &mut Ctx<'_, T>, id: RequestId) -> Outcome<Option<Done>> {
+    let Some(bytes) = ctx.txn.get(&key(id.client, id.seq))? else {
+        return Ok(None);
+    };
+    let recorded = decode(&bytes).ok_or_else(|| {
+        crate::MetaError::Io(format!("request record {} does not decode", id.to_text()))
+    })?;
+    Ok(Some(match recorded {
+        Recorded::Nothing => Done::Nothing,
+        Recorded::Attr(handle) => Done::Attr(ctx.load(handle)?.attr()),
+        Recorded::Orphaned(handle) => Done::Orphaned(handle),
+        Recorded::Ids(first) => Done::Ids(first),
+    }))
+}
+
+/// Records that `id` answered `done`, and forgets the client's acknowledged records.
+pub(crate) fn record<T: WriteTxn>(ctx: &mut Ctx<'_, T>, id: RequestId, done: &Done) -> Outcome<()> {
+    let Some(value) = encode(done) else {
+        return Ok(());
+    };
+    ctx.txn.put(&key(id.client, id.seq), &value)?;
+    let mut acked = Vec::new();
+    ctx.txn.visit(
+        &key(id.client, 0),
+        &key(id.client, id.acked.saturating_add(1)),
+        &mut |k, _| {
+            acked.push(k.to_vec());
+            match acked.len() < ACKED_DELETES_MAX {
+                true => ControlFlow::Continue(()),
+                false => ControlFlow::Break(()),
+            }
+        },
+    )?;
+    for k in acked {
+        ctx.txn.delete(&k)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_records_round_trip_and_bad_ones_are_refused() {
+        let id = RequestId {
+            client: 0xabc,
+            seq: 9,
+            acked: 7,
+        };
+        assert_eq!(RequestId::from_text(&id.to_text()), Some(id));
+        for bad in ["", "1:2", "1:2:3:4", "x:1:0", "1:0:0", "1:3:3"] {
+            assert_eq!(RequestId::from_text(bad), None, "{bad}");
+        }
+        for done in [Done::Nothing, Done::Orphaned(5), Done::Ids(77)] {
+            let bytes = encode(&done).unwrap();
+            let back = match decode(&bytes).unwrap() {
+                Recorded::Nothing => Done::Nothing,
+                Recorded::Orphaned(h) => Done::Orphaned(h),
+                Recorded::Ids(n) => Done::Ids(n),
+                Recorded::Attr(_) => unreachable!(),
+            };
+            assert_eq!(back, done);
+        }
+        assert_eq!(decode(&[9; 9]), None);
+        assert_eq!(decode(&[0; 8]), None);
+    }
+}
