@@ -28,6 +28,7 @@ pub mod mdtest;
 pub mod mount;
 pub mod plot;
 pub mod programs;
+pub mod servers;
 pub mod startup;
 pub mod storm;
 pub mod syscalls;

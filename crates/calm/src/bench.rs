@@ -251,6 +251,9 @@ pub enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// 1, 2 and 3 servers of one namespace on etcd: lock operations on one hot file and on
+    /// many, creates and stats, with the servers' CPU per operation; kill -9 failover times.
+    Servers(crate::bench_servers::ServersArgs),
     /// create, stat and unlink rates in-process, over gRPC and on the kernel's tmpfs.
     Mdtest {
         /// Concurrent clients, comma-separated for several rounds.
@@ -728,6 +731,10 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                     serde_json::json!({"bench": "transport", "results": results})
                 );
             }
+        }
+        Bench::Servers(args) => {
+            let (lines, report) = crate::bench_servers::run(args)?;
+            emit(report.is_some(), &lines, &report)?;
         }
         Bench::Mdtest {
             clients,

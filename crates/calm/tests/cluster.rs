@@ -549,3 +549,59 @@ fn a_mount_of_three_servers_moves_on_when_its_server_dies_and_keeps_its_locks() 
         "f0 f1 f10 f11 f12 f13 f14 f2 f3 f4 f5 f6 f7 f8 f9 renamed sub "
     );
 }
+
+/// `calm bench servers` runs end to end on a small scale and reports every figure it names
+/// (the figures themselves are for docs/benchmarks, not for a test).
+#[test]
+fn the_servers_benchmark_reports_every_figure() {
+    let mut private = None;
+    let url = cluster("bench", &mut private);
+    let out = common::calm(&[
+        "bench",
+        "servers",
+        "--servers",
+        "1,3",
+        "--files",
+        "64",
+        "--clients",
+        "4",
+        "--lock-clients",
+        "2",
+        "--lock-ops",
+        "200",
+        "--store",
+        &url,
+        "--json",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert_eq!(report["bench"], "servers");
+    let results = report["results"].as_array().expect("results");
+    let figures: Vec<(u64, String)> = results
+        .iter()
+        .map(|r| {
+            assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["cpu_us_per_op"].as_f64().unwrap() >= 0.0, "{r}");
+            (
+                r["servers"].as_u64().unwrap(),
+                r["op"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for servers in [1, 3] {
+        for op in ["lock-hot", "lock-many", "create", "stat"] {
+            assert!(
+                figures.contains(&(servers, op.to_string())),
+                "{servers} {op} missing: {figures:?}"
+            );
+        }
+    }
+    assert!(report["failover_s"]["lock"].as_f64().unwrap() > 0.0);
+    assert!(report["failover_s"]["create"].as_f64().unwrap() > 0.0);
+    assert_eq!(report["lease_s"], 2.0);
+}
