@@ -299,6 +299,11 @@ async fn round(
                 .map_err(|e| e.to_string())?,
         );
     }
+    // Renewing their leases (and following the view) while the rounds last.
+    let renewing: Vec<_> = routers
+        .iter()
+        .map(|router| tokio::spawn(router.clone().run()))
+        .collect();
     let hot = lock_files[0];
     // A first pass opens every router's sessions on every server.
     lock_round(&routers, 2 * 256 * routers.len() as u64, {
@@ -327,6 +332,9 @@ async fn round(
         )
         .await?,
     );
+    for task in renewing {
+        task.abort();
+    }
     for router in &routers {
         router.close().await;
     }
