@@ -766,7 +766,10 @@ impl<S: Store> Server<S> {
             locks,
             changelog: Arc::new(ChangelogService::new(meta, auth.clone())),
             watch: Arc::new(WatchService::new(hub, auth.clone())),
-            targets: Arc::new(targets::TargetRegistry::new(auth)),
+            targets: Arc::new(targets::TargetRegistry::with_registry(
+                auth,
+                table.registry.clone(),
+            )),
             table,
             leases,
             sweeper,

@@ -5,6 +5,7 @@
 //! | `PREFIX/c/m/<id, 16 hex>` | the address clients reach the server at | the server's lease |
 //! | `PREFIX/c/a/<id>` | the view it decides by: member ids in hex, comma-separated | its lease |
 //! | `PREFIX/c/h/<session, 16 hex>` | empty: a client lock session the server opened | until closed, expired, or taken over |
+//! | `PREFIX/c/t/<node, hex of its name>` | the node's targets (`calm.v1.TargetList`) | the lease of the server it registered with |
 //!
 //! Every call is one attempt bounded by the store's `attempt_ms_max` (a renewal that cannot
 //! reach the cluster in time must say so, not retry past the lease).
@@ -30,6 +31,7 @@ pub(crate) struct EtcdRegistry {
     members: Vec<u8>,
     acks: Vec<u8>,
     holders: Vec<u8>,
+    nodes: Vec<u8>,
 }
 
 impl std::fmt::Debug for EtcdRegistry {
@@ -56,6 +58,7 @@ impl EtcdRegistry {
             members: key(b"/c/m/"),
             acks: key(b"/c/a/"),
             holders: key(b"/c/h/"),
+            nodes: key(b"/c/t/"),
             joined: Mutex::new(None),
             inner,
         }
@@ -89,6 +92,11 @@ impl EtcdRegistry {
         receiver
             .recv()
             .map_err(|_| StoreError::Io("etcd: the store's runtime stopped".into()))?
+    }
+
+    fn node_key(&self, node: &str) -> Vec<u8> {
+        let hex: String = node.bytes().map(|b| format!("{b:02x}")).collect();
+        [self.nodes.as_slice(), hex.as_bytes()].concat()
     }
 
     fn key(base: &[u8], id: u64) -> Vec<u8> {
@@ -221,6 +229,38 @@ impl Registry for EtcdRegistry {
             .kvs()
             .iter()
             .filter_map(|kv| hex_id(kv.key().strip_prefix(self.holders.as_slice())?))
+            .collect())
+    }
+
+    fn put_node(&self, node: &str, value: &[u8]) -> Result<()> {
+        let (_, lease) = self.joined()?;
+        let key = self.node_key(node);
+        let value = value.to_vec();
+        self.once(move |mut client| async move {
+            client
+                .put(key, value, Some(PutOptions::new().with_lease(lease)))
+                .await
+        })?;
+        Ok(())
+    }
+
+    fn node(&self, node: &str) -> Result<Option<Vec<u8>>> {
+        let key = self.node_key(node);
+        let response = self.once(move |mut client| async move { client.get(key, None).await })?;
+        Ok(response.kvs().first().map(|kv| kv.value().to_vec()))
+    }
+
+    fn nodes(&self) -> Result<Vec<Vec<u8>>> {
+        let start = self.nodes.clone();
+        let response = self.once(move |mut client| async move {
+            client
+                .get(start, Some(GetOptions::new().with_prefix()))
+                .await
+        })?;
+        Ok(response
+            .kvs()
+            .iter()
+            .map(|kv| kv.value().to_vec())
             .collect())
     }
 

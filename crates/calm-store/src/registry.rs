@@ -1,6 +1,7 @@
 //! The registry of the servers that share a store (a shared engine such as etcd): who is a
 //! member, under a lease; which view of the members each one acknowledged; which client lock
-//! sessions each one opened. The lock service decides from it which server decides a file's
+//! sessions each one opened; and the storage nodes' target registrations, which every server
+//! lists. The lock service decides from it which server decides a file's
 //! locks (`calm-locks::cluster`). A store that only one process writes has none.
 //!
 //! Keys are the backend's business; the calls are synchronous and bounded in time, so that a
@@ -37,6 +38,13 @@ pub trait Registry: Send + Sync + std::fmt::Debug {
     fn unhold_server(&self, id: u64) -> crate::Result<()>;
     /// Every session recorded by [`Registry::hold`].
     fn holders(&self) -> crate::Result<Vec<u64>>;
+    /// Records what storage node `node` registered (the target registry's soft state, kept
+    /// under this server's lease: when the server dies, the node registers again elsewhere).
+    fn put_node(&self, node: &str, value: &[u8]) -> crate::Result<()>;
+    /// What `node` registered, if anything.
+    fn node(&self, node: &str) -> crate::Result<Option<Vec<u8>>>;
+    /// What every node registered.
+    fn nodes(&self) -> crate::Result<Vec<Vec<u8>>>;
     /// A channel that receives a message after a change of the members or acknowledgements
     /// (coalesced).
     fn watch(&self) -> crate::Result<std::sync::mpsc::Receiver<()>>;

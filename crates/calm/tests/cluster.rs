@@ -605,3 +605,123 @@ fn the_servers_benchmark_reports_every_figure() {
     assert!(report["failover_s"]["create"].as_f64().unwrap() > 0.0);
     assert_eq!(report["lease_s"], 2.0);
 }
+
+/// The storage nodes' target registry is one for all servers: a node registered through one
+/// server is listed by the others; a complete registration replaces the node's targets, a
+/// partial one adds to them; when the server a node registered with dies, the node is listed
+/// again once it registers with another.
+#[test]
+fn the_target_registry_is_shared_by_every_server() {
+    let mut private = None;
+    let url = cluster("targets", &mut private);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut servers = three_servers(&url, tmp.path(), 2_000);
+    let rt = runtime();
+    rt.block_on(async {
+        let clients = {
+            let mut clients = Vec::new();
+            for server in &servers {
+                clients.push(Client::connect(&server.addr).await.unwrap());
+            }
+            clients
+        };
+        let target = |uuid: &str, index: u32| calm_proto::pb::TargetEntry {
+            target_uuid: uuid.into(),
+            pool_uuid: "p1".into(),
+            pool_name: "pool".into(),
+            index,
+            count: 3,
+            state: "active".into(),
+            ..Default::default()
+        };
+        let uuids = |list: Vec<calm_proto::pb::TargetEntry>| {
+            let mut uuids: Vec<(String, String)> =
+                list.into_iter().map(|t| (t.node, t.target_uuid)).collect();
+            uuids.sort();
+            uuids
+        };
+        let registration = |node: &str, targets, complete| calm_proto::pb::TargetRegistration {
+            node: node.into(),
+            targets,
+            complete,
+        };
+        clients[0]
+            .register_targets(registration(
+                "n1",
+                vec![target("t1", 0), target("t2", 1)],
+                true,
+            ))
+            .await
+            .unwrap();
+        clients[1]
+            .register_targets(registration("n2", vec![target("t3", 2)], true))
+            .await
+            .unwrap();
+        let all = vec![
+            ("n1".to_string(), "t1".to_string()),
+            ("n1".to_string(), "t2".to_string()),
+            ("n2".to_string(), "t3".to_string()),
+        ];
+        for client in &clients {
+            assert_eq!(uuids(client.list_targets().await.unwrap()), all);
+        }
+        // Partial adds; complete replaces.
+        clients[2]
+            .register_targets(registration("n2", vec![target("t4", 0)], false))
+            .await
+            .unwrap();
+        clients[1]
+            .register_targets(registration("n1", vec![target("t2", 1)], true))
+            .await
+            .unwrap();
+        let now = vec![
+            ("n1".to_string(), "t2".to_string()),
+            ("n2".to_string(), "t3".to_string()),
+            ("n2".to_string(), "t4".to_string()),
+        ];
+        assert_eq!(uuids(clients[0].list_targets().await.unwrap()), now);
+        // n1 last registered through the second server: when it dies, n1 is gone from the
+        // list once that server's lease ran out, and back after it registers elsewhere.
+        drop(clients);
+    });
+    servers.remove(1).kill9();
+    rt.block_on(async {
+        let first = Client::connect(&servers[0].addr).await.unwrap();
+        let started = Instant::now();
+        loop {
+            let nodes: Vec<String> = first
+                .list_targets()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|t| t.node)
+                .collect();
+            if !nodes.contains(&"n1".to_string()) {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "a dead server's registrations outlived its lease"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        first
+            .register_targets(calm_proto::pb::TargetRegistration {
+                node: "n1".into(),
+                targets: vec![calm_proto::pb::TargetEntry {
+                    target_uuid: "t2".into(),
+                    ..Default::default()
+                }],
+                complete: true,
+            })
+            .await
+            .unwrap();
+        let second = Client::connect(&servers[1].addr).await.unwrap();
+        let listed = second.list_targets().await.unwrap();
+        assert!(
+            listed
+                .iter()
+                .any(|t| t.node == "n1" && t.target_uuid == "t2")
+        );
+    });
+}
