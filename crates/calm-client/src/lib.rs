@@ -9,6 +9,7 @@
 pub mod batch;
 pub mod failover;
 pub mod routing;
+mod shadow;
 
 use calm_changelog::{Record, User, UserId};
 use calm_locks::{Holder, Request as LockRequest, SessionId};
@@ -322,6 +323,10 @@ impl Client {
     /// server takes it from root on loopback only), over TLS when the environment names the
     /// files ([`TLS_ENV`]).
     pub async fn connect(addr: &str) -> Result<Client> {
+        if addr.contains(',') {
+            let addrs: Vec<String> = addr.split(',').map(str::to_string).collect();
+            return Self::connect_servers(&addrs).await;
+        }
         let tls = match addr.starts_with("unix:") {
             true => None,
             false => ClientTls::from_env()?,
@@ -432,6 +437,24 @@ impl Client {
     fn answered(&self, id: Option<calm_meta::requests::RequestId>) {
         if let (Some(failover), Some(id)) = (&self.failover, id) {
             failover.answered(id);
+        }
+    }
+
+    /// Sends a request over the connection with `send`, again on another server of the list
+    /// when the connection is lost (the calls that have no in-process path: changelog and
+    /// targets).
+    async fn remote<T, F, Fut>(&self, send: F) -> std::result::Result<T, tonic::Status>
+    where
+        F: Fn(Arc<Conn>) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, tonic::Status>>,
+    {
+        let mut budget = failover::Budget::default();
+        loop {
+            let conn = self.conn();
+            match send(conn.clone()).await {
+                Err(status) if self.move_on(&status, &conn, &mut budget).await => continue,
+                reply => return reply,
+            }
         }
     }
 
@@ -944,7 +967,13 @@ impl Client {
 
     /// The last index, the first stored, the global mask and every reader.
     pub async fn changelog_users(&self) -> Result<pb::ClUsersReply> {
-        check(self.conn().changelog.clone().users(pb::Empty {}).await)
+        check(
+            self.remote(|conn| {
+                let request = pb::Empty {};
+                async move { conn.changelog.clone().users(request).await }
+            })
+            .await,
+        )
     }
 
     /// Records from `from` (after what `user` cleared, within its mask); when there are none
@@ -985,7 +1014,10 @@ impl Client {
             min_records: wait.min_records,
             linger_us: wait.linger_us,
         };
-        let reply = check(self.conn().changelog.clone().read(request).await)?;
+        let reply = check(
+            self.remote(|conn| async move { conn.changelog.clone().read(request).await })
+                .await,
+        )?;
         let records = reply
             .records
             .iter()
@@ -996,7 +1028,10 @@ impl Client {
 
     pub async fn changelog_clear(&self, id: UserId, index: u64) -> Result<User> {
         let request = pb::ClClearRequest { id, index };
-        user_from_wire(&check(self.conn().changelog.clone().clear(request).await)?)
+        user_from_wire(&check(
+            self.remote(|conn| async move { conn.changelog.clone().clear(request).await })
+                .await,
+        )?)
     }
 
     pub async fn changelog_set_mask(&self, id: UserId, mask: &str) -> Result<User> {
@@ -1005,7 +1040,11 @@ impl Client {
             mask: mask.to_string(),
         };
         user_from_wire(&check(
-            self.conn().changelog.clone().set_mask(request).await,
+            self.remote(|conn| {
+                let request = request.clone();
+                async move { conn.changelog.clone().set_mask(request).await }
+            })
+            .await,
         )?)
     }
 
@@ -1013,399 +1052,30 @@ impl Client {
 
     /// Registers a node's targets (soft state; `complete`: every target the node holds).
     pub async fn register_targets(&self, registration: pb::TargetRegistration) -> Result<()> {
-        check(self.conn().targets.clone().register(registration).await).map(|_| ())
+        check(
+            self.remote(|conn| {
+                let request = registration.clone();
+                async move { conn.targets.clone().register(request).await }
+            })
+            .await,
+        )
+        .map(|_| ())
     }
 
     /// Every registered target.
     pub async fn list_targets(&self) -> Result<Vec<pb::TargetEntry>> {
-        Ok(check(self.conn().targets.clone().list(pb::Empty {}).await)?.targets)
-    }
-
-    // ---- watches ----
-
-    /// Starts watching: a directory's entries (`recursive`: everything below it), the given
-    /// handles, or every change, from changelog index `from` (0: from now).
-    pub async fn watch(&self, what: WatchWhat, from: u64) -> Result<Watch> {
-        let (dir, recursive, handles, all) = match what {
-            WatchWhat::Dir { handle, recursive } => (handle, recursive, Vec::new(), false),
-            WatchWhat::Handles(handles) => (0, false, handles, false),
-            WatchWhat::All => (0, false, Vec::new(), true),
-        };
-        let request = pb::WatchRequest {
-            dir,
-            recursive,
-            handles,
-            from,
-            batch_max: 0,
-            all,
-        };
-        let mut stream = match &self.local {
-            Some(local) => {
-                let mut request = tonic::IntoRequest::into_request(request);
-                request.extensions_mut().insert(calm_proto::InProcess);
-                WatchStream::Local(check(local.watch.watch(request).await)?, local.clone())
-            }
-            None => {
-                let mut budget = failover::Budget::default();
-                loop {
-                    let conn = self.conn();
-                    match conn.watch.clone().watch(request.clone()).await {
-                        Ok(stream) => {
-                            break WatchStream::Remote(Box::new((
-                                stream.into_inner(),
-                                conn.watch.clone(),
-                            )));
-                        }
-                        Err(status) if self.move_on(&status, &conn, &mut budget).await => {}
-                        Err(status) => return Err(error_from_status(&status)),
-                    }
-                }
-            }
-        };
-        let first = stream
-            .message()
-            .await?
-            .ok_or_else(|| MetaError::Io("the watch ended before it began".into()))?;
-        Ok(Watch {
-            id: first.watch_id,
-            stream,
-            pending: std::collections::VecDeque::new(),
-            passed: 0,
-        })
-    }
-
-    // ---- locks ----
-
-    /// Opens a lock session whose lease lasts `lease_ms` unless renewed.
-    pub async fn open_lock_session(&self, lease_ms: u64) -> Result<SessionId, LockFailure> {
-        let reply = locks_call!(self, open_session, pb::OpenSessionRequest { lease_ms });
-        check_lock(reply).map(|r| r.session)
-    }
-
-    /// Renews the lease; returns how many milliseconds it now lasts.
-    pub async fn keep_alive(&self, session: SessionId) -> Result<u64, LockFailure> {
-        let reply = locks_call!(self, keep_alive, pb::SessionRequest { session });
-        check_lock(reply).map(|r| r.lease_ms)
-    }
-
-    /// Ends the session: its locks are released, its waiting requests refused.
-    pub async fn close_lock_session(&self, session: SessionId) -> Result<(), LockFailure> {
-        let reply = locks_call!(self, close_session, pb::SessionRequest { session });
-        check_lock(reply).map(|_| ())
-    }
-
-    /// Applies `calls` in order in one round trip; one answer each.
-    pub async fn lock_batch(
-        &self,
-        session: SessionId,
-        calls: &[LockCall],
-    ) -> Result<Vec<LockAnswer>, LockFailure> {
-        let batch = pb::LockBatch {
-            session,
-            ops: calls.iter().map(LockCall::to_wire).collect(),
-        };
-        let reply = locks_call!(indexed self, apply, batch);
-        self.note_index(&reply);
-        let reply = check_lock(reply)?;
-        Ok(reply.results.iter().map(LockAnswer::from_wire).collect())
-    }
-
-    /// Takes a lock, waiting as long as it takes (F_SETLKW); [`Client::lock_cancel`] with the
-    /// same `tag` ends the wait with [`calm_proto::locks::LockCode::Cancelled`].
-    pub async fn lock_wait(
-        &self,
-        session: SessionId,
-        tag: u64,
-        request: LockRequest,
-    ) -> Result<LockAnswer, LockFailure> {
-        let wait = pb::WaitRequest {
-            session,
-            tag,
-            op: Some(LockCall::Set(request).to_wire()),
-        };
-        let reply = locks_call!(indexed self, wait, wait);
-        self.note_index(&reply);
-        let reply = check_lock(reply)?;
-        Ok(LockAnswer::from_wire(&reply))
-    }
-
-    /// `message` carrying the changelog index this client's mutations reached: the server
-    /// that grants a lock answers with an index at least as high, so that the next holder's
-    /// mount drops what the previous one changed, also when the two locked through different
-    /// servers from the one they wrote through.
-    fn with_index<T>(
-        &self,
-        message: T,
-        _: Option<calm_meta::requests::RequestId>,
-    ) -> tonic::Request<T> {
-        let mut request = tonic::Request::new(message);
-        let reached = self.reached();
-        if reached > 0 {
-            request.metadata_mut().insert(
-                calm_proto::INDEX_KEY,
-                reached
-                    .to_string()
-                    .parse()
-                    .expect("digits are valid metadata"),
-            );
-        }
-        request
-    }
-
-    /// `message` as it is (lock calls name their session in the message).
-    fn untagged<T>(
-        &self,
-        message: T,
-        _: Option<calm_meta::requests::RequestId>,
-    ) -> tonic::Request<T> {
-        tonic::Request::new(message)
-    }
-
-    /// The servers that decide locks, as this one sees them.
-    pub async fn members(&self) -> Result<pb::MembersReply, LockFailure> {
-        let reply = locks_call!(self, members, pb::Empty {});
-        check_lock(reply)
-    }
-
-    /// Reports that `sessions` reclaimed every lock they held, under `view`. False: the
-    /// server decides by another view.
-    pub async fn reclaim_done(
-        &self,
-        sessions: Vec<SessionId>,
-        view: Vec<u64>,
-    ) -> Result<bool, LockFailure> {
-        let reply = locks_call!(
-            self,
-            reclaim_done,
-            pb::ReclaimDoneRequest { sessions, view }
-        );
-        check_lock(reply).map(|r| r.accepted)
-    }
-
-    /// A client of another server (`addr`, as [`Client::connect`] takes it) that shares this
-    /// one's changelog reach: the lock requests it sends carry what this client's mutations
-    /// reached, and the lock answers it gets raise it.
-    pub async fn sibling(&self, addr: &str) -> Result<Client> {
-        let mut client = Client::connect(addr).await?;
-        client.reached = self.reached.clone();
-        Ok(client)
-    }
-
-    /// A client of the server that decides `handle`'s locks: this one, unless several servers
-    /// share the namespace and another decides it.
-    pub async fn decider(&self, handle: Handle) -> Result<Client> {
-        let members = self
-            .members()
-            .await
-            .map_err(|f| MetaError::Io(f.to_string()))?;
-        let view: Vec<u64> = members.servers.iter().map(|m| m.id).collect();
-        match calm_locks::cluster::owner_of(handle, &view) {
-            Some(owner) if members.clustered && owner != members.me => {
-                let member = members.servers.iter().find(|m| m.id == owner);
-                let address = member
-                    .map(|m| m.address.clone())
-                    .ok_or_else(|| MetaError::Io(format!("server {owner:x} has no address")))?;
-                self.sibling(&address).await
-            }
-            _ => Ok(self.clone()),
-        }
-    }
-
-    /// Cancels the waiting request `tag` (EINTR). False when it was not waiting.
-    pub async fn lock_cancel(&self, session: SessionId, tag: u64) -> Result<bool, LockFailure> {
-        let reply = locks_call!(self, cancel, pb::CancelRequest { session, tag });
-        check_lock(reply).map(|r| r.cancelled)
-    }
-
-    /// The locks and waiting requests of the file `handle`.
-    pub async fn list_locks(&self, handle: Handle) -> Result<LockListing, LockFailure> {
-        let reply = locks_call!(self, list, pb::ListLocksRequest { resource: handle });
-        let reply = check_lock(reply)?;
-        let locks = reply
-            .locks
-            .iter()
-            .map(holder_from_wire)
-            .collect::<Result<_, _>>()?;
-        let waiting = reply
-            .waiting
-            .iter()
-            .map(|w| {
-                let request = LockRequest {
-                    resource: handle,
-                    owner: owner_from_wire(w.owner.as_ref())?,
-                    scope: scope_from_wire(w.range.as_ref())?,
-                    kind: calm_proto::locks::kind_from_wire(w.kind)?,
-                };
-                Ok((w.wait, w.session, request))
+        Ok(check(
+            self.remote(|conn| {
+                let request = pb::Empty {};
+                async move { conn.targets.clone().list(request).await }
             })
-            .collect::<Result<_, LockFailure>>()?;
-        Ok(LockListing {
-            locks,
-            waiting,
-            total: reply.total,
-        })
+            .await,
+        )?
+        .targets)
     }
 }
 
-/// What to watch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WatchWhat {
-    Dir {
-        handle: Handle,
-        recursive: bool,
-    },
-    Handles(Vec<Handle>),
-    /// Every change, in order and never coalesced (for a mount and administrators only).
-    All,
-}
-
-/// One event of a watch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WatchEvent {
-    Change(Record),
-    /// Re-read the current state, then apply what follows (which starts at this index).
-    Resync {
-        from: u64,
-    },
-    /// The stream has passed this index.
-    Progress {
-        index: u64,
-    },
-}
-
-/// Where a watch's batches come from: a connection, or the server in this process (then no
-/// encoding of the batches and no socket between them).
-enum WatchStream {
-    Remote(Box<(tonic::Streaming<pb::WatchBatch>, WatchClient<Channel>)>),
-    Local(LocalWatchStream, InProcess),
-}
-
-impl std::fmt::Debug for WatchStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            WatchStream::Remote(..) => "WatchStream::Remote",
-            WatchStream::Local(..) => "WatchStream::Local",
-        })
-    }
-}
-
-impl WatchStream {
-    async fn message(&mut self) -> Result<Option<pb::WatchBatch>> {
-        match self {
-            WatchStream::Remote(remote) => {
-                remote.0.message().await.map_err(|s| error_from_status(&s))
-            }
-            WatchStream::Local(stream, _) => {
-                use tokio_stream::StreamExt;
-                stream
-                    .next()
-                    .await
-                    .transpose()
-                    .map_err(|s| error_from_status(&s))
-            }
-        }
-    }
-
-    async fn watch_past(&self, request: pb::WatchPastRequest) -> Result<()> {
-        match self {
-            WatchStream::Remote(remote) => check(remote.1.clone().watch_past(request).await),
-            WatchStream::Local(_, local) => {
-                let mut request = tonic::IntoRequest::into_request(request);
-                request.extensions_mut().insert(calm_proto::InProcess);
-                check(local.watch.watch_past(request).await)
-            }
-        }
-        .map(|_| ())
-    }
-}
-
-/// A running watch.
-#[derive(Debug)]
-pub struct Watch {
-    id: u64,
-    stream: WatchStream,
-    pending: std::collections::VecDeque<WatchEvent>,
-    /// The highest index the stream has shown (a change or a progress event).
-    passed: u64,
-}
-
-impl Watch {
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-
-    /// The highest changelog index this stream has passed.
-    pub fn passed(&self) -> u64 {
-        self.passed
-    }
-
-    async fn fill(&mut self) -> Result<bool> {
-        use pb::watch_event::Event as E;
-        let Some(batch) = self.stream.message().await? else {
-            return Ok(false);
-        };
-        for event in batch.events {
-            let event = match event.event {
-                Some(E::Record(bytes)) => {
-                    let wire = <pb::ClRecord as prost::Message>::decode(bytes.as_slice())
-                        .map_err(|e| MetaError::Io(format!("a watch record: {e}")))?;
-                    let record = record_from_wire(&wire)?;
-                    self.passed = self.passed.max(record.index);
-                    WatchEvent::Change(record)
-                }
-                Some(E::ResyncFrom(from)) => WatchEvent::Resync { from },
-                Some(E::Progress(index)) => {
-                    self.passed = self.passed.max(index);
-                    WatchEvent::Progress { index }
-                }
-                None => continue,
-            };
-            self.pending.push_back(event);
-        }
-        Ok(true)
-    }
-
-    /// The next event; None when the stream ended.
-    pub async fn next(&mut self) -> Result<Option<WatchEvent>> {
-        loop {
-            if let Some(event) = self.pending.pop_front() {
-                return Ok(Some(event));
-            }
-            if !self.fill().await? {
-                return Ok(None);
-            }
-        }
-    }
-
-    /// The events that have arrived, at least one (waiting for the next batch when none
-    /// has); None when the stream ended.
-    pub async fn next_batch(&mut self) -> Result<Option<Vec<WatchEvent>>> {
-        while self.pending.is_empty() {
-            if !self.fill().await? {
-                return Ok(None);
-            }
-        }
-        Ok(Some(self.pending.drain(..).collect()))
-    }
-
-    /// Waits until the stream has passed `index` (e.g. [`Client::reached`] after one's own
-    /// mutations): every change up to it that this watch matches is then among the events
-    /// received (still to be taken with [`Watch::next`]). Completion of the mutations
-    /// themselves never waits on this.
-    pub async fn wait_past(&mut self, index: u64) -> Result<()> {
-        if self.passed >= index {
-            return Ok(());
-        }
-        let request = pb::WatchPastRequest {
-            watch_id: self.id,
-            index,
-        };
-        self.stream.watch_past(request).await?;
-        while self.passed < index {
-            if !self.fill().await? {
-                return Err(MetaError::Io("the watch ended".into()));
-            }
-        }
-        Ok(())
-    }
-}
+// After the macros, which they use.
+mod lock_calls;
+mod watch;
+pub use watch::{Watch, WatchEvent, WatchWhat};
