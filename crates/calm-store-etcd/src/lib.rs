@@ -40,6 +40,7 @@ use etcd_client::{
     Txn, TxnOp, WatchOptions,
 };
 
+mod cache;
 pub mod cluster;
 mod options;
 mod registry;
@@ -100,6 +101,10 @@ struct Inner {
     /// The revision of this store's last commit (0: none yet).
     own_commit_revision: std::sync::atomic::AtomicI64,
     stats: EtcdStats,
+    /// Pairs read, kept exact by a watch of the data and the commit key.
+    cache: cache::ReadCache,
+    /// Reads of the commit key, shared by the snapshots and transactions that begin together.
+    revisions: cache::RevisionReads,
 }
 
 impl Inner {
@@ -313,6 +318,8 @@ impl EtcdStore {
                 commit_counter: AtomicU64::new(0),
                 own_commit_revision: std::sync::atomic::AtomicI64::new(0),
                 stats: EtcdStats::default(),
+                cache: cache::ReadCache::default(),
+                revisions: cache::RevisionReads::default(),
                 runtime: Some(runtime),
                 client,
                 options,
@@ -320,7 +327,8 @@ impl EtcdStore {
             registry: Arc::default(),
         };
         // One read proves the cluster answers (and has a leader) before the store is used.
-        store.revision()?;
+        let (revision, seq_modified) = store.revision()?;
+        store.follow_changes(revision, seq_modified);
         Ok(store)
     }
 
@@ -358,8 +366,103 @@ impl EtcdStore {
             .map_err(|_| StoreError::Io("etcd: the store's runtime stopped".into()))?
     }
 
-    /// The cluster's current revision (a linearizable read of the commit key).
+    /// The cluster's current revision and the commit key's modification revision, from a
+    /// linearizable read of the commit key sent after this call began (shared with the calls
+    /// that wait for one at the same time).
     fn revision(&self) -> Result<(i64, i64)> {
+        self.inner
+            .revisions
+            .get(|| self.revision_now().map_err(|e| e.to_string()))
+            .map_err(StoreError::Io)
+    }
+
+    /// Hits and misses of the read cache.
+    pub fn cache_counts(&self) -> (u64, u64) {
+        (
+            self.inner.cache.hits.load(Ordering::Relaxed),
+            self.inner.cache.misses.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Starts the watch that keeps the read cache exact: every pair a commit changes is
+    /// removed, then the commit counts as applied; from `revision` + 1, the state at
+    /// `revision` being that of the commit at `seq_modified`.
+    fn follow_changes(&self, revision: i64, seq_modified: i64) {
+        let inner = self.inner.clone();
+        inner.cache.start(seq_modified);
+        let start = inner.data.clone();
+        // The data range and the commit key after it: `/d/` .. `/seq` inclusive.
+        let end = [inner.seq.as_slice(), b"\0"].concat();
+        self.inner.handle().spawn(async move {
+            let mut from = revision + 1;
+            loop {
+                let options = WatchOptions::new()
+                    .with_range(end.clone())
+                    .with_start_revision(from);
+                let watched = inner
+                    .client
+                    .clone()
+                    .watch(start.clone(), Some(options))
+                    .await;
+                let mut stream = match watched {
+                    Ok(stream) => stream,
+                    Err(error) => {
+                        tracing::debug!(%error, "etcd: watching changes for the read cache");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                while let Ok(Some(response)) = stream.message().await {
+                    if response.compact_revision() > 0 {
+                        // History is gone: what the cache holds cannot be vouched for.
+                        inner.cache.stop();
+                        from = response.compact_revision();
+                        tracing::warn!(
+                            from,
+                            "etcd: the read cache's watch was compacted past; starting over"
+                        );
+                        break;
+                    }
+                    let mut changed = Vec::new();
+                    let mut committed = 0;
+                    for event in response.events() {
+                        let Some(kv) = event.kv() else { continue };
+                        from = from.max(kv.mod_revision() + 1);
+                        if kv.key() == inner.seq.as_slice() {
+                            committed = committed.max(kv.mod_revision());
+                        } else {
+                            changed.push(kv.key().to_vec());
+                        }
+                    }
+                    if !changed.is_empty() || committed > 0 {
+                        inner.cache.applied(changed, committed);
+                    }
+                    if response.canceled() {
+                        break;
+                    }
+                }
+                if !inner.cache.following() {
+                    // Start over from the present, with an empty cache.
+                    let seq = inner.seq.clone();
+                    let read = retrying(&inner, |mut client| {
+                        let seq = seq.clone();
+                        async move { client.get(seq, None).await }
+                    })
+                    .await;
+                    if let Ok(response) = read {
+                        let revision = response.header().map_or(0, |h| h.revision());
+                        let seq_modified = response.kvs().first().map_or(0, |kv| kv.mod_revision());
+                        inner.cache.start(seq_modified);
+                        from = revision + 1;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+    }
+
+    /// [`Self::revision`], read now.
+    fn revision_now(&self) -> Result<(i64, i64)> {
         let seq = self.inner.seq.clone();
         let response = self.call(move |mut client| {
             let seq = seq.clone();
@@ -381,6 +484,18 @@ impl EtcdStore {
         } else {
             self.data_key(end)
         }
+    }
+
+    /// The value of `key` at `revision`, from the read cache when `cached` (the snapshot's
+    /// commit has been applied to it), else from etcd (and then kept in the cache).
+    fn get_cached(&self, key: &[u8], revision: i64, cached: bool) -> Result<Option<Vec<u8>>> {
+        let full = self.data_key(key);
+        if cached && let Some(value) = self.inner.cache.get(&full, revision) {
+            return Ok(value);
+        }
+        let value = self.get_at(key, revision)?;
+        self.inner.cache.put(full, value.clone(), revision);
+        Ok(value)
     }
 
     fn get_at(&self, key: &[u8], revision: i64) -> Result<Option<Vec<u8>>> {
@@ -626,13 +741,18 @@ where
 pub struct EtcdSnapshot<'s> {
     store: &'s EtcdStore,
     revision: i64,
+    /// The read cache has applied every commit up to this snapshot's.
+    cached: bool,
 }
 
 const NO_WRITES: &BTreeMap<Vec<u8>, Option<Vec<u8>>> = &BTreeMap::new();
 
 impl ReadTxn for EtcdSnapshot<'_> {
     fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
-        Ok(self.store.get_at(key, self.revision)?.map(Cow::Owned))
+        Ok(self
+            .store
+            .get_cached(key, self.revision, self.cached)?
+            .map(Cow::Owned))
     }
 
     fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
@@ -652,6 +772,8 @@ pub struct EtcdTxn<'s> {
     revision: i64,
     /// The commit key's modification revision when the transaction began.
     seq_modified: i64,
+    /// The read cache has applied every commit up to the transaction's start.
+    cached: bool,
     /// No stored key (at `revision`) is at or above this one: appends above it need no probe.
     append_floor: Option<Vec<u8>>,
     /// Values read at `revision` (which never change): a key read, then deleted or read again
@@ -670,7 +792,7 @@ impl ReadTxn for EtcdTxn<'_> {
                 if let Some(known) = self.read.borrow().get(key) {
                     return Ok(known.clone().map(Cow::Owned));
                 }
-                let value = self.store.get_at(key, self.revision)?;
+                let value = self.store.get_cached(key, self.revision, self.cached)?;
                 let mut read = self.read.borrow_mut();
                 if read.len() < READ_CACHE_KEYS_MAX {
                     read.insert(key.to_vec(), value.clone());
@@ -913,9 +1035,11 @@ impl Store for EtcdStore {
     type Txn<'s> = EtcdTxn<'s>;
 
     fn snapshot(&self) -> Result<EtcdSnapshot<'_>> {
+        let (revision, seq_modified) = self.revision()?;
         Ok(EtcdSnapshot {
             store: self,
-            revision: self.revision()?.0,
+            revision,
+            cached: self.inner.cache.ready_for(seq_modified),
         })
     }
 
@@ -925,6 +1049,7 @@ impl Store for EtcdStore {
             store: self,
             revision,
             seq_modified,
+            cached: self.inner.cache.ready_for(seq_modified),
             append_floor: None,
             read: Default::default(),
             writes: BTreeMap::new(),

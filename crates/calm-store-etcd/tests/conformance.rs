@@ -217,3 +217,43 @@ fn an_unreachable_cluster_is_a_clear_error_after_the_retry_limit() {
         other => panic!("connecting to nothing: {other:?}"),
     }
 }
+
+/// The read cache is exact across writers: what another store (another server) commits is
+/// read by the next snapshot here, however often the pair was read before; and the cache
+/// serves the reads a snapshot repeats.
+#[test]
+fn cached_reads_see_every_commit_of_every_writer() {
+    let mut private = None;
+    let url = cluster_url(&mut private, &unique_prefix("cache"));
+    let a = EtcdStore::connect(EtcdOptions::from_url(&url).unwrap()).unwrap();
+    let b = EtcdStore::connect(EtcdOptions::from_url(&url).unwrap()).unwrap();
+    let read = |store: &EtcdStore, key: &[u8]| {
+        store
+            .snapshot()
+            .unwrap()
+            .get(key)
+            .unwrap()
+            .map(|v| v.to_vec())
+    };
+    for round in 0..200u32 {
+        let value = round.to_le_bytes();
+        let writer = if round % 2 == 0 { &a } else { &b };
+        let mut txn = writer.begin().unwrap();
+        txn.put(b"k", &value).unwrap();
+        if round % 3 == 0 {
+            txn.delete(b"gone").unwrap();
+        } else {
+            txn.put(b"gone", b"x").unwrap();
+        }
+        txn.commit().unwrap();
+        // Acknowledged, so every later snapshot of either store sees it.
+        for store in [&a, &b] {
+            assert_eq!(read(store, b"k"), Some(value.to_vec()), "round {round}");
+            let expected = (round % 3 != 0).then(|| b"x".to_vec());
+            assert_eq!(read(store, b"gone"), expected, "round {round}");
+            assert_eq!(read(store, b"never"), None);
+        }
+    }
+    let (hits, _) = a.cache_counts();
+    assert!(hits > 0, "the cache served nothing");
+}
