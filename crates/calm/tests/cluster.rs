@@ -725,3 +725,114 @@ fn the_target_registry_is_shared_by_every_server() {
         );
     });
 }
+
+/// A server cut off from etcd (here: stopped with SIGSTOP, so it renews nothing, as across a
+/// partition) loses its files to the others once its lease ran out; a lock held through it is
+/// reclaimed at the new decider, so nobody else gets it; and when the server comes back it
+/// grants nothing on its own before it has joined again (its lease lapsed, or it has read
+/// that it is no longer a member, whichever it finds first: the lease arithmetic itself is
+/// checked by calm-locks' model test of a simulated cluster).
+#[test]
+fn a_server_cut_off_from_etcd_stops_deciding_before_others_take_over() {
+    let mut private = None;
+    let url = cluster("partition", &mut private);
+    let tmp = tempfile::tempdir().unwrap();
+    let servers = three_servers(&url, tmp.path(), 2_000);
+    let rt = runtime();
+    rt.block_on(async {
+        let a = Client::connect(&servers[0].addr).await.unwrap();
+        let members = a.members().await.unwrap();
+        let view: Vec<u64> = members.servers.iter().map(|m| m.id).collect();
+        // The third server will be cut off; a file it decides.
+        let c = Client::connect(&servers[2].addr).await.unwrap();
+        let cut = c.members().await.unwrap().me;
+        let dir = a.mkdir(ROOT, b"p", 0o755).await.unwrap().handle;
+        // Two files it decides: one locked through it, one free.
+        let mut files = Vec::new();
+        for i in 0..128 {
+            let handle = a
+                .create(dir, format!("f{i}").as_bytes(), 0o644)
+                .await
+                .unwrap()
+                .handle;
+            if owner_of(handle, &view) == Some(cut) {
+                files.push(handle);
+                if files.len() == 2 {
+                    break;
+                }
+            }
+        }
+        assert_eq!(files.len(), 2, "not two files decided by the third server");
+        let (file, free) = (files[0], files[1]);
+        let request_on = |resource: u64, owner: u64| Request {
+            resource,
+            owner: Owner::File { file: owner },
+            scope: Scope::WholeFile,
+            kind: LockKind::Write,
+        };
+        let request = |owner: u64| request_on(file, owner);
+        let holder = LockRouter::open(a.clone(), 30_000).await.unwrap();
+        tokio::spawn(holder.clone().run());
+        let b = Client::connect(&servers[1].addr).await.unwrap();
+        let other = LockRouter::open(b, 30_000).await.unwrap();
+        tokio::spawn(other.clone().run());
+        let answers = holder
+            .call(file, &[LockCall::Set(request(1))])
+            .await
+            .unwrap();
+        assert_eq!(answers[0].code, LockCode::Ok);
+        // A session straight on the third server, opened while it is whole.
+        let direct_session = c.open_lock_session(60_000).await.unwrap();
+
+        servers[2].signal(libc::SIGSTOP);
+        // Its lease (2 s) runs out; the others take its files over, the holder reclaims.
+        tokio::time::sleep(Duration::from_millis(3_500)).await;
+        let answers = other
+            .call(file, &[LockCall::Set(request(2))])
+            .await
+            .unwrap();
+        assert_eq!(
+            answers[0].code,
+            LockCode::Conflict,
+            "granted while the holder's lock moved: {answers:?}"
+        );
+
+        // The free file is taken through its new decider.
+        let answer = other.wait(78, request_on(free, 2)).await.unwrap();
+        assert_eq!(answer.code, LockCode::Ok, "{answer:?}");
+
+        // Back: its lease lapsed while it slept, so it grants nothing (it would grant the free
+        // file: its own table is empty there), whatever its clients' views say, until it has
+        // joined again and the file is its own once more.
+        servers[2].signal(libc::SIGCONT);
+        let answers = c
+            .lock_batch(direct_session, &[LockCall::Set(request_on(free, 3))])
+            .await;
+        match answers {
+            Ok(answers) => assert_ne!(
+                answers[0].code,
+                LockCode::Ok,
+                "the server cut off granted a lock another holds: {answers:?}"
+            ),
+            // Its session may be gone (the lease task ran first): nothing granted either.
+            Err(failure) => assert!(
+                matches!(failure.code, LockCode::Fenced | LockCode::NoSuchSession),
+                "{failure}"
+            ),
+        }
+        // The holder lets go; the other client gets it, wherever the file is decided now.
+        let answers = holder
+            .call(file, &[LockCall::Unlock(request(1))])
+            .await
+            .unwrap();
+        assert_eq!(answers[0].code, LockCode::Ok);
+        let answers = other
+            .call(free, &[LockCall::Unlock(request_on(free, 2))])
+            .await
+            .unwrap();
+        assert_eq!(answers[0].code, LockCode::Ok);
+        let answer = other.wait(77, request(2)).await.unwrap();
+        assert_eq!(answer.code, LockCode::Ok, "{answer:?}");
+    });
+    drop(servers);
+}
