@@ -42,6 +42,7 @@ use etcd_client::{
 
 mod cache;
 pub mod cluster;
+mod endpoints;
 mod options;
 mod registry;
 
@@ -87,7 +88,8 @@ pub struct EtcdStats {
 struct Inner {
     /// Always `Some` until dropped (taken to shut it down without blocking).
     runtime: Option<tokio::runtime::Runtime>,
-    client: Client,
+    /// The cluster's members, one in use.
+    endpoints: endpoints::Endpoints,
     options: EtcdOptions,
     /// `PREFIX/d/`: the start of the data range.
     data: Vec<u8>,
@@ -282,31 +284,7 @@ impl EtcdStore {
                 .with_user(user.clone(), password.clone())
                 .with_auto_token_refresh(true);
         }
-        let endpoints = options.endpoints.clone();
-        let deadline = Instant::now() + Duration::from_millis(options.retry_ms_max);
-        // Spawned and waited for rather than `block_on`, which would panic when the caller is
-        // itself inside a runtime.
-        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
-        runtime.spawn(async move {
-            let connected = loop {
-                match Client::connect(&endpoints, Some(connect.clone())).await {
-                    Ok(client) => break Ok(client),
-                    Err(error) if transient(&error) && Instant::now() < deadline => {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    Err(error) => {
-                        break Err(StoreError::Io(format!(
-                            "etcd: connecting to {}: {error}",
-                            endpoints.join(",")
-                        )));
-                    }
-                }
-            };
-            let _ = sender.send(connected);
-        });
-        let client = receiver
-            .recv()
-            .map_err(|_| StoreError::Io("etcd: the store's runtime stopped".into()))??;
+        let endpoints = endpoints::Endpoints::new(options.endpoints.clone(), connect);
         let base = options.prefix.as_bytes().to_vec();
         let key = |suffix: &[u8]| [base.as_slice(), suffix].concat();
         let store = EtcdStore {
@@ -321,7 +299,7 @@ impl EtcdStore {
                 cache: cache::ReadCache::default(),
                 revisions: cache::RevisionReads::default(),
                 runtime: Some(runtime),
-                client,
+                endpoints,
                 options,
             }),
             registry: Arc::default(),
@@ -399,15 +377,16 @@ impl EtcdStore {
                 let options = WatchOptions::new()
                     .with_range(end.clone())
                     .with_start_revision(from);
-                let watched = inner
-                    .client
-                    .clone()
-                    .watch(start.clone(), Some(options))
-                    .await;
+                let (member, client) = inner.endpoints.client().await;
+                let watched = match client {
+                    Ok(mut client) => client.watch(start.clone(), Some(options)).await,
+                    Err(error) => Err(error),
+                };
                 let mut stream = match watched {
                     Ok(stream) => stream,
                     Err(error) => {
                         tracing::debug!(%error, "etcd: watching changes for the read cache");
+                        inner.endpoints.failed(member);
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         continue;
                     }
@@ -700,6 +679,9 @@ where
     let attempt = Duration::from_millis(inner.options.attempt_ms_max);
     let mut pause = Duration::from_millis(20);
     let mut first = true;
+    // Members tried since the last pause: a member that does not answer is skipped at once,
+    // the pause comes after every member was tried.
+    let mut tried = 0;
     loop {
         // The first attempt has its whole time; a later one no more than is left before the
         // deadline, so that a request fails within `retry_ms_max` of its start.
@@ -707,19 +689,28 @@ where
             true => attempt,
             false => attempt.min(deadline.saturating_duration_since(Instant::now())),
         };
-        let outcome = match tokio::time::timeout(budget, request(inner.client.clone())).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(etcd_client::Error::GRpcStatus(tonic::Status::new(
-                tonic::Code::DeadlineExceeded,
-                "etcd request timed out",
-            ))),
+        let (used, client) = inner.endpoints.client().await;
+        let outcome = match client {
+            Err(error) => Err(error),
+            Ok(client) => match tokio::time::timeout(budget, request(client)).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(etcd_client::Error::GRpcStatus(tonic::Status::new(
+                    tonic::Code::DeadlineExceeded,
+                    "etcd request timed out",
+                ))),
+            },
         };
         match outcome {
             Err(error) if transient(&error) && Instant::now() < deadline => {
                 inner.stats.retries.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(%error, "etcd did not answer; sending again");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(500));
+                tracing::debug!(%error, member = used, "etcd did not answer; sending again");
+                inner.endpoints.failed(used);
+                tried += 1;
+                if tried >= inner.endpoints.len() {
+                    tried = 0;
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
             }
             Err(error) => {
                 // What the caller will see as EIO: said here, with the reason.

@@ -79,14 +79,23 @@ impl EtcdRegistry {
         F: FnOnce(etcd_client::Client) -> Fut + Send + 'static,
         Fut: Future<Output = std::result::Result<T, etcd_client::Error>> + Send,
     {
-        let client = self.inner.client.clone();
+        let inner = self.inner.clone();
         let budget = Duration::from_millis(self.inner.options.attempt_ms_max);
         let (sender, receiver) = std::sync::mpsc::sync_channel(1);
         self.inner.handle().spawn(async move {
-            let outcome = match tokio::time::timeout(budget, request(client)).await {
-                Ok(outcome) => outcome.map_err(etcd),
-                Err(_) => Err(StoreError::Io("etcd registry: request timed out".into())),
+            let (member, client) = inner.endpoints.client().await;
+            let outcome = match client {
+                Err(error) => Err(etcd(error)),
+                Ok(client) => match tokio::time::timeout(budget, request(client)).await {
+                    Ok(outcome) => outcome.map_err(etcd),
+                    Err(_) => Err(StoreError::Io("etcd registry: request timed out".into())),
+                },
             };
+            if outcome.is_err() {
+                // The next call tries the next member (a registry call is one attempt: the
+                // caller's round comes again within a third of its lease).
+                inner.endpoints.failed(member);
+            }
             let _ = sender.send(outcome);
         });
         receiver
@@ -273,17 +282,22 @@ impl Registry for EtcdRegistry {
         end.push(b'n');
         self.inner.handle().spawn(async move {
             loop {
-                let watched = inner
-                    .client
-                    .clone()
-                    .watch(
-                        start.clone(),
-                        Some(WatchOptions::new().with_range(end.clone())),
-                    )
-                    .await;
+                let (member, client) = inner.endpoints.client().await;
+                let watched = match client {
+                    Ok(mut client) => {
+                        client
+                            .watch(
+                                start.clone(),
+                                Some(WatchOptions::new().with_range(end.clone())),
+                            )
+                            .await
+                    }
+                    Err(error) => Err(error),
+                };
                 let mut stream = match watched {
                     Ok(stream) => stream,
                     Err(error) => {
+                        inner.endpoints.failed(member);
                         tracing::warn!(%error, "etcd: watching the servers; trying again");
                         tokio::time::sleep(Duration::from_millis(200)).await;
                         continue;

@@ -836,3 +836,77 @@ fn a_server_cut_off_from_etcd_stops_deciding_before_others_take_over() {
     });
     drop(servers);
 }
+
+/// etcd's own failures, seen through mounts of two of three calm servers: killing the etcd
+/// leader during a run of creates changes nothing (every create succeeds); with the quorum
+/// lost, an operation fails with EIO within a bounded time; with it back, operations resume and
+/// nothing acknowledged is lost.
+#[test]
+fn etcd_failures_through_mounts_of_three_servers() {
+    // A cluster of its own: this test kills members.
+    let t0 = Instant::now();
+    let mut cluster = LocalCluster::start(3).expect("starting etcd");
+    const RETRY_MS: u64 = 2_000;
+    let url = format!(
+        "{}&retry-ms-max={RETRY_MS}&attempt-ms-max=1000",
+        cluster.url(&unique_prefix("etcdfail"))
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let servers = three_servers(&url, tmp.path(), 2_000);
+    eprintln!("T servers {:?}", t0.elapsed());
+    let a = Mount::remote(&servers[0].addr, &[]);
+    let b = Mount::remote(&servers[1].addr, &[]);
+    a.sh_ok("mkdir d");
+    eprintln!("T mounted {:?}", t0.elapsed());
+    let creating = std::thread::scope(|scope| {
+        let run = scope.spawn(|| a.sh("for i in $(seq 1 300); do echo $i > d/f$i || exit 1; done"));
+        std::thread::sleep(Duration::from_millis(300));
+        let leader = cluster.leader().expect("finding the leader");
+        cluster.kill(leader);
+        (run.join().unwrap(), leader)
+    });
+    let (out, leader) = creating;
+    eprintln!("T creates done {:?}", t0.elapsed());
+    assert!(
+        out.status.success(),
+        "a create failed while etcd kept its quorum: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(b.sh_ok("ls d | wc -l").trim(), "300");
+    // One more member down: no quorum.
+    let second = (0..3).find(|&i| i != leader).unwrap();
+    cluster.kill(second);
+    let started = Instant::now();
+    let out = a.sh("echo x > d/during");
+    let took = started.elapsed();
+    assert!(!out.status.success(), "a create without a quorum succeeded");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Input/output error"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        took < Duration::from_secs(15),
+        "a create without a quorum failed only after {took:?}"
+    );
+    eprintln!("T quorum lost, failed after {took:?} at {:?}", t0.elapsed());
+    cluster.restart(leader).expect("restarting a member");
+    cluster.restart(second).expect("restarting a member");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = a.sh("echo x > d/after");
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "creates did not resume with the quorum back: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    eprintln!("T resumed {:?}", t0.elapsed());
+    // Nothing acknowledged is lost, seen through the other server.
+    let listed = b.sh_ok("ls d | grep -c '^f'; cat d/f1 d/f300; test -e d/after && echo after");
+    assert_eq!(listed, "300\n1\n300\nafter\n", "{listed}");
+}
