@@ -103,6 +103,11 @@ impl EtcdRegistry {
             .map_err(|_| StoreError::Io("etcd: the store's runtime stopped".into()))?
     }
 
+    /// `[/c/a/, end of /c/m/)`: the acknowledgements and the members, in one range.
+    fn acks_and_members(&self) -> (Vec<u8>, Vec<u8>) {
+        (self.acks.clone(), calm_store::prefix_end(&self.members))
+    }
+
     fn node_key(&self, node: &str) -> Vec<u8> {
         let hex: String = node.bytes().map(|b| format!("{b:02x}")).collect();
         [self.nodes.as_slice(), hex.as_bytes()].concat()
@@ -142,11 +147,7 @@ impl Registry for EtcdRegistry {
     }
 
     fn members(&self) -> Result<Members> {
-        let start = self.acks.clone();
-        // `/c/a/` .. `/c/n`: the acknowledgements and the members, in one read.
-        let mut end = self.members.clone();
-        end.truncate(end.len() - 2);
-        end.push(b'n');
+        let (start, end) = self.acks_and_members();
         let response = self.once(move |mut client| async move {
             client
                 .get(
@@ -276,10 +277,7 @@ impl Registry for EtcdRegistry {
     fn watch(&self) -> Result<std::sync::mpsc::Receiver<()>> {
         let (sender, receiver) = std::sync::mpsc::sync_channel(1);
         let inner = self.inner.clone();
-        let start = self.acks.clone();
-        let mut end = self.members.clone();
-        end.truncate(end.len() - 2);
-        end.push(b'n');
+        let (start, end) = self.acks_and_members();
         self.inner.handle().spawn(async move {
             loop {
                 let (member, client) = inner.endpoints.client().await;

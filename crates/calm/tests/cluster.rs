@@ -19,19 +19,10 @@ use calm_locks::cluster::owner_of;
 use calm_locks::{LockKind, OFFSET_MAX, Owner, Range, Request, Scope};
 use calm_meta::ROOT;
 use calm_proto::locks::{LockCall, LockCode};
-use calm_store_etcd::cluster::{LocalCluster, shared_url, unique_prefix};
+use calm_store_etcd::cluster::{LocalCluster, unique_prefix};
 use common::{Mount, Server, all_at_once, python_in, runtime};
 
-/// The URL of a fresh prefix on scripts/test's etcd cluster, or on a private one (kept in
-/// `private` until the test ends) when the test runs alone.
-fn cluster(name: &str, private: &mut Option<LocalCluster>) -> String {
-    let prefix = unique_prefix(name);
-    shared_url(&prefix).unwrap_or_else(|| {
-        private
-            .insert(LocalCluster::start(3).expect("starting etcd"))
-            .url(&prefix)
-    })
-}
+use common::etcd_url as cluster;
 
 /// Three servers of one namespace, with a short membership lease, once each sees all three.
 fn three_servers(url: &str, tmp: &std::path::Path, lease_ms: u64) -> Vec<Server> {

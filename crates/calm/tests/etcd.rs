@@ -5,19 +5,9 @@
 mod common;
 
 use calm_meta::ROOT;
-use calm_store_etcd::cluster::{LocalCluster, shared_url, unique_prefix};
 use common::{Server, runtime};
 
-/// The URL of a fresh prefix on scripts/test's etcd cluster, or on a private one (kept in
-/// `private` until the test ends) when the test runs alone.
-fn cluster(name: &str, private: &mut Option<LocalCluster>) -> String {
-    let prefix = unique_prefix(name);
-    shared_url(&prefix).unwrap_or_else(|| {
-        private
-            .insert(LocalCluster::start(3).expect("starting etcd"))
-            .url(&prefix)
-    })
-}
+use common::etcd_url as cluster;
 
 #[test]
 fn killing_one_server_leaves_the_other_serving_the_namespace() {

@@ -432,3 +432,17 @@ pub fn python_in(
         .output()
         .unwrap_or_else(|e| panic!("run {program}: {e}"))
 }
+
+/// The URL of a fresh prefix on scripts/test's etcd cluster, or on a private one (kept in
+/// `private` until the test ends) when the test runs alone.
+pub fn etcd_url(
+    name: &str,
+    private: &mut Option<calm_store_etcd::cluster::LocalCluster>,
+) -> String {
+    let prefix = calm_store_etcd::cluster::unique_prefix(name);
+    calm_store_etcd::cluster::shared_url(&prefix).unwrap_or_else(|| {
+        private
+            .insert(calm_store_etcd::cluster::LocalCluster::start(3).expect("starting etcd"))
+            .url(&prefix)
+    })
+}
