@@ -377,30 +377,40 @@ fn idle_readers_are_collected() {
         ..ChangelogConfig::default()
     };
     let meta = meta_with(config);
-    rt.block_on(async {
-        let idle = meta.changelog_register("idle", Mask::all()).await.unwrap();
-        let busy = meta.changelog_register("busy", Mask::all()).await.unwrap();
-        for i in 0..20 {
-            meta.create(ROOT, format!("f{i}").as_bytes(), 0o644)
-                .await
-                .unwrap();
-            meta.changelog_clear(busy.id, 0).await.unwrap();
-        }
-        assert!(
-            meta.changelog_users()
-                .unwrap()
-                .users
-                .iter()
-                .any(|u| u.id == idle.id)
-        );
-    });
-    eventually("GC of the idle reader", || {
+    let registered = |id| {
         meta.changelog_users()
             .unwrap()
             .users
             .iter()
-            .all(|u| u.id != 1)
+            .any(|u| u.id == id)
+    };
+    let idle = rt.block_on(async {
+        let idle = meta.changelog_register("idle", Mask::all()).await.unwrap();
+        let busy = meta.changelog_register("busy", Mask::all()).await.unwrap();
+        // Behind by fewer records than the limit: however many GC passes run, it stays.
+        for i in 0..5 {
+            let name = format!("f{i}");
+            meta.create(ROOT, name.as_bytes(), 0o644).await.unwrap();
+            meta.changelog_clear(busy.id, 0).await.unwrap();
+        }
+        let behind = meta.changelog_last() - idle.cleared;
+        assert!(behind <= 10, "{behind} records behind");
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(registered(idle.id), "collected while within the limit");
+        // Past the limit: the next GC pass collects it, and only it.
+        for i in 5..20 {
+            let name = format!("f{i}");
+            meta.create(ROOT, name.as_bytes(), 0o644).await.unwrap();
+            meta.changelog_clear(busy.id, 0).await.unwrap();
+        }
+        assert!(registered(busy.id));
+        idle
     });
+    eventually("GC of the idle reader", || !registered(idle.id));
+    assert!(
+        meta.changelog_users().unwrap().users.len() == 1,
+        "the busy reader stays"
+    );
     clean(&meta);
 }
 
