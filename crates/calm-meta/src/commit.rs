@@ -37,6 +37,9 @@ pub struct MetaOptions {
     pub objects_url: Option<String>,
     /// The object store a namespace created without `objects_url` gets.
     pub objects_url_default: Option<String>,
+    /// How long a request record is kept for a client that sends the request again
+    /// (`requests.rs`); zero: until the client acknowledges it.
+    pub request_records_kept: std::time::Duration,
 }
 
 impl Default for MetaOptions {
@@ -48,6 +51,7 @@ impl Default for MetaOptions {
             changelog: ChangelogConfig::default(),
             objects_url: None,
             objects_url_default: None,
+            request_records_kept: crate::requests::RECORDS_KEPT_DEFAULT,
         }
     }
 }

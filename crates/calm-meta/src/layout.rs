@@ -31,9 +31,11 @@ use crate::types::{Handle, Kind};
 /// version 3 the file contents (`J` chunks, `G` deletion queue, `R` shared objects,
 /// `Sobjects`, `Nslice_next`); version 4 the parents of non-directories (their inode's
 /// `parent`, the `L` links of multi-link files, `Sparents_from`); version 5 inline slices
-/// (`K`, ids with [`crate::slices::INLINE`]); version 6 request records (`Q`). An older
-/// store has none of those keys and is upgraded in place when opened for writing.
-pub const FORMAT_VERSION: u32 = 6;
+/// (`K`, ids with [`crate::slices::INLINE`]); version 6 request records (`Q`); version 7 the
+/// time a request record was written, at the end of its value (a version-6 record, without
+/// it, is read and then swept). An older store has none of those keys and is upgraded in place
+/// when opened for writing.
+pub const FORMAT_VERSION: u32 = 7;
 /// The oldest format this build opens.
 pub const FORMAT_VERSION_MIN: u32 = 1;
 /// First bytes of the format field, so a foreign store is refused rather than misread.

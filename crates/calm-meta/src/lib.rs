@@ -20,6 +20,7 @@ pub mod data;
 pub(crate) mod data_ops;
 pub mod error;
 pub mod fsck;
+mod housekeeping;
 pub mod layout;
 pub mod links;
 pub mod ops;
@@ -50,7 +51,7 @@ pub struct Meta<S: Store> {
     store: Arc<S>,
     queue: Option<mpsc::Sender<commit::Request>>,
     committer: Option<JoinHandle<()>>,
-    /// Wakes the changelog GC thread; dropping it stops the thread.
+    /// Dropping it stops the housekeeping thread (changelog GC, request-record sweeps).
     gc_stop: Option<std::sync::mpsc::Sender<()>>,
     gc: Option<JoinHandle<()>>,
     /// The index of the last changelog record committed (published before the answers;
@@ -170,7 +171,7 @@ impl<S: Store> Meta<S> {
         let (sender, receiver) = mpsc::channel(options.queue_ops_max);
         let last_sender = Arc::new(commit::LastIndex::new(cl.last));
         let stats = Arc::new(CommitStats::default());
-        let gc_every = gc_period(&options.changelog);
+        let plan = housekeeping::Plan::new(&options);
         // Another server's records: a follower publishes the last index they reach.
         let commits = store.watch_commits()?;
         let shared = store.shared();
@@ -183,17 +184,17 @@ impl<S: Store> Meta<S> {
                 .spawn(move || commit::run(store, receiver, options, epoch, cl, last_sender, stats))
                 .map_err(|e| MetaError::Io(format!("starting the committer: {e}")))?
         };
-        let (gc_stop, gc) = match gc_every {
-            Some(every) => {
-                let (stop, stopped) = std::sync::mpsc::channel::<()>();
-                let queue = sender.downgrade();
-                let thread = std::thread::Builder::new()
-                    .name("calm-cl-gc".into())
-                    .spawn(move || changelog_gc(queue, stopped, every))
-                    .map_err(|e| MetaError::Io(format!("starting the changelog GC: {e}")))?;
-                (Some(stop), Some(thread))
-            }
-            None => (None, None),
+        let (gc_stop, gc) = if plan.idle() {
+            (None, None)
+        } else {
+            let (stop, stopped) = std::sync::mpsc::channel::<()>();
+            let queue = sender.downgrade();
+            let store = Arc::downgrade(&store);
+            let thread = std::thread::Builder::new()
+                .name("calm-housekeep".into())
+                .spawn(move || housekeeping::run(store, queue, stopped, plan))
+                .map_err(|e| MetaError::Io(format!("starting the housekeeping thread: {e}")))?;
+            (Some(stop), Some(thread))
         };
         let last_sender_for_meta = last_sender.clone();
         if let Some(commits) = commits {
@@ -842,34 +843,6 @@ fn reader_mask<R: ReadTxn>(view: &R, reader: Option<UserId>) -> Result<Option<(u
     let user = User::decode(id, &bytes)
         .ok_or_else(|| MetaError::Corrupt(format!("changelog reader cl{id} does not decode")))?;
     Ok(Some((user.cleared, user.mask)))
-}
-
-/// How often the GC thread asks for a pass, when idle readers are to be collected at all.
-fn gc_period(config: &calm_changelog::ChangelogConfig) -> Option<std::time::Duration> {
-    (config.idle_time_max_ns > 0 || config.idle_records_max > 0)
-        .then(|| std::time::Duration::from_nanos(config.gc_interval_min_ns.max(1_000_000) as u64))
-}
-
-/// The changelog GC thread: every `every`, queues a GC pass (the committer decides whether
-/// one is due). Ends when `stop` is dropped or the namespace is gone.
-fn changelog_gc(
-    queue: mpsc::WeakSender<commit::Request>,
-    stop: std::sync::mpsc::Receiver<()>,
-    every: std::time::Duration,
-) {
-    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(every) {
-        let Some(queue) = queue.upgrade() else { return };
-        let (reply, _answer) = oneshot::channel();
-        let request = commit::Request {
-            op: Op::ClGc,
-            caller: Caller::default(),
-            id: None,
-            reply,
-        };
-        if queue.blocking_send(request).is_err() {
-            return;
-        }
-    }
 }
 
 impl<S: Store> Drop for Meta<S> {

@@ -95,6 +95,10 @@ pub enum Op {
     },
     /// Changelog: deregister readers idle past the limits, if a GC pass is due.
     ClGc,
+    /// Deletes expired request records (`requests::expired` found them).
+    ForgetRequests {
+        keys: Vec<[u8; 17]>,
+    },
     /// File contents: place slice records (written objects, or holes) in a file's chunks and
     /// make the size at least `end` (and at least the end of every record); sets mtime.
     Write {
@@ -515,6 +519,7 @@ pub fn record_type(op: &Op) -> Option<RecordType> {
         | Op::ClClear { .. }
         | Op::ClMask { .. }
         | Op::ClGc
+        | Op::ForgetRequests { .. }
         | Op::Compact { .. }
         | Op::AllocSlices { .. }
         | Op::GcDone { .. }
@@ -619,6 +624,7 @@ pub fn apply<T: WriteTxn>(ctx: &mut Ctx<'_, T>, op: &Op) -> Outcome<Done> {
             let now = ctx.now;
             ctx.cl.gc_idle(ctx.txn, now).map(|_| Done::Nothing)
         }
+        Op::ForgetRequests { keys } => crate::requests::forget(ctx, keys),
     }
 }
 

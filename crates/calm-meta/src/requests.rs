@@ -6,11 +6,16 @@
 //!
 //! Records are bounded per client: each request also says up to which sequence number its
 //! client has all its answers (`acked`), and the records at or below it are deleted then. A
-//! client that goes away leaves at most the records of the requests it had in flight.
+//! client that goes away leaves the records of the requests it had in flight (at least its
+//! last one, which no later request acknowledges): each record carries the time it was written,
+//! and a sweep ([`expired`], then [`Op::ForgetRequests`](crate::ops::Op)) deletes the ones
+//! older than `MetaOptions::request_records_kept` (default [`RECORDS_KEPT_DEFAULT`]), long
+//! after any client stopped sending the request again (a client gives up on a request after
+//! 60 s).
 
 use std::ops::ControlFlow;
 
-use calm_store::WriteTxn;
+use calm_store::{ReadTxn, WriteTxn};
 
 use crate::layout::TAG_REQUEST;
 use crate::ops::{Ctx, Done, Outcome};
@@ -58,6 +63,15 @@ pub enum Recorded {
 /// the client's requests in flight before).
 pub const ACKED_DELETES_MAX: usize = 4096;
 
+/// How long a request record is kept by default: sixty times the longest a client sends one
+/// request again.
+pub const RECORDS_KEPT_DEFAULT: std::time::Duration = std::time::Duration::from_secs(3600);
+/// Most records one sweep pass reads (it resumes after the last on its next pass).
+pub const SWEEP_KEYS_MAX: usize = 4096;
+/// Most records one [`Op::ForgetRequests`](crate::ops::Op) deletes: a transaction of etcd
+/// holds 128 operations by default.
+pub const FORGETS_PER_OP_MAX: usize = 64;
+
 pub fn key(client: u64, seq: u64) -> [u8; 17] {
     let mut k = [0u8; 17];
     k[0] = TAG_REQUEST;
@@ -66,7 +80,8 @@ pub fn key(client: u64, seq: u64) -> [u8; 17] {
     k
 }
 
-fn encode(done: &Done) -> Option<[u8; 9]> {
+/// The record's value: what `done` answered, and when (`now_ns`, the commit's clock).
+fn encode(done: &Done, now_ns: i64) -> Option<[u8; 17]> {
     let (kind, value) = match done {
         Done::Nothing => (0, 0),
         Done::Attr(attr) => (1, attr.handle),
@@ -75,15 +90,22 @@ fn encode(done: &Done) -> Option<[u8; 9]> {
         // Changelog readers are administration, sent without request ids.
         Done::User(_) => return None,
     };
-    let mut bytes = [0u8; 9];
+    let mut bytes = [0u8; 17];
     bytes[0] = kind;
-    bytes[1..].copy_from_slice(&value.to_le_bytes());
+    bytes[1..9].copy_from_slice(&value.to_le_bytes());
+    bytes[9..].copy_from_slice(&now_ns.to_le_bytes());
     Some(bytes)
+}
+
+/// When a record was written (ns since the epoch); `None` for a record of format 6, which
+/// kept no time (the first sweep deletes it).
+pub fn written_ns(bytes: &[u8]) -> Option<i64> {
+    Some(i64::from_le_bytes(bytes.get(9..17)?.try_into().ok()?))
 }
 
 pub fn decode(bytes: &[u8]) -> Option<Recorded> {
     let value = u64::from_le_bytes(bytes.get(1..9)?.try_into().ok()?);
-    if bytes.len() != 9 {
+    if bytes.len() != 9 && bytes.len() != 17 {
         return None;
     }
     Some(match bytes[0] {
@@ -113,7 +135,7 @@ pub(crate) fn replay<T: WriteTxn>(ctx: &mut Ctx<'_, T>, id: RequestId) -> Outcom
 
 /// Records that `id` answered `done`, and forgets the client's acknowledged records.
 pub(crate) fn record<T: WriteTxn>(ctx: &mut Ctx<'_, T>, id: RequestId, done: &Done) -> Outcome<()> {
-    let Some(value) = encode(done) else {
+    let Some(value) = encode(done, ctx.now) else {
         return Ok(());
     };
     ctx.txn.put(&key(id.client, id.seq), &value)?;
@@ -135,6 +157,50 @@ pub(crate) fn record<T: WriteTxn>(ctx: &mut Ctx<'_, T>, id: RequestId, done: &Do
     Ok(())
 }
 
+/// The key of a request record.
+pub type RecordKey = [u8; 17];
+
+/// The records at or after `from` (at most [`SWEEP_KEYS_MAX`] read) written before
+/// `before_ns`, and where the next pass resumes (`None`: the end was reached).
+pub fn expired<R: ReadTxn>(
+    view: &R,
+    from: &[u8],
+    before_ns: i64,
+) -> calm_store::Result<(Vec<RecordKey>, Option<Vec<u8>>)> {
+    let mut old = Vec::new();
+    let mut seen = 0;
+    let mut next = None;
+    view.visit(from, &[TAG_REQUEST + 1], &mut |k, v| {
+        if seen == SWEEP_KEYS_MAX {
+            next = Some(k.to_vec());
+            return ControlFlow::Break(());
+        }
+        seen += 1;
+        if written_ns(v).is_none_or(|at| at < before_ns)
+            && let Ok(k) = <[u8; 17]>::try_from(k)
+        {
+            old.push(k);
+        }
+        ControlFlow::Continue(())
+    })?;
+    Ok((old, next))
+}
+
+/// Deletes the records `keys` (found expired by [`expired`]: a record is written once, so it
+/// is still expired, or already gone).
+pub(crate) fn forget<T: WriteTxn>(ctx: &mut Ctx<'_, T>, keys: &[[u8; 17]]) -> Outcome<Done> {
+    if keys.len() > FORGETS_PER_OP_MAX || keys.iter().any(|k| k[0] != TAG_REQUEST) {
+        return Err(crate::MetaError::Invalid(format!(
+            "forgetting request records: at most {FORGETS_PER_OP_MAX} keys, all request records"
+        ))
+        .into());
+    }
+    for k in keys {
+        ctx.txn.delete(k)?;
+    }
+    Ok(Done::Nothing)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,7 +217,8 @@ mod tests {
             assert_eq!(RequestId::from_text(bad), None, "{bad}");
         }
         for done in [Done::Nothing, Done::Orphaned(5), Done::Ids(77)] {
-            let bytes = encode(&done).unwrap();
+            let bytes = encode(&done, 1234).unwrap();
+            assert_eq!(written_ns(&bytes), Some(1234));
             let back = match decode(&bytes).unwrap() {
                 Recorded::Nothing => Done::Nothing,
                 Recorded::Orphaned(h) => Done::Orphaned(h),
@@ -161,6 +228,10 @@ mod tests {
             assert_eq!(back, done);
         }
         assert_eq!(decode(&[9; 9]), None);
+        // Format 6: no time.
+        assert_eq!(decode(&[3, 7, 0, 0, 0, 0, 0, 0, 0]), Some(Recorded::Ids(7)));
+        assert_eq!(written_ns(&[3, 7, 0, 0, 0, 0, 0, 0, 0]), None);
+        assert_eq!(decode(&[0; 12]), None);
         assert_eq!(decode(&[0; 8]), None);
     }
 }

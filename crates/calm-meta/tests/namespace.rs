@@ -840,3 +840,97 @@ fn a_request_sent_again_answers_as_the_first_attempt_and_applies_once() {
     drop(snapshot);
     clean(&meta);
 }
+
+/// The records a client leaves behind (its last request, which nothing acknowledges) are
+/// found expired by their time, resumed across passes, and swept by the housekeeping thread;
+/// a record of format 6 (no time) is swept too, and fsck accepts both forms.
+#[test]
+fn request_records_a_client_left_behind_expire() {
+    use calm_meta::requests::{RequestId, SWEEP_KEYS_MAX, expired, key, written_ns};
+    let rt = rt();
+    let kept = std::time::Duration::from_millis(300);
+    let meta = Meta::open(
+        MemStore::new(),
+        MetaOptions {
+            request_records_kept: kept,
+            ..MetaOptions::default()
+        },
+    )
+    .unwrap();
+    let first = RequestId {
+        client: 7,
+        seq: 1,
+        acked: 0,
+    };
+    let make = |name: &[u8]| ops::Op::Make {
+        parent: ROOT,
+        name: name.to_vec(),
+        node: NewNode::file(0o644, 0, 0),
+        exclusive: true,
+    };
+    let done = rt
+        .block_on(meta.apply_request(Caller::default(), make(b"f"), Some(first)))
+        .unwrap();
+    let snapshot = meta.store().snapshot().unwrap();
+    let value = snapshot
+        .get(&key(7, 1))
+        .unwrap()
+        .expect("recorded")
+        .to_vec();
+    let at = written_ns(&value).expect("version 7 records their time");
+    // Expiry is by the record's time, never by when the sweep runs.
+    let (old, next) = expired(&snapshot, &key(0, 0), at).unwrap();
+    assert!(old.is_empty() && next.is_none(), "not older than itself");
+    let (old, _) = expired(&snapshot, &key(0, 0), at + 1).unwrap();
+    assert_eq!(old, vec![key(7, 1)]);
+    drop(snapshot);
+    assert_eq!(
+        rt.block_on(meta.apply_request(Caller::default(), make(b"f"), Some(first)))
+            .unwrap(),
+        done,
+        "sent again before the sweep: the first answer"
+    );
+    // A version-6 record and more records than one pass reads.
+    {
+        let mut txn = meta.store().begin().unwrap();
+        txn.put(&key(8, 1), &[0, 0, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+        let mut newer = value.clone();
+        newer[9..17].copy_from_slice(&i64::MAX.to_le_bytes());
+        for seq in 0..SWEEP_KEYS_MAX as u64 + 10 {
+            txn.put(&key(9, seq + 1), &newer).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    clean(&meta);
+    let snapshot = meta.store().snapshot().unwrap();
+    let (old, next) = expired(&snapshot, &key(0, 0), at + 1).unwrap();
+    assert_eq!(
+        old,
+        vec![key(7, 1), key(8, 1)],
+        "a record without a time is expired"
+    );
+    let next = next.expect("a pass stops after SWEEP_KEYS_MAX records");
+    let (old, last) = expired(&snapshot, &next, i64::MAX - 1).unwrap();
+    assert_eq!(old.len(), 0);
+    assert!(last.is_none(), "the second pass reaches the end");
+    drop(snapshot);
+    // The thread sweeps the expired ones and keeps the others.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let snapshot = meta.store().snapshot().unwrap();
+        let gone = [key(7, 1), key(8, 1)]
+            .iter()
+            .all(|k| snapshot.get(k).unwrap().is_none());
+        if gone {
+            assert!(snapshot.get(&key(9, 1)).unwrap().is_some(), "not expired");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not swept within 10 s"
+        );
+        drop(snapshot);
+        std::thread::sleep(kept / 4);
+    }
+    clean(&meta);
+}
