@@ -441,6 +441,11 @@ impl LockManager {
         expired
     }
 
+    /// The sessions open now, in order.
+    pub fn sessions(&self) -> Vec<SessionId> {
+        self.sessions.keys().copied().collect()
+    }
+
     /// The soonest lease deadline, for the caller's timer.
     pub fn next_deadline(&self) -> Option<u64> {
         self.deadlines.first().map(|(deadline_ms, _)| *deadline_ms)

@@ -26,6 +26,16 @@ pub const SERVER_LEASE_MS_DEFAULT: u64 = 5_000;
 pub const GRACE_MS_MAX_DEFAULT: u64 = 10_000;
 /// Pause between two attempts to join the registry.
 const JOIN_RETRY_MS: u64 = 200;
+/// Time a takeover may take to read the sessions of the server it takes over, beyond the
+/// leases: three registry calls at their longest (the store's `attempt-ms-max`, 10 s each).
+const HOLDERS_READ_MS_MAX: u64 = 30_000;
+
+/// How long this server's sessions stay in the registry after its last renewal: the others
+/// notice it gone within its lease, wait up to a lease for acknowledgements, and read the
+/// sessions then; the grace and slow registry calls are margin. (Default: 50 s.)
+pub fn holders_kept_ms(lease_ms: u64, grace_ms_max: u64) -> u64 {
+    2 * lease_ms + grace_ms_max + HOLDERS_READ_MS_MAX
+}
 
 /// How this server takes part in a cluster.
 #[derive(Debug, Clone)]
@@ -128,7 +138,8 @@ async fn join(registry: &Arc<dyn Registry>, me: ServerId, options: &ClusterOptio
     loop {
         let (registry, address, lease_ms) =
             (registry.clone(), options.address.clone(), options.lease_ms);
-        match blocking(move || registry.join(me, &address, lease_ms)).await {
+        let holders_ms = holders_kept_ms(lease_ms, options.grace_ms_max);
+        match blocking(move || registry.join(me, &address, lease_ms, holders_ms)).await {
             Ok(granted_ms) => return granted_ms,
             Err(e) => {
                 tracing::warn!(%e, "joining the registry of servers; trying again");
@@ -207,6 +218,7 @@ async fn round(
             // new membership is confirmed.
             table.lapse();
             join(registry, me, options).await;
+            hold_again(table, registry).await;
             return;
         }
         Err(e) => tracing::warn!(%e, "renewing this server's lease in the registry"),
@@ -220,6 +232,21 @@ async fn round(
     };
     let effects = apply(table, &members, sent_ms, matches!(renewed, Ok(true)));
     run_effects(table, registry, effects).await;
+}
+
+/// Records the open sessions again under the new membership's holders lease (the old one
+/// may have run out with the membership): a later takeover of this server waits for them.
+async fn hold_again(table: &Arc<LockTable>, registry: &Arc<dyn Registry>) {
+    let sessions = table.lock().manager.sessions();
+    let count = sessions.len();
+    let registry = registry.clone();
+    let held = blocking(move || sessions.into_iter().try_for_each(|s| registry.hold(s))).await;
+    match held {
+        Ok(()) => tracing::info!(sessions = count, "recorded the open sessions again"),
+        // A takeover of this server will not wait for the sessions not recorded: their
+        // reclaims may come after its grace and lose to a conflicting lock.
+        Err(e) => tracing::warn!(%e, "recording the open sessions again"),
+    }
 }
 
 /// Applies a read of the registry under the table's mutex.

@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | `PREFIX/c/m/<id, 16 hex>` | the address clients reach the server at | the server's lease |
 //! | `PREFIX/c/a/<id>` | the view it decides by: member ids in hex, comma-separated | its lease |
-//! | `PREFIX/c/h/<session, 16 hex>` | empty: a client lock session the server opened | until closed, expired, or taken over |
+//! | `PREFIX/c/h/<session, 16 hex>` | empty: a client lock session the server opened | until closed or expired, or the server's holders lease ran out (`holders_ms` after its last renewal) |
 //! | `PREFIX/c/t/<node, hex of its name>` | the node's targets (`calm.v1.TargetList`) | the lease of the server it registered with |
 //!
 //! Every call is one attempt bounded by the store's `attempt_ms_max` (a renewal that cannot
@@ -15,19 +15,23 @@ use std::time::Duration;
 
 use calm_store::registry::{MEMBERS_MAX, Members, Registry};
 use calm_store::{Result, StoreError};
-use etcd_client::{DeleteOptions, GetOptions, PutOptions, WatchOptions};
+use etcd_client::{GetOptions, PutOptions, WatchOptions};
 
 use crate::Inner;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, Copy)]
 struct Joined {
     id: u64,
     lease: i64,
+    /// The lease of the sessions recorded (longer: they outlive the server).
+    holders: i64,
 }
 
 pub(crate) struct EtcdRegistry {
     inner: Arc<Inner>,
     joined: Mutex<Option<Joined>>,
+    /// Signalled when the server joins.
+    joining: std::sync::Condvar,
     members: Vec<u8>,
     acks: Vec<u8>,
     holders: Vec<u8>,
@@ -60,6 +64,7 @@ impl EtcdRegistry {
             holders: key(b"/c/h/"),
             nodes: key(b"/c/t/"),
             joined: Mutex::new(None),
+            joining: std::sync::Condvar::new(),
             inner,
         }
     }
@@ -70,6 +75,37 @@ impl EtcdRegistry {
             .as_ref()
             .map(|j| (j.id, j.lease))
             .ok_or_else(|| StoreError::Io("etcd registry: not joined".into()))
+    }
+
+    /// The holders' lease, once the server joined (waiting up to one call's bound).
+    fn holders_lease(&self) -> Result<i64> {
+        let budget = Duration::from_millis(self.inner.options.attempt_ms_max);
+        let joined = self.joined.lock().unwrap_or_else(|p| p.into_inner());
+        let (joined, _) = self
+            .joining
+            .wait_timeout_while(joined, budget, |j| j.is_none())
+            .unwrap_or_else(|p| p.into_inner());
+        joined
+            .map(|j| j.holders)
+            .ok_or_else(|| StoreError::Io("etcd registry: the server has not joined yet".into()))
+    }
+
+    /// A lease of about `ms`; returns its id and the time granted.
+    fn grant(&self, ms: u64) -> Result<(i64, u64)> {
+        let ttl_s = ms.div_ceil(1000).max(1) as i64;
+        let grant =
+            self.once(move |mut client| async move { client.lease_grant(ttl_s, None).await })?;
+        Ok((grant.id(), (grant.ttl().max(1) as u64) * 1000))
+    }
+
+    /// Renews `lease` once; whether it was still alive.
+    fn keep_alive(&self, lease: i64) -> Result<bool> {
+        let ttl = self.once(move |mut client| async move {
+            let (mut keeper, mut stream) = client.lease_keep_alive(lease).await?;
+            keeper.keep_alive().await?;
+            Ok(stream.message().await?.map_or(0, |r| r.ttl()))
+        })?;
+        Ok(ttl > 0)
     }
 
     /// Runs one attempt of `request` on the store's runtime, within `attempt_ms_max`.
@@ -119,12 +155,9 @@ impl EtcdRegistry {
 }
 
 impl Registry for EtcdRegistry {
-    fn join(&self, id: u64, address: &str, lease_ms: u64) -> Result<u64> {
-        let ttl_s = lease_ms.div_ceil(1000).max(1) as i64;
-        let grant =
-            self.once(move |mut client| async move { client.lease_grant(ttl_s, None).await })?;
-        let lease = grant.id();
-        let granted_ms = (grant.ttl().max(1) as u64) * 1000;
+    fn join(&self, id: u64, address: &str, lease_ms: u64, holders_ms: u64) -> Result<u64> {
+        let (lease, granted_ms) = self.grant(lease_ms)?;
+        let (holders, _) = self.grant(holders_ms.max(lease_ms))?;
         let key = Self::key(&self.members, id);
         let address = address.to_string();
         self.once(move |mut client| async move {
@@ -132,18 +165,19 @@ impl Registry for EtcdRegistry {
                 .put(key, address, Some(PutOptions::new().with_lease(lease)))
                 .await
         })?;
-        *self.joined.lock().unwrap_or_else(|p| p.into_inner()) = Some(Joined { id, lease });
+        *self.joined.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(Joined { id, lease, holders });
+        self.joining.notify_all();
         Ok(granted_ms)
     }
 
     fn renew(&self) -> Result<bool> {
-        let (_, lease) = self.joined()?;
-        let ttl = self.once(move |mut client| async move {
-            let (mut keeper, mut stream) = client.lease_keep_alive(lease).await?;
-            keeper.keep_alive().await?;
-            Ok(stream.message().await?.map_or(0, |r| r.ttl()))
-        })?;
-        Ok(ttl > 0)
+        let Some(joined) = *self.joined.lock().unwrap_or_else(|p| p.into_inner()) else {
+            return Err(StoreError::Io("etcd registry: not joined".into()));
+        };
+        let member = self.keep_alive(joined.lease)?;
+        let holders = self.keep_alive(joined.holders)?;
+        Ok(member && holders)
     }
 
     fn members(&self) -> Result<Members> {
@@ -199,29 +233,19 @@ impl Registry for EtcdRegistry {
     }
 
     fn hold(&self, session: u64) -> Result<()> {
+        let lease = self.holders_lease()?;
         let key = Self::key(&self.holders, session);
-        self.once(move |mut client| async move { client.put(key, "", None).await })?;
+        self.once(move |mut client| async move {
+            client
+                .put(key, "", Some(PutOptions::new().with_lease(lease)))
+                .await
+        })?;
         Ok(())
     }
 
     fn unhold(&self, session: u64) -> Result<()> {
         let key = Self::key(&self.holders, session);
         self.once(move |mut client| async move { client.delete(key, None).await })?;
-        Ok(())
-    }
-
-    fn unhold_server(&self, id: u64) -> Result<()> {
-        // Sessions are `id << 32 | n`: the ids of one server share their first 8 hex digits.
-        let key = [
-            self.holders.as_slice(),
-            format!("{:08x}", id & 0xffff_ffff).as_bytes(),
-        ]
-        .concat();
-        self.once(move |mut client| async move {
-            client
-                .delete(key, Some(DeleteOptions::new().with_prefix()))
-                .await
-        })?;
         Ok(())
     }
 

@@ -21,21 +21,24 @@ pub const MEMBERS_MAX: usize = 1024;
 
 pub trait Registry: Send + Sync + std::fmt::Debug {
     /// Registers this server as `id`, reachable at `address`, under a new lease of about
-    /// `lease_ms` (the backend may round it up); returns the lease granted, in milliseconds.
-    fn join(&self, id: u64, address: &str, lease_ms: u64) -> crate::Result<u64>;
-    /// Renews the lease. `Ok(false)`: it ran out, and the membership with it (join again).
+    /// `lease_ms` (the backend may round it up); its sessions are kept under a second lease of
+    /// about `holders_ms`, renewed with the first, so that they outlive the server by that
+    /// much. Returns the lease granted, in milliseconds.
+    fn join(&self, id: u64, address: &str, lease_ms: u64, holders_ms: u64) -> crate::Result<u64>;
+    /// Renews both leases. `Ok(false)`: one ran out, and the membership with it (join again,
+    /// then record the open sessions again).
     fn renew(&self) -> crate::Result<bool>;
     /// The members and their acknowledgements (a linearizable read).
     fn members(&self) -> crate::Result<Members>;
     /// Records that this server decides by `view` (kept under its lease).
     fn ack(&self, view: &[u64]) -> crate::Result<()>;
-    /// Records that this server opened the client lock session `session` (kept after the
-    /// server dies, so that the servers taking its files over wait for the session's reclaim).
+    /// Records that this server opened the client lock session `session`, under the holders'
+    /// lease (kept `holders_ms` after the server's last renewal, so that the servers taking
+    /// its files over find the session and wait for its reclaim; then gone). Waits for the
+    /// server to have joined, within the backend's bound for one call.
     fn hold(&self, session: u64) -> crate::Result<()>;
     /// Forgets `session` (it was closed or expired).
     fn unhold(&self, session: u64) -> crate::Result<()>;
-    /// Forgets every session of server `id` (its files were taken over).
-    fn unhold_server(&self, id: u64) -> crate::Result<()>;
     /// Every session recorded by [`Registry::hold`].
     fn holders(&self) -> crate::Result<Vec<u64>>;
     /// Records what storage node `node` registered (the target registry's soft state, kept

@@ -1,0 +1,67 @@
+//! The servers' registry on a real cluster: a server's lock sessions outlive it by its
+//! holders lease, so that the servers taking its files over find them, and then go.
+
+use std::time::{Duration, Instant};
+
+use calm_store::Store;
+use calm_store_etcd::cluster::{LocalCluster, shared_url, unique_prefix};
+use calm_store_etcd::{EtcdOptions, EtcdStore};
+
+fn store(url: &str) -> EtcdStore {
+    EtcdStore::connect(EtcdOptions::from_url(url).unwrap()).expect("connecting")
+}
+
+#[test]
+fn a_dead_servers_sessions_outlive_it_by_its_holders_lease_and_then_go() {
+    let mut private = None;
+    let prefix = unique_prefix("holders");
+    let url = shared_url(&prefix).unwrap_or_else(|| {
+        private
+            .get_or_insert_with(|| LocalCluster::start(3).expect("starting etcd"))
+            .url(&prefix)
+    });
+    let (dying, other) = (store(&url), store(&url));
+    let (dying, other) = (dying.registry().unwrap(), other.registry().unwrap());
+    let session = 0x7_0000_0001;
+    dying.join(7, "dying", 1_000, 5_000).unwrap();
+    dying.hold(session).unwrap();
+    let listed = |id: u64| other.members().unwrap().servers.iter().any(|s| s.0 == id);
+    assert!(listed(7));
+    assert_eq!(other.holders().unwrap(), vec![session]);
+
+    // Renewed: both stay, well past both leases.
+    let until = Instant::now() + Duration::from_secs(7);
+    while Instant::now() < until {
+        assert!(dying.renew().unwrap(), "renewed in time");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(listed(7));
+    assert_eq!(other.holders().unwrap(), vec![session]);
+
+    // The server stops renewing (it died): it leaves the members first; its session stays
+    // for the takeover to read, then goes.
+    let stopped = Instant::now();
+    while listed(7) {
+        assert!(
+            stopped.elapsed() < Duration::from_secs(10),
+            "member still listed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        other.holders().unwrap(),
+        vec![session],
+        "the session outlives the membership"
+    );
+    while !other.holders().unwrap().is_empty() {
+        assert!(
+            stopped.elapsed() < Duration::from_secs(20),
+            "session still held"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        stopped.elapsed() >= Duration::from_secs(4),
+        "kept its holders lease"
+    );
+}
