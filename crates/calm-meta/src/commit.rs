@@ -436,6 +436,17 @@ fn commit_batch<S: Store>(
     if shared && txn.written_by_others() {
         cl.reload(&txn)?;
     }
+    if shared {
+        // One round trip for what every operation reads first, not one per operation.
+        let mut keys = Vec::new();
+        for request in batch {
+            if let Some(id) = request.id {
+                keys.push(crate::requests::key(id.client, id.seq).to_vec());
+            }
+            ops::keys_read_first(&request.op, &mut keys);
+        }
+        txn.prefetch(&keys)?;
+    }
     let mut ctx = Ctx::new(&mut txn, alloc, cl, now_ns(), generation);
     for request in batch {
         ctx.caller = request.caller.clone();

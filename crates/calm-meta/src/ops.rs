@@ -553,6 +553,44 @@ fn setattr_record_type(attr: &SetAttr) -> RecordType {
     }
 }
 
+/// The keys `op` reads before it can know of any other: its directories and their entries, or
+/// the inode it changes. A group's committer fetches them for all its operations at once.
+pub(crate) fn keys_read_first(op: &Op, keys: &mut Vec<Vec<u8>>) {
+    let mut entry = |parent: Handle, name: &[u8]| {
+        keys.push(inode_key(parent).to_vec());
+        keys.push(dentry_key(parent, name));
+    };
+    match op {
+        Op::Make { parent, name, .. }
+        | Op::Unlink { parent, name, .. }
+        | Op::Rmdir { parent, name } => entry(*parent, name),
+        Op::Link {
+            handle,
+            parent,
+            name,
+        } => {
+            entry(*parent, name);
+            keys.push(inode_key(*handle).to_vec());
+        }
+        Op::Rename {
+            parent,
+            name,
+            new_parent,
+            new_name,
+            ..
+        } => {
+            entry(*parent, name);
+            entry(*new_parent, new_name);
+        }
+        Op::SetAttr { handle, .. }
+        | Op::SetXattr { handle, .. }
+        | Op::RemoveXattr { handle, .. }
+        | Op::Write { handle, .. }
+        | Op::Append { handle, .. } => keys.push(inode_key(*handle).to_vec()),
+        _ => {}
+    }
+}
+
 /// Applies one mutation in `ctx.txn`, with its changelog record.
 pub fn apply<T: WriteTxn>(ctx: &mut Ctx<'_, T>, op: &Op) -> Outcome<Done> {
     if let Some(kind) = record_type(op) {

@@ -841,6 +841,64 @@ impl WriteTxn for EtcdTxn<'_> {
         Ok(())
     }
 
+    fn prefetch(&self, keys: &[Vec<u8>]) -> Result<()> {
+        let wanted: Vec<Vec<u8>> = {
+            let read = self.read.borrow();
+            let mut seen = std::collections::HashSet::new();
+            keys.iter()
+                .filter(|k| {
+                    !self.writes.contains_key(*k) && !read.contains_key(*k) && seen.insert(*k)
+                })
+                .take(READ_CACHE_KEYS_MAX.saturating_sub(read.len()))
+                .cloned()
+                .collect()
+        };
+        let mut missing = Vec::new();
+        for key in wanted {
+            let full = self.store.data_key(&key);
+            match self
+                .cached
+                .then(|| self.store.inner.cache.get(&full, self.revision))
+            {
+                Some(Some(value)) => {
+                    self.read.borrow_mut().insert(key, value);
+                }
+                _ => missing.push(key),
+            }
+        }
+        // Many ranges in one etcd transaction: one round trip, each at this revision.
+        for chunk in missing.chunks(self.store.inner.options.txn_ops_max.max(1)) {
+            let operations: Vec<TxnOp> = chunk
+                .iter()
+                .map(|key| {
+                    TxnOp::get(
+                        self.store.data_key(key),
+                        Some(at_revision(GetOptions::new(), self.revision)),
+                    )
+                })
+                .collect();
+            let response = self.store.call(move |mut client| {
+                let operations = operations.clone();
+                async move { client.txn(Txn::new().and_then(operations)).await }
+            })?;
+            let mut read = self.read.borrow_mut();
+            for (key, op) in chunk.iter().zip(response.op_responses()) {
+                let value = match op {
+                    etcd_client::TxnOpResponse::Get(get) => {
+                        get.kvs().first().map(|kv| kv.value().to_vec())
+                    }
+                    _ => continue,
+                };
+                self.store
+                    .inner
+                    .cache
+                    .put(self.store.data_key(key), value.clone(), self.revision);
+                read.insert(key.clone(), value);
+            }
+        }
+        Ok(())
+    }
+
     fn written_by_others(&self) -> bool {
         self.seq_modified != self.store.inner.own_commit_revision.load(Ordering::Relaxed)
     }

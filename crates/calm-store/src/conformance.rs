@@ -27,6 +27,10 @@ pub fn cases<S: Store>() -> Vec<Case<S>> {
             txn_reads_own_writes::<S>,
         ),
         (
+            "reads ahead change no answer",
+            reads_ahead_change_no_answer::<S>,
+        ),
+        (
             "visit is ordered and bounded",
             visit_is_ordered_and_bounded::<S>,
         ),
@@ -170,6 +174,51 @@ fn txn_reads_own_writes<S: Store>(store: &S) {
     assert_eq!(txn.get(b"c").expect("get"), None);
     assert_eq!(keys_in(&txn, b"", b""), vec![b"a".to_vec(), b"b".to_vec()]);
     txn.commit().expect("commit");
+}
+
+fn reads_ahead_change_no_answer<S: Store>(store: &S) {
+    put_all(store, &[(b"a", b"1"), (b"c", b"3")]);
+    let many: Vec<Vec<u8>> = (0u32..300)
+        .map(|i| [b"m".as_slice(), &i.to_be_bytes()].concat())
+        .collect();
+    {
+        let mut txn = store.begin().expect("begin");
+        for (i, k) in many.iter().enumerate().filter(|(i, _)| i % 3 != 0) {
+            txn.put(k, &(i as u32).to_le_bytes()).expect("put");
+        }
+        txn.commit().expect("commit");
+    }
+    let before = store.snapshot().expect("snapshot");
+    let mut txn = store.begin().expect("begin");
+    txn.put(b"b", b"2").expect("put");
+    txn.delete(b"c").expect("delete");
+    let mut wanted: Vec<Vec<u8>> = [b"a", b"b", b"c", b"d", b"a"]
+        .iter()
+        .map(|k| k.to_vec())
+        .collect();
+    wanted.extend(many.iter().cloned());
+    txn.prefetch(&wanted).expect("prefetch");
+    assert_eq!(txn.get(b"a").expect("get").as_deref(), Some(&b"1"[..]));
+    assert_eq!(
+        txn.get(b"b").expect("get").as_deref(),
+        Some(&b"2"[..]),
+        "own write"
+    );
+    assert_eq!(txn.get(b"c").expect("get"), None, "own delete");
+    assert_eq!(txn.get(b"d").expect("get"), None);
+    for k in &many {
+        assert_eq!(
+            txn.get(k).expect("get").map(|v| v.into_owned()),
+            before.get(k).expect("get").map(|v| v.into_owned()),
+        );
+    }
+    // Writes after the read ahead are seen over it.
+    txn.put(b"a", b"9").expect("put");
+    assert_eq!(txn.get(b"a").expect("get").as_deref(), Some(&b"9"[..]));
+    txn.commit().expect("commit");
+    assert_eq!(read(store, b"a").as_deref(), Some(&b"9"[..]));
+    assert_eq!(read(store, b"b").as_deref(), Some(&b"2"[..]));
+    assert_eq!(read(store, b"c"), None);
 }
 
 fn visit_is_ordered_and_bounded<S: Store>(store: &S) {

@@ -276,6 +276,12 @@ pub trait WriteTxn: ReadTxn {
     fn written_by_others(&self) -> bool {
         false
     }
+    /// Reads `keys` ahead, together, so that the transaction's next `get`s of them cost no
+    /// round trip each (a networked store; the others read in place and do nothing here).
+    fn prefetch(&self, keys: &[Vec<u8>]) -> Result<()> {
+        let _ = keys;
+        Ok(())
+    }
     /// Makes every write of this transaction durable and visible, or none of them.
     fn commit(self) -> Result<()>;
 }
