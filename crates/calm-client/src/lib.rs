@@ -8,6 +8,7 @@
 
 pub mod batch;
 pub mod failover;
+mod placement;
 pub mod routing;
 mod shadow;
 
@@ -68,14 +69,24 @@ impl std::fmt::Debug for InProcess {
 /// `$remote`, which names the connection `$conn` and the request `$request`): tagged with the
 /// caller and, for a mutation, a request id; sent again on another server of the client's
 /// list when the connection is lost (`failover`).
+///
+/// `$dir`: the directory a mutation changes, sent to the server that decides it when several
+/// share the namespace (`placement.rs`); if that connection is lost, a mutation with a
+/// request id is sent again to the client's own server (one without is answered the error:
+/// it may have been applied).
 macro_rules! rpc_call {
-    ($client:expr, $local:ident, $make:ident, |$conn:ident, $request:ident| $remote:expr, $method:ident, $message:expr, $id:expr) => {{
+    ($client:expr, $local:ident, $make:ident, |$conn:ident, $request:ident| $remote:expr, $method:ident, $message:expr, $id:expr, $dir:expr) => {{
         let message = $message;
         let id = $id;
+        let mut dir: Option<calm_meta::Handle> = $dir;
         let mut budget = crate::failover::Budget::default();
         let reply = loop {
             let mut $request = $client.$make(message.clone(), id);
-            let $conn = $client.conn();
+            let placed = match dir {
+                Some(dir) => $client.placed(dir).await,
+                None => None,
+            };
+            let $conn = placed.clone().unwrap_or_else(|| $client.conn());
             let reply = match &$client.local {
                 Some(local) => {
                     $request.extensions_mut().insert(calm_proto::InProcess);
@@ -83,10 +94,18 @@ macro_rules! rpc_call {
                 }
                 None => $remote,
             };
-            if let Err(status) = &reply
-                && $client.move_on(status, &$conn, &mut budget).await
-            {
-                continue;
+            if let Err(status) = &reply {
+                if placed.is_some() && crate::failover::connection_lost(status) {
+                    $client.placement.failed(&$conn);
+                    if id.is_some() {
+                        dir = None;
+                        continue;
+                    }
+                    break reply;
+                }
+                if $client.move_on(status, &$conn, &mut budget).await {
+                    continue;
+                }
             }
             break reply;
         };
@@ -106,6 +125,7 @@ macro_rules! meta_call {
             |conn, request| conn.rpc.clone().$method(request).await,
             $method,
             $message,
+            None,
             None
         )
     };
@@ -117,7 +137,8 @@ macro_rules! meta_call {
             |conn, request| conn.rpc.clone().$method(request).await,
             $method,
             $message,
-            $client.next_request()
+            $client.next_request(),
+            None
         )
     };
 }
@@ -136,6 +157,7 @@ macro_rules! batched_call {
                 .await,
             $method,
             $message,
+            None,
             None
         )
     };
@@ -150,7 +172,38 @@ macro_rules! batched_call {
                 .await,
             $method,
             $message,
-            $client.next_request()
+            $client.next_request(),
+            None
+        )
+    };
+    (mutation of $dir:expr, $client:expr, $method:ident, $op:ident, $message:expr) => {
+        rpc_call!(
+            $client,
+            meta,
+            tagged,
+            |conn, request| conn
+                .batch
+                .call(request, calm_proto::pb::call::Op::$op)
+                .await,
+            $method,
+            $message,
+            $client.next_request(),
+            Some($dir)
+        )
+    };
+    (mutation placed in $dir:expr, $client:expr, $method:ident, $op:ident, $message:expr) => {
+        rpc_call!(
+            $client,
+            meta,
+            tagged,
+            |conn, request| conn
+                .batch
+                .call(request, calm_proto::pb::call::Op::$op)
+                .await,
+            $method,
+            $message,
+            $client.next_request(),
+            $dir
         )
     };
 }
@@ -165,6 +218,7 @@ macro_rules! locks_call {
             |conn, request| conn.locks.clone().$method(request).await,
             $method,
             $message,
+            None,
             None
         )
     };
@@ -176,6 +230,7 @@ macro_rules! locks_call {
             |conn, request| conn.locks.clone().$method(request).await,
             $method,
             $message,
+            None,
             None
         )
     };
@@ -277,6 +332,8 @@ pub struct Client {
     conn: Arc<std::sync::RwLock<Arc<Conn>>>,
     /// The servers it may move to, and its request ids (`connect_servers`).
     failover: Option<Arc<failover::Failover>>,
+    /// Where its mutations go when several servers share the namespace (shared by clones).
+    placement: Arc<placement::Placement>,
     /// Sent with every mutation, for its changelog record.
     caller: Option<Caller>,
     /// The highest changelog index a mutation of this client (or its clones) answered with.
@@ -371,7 +428,9 @@ impl Client {
                 .map_err(|e| MetaError::Invalid(format!("TLS for {addr}: {e}")))?;
         }
         let channel = endpoint.connect().await.map_err(|e| connecting(&e))?;
-        Ok(Self::from_channel(channel))
+        let mut client = Self::from_channel(channel);
+        client.placement = Arc::new(placement::Placement::new(true, tls.cloned()));
+        Ok(client)
     }
 
     /// A client over an existing channel.
@@ -380,6 +439,7 @@ impl Client {
             local: None,
             conn: Arc::new(std::sync::RwLock::new(Arc::new(Conn::new(channel)))),
             failover: None,
+            placement: Arc::new(placement::Placement::new(false, None)),
             caller: None,
             reached: Arc::new(AtomicU64::new(0)),
         }
@@ -631,7 +691,7 @@ impl Client {
             target: node.target.clone(),
             exclusive,
         };
-        self.mutated(batched_call!(mutation self, make, Make, request))?
+        self.mutated(batched_call!(mutation of parent, self, make, Make, request))?
             .try_into()
     }
 
@@ -651,7 +711,7 @@ impl Client {
             parent,
             name: name.to_vec(),
         };
-        self.mutated(batched_call!(mutation self, link, Link, request))?
+        self.mutated(batched_call!(mutation of parent, self, link, Link, request))?
             .try_into()
     }
 
@@ -669,12 +729,14 @@ impl Client {
         name: &[u8],
         keep: Vec<Handle>,
     ) -> Result<Option<Handle>> {
+        // A file kept open is an orphan of this client's session, on its own server.
+        let placed = keep.is_empty().then_some(parent);
         let request = pb::RemoveRequest {
             parent,
             name: name.to_vec(),
             keep,
         };
-        self.mutated(batched_call!(mutation self, unlink, Unlink, request))
+        self.mutated(batched_call!(mutation placed in placed, self, unlink, Unlink, request))
             .map(|r| (r.orphan != 0).then_some(r.orphan))
     }
 
@@ -696,7 +758,7 @@ impl Client {
             name: name.to_vec(),
             keep: Vec::new(),
         };
-        self.mutated(batched_call!(mutation self, rmdir, Rmdir, request))
+        self.mutated(batched_call!(mutation of parent, self, rmdir, Rmdir, request))
             .map(|_| ())
     }
 
@@ -723,6 +785,7 @@ impl Client {
         flags: u32,
         keep: Vec<Handle>,
     ) -> Result<Option<Handle>> {
+        let placed = keep.is_empty().then_some(parent);
         let request = pb::RenameRequest {
             parent,
             name: name.to_vec(),
@@ -731,7 +794,7 @@ impl Client {
             flags,
             keep,
         };
-        self.mutated(batched_call!(mutation self, rename, Rename, request))
+        self.mutated(batched_call!(mutation placed in placed, self, rename, Rename, request))
             .map(|r| (r.orphan != 0).then_some(r.orphan))
     }
 

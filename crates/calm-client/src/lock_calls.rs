@@ -83,7 +83,7 @@ impl Client {
     }
 
     /// `message` as it is (lock calls name their session in the message).
-    fn untagged<T>(
+    pub(crate) fn untagged<T>(
         &self,
         message: T,
         _: Option<calm_meta::requests::RequestId>,

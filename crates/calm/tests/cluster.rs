@@ -895,3 +895,84 @@ fn etcd_failures_through_mounts_of_three_servers() {
     let listed = b.sh_ok("ls d | grep -c '^f'; cat d/f1 d/f300; test -e d/after && echo after");
     assert_eq!(listed, "300\n1\n300\nafter\n", "{listed}");
 }
+
+/// A client sends a directory's mutations to the server that decides the directory, so that
+/// one server's committer groups them (servers' commits on one directory's inode would
+/// conflict and run again); when that server dies, a client with a list of servers sends
+/// them to its own server instead, and nothing is applied twice.
+#[test]
+fn mutations_go_to_the_server_deciding_their_directory() {
+    let mut private = None;
+    let url = cluster("placement", &mut private);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut servers = three_servers(&url, tmp.path(), 2_000);
+    let rt = runtime();
+    let addrs: Vec<String> = servers.iter().map(|s| s.addr.clone()).collect();
+    rt.block_on(async {
+        let client = Client::connect_servers(&addrs).await.unwrap();
+        let members = client.members().await.unwrap();
+        let mut view: Vec<u64> = members.servers.iter().map(|m| m.id).collect();
+        view.sort_unstable();
+        let ops_committed = |addr: String| async move {
+            let client = Client::connect(&addr).await.unwrap();
+            client.status().await.unwrap().ops_committed
+        };
+        // A directory decided by another server than the client's own (the first listed).
+        let mut placed = None;
+        for i in 0..64 {
+            let dir = client
+                .mkdir(ROOT, format!("d{i}").as_bytes(), 0o755)
+                .await
+                .unwrap()
+                .handle;
+            let owner = owner_of(dir, &view).unwrap();
+            if owner != members.me {
+                let address = &members
+                    .servers
+                    .iter()
+                    .find(|m| m.id == owner)
+                    .unwrap()
+                    .address;
+                placed = Some((dir, addrs.iter().position(|a| a == address).unwrap()));
+                break;
+            }
+        }
+        let (dir, owner) = placed.expect("a directory another server decides");
+        assert_ne!(owner, 0);
+        let mut before = Vec::new();
+        for addr in &addrs {
+            before.push(ops_committed(addr.clone()).await);
+        }
+        for i in 0..100 {
+            let name = format!("f{i}");
+            client.create(dir, name.as_bytes(), 0o644).await.unwrap();
+        }
+        let mut after = Vec::new();
+        for addr in &addrs {
+            after.push(ops_committed(addr.clone()).await);
+        }
+        let grew: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+        assert!(
+            grew[owner] >= 100,
+            "the deciding server committed them: {grew:?}"
+        );
+        assert!(grew[0] < 10, "the client's own server did not: {grew:?}");
+        // The deciding server dies under the client's placed connection.
+        servers.remove(owner).kill9();
+        for i in 100..150 {
+            let name = format!("f{i}");
+            client.create(dir, name.as_bytes(), 0o644).await.unwrap();
+        }
+        let mut names: Vec<String> = client
+            .readdir(dir, 0, 1000)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| String::from_utf8(e.name).unwrap())
+            .collect();
+        names.sort();
+        let mut expected: Vec<String> = (0..150).map(|i| format!("f{i}")).collect();
+        expected.sort();
+        assert_eq!(names, expected, "every create once, none lost");
+    });
+}
