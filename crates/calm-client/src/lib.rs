@@ -161,36 +161,10 @@ macro_rules! batched_call {
             None
         )
     };
-    (mutation $client:expr, $method:ident, $op:ident, $message:expr) => {
-        rpc_call!(
-            $client,
-            meta,
-            tagged,
-            |conn, request| conn
-                .batch
-                .call(request, calm_proto::pb::call::Op::$op)
-                .await,
-            $method,
-            $message,
-            $client.next_request(),
-            None
-        )
-    };
     (mutation of $dir:expr, $client:expr, $method:ident, $op:ident, $message:expr) => {
-        rpc_call!(
-            $client,
-            meta,
-            tagged,
-            |conn, request| conn
-                .batch
-                .call(request, calm_proto::pb::call::Op::$op)
-                .await,
-            $method,
-            $message,
-            $client.next_request(),
-            Some($dir)
-        )
+        batched_call!(mutation placed in Some($dir), $client, $method, $op, $message)
     };
+    // `$dir`: `Option<Handle>`, the directory whose server the mutation is placed on.
     (mutation placed in $dir:expr, $client:expr, $method:ident, $op:ident, $message:expr) => {
         rpc_call!(
             $client,
@@ -205,6 +179,9 @@ macro_rules! batched_call {
             $client.next_request(),
             $dir
         )
+    };
+    (mutation $client:expr, $method:ident, $op:ident, $message:expr) => {
+        batched_call!(mutation placed in None, $client, $method, $op, $message)
     };
 }
 
