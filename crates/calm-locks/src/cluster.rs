@@ -20,6 +20,12 @@
 //!   deciding the files it lost) or a lease has passed, and then (2) every client session
 //!   registered with the servers that lost files has reported its reclaim done, or
 //!   `grace_ms_max` has passed.
+//! - **Who may reclaim.** A session is registered with the identity that opened it (its
+//!   [`Owner`]). Once a takeover has read the sessions of the servers that lost files, a
+//!   reclaim there is let in only from an identity that had a session on one of them, and a
+//!   report of a finished reclaim counts only for the sessions of the identity that sends it
+//!   (as an NFSv4 server lets in reclaims only from the clients it knew before its restart).
+//!   Before the sessions are read, reclaims wait (`Grace`) and reports are refused.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -28,6 +34,10 @@ use crate::manager::{ResourceId, SessionId};
 /// A server's id in the registry: its store epoch, unique over every start of every server.
 /// A session id carries it in its high 32 bits ([`server_of_session`]).
 pub type ServerId = u64;
+
+/// Who opened a client session: the server's name for the client's identity (a certificate's
+/// name, a uid on a Unix socket); the same on every server.
+pub type Owner = String;
 
 /// The server that opened `session` (session ids are `epoch << 32 | n`).
 pub fn server_of_session(session: SessionId) -> ServerId {
@@ -112,6 +122,10 @@ struct Takeover {
     holders_asked: bool,
     /// Sessions that must still report their reclaim; `None` until read.
     holders: Option<BTreeSet<SessionId>>,
+    /// Who opened each session registered with the losers (read with `holders`).
+    owners: BTreeMap<SessionId, Owner>,
+    /// The identities among `owners`: those may reclaim here.
+    reclaimers: BTreeSet<Owner>,
     deadline_ms: u64,
 }
 
@@ -236,6 +250,8 @@ impl Cluster {
                 losers,
                 holders_asked: false,
                 holders: None,
+                owners: BTreeMap::new(),
+                reclaimers: BTreeSet::new(),
                 deadline_ms: u64::MAX,
             });
         }
@@ -292,33 +308,58 @@ impl Cluster {
         effects
     }
 
-    /// The sessions registered with `servers` (read after [`Effect::ReadHolders`]): the
-    /// takeovers that asked for them wait for their reports.
-    pub fn holders(&mut self, servers: &[ServerId], sessions: &[SessionId], now_ms: u64) {
+    /// The sessions registered with `servers`, with who opened each (read after
+    /// [`Effect::ReadHolders`]): the takeovers that asked for them wait for their reports, and
+    /// let in reclaims from their owners only.
+    pub fn holders(&mut self, servers: &[ServerId], sessions: &[(SessionId, Owner)], now_ms: u64) {
         for takeover in &mut self.takeovers {
             if takeover.holders_asked && takeover.holders.is_none() && takeover.losers == servers {
-                let pending: BTreeSet<SessionId> = sessions
-                    .iter()
-                    .copied()
-                    .filter(|s| {
-                        takeover.losers.contains(&server_of_session(*s)) && !self.done.contains(s)
-                    })
-                    .take(HOLDERS_MAX)
-                    .collect();
+                let mut pending = BTreeSet::new();
+                for (session, owner) in sessions.iter().take(HOLDERS_MAX) {
+                    if !takeover.losers.contains(&server_of_session(*session)) {
+                        continue;
+                    }
+                    takeover.owners.insert(*session, owner.clone());
+                    takeover.reclaimers.insert(owner.clone());
+                    if !self.done.contains(session) {
+                        pending.insert(*session);
+                    }
+                }
                 takeover.holders = Some(pending);
             }
         }
         self.takeovers.retain(|t| !t.complete(now_ms));
     }
 
-    /// A client reports that `sessions` (all of its own, on every server) reclaimed whatever
-    /// they held, under `view`. Counts only when `view` is this server's view; false otherwise
-    /// (the client asks again once the two agree).
-    pub fn reclaim_done(&mut self, sessions: &[SessionId], view: &[ServerId], now_ms: u64) -> bool {
+    /// Client `owner` reports that `sessions` (all of its own, on every server) reclaimed
+    /// whatever they held, under `view`. Counts only when `view` is this server's view and the
+    /// sessions of every takeover under way have been read, and only for the sessions `owner`
+    /// opened; false otherwise (the client asks again).
+    pub fn reclaim_done(
+        &mut self,
+        sessions: &[SessionId],
+        view: &[ServerId],
+        owner: &str,
+        now_ms: u64,
+    ) -> bool {
         if normalized(view.to_vec()) != self.view {
             return false;
         }
+        if self
+            .takeovers
+            .iter()
+            .any(|t| !t.complete(now_ms) && t.holders.is_none())
+        {
+            return false;
+        }
         for session in sessions {
+            let opened_by_owner = self
+                .takeovers
+                .iter()
+                .any(|t| t.owners.get(session).is_some_and(|o| o == owner));
+            if !opened_by_owner {
+                continue;
+            }
             if self.done.len() < HOLDERS_MAX {
                 self.done.insert(*session);
             }
@@ -332,9 +373,10 @@ impl Cluster {
         true
     }
 
-    /// Where a request on `resource` goes. `reclaim`: a lock a client held through the
-    /// previous owner, which grace lets in.
-    pub fn route(&self, resource: ResourceId, now_ms: u64, reclaim: bool) -> Route {
+    /// Where a request on `resource` goes. `reclaim`: the identity of a client taking again a
+    /// lock it held through the previous owner, which grace lets in once the takeover knows
+    /// that identity had a session there.
+    pub fn route(&self, resource: ResourceId, now_ms: u64, reclaim: Option<&str>) -> Route {
         if !self.valid(now_ms) {
             return Route::Lapsed;
         }
@@ -343,12 +385,13 @@ impl Cluster {
             Some(owner) => return Route::Elsewhere(owner),
             None => return Route::Lapsed,
         }
-        if !reclaim
-            && self
-                .takeovers
-                .iter()
-                .any(|t| !t.complete(now_ms) && owner_of(resource, &t.previous) != Some(self.me))
-        {
+        let held_back = |t: &Takeover| match reclaim {
+            None => true,
+            Some(owner) => t.holders.is_none() || !t.reclaimers.contains(owner),
+        };
+        if self.takeovers.iter().any(|t| {
+            !t.complete(now_ms) && owner_of(resource, &t.previous) != Some(self.me) && held_back(t)
+        }) {
             return Route::Grace;
         }
         Route::Mine

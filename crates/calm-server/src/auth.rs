@@ -99,6 +99,15 @@ impl SessionOwners {
         owners.insert(session, key.to_string());
     }
 
+    /// Who opened `session`, if it is known here.
+    pub fn owner(&self, session: u64) -> Option<String> {
+        self.owners
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&session)
+            .cloned()
+    }
+
     pub fn closed(&self, session: u64) {
         self.owners
             .lock()

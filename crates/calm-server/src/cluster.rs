@@ -70,10 +70,10 @@ impl LockTable {
         }
     }
 
-    pub(crate) fn reclaim_done(&self, sessions: &[u64], view: &[u64]) -> bool {
+    pub(crate) fn reclaim_done(&self, sessions: &[u64], view: &[u64], owner: &str) -> bool {
         let now_ms = self.now_ms();
         match &mut self.lock().cluster {
-            Some(cluster) => cluster.reclaim_done(sessions, view, now_ms),
+            Some(cluster) => cluster.reclaim_done(sessions, view, owner, now_ms),
             None => false,
         }
     }
@@ -95,7 +95,7 @@ impl LockTable {
             let mut dropped = 0;
             for resource in inner.manager.resources() {
                 if matches!(
-                    cluster.route(resource, now_ms, true),
+                    cluster.route(resource, now_ms, None),
                     Route::Elsewhere(_) | Route::Lapsed
                 ) {
                     dropped += inner.manager.drop_resource(resource, LockError::Moved);
@@ -150,7 +150,12 @@ async fn join(registry: &Arc<dyn Registry>, me: ServerId, options: &ClusterOptio
 }
 
 /// This server's part in the cluster, until aborted. `me` is the store epoch.
-pub async fn run(table: Arc<LockTable>, options: ClusterOptions) {
+/// `owners`: who opened each session (recorded again with it after a lapse).
+pub async fn run(
+    table: Arc<LockTable>,
+    options: ClusterOptions,
+    owners: Arc<crate::auth::SessionOwners>,
+) {
     let Some(registry) = table.registry.clone() else {
         return;
     };
@@ -182,7 +187,7 @@ pub async fn run(table: Arc<LockTable>, options: ClusterOptions) {
     }
     let period = Duration::from_millis((lease_ms / 3).max(100));
     loop {
-        round(&table, &registry, me, &options).await;
+        round(&table, &registry, me, &options, &owners).await;
         let now_ms = table.now_ms();
         let deadline = table
             .lock()
@@ -204,6 +209,7 @@ async fn round(
     registry: &Arc<dyn Registry>,
     me: ServerId,
     options: &ClusterOptions,
+    owners: &crate::auth::SessionOwners,
 ) {
     let sent_ms = table.now_ms();
     let renewing = registry.clone();
@@ -218,7 +224,7 @@ async fn round(
             // new membership is confirmed.
             table.lapse();
             join(registry, me, options).await;
-            hold_again(table, registry).await;
+            hold_again(table, registry, owners).await;
             return;
         }
         Err(e) => tracing::warn!(%e, "renewing this server's lease in the registry"),
@@ -236,11 +242,26 @@ async fn round(
 
 /// Records the open sessions again under the new membership's holders lease (the old one
 /// may have run out with the membership): a later takeover of this server waits for them.
-async fn hold_again(table: &Arc<LockTable>, registry: &Arc<dyn Registry>) {
-    let sessions = table.lock().manager.sessions();
+async fn hold_again(
+    table: &Arc<LockTable>,
+    registry: &Arc<dyn Registry>,
+    owners: &crate::auth::SessionOwners,
+) {
+    let sessions: Vec<(u64, String)> = table
+        .lock()
+        .manager
+        .sessions()
+        .into_iter()
+        .filter_map(|s| Some((s, owners.owner(s)?)))
+        .collect();
     let count = sessions.len();
     let registry = registry.clone();
-    let held = blocking(move || sessions.into_iter().try_for_each(|s| registry.hold(s))).await;
+    let held = blocking(move || {
+        sessions
+            .into_iter()
+            .try_for_each(|(s, owner)| registry.hold(s, &owner))
+    })
+    .await;
     match held {
         Ok(()) => tracing::info!(sessions = count, "recorded the open sessions again"),
         // A takeover of this server will not wait for the sessions not recorded: their

@@ -742,7 +742,12 @@ impl<S: Store> Server<S> {
         let leases = tokio::spawn(table.clone().run_leases());
         let cluster = match (&info.cluster, table.clustered()) {
             (Some(options), true) => {
-                Some(tokio::spawn(cluster::run(table.clone(), options.clone())))
+                let owners = info.auth.sessions.clone();
+                Some(tokio::spawn(cluster::run(
+                    table.clone(),
+                    options.clone(),
+                    owners,
+                )))
             }
             _ => None,
         };

@@ -150,24 +150,25 @@ impl LockTable {
     }
 
     /// Whether this server decides `resource`'s locks now: `Ok`, or the failure to answer.
-    /// `reclaim`: a set that takes again a lock held through the previous decider; `release`:
-    /// an unlock or release, which a grace does not hold back.
+    /// `reclaim`: the identity of a client taking again a lock it held through the previous
+    /// decider; `release`: an unlock or release, which a grace does not hold back.
     fn route(
         &self,
         inner: &Inner,
         resource: u64,
-        reclaim: bool,
+        reclaim: Option<&str>,
         release: bool,
     ) -> Result<(), LockFailure> {
         if !self.clustered() {
             return Ok(());
         }
         let route = match &inner.cluster {
-            Some(cluster) => cluster.route(resource, self.now_ms(), reclaim || release),
+            Some(cluster) => cluster.route(resource, self.now_ms(), reclaim),
             None => Route::Lapsed,
         };
         match route {
             Route::Mine => Ok(()),
+            Route::Grace if release => Ok(()),
             Route::Grace => Err(failure(
                 LockCode::Grace,
                 format!("file {resource} was taken over and its clients are reclaiming"),
@@ -475,7 +476,8 @@ impl<S: Store> LocksRpc for LockService<S> {
         if let Some(registry) = self.table.registry.clone() {
             // Recorded before it may hold anything: a server that takes this one's files over
             // waits for the session's reclaim.
-            let held = tokio::task::spawn_blocking(move || registry.hold(session)).await;
+            let owner = identity.key().to_string();
+            let held = tokio::task::spawn_blocking(move || registry.hold(session, &owner)).await;
             if let Err(e) = held
                 .map_err(|e| e.to_string())
                 .and_then(|r| r.map_err(|e| e.to_string()))
@@ -564,12 +566,13 @@ impl<S: Store> LocksRpc for LockService<S> {
             .map(|call| {
                 let routed = match &call {
                     Ok(Call::Set(request, reclaim)) => {
-                        table.route(&inner, request.resource, *reclaim, false)
+                        let reclaimer = reclaim.then_some(identity.key());
+                        table.route(&inner, request.resource, reclaimer, false)
                     }
-                    Ok(Call::Test(request)) => table.route(&inner, request.resource, false, false),
-                    Ok(Call::Unlock(request)) => table.route(&inner, request.resource, false, true),
+                    Ok(Call::Test(request)) => table.route(&inner, request.resource, None, false),
+                    Ok(Call::Unlock(request)) => table.route(&inner, request.resource, None, true),
                     Ok(Call::Release(_, Some(resource))) => {
-                        table.route(&inner, *resource, false, true)
+                        table.route(&inner, *resource, None, true)
                     }
                     Ok(Call::Release(_, None)) | Err(_) => Ok(()),
                 };
@@ -629,7 +632,7 @@ impl<S: Store> LocksRpc for LockService<S> {
         let wait = {
             let mut inner = self.table.lock();
             Self::session_ok(&inner, r.session)?;
-            if let Err(failure) = self.table.route(&inner, request.resource, false, false) {
+            if let Err(failure) = self.table.route(&inner, request.resource, None, false) {
                 return Ok(Response::new(result_of_failure(failure)));
             }
             if inner.by_tag.contains_key(&(r.session, r.tag)) {
@@ -698,12 +701,13 @@ impl<S: Store> LocksRpc for LockService<S> {
         &self,
         r: Request<pb::ReclaimDoneRequest>,
     ) -> Result<Response<pb::ReclaimDoneReply>, Status> {
-        // Any client may report: a report only ends a grace sooner, for sessions that say
-        // they reclaimed (a session id names its server, not its client, so it is not checked
-        // against the caller).
-        self.auth.identity(&r)?;
+        // A report counts only for the sessions the caller opened (the registry recorded who
+        // opened each).
+        let identity = self.auth.identity(&r)?;
         let r = r.into_inner();
-        let accepted = self.table.reclaim_done(&r.sessions, &r.view);
+        let accepted = self
+            .table
+            .reclaim_done(&r.sessions, &r.view, identity.key());
         Ok(Response::new(pb::ReclaimDoneReply { accepted }))
     }
 

@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | `PREFIX/c/m/<id, 16 hex>` | the address clients reach the server at | the server's lease |
 //! | `PREFIX/c/a/<id>` | the view it decides by: member ids in hex, comma-separated | its lease |
-//! | `PREFIX/c/h/<session, 16 hex>` | empty: a client lock session the server opened | until closed or expired, or the server's holders lease ran out (`holders_ms` after its last renewal) |
+//! | `PREFIX/c/h/<session, 16 hex>` | the identity that opened it: a client lock session the server opened | until closed or expired, or the server's holders lease ran out (`holders_ms` after its last renewal) |
 //! | `PREFIX/c/t/<node, hex of its name>` | the node's targets (`calm.v1.TargetList`) | the lease of the server it registered with |
 //!
 //! Every call is one attempt bounded by the store's `attempt_ms_max` (a renewal that cannot
@@ -232,12 +232,13 @@ impl Registry for EtcdRegistry {
         Ok(())
     }
 
-    fn hold(&self, session: u64) -> Result<()> {
+    fn hold(&self, session: u64, owner: &str) -> Result<()> {
         let lease = self.holders_lease()?;
         let key = Self::key(&self.holders, session);
+        let owner = owner.to_string();
         self.once(move |mut client| async move {
             client
-                .put(key, "", Some(PutOptions::new().with_lease(lease)))
+                .put(key, owner, Some(PutOptions::new().with_lease(lease)))
                 .await
         })?;
         Ok(())
@@ -249,20 +250,20 @@ impl Registry for EtcdRegistry {
         Ok(())
     }
 
-    fn holders(&self) -> Result<Vec<u64>> {
+    fn holders(&self) -> Result<Vec<(u64, String)>> {
         let start = self.holders.clone();
         let response = self.once(move |mut client| async move {
             client
-                .get(
-                    start,
-                    Some(GetOptions::new().with_prefix().with_keys_only()),
-                )
+                .get(start, Some(GetOptions::new().with_prefix()))
                 .await
         })?;
         Ok(response
             .kvs()
             .iter()
-            .filter_map(|kv| hex_id(kv.key().strip_prefix(self.holders.as_slice())?))
+            .filter_map(|kv| {
+                let session = hex_id(kv.key().strip_prefix(self.holders.as_slice())?)?;
+                Some((session, String::from_utf8_lossy(kv.value()).into_owned()))
+            })
             .collect())
     }
 

@@ -24,10 +24,13 @@ fn a_dead_servers_sessions_outlive_it_by_its_holders_lease_and_then_go() {
     let (dying, other) = (dying.registry().unwrap(), other.registry().unwrap());
     let session = 0x7_0000_0001;
     dying.join(7, "dying", 1_000, 5_000).unwrap();
-    dying.hold(session).unwrap();
+    dying.hold(session, "uid:1000").unwrap();
     let listed = |id: u64| other.members().unwrap().servers.iter().any(|s| s.0 == id);
     assert!(listed(7));
-    assert_eq!(other.holders().unwrap(), vec![session]);
+    assert_eq!(
+        other.holders().unwrap(),
+        vec![(session, "uid:1000".to_string())]
+    );
 
     // Renewed: both stay, well past both leases.
     let until = Instant::now() + Duration::from_secs(7);
@@ -36,7 +39,10 @@ fn a_dead_servers_sessions_outlive_it_by_its_holders_lease_and_then_go() {
         std::thread::sleep(Duration::from_millis(250));
     }
     assert!(listed(7));
-    assert_eq!(other.holders().unwrap(), vec![session]);
+    assert_eq!(
+        other.holders().unwrap(),
+        vec![(session, "uid:1000".to_string())]
+    );
 
     // The server stops renewing (it died): it leaves the members first; its session stays
     // for the takeover to read, then goes.
@@ -50,7 +56,7 @@ fn a_dead_servers_sessions_outlive_it_by_its_holders_lease_and_then_go() {
     }
     assert_eq!(
         other.holders().unwrap(),
-        vec![session],
+        vec![(session, "uid:1000".to_string())],
         "the session outlives the membership"
     );
     while !other.holders().unwrap().is_empty() {

@@ -32,15 +32,16 @@ pub trait Registry: Send + Sync + std::fmt::Debug {
     fn members(&self) -> crate::Result<Members>;
     /// Records that this server decides by `view` (kept under its lease).
     fn ack(&self, view: &[u64]) -> crate::Result<()>;
-    /// Records that this server opened the client lock session `session`, under the holders'
+    /// Records that this server opened the client lock session `session` for the client
+    /// identity `owner` (which alone may reclaim through it), under the holders'
     /// lease (kept `holders_ms` after the server's last renewal, so that the servers taking
     /// its files over find the session and wait for its reclaim; then gone). Waits for the
     /// server to have joined, within the backend's bound for one call.
-    fn hold(&self, session: u64) -> crate::Result<()>;
+    fn hold(&self, session: u64, owner: &str) -> crate::Result<()>;
     /// Forgets `session` (it was closed or expired).
     fn unhold(&self, session: u64) -> crate::Result<()>;
-    /// Every session recorded by [`Registry::hold`].
-    fn holders(&self) -> crate::Result<Vec<u64>>;
+    /// Every session recorded by [`Registry::hold`], with its owner.
+    fn holders(&self) -> crate::Result<Vec<(u64, String)>>;
     /// Records what storage node `node` registered (the target registry's soft state, kept
     /// under this server's lease: when the server dies, the node registers again elsewhere).
     fn put_node(&self, node: &str, value: &[u8]) -> crate::Result<()>;

@@ -59,7 +59,7 @@ fn a_dead_servers_files_are_in_grace_until_its_sessions_reclaimed() {
     let mut c = confirmed(1, &[1, 2, 3], 0);
     let kept = (0..).find(|r| owner_of(*r, &[1, 2, 3]) == Some(1)).unwrap();
     let moving = file_moving(2, 1, &[1, 2, 3], &[1, 3]);
-    assert_eq!(c.route(moving, 10, false), Route::Elsewhere(2));
+    assert_eq!(c.route(moving, 10, None), Route::Elsewhere(2));
     // 2 left (its lease ran out): its files come to 1 and 3 only from it, so nobody living
     // has to acknowledge anything; the sessions it opened must reclaim.
     let effects = c.set_view(vec![3, 1], 100);
@@ -72,24 +72,41 @@ fn a_dead_servers_files_are_in_grace_until_its_sessions_reclaimed() {
         ]
     );
     c.confirmed(&[1, 3], 100);
-    assert_eq!(c.route(moving, 200, false), Route::Grace);
-    assert_eq!(c.route(moving, 200, true), Route::Mine);
-    assert_eq!(
-        c.route(kept, 200, false),
-        Route::Mine,
-        "own files stay free"
-    );
+    assert_eq!(c.route(moving, 200, None), Route::Grace);
     let s2a = (2 << 32) | 1;
     let s2b = (2 << 32) | 2;
+    // Before the sessions are read, nobody is known to have held anything there: reclaims
+    // wait and reports are refused.
+    assert_eq!(c.route(moving, 200, Some("ann")), Route::Grace);
+    assert!(!c.reclaim_done(&[s2a], &[1, 3], "ann", 200));
+    assert_eq!(c.route(kept, 200, None), Route::Mine, "own files stay free");
     // Sessions of other servers are not waited for.
-    c.holders(&[2], &[s2a, s2b, (3 << 32) | 1], 300);
-    assert_eq!(c.route(moving, 400, false), Route::Grace);
+    let holders = [
+        (s2a, "ann".to_string()),
+        (s2b, "bob".to_string()),
+        ((3 << 32) | 1, "eve".to_string()),
+    ];
+    c.holders(&[2], &holders, 300);
+    assert_eq!(c.route(moving, 400, None), Route::Grace);
+    assert_eq!(c.route(moving, 400, Some("ann")), Route::Mine);
+    assert_eq!(
+        c.route(moving, 400, Some("eve")),
+        Route::Grace,
+        "eve had no session on 2: nothing to reclaim here"
+    );
     // A report under another view does not count.
-    assert!(!c.reclaim_done(&[s2a, s2b], &[1, 2, 3], 400));
-    assert!(c.reclaim_done(&[s2a], &[1, 3], 400));
-    assert_eq!(c.route(moving, 400, false), Route::Grace);
-    assert!(c.reclaim_done(&[s2b, 77], &[3, 1], 500));
-    assert_eq!(c.route(moving, 500, false), Route::Mine);
+    assert!(!c.reclaim_done(&[s2a, s2b], &[1, 2, 3], "ann", 400));
+    // Eve cannot end the grace by naming others' sessions.
+    assert!(c.reclaim_done(&[s2a, s2b], &[1, 3], "eve", 400));
+    assert_eq!(c.route(moving, 400, None), Route::Grace);
+    assert!(c.reclaim_done(&[s2a, s2b], &[1, 3], "ann", 400));
+    assert_eq!(
+        c.route(moving, 400, None),
+        Route::Grace,
+        "bob has not reported"
+    );
+    assert!(c.reclaim_done(&[s2b, 77], &[3, 1], "bob", 500));
+    assert_eq!(c.route(moving, 500, None), Route::Mine);
     assert_eq!(c.takeovers_active(500), 0);
 }
 
@@ -104,33 +121,29 @@ fn a_grace_ends_at_its_limits_without_acknowledgements_or_reports() {
     assert_eq!(c.next_deadline(), Some(1_100));
     assert!(c.tick(1_099).is_empty());
     assert_eq!(c.tick(1_100), vec![Effect::ReadHolders(vec![1, 2])]);
-    c.holders(&[1, 2], &[(2 << 32) | 5], 1_100);
+    c.holders(&[1, 2], &[((2 << 32) | 5, "ann".into())], 1_100);
     c.confirmed(&[1, 2, 4], 5_500);
-    assert_eq!(c.route(moving, 6_099, false), Route::Grace);
+    assert_eq!(c.route(moving, 6_099, None), Route::Grace);
     assert_eq!(c.next_deadline(), Some(6_100));
-    assert_eq!(c.route(moving, 6_100, false), Route::Mine);
+    assert_eq!(c.route(moving, 6_100, None), Route::Mine);
 }
 
 #[test]
 fn a_server_decides_only_within_a_confirmed_lease() {
     let mut c = Cluster::new(1, CONFIG);
-    assert_eq!(c.route(1, 0, false), Route::Lapsed, "nothing before a view");
+    assert_eq!(c.route(1, 0, None), Route::Lapsed, "nothing before a view");
     c.set_view(vec![1], 0);
-    assert_eq!(
-        c.route(1, 0, false),
-        Route::Lapsed,
-        "nothing before a round"
-    );
+    assert_eq!(c.route(1, 0, None), Route::Lapsed, "nothing before a round");
     // A round with another view than the applied one confirms nothing.
     c.confirmed(&[1, 2], 10);
-    assert_eq!(c.route(1, 10, false), Route::Lapsed);
+    assert_eq!(c.route(1, 10, None), Route::Lapsed);
     c.confirmed(&[1], 10);
-    assert_eq!(c.route(1, 1_009, false), Route::Mine);
-    assert_eq!(c.route(1, 1_010, false), Route::Lapsed);
+    assert_eq!(c.route(1, 1_009, None), Route::Mine);
+    assert_eq!(c.route(1, 1_010, None), Route::Lapsed);
     // Dropped from the view (its lease ran out in the registry): nothing, also later.
     assert_eq!(c.set_view(vec![2], 1_020), vec![Effect::DropMoved]);
     c.confirmed(&[2], 1_020);
-    assert_eq!(c.route(1, 1_030, false), Route::Lapsed);
+    assert_eq!(c.route(1, 1_030, None), Route::Lapsed);
 }
 
 #[test]
@@ -141,7 +154,7 @@ fn a_joining_server_waits_for_the_others_to_stop_deciding() {
     assert_eq!(effects, vec![Effect::DropMoved, Effect::Ack(vec![1, 2, 4])]);
     c.confirmed(&[1, 2, 4], 0);
     let moving = file_moving(1, 4, &[1, 2], &[1, 2, 4]);
-    assert_eq!(c.route(moving, 10, false), Route::Grace);
+    assert_eq!(c.route(moving, 10, None), Route::Grace);
     assert!(c.ack(1, vec![1, 2, 4], 10).is_empty());
     // An acknowledgement of an older view is not one.
     assert!(c.ack(2, vec![1, 2], 20).is_empty());
@@ -150,12 +163,12 @@ fn a_joining_server_waits_for_the_others_to_stop_deciding() {
         vec![Effect::ReadHolders(vec![1, 2])]
     );
     c.holders(&[1, 2], &[], 30);
-    assert_eq!(c.route(moving, 40, false), Route::Mine);
+    assert_eq!(c.route(moving, 40, None), Route::Mine);
     // The first server of a cluster takes over nobody's files.
     let mut first = Cluster::new(9, CONFIG);
     first.set_view(vec![9], 0);
     first.confirmed(&[9], 0);
-    assert_eq!(first.route(3, 1, false), Route::Mine);
+    assert_eq!(first.route(3, 1, None), Route::Mine);
 }
 
 /// One step of the simulated cluster.
@@ -280,7 +293,7 @@ proptest! {
             for resource in 0..48u64 {
                 let deciders: Vec<ServerId> = nodes
                     .iter()
-                    .filter(|n| n.cluster.route(resource, now, false) == Route::Mine)
+                    .filter(|n| n.cluster.route(resource, now, None) == Route::Mine)
                     .map(|n| n.cluster.me())
                     .collect();
                 prop_assert!(deciders.len() <= 1, "file {} at {}: {:?}", resource, now, deciders);
