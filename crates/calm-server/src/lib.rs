@@ -38,6 +38,7 @@ pub mod data;
 pub mod listen;
 pub mod locks;
 pub mod orphans;
+mod socket_owner;
 pub mod targets;
 pub mod tls;
 pub mod watch;

@@ -4,7 +4,7 @@
 //! - A Unix socket (the default, next to the store): the kernel tells the peer's uid, gid and
 //!   pid (SO_PEERCRED).
 //! - TCP on a loopback address without TLS: the kernel's socket table tells which uid owns
-//!   the peer's socket (`/proc/net/tcp`, the peer is on this machine); only the superuser's
+//!   the peer's socket (`socket_owner.rs`, the peer is on this machine); only the superuser's
 //!   connections are taken, anyone else is told to use the Unix socket.
 //! - TCP with TLS: the client certificate, checked against the client CA, names the peer.
 //!
@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -456,7 +456,7 @@ fn loopback_peer(peer: SocketAddr, local: SocketAddr) -> Option<Peer> {
         tracing::warn!(%peer, "plain TCP from another machine: closed (TLS is required)");
         return None;
     }
-    match socket_owner(peer, local) {
+    match crate::socket_owner::socket_owner(peer, local) {
         Some(0) => Some(Peer::LoopbackRoot),
         Some(uid) => {
             tracing::info!(%peer, uid, "plain TCP from an unprivileged user: refused");
@@ -475,89 +475,9 @@ fn loopback_peer(peer: SocketAddr, local: SocketAddr) -> Option<Peer> {
     }
 }
 
-/// The uid owning the TCP socket whose local end is `their` and remote end `ours`, from the
-/// kernel's socket tables.
-fn socket_owner(their: SocketAddr, ours: SocketAddr) -> Option<u32> {
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
-            continue;
-        };
-        if let Some(uid) = owner_in(&text, their, ours) {
-            return Some(uid);
-        }
-    }
-    None
-}
-
-/// [`socket_owner`] in the text of one table.
-fn owner_in(table: &str, their: SocketAddr, ours: SocketAddr) -> Option<u32> {
-    let (local, remote) = (proc_addr(their), proc_addr(ours));
-    table.lines().skip(1).find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let matches = fields.get(1).is_some_and(|l| local.iter().any(|a| a == l))
-            && fields.get(2).is_some_and(|r| remote.iter().any(|a| a == r));
-        if matches {
-            fields.get(7)?.parse().ok()
-        } else {
-            None
-        }
-    })
-}
-
-/// How `/proc/net/tcp{,6}` writes `addr` (IPv4 in tcp and as a mapped address in tcp6).
-fn proc_addr(addr: SocketAddr) -> Vec<String> {
-    let port = addr.port();
-    let v6 = |bytes: [u8; 16]| {
-        let words: String = bytes
-            .chunks(4)
-            .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
-            .collect();
-        format!("{words}:{port:04X}")
-    };
-    match addr.ip() {
-        IpAddr::V4(ip) => vec![
-            format!("{:08X}:{port:04X}", u32::from_ne_bytes(ip.octets())),
-            v6(ip.to_ipv6_mapped().octets()),
-        ],
-        IpAddr::V6(ip) => match ip.to_ipv4_mapped() {
-            Some(v4) => proc_addr(SocketAddr::new(IpAddr::V4(v4), port)),
-            None => vec![v6(ip.octets())],
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_owner_of_a_loopback_socket_is_found() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = listener.local_addr().unwrap();
-            let client = tokio::net::TcpStream::connect(addr).await.unwrap();
-            let (server, peer) = listener.accept().await.unwrap();
-            assert_eq!(peer, client.local_addr().unwrap());
-            let uid = socket_owner(peer, server.local_addr().unwrap());
-            // SAFETY: getuid(2) cannot fail.
-            assert_eq!(uid, Some(unsafe { libc::getuid() }));
-        });
-    }
-
-    #[test]
-    fn a_proc_table_line_is_read() {
-        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when \
-                     retrnsmt   uid  timeout inode\n   0: 0100007F:C350 0100007F:1F90 01 \
-                     00000000:00000000 00:00000000 00000000  1000        0 12345\n";
-        let their: SocketAddr = "127.0.0.1:50000".parse().unwrap();
-        let ours: SocketAddr = "127.0.0.1:8080".parse().unwrap();
-        assert_eq!(owner_in(table, their, ours), Some(1000));
-        assert_eq!(owner_in(table, ours, their), None);
-    }
 
     #[test]
     fn connections_are_counted_per_peer() {
