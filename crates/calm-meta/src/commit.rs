@@ -445,7 +445,15 @@ fn commit_batch<S: Store>(
             }
             ops::keys_read_first(&request.op, &mut keys);
         }
-        txn.prefetch(&keys)?;
+        txn.prefetch(&keys, &[])?;
+        // Then what the entries just read name: a second round trip, not one per operation.
+        let (mut keys, mut ranges) = (Vec::new(), Vec::new());
+        for request in batch {
+            ops::reads_after_entries(&txn, &request.op, &mut keys, &mut ranges);
+        }
+        if !keys.is_empty() || !ranges.is_empty() {
+            txn.prefetch(&keys, &ranges)?;
+        }
     }
     let mut ctx = Ctx::new(&mut txn, alloc, cl, now_ns(), generation);
     for request in batch {

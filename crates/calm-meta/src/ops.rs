@@ -22,8 +22,8 @@ use crate::alloc::HandleAllocator;
 use crate::changelog::{Caller, ClState};
 use crate::error::MetaError;
 use crate::layout::{
-    Dentry, Inode, KEY_FILE_BYTES, KEY_INODES, dentry_key, encode_readdir_value, inode_key,
-    readdir_key, xattr_key, xattr_range,
+    Dentry, Inode, KEY_FILE_BYTES, KEY_INODES, chunk_key, chunk_range, dentry_key,
+    encode_readdir_value, inode_key, readdir_key, xattr_key, xattr_range,
 };
 use crate::types::*;
 
@@ -587,6 +587,46 @@ pub(crate) fn keys_read_first(op: &Op, keys: &mut Vec<Vec<u8>>) {
         | Op::RemoveXattr { handle, .. }
         | Op::Write { handle, .. }
         | Op::Append { handle, .. } => keys.push(inode_key(*handle).to_vec()),
+        _ => {}
+    }
+}
+
+/// What `op` reads once its entries are known (read ahead by [`keys_read_first`]): the inode
+/// of a name it removes or moves, and the xattrs and chunks of one it may destroy. A group's
+/// committer reads them for all its operations at once, as a second step.
+pub(crate) fn reads_after_entries<R: ReadTxn>(
+    view: &R,
+    op: &Op,
+    keys: &mut Vec<Vec<u8>>,
+    ranges: &mut Vec<(Vec<u8>, Vec<u8>)>,
+) {
+    let mut named = |parent: Handle, name: &[u8], destroyed: bool| {
+        // A name that is not there, or does not decode, is the operation's own error.
+        let Ok(Some(dentry)) = get_dentry(view, parent, name) else {
+            return;
+        };
+        keys.push(inode_key(dentry.child).to_vec());
+        if destroyed {
+            let (start, end) = xattr_range(dentry.child);
+            ranges.push((start.to_vec(), end.to_vec()));
+            if dentry.kind == Kind::File {
+                let (_, end) = chunk_range(dentry.child);
+                ranges.push((chunk_key(dentry.child, 0).to_vec(), end.to_vec()));
+            }
+        }
+    };
+    match op {
+        Op::Unlink { parent, name, .. } | Op::Rmdir { parent, name } => named(*parent, name, true),
+        Op::Rename {
+            parent,
+            name,
+            new_parent,
+            new_name,
+            ..
+        } => {
+            named(*parent, name, false);
+            named(*new_parent, new_name, true);
+        }
         _ => {}
     }
 }

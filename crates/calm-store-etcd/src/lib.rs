@@ -58,6 +58,16 @@ pub const REQUEST_BYTES_MAX_DEFAULT: usize = 1_572_864;
 const OP_OVERHEAD_BYTES: usize = 16;
 /// Most values one write transaction remembers from its reads.
 const READ_CACHE_KEYS_MAX: usize = 4096;
+/// Most ranges one transaction keeps read ahead.
+const PREFETCH_RANGES_MAX: usize = 1024;
+/// Most pairs of one range read ahead: a range with more is visited page by page as before.
+const PREFETCH_RANGE_PAIRS_MAX: i64 = 64;
+
+/// What a transaction reads ahead.
+enum Ahead {
+    Key(Vec<u8>),
+    Range(RangeBounds),
+}
 
 /// A key and its value.
 type Pair = (Vec<u8>, Vec<u8>);
@@ -543,6 +553,20 @@ impl EtcdStore {
         overlay: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
         visit: &mut Visitor<'_>,
     ) -> Result<usize> {
+        self.visit_known(start, end, revision, overlay, None, visit)
+    }
+
+    /// [`EtcdStore::visit_at`], with every stored pair of the range already `known` (read at
+    /// `revision`) when given.
+    fn visit_known(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        revision: i64,
+        overlay: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+        known: Option<Pairs>,
+        visit: &mut Visitor<'_>,
+    ) -> Result<usize> {
         let upper = if end.is_empty() {
             Bound::Unbounded
         } else {
@@ -553,9 +577,10 @@ impl EtcdStore {
             .peekable();
         let mut visited = 0;
         let mut from = start.to_vec();
-        let mut more_pages = true;
+        let mut more_pages = known.is_none();
         let mut page_pairs = VISIT_PAGE_PAIRS_FIRST;
-        let mut page: std::vec::IntoIter<(Vec<u8>, Vec<u8>)> = Vec::new().into_iter();
+        let mut page: std::vec::IntoIter<(Vec<u8>, Vec<u8>)> =
+            known.unwrap_or_default().into_iter();
         let mut next_remote = None;
         loop {
             if next_remote.is_none() {
@@ -772,7 +797,14 @@ pub struct EtcdTxn<'s> {
     read: std::cell::RefCell<std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>>,
     /// Writes in key order; `None` is a delete.
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Whole ranges read ahead at `revision` (`WriteTxn::prefetch`), by `[start, end)`.
+    ranges: std::cell::RefCell<std::collections::HashMap<RangeBounds, Pairs>>,
 }
+
+/// A range's `[start, end)`, as calm names it.
+type RangeBounds = (Vec<u8>, Vec<u8>);
+/// Key-value pairs, in key order.
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
 impl ReadTxn for EtcdTxn<'_> {
     fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
@@ -794,8 +826,13 @@ impl ReadTxn for EtcdTxn<'_> {
     }
 
     fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
+        let known = self
+            .ranges
+            .borrow()
+            .get(&(start.to_vec(), end.to_vec()))
+            .cloned();
         self.store
-            .visit_at(start, end, self.revision, &self.writes, visit)
+            .visit_known(start, end, self.revision, &self.writes, known, visit)
     }
 
     fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
@@ -841,7 +878,7 @@ impl WriteTxn for EtcdTxn<'_> {
         Ok(())
     }
 
-    fn prefetch(&self, keys: &[Vec<u8>]) -> Result<()> {
+    fn prefetch(&self, keys: &[Vec<u8>], ranges: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
         let wanted: Vec<Vec<u8>> = {
             let read = self.read.borrow();
             let mut seen = std::collections::HashSet::new();
@@ -866,34 +903,68 @@ impl WriteTxn for EtcdTxn<'_> {
                 _ => missing.push(key),
             }
         }
-        // Many ranges in one etcd transaction: one round trip, each at this revision.
-        for chunk in missing.chunks(self.store.inner.options.txn_ops_max.max(1)) {
+        let ranges: Vec<&RangeBounds> = {
+            let known = self.ranges.borrow();
+            ranges
+                .iter()
+                .filter(|r| !known.contains_key(*r))
+                .take(PREFETCH_RANGES_MAX.saturating_sub(known.len()))
+                .collect()
+        };
+        // Keys and ranges in one etcd transaction: one round trip, each read at this revision.
+        let wanted: Vec<Ahead> = missing
+            .into_iter()
+            .map(Ahead::Key)
+            .chain(ranges.into_iter().map(|r| Ahead::Range(r.clone())))
+            .collect();
+        for chunk in wanted.chunks(self.store.inner.options.txn_ops_max.max(1)) {
             let operations: Vec<TxnOp> = chunk
                 .iter()
-                .map(|key| {
-                    TxnOp::get(
+                .map(|ahead| match ahead {
+                    Ahead::Key(key) => TxnOp::get(
                         self.store.data_key(key),
                         Some(at_revision(GetOptions::new(), self.revision)),
-                    )
+                    ),
+                    Ahead::Range((start, end)) => TxnOp::get(
+                        self.store.data_key(start),
+                        Some(
+                            at_revision(GetOptions::new(), self.revision)
+                                .with_range(self.store.data_end(end))
+                                .with_limit(PREFETCH_RANGE_PAIRS_MAX),
+                        ),
+                    ),
                 })
                 .collect();
             let response = self.store.call(move |mut client| {
                 let operations = operations.clone();
                 async move { client.txn(Txn::new().and_then(operations)).await }
             })?;
-            let mut read = self.read.borrow_mut();
-            for (key, op) in chunk.iter().zip(response.op_responses()) {
-                let value = match op {
-                    etcd_client::TxnOpResponse::Get(get) => {
-                        get.kvs().first().map(|kv| kv.value().to_vec())
-                    }
-                    _ => continue,
+            for (ahead, op) in chunk.iter().zip(response.op_responses()) {
+                let etcd_client::TxnOpResponse::Get(get) = op else {
+                    continue;
                 };
-                self.store
-                    .inner
-                    .cache
-                    .put(self.store.data_key(key), value.clone(), self.revision);
-                read.insert(key.clone(), value);
+                match ahead {
+                    Ahead::Key(key) => {
+                        let value = get.kvs().first().map(|kv| kv.value().to_vec());
+                        self.store.inner.cache.put(
+                            self.store.data_key(key),
+                            value.clone(),
+                            self.revision,
+                        );
+                        self.read.borrow_mut().insert(key.clone(), value);
+                    }
+                    // Only a whole range is kept; a larger one is visited as before.
+                    Ahead::Range(bounds) if !get.more() => {
+                        let data = self.store.inner.data.len();
+                        let pairs = get
+                            .kvs()
+                            .iter()
+                            .map(|kv| (kv.key()[data..].to_vec(), kv.value().to_vec()))
+                            .collect();
+                        self.ranges.borrow_mut().insert(bounds.clone(), pairs);
+                    }
+                    Ahead::Range(_) => {}
+                }
             }
         }
         Ok(())
@@ -1101,6 +1172,7 @@ impl Store for EtcdStore {
             cached: self.inner.cache.ready_for(seq_modified),
             append_floor: None,
             read: Default::default(),
+            ranges: Default::default(),
             writes: BTreeMap::new(),
         })
     }

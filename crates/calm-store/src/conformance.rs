@@ -197,7 +197,26 @@ fn reads_ahead_change_no_answer<S: Store>(store: &S) {
         .map(|k| k.to_vec())
         .collect();
     wanted.extend(many.iter().cloned());
-    txn.prefetch(&wanted).expect("prefetch");
+    // Ranges: one that holds pairs (and this transaction's writes), one empty, one larger
+    // than a store reads ahead.
+    txn.put(b"m\x00\x00\x00\x05x", b"w").expect("put");
+    let ranges = vec![
+        (b"a".to_vec(), b"d".to_vec()),
+        (b"x".to_vec(), b"y".to_vec()),
+        (b"m".to_vec(), b"n".to_vec()),
+    ];
+    txn.prefetch(&wanted, &ranges).expect("prefetch");
+    for (start, end) in &ranges {
+        let mut expected = keys_in(&before, start, end);
+        if start == b"m" {
+            expected.push(b"m\x00\x00\x00\x05x".to_vec());
+            expected.sort();
+        }
+        if start == b"a" {
+            expected = vec![b"a".to_vec(), b"b".to_vec()];
+        }
+        assert_eq!(keys_in(&txn, start, end), expected, "range {start:?}");
+    }
     assert_eq!(txn.get(b"a").expect("get").as_deref(), Some(&b"1"[..]));
     assert_eq!(
         txn.get(b"b").expect("get").as_deref(),

@@ -276,10 +276,12 @@ pub trait WriteTxn: ReadTxn {
     fn written_by_others(&self) -> bool {
         false
     }
-    /// Reads `keys` ahead, together, so that the transaction's next `get`s of them cost no
-    /// round trip each (a networked store; the others read in place and do nothing here).
-    fn prefetch(&self, keys: &[Vec<u8>]) -> Result<()> {
-        let _ = keys;
+    /// Reads `keys` and the small ranges `ranges` (`[start, end)`) ahead, together, so that
+    /// the transaction's next `get`s of those keys and `visit`s of exactly those ranges cost
+    /// no round trip each (a networked store; the others read in place and do nothing here).
+    /// Reading ahead changes no answer.
+    fn prefetch(&self, keys: &[Vec<u8>], ranges: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        let _ = (keys, ranges);
         Ok(())
     }
     /// Makes every write of this transaction durable and visible, or none of them.
