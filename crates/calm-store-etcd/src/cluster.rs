@@ -39,6 +39,16 @@ pub struct LocalCluster {
     extra: Vec<String>,
 }
 
+/// Most times a test cluster is started on fresh ports.
+pub const START_ATTEMPTS_MAX: u32 = 3;
+
+/// Why one attempt to start a cluster failed.
+enum Start {
+    /// A member process ended: try other ports.
+    MemberExited(String),
+    Failed(String),
+}
+
 fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
@@ -49,19 +59,36 @@ impl LocalCluster {
         LocalCluster::start_with(count, &[])
     }
 
-    /// Starts `count` members with extra etcd flags (a quota, say).
+    /// Starts `count` members with extra etcd flags (a quota, say). A member that exits while
+    /// starting (another process took one of its ports between our pick and its bind) makes
+    /// the cluster start again on other ports, up to [`START_ATTEMPTS_MAX`] times.
     pub fn start_with(count: usize, extra: &[&str]) -> Result<LocalCluster, String> {
         which_etcd()?;
+        let mut attempt = 1;
+        loop {
+            match LocalCluster::start_once(count, extra) {
+                Err(Start::MemberExited(why)) if attempt < START_ATTEMPTS_MAX => {
+                    tracing::warn!(%why, "etcd test cluster: starting again on other ports");
+                    attempt += 1;
+                }
+                Err(Start::MemberExited(why) | Start::Failed(why)) => return Err(why),
+                Ok(cluster) => return Ok(cluster),
+            }
+        }
+    }
+
+    fn start_once(count: usize, extra: &[&str]) -> Result<LocalCluster, Start> {
         let dir = tempfile::Builder::new()
             .prefix("calm-etcd-")
             .tempdir()
-            .map_err(|e| format!("making the cluster's directory: {e}"))?;
+            .map_err(|e| Start::Failed(format!("making the cluster's directory: {e}")))?;
         let mut members = Vec::new();
         for i in 0..count {
+            let port = || free_port().map_err(|e| Start::Failed(e.to_string()));
             members.push(Member {
                 name: format!("m{i}"),
-                client_port: free_port().map_err(|e| e.to_string())?,
-                peer_port: free_port().map_err(|e| e.to_string())?,
+                client_port: port()?,
+                peer_port: port()?,
                 child: None,
             });
         }
@@ -77,10 +104,35 @@ impl LocalCluster {
             extra: extra.iter().map(|a| a.to_string()).collect(),
         };
         for i in 0..count {
-            cluster.start_member(i)?;
+            cluster.start_member(i).map_err(Start::Failed)?;
         }
-        cluster.wait_healthy(Duration::from_secs(30))?;
+        cluster.wait_started(Duration::from_secs(30))?;
         Ok(cluster)
+    }
+
+    /// [`LocalCluster::wait_healthy`], telling a member that exited (with its log's end).
+    fn wait_started(&mut self, timeout: Duration) -> Result<(), Start> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            for member in &mut self.members {
+                if let Some(Ok(Some(status))) = member.child.as_mut().map(|c| c.try_wait()) {
+                    let log = self.dir.path().join(format!("{}.log", member.name));
+                    let text = std::fs::read_to_string(&log).unwrap_or_default();
+                    let tail: String = text.lines().rev().take(3).collect::<Vec<_>>().join(" / ");
+                    return Err(Start::MemberExited(format!(
+                        "etcd member {} exited ({status}) while starting: {tail}",
+                        member.name
+                    )));
+                }
+            }
+            if self.members.iter().all(|m| health(m.client_port)) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return self.wait_healthy(Duration::ZERO).map_err(Start::Failed);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     fn start_member(&mut self, i: usize) -> Result<(), String> {
