@@ -301,6 +301,15 @@ impl<S: Store> Meta<S> {
         })
     }
 
+    /// [`Meta::getattr`] on a snapshot that may miss another server's change of the last
+    /// moments ([`Store::snapshot_recent`]): for the lock service's checks, not for answers.
+    pub fn getattr_recent(&self, handle: Handle) -> Result<Attr> {
+        self.blocking(|| {
+            let snap = self.store.snapshot_recent()?;
+            Ok(ops::load(&snap, handle)?.attr())
+        })
+    }
+
     /// The directories holding names of `handle`, sorted (none for the root, an unlinked
     /// file kept open, or a file made before format 4 that was not renamed since).
     pub fn parents(&self, handle: Handle) -> Result<Vec<Handle>> {

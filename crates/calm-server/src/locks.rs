@@ -412,7 +412,27 @@ impl<S: Store> LockService<S> {
         request: &LockRequest,
         identity: &crate::auth::Identity,
     ) -> Result<(), LockFailure> {
-        match self.meta.getattr(request.resource) {
+        // First on a snapshot of what this server has followed (no round trip to a shared
+        // store); a refusal, or a file not seen yet (created through another server a moment
+        // ago), is confirmed on a fresh one. So an advisory lock may miss only another
+        // server's removal of the file or of the caller's permission in the last moments; the
+        // namespace checks every access to the contents on a fresh snapshot.
+        self.check_file_on(
+            request,
+            identity,
+            self.meta.getattr_recent(request.resource),
+        )
+        .or_else(|_| self.check_file_on(request, identity, self.meta.getattr(request.resource)))
+    }
+
+    /// [`LockService::check_file`] against the file's attributes `found`.
+    fn check_file_on(
+        &self,
+        request: &LockRequest,
+        identity: &crate::auth::Identity,
+        found: calm_meta::Result<calm_meta::Attr>,
+    ) -> Result<(), LockFailure> {
+        match found {
             Ok(attr) => {
                 if let crate::auth::Identity::User {
                     uid, gid, groups, ..

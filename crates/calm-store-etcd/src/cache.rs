@@ -71,6 +71,12 @@ impl ReadCache {
         state.following = false;
     }
 
+    /// The revision of the last commit the watch applied, while it follows.
+    pub fn applied_revision(&self) -> Option<i64> {
+        let state = self.lock();
+        (state.following && state.applied > 0).then_some(state.applied)
+    }
+
     /// One commit's changed keys, then its revision.
     pub fn applied(&self, changed: impl IntoIterator<Item = Vec<u8>>, revision: i64) {
         let mut state = self.lock();

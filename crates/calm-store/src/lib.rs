@@ -299,6 +299,13 @@ pub trait Store: Send + Sync + 'static {
 
     /// A consistent snapshot of the last committed state.
     fn snapshot(&self) -> Result<Self::Snapshot<'_>>;
+    /// A consistent snapshot that sees every commit of this process, and the other writers'
+    /// commits this process has learnt of (a shared store may skip the round trip that a
+    /// [`Store::snapshot`] pays to see every commit acknowledged anywhere; it may then miss
+    /// another writer's commit of the last moments). For checks that tolerate that.
+    fn snapshot_recent(&self) -> Result<Self::Snapshot<'_>> {
+        self.snapshot()
+    }
     /// Starts a write transaction. Backends with a single writer (LMDB) block here until the
     /// previous write transaction ends.
     fn begin(&self) -> Result<Self::Txn<'_>>;
@@ -332,6 +339,10 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn snapshot(&self) -> Result<Self::Snapshot<'_>> {
         (**self).snapshot()
+    }
+
+    fn snapshot_recent(&self) -> Result<Self::Snapshot<'_>> {
+        (**self).snapshot_recent()
     }
 
     fn begin(&self) -> Result<Self::Txn<'_>> {

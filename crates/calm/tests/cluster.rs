@@ -976,3 +976,56 @@ fn mutations_go_to_the_server_deciding_their_directory() {
         assert_eq!(names, expected, "every create once, none lost");
     });
 }
+
+/// A lock's check of its file reads what its server has followed of the store, without a
+/// round trip; a file created a moment ago through another server, which that server may not
+/// have followed yet, is still found (a refusal is confirmed on a fresh read), so creating a
+/// file and locking it at once never fails, whichever servers the two go through.
+#[test]
+fn a_file_created_through_one_server_is_locked_at_once_through_another() {
+    let mut private = None;
+    let url = cluster("create-lock", &mut private);
+    let tmp = tempfile::tempdir().unwrap();
+    let servers = three_servers(&url, tmp.path(), 2_000);
+    let rt = runtime();
+    rt.block_on(async {
+        let client = Client::connect(&servers[0].addr).await.unwrap();
+        let dir = client.mkdir(ROOT, b"d", 0o755).await.unwrap().handle;
+        let router = LockRouter::open(client.clone(), 30_000).await.unwrap();
+        tokio::spawn(router.clone().run());
+        for i in 0..200u64 {
+            let name = format!("f{i}");
+            let file = client
+                .create(dir, name.as_bytes(), 0o644)
+                .await
+                .unwrap()
+                .handle;
+            let request = Request {
+                resource: file,
+                owner: Owner::File { file: i + 1 },
+                scope: Scope::WholeFile,
+                kind: LockKind::Write,
+            };
+            let answers = router
+                .call(file, &[LockCall::Set(request), LockCall::Unlock(request)])
+                .await
+                .unwrap();
+            assert!(
+                answers.iter().all(|a| a.code == LockCode::Ok),
+                "file {i}: {answers:?}"
+            );
+        }
+        // A handle that names no file is still refused.
+        let missing = Request {
+            resource: 1 << 40,
+            owner: Owner::File { file: 1 },
+            scope: Scope::WholeFile,
+            kind: LockKind::Write,
+        };
+        let answers = router
+            .call(missing.resource, &[LockCall::Set(missing)])
+            .await
+            .unwrap();
+        assert_eq!(answers[0].code, LockCode::NoSuchFile, "{answers:?}");
+    });
+}
