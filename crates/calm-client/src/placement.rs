@@ -25,6 +25,10 @@ pub const VIEW_REFRESH_MS: u64 = 1_000;
 /// Longest a connection to another member may take before the mutation goes to the client's
 /// own server instead, in milliseconds.
 const CONNECT_MS_MAX: u64 = 1_000;
+/// How long a member the client could not connect to is left out of placement (unless the
+/// view changes first), in milliseconds: a dead member stays in the view for up to its lease,
+/// and without this every mutation for its directories would wait for a connection first.
+const UNREACHABLE_MS: u64 = 5_000;
 
 #[derive(Debug, Default)]
 struct View {
@@ -37,6 +41,8 @@ struct View {
     addresses: HashMap<u64, String>,
     /// Connections to other members, made on first use.
     conns: HashMap<u64, Arc<Conn>>,
+    /// Members a connection to failed, and when.
+    unreachable: HashMap<u64, Instant>,
 }
 
 /// A client's placement of mutations (shared by its clones).
@@ -117,10 +123,14 @@ impl Client {
         view.asked = Some(Instant::now());
         match reply {
             Ok(members) if members.clustered => {
+                let mut ids: Vec<u64> = members.servers.iter().map(|m| m.id).collect();
+                ids.sort_unstable();
+                if ids != view.members {
+                    view.unreachable.clear();
+                }
                 view.clustered = true;
                 view.me = members.me;
-                view.members = members.servers.iter().map(|m| m.id).collect();
-                view.members.sort_unstable();
+                view.members = ids;
                 view.addresses = members
                     .servers
                     .into_iter()
@@ -145,15 +155,28 @@ impl Client {
             if let Some(conn) = view.conns.get(&id) {
                 return Some(conn.clone());
             }
+            if view
+                .unreachable
+                .get(&id)
+                .is_some_and(|at| at.elapsed() < Duration::from_millis(UNREACHABLE_MS))
+            {
+                return None;
+            }
             view.addresses.get(&id)?.clone()
         };
         let connecting = Client::connect_with(&address, self.placement.tls.as_ref());
-        let client = tokio::time::timeout(Duration::from_millis(CONNECT_MS_MAX), connecting)
-            .await
-            .ok()?
-            .ok()?;
-        let conn = client.conn();
+        let connected =
+            tokio::time::timeout(Duration::from_millis(CONNECT_MS_MAX), connecting).await;
         let mut view = self.placement.view();
-        Some(view.conns.entry(id).or_insert(conn).clone())
+        match connected {
+            Ok(Ok(client)) => {
+                view.unreachable.remove(&id);
+                Some(view.conns.entry(id).or_insert(client.conn()).clone())
+            }
+            _ => {
+                view.unreachable.insert(id, Instant::now());
+                None
+            }
+        }
     }
 }

@@ -52,8 +52,8 @@ pub struct Meta<S: Store> {
     queue: Option<mpsc::Sender<commit::Request>>,
     committer: Option<JoinHandle<()>>,
     /// Dropping it stops the housekeeping thread (changelog GC, request-record sweeps).
-    gc_stop: Option<std::sync::mpsc::Sender<()>>,
-    gc: Option<JoinHandle<()>>,
+    housekeeping_stop: Option<std::sync::mpsc::Sender<()>>,
+    housekeeping: Option<JoinHandle<()>>,
     /// The index of the last changelog record committed (published before the answers;
     /// followers woken after them).
     last_index: Arc<commit::LastIndex>,
@@ -184,7 +184,7 @@ impl<S: Store> Meta<S> {
                 .spawn(move || commit::run(store, receiver, options, epoch, cl, last_sender, stats))
                 .map_err(|e| MetaError::Io(format!("starting the committer: {e}")))?
         };
-        let (gc_stop, gc) = if plan.idle() {
+        let (housekeeping_stop, housekeeping) = if plan.idle() {
             (None, None)
         } else {
             let (stop, stopped) = std::sync::mpsc::channel::<()>();
@@ -208,8 +208,8 @@ impl<S: Store> Meta<S> {
             store,
             queue: Some(sender),
             committer: Some(committer),
-            gc_stop,
-            gc,
+            housekeeping_stop,
+            housekeeping,
             last_index: last_sender_for_meta,
             stats,
             epoch,
@@ -807,9 +807,9 @@ impl<S: Store> Meta<S> {
     }
 
     fn stop(&mut self) {
-        self.gc_stop.take();
-        if let Some(gc) = self.gc.take() {
-            let _ = gc.join();
+        self.housekeeping_stop.take();
+        if let Some(thread) = self.housekeeping.take() {
+            let _ = thread.join();
         }
         self.queue.take();
         if let Some(committer) = self.committer.take() {
