@@ -971,9 +971,21 @@ impl Client {
             .try_into()
     }
 
-    /// Places the whole of object `id` at the end of the file.
-    pub async fn append(&self, handle: Handle, id: u64, size: u32) -> Result<Attr> {
-        let request = pb::AppendRequest { handle, id, size };
+    /// Places the whole of object `id` at the end of the file; with `inline`, the bytes of
+    /// inline slice `id` (refused as not supported where the file's inline bytes may not be).
+    pub async fn append(
+        &self,
+        handle: Handle,
+        id: u64,
+        size: u32,
+        inline: Option<Vec<u8>>,
+    ) -> Result<Attr> {
+        let request = pb::AppendRequest {
+            handle,
+            id,
+            size,
+            inline,
+        };
         self.mutated(meta_call!(mutation self, append, request))?
             .try_into()
     }

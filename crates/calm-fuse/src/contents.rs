@@ -352,35 +352,87 @@ impl Contents {
         Ok(())
     }
 
-    /// An O_APPEND write: committed pending writes first, then `data` as one object placed at
-    /// the file's end by the server (two mounts appending never overwrite each other).
+    /// An O_APPEND write: committed pending writes first, then `data` placed whole at the
+    /// file's end by the server, whatever other mounts append meanwhile: small appends inline
+    /// (with their bytes), others as one object.
     pub async fn append(&self, client: &Client, handle: Handle, data: &[u8]) -> Result<(), i32> {
+        let size = u32::try_from(data.len())
+            .ok()
+            .filter(|s| u64::from(*s) <= calm_meta::slices::CHUNK_BYTES)
+            .ok_or(libc::EFBIG)?;
+        if size == 0 {
+            return Ok(());
+        }
         let file = self.file(handle);
         let mut state = file.lock().await;
         self.commit_locked(client, handle, &mut state, false)
             .await?;
-        for piece in data.chunks(calm_meta::slices::CHUNK_BYTES as usize) {
-            let id = self.next_ids(1, client).await?[0];
-            let size = piece.len() as u32;
-            let mut uploads = Vec::new();
-            for (b, len) in calm_meta::slices::blocks(size) {
-                let start = b as usize * calm_meta::slices::BLOCK_BYTES as usize;
-                uploads.push(self.upload(Upload {
-                    id,
-                    block: b,
-                    data: Bytes::copy_from_slice(&piece[start..start + len as usize]),
-                }));
+        let inline = self.inline_bytes_max > 0
+            && u64::from(size) <= self.inline_bytes_max
+            && state.data.committed_size() + u64::from(size)
+                <= calm_meta::slices::INLINE_FILE_BYTES_MAX;
+        let mut placed = None;
+        if inline {
+            let id = self.next_ids(1, client).await?[0] | calm_meta::slices::INLINE;
+            match client.append(handle, id, size, Some(data.to_vec())).await {
+                Ok(attr) => placed = Some(attr),
+                // Not where inline bytes may be (another mount appended meanwhile, or the
+                // file's inline bytes are at their limit): as an object.
+                Err(MetaError::NotSupported(_)) => {}
+                Err(error) => return Err(meta_errno(&error)),
             }
-            wait_uploads(uploads).await?;
-            let attr = client
-                .append(handle, id, size)
-                .await
-                .map_err(|e| meta_errno(&e))?;
-            state.data.resized(attr.size);
-            state.loaded = false;
-            state.cached = Some(version(&attr));
         }
+        let attr = match placed {
+            Some(attr) => attr,
+            None => self.append_object(client, handle, data, size).await?,
+        };
+        state.data.resized(attr.size);
+        state.loaded = false;
+        state.cached = Some(version(&attr));
         Ok(())
+    }
+
+    /// `data` uploaded as one object, then placed at the file's end.
+    async fn append_object(
+        &self,
+        client: &Client,
+        handle: Handle,
+        data: &[u8],
+        size: u32,
+    ) -> Result<Attr, i32> {
+        let id = self.next_ids(1, client).await?[0];
+        let mut uploads = Vec::new();
+        for (b, len) in calm_meta::slices::blocks(size) {
+            let start = b as usize * calm_meta::slices::BLOCK_BYTES as usize;
+            uploads.push(self.upload(Upload {
+                id,
+                block: b,
+                data: Bytes::copy_from_slice(&data[start..start + len as usize]),
+            }));
+        }
+        if let Err(errno) = wait_uploads(uploads).await {
+            self.delete_unnamed(&[(id, size)]).await;
+            return Err(errno);
+        }
+        match client.append(handle, id, size, None).await {
+            Ok(attr) => Ok(attr),
+            Err(error) => {
+                if error == MetaError::NotFound || final_refusal(&error) {
+                    self.delete_unnamed(&[(id, size)]).await;
+                }
+                Err(meta_errno(&error))
+            }
+        }
+    }
+
+    /// Deletes objects this mount wrote that no record will name (their commit failed for
+    /// good); what cannot be deleted now is left to `calm gc`.
+    async fn delete_unnamed(&self, objects: &[(u64, u32)]) {
+        for (id, size) in objects.iter().filter(|(id, _)| is_object(*id)) {
+            if let Err(error) = self.objects.delete(*id, *size).await {
+                tracing::warn!(id, %error, "deleting an object no file names");
+            }
+        }
     }
 
     fn upload(&self, upload: Upload) -> JoinHandle<Result<(), DataError>> {
@@ -458,6 +510,12 @@ impl Contents {
                 Err(MetaError::NotFound) => {
                     state.data.discard_pending();
                 }
+                Err(error) if final_refusal(&error) => {
+                    state.data.discard_pending();
+                    self.buffered.fetch_sub(bytes, Ordering::Relaxed);
+                    self.publish_size(handle, &state.data);
+                    return Err(meta_errno(&error));
+                }
                 Err(error) => return Err(meta_errno(&error)),
             }
             self.buffered.fetch_sub(bytes, Ordering::Relaxed);
@@ -501,9 +559,10 @@ impl Contents {
         let records = state.data.records(n);
         let bytes: u64 = records.iter().map(|(_, s)| u64::from(s.len)).sum();
         if let Err(errno) = uploaded {
-            // Nothing names the objects written so far (calm gc removes them); the writes
-            // are lost, and the caller is told.
-            state.data.discard_pending();
+            // The writes are lost, and the caller is told; nothing will name the objects
+            // written so far, so they go now.
+            let discarded = state.data.discard_pending();
+            self.delete_unnamed(&discarded).await;
             self.buffered.fetch_sub(bytes, Ordering::Relaxed);
             self.publish_size(handle, &state.data);
             return Err(errno);
@@ -530,11 +589,21 @@ impl Contents {
                 }
             }
             Err(MetaError::NotFound) => {
-                // The file is gone: so are its writes.
-                state.data.discard_pending();
+                // The file is gone: so are its writes, and the objects nothing names.
+                let discarded = state.data.discard_pending();
+                self.delete_unnamed(&discarded).await;
+            }
+            Err(error) if final_refusal(&error) => {
+                // Refused for good: the writes are lost (as a local file system drops the
+                // pages whose write-back failed), the caller is told, and the objects go.
+                let discarded = state.data.discard_pending();
+                self.delete_unnamed(&discarded).await;
+                self.buffered.fetch_sub(bytes, Ordering::Relaxed);
+                self.publish_size(handle, &state.data);
+                return Err(meta_errno(&error));
             }
             Err(error) => {
-                // Kept: the next flush, fsync or close tries again.
+                // Kept, with their objects: the next flush, fsync or close tries again.
                 return Err(meta_errno(&error));
             }
         }
@@ -657,6 +726,13 @@ async fn sync_objects(objects: &Objects, unsynced: &mut Vec<(u64, u32)>) -> Resu
         unsynced.pop();
     }
     Ok(())
+}
+
+/// Whether the server refused a commit for good: trying the same records again cannot
+/// succeed, so the writes are dropped. A busy server, or one that could not be reached (I/O),
+/// may take them on the next try.
+fn final_refusal(error: &MetaError) -> bool {
+    !matches!(error, MetaError::Busy(_) | MetaError::Io(_))
 }
 
 /// Why a read failed: the server (an errno), or the object store.

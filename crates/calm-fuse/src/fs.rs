@@ -242,6 +242,11 @@ impl Filesystem for CalmFs {
         if let Err(missing) = config.add_capabilities(plus) {
             tracing::warn!(?missing, "the kernel lists directories without attributes");
         }
+        // Files opened with O_APPEND use direct I/O (`fs::data::append_direct`): they may
+        // still be mapped into memory.
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP) {
+            tracing::warn!(?missing, "files opened for appending cannot be mapped");
+        }
         // Large requests: a sequential stream costs fewer round trips through the kernel
         // (the object store's blocks are 4 MiB).
         if let Err(max) = config.set_max_write(WRITE_BYTES_MAX) {

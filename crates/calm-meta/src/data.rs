@@ -36,8 +36,6 @@ pub struct ChunkRead {
     pub records: Vec<Slice>,
     /// The chunk's value as stored.
     pub value: Vec<u8>,
-    /// The bytes of its inline slices, by id.
-    pub inline: Vec<(u64, Vec<u8>)>,
 }
 
 /// The bytes of the inline slices among `records`, by id, once each.
@@ -170,21 +168,31 @@ impl<S: Store> Meta<S> {
         })
     }
 
-    /// The records of one chunk, its value as stored (for a compaction's check), and the bytes
-    /// of its inline slices, on one snapshot.
+    /// The records of one chunk and its value as stored (for a compaction's check).
     pub fn read_chunk(&self, handle: Handle, chunk: u64) -> Result<ChunkRead> {
         self.blocking(|| {
             let snap = self.store.snapshot()?;
-            let (records, value) = match snap.get(&chunk_key(handle, chunk))? {
-                Some(value) => (decode_chunk(&value)?, value.into_owned()),
-                None => (Vec::new(), Vec::new()),
-            };
-            let inline = inline_of(&snap, records.iter())?;
-            Ok(ChunkRead {
-                records,
-                value,
-                inline,
+            Ok(match snap.get(&chunk_key(handle, chunk))? {
+                Some(value) => ChunkRead {
+                    records: decode_chunk(&value)?,
+                    value: value.into_owned(),
+                },
+                None => ChunkRead::default(),
             })
+        })
+    }
+
+    /// The bytes of inline slices `ids` (an inline slice's bytes never change while a record
+    /// names it). `NotFound` when one is gone: the record naming it went meanwhile.
+    pub fn inline_bytes(&self, ids: &[u64]) -> Result<Vec<(u64, Vec<u8>)>> {
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            ids.iter()
+                .map(|id| match snap.get(&inline_key(*id))? {
+                    Some(data) => Ok((*id, data.into_owned())),
+                    None => Err(MetaError::NotFound),
+                })
+                .collect()
         })
     }
 
@@ -208,28 +216,42 @@ impl<S: Store> Meta<S> {
         attr_of(self.apply_as(caller, op).await?)
     }
 
-    /// Places the whole of object `id` (`size` bytes) at the end of file `handle`.
-    pub async fn append(&self, caller: Caller, handle: Handle, id: u64, size: u32) -> Result<Attr> {
-        attr_of(
-            self.apply_as(caller, Op::Append { handle, id, size })
-                .await?,
-        )
+    /// Places the whole of object `id` (`size` bytes) at the end of file `handle`; with
+    /// `inline`, the bytes of inline slice `id` (see [`Op::Append`]).
+    pub async fn append(
+        &self,
+        caller: Caller,
+        handle: Handle,
+        id: u64,
+        size: u32,
+        inline: Option<Vec<u8>>,
+    ) -> Result<Attr> {
+        let op = Op::Append {
+            handle,
+            id,
+            size,
+            inline,
+        };
+        attr_of(self.apply_as(caller, op).await?)
     }
 
-    /// Replaces chunk `chunk` of `handle`, if it is still `expected`, by `slice` (an inline
-    /// one with its bytes `inline`).
+    /// Compacts chunk `chunk` of `handle`: if the chunk still begins with the records `read`
+    /// (its value as a compaction read it), they are replaced by `kept` and `slice` (an inline
+    /// one with its bytes `inline`); see [`Op::Compact`]. Busy when the chunk changed.
     pub async fn compact(
         &self,
         handle: Handle,
         chunk: u64,
-        expected: Vec<u8>,
-        slice: Slice,
+        read: Vec<u8>,
+        kept: Vec<Slice>,
+        slice: Option<Slice>,
         inline: Option<Vec<u8>>,
     ) -> Result<()> {
         let op = Op::Compact {
             handle,
             chunk,
-            expected,
+            read,
+            kept,
             slice,
             inline,
         };

@@ -23,8 +23,8 @@ use crate::layout::{
 use crate::ops::{Ctx, Done, Outcome};
 use crate::slices::{
     CHUNK_BYTES, CHUNK_SLICES_MAX, HOLE, INLINE, INLINE_CHUNK_BYTES_MAX, INLINE_FILE_BYTES_MAX,
-    INLINE_WRITE_BYTES_MAX, SLICE_IDS_PER_ALLOC_MAX, Slice, decode_chunk, encode_chunk, extent,
-    is_inline, split,
+    INLINE_SLICE_BYTES_MAX, INLINE_WRITE_BYTES_MAX, SLICE_IDS_PER_ALLOC_MAX, Slice, decode_chunk,
+    encode_chunk, extent, is_inline, split,
 };
 use crate::types::{FILE_SIZE_MAX, Handle, Kind};
 
@@ -305,10 +305,15 @@ pub(crate) fn append<T: WriteTxn>(
     handle: Handle,
     id: u64,
     size: u32,
+    inline: Option<&[u8]>,
 ) -> Outcome<Done> {
     let inode = load_file(ctx, handle)?;
     crate::perm::may_write_contents(&ctx.caller, &inode.owner())?;
-    if id == HOLE || id >= slice_next(ctx.txn)? || size == 0 || u64::from(size) > CHUNK_BYTES {
+    let id_ok = id != HOLE
+        && id & !INLINE < slice_next(ctx.txn)?
+        && is_inline(id) == inline.is_some()
+        && inline.is_none_or(|data| data.len() == size as usize);
+    if !id_ok || size == 0 || u64::from(size) > CHUNK_BYTES {
         return Err(MetaError::Invalid(format!("append of object {id} ({size} bytes)")).into());
     }
     let at = inode.size;
@@ -336,6 +341,24 @@ pub(crate) fn append<T: WriteTxn>(
         off += len;
         placed.push((chunk, records));
     }
+    if let Some(data) = inline {
+        // Where inline bytes may be (one slice, in the file's first chunk, within the file's
+        // inline bytes): else the writer sends an object.
+        let fits = size <= INLINE_SLICE_BYTES_MAX
+            && end <= INLINE_FILE_BYTES_MAX
+            && placed.len() == 1
+            && inline_bytes(&placed[0].1) <= INLINE_CHUNK_BYTES_MAX;
+        if !fits {
+            return Err(MetaError::NotSupported(format!(
+                "inline bytes appended at byte {at} of file {handle}"
+            ))
+            .into());
+        }
+        if ctx.txn.get(&inline_key(id))?.is_some() {
+            return Err(MetaError::Invalid(format!("inline slice {id:#x} exists already")).into());
+        }
+        ctx.txn.put(&inline_key(id), data)?;
+    }
 
     let parts = placed.len() as i64;
     for (chunk, records) in &placed {
@@ -347,36 +370,89 @@ pub(crate) fn append<T: WriteTxn>(
     written(ctx, inode, end)
 }
 
+/// A compaction (see [`crate::compaction`] for what it replaces and why): the records `read`
+/// (the chunk's value as the compactor read it) must still begin the chunk; they become `kept`
+/// (a subsequence of them) and `slice`, and the records added since stay on top.
 pub(crate) fn compact<T: WriteTxn>(
     ctx: &mut Ctx<'_, T>,
     handle: Handle,
     chunk: u64,
-    expected: &[u8],
-    slice: &Slice,
+    read: &[u8],
+    kept: &[Slice],
+    slice: Option<&Slice>,
     inline: Option<&[u8]>,
 ) -> Outcome<Done> {
     load_file(ctx, handle)?;
-    slice.check()?;
-    if slice.id == HOLE || slice.id & !INLINE >= slice_next(ctx.txn)? {
-        return Err(MetaError::Invalid(format!("compaction into object {}", slice.id)).into());
+    let read_records = decode_chunk(read)?;
+    // Checks first: what is kept was read, in order; what goes is the rest.
+    let mut dropped = Vec::with_capacity(read_records.len());
+    let mut kept_left = kept.iter().peekable();
+    for record in &read_records {
+        if kept_left.peek() == Some(&record) {
+            kept_left.next();
+        } else {
+            dropped.push(*record);
+        }
     }
-    if let Some(data) = inline {
-        check_inline(&[(chunk, *slice)], &[(slice.id, data.to_vec())])?;
-    } else if is_inline(slice.id) {
-        return Err(MetaError::Invalid("an inline compaction without its bytes".into()).into());
+    if kept_left.next().is_some() {
+        return Err(MetaError::Invalid("a compaction keeps records it did not read".into()).into());
+    }
+    if dropped.is_empty() {
+        return Err(MetaError::Invalid("a compaction that replaces nothing".into()).into());
+    }
+    match (slice, inline) {
+        (Some(slice), _) => {
+            slice.check()?;
+            if slice.id == HOLE
+                || slice.id & !INLINE >= slice_next(ctx.txn)?
+                || read_records.iter().any(|r| r.id == slice.id)
+            {
+                return Err(
+                    MetaError::Invalid(format!("compaction into object {}", slice.id)).into(),
+                );
+            }
+            if slice.end() > extent(&read_records) {
+                return Err(MetaError::Invalid(
+                    "a compaction reaches past the records it read".into(),
+                )
+                .into());
+            }
+            match inline {
+                Some(data) => {
+                    check_inline(&[(chunk, *slice)], &[(slice.id, data.to_vec())])?;
+                }
+                None if is_inline(slice.id) => {
+                    return Err(MetaError::Invalid(
+                        "an inline compaction without its bytes".into(),
+                    )
+                    .into());
+                }
+                None => {}
+            }
+        }
+        (None, Some(_)) => {
+            return Err(MetaError::Invalid("inline bytes without a slice".into()).into());
+        }
+        (None, None) => {}
     }
     let current = ctx.txn.get(&chunk_key(handle, chunk))?;
-    if current.as_deref() != Some(expected) {
+    let Some(later) = current.as_deref().and_then(|c| c.strip_prefix(read)) else {
         return Err(MetaError::Busy("the chunk changed while it was compacted".into()).into());
-    }
-    let old = decode_chunk(expected)?;
-    if slice.end() < extent(&old) {
-        return Err(MetaError::Invalid("compaction does not cover the chunk".into()).into());
+    };
+    let mut records = kept.to_vec();
+    records.extend(slice.copied());
+    records.extend(decode_chunk(later)?);
+    if inline.is_some() && inline_bytes(&records) > INLINE_CHUNK_BYTES_MAX {
+        // The compactor writes the bytes as an object instead.
+        return Err(MetaError::NotSupported(format!(
+            "inline bytes: file {handle} holds {INLINE_CHUNK_BYTES_MAX} already"
+        ))
+        .into());
     }
 
-    store_chunk(ctx.txn, handle, chunk, &[*slice])?;
-    release(ctx, &old)?;
-    if let Some(data) = inline {
+    store_chunk(ctx.txn, handle, chunk, &records)?;
+    release(ctx, &dropped)?;
+    if let (Some(slice), Some(data)) = (slice, inline) {
         ctx.txn.put(&inline_key(slice.id), data)?;
     }
     Ok(Done::Nothing)

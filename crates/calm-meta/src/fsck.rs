@@ -42,6 +42,8 @@ pub struct FsckReport {
     /// File chunks, and the slice records they hold.
     pub chunks: u64,
     pub slice_records: u64,
+    /// The most records one chunk holds.
+    pub slice_records_per_chunk_max: u64,
     /// Inline slices' bytes (`K`).
     pub inline_slices: u64,
     pub changelog_records: u64,
@@ -568,6 +570,10 @@ impl Checker {
         match crate::slices::decode_chunk(value) {
             Ok(slices) => {
                 self.report.slice_records += slices.len() as u64;
+                self.report.slice_records_per_chunk_max = self
+                    .report
+                    .slice_records_per_chunk_max
+                    .max(slices.len() as u64);
                 for slice in slices {
                     if let Err(error) = slice.check() {
                         self.report

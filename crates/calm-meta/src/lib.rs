@@ -16,6 +16,7 @@
 pub mod alloc;
 pub mod changelog;
 pub mod commit;
+pub mod compaction;
 pub mod data;
 pub(crate) mod data_ops;
 pub mod error;

@@ -108,20 +108,26 @@ pub enum Op {
         /// The bytes of the write's inline slices (`crate::slices::INLINE`), by id.
         inline: Vec<(u64, Vec<u8>)>,
     },
-    /// File contents: place the whole of object `id` (`size` bytes) at the file's current end.
+    /// File contents: place the whole of object `id` (`size` bytes) at the file's current end;
+    /// with `inline`, `id` is an inline slice's and these are its bytes (not supported where
+    /// the file's inline bytes may not be: the writer sends an object instead).
     Append {
         handle: Handle,
         id: u64,
         size: u32,
+        inline: Option<Vec<u8>>,
     },
-    /// File contents: replace a chunk's records by one slice holding its visible bytes, if the
-    /// chunk is still `expected` (else busy: it changed meanwhile).
+    /// File contents: a compaction of a chunk (`crate::compaction`). The records it read,
+    /// `read` as stored, must still begin the chunk (else busy: it changed meanwhile); they are
+    /// replaced by `kept` (some of them, in order) and `slice`, a new slice holding the
+    /// chunk's visible bytes over its range, and records added since stay on top.
     Compact {
         handle: Handle,
         chunk: u64,
-        expected: Vec<u8>,
-        slice: Slice,
-        /// The slice's bytes, when it is inline.
+        read: Vec<u8>,
+        kept: Vec<Slice>,
+        slice: Option<Slice>,
+        /// The new slice's bytes, when it is inline.
         inline: Option<Vec<u8>>,
     },
     /// Hands out `count` new slice ids.
@@ -683,14 +689,28 @@ pub fn apply<T: WriteTxn>(ctx: &mut Ctx<'_, T>, op: &Op) -> Outcome<Done> {
             end,
             inline,
         } => crate::data_ops::write(ctx, *handle, slices, *end, inline),
-        Op::Append { handle, id, size } => crate::data_ops::append(ctx, *handle, *id, *size),
+        Op::Append {
+            handle,
+            id,
+            size,
+            inline,
+        } => crate::data_ops::append(ctx, *handle, *id, *size, inline.as_deref()),
         Op::Compact {
             handle,
             chunk,
-            expected,
+            read,
+            kept,
             slice,
             inline,
-        } => crate::data_ops::compact(ctx, *handle, *chunk, expected, slice, inline.as_deref()),
+        } => crate::data_ops::compact(
+            ctx,
+            *handle,
+            *chunk,
+            read,
+            kept,
+            slice.as_ref(),
+            inline.as_deref(),
+        ),
         Op::AllocSlices { count } => crate::data_ops::alloc_slices(ctx, *count),
         Op::GcDone { entries } => crate::data_ops::gc_done(ctx, entries),
         Op::ReleaseOrphan {

@@ -20,18 +20,15 @@ pub const CHUNK_BYTES: u64 = 64 << 20;
 pub const BLOCK_BYTES: u64 = 4 << 20;
 /// Bytes of one encoded slice record.
 pub const SLICE_RECORD_BYTES: usize = 24;
-/// Records in one chunk past which the chunk is compacted (its visible bytes written again as
-/// one slice), so that many small overwrites of a file do not grow its read cost without bound.
-pub const CHUNK_SLICES_COMPACT: usize = 32;
-/// Most records one chunk may hold: a write that would go past it is refused as busy until
-/// compaction has caught up (the writer retries).
+/// Most records one chunk may hold: a write that would go past it is refused as busy, and the
+/// server has the chunk compacted before it tries the write again (`crate::compaction` keeps
+/// chunks far below it).
 pub const CHUNK_SLICES_MAX: usize = 4096;
 /// Most slice ids handed out by one allocation.
 pub const SLICE_IDS_PER_ALLOC_MAX: u64 = 1 << 20;
 
 const _: () = assert!(CHUNK_BYTES.is_multiple_of(BLOCK_BYTES));
 const _: () = assert!(CHUNK_BYTES <= u32::MAX as u64);
-const _: () = assert!(CHUNK_SLICES_COMPACT < CHUNK_SLICES_MAX);
 
 /// The id of a hole record: no object, zeros.
 pub const HOLE: u64 = 0;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use calm_meta::slices::{
     CHUNK_BYTES, INLINE, INLINE_CHUNK_BYTES_MAX, INLINE_FILE_BYTES_MAX, INLINE_SLICE_BYTES_MAX,
-    Slice, Source, is_inline, pieces_in, split, view,
+    Slice, Source, encode_chunk, is_inline, pieces_in, split, view,
 };
 use calm_meta::*;
 use calm_store::Store;
@@ -47,7 +47,12 @@ enum Step {
     Truncate {
         size: u64,
     },
-    Compact,
+    /// A compaction of every chunk, as the server's compactor makes it (forced: it always
+    /// merges); with `between`, a write lands after the compaction read the chunk and before it
+    /// commits, and stays on top.
+    Compact {
+        between: Option<(u64, u64)>,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -57,7 +62,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0..SPAN, 1..120u64).prop_map(|(at, len)| Step::Hole { at, len }),
         2 => (1..150u64).prop_map(|len| Step::Append { len }),
         1 => (0..SPAN + 100).prop_map(|size| Step::Truncate { size }),
-        1 => Just(Step::Compact),
+        1 => prop::option::of((0..SPAN, 1..120u64)).prop_map(|between| Step::Compact { between }),
     ]
 }
 
@@ -132,6 +137,106 @@ fn read(
     (size, out)
 }
 
+/// The bytes `[pos, pos + len)` of a chunk holding `records`: `(zero bytes at the head, the
+/// rest)` (a compacted range's unwritten head, up to 64 MiB, is not kept).
+fn range_bytes(
+    meta: &Meta<Arc<MemStore>>,
+    records: &[Slice],
+    objects: &Objects,
+    pos: u32,
+    len: u32,
+) -> (usize, Vec<u8>) {
+    let pieces = pieces_in(&view(records), pos, pos + len);
+    let inline_ids: Vec<u64> = pieces
+        .iter()
+        .filter_map(|p| match p.source {
+            Source::Object { id, .. } if is_inline(id) => Some(id),
+            _ => None,
+        })
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let inline: HashMap<u64, Vec<u8>> = meta
+        .inline_bytes(&inline_ids)
+        .unwrap()
+        .into_iter()
+        .collect();
+    let at = |id: u64, off: usize| -> u8 {
+        if is_inline(id) {
+            inline[&id][off]
+        } else {
+            objects[&id].at(off)
+        }
+    };
+    // Where each piece's kept bytes begin: past its object's zero head.
+    let zero_head = |id: u64, off: u32, n: u32| -> u32 {
+        if is_inline(id) {
+            0
+        } else {
+            (objects[&id].skip as u32).saturating_sub(off).min(n)
+        }
+    };
+    let skip = pieces
+        .iter()
+        .filter_map(|p| match p.source {
+            Source::Object { id, off, .. } => Some(p.pos - pos + zero_head(id, off, p.len)),
+            _ => None,
+        })
+        .min()
+        .unwrap_or(len) as usize;
+    let mut bytes = vec![0u8; len as usize - skip];
+    for piece in pieces {
+        if let Source::Object { id, off, .. } = piece.source {
+            for i in zero_head(id, off, piece.len) as usize..piece.len as usize {
+                bytes[(piece.pos - pos) as usize + i - skip] = at(id, off as usize + i);
+            }
+        }
+    }
+    (skip, bytes)
+}
+
+/// The whole bytes of a merged range (small enough to be inline).
+fn merged_bytes(
+    meta: &Meta<Arc<MemStore>>,
+    records: &[Slice],
+    objects: &Objects,
+    pos: u32,
+    len: u32,
+) -> Vec<u8> {
+    let (skip, bytes) = range_bytes(meta, records, objects, pos, len);
+    let mut whole = vec![0u8; skip];
+    whole.extend_from_slice(&bytes);
+    whole
+}
+
+/// The new slice of a compaction merging `[pos, pos + len)` of `chunk`, as the server's
+/// compactor makes it (inline when small at the file's start), and its object when it is one.
+fn merged(
+    runtime: &tokio::runtime::Runtime,
+    meta: &Meta<Arc<MemStore>>,
+    records: &[Slice],
+    objects: &Objects,
+    chunk: u64,
+    pos: u32,
+    len: u32,
+) -> (Slice, Option<Object>) {
+    let id = runtime.block_on(meta.alloc_slices(1)).unwrap();
+    let small = len <= INLINE_SLICE_BYTES_MAX
+        && chunk * CHUNK_BYTES + u64::from(pos + len) <= INLINE_FILE_BYTES_MAX;
+    let slice = Slice {
+        id: if small { id | INLINE } else { id },
+        size: len,
+        off: 0,
+        len,
+        pos,
+    };
+    if small {
+        return (slice, None);
+    }
+    let (skip, bytes) = range_bytes(meta, records, objects, pos, len);
+    (slice, Some(Object { skip, bytes }))
+}
+
 /// Objects named by the file's records.
 fn named(meta: &Meta<Arc<MemStore>>, handle: Handle) -> BTreeSet<u64> {
     match meta.read_map(handle, 0, MAP_RECORDS_MAX) {
@@ -179,6 +284,65 @@ fn clean(store: &Arc<MemStore>) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// What a step changes: the namespace's file and the models beside it.
+struct Files<'a> {
+    runtime: &'a tokio::runtime::Runtime,
+    meta: &'a Meta<Arc<MemStore>>,
+    file: Handle,
+    base: u64,
+    model: &'a mut Vec<u8>,
+    objects: &'a mut Objects,
+    placed: &'a mut BTreeSet<u64>,
+}
+
+impl Files<'_> {
+    /// A write of `len` bytes at `at`: one slice per chunk the write touches, as a mount
+    /// makes them, inline where `inline_asked` and where it may be.
+    fn write(&mut self, at: u64, len: u64, inline_asked: bool) {
+        let (runtime, meta, base) = (self.runtime, self.meta, self.base);
+        let inline_asked = inline_asked && base + at + len <= INLINE_FILE_BYTES_MAX;
+        let mut records = Vec::new();
+        let mut inline = Vec::new();
+        let mut done = 0;
+        for (chunk, pos, n) in split(base + at, len) {
+            let mut id = runtime.block_on(meta.alloc_slices(1)).unwrap();
+            let bytes = content(id, u64::from(n));
+            if inline_asked {
+                id |= INLINE;
+                inline.push((id, bytes.clone()));
+            } else {
+                self.objects.insert(
+                    id,
+                    Object {
+                        skip: 0,
+                        bytes: bytes.clone(),
+                    },
+                );
+                self.placed.insert(id);
+            }
+            records.push((
+                chunk,
+                Slice {
+                    id,
+                    size: n,
+                    off: 0,
+                    len: n,
+                    pos,
+                },
+            ));
+            let from = (at + done) as usize;
+            if self.model.len() < from + n as usize {
+                self.model.resize(from + n as usize, 0);
+            }
+            self.model[from..from + n as usize].copy_from_slice(&bytes);
+            done += u64::from(n);
+        }
+        runtime
+            .block_on(meta.write(Caller::default(), self.file, records, 0, inline))
+            .unwrap();
+    }
+}
+
 /// Runs `steps` on a file whose bytes before `base` are not looked at.
 fn run(base: u64, steps: Vec<Step>) -> Result<(), TestCaseError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -210,49 +374,17 @@ fn run(base: u64, steps: Vec<Step>) -> Result<(), TestCaseError> {
     for step in steps {
         match step {
             Step::Write { at, len } | Step::InlineWrite { at, len } => {
-                // One slice per chunk the write touches, as a mount makes them: inline
-                // where the step asks for it and it may be.
-                let inline_asked = matches!(step, Step::InlineWrite { .. })
-                    && base + at + len <= INLINE_FILE_BYTES_MAX;
-                let mut records = Vec::new();
-                let mut inline = Vec::new();
-                let mut done = 0;
-                for (chunk, pos, n) in split(base + at, len) {
-                    let mut id = runtime.block_on(meta.alloc_slices(1)).unwrap();
-                    let bytes = content(id, u64::from(n));
-                    if inline_asked {
-                        id |= INLINE;
-                        inline.push((id, bytes.clone()));
-                    } else {
-                        objects.insert(
-                            id,
-                            Object {
-                                skip: 0,
-                                bytes: bytes.clone(),
-                            },
-                        );
-                        placed.insert(id);
-                    }
-                    records.push((
-                        chunk,
-                        Slice {
-                            id,
-                            size: n,
-                            off: 0,
-                            len: n,
-                            pos,
-                        },
-                    ));
-                    let from = (at + done) as usize;
-                    if model.len() < from + n as usize {
-                        model.resize(from + n as usize, 0);
-                    }
-                    model[from..from + n as usize].copy_from_slice(&bytes);
-                    done += u64::from(n);
-                }
-                runtime
-                    .block_on(meta.write(caller.clone(), file, records, 0, inline))
-                    .unwrap();
+                let inline_asked = matches!(step, Step::InlineWrite { .. });
+                let mut files = Files {
+                    runtime: &runtime,
+                    meta: &meta,
+                    file,
+                    base,
+                    model: &mut model,
+                    objects: &mut objects,
+                    placed: &mut placed,
+                };
+                files.write(at, len, inline_asked);
             }
             Step::Hole { at, len } => {
                 let size = base + model.len() as u64;
@@ -281,7 +413,7 @@ fn run(base: u64, steps: Vec<Step>) -> Result<(), TestCaseError> {
                 placed.insert(id);
                 model.extend_from_slice(&objects[&id].bytes);
                 runtime
-                    .block_on(meta.append(caller.clone(), file, id, len as u32))
+                    .block_on(meta.append(caller.clone(), file, id, len as u32, None))
                     .unwrap();
             }
             Step::Truncate { size } => {
@@ -292,82 +424,54 @@ fn run(base: u64, steps: Vec<Step>) -> Result<(), TestCaseError> {
                 };
                 runtime.block_on(meta.setattr(file, change)).unwrap();
             }
-            Step::Compact => {
-                // As the server's compactor: every chunk's visible bytes as one object.
+            Step::Compact { between } => {
                 let map = meta.read_map(file, 0, MAP_RECORDS_MAX).unwrap();
                 for (chunk, _) in map.chunks {
                     let read = meta.read_chunk(file, chunk).unwrap();
-                    let (records, value) = (read.records, read.value);
-                    let inline: HashMap<u64, Vec<u8>> = read.inline.into_iter().collect();
-                    let len = slices::extent(&records) as u32;
-                    // Each inline slice's bytes are read with the chunk.
-                    for r in records.iter().filter(|r| is_inline(r.id)) {
-                        prop_assert_eq!(inline[&r.id].len(), r.size as usize);
-                    }
-                    let pieces = view(&records);
-                    // Where each piece's kept bytes begin: past its object's zero head.
-                    let object = |id: u64| match is_inline(id) {
-                        true => Object {
-                            skip: 0,
-                            bytes: inline[&id].clone(),
-                        },
-                        false => Object {
-                            skip: objects[&id].skip,
-                            bytes: objects[&id].bytes.clone(),
-                        },
+                    let Some(plan) = compaction::plan(&read.records, true) else {
+                        continue;
                     };
-                    let kept = |id: u64, off: u32, len: u32| {
-                        (object(id).skip as u32).saturating_sub(off).min(len)
-                    };
-                    let skip = pieces
-                        .iter()
-                        .filter_map(|p| match p.source {
-                            Source::Object { id, off, .. } => Some(p.pos + kept(id, off, p.len)),
-                            _ => None,
-                        })
-                        .min()
-                        .unwrap_or(len) as usize;
-                    let mut bytes = vec![0u8; len as usize - skip];
-                    for piece in pieces {
-                        if let Source::Object { id, off, .. } = piece.source {
-                            let object = object(id);
-                            for i in kept(id, off, piece.len) as usize..piece.len as usize {
-                                bytes[piece.pos as usize + i - skip] = object.at(off as usize + i);
+                    let (slice, inline_bytes) = match plan.merge {
+                        None => (None, None),
+                        Some((pos, len)) => {
+                            let (slice, object) =
+                                merged(&runtime, &meta, &read.records, &objects, chunk, pos, len);
+                            match object {
+                                Some(object) => {
+                                    objects.insert(slice.id, object);
+                                    placed.insert(slice.id);
+                                    (Some(slice), None)
+                                }
+                                None => {
+                                    let bytes =
+                                        merged_bytes(&meta, &read.records, &objects, pos, len);
+                                    (Some(slice), Some(bytes))
+                                }
                             }
                         }
-                    }
-                    let id = runtime.block_on(meta.alloc_slices(1)).unwrap();
-                    // A small chunk at the file's start compacts inline, as the server's
-                    // compactor does.
-                    let small = len <= INLINE_SLICE_BYTES_MAX
-                        && chunk * CHUNK_BYTES + u64::from(len) <= INLINE_FILE_BYTES_MAX;
-                    if small {
-                        let mut whole = vec![0u8; skip];
-                        whole.extend_from_slice(&bytes);
-                        let slice = Slice {
-                            id: id | INLINE,
-                            size: len,
-                            off: 0,
-                            len,
-                            pos: 0,
+                    };
+                    if let Some((at, len)) = between {
+                        let mut files = Files {
+                            runtime: &runtime,
+                            meta: &meta,
+                            file,
+                            base,
+                            model: &mut model,
+                            objects: &mut objects,
+                            placed: &mut placed,
                         };
-                        runtime
-                            .block_on(meta.compact(file, chunk, value, slice, Some(whole)))
-                            .unwrap();
-                    } else {
-                        objects.insert(id, Object { skip, bytes });
-                        placed.insert(id);
-                        let slice = Slice {
-                            id,
-                            size: len,
-                            off: 0,
-                            len,
-                            pos: 0,
-                        };
-                        runtime
-                            .block_on(meta.compact(file, chunk, value, slice, None))
-                            .unwrap();
+                        files.write(at, len, false);
                     }
+                    runtime
+                        .block_on(meta.compact(
+                            file,
+                            chunk,
+                            read.value,
+                            plan.kept,
+                            slice,
+                            inline_bytes,
+                        ))
+                        .unwrap();
                 }
             }
         }
@@ -382,14 +486,15 @@ fn run(base: u64, steps: Vec<Step>) -> Result<(), TestCaseError> {
     let stale = runtime.block_on(meta.compact(
         file,
         0,
-        b"not the chunk".to_vec(),
-        Slice {
+        encode_chunk(&[Slice {
             id: 1,
             size: 1,
             off: 0,
             len: 1,
             pos: 0,
-        },
+        }]),
+        Vec::new(),
+        None,
         None,
     ));
     prop_assert!(stale.is_err());

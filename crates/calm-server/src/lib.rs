@@ -34,6 +34,7 @@ pub mod auth;
 mod batch;
 pub mod changelog;
 pub mod cluster;
+pub mod compactor;
 pub mod data;
 pub mod listen;
 pub mod locks;
@@ -255,6 +256,50 @@ impl<S: Store> MetaService<S> {
 }
 
 impl<S: Store> MetaService<S> {
+    /// Applies a mutation that adds up to `adding` records to chunks of `handle` (the ones
+    /// `chunks` names), and has those chunks compacted: when a chunk is full, the mutation is
+    /// refused as busy, so the chunk is compacted now and the mutation tried again, up to
+    /// [`compactor::WRITE_ROOM_WAIT_MAX`]; once applied, chunks with many records are queued
+    /// for compaction.
+    async fn apply_with_room(
+        &self,
+        caller: calm_meta::Caller,
+        op: Op,
+        id: Option<calm_meta::requests::RequestId>,
+        handle: u64,
+        adding: usize,
+        chunks: impl Fn(&Meta<S>) -> Vec<u64>,
+    ) -> Result<Done, MetaError> {
+        let deadline = std::time::Instant::now() + compactor::WRITE_ROOM_WAIT_MAX;
+        loop {
+            let result = self
+                .meta
+                .apply_request(caller.clone(), op.clone(), id)
+                .await;
+            let Some(data) = &self.data else {
+                return result;
+            };
+            let compactor = &data.compactor;
+            match result {
+                Ok(done) => {
+                    compactor.written(&self.meta, handle, &chunks(&self.meta));
+                    return Ok(done);
+                }
+                Err(MetaError::Busy(why)) if std::time::Instant::now() < deadline => {
+                    let full = compactor.full(&self.meta, handle, &chunks(&self.meta), adding);
+                    if full.is_empty() {
+                        return Err(MetaError::Busy(why));
+                    }
+                    if !compactor.make_room(&self.meta, handle, &full).await? {
+                        // Nothing could be compacted yet (the chunk kept changing): a breath.
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    }
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
     /// Counts a batch of `calls` calls (each is counted again as a request when answered).
     fn batched(&self, calls: usize) {
         self.batches.fetch_add(1, Ordering::Relaxed);
@@ -345,6 +390,11 @@ impl<S: Store> MetaRpc for MetaService<S> {
         let result = self.meta.apply_request(caller, op, id).await;
         if truncate {
             self.maybe_queued(&result);
+            if let (Ok(Done::Attr(attr)), Some(data)) = (&result, &self.data) {
+                // The chunk the file now ends in was clipped: compacted if it calls for it.
+                let chunk = attr.size / calm_meta::slices::CHUNK_BYTES;
+                data.compactor.written(&self.meta, attr.handle, &[chunk]);
+            }
         }
         self.mutated(done_attr(result))
     }
@@ -530,6 +580,11 @@ impl<S: Store> MetaRpc for MetaService<S> {
         self.auth.identity(&r)?;
         let locks = self.locks.stats();
         let watch = self.watch.as_ref().map(|w| w.stats()).unwrap_or_default();
+        let compaction = |figure: fn(&compactor::CompactStats) -> &AtomicU64| {
+            self.data
+                .as_ref()
+                .map_or(0, |d| figure(&d.compactor.stats).load(Ordering::Relaxed))
+        };
         let result = self.meta.status().map(|s| pb::StatusReply {
             version: env!("CARGO_PKG_VERSION").to_string(),
             data_dir: self.info.data_dir.clone(),
@@ -566,10 +621,14 @@ impl<S: Store> MetaRpc for MetaService<S> {
                 .data
                 .as_ref()
                 .map_or(0, |d| d.stats.deleted.load(Ordering::Relaxed)),
-            chunks_compacted: self
-                .data
-                .as_ref()
-                .map_or(0, |d| d.stats.compacted.load(Ordering::Relaxed)),
+            chunks_compacted: compaction(|c| &c.compacted),
+            compaction_records_replaced: compaction(|c| &c.records_replaced),
+            compaction_bytes: compaction(|c| &c.merged_bytes),
+            compaction_failures: compaction(|c| &c.failed),
+            room_waits: compaction(|c| &c.room_waits),
+            room_waiting: compaction(|c| &c.room_waiting),
+            room_wait_ms_max: compaction(|c| &c.room_wait_ms_max),
+            chunk_records_max: compaction(|c| &c.chunk_records_max),
             watchers: watch.watchers as u64,
             watch_resyncs: watch.resyncs,
         });
@@ -630,7 +689,9 @@ impl<S: Store> MetaRpc for MetaService<S> {
         let r = r.into_inner();
         let slices: Vec<_> = r.records.iter().map(calm_proto::slice_from_wire).collect();
         let mut chunks: Vec<u64> = slices.iter().map(|(c, _)| *c).collect();
+        chunks.sort_unstable();
         chunks.dedup();
+        let adding = slices.len();
         let inline = r.inline.into_iter().map(|b| (b.id, b.data)).collect();
         let op = Op::Write {
             handle: r.handle,
@@ -638,13 +699,10 @@ impl<S: Store> MetaRpc for MetaService<S> {
             end: r.end,
             inline,
         };
-        let result = done_to_attr(self.meta.apply_request(caller, op, id).await);
-        if result.is_ok()
-            && let Some(data) = &self.data
-        {
-            data.written(&self.meta, r.handle, &chunks);
-        }
-        self.mutated(attr(result))
+        let result = self
+            .apply_with_room(caller, op, id, r.handle, adding, |_| chunks.clone())
+            .await;
+        self.mutated(attr(done_to_attr(result)))
     }
 
     async fn append(&self, r: Request<pb::AppendRequest>) -> Result<Response<pb::Attr>, Status> {
@@ -652,13 +710,25 @@ impl<S: Store> MetaRpc for MetaService<S> {
         let caller = self.auth.caller(&r)?;
         let id = request_id(&r)?;
         let r = r.into_inner();
+        let (handle, size) = (r.handle, r.size);
         let op = Op::Append {
-            handle: r.handle,
+            handle,
             id: r.id,
-            size: r.size,
+            size,
+            inline: r.inline,
         };
-        let result = done_to_attr(self.meta.apply_request(caller, op, id).await);
-        self.mutated(attr(result))
+        // The chunks at the file's end, where the bytes go.
+        let at_end = |meta: &Meta<S>| match meta.getattr(handle) {
+            Ok(attr) => calm_meta::slices::split(attr.size, u64::from(size).max(1))
+                .into_iter()
+                .map(|(chunk, _, _)| chunk)
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        let result = self
+            .apply_with_room(caller, op, id, handle, 1, at_end)
+            .await;
+        self.mutated(attr(done_to_attr(result)))
     }
 
     async fn alloc_slices(

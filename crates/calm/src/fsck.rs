@@ -78,6 +78,7 @@ fn check<S: Store>(store: &S, objects: bool, json: bool) -> anyhow::Result<ExitC
             "problems": report.problems,
             "chunks": report.chunks,
             "slice_records": report.slice_records,
+            "slice_records_per_chunk_max": report.slice_records_per_chunk_max,
             "inline_slices": report.inline_slices,
             "objects": audit.as_ref().map(|a| a.objects),
             "objects_named": audit.as_ref().map(|a| a.referenced),
@@ -105,8 +106,11 @@ fn check<S: Store>(store: &S, objects: bool, json: bool) -> anyhow::Result<ExitC
             report.changelog_records, report.changelog_readers
         );
         println!(
-            "file contents: {} chunks, {} slice records, {} inline slices",
-            report.chunks, report.slice_records, report.inline_slices
+            "file contents: {} chunks, {} slice records (at most {} in a chunk), {} inline slices",
+            report.chunks,
+            report.slice_records,
+            report.slice_records_per_chunk_max,
+            report.inline_slices
         );
         if let Some(audit) = &audit {
             println!(

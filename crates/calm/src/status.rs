@@ -49,6 +49,13 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
             "objects_queued": status.objects_queued,
             "objects_deleted": status.objects_deleted,
             "chunks_compacted": status.chunks_compacted,
+            "compaction_records_replaced": status.compaction_records_replaced,
+            "compaction_bytes": status.compaction_bytes,
+            "compaction_failures": status.compaction_failures,
+            "room_waits": status.room_waits,
+            "room_waiting": status.room_waiting,
+            "room_wait_ms_max": status.room_wait_ms_max,
+            "chunk_records_max": status.chunk_records_max,
             "watchers": status.watchers,
             "watch_resyncs": status.watch_resyncs,
         });
@@ -101,8 +108,27 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
             (
                 "object deletion",
                 format!(
-                    "{} queued, {} deleted since start; {} chunks compacted",
-                    status.objects_queued, status.objects_deleted, status.chunks_compacted
+                    "{} queued, {} deleted since start",
+                    status.objects_queued, status.objects_deleted
+                ),
+            ),
+            (
+                "compaction",
+                format!(
+                    "{} chunks compacted since start ({} records replaced, {:.1} MB written, {} \
+                     failed); at most {} records in a chunk",
+                    status.chunks_compacted,
+                    status.compaction_records_replaced,
+                    status.compaction_bytes as f64 / 1e6,
+                    status.compaction_failures,
+                    status.chunk_records_max
+                ),
+            ),
+            (
+                "writes waiting",
+                format!(
+                    "{} for a full chunk's compaction now, {} since start (longest {} ms)",
+                    status.room_waiting, status.room_waits, status.room_wait_ms_max
                 ),
             ),
             (

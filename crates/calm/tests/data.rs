@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Mount, S3, Server, all_at_once, python_in};
+use common::{Backend, Mount, Server, all_at_once, python_in};
 
 /// Mount arguments that keep every write in objects (no inline bytes): for the tests of what
 /// happens to objects.
@@ -13,41 +13,6 @@ const OBJECTS_ONLY: [&str; 2] = ["--inline-bytes-max", "0"];
 
 fn lines(text: &str) -> Vec<&str> {
     text.lines().collect()
-}
-
-/// Where a test's namespace keeps its file contents.
-enum Backend {
-    /// The default: a local directory beside the store.
-    File,
-    /// The run's S3 server, under a prefix of the test's own.
-    S3(S3, String),
-}
-
-impl Backend {
-    fn s3(test: &str) -> Backend {
-        Backend::S3(S3::get(), common::unique_prefix(test))
-    }
-
-    fn env(&self) -> Vec<(String, String)> {
-        match self {
-            Backend::File => Vec::new(),
-            Backend::S3(s3, _) => s3.env.clone(),
-        }
-    }
-
-    /// A server on a fresh store in `tmp`, and two mounts of it.
-    fn two_mounts(&self, tmp: &tempfile::TempDir) -> (Server, Mount, Mount) {
-        let data = common::data_dir(tmp);
-        let server = match self {
-            Backend::File => Server::start(&data),
-            Backend::S3(s3, prefix) => {
-                Server::start_with_env(&data, &["--objects", &s3.url(prefix)], &s3.env)
-            }
-        };
-        let a = Mount::remote_env(&server.addr, &[], &self.env());
-        let b = Mount::remote_env(&server.addr, &[], &self.env());
-        (server, a, b)
-    }
 }
 
 #[test]
@@ -889,7 +854,7 @@ print('same')
         serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("fsck json")
     };
 
-    // An overwrite in place with fsync, an append (as an object), a truncate, and a file past
+    // An overwrite in place with fsync, an append (inline too), a truncate, and a file past
     // one commit's limit (objects); then the other mount reads them all.
     let out = a.sh_ok(
         "python3 -c \"
@@ -907,7 +872,7 @@ print('done')
 \"",
     );
     assert_eq!(out, "done\n");
-    assert_eq!(object_files(&objects), 2, "the append and the big file");
+    assert_eq!(object_files(&objects), 1, "the big file");
     let modified = "python3 -c \"
 def made(i, size):
     return bytearray((i * 7 + j) % 251 for j in range(size))
@@ -926,8 +891,8 @@ print(open('s0', 'rb').read() == made(0, 1), open('s1', 'rb').read() == made(1, 
     let report = fsck();
     assert_eq!(report["clean"], true, "{report}");
     assert_eq!(
-        report["inline_slices"], 6,
-        "five files and the overwrite: {report}"
+        report["inline_slices"], 7,
+        "five files, the overwrite and the append: {report}"
     );
     let server = Server::start_with(&data, &["--delete-delay-s", "0"]);
     let a = Mount::remote(&server.addr, &[]);

@@ -3,6 +3,19 @@
 
 use super::*;
 
+/// How the kernel handles an open file's writes: one opened with O_APPEND bypasses the page
+/// cache (direct I/O), so that each write(2), up to [`WRITE_BYTES_MAX`], reaches the mount as
+/// one request and lands whole at the file's end. Through the page cache the kernel cuts a
+/// write at every page it has not read (a record crossing a page would become two appends,
+/// and another mount's append could land between them).
+pub(super) fn append_direct(open_flags: i32) -> FopenFlags {
+    if open_flags & libc::O_APPEND != 0 {
+        FopenFlags::FOPEN_DIRECT_IO
+    } else {
+        FopenFlags::empty()
+    }
+}
+
 impl CalmFs {
     pub(super) fn handle_open(
         &self,
@@ -32,11 +45,10 @@ impl CalmFs {
                 // and size are stale.
                 shared.drop_kernel_cache(attr.handle).await;
             }
-            let flags = if keep {
-                FopenFlags::FOPEN_KEEP_CACHE
-            } else {
-                FopenFlags::empty()
-            };
+            let mut flags = append_direct(open_flags);
+            if keep {
+                flags |= FopenFlags::FOPEN_KEEP_CACHE;
+            }
             match shared.open_file(&attr, open_flags) {
                 Ok(fh) => reply.opened(FileHandle(fh), flags),
                 Err(e) => reply.error(e),

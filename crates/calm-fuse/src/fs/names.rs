@@ -101,7 +101,7 @@ impl CalmFs {
                     &file_attr(&attr),
                     Generation(attr.generation),
                     FileHandle(fh),
-                    FopenFlags::empty(),
+                    super::data::append_direct(flags),
                 ),
                 Err(e) => reply.error(e),
             }

@@ -149,7 +149,7 @@ fn attempts_of_an_unprivileged_client() {
         );
         say(
             "append-to-0600-file",
-            outcome(client.append(root_txt, 77, 4).await),
+            outcome(client.append(root_txt, 77, 4, None).await),
         );
         let changes = [
             (

@@ -1,0 +1,428 @@
+//! The compactor: keeps the records of every chunk bounded, so that no file ever stops taking
+//! writes because of how often it was written (`calm_meta::compaction` says what a compaction
+//! replaces and when it is worth it).
+//!
+//! A write that leaves a chunk past [`CHUNK_SLICES_COMPACT`] records queues it; compactions
+//! run in the background, [`COMPACTIONS_IN_FLIGHT_MAX`] at once, one at a time per chunk. A
+//! compaction reads the chunk's records, writes the new slice block by block (at most one
+//! block of [`BLOCK_BYTES`] in memory), and commits it over the records it read: records
+//! written meanwhile stay on top, so writers never starve it. A write refused because its chunk
+//! holds `CHUNK_SLICES_MAX` records waits for a compaction of that chunk and is tried again,
+//! up to [`WRITE_ROOM_WAIT_MAX`]: the writer is slowed, not failed.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use calm_data::{DataError, Objects};
+use calm_meta::compaction::{CHUNK_SLICES_COMPACT, plan};
+use calm_meta::slices::{
+    BLOCK_BYTES, CHUNK_SLICES_MAX, INLINE, INLINE_FILE_BYTES_MAX, INLINE_SLICE_BYTES_MAX, Piece,
+    Slice, Source, blocks, is_inline, pieces_in, view,
+};
+use calm_meta::{Meta, MetaError};
+use calm_store::Store;
+use tokio::sync::{Notify, Semaphore, mpsc};
+
+/// Chunks waiting for a background compaction; past it a request is dropped (the chunk's next
+/// write asks again).
+pub const COMPACT_QUEUE_MAX: usize = 4096;
+/// Compactions running at once (each holds at most one block of its new slice in memory).
+pub const COMPACTIONS_IN_FLIGHT_MAX: usize = 4;
+/// Object reads in flight while one block of a new slice is filled.
+pub const COMPACT_READS_IN_FLIGHT_MAX: usize = 16;
+/// Times a compaction reads its chunk again when the chunk changed under it (a truncate, a
+/// compaction by another server) before it leaves the chunk to its next write.
+pub const COMPACT_ATTEMPTS_MAX: usize = 4;
+/// Longest a write waits for room in its chunk before it is refused as busy.
+pub const WRITE_ROOM_WAIT_MAX: Duration = Duration::from_secs(30);
+
+/// Figures of the compactor, read by status.
+#[derive(Debug, Default)]
+pub struct CompactStats {
+    /// Compactions committed since start.
+    pub compacted: AtomicU64,
+    /// Bytes of the new slices they wrote.
+    pub merged_bytes: AtomicU64,
+    /// Records they replaced.
+    pub records_replaced: AtomicU64,
+    /// Compactions that failed (the object store's error; the chunk's next write asks again).
+    pub failed: AtomicU64,
+    /// Writes that had to wait for room in their chunk, since start; waiting now; the longest
+    /// wait in milliseconds.
+    pub room_waits: AtomicU64,
+    pub room_waiting: AtomicU64,
+    pub room_wait_ms_max: AtomicU64,
+    /// The most records a write left in one chunk since start.
+    pub chunk_records_max: AtomicU64,
+}
+
+/// A chunk of a file: `(handle, chunk index)`.
+type ChunkId = (u64, u64);
+
+/// The compactor of one server.
+#[derive(Debug)]
+pub struct Compactor {
+    objects: Objects,
+    queue: mpsc::Sender<ChunkId>,
+    /// Chunks in the queue (each once).
+    queued: Mutex<HashSet<ChunkId>>,
+    /// One lock per chunk being compacted: a second compaction of it waits for the first.
+    running: Mutex<HashMap<ChunkId, Arc<tokio::sync::Mutex<()>>>>,
+    wake_deleter: Arc<Notify>,
+    pub stats: CompactStats,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn data_error(error: DataError) -> MetaError {
+    match error {
+        // An object a record named is gone: the chunk changed since it was read (and the
+        // deleter's delay passed). Read again.
+        DataError::Missing(what) => {
+            MetaError::Busy(format!("an object of the chunk is gone: {what}"))
+        }
+        other => MetaError::Io(format!("object store: {other}")),
+    }
+}
+
+impl Compactor {
+    /// Starts the background compactions on the current runtime.
+    pub fn start<S: Store>(
+        meta: Weak<Meta<S>>,
+        objects: Objects,
+        wake_deleter: Arc<Notify>,
+    ) -> Arc<Compactor> {
+        let (queue, receiver) = mpsc::channel(COMPACT_QUEUE_MAX);
+        let compactor = Arc::new(Compactor {
+            objects,
+            queue,
+            queued: Mutex::new(HashSet::new()),
+            running: Mutex::new(HashMap::new()),
+            wake_deleter,
+            stats: CompactStats::default(),
+        });
+        tokio::spawn(background(Arc::downgrade(&compactor), meta, receiver));
+        compactor
+    }
+
+    /// A write placed records in these chunks of `handle`: queue the ones that hold more than
+    /// [`CHUNK_SLICES_COMPACT`].
+    pub fn written<S: Store>(&self, meta: &Meta<S>, handle: u64, chunks: &[u64]) {
+        for chunk in chunks {
+            let Ok(records) = meta.chunk_record_count(handle, *chunk) else {
+                continue;
+            };
+            self.stats
+                .chunk_records_max
+                .fetch_max(records as u64, Ordering::Relaxed);
+            if records > CHUNK_SLICES_COMPACT
+                && lock(&self.queued).insert((handle, *chunk))
+                && self.queue.try_send((handle, *chunk)).is_err()
+            {
+                lock(&self.queued).remove(&(handle, *chunk));
+            }
+        }
+    }
+
+    /// Of `chunks` of `handle`, those with no room for `adding` more records.
+    pub fn full<S: Store>(
+        &self,
+        meta: &Meta<S>,
+        handle: u64,
+        chunks: &[u64],
+        adding: usize,
+    ) -> Vec<u64> {
+        chunks
+            .iter()
+            .copied()
+            .filter(|chunk| {
+                meta.chunk_record_count(handle, *chunk)
+                    .is_ok_and(|n| n + adding > CHUNK_SLICES_MAX)
+            })
+            .collect()
+    }
+
+    /// Compacts `chunks` of `handle` now, for a write that found no room in them (see
+    /// [`WRITE_ROOM_WAIT_MAX`] for how long its caller keeps trying). True when a compaction
+    /// was committed (by this call, or by the one it waited for).
+    pub async fn make_room<S: Store>(
+        &self,
+        meta: &Meta<S>,
+        handle: u64,
+        chunks: &[u64],
+    ) -> Result<bool, MetaError> {
+        let started = Instant::now();
+        self.stats.room_waits.fetch_add(1, Ordering::Relaxed);
+        self.stats.room_waiting.fetch_add(1, Ordering::Relaxed);
+        let mut result = Ok(false);
+        for chunk in chunks {
+            let before = self.stats.compacted.load(Ordering::Relaxed);
+            match self.compact(meta, handle, *chunk).await {
+                Ok(done) => {
+                    let any = done || self.stats.compacted.load(Ordering::Relaxed) > before;
+                    result = result.map(|earlier| earlier || any);
+                }
+                Err(error) => {
+                    result = Err(error);
+                    break;
+                }
+            }
+        }
+        self.stats.room_waiting.fetch_sub(1, Ordering::Relaxed);
+        self.stats
+            .room_wait_ms_max
+            .fetch_max(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        result
+    }
+
+    /// Compacts chunk `chunk` of `handle` if its records call for it (after any compaction of
+    /// it already running). True when a compaction was committed.
+    pub async fn compact<S: Store>(
+        &self,
+        meta: &Meta<S>,
+        handle: u64,
+        chunk: u64,
+    ) -> Result<bool, MetaError> {
+        let key = (handle, chunk);
+        let chunk_lock = lock(&self.running).entry(key).or_default().clone();
+        let result = {
+            let _held = chunk_lock.lock().await;
+            self.compact_alone(meta, handle, chunk).await
+        };
+        {
+            let mut running = lock(&self.running);
+            // The map's and ours: nobody else waits for this chunk.
+            if Arc::strong_count(&chunk_lock) == 2 {
+                running.remove(&key);
+            }
+        }
+        match &result {
+            Ok(true) => {
+                self.stats.compacted.fetch_add(1, Ordering::Relaxed);
+                // The replaced records' objects are in the deletion queue now.
+                self.wake_deleter.notify_one();
+            }
+            Ok(false) => {}
+            Err(_) => {
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        result
+    }
+
+    /// [`Compactor::compact`] with the chunk's lock held.
+    async fn compact_alone<S: Store>(
+        &self,
+        meta: &Meta<S>,
+        handle: u64,
+        chunk: u64,
+    ) -> Result<bool, MetaError> {
+        let mut inline_allowed = true;
+        for _ in 0..COMPACT_ATTEMPTS_MAX {
+            let read = match meta.read_chunk(handle, chunk) {
+                Ok(read) => read,
+                Err(MetaError::NotFound) => return Ok(false),
+                Err(error) => return Err(error),
+            };
+            if read.records.len() <= CHUNK_SLICES_COMPACT {
+                return Ok(false);
+            }
+            let Some(plan) = plan(&read.records, false) else {
+                return Ok(false);
+            };
+            let new = match plan.merge {
+                None => None,
+                Some((pos, len)) => {
+                    let inline = inline_allowed
+                        && len <= INLINE_SLICE_BYTES_MAX
+                        && chunk == 0
+                        && u64::from(pos) + u64::from(len) <= INLINE_FILE_BYTES_MAX;
+                    match self
+                        .write_slice(meta, &read.records, pos, len, inline)
+                        .await
+                    {
+                        Ok(new) => Some(new),
+                        Err(MetaError::Busy(_)) => continue,
+                        Err(error) => return Err(error),
+                    }
+                }
+            };
+            let (slice, inline) = match &new {
+                Some((slice, inline)) => (Some(*slice), inline.clone()),
+                None => (None, None),
+            };
+            let replaced = plan.dropped.len() as u64;
+            let result = meta
+                .compact(handle, chunk, read.value, plan.kept, slice, inline)
+                .await;
+            if result.is_err()
+                && let Some(slice) = slice.filter(|s| !is_inline(s.id))
+            {
+                // Named by no record: gone at once.
+                if let Err(error) = self.objects.delete(slice.id, slice.size).await {
+                    tracing::warn!(id = slice.id, %error, "deleting an unused compaction");
+                }
+            }
+            match result {
+                Ok(()) => {
+                    self.stats
+                        .merged_bytes
+                        .fetch_add(slice.map_or(0, |s| u64::from(s.len)), Ordering::Relaxed);
+                    self.stats
+                        .records_replaced
+                        .fetch_add(replaced, Ordering::Relaxed);
+                    return Ok(true);
+                }
+                // The chunk changed other than by new records on top: read it again.
+                Err(MetaError::Busy(_)) => continue,
+                // The file's inline bytes are at their limit: as an object.
+                Err(MetaError::NotSupported(_)) => inline_allowed = false,
+                Err(MetaError::NotFound) => return Ok(false),
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(false)
+    }
+
+    /// Writes the new slice of a compaction: the visible bytes of `records` over `[pos, pos +
+    /// len)`, inline (returned) or as an object (written and made durable).
+    async fn write_slice<S: Store>(
+        &self,
+        meta: &Meta<S>,
+        records: &[Slice],
+        pos: u32,
+        len: u32,
+        inline: bool,
+    ) -> Result<(Slice, Option<Vec<u8>>), MetaError> {
+        let view = view(records);
+        let id = meta.alloc_slices(1).await?;
+        let slice = |id| Slice {
+            id,
+            size: len,
+            off: 0,
+            len,
+            pos,
+        };
+        if inline {
+            let bytes = self.fill(meta, &view, pos, len).await?;
+            return Ok((slice(id | INLINE), Some(bytes)));
+        }
+        let written = async {
+            for (block, block_len) in blocks(len) {
+                let from = pos + block * BLOCK_BYTES as u32;
+                let data = self.fill(meta, &view, from, block_len).await?;
+                self.objects
+                    .put_block(id, block, bytes::Bytes::from(data))
+                    .await
+                    .map_err(data_error)?;
+            }
+            self.objects.sync(id, len).await.map_err(data_error)
+        };
+        match written.await {
+            Ok(()) => Ok((slice(id), None)),
+            Err(error) => {
+                let _ = self.objects.delete(id, len).await;
+                Err(error)
+            }
+        }
+    }
+
+    /// The visible bytes of a chunk (`view`) over `[from, from + len)`.
+    async fn fill<S: Store>(
+        &self,
+        meta: &Meta<S>,
+        view: &[Piece],
+        from: u32,
+        len: u32,
+    ) -> Result<Vec<u8>, MetaError> {
+        use futures::StreamExt;
+        let pieces = pieces_in(view, from, from + len);
+        let mut inline_ids: Vec<u64> = pieces
+            .iter()
+            .filter_map(|p| match p.source {
+                Source::Object { id, .. } if is_inline(id) => Some(id),
+                _ => None,
+            })
+            .collect();
+        inline_ids.sort_unstable();
+        inline_ids.dedup();
+        let inline: HashMap<u64, Vec<u8>> = match meta.inline_bytes(&inline_ids) {
+            Ok(bytes) => bytes.into_iter().collect(),
+            Err(MetaError::NotFound) => {
+                return Err(MetaError::Busy("inline bytes of the chunk are gone".into()));
+            }
+            Err(error) => return Err(error),
+        };
+        // (where in the range, object, its size, from where, how many bytes)
+        let reads: Vec<(u32, u64, u32, u32, u32)> = pieces
+            .iter()
+            .filter_map(|piece| match piece.source {
+                Source::Object { id, size, off } if !is_inline(id) => {
+                    Some((piece.pos - from, id, size, off, piece.len))
+                }
+                _ => None,
+            })
+            .collect();
+        let objects = &self.objects;
+        let fetched: Vec<_> = futures::stream::iter(reads)
+            .map(|(at, id, size, off, n)| async move {
+                objects.read(id, size, off, n).await.map(|b| (at, b))
+            })
+            .buffer_unordered(COMPACT_READS_IN_FLIGHT_MAX)
+            .collect()
+            .await;
+        let mut data = vec![0u8; len as usize];
+        for piece in &pieces {
+            if let Source::Object { id, off, .. } = piece.source
+                && is_inline(id)
+            {
+                let at = (piece.pos - from) as usize;
+                let bytes = inline
+                    .get(&id)
+                    .and_then(|b| b.get(off as usize..(off + piece.len) as usize))
+                    .ok_or_else(|| {
+                        MetaError::Corrupt(format!(
+                            "inline slice {id:#x} is shorter than its record"
+                        ))
+                    })?;
+                data[at..at + bytes.len()].copy_from_slice(bytes);
+            }
+        }
+        for read in fetched {
+            let (at, bytes) = read.map_err(data_error)?;
+            let at = at as usize;
+            data[at..at + bytes.len()].copy_from_slice(&bytes);
+        }
+        Ok(data)
+    }
+}
+
+/// Takes queued chunks and compacts them, [`COMPACTIONS_IN_FLIGHT_MAX`] at once.
+async fn background<S: Store>(
+    compactor: Weak<Compactor>,
+    meta: Weak<Meta<S>>,
+    mut queue: mpsc::Receiver<ChunkId>,
+) {
+    let permits = Arc::new(Semaphore::new(COMPACTIONS_IN_FLIGHT_MAX));
+    while let Some((handle, chunk)) = queue.recv().await {
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        let (Some(compactor), Some(meta)) = (compactor.upgrade(), meta.upgrade()) else {
+            return;
+        };
+        lock(&compactor.queued).remove(&(handle, chunk));
+        tokio::spawn(async move {
+            let _permit = permit;
+            if let Err(error) = compactor.compact(&meta, handle, chunk).await {
+                tracing::warn!(handle, chunk, %error, "compacting a chunk");
+            }
+        });
+    }
+}
