@@ -234,13 +234,19 @@ impl Coherence {
     }
 
     /// The kernel forgot `lookups` of its lookups of `handle`.
-    pub fn forget(&self, handle: Handle, lookups: u64) {
+    /// True when the kernel holds the inode no more.
+    pub fn forget(&self, handle: Handle, lookups: u64) -> bool {
         let mut held = lock(&self.held);
-        if let Some(count) = held.get_mut(&handle) {
-            *count = count.saturating_sub(lookups);
-            if *count == 0 {
-                held.remove(&handle);
+        match held.get_mut(&handle) {
+            Some(count) => {
+                *count = count.saturating_sub(lookups);
+                if *count == 0 {
+                    held.remove(&handle);
+                    return true;
+                }
+                false
             }
+            None => true,
         }
     }
 

@@ -245,6 +245,23 @@ impl Contents {
                     s.opens > 0 || s.data.is_dirty() || !s.unsynced.is_empty()
                 })
             });
+            lock(&self.changed).retain(|h| files.contains_key(h));
+        }
+    }
+
+    /// The kernel forgot `handle` (and so the pages it had of it): its state goes, unless the
+    /// file is open, has writes pending or objects to sync, or is busy (then it stays until
+    /// the mount keeps too many). Never waits.
+    pub fn forgotten(&self, handle: Handle) {
+        let mut files = lock(&self.files);
+        let idle = files.get(&handle).is_some_and(|f| {
+            f.try_lock().is_ok_and(|s| {
+                s.opens == 0 && !s.data.is_dirty() && s.unsynced.is_empty() && s.uploads.is_empty()
+            })
+        });
+        if idle {
+            files.remove(&handle);
+            lock(&self.changed).remove(&handle);
         }
     }
 
@@ -379,7 +396,7 @@ impl Contents {
                 // Not where inline bytes may be (another mount appended meanwhile, or the
                 // file's inline bytes are at their limit): as an object.
                 Err(MetaError::NotSupported(_)) => {}
-                Err(error) => return Err(meta_errno(&error)),
+                Err(error) => return Err(stale_errno(&error)),
             }
         }
         let attr = match placed {
@@ -417,10 +434,10 @@ impl Contents {
         match client.append(handle, id, size, None).await {
             Ok(attr) => Ok(attr),
             Err(error) => {
-                if error == MetaError::NotFound || final_refusal(&error) {
+                if final_refusal(&error) {
                     self.delete_unnamed(&[(id, size)]).await;
                 }
-                Err(meta_errno(&error))
+                Err(stale_errno(&error))
             }
         }
     }
@@ -507,14 +524,11 @@ impl Contents {
                 Err(MetaError::NotSupported(_)) => {
                     return self.commit_objects(client, handle, state, sync).await;
                 }
-                Err(MetaError::NotFound) => {
-                    state.data.discard_pending();
-                }
                 Err(error) if final_refusal(&error) => {
                     state.data.discard_pending();
                     self.buffered.fetch_sub(bytes, Ordering::Relaxed);
                     self.publish_size(handle, &state.data);
-                    return Err(meta_errno(&error));
+                    return Err(stale_errno(&error));
                 }
                 Err(error) => return Err(meta_errno(&error)),
             }
@@ -588,19 +602,15 @@ impl Contents {
                     }
                 }
             }
-            Err(MetaError::NotFound) => {
-                // The file is gone: so are its writes, and the objects nothing names.
-                let discarded = state.data.discard_pending();
-                self.delete_unnamed(&discarded).await;
-            }
             Err(error) if final_refusal(&error) => {
-                // Refused for good: the writes are lost (as a local file system drops the
-                // pages whose write-back failed), the caller is told, and the objects go.
+                // Refused for good (or the file is gone): the writes are lost, as a local file
+                // system drops the pages whose write-back failed; the caller is told, and the
+                // objects go.
                 let discarded = state.data.discard_pending();
                 self.delete_unnamed(&discarded).await;
                 self.buffered.fetch_sub(bytes, Ordering::Relaxed);
                 self.publish_size(handle, &state.data);
-                return Err(meta_errno(&error));
+                return Err(stale_errno(&error));
             }
             Err(error) => {
                 // Kept, with their objects: the next flush, fsync or close tries again.
@@ -658,7 +668,7 @@ impl Contents {
                 let map = client
                     .read_map(handle)
                     .await
-                    .map_err(|e| ReadError::Meta(meta_errno(&e)))?;
+                    .map_err(|e| ReadError::Meta(stale_errno(&e)))?;
                 state.data.refresh(map.attr.size, map.chunks, map.inline);
                 state.loaded = true;
                 if reload {
@@ -726,6 +736,15 @@ async fn sync_objects(objects: &Objects, unsynced: &mut Vec<(u64, u32)>) -> Resu
         unsynced.pop();
     }
     Ok(())
+}
+
+/// The errno of an operation on an open file: one that is gone (another mount removed its
+/// last name; this mount keeps the files it removes while open) is stale, as NFS says.
+fn stale_errno(error: &MetaError) -> i32 {
+    match error {
+        MetaError::NotFound => libc::ESTALE,
+        other => other.errno(),
+    }
 }
 
 /// Whether the server refused a commit for good: trying the same records again cannot

@@ -35,6 +35,12 @@ use crate::convert::{
 use crate::locks::LockForwarder;
 use crate::shared::{Shared, State, lock};
 
+/// Every byte of a file, as a lock range.
+const WHOLE: Range = Range {
+    start: 0,
+    end: calm_locks::OFFSET_MAX,
+};
+
 mod attrs;
 mod data;
 mod locks;
@@ -71,6 +77,10 @@ pub struct MountOptions {
     /// Most bytes of small writes one commit sends inline, kept by the metadata instead of
     /// written as objects (0: never; at most `calm_meta::slices::INLINE_WRITE_BYTES_MAX`).
     pub inline_bytes_max: u64,
+    /// Files opened with O_APPEND go through the kernel's page cache like the others, which
+    /// then cuts a write at every page it has not read: appends of several mounts may tear.
+    /// Only for measuring what the default (direct I/O: `fs::data::append_direct`) costs.
+    pub append_through_cache: bool,
 }
 
 /// Default attribute and entry timeout (the mount invalidates what other clients change:
@@ -126,6 +136,8 @@ impl CalmFs {
             released: tokio::sync::Notify::new(),
             groups: crate::groups::CallerGroups::default(),
             cache: crate::cache::Coherence::new(options.ttl),
+            shm: crate::shm::SharedMemoryFiles::default(),
+            append_through_cache: options.append_through_cache,
         });
         runtime.spawn(Shared::claim_orphans(
             Arc::downgrade(&shared),
@@ -264,7 +276,10 @@ impl Filesystem for CalmFs {
 
     // (fuser's batch_forget calls this for each inode.)
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.shared.cache.forget(ino.0, nlookup);
+        if self.shared.cache.forget(ino.0, nlookup) {
+            // The kernel's pages of it went with its inode: nothing left to keep them for.
+            self.shared.contents.forgotten(ino.0);
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {

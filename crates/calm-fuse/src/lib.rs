@@ -24,6 +24,7 @@ pub mod groups;
 pub mod locks;
 pub mod mount;
 mod shared;
+pub mod shm;
 
 pub use fs::{CalmFs, MountOptions, mount_config};
 pub use mount::{Mounted, mount};

@@ -162,6 +162,24 @@ impl LockForwarder {
         }
     }
 
+    /// Whether a lock of another mount's session covers part of `range` (this mount's own
+    /// processes' locks do not count).
+    pub async fn held_elsewhere(&self, handle: Handle, range: Range) -> Result<bool, i32> {
+        // An owner no process of this mount is: any lock on the range is in its way.
+        let request = Request {
+            resource: handle,
+            owner: Owner::File { file: u64::MAX },
+            scope: Scope::Range(range),
+            kind: LockKind::Write,
+        };
+        let answer = self.one(handle, LockCall::Test(request)).await?;
+        match (answer.code, answer.conflict) {
+            (LockCode::Ok, _) => Ok(false),
+            (LockCode::Conflict, Some(holder)) => Ok(!self.router.is_mine(holder.session)),
+            (code, _) => Err(code.errno()),
+        }
+    }
+
     /// Takes a lock; with `wait`, waits for it (until granted, refused with EDEADLK, or
     /// interrupted through [`LockForwarder::interrupt`] with `request_id`).
     pub async fn set(

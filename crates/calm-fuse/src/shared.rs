@@ -82,6 +82,10 @@ pub(crate) struct Shared {
     pub(crate) groups: crate::groups::CallerGroups,
     /// What the kernel holds, and the TTL of each reply.
     pub(crate) cache: Arc<crate::cache::Coherence>,
+    /// sqlite's shared-memory files, which another mount may not use at the same time.
+    pub(crate) shm: crate::shm::SharedMemoryFiles,
+    /// `MountOptions::append_through_cache`.
+    pub(crate) append_through_cache: bool,
 }
 
 impl Shared {

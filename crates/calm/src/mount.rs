@@ -64,6 +64,10 @@ pub struct MountArgs {
     #[arg(long, default_value_t = calm_meta::slices::INLINE_WRITE_BYTES_MAX,
           value_parser = clap::value_parser!(u64).range(0..=calm_meta::slices::INLINE_WRITE_BYTES_MAX))]
     pub inline_bytes_max: u64,
+    /// Appends go through the kernel's page cache, which may cut one write into several
+    /// appends (for measuring what atomic appends cost; `calm bench appends`).
+    #[arg(long, hide = true)]
+    pub append_through_cache: bool,
     #[command(flatten)]
     pub changelog: crate::serve::ServerArgs,
 }
@@ -88,6 +92,7 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
         cache_dir: args.cache_dir.clone().or_else(default_cache_dir),
         cache_bytes: args.cache_size_mib.saturating_mul(1 << 20),
         inline_bytes_max: args.inline_bytes_max,
+        append_through_cache: args.append_through_cache,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     match &args.embedded {

@@ -764,6 +764,108 @@ print(hashlib.sha256(os.pread(fd, 200000, 0)).hexdigest(), flush=True)
     let _ = reader.wait();
 }
 
+/// A file another mount removed while this one has it open: once its objects are gone, reads
+/// through the open descriptor answer ESTALE (as NFS does), and so does the commit of writes
+/// made to it (fsync), whose objects go too: nothing is left behind.
+#[test]
+fn a_file_removed_through_another_mount_is_stale_where_it_is_open() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let objects = data.join("objects");
+    let server = Server::start_with(&data, &["--delete-delay-s", "0"]);
+    let a = Mount::remote(&server.addr, &OBJECTS_ONLY);
+    let b = Mount::remote(&server.addr, &OBJECTS_ONLY);
+    a.sh_ok("head -c 9000000 /dev/urandom > f");
+    let go = tmp.path().join("go");
+    let program = format!(
+        "import os, time
+fd = os.open(os.path.join(os.environ['MNT'], 'f'), os.O_RDWR)
+os.pread(fd, 4096, 0)
+print('open', flush=True)
+while not os.path.exists('{}'):
+    time.sleep(0.05)
+for what, call in [('read', lambda: os.pread(fd, 4096, 8000000)),
+                   ('fsync', lambda: (os.pwrite(fd, b'x' * 70000, 100), os.fsync(fd)))]:
+    try:
+        call()
+        print(what, 'ok', flush=True)
+    except OSError as e:
+        print(what, e.errno, flush=True)
+",
+        go.display()
+    );
+    let (mut reader, mut lines) = spawn_in(&b, &program);
+    assert_eq!(lines.next().expect("a line").expect("read"), "open");
+    a.sh_ok("rm f");
+    wait_for("the removed file's objects deleted", || {
+        object_files(&objects) == 0
+    });
+    std::fs::write(&go, b"").expect("go");
+    let mut next = || lines.next().expect("a line").expect("read");
+    assert_eq!(next(), format!("read {}", libc::ESTALE));
+    assert_eq!(next(), format!("fsync {}", libc::ESTALE));
+    let _ = reader.wait();
+    assert_eq!(
+        object_files(&objects),
+        0,
+        "the refused write's object is gone"
+    );
+}
+
+/// sqlite's WAL needs memory shared between a database's users, which two mounts do not
+/// share: while a connection on one mount has a WAL database open, a connection on another
+/// fails at once instead of losing committed rows; processes of one mount share it as on a local
+/// file system, and once the first mount's connections close, the second opens it whole.
+#[test]
+fn a_wal_database_in_use_on_one_mount_fails_loudly_on_another() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let server = Server::start(&data);
+    let a = Mount::remote(&server.addr, &[]);
+    let b = Mount::remote(&server.addr, &[]);
+    let go = tmp.path().join("go");
+    let program = format!(
+        "import os, sqlite3, time
+db = os.path.join(os.environ['MNT'], 'wal.db')
+conn = sqlite3.connect(db, isolation_level=None)
+print(conn.execute('PRAGMA journal_mode=WAL').fetchone()[0], flush=True)
+conn.execute('CREATE TABLE t (n INTEGER)')
+for n in range(100):
+    conn.execute('INSERT INTO t VALUES (?)', (n,))
+other = sqlite3.connect(db, isolation_level=None)
+print('same mount', other.execute('SELECT COUNT(*) FROM t').fetchone()[0], flush=True)
+other.close()
+while not os.path.exists('{}'):
+    time.sleep(0.05)
+conn.close()
+print('closed', flush=True)
+",
+        go.display()
+    );
+    let (mut writer, mut lines) = spawn_in(&a, &program);
+    let mut next = || lines.next().expect("a line").expect("read");
+    assert_eq!(next(), "wal");
+    assert_eq!(next(), "same mount 100");
+    let read = "python3 -c \"
+import sqlite3
+try:
+    conn = sqlite3.connect('wal.db', timeout=1)
+    print(conn.execute('SELECT COUNT(*) FROM t').fetchone()[0])
+except sqlite3.Error as e:
+    print('refused:', e)
+\"";
+    let out = b.sh_ok(read);
+    assert!(
+        out.starts_with("refused: unable to open database file")
+            || out.starts_with("refused: database is locked"),
+        "{out}"
+    );
+    std::fs::write(&go, b"").expect("go");
+    assert_eq!(next(), "closed");
+    let _ = writer.wait();
+    assert_eq!(b.sh_ok(read), "100\n");
+}
+
 /// Random writes, reads, truncates, fallocates, O_APPEND writes, fsyncs and reopens through an
 /// embedded mount (its namespace called in-process, requests read by several threads), two
 /// files at once, each compared step by step with the same operations on a local file; then a

@@ -8,8 +8,8 @@ use super::*;
 /// one request and lands whole at the file's end. Through the page cache the kernel cuts a
 /// write at every page it has not read (a record crossing a page would become two appends,
 /// and another mount's append could land between them).
-pub(super) fn append_direct(open_flags: i32) -> FopenFlags {
-    if open_flags & libc::O_APPEND != 0 {
+pub(super) fn append_direct(shared: &Shared, open_flags: i32) -> FopenFlags {
+    if open_flags & libc::O_APPEND != 0 && !shared.append_through_cache {
         FopenFlags::FOPEN_DIRECT_IO
     } else {
         FopenFlags::empty()
@@ -28,6 +28,9 @@ impl CalmFs {
         let shared = self.shared.clone();
         let client = shared.caller(req);
         self.spawn(async move {
+            if shared.shm.used_elsewhere(&shared.locks, ino.0, WHOLE).await {
+                return reply.error(Errno::EBUSY);
+            }
             // A regular file's map comes with its attributes, on one snapshot: what this open
             // reads is the file as committed now (close-to-open).
             let (attr, keep) = match shared.contents.open(&client, ino.0).await {
@@ -45,7 +48,7 @@ impl CalmFs {
                 // and size are stale.
                 shared.drop_kernel_cache(attr.handle).await;
             }
-            let mut flags = append_direct(open_flags);
+            let mut flags = append_direct(&shared, open_flags);
             if keep {
                 flags |= FopenFlags::FOPEN_KEEP_CACHE;
             }

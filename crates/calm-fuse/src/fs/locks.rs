@@ -86,6 +86,11 @@ impl CalmFs {
             let locks = &shared.locks;
             match kind {
                 Some(kind) => {
+                    if let Scope::Range(range) = scope
+                        && shared.shm.used_elsewhere(locks, ino.0, range).await
+                    {
+                        return Err(Errno::EBUSY);
+                    }
                     locks
                         .set(ino.0, owner, pid, scope, kind, wait)
                         .await

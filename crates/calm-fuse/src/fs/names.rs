@@ -14,8 +14,16 @@ impl CalmFs {
     ) {
         let client = self.shared.caller(req);
         let name = name.as_bytes().to_vec();
+        let shared = self.shared.clone();
         self.entry_task(reply, async move {
-            client.lookup(parent.0, &name).await.map_err(|e| errno(&e))
+            let attr = client
+                .lookup(parent.0, &name)
+                .await
+                .map_err(|e| errno(&e))?;
+            if attr.kind == Kind::File {
+                shared.shm.named(attr.handle, &name);
+            }
+            Ok(attr)
         });
     }
 
@@ -94,6 +102,14 @@ impl CalmFs {
             };
             if attr.kind == Kind::File {
                 shared.contents.created(&attr).await;
+                shared.shm.named(attr.handle, &name);
+                if shared
+                    .shm
+                    .used_elsewhere(&shared.locks, attr.handle, WHOLE)
+                    .await
+                {
+                    return reply.error(Errno::EBUSY);
+                }
             }
             match shared.open_file(&attr, flags) {
                 Ok(fh) => reply.created(
@@ -101,7 +117,7 @@ impl CalmFs {
                     &file_attr(&attr),
                     Generation(attr.generation),
                     FileHandle(fh),
-                    super::data::append_direct(flags),
+                    super::data::append_direct(&shared, flags),
                 ),
                 Err(e) => reply.error(e),
             }
@@ -267,6 +283,9 @@ impl CalmFs {
                     let full = match attr {
                         Some(attr) => {
                             let attr = shared.local_view(attr.clone());
+                            if attr.kind == Kind::File {
+                                shared.shm.named(attr.handle, &entry.name);
+                            }
                             // Counted before the reply: the kernel holds it once it is sent
                             // (or forgets it at once, if the buffer had no room).
                             let ttl = shared.cache.entered(ticket, attr.handle);

@@ -446,3 +446,38 @@ pub fn etcd_url(
             .url(&prefix)
     })
 }
+
+/// Where a test's namespace keeps its file contents.
+pub enum Backend {
+    /// The default: a local directory beside the store.
+    File,
+    /// The run's S3 server, under a prefix of the test's own.
+    S3(S3, String),
+}
+
+impl Backend {
+    pub fn s3(test: &str) -> Backend {
+        Backend::S3(S3::get(), unique_prefix(test))
+    }
+
+    pub fn env(&self) -> Vec<(String, String)> {
+        match self {
+            Backend::File => Vec::new(),
+            Backend::S3(s3, _) => s3.env.clone(),
+        }
+    }
+
+    /// A server on a fresh store in `tmp`, and two mounts of it.
+    pub fn two_mounts(&self, tmp: &tempfile::TempDir) -> (Server, Mount, Mount) {
+        let data = data_dir(tmp);
+        let server = match self {
+            Backend::File => Server::start(&data),
+            Backend::S3(s3, prefix) => {
+                Server::start_with_env(&data, &["--objects", &s3.url(prefix)], &s3.env)
+            }
+        };
+        let a = Mount::remote_env(&server.addr, &[], &self.env());
+        let b = Mount::remote_env(&server.addr, &[], &self.env());
+        (server, a, b)
+    }
+}
