@@ -393,6 +393,7 @@ impl Calm {
             cache_dir: None,
             cache_bytes: 0,
             inline_bytes_max,
+            append_through_cache: false,
         };
         let (server, mounted) = runtime.block_on(async {
             // The deleter and the compactor run, as under `calm serve` (with its defaults):

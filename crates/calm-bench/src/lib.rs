@@ -18,17 +18,23 @@
 //!   mounts, and namespace watchers through a storm of creates.
 //! - [`mount`]: system calls through a real calm mount (create, stat, unlink, N fcntl locks on
 //!   one file) against the same calls on the kernel's tmpfs.
+//! - [`soak`]: appends, fsync'd writes, sqlite transactions, creates and unlinks from several
+//!   mounts for N minutes, each minute against the first; [`appends`]: what atomic appends
+//!   cost one mount, against appends through the page cache.
 
 pub mod activation;
 pub mod alloc;
+pub mod appends;
 pub mod changelog;
 pub mod data;
 pub mod locks;
 pub mod mdtest;
 pub mod mount;
 pub mod plot;
+pub mod procs;
 pub mod programs;
 pub mod servers;
+pub mod soak;
 pub mod startup;
 pub mod storm;
 pub mod syscalls;

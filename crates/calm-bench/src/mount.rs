@@ -167,6 +167,7 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
         cache_dir: None,
         cache_bytes: 0,
         inline_bytes_max: calm_meta::slices::INLINE_WRITE_BYTES_MAX,
+        append_through_cache: false,
     };
     let (server, mounted, mounted_second) = runtime.block_on(async {
         let server = crate::mdtest::InProcessServer::start(Arc::clone(&meta)).await?;

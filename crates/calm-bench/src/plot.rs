@@ -1,4 +1,5 @@
-//! SVG plots of benchmark curves over N (log–log), for `--plot FILE`.
+//! SVG plots for `--plot FILE`: benchmark curves over N (log–log), and figures over the
+//! periods of a long run (linear, stacked panels).
 
 use std::path::Path;
 
@@ -6,6 +7,117 @@ use plotters::prelude::*;
 
 /// One named curve: (x, y) points.
 pub type Series = (String, Vec<(f64, f64)>);
+
+/// Distinct colours for up to twelve curves (then they repeat).
+const COLORS: [RGBColor; 12] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+    RGBColor(0, 0, 0),
+    RGBColor(0, 0, 128),
+];
+
+/// One panel of a stacked plot: its y axis and its curves.
+#[derive(Debug, Clone)]
+pub struct Panel {
+    pub y_label: String,
+    pub series: Vec<Series>,
+    /// A logarithmic y axis (for figures spread over decades, such as latencies).
+    pub log_y: bool,
+}
+
+/// Draws the curves of one panel on `$chart` (its axes built), with their legend.
+macro_rules! draw_panel {
+    ($chart:expr, $panel:expr, $x_label:expr, $err:expr) => {{
+        let chart = &mut $chart;
+        chart
+            .configure_mesh()
+            .x_desc($x_label)
+            .y_desc($panel.y_label.as_str())
+            .draw()
+            .map_err(|e| $err(&e))?;
+        for (i, (name, points)) in $panel.series.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            chart
+                .draw_series(LineSeries::new(
+                    points.iter().copied(),
+                    color.stroke_width(2),
+                ))
+                .map_err(|e| $err(&e))?
+                .label(name.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::LowerRight)
+            .draw()
+            .map_err(|e| $err(&e))?;
+    }};
+}
+
+/// Draws `panels` one above the other, sharing the x axis (linear, from 0), into an SVG file
+/// at `path`; a panel's y axis is linear from 0, or logarithmic.
+pub fn stacked_svg(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    panels: &[Panel],
+) -> Result<(), String> {
+    let x_max = panels
+        .iter()
+        .flat_map(|p| p.series.iter().flat_map(|(_, points)| points.iter()))
+        .map(|(x, _)| *x)
+        .fold(f64::MIN, f64::max);
+    if panels.is_empty() || x_max == f64::MIN {
+        return Err("nothing to plot".into());
+    }
+    let height = 60 + 300 * panels.len() as u32;
+    let root = SVGBackend::new(path, (1000, height)).into_drawing_area();
+    let err = |e: &dyn std::fmt::Display| format!("plotting {}: {e}", path.display());
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let root = root
+        .titled(title, ("sans-serif", 22))
+        .map_err(|e| err(&e))?;
+    for (panel, area) in panels.iter().zip(root.split_evenly((panels.len(), 1))) {
+        let ys = || {
+            panel
+                .series
+                .iter()
+                .flat_map(|(_, points)| points.iter().map(|(_, y)| *y))
+        };
+        let y_max = ys().fold(0.0, f64::max).max(1e-9);
+        let mut builder = ChartBuilder::on(&area);
+        builder
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70);
+        if panel.log_y {
+            let y_min = ys().filter(|y| *y > 0.0).fold(y_max, f64::min);
+            let mut chart = builder
+                .build_cartesian_2d(0.0..x_max * 1.02, (y_min * 0.5..y_max * 2.0).log_scale())
+                .map_err(|e| err(&e))?;
+            draw_panel!(chart, panel, x_label, err);
+        } else {
+            let mut chart = builder
+                .build_cartesian_2d(0.0..x_max * 1.02, 0.0..y_max * 1.25)
+                .map_err(|e| err(&e))?;
+            draw_panel!(chart, panel, x_label, err);
+        }
+    }
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
 
 /// Draws `series` on log–log axes into an SVG file at `path`.
 pub fn log_log_svg(
@@ -46,23 +158,8 @@ pub fn log_log_svg(
         .y_desc(y_label)
         .draw()
         .map_err(|e| err(&e))?;
-    // Distinct colours for up to twelve curves (then they repeat).
-    let colors = [
-        RGBColor(31, 119, 180),
-        RGBColor(255, 127, 14),
-        RGBColor(44, 160, 44),
-        RGBColor(214, 39, 40),
-        RGBColor(148, 103, 189),
-        RGBColor(140, 86, 75),
-        RGBColor(227, 119, 194),
-        RGBColor(127, 127, 127),
-        RGBColor(188, 189, 34),
-        RGBColor(23, 190, 207),
-        RGBColor(0, 0, 0),
-        RGBColor(0, 0, 128),
-    ];
     for (i, (name, points)) in series.iter().enumerate() {
-        let color = colors[i % colors.len()];
+        let color = COLORS[i % COLORS.len()];
         chart
             .draw_series(LineSeries::new(
                 points.iter().copied(),

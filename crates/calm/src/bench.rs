@@ -254,6 +254,13 @@ pub enum Bench {
     /// 1, 2 and 3 servers of one namespace on etcd: lock operations on one hot file and on
     /// many, creates and stats, with the servers' CPU per operation; kill -9 failover times.
     Servers(crate::bench_servers::ServersArgs),
+    /// Appends, fsync'd writes, sqlite transactions, creates and unlinks from several mounts
+    /// of one server for N minutes: each minute's rates against the first, p99 latencies,
+    /// records per chunk and memory; every result checked, no object leaked.
+    Soak(crate::bench_soak::SoakArgs),
+    /// What atomic appends cost one mount (direct I/O), against appends through the page
+    /// cache; and records torn when two mounts append at once, with each.
+    Appends(crate::bench_soak::AppendsArgs),
     /// create, stat and unlink rates in-process, over gRPC and on the kernel's tmpfs.
     Mdtest {
         /// Concurrent clients, comma-separated for several rounds.
@@ -734,6 +741,14 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
         }
         Bench::Servers(args) => {
             let (lines, report) = crate::bench_servers::run(args)?;
+            emit(report.is_some(), &lines, &report)?;
+        }
+        Bench::Soak(args) => {
+            let (lines, report) = crate::bench_soak::run_soak(args)?;
+            emit(report.is_some(), &lines, &report)?;
+        }
+        Bench::Appends(args) => {
+            let (lines, report) = crate::bench_soak::run_appends(args)?;
             emit(report.is_some(), &lines, &report)?;
         }
         Bench::Mdtest {

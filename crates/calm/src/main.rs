@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_servers;
+mod bench_soak;
 mod certs;
 mod changelog;
 
@@ -135,9 +136,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Verify a store offline (the server may be running: fsck reads a snapshot).
+    /// Verify a store: a data directory's with its server stopped, or a namespace on etcd
+    /// while its servers run (fsck reads one revision of the cluster).
     Fsck {
-        /// The data directory to check (a stopped server's).
+        /// The data directory to check (its server must be stopped).
         #[arg(required_unless_present = "store", conflicts_with = "store")]
         data: Option<PathBuf>,
         /// Check the namespace on this etcd cluster instead (the URL `calm serve --store`

@@ -1,0 +1,189 @@
+//! calm's own processes for the benchmarks that run them as a site does: a `calm serve` and
+//! `calm mount`s of it, started from the `calm` executable, each stopped (SIGTERM, then
+//! waited for) when its guard goes, whatever happens to the benchmark. Mounts are made in the
+//! caller's mount namespace: a benchmark enters a private one first (`crate::
+//! enter_private_namespace`), so that they vanish with it.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A `calm serve` process on a data directory, serving on a loopback port.
+#[derive(Debug)]
+pub struct ServerProcess {
+    child: Child,
+    pub addr: String,
+    pub data: PathBuf,
+}
+
+impl ServerProcess {
+    /// Starts `calm serve --data DATA --listen 127.0.0.1:0 ARGS…` and waits for its ready line.
+    pub fn start(calm: &Path, data: &Path, args: &[&str]) -> Result<ServerProcess, String> {
+        let mut child = Command::new(calm)
+            .arg("serve")
+            .arg("--data")
+            .arg(data)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", calm.display()))?;
+        let line = first_line(&mut child)?;
+        let Some((_, addr)) = calm_server::parse_ready_line(&line) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("unexpected first line of calm serve: {line:?}"));
+        };
+        Ok(ServerProcess {
+            child,
+            addr,
+            data: data.to_path_buf(),
+        })
+    }
+
+    /// Resident memory, in bytes.
+    pub fn rss_bytes(&self) -> u64 {
+        rss_bytes(self.child.id())
+    }
+
+    /// SIGTERM, and waits until it has closed its store.
+    pub fn stop(mut self) -> Result<(), String> {
+        terminate(&mut self.child, "calm serve")
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = terminate(&mut self.child, "calm serve");
+    }
+}
+
+/// A `calm mount` process.
+#[derive(Debug)]
+pub struct MountProcess {
+    child: Child,
+    pub mountpoint: PathBuf,
+}
+
+impl MountProcess {
+    /// Starts `calm mount MOUNTPOINT --server ADDR ARGS…` (the directory is made) and waits
+    /// until it is mounted.
+    pub fn start(
+        calm: &Path,
+        mountpoint: &Path,
+        server: &str,
+        args: &[&str],
+    ) -> Result<MountProcess, String> {
+        std::fs::create_dir_all(mountpoint)
+            .map_err(|e| format!("making {}: {e}", mountpoint.display()))?;
+        let mut child = Command::new(calm)
+            .arg("mount")
+            .arg(mountpoint)
+            .args(["--server", server])
+            .args(args)
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", calm.display()))?;
+        let line = first_line(&mut child)?;
+        if !line.starts_with("mounted at ") {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("unexpected first line of calm mount: {line:?}"));
+        }
+        Ok(MountProcess {
+            child,
+            mountpoint: mountpoint.to_path_buf(),
+        })
+    }
+
+    pub fn rss_bytes(&self) -> u64 {
+        rss_bytes(self.child.id())
+    }
+
+    /// SIGTERM (an orderly unmount), and waits for it.
+    pub fn stop(mut self) -> Result<(), String> {
+        terminate(&mut self.child, "calm mount")
+    }
+}
+
+impl Drop for MountProcess {
+    fn drop(&mut self) {
+        let _ = terminate(&mut self.child, "calm mount");
+    }
+}
+
+/// The first line the process prints; the rest is read (and dropped) by a thread, so that
+/// what it prints when it stops finds a reader.
+fn first_line(child: &mut Child) -> Result<String, String> {
+    let mut stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+    let mut line = String::new();
+    stdout
+        .read_line(&mut line)
+        .map_err(|e| format!("reading the first line: {e}"))?;
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    Ok(line)
+}
+
+/// How long a process has to end after SIGTERM before it is killed.
+const STOP_WAIT: Duration = Duration::from_secs(30);
+
+fn terminate(child: &mut Child, what: &str) -> Result<(), String> {
+    if child.try_wait().ok().flatten().is_some() {
+        return Ok(());
+    }
+    // SAFETY: kill(2) on the pid of our own child; no memory is shared.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let started = std::time::Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) if status.success() => return Ok(()),
+            Ok(Some(status)) => return Err(format!("{what} ended with {status}")),
+            Ok(None) if started.elapsed() < STOP_WAIT => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("{what} did not stop within {STOP_WAIT:?}; killed"));
+            }
+        }
+    }
+}
+
+/// VmRSS of process `pid`, in bytes (0 when it cannot be read).
+pub fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|line| {
+                line.strip_prefix("VmRSS:")?
+                    .trim()
+                    .strip_suffix("kB")?
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// Runs `calm ARGS…` to its end and parses what it printed as JSON.
+pub fn calm_json(calm: &Path, args: &[&str]) -> Result<serde_json::Value, String> {
+    let out = Command::new(calm)
+        .args(args)
+        .output()
+        .map_err(|e| format!("running calm {args:?}: {e}"))?;
+    serde_json::from_slice(&out.stdout).map_err(|e| {
+        format!(
+            "calm {args:?} ({}): {e}: {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}

@@ -1,0 +1,94 @@
+//! `calm bench soak` and `calm bench appends`: the flags, wired to `calm_bench::soak` and
+//! `calm_bench::appends`.
+
+use std::path::PathBuf;
+
+use anyhow::{anyhow, bail};
+
+#[derive(Debug, clap::Args)]
+pub struct SoakArgs {
+    /// How long the run lasts, in minutes (each a reporting period).
+    #[arg(long, default_value_t = 30)]
+    minutes: u32,
+    /// Length of a reporting period, in seconds (60: a minute; shorter for a quick look).
+    #[arg(long, default_value_t = 60)]
+    period_s: u64,
+    /// Mounts of the one server, each running every workload.
+    #[arg(long, default_value_t = 2)]
+    mounts: usize,
+    /// The namespace's object store (s3://BUCKET[/PREFIX]?endpoint=URL&region=R, credentials
+    /// from the AWS environment variables); default: a local directory beside the store.
+    #[arg(long)]
+    s3: Option<String>,
+    /// Where the store and the mount points go.
+    #[arg(long, default_value = ".")]
+    dir: PathBuf,
+    #[arg(long)]
+    json: bool,
+    /// An SVG of the figures over the run.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+/// Runs the soak: the table and the report (with `--json`); an error when a check failed.
+pub fn run_soak(
+    args: SoakArgs,
+) -> anyhow::Result<(Vec<String>, Option<calm_bench::soak::SoakReport>)> {
+    let options = calm_bench::soak::SoakOptions {
+        calm: std::env::current_exe()?,
+        dir: args.dir,
+        periods: args.minutes,
+        period: std::time::Duration::from_secs(args.period_s),
+        mounts: args.mounts,
+        objects: args.s3,
+    };
+    let report = calm_bench::soak::run(&options).map_err(|e| anyhow!(e))?;
+    if let Some(path) = &args.plot {
+        calm_bench::soak::plot(&report, path).map_err(|e| anyhow!(e))?;
+    }
+    let lines = report.lines();
+    if !report.ok() {
+        for line in &lines {
+            eprintln!("{line}");
+        }
+        bail!("the soak's checks failed (above)");
+    }
+    Ok((lines, args.json.then_some(report)))
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AppendsArgs {
+    /// Lines one writer appends per round, rounds of each kind of mount, and bytes per line.
+    #[arg(long, default_value_t = 20_000)]
+    lines: u64,
+    #[arg(long, default_value_t = 5)]
+    rounds: u32,
+    #[arg(long, default_value_t = 100)]
+    line_bytes: usize,
+    /// Records each of two mounts appends at once in the tearing check, and bytes per record.
+    #[arg(long, default_value_t = 2_000)]
+    records: u64,
+    #[arg(long, default_value_t = 1_000)]
+    record_bytes: usize,
+    /// Where the store and the mount points go.
+    #[arg(long, default_value = ".")]
+    dir: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run_appends(
+    args: AppendsArgs,
+) -> anyhow::Result<(Vec<String>, Option<calm_bench::appends::AppendsReport>)> {
+    let options = calm_bench::appends::AppendsOptions {
+        calm: std::env::current_exe()?,
+        dir: args.dir,
+        lines: args.lines,
+        rounds: args.rounds,
+        line_bytes: args.line_bytes,
+        records: args.records,
+        record_bytes: args.record_bytes,
+    };
+    let report = calm_bench::appends::run(&options).map_err(|e| anyhow!(e))?;
+    Ok((report.lines(), args.json.then_some(report)))
+}
