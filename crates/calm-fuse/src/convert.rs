@@ -21,6 +21,17 @@ pub(crate) fn errno(e: &MetaError) -> Errno {
     Errno::from_i32(errno)
 }
 
+/// The errno of a request on a node by its number (open, getattr, setattr): one that is gone,
+/// removed through another mount after this mount's kernel looked it up, is stale, as NFS says.
+/// The kernel then looks the path up again and tries once more, so that an open or a stat by
+/// name finds what the name holds now (a file made again under it, or none: ENOENT).
+pub(crate) fn node_errno(e: &MetaError) -> Errno {
+    match e {
+        MetaError::NotFound => Errno::ESTALE,
+        other => errno(other),
+    }
+}
+
 pub(crate) fn time(ns: i64) -> SystemTime {
     if ns >= 0 {
         UNIX_EPOCH + Duration::from_nanos(ns as u64)

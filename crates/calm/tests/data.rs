@@ -812,6 +812,59 @@ for what, call in [('read', lambda: os.pread(fd, 4096, 8000000)),
     );
 }
 
+/// A file replaced by rename on one mount (as editors, package managers and sqlite's journal
+/// do) is opened by its name on another mount, again and again while it is replaced: the name
+/// always holds a file, so no open may fail, though the other mount's kernel still holds the
+/// entry of a file that is gone (the open answers ESTALE to the kernel, which looks the name
+/// up again).
+#[test]
+fn a_name_replaced_on_one_mount_always_opens_on_another() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let server = Server::start(&data);
+    let a = Mount::remote(&server.addr, &[]);
+    let b = Mount::remote(&server.addr, &[]);
+    a.sh_ok("echo 0 > f");
+    const REPLACEMENTS: u32 = 2000;
+    let replace = format!(
+        "import os
+for n in range(1, {REPLACEMENTS} + 1):
+    with open('f.tmp', 'w') as f:
+        f.write(str(n))
+    os.rename('f.tmp', 'f')
+print('replaced', n)"
+    );
+    let open = "import os, time
+failures, opens, last = {}, 0, 0
+started = time.monotonic()
+while last < REPLACEMENTS and time.monotonic() - started < 120:
+    try:
+        with open('f') as f:
+            text = f.read()
+        opens += 1
+        if text:
+            last = max(last, int(text))
+        else:
+            failures['empty'] = failures.get('empty', 0) + 1
+    except OSError as e:
+        failures[str(e.errno)] = failures.get(str(e.errno), 0) + 1
+print('failures', sorted(failures.items()), 'last', last, 'opens', opens)"
+        .replace("REPLACEMENTS", &REPLACEMENTS.to_string());
+    let outs = all_at_once(vec![0, 1], |side| {
+        if side == 0 {
+            a.sh_ok(&format!("python3 -c \"{replace}\""))
+        } else {
+            b.sh_ok(&format!("python3 -c \"{open}\""))
+        }
+    });
+    assert_eq!(outs[0], format!("replaced {REPLACEMENTS}\n"));
+    assert!(
+        outs[1].starts_with(&format!("failures [] last {REPLACEMENTS} opens")),
+        "{}",
+        outs[1]
+    );
+}
+
 /// sqlite's WAL needs memory shared between a database's users, which two mounts do not
 /// share: while a connection on one mount has a WAL database open, a connection on another
 /// fails at once instead of losing committed rows; processes of one mount share it as on a local

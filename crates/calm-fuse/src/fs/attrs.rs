@@ -35,7 +35,7 @@ impl CalmFs {
                                 &file_attr(&attr),
                             );
                         }
-                        None => reply.error(Errno::ENOENT),
+                        None => reply.error(Errno::ESTALE),
                     }
                 }
                 Err(e) => reply.error(errno(&e)),
@@ -91,7 +91,7 @@ impl CalmFs {
                         &file_attr(&attr),
                     );
                 }
-                Err(e) => reply.error(errno(&e)),
+                Err(e) => reply.error(node_errno(&e)),
             }
         });
     }

@@ -38,10 +38,10 @@ impl CalmFs {
                 Err(MetaError::IsDir | MetaError::Invalid(_)) => {
                     match client.getattr(ino.0).await {
                         Ok(attr) => (attr, false),
-                        Err(e) => return reply.error(errno(&e)),
+                        Err(e) => return reply.error(node_errno(&e)),
                     }
                 }
-                Err(e) => return reply.error(errno(&e)),
+                Err(e) => return reply.error(node_errno(&e)),
             };
             if attr.kind == Kind::File && !keep {
                 // Another writer changed it since this mount last saw it: the kernel's pages
