@@ -31,6 +31,10 @@ use calm_meta::{Attr, Handle, MetaError};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
+/// Records of one chunk a file's map keeps in this mount from its own commits before it is
+/// read again from the server (twice what the server keeps once compaction caught up).
+pub const MAP_CHUNK_RECORDS_MAX: usize = 2 * calm_meta::compaction::CHUNK_SLICES_COMPACT_ALWAYS;
+
 /// Blocks uploaded at once by one mount.
 pub const UPLOADS_IN_FLIGHT_MAX: usize = 16;
 /// Object reads in flight for one read request.
@@ -519,6 +523,7 @@ impl Contents {
                 Ok(attr) => {
                     state.data.committed_inline(commit, attr.size);
                     state.cached = Some(version(&attr));
+                    bound_map(state);
                 }
                 // The file's inline bytes are at their limit: as objects, below.
                 Err(MetaError::NotSupported(_)) => {
@@ -594,6 +599,7 @@ impl Contents {
             Ok(attr) => {
                 state.data.committed(n, attr.size);
                 state.cached = Some(version(&attr));
+                bound_map(state);
                 if !sync && self.objects.is_local() {
                     let written = records.iter().map(|(_, s)| s).filter(|s| is_object(s.id));
                     state.unsynced.extend(written.map(|s| (s.id, s.size)));
@@ -736,6 +742,17 @@ async fn sync_objects(objects: &Objects, unsynced: &mut Vec<(u64, u32)>) -> Resu
         unsynced.pop();
     }
     Ok(())
+}
+
+/// After a commit: a file written for long, and never read, would keep every record it
+/// committed in this mount's map while the server compacts its own; past
+/// [`MAP_CHUNK_RECORDS_MAX`] in a chunk, the map is dropped (pending writes stay) and the next
+/// read loads the server's, compacted one.
+fn bound_map(state: &mut FileState) {
+    if !state.data.chunks_over(MAP_CHUNK_RECORDS_MAX).is_empty() {
+        state.data.resized(state.data.committed_size());
+        state.loaded = false;
+    }
 }
 
 /// The errno of an operation on an open file: one that is gone (another mount removed its
