@@ -813,10 +813,12 @@ for what, call in [('read', lambda: os.pread(fd, 4096, 8000000)),
 }
 
 /// A file replaced by rename on one mount (as editors, package managers and sqlite's journal
-/// do) is opened by its name on another mount, again and again while it is replaced: the name
-/// always holds a file, so no open may fail, though the other mount's kernel still holds the
-/// entry of a file that is gone (the open answers ESTALE to the kernel, which looks the name
-/// up again).
+/// do) is opened by its name on another mount, again and again while it is replaced every few
+/// milliseconds: the name always holds a file, so no open may answer ENOENT, though the other
+/// mount's kernel still holds the entry of a file that is gone (the open answers ESTALE to the
+/// kernel, which looks the name up again and opens once more). The kernel retries once: when
+/// the file is replaced again between that lookup and that open, the caller sees ESTALE (as
+/// on NFS), rarely: at most one open in 1 000 here, where it was 0 to 2 in 8 500 in our runs.
 #[test]
 fn a_name_replaced_on_one_mount_always_opens_on_another() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -858,11 +860,25 @@ print('failures', sorted(failures.items()), 'last', last, 'opens', opens)"
         }
     });
     assert_eq!(outs[0], format!("replaced {REPLACEMENTS}\n"));
-    assert!(
-        outs[1].starts_with(&format!("failures [] last {REPLACEMENTS} opens")),
-        "{}",
-        outs[1]
-    );
+    // "failures [('116', N)] last 2000 opens M" (116: ESTALE), or "failures [] last …".
+    let out = outs[1].trim_end();
+    let (failures, rest) = out
+        .strip_prefix("failures [")
+        .and_then(|r| r.split_once("] last "))
+        .unwrap_or_else(|| panic!("{out}"));
+    let opens: u64 = rest
+        .strip_prefix(&format!("{REPLACEMENTS} opens "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the last version read, and the opens: {out}"));
+    let stale: u64 = match failures {
+        "" => 0,
+        _ => failures
+            .strip_prefix(&format!("('{}', ", libc::ESTALE))
+            .and_then(|n| n.strip_suffix(')'))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("opens failed otherwise than ESTALE: {out}")),
+    };
+    assert!(stale * 1000 <= opens, "{out}");
 }
 
 /// sqlite's WAL needs memory shared between a database's users, which two mounts do not
