@@ -49,6 +49,10 @@ impl ServerProcess {
         rss_bytes(self.child.id())
     }
 
+    pub fn anon_bytes(&self) -> u64 {
+        anon_bytes(self.child.id())
+    }
+
     /// SIGTERM, and waits until it has closed its store.
     pub fn stop(mut self) -> Result<(), String> {
         terminate(&mut self.child, "calm serve")
@@ -157,11 +161,21 @@ fn terminate(child: &mut Child, what: &str) -> Result<(), String> {
 
 /// VmRSS of process `pid`, in bytes (0 when it cannot be read).
 pub fn rss_bytes(pid: u32) -> u64 {
+    status_bytes(pid, "VmRSS:")
+}
+
+/// RssAnon of process `pid` (its heap and other memory no file backs), in bytes.
+pub fn anon_bytes(pid: u32) -> u64 {
+    status_bytes(pid, "RssAnon:")
+}
+
+/// A figure in kB of `/proc/PID/status`, in bytes (0 when it cannot be read).
+fn status_bytes(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|status| {
             status.lines().find_map(|line| {
-                line.strip_prefix("VmRSS:")?
+                line.strip_prefix(field)?
                     .trim()
                     .strip_suffix("kB")?
                     .trim()

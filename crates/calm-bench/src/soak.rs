@@ -21,6 +21,9 @@ use serde::Serialize;
 
 use crate::procs::{MountProcess, ServerProcess, calm_json};
 
+mod plot;
+pub use plot::plot;
+
 /// The workloads, in report order.
 pub const WORKLOADS: [&str; 4] = ["append", "fsync-write", "sqlite", "create+unlink"];
 /// Bytes of a log line (every line the same length, its mount and number at its start).
@@ -68,6 +71,9 @@ pub struct PeriodFigures {
     /// The server's high-water mark of records a write left in a chunk, since its start.
     pub records_per_chunk_high: u64,
     pub server_rss_mib: f64,
+    /// The part of the server's resident memory no file backs (its heap; the rest is mostly
+    /// the metadata store's mapped file).
+    pub server_anon_mib: f64,
     pub mount_rss_mib: Vec<f64>,
 }
 
@@ -130,11 +136,12 @@ impl SoakReport {
         ));
         for p in &self.periods {
             lines.push(format!(
-                "{:>6} {:>12} {:>12} {:>12.1} {}",
+                "{:>6} {:>12} {:>12} {:>12.1} {:>12.1} {}",
                 p.period,
                 p.records_per_chunk,
                 p.records_per_chunk_high,
                 p.server_rss_mib,
+                p.server_anon_mib,
                 p.mount_rss_mib
                     .iter()
                     .map(|m| format!("{m:.1}"))
@@ -326,6 +333,7 @@ pub fn run(options: &SoakOptions) -> Result<SoakReport, String> {
             records,
             high,
             server.rss_bytes() as f64 / (1 << 20) as f64,
+            server.anon_bytes() as f64 / (1 << 20) as f64,
             mounts
                 .iter()
                 .map(|m| m.rss_bytes() as f64 / (1 << 20) as f64)
@@ -376,7 +384,7 @@ pub fn run(options: &SoakOptions) -> Result<SoakReport, String> {
         .zip(samples)
         .enumerate()
         .map(
-            |(i, (workloads, (records, high, server_mib, mount_mib)))| PeriodFigures {
+            |(i, (workloads, (records, high, server_mib, server_anon, mount_mib)))| PeriodFigures {
                 period: i as u32 + 1,
                 workloads: workloads
                     .iter()
@@ -396,6 +404,7 @@ pub fn run(options: &SoakOptions) -> Result<SoakReport, String> {
                 records_per_chunk: records,
                 records_per_chunk_high: high,
                 server_rss_mib: server_mib,
+                server_anon_mib: server_anon,
                 mount_rss_mib: mount_mib,
             },
         )
@@ -708,93 +717,4 @@ print(db.execute('PRAGMA integrity_check').fetchone()[0])",
         .and_then(|l| l.parse().ok())
         .ok_or_else(|| format!("sqlite check: {}", String::from_utf8_lossy(&out.stderr)))?;
     Ok((rows, lines.next().unwrap_or("").to_string()))
-}
-
-/// The report's figures over the periods, for `--plot`: operations per second of each workload
-/// against the first period, p99 latencies, and memory.
-pub fn plot(report: &SoakReport, path: &Path) -> Result<(), String> {
-    use crate::plot::{Panel, Series};
-    let minute = |p: &PeriodFigures| f64::from(p.period) * report.period_s / 60.0;
-    let per_workload = |figure: &dyn Fn(&WorkloadFigures) -> f64| -> Vec<Series> {
-        WORKLOADS
-            .iter()
-            .enumerate()
-            .map(|(w, name)| {
-                let points = report
-                    .periods
-                    .iter()
-                    .map(|p| (minute(p), figure(&p.workloads[w])))
-                    .collect();
-                (name.to_string(), points)
-            })
-            .collect()
-    };
-    let mut memory: Vec<Series> = vec![(
-        "server".into(),
-        report
-            .periods
-            .iter()
-            .map(|p| (minute(p), p.server_rss_mib))
-            .collect(),
-    )];
-    for m in 0..report.mounts {
-        memory.push((
-            format!("mount {}", m + 1),
-            report
-                .periods
-                .iter()
-                .map(|p| (minute(p), p.mount_rss_mib.get(m).copied().unwrap_or(0.0)))
-                .collect(),
-        ));
-    }
-    let records: Vec<Series> = vec![
-        (
-            "at the minute's end".into(),
-            report
-                .periods
-                .iter()
-                .map(|p| (minute(p), p.records_per_chunk as f64))
-                .collect(),
-        ),
-        (
-            "most since start".into(),
-            report
-                .periods
-                .iter()
-                .map(|p| (minute(p), p.records_per_chunk_high as f64))
-                .collect(),
-        ),
-    ];
-    let panels = [
-        Panel {
-            y_label: "operations/s, vs the first minute".into(),
-            series: per_workload(&|w| w.ratio_to_first),
-            log_y: false,
-        },
-        Panel {
-            y_label: "p99 latency, ms".into(),
-            series: per_workload(&|w| w.p99_ms),
-            log_y: true,
-        },
-        Panel {
-            y_label: "records in a hot file's chunk".into(),
-            series: records,
-            log_y: false,
-        },
-        Panel {
-            y_label: "resident memory, MiB".into(),
-            series: memory,
-            log_y: false,
-        },
-    ];
-    crate::plot::stacked_svg(
-        path,
-        &format!(
-            "calm soak: {} mounts of one server, {} minutes",
-            report.mounts,
-            report.periods.len() as f64 * report.period_s / 60.0
-        ),
-        "minutes",
-        &panels,
-    )
 }
