@@ -131,8 +131,8 @@ impl SoakReport {
             }
         }
         lines.push(format!(
-            "{:>6} {:>12} {:>12} {:>12} {}",
-            "period", "records/chunk", "(high)", "server MiB", "mounts MiB"
+            "{:>6} {:>12} {:>12} {:>12} {:>12} {}",
+            "period", "records/chunk", "(high)", "server MiB", "(heap)", "mounts MiB"
         ));
         for p in &self.periods {
             lines.push(format!(
