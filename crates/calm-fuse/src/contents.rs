@@ -388,10 +388,7 @@ impl Contents {
         let mut state = file.lock().await;
         self.commit_locked(client, handle, &mut state, false)
             .await?;
-        let inline = self.inline_bytes_max > 0
-            && u64::from(size) <= self.inline_bytes_max
-            && state.data.committed_size() + u64::from(size)
-                <= calm_meta::slices::INLINE_FILE_BYTES_MAX;
+        let inline = self.inline_bytes_max > 0 && u64::from(size) <= self.inline_bytes_max;
         let mut placed = None;
         if inline {
             let id = self.next_ids(1, client).await?[0] | calm_meta::slices::INLINE;

@@ -23,7 +23,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::slices::{CHUNK_SLICES_MAX, Slice};
+use crate::slices::{CHUNK_SLICES_MAX, Slice, is_inline};
 
 /// Records in one chunk past which a write asks for the chunk to be compacted.
 pub const CHUNK_SLICES_COMPACT: usize = 32;
@@ -96,27 +96,64 @@ pub fn hidden(records: &[Slice]) -> Vec<bool> {
 /// `force` (a writer waits for room), the newest records are merged whatever it costs.
 pub fn plan(records: &[Slice], force: bool) -> Option<Plan> {
     let hidden = hidden(records);
-    let visible: Vec<Slice> = records
-        .iter()
-        .zip(&hidden)
-        .filter(|(_, h)| !**h)
-        .map(|(r, _)| *r)
-        .collect();
-    let any_hidden = visible.len() < records.len();
+    let visible = visible(records, &hidden);
     let merge = choose_merge(
         &visible,
         force || records.len() >= CHUNK_SLICES_COMPACT_ALWAYS,
     );
+    plan_with(records, &hidden, merge)
+}
+
+/// The plan that leaves no inline record in the chunk (a chunk the file's end has left:
+/// appends keep their bytes inline in the chunk they land in, and these go into an object
+/// once the file moves on): the newest run of records is merged from the oldest visible
+/// inline record on, or from where [`plan`] would start, whichever is older. `None` when the
+/// chunk holds no inline record.
+pub fn plan_flush(records: &[Slice]) -> Option<Plan> {
+    let hidden = hidden(records);
+    if !records.iter().any(|r| is_inline(r.id)) {
+        return None;
+    }
+    let visible = visible(records, &hidden);
+    let Some(oldest_inline) = visible.iter().position(|r| is_inline(r.id)) else {
+        // Every inline record is hidden: dropping them is the whole plan.
+        return plan_with(records, &hidden, None);
+    };
+    let first = match choose_merge(&visible, true) {
+        Some((first, _, _)) => first.min(oldest_inline),
+        None => oldest_inline,
+    };
+    let (start, end) = visible[first..].iter().fold((u64::MAX, 0), |(s, e), r| {
+        (s.min(u64::from(r.pos)), e.max(r.end()))
+    });
+    plan_with(records, &hidden, Some((first, start, end)))
+}
+
+/// The records of `records` that `hidden` does not mark.
+fn visible(records: &[Slice], hidden: &[bool]) -> Vec<Slice> {
+    records
+        .iter()
+        .zip(hidden)
+        .filter(|(_, h)| !**h)
+        .map(|(r, _)| *r)
+        .collect()
+}
+
+/// The plan that merges the visible records from `merge`'s first index on over its range
+/// (`None`: no merge) and drops hidden records; `None` when it would change nothing.
+fn plan_with(records: &[Slice], hidden: &[bool], merge: Option<(usize, u64, u64)>) -> Option<Plan> {
+    let any_hidden = hidden.iter().any(|h| *h);
     if merge.is_none() && !any_hidden {
         return None;
     }
-    let mut kept = Vec::with_capacity(visible.len());
+    let visible_count = hidden.iter().filter(|h| !**h).count();
+    let mut kept = Vec::with_capacity(visible_count);
     let mut dropped = Vec::new();
-    let (first, range) = merge.map_or((visible.len(), None), |(first, pos, end)| {
+    let (first, range) = merge.map_or((visible_count, None), |(first, pos, end)| {
         (first, Some((pos, end)))
     });
     let mut seen_visible = 0;
-    for (record, hidden) in records.iter().zip(&hidden) {
+    for (record, hidden) in records.iter().zip(hidden) {
         let index = seen_visible;
         if !hidden {
             seen_visible += 1;
@@ -164,7 +201,7 @@ fn choose_merge(visible: &[Slice], whatever_it_costs: bool) -> Option<(usize, u6
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::slices::{HOLE, Source, pieces_in, view};
+    use crate::slices::{HOLE, INLINE, Source, pieces_in, view};
     use proptest::prelude::*;
 
     fn object_byte(id: u64, at: u32) -> u8 {
@@ -271,6 +308,37 @@ mod tests {
                 }
             }
             prop_assert!(kept.next().is_none(), "kept records are read records in order");
+            let mut all: Vec<Slice> = read_records.clone();
+            all.extend_from_slice(&later);
+            let before = read(&all, LEN, None);
+            let (after_records, merged) = apply(&read_records, &later, &plan, 999_999);
+            let after = read(&after_records, LEN, Some((999_999, &merged)));
+            prop_assert_eq!(before, after);
+        }
+
+        /// A flush leaves no inline record of those read, and the chunk reads the same, with
+        /// records added after the read on top.
+        #[test]
+        fn a_flush_leaves_no_inline_record_and_changes_no_byte(
+            read_records in records(1..80),
+            inline in prop::collection::vec(prop::bool::weighted(0.3), 80),
+            later in records(0..5),
+        ) {
+            let read_records: Vec<Slice> = read_records
+                .into_iter()
+                .zip(&inline)
+                .map(|(s, i)| if *i && s.id != HOLE { Slice { id: s.id | INLINE, ..s } } else { s })
+                .collect();
+            let later: Vec<Slice> = later
+                .into_iter()
+                .map(|s| if s.id == HOLE { s } else { Slice { id: s.id + 1000, ..s } })
+                .collect();
+            let Some(plan) = plan_flush(&read_records) else {
+                prop_assert!(read_records.iter().all(|r| !is_inline(r.id)));
+                return Ok(());
+            };
+            prop_assert_eq!(plan.kept.len() + plan.dropped.len(), read_records.len());
+            prop_assert!(plan.kept.iter().all(|r| !is_inline(r.id)), "{:?}", plan);
             let mut all: Vec<Slice> = read_records.clone();
             all.extend_from_slice(&later);
             let before = read(&all, LEN, None);

@@ -91,7 +91,8 @@ impl<S: Store> Meta<S> {
     }
 
     /// The attributes and the slice map of file `handle` from chunk `from_chunk` on, at most
-    /// `max_records` records (and [`MAP_RECORDS_MAX`]; whole chunks, at least one).
+    /// `max_records` records (and [`MAP_RECORDS_MAX`]) and one chunk's worth of inline bytes
+    /// (`INLINE_CHUNK_BYTES_MAX`); whole chunks, at least one.
     pub fn read_map(&self, handle: Handle, from_chunk: u64, max_records: usize) -> Result<FileMap> {
         self.read_map_as(&Caller::default(), handle, from_chunk, max_records)
     }
@@ -122,7 +123,7 @@ impl<S: Store> Meta<S> {
             let max_records = max_records.clamp(1, MAP_RECORDS_MAX);
             let (_, end) = chunk_range(handle);
             let mut chunks = Vec::new();
-            let (mut records, mut more) = (0, false);
+            let (mut records, mut inline_bytes, mut more) = (0, 0u64, false);
             let mut bad = None;
             snap.visit(&chunk_key(handle, from_chunk), &end, &mut |key, value| {
                 if !chunks.is_empty() && records + value.len() / 24 > max_records {
@@ -131,6 +132,15 @@ impl<S: Store> Meta<S> {
                 }
                 match (key_chunk(key), decode_chunk(value)) {
                     (Some(chunk), Ok(slices)) => {
+                        // A page's inline bytes: at most one chunk's worth.
+                        let inline = crate::slices::inline_bytes(&slices);
+                        if !chunks.is_empty()
+                            && inline_bytes + inline > crate::slices::INLINE_CHUNK_BYTES_MAX
+                        {
+                            more = true;
+                            return ControlFlow::Break(());
+                        }
+                        inline_bytes += inline;
                         records += slices.len();
                         chunks.push((chunk, slices));
                         ControlFlow::Continue(())

@@ -24,7 +24,7 @@ use crate::ops::{Ctx, Done, Outcome};
 use crate::slices::{
     CHUNK_BYTES, CHUNK_SLICES_MAX, HOLE, INLINE, INLINE_CHUNK_BYTES_MAX, INLINE_FILE_BYTES_MAX,
     INLINE_SLICE_BYTES_MAX, INLINE_WRITE_BYTES_MAX, SLICE_IDS_PER_ALLOC_MAX, Slice, decode_chunk,
-    encode_chunk, extent, is_inline, split,
+    encode_chunk, extent, inline_bytes, is_inline, split,
 };
 use crate::types::{FILE_SIZE_MAX, Handle, Kind};
 
@@ -199,14 +199,6 @@ fn check_inline(slices: &[(u64, Slice)], inline: &[(u64, Vec<u8>)]) -> Outcome<u
 }
 
 /// Bytes the inline slices named by `records` hold.
-fn inline_bytes(records: &[Slice]) -> u64 {
-    records
-        .iter()
-        .filter(|s| is_inline(s.id))
-        .map(|s| u64::from(s.size))
-        .sum()
-}
-
 pub(crate) fn write<T: WriteTxn>(
     ctx: &mut Ctx<'_, T>,
     handle: Handle,
@@ -342,10 +334,10 @@ pub(crate) fn append<T: WriteTxn>(
         placed.push((chunk, records));
     }
     if let Some(data) = inline {
-        // Where inline bytes may be (one slice, in the file's first chunk, within the file's
-        // inline bytes): else the writer sends an object.
+        // Where appended inline bytes may be (one slice, in one chunk, within the chunk's
+        // inline bytes; any chunk: the compactor moves them into an object once the file's
+        // end has left the chunk): else the writer sends an object.
         let fits = size <= INLINE_SLICE_BYTES_MAX
-            && end <= INLINE_FILE_BYTES_MAX
             && placed.len() == 1
             && inline_bytes(&placed[0].1) <= INLINE_CHUNK_BYTES_MAX;
         if !fits {

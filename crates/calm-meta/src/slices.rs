@@ -41,11 +41,13 @@ pub const INLINE: u64 = 1 << 63;
 pub const INLINE_SLICE_BYTES_MAX: u32 = 64 << 10;
 /// Most inline bytes one write places (all its inline slices together).
 pub const INLINE_WRITE_BYTES_MAX: u64 = 64 << 10;
-/// Inline slices lie in a file's first chunk only (none reaches past this): the inline bytes
-/// of a file are those of one chunk, bounded by [`INLINE_CHUNK_BYTES_MAX`].
+/// Inline slices of writes and compactions lie in a file's first chunk only (none reaches
+/// past this). An append's inline slice may lie in any chunk: the compactor moves the inline
+/// bytes of a chunk the file's end has left into an object
+/// (`crate::compaction::plan_flush`).
 pub const INLINE_FILE_BYTES_MAX: u64 = CHUNK_BYTES;
-/// Most bytes the inline slices of one file may hold together (its first chunk's), so that a
-/// file's map with its inline bytes stays a small message. A write past it places objects.
+/// Most bytes the inline slices of one chunk may hold together, so that a page of a file's
+/// map with its inline bytes stays a small message. A write past it places objects.
 pub const INLINE_CHUNK_BYTES_MAX: u64 = 1 << 20;
 
 const _: () = assert!(INLINE_FILE_BYTES_MAX <= CHUNK_BYTES);
@@ -57,6 +59,15 @@ const _: () = assert!(INLINE_CHUNK_BYTES_MAX <= 2 << 20);
 /// Whether slice id `id` names inline bytes (not an object, not a hole).
 pub fn is_inline(id: u64) -> bool {
     id & INLINE != 0
+}
+
+/// Bytes the inline slices among `records` hold.
+pub fn inline_bytes(records: &[Slice]) -> u64 {
+    records
+        .iter()
+        .filter(|s| is_inline(s.id))
+        .map(|s| u64::from(s.size))
+        .sum()
 }
 
 /// Whether `id` names an object of the object store.

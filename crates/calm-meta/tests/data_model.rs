@@ -44,14 +44,21 @@ enum Step {
     Append {
         len: u64,
     },
+    /// An append with its bytes inline (as an object where the server refuses them, as a
+    /// mount does).
+    InlineAppend {
+        len: u64,
+    },
     Truncate {
         size: u64,
     },
     /// A compaction of every chunk, as the server's compactor makes it (forced: it always
     /// merges); with `between`, a write lands after the compaction read the chunk and before it
-    /// commits, and stays on top.
+    /// commits, and stays on top. With `flush`, of every chunk but the first, the compaction
+    /// that moves the chunk's inline bytes into an object.
     Compact {
         between: Option<(u64, u64)>,
+        flush: bool,
     },
 }
 
@@ -61,8 +68,10 @@ fn step() -> impl Strategy<Value = Step> {
         3 => (0..SPAN, 1..120u64).prop_map(|(at, len)| Step::InlineWrite { at, len }),
         1 => (0..SPAN, 1..120u64).prop_map(|(at, len)| Step::Hole { at, len }),
         2 => (1..150u64).prop_map(|len| Step::Append { len }),
+        2 => (1..150u64).prop_map(|len| Step::InlineAppend { len }),
         1 => (0..SPAN + 100).prop_map(|size| Step::Truncate { size }),
-        1 => prop::option::of((0..SPAN, 1..120u64)).prop_map(|between| Step::Compact { between }),
+        1 => (prop::option::of((0..SPAN, 1..120u64)), any::<bool>())
+            .prop_map(|(between, flush)| Step::Compact { between, flush }),
     ]
 }
 
@@ -210,7 +219,9 @@ fn merged_bytes(
 }
 
 /// The new slice of a compaction merging `[pos, pos + len)` of `chunk`, as the server's
-/// compactor makes it (inline when small at the file's start), and its object when it is one.
+/// compactor makes it (inline when small at the file's start, unless it is a flush), and its
+/// object when it is one.
+#[allow(clippy::too_many_arguments)]
 fn merged(
     runtime: &tokio::runtime::Runtime,
     meta: &Meta<Arc<MemStore>>,
@@ -219,9 +230,11 @@ fn merged(
     chunk: u64,
     pos: u32,
     len: u32,
+    flush: bool,
 ) -> (Slice, Option<Object>) {
     let id = runtime.block_on(meta.alloc_slices(1)).unwrap();
-    let small = len <= INLINE_SLICE_BYTES_MAX
+    let small = !flush
+        && len <= INLINE_SLICE_BYTES_MAX
         && chunk * CHUNK_BYTES + u64::from(pos + len) <= INLINE_FILE_BYTES_MAX;
     let slice = Slice {
         id: if small { id | INLINE } else { id },
@@ -416,6 +429,36 @@ fn run(base: u64, steps: Vec<Step>) -> Result<(), TestCaseError> {
                     .block_on(meta.append(caller.clone(), file, id, len as u32, None))
                     .unwrap();
             }
+            Step::InlineAppend { len } => {
+                let id = runtime.block_on(meta.alloc_slices(1)).unwrap();
+                let bytes = content(id, len);
+                let inline = runtime.block_on(meta.append(
+                    caller.clone(),
+                    file,
+                    id | INLINE,
+                    len as u32,
+                    Some(bytes.clone()),
+                ));
+                match inline {
+                    Ok(_) => {}
+                    // Across a chunk's end: as an object.
+                    Err(MetaError::NotSupported(_)) => {
+                        objects.insert(
+                            id,
+                            Object {
+                                skip: 0,
+                                bytes: bytes.clone(),
+                            },
+                        );
+                        placed.insert(id);
+                        runtime
+                            .block_on(meta.append(caller.clone(), file, id, len as u32, None))
+                            .unwrap();
+                    }
+                    Err(error) => panic!("inline append: {error}"),
+                }
+                model.extend_from_slice(&bytes);
+            }
             Step::Truncate { size } => {
                 model.resize(size as usize, 0);
                 let change = SetAttr {
@@ -424,18 +467,31 @@ fn run(base: u64, steps: Vec<Step>) -> Result<(), TestCaseError> {
                 };
                 runtime.block_on(meta.setattr(file, change)).unwrap();
             }
-            Step::Compact { between } => {
+            Step::Compact { between, flush } => {
                 let map = meta.read_map(file, 0, MAP_RECORDS_MAX).unwrap();
                 for (chunk, _) in map.chunks {
                     let read = meta.read_chunk(file, chunk).unwrap();
-                    let Some(plan) = compaction::plan(&read.records, true) else {
+                    let plan = match flush {
+                        true if chunk == 0 => None,
+                        true => compaction::plan_flush(&read.records),
+                        false => compaction::plan(&read.records, true),
+                    };
+                    let Some(plan) = plan else {
                         continue;
                     };
                     let (slice, inline_bytes) = match plan.merge {
                         None => (None, None),
                         Some((pos, len)) => {
-                            let (slice, object) =
-                                merged(&runtime, &meta, &read.records, &objects, chunk, pos, len);
+                            let (slice, object) = merged(
+                                &runtime,
+                                &meta,
+                                &read.records,
+                                &objects,
+                                chunk,
+                                pos,
+                                len,
+                                flush,
+                            );
                             match object {
                                 Some(object) => {
                                     objects.insert(slice.id, object);
@@ -472,6 +528,11 @@ fn run(base: u64, steps: Vec<Step>) -> Result<(), TestCaseError> {
                             inline_bytes,
                         ))
                         .unwrap();
+                    if flush {
+                        // Writes between are never inline: the flush leaves none.
+                        let after = meta.read_chunk(file, chunk).unwrap();
+                        prop_assert!(after.records.iter().all(|r| !is_inline(r.id)));
+                    }
                 }
             }
         }

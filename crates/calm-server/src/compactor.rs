@@ -9,6 +9,12 @@
 //! written meanwhile stay on top, so writers never starve it. A write refused because its chunk
 //! holds `CHUNK_SLICES_MAX` records waits for a compaction of that chunk and is tried again,
 //! up to [`WRITE_ROOM_WAIT_MAX`]: the writer is slowed, not failed.
+//!
+//! Small appends keep their bytes inline in whatever chunk they land in. Once appends have
+//! moved on to the next chunk, the chunk they left has its inline records merged into an
+//! object (a flush, `calm_meta::compaction::plan_flush`): the metadata store holds the
+//! inline bytes of a file's first chunk and of the chunk its end is in, not of every chunk
+//! a log ever passed through.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +22,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use calm_data::{DataError, Objects};
-use calm_meta::compaction::{CHUNK_SLICES_COMPACT, plan};
+use calm_meta::compaction::{CHUNK_SLICES_COMPACT, plan, plan_flush};
 use calm_meta::slices::{
     BLOCK_BYTES, CHUNK_SLICES_MAX, INLINE, INLINE_FILE_BYTES_MAX, INLINE_SLICE_BYTES_MAX, Piece,
     Slice, Source, blocks, is_inline, pieces_in, view,
@@ -61,13 +67,22 @@ pub struct CompactStats {
 /// A chunk of a file: `(handle, chunk index)`.
 type ChunkId = (u64, u64);
 
+/// A compaction asked for: of chunk `chunk` of file `handle`, to bound its records, or, with
+/// `flush`, to move its inline bytes into an object (the file's end has left the chunk).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Job {
+    handle: u64,
+    chunk: u64,
+    flush: bool,
+}
+
 /// The compactor of one server.
 #[derive(Debug)]
 pub struct Compactor {
     objects: Objects,
-    queue: mpsc::Sender<ChunkId>,
-    /// Chunks in the queue (each once).
-    queued: Mutex<HashSet<ChunkId>>,
+    queue: mpsc::Sender<Job>,
+    /// Jobs in the queue (each once).
+    queued: Mutex<HashSet<Job>>,
     /// One lock per chunk being compacted: a second compaction of it waits for the first.
     running: Mutex<HashMap<ChunkId, Arc<tokio::sync::Mutex<()>>>>,
     wake_deleter: Arc<Notify>,
@@ -121,12 +136,46 @@ impl Compactor {
             self.stats
                 .chunk_records_max
                 .fetch_max(records as u64, Ordering::Relaxed);
-            if records > CHUNK_SLICES_COMPACT
-                && lock(&self.queued).insert((handle, *chunk))
-                && self.queue.try_send((handle, *chunk)).is_err()
-            {
-                lock(&self.queued).remove(&(handle, *chunk));
+            if records > CHUNK_SLICES_COMPACT {
+                self.enqueue(Job {
+                    handle,
+                    chunk: *chunk,
+                    flush: false,
+                });
             }
+        }
+    }
+
+    /// An append placed its bytes in chunk `chunk` of `handle` (where its last byte is): while
+    /// the chunk is young (few records), the chunk before it, which the file's end has left,
+    /// has its inline bytes moved into an object. The first chunk keeps its own: it is the
+    /// head of a small file, where inline bytes belong.
+    pub fn appended<S: Store>(&self, meta: &Meta<S>, handle: u64, chunk: u64) {
+        if chunk < 2
+            || !meta
+                .chunk_record_count(handle, chunk)
+                .is_ok_and(|n| n <= CHUNK_SLICES_COMPACT)
+        {
+            return;
+        }
+        let before = chunk - 1;
+        if meta
+            .read_chunk(handle, before)
+            .is_ok_and(|read| read.records.iter().any(|r| is_inline(r.id)))
+        {
+            self.enqueue(Job {
+                handle,
+                chunk: before,
+                flush: true,
+            });
+        }
+    }
+
+    /// Queues `job` unless it is queued already; dropped when the queue is full (the chunk's
+    /// next write asks again).
+    fn enqueue(&self, job: Job) {
+        if lock(&self.queued).insert(job) && self.queue.try_send(job).is_err() {
+            lock(&self.queued).remove(&job);
         }
     }
 
@@ -163,7 +212,12 @@ impl Compactor {
         let mut result = Ok(false);
         for chunk in chunks {
             let before = self.stats.compacted.load(Ordering::Relaxed);
-            match self.compact(meta, handle, *chunk).await {
+            let job = Job {
+                handle,
+                chunk: *chunk,
+                flush: false,
+            };
+            match self.compact(meta, job).await {
                 Ok(done) => {
                     let any = done || self.stats.compacted.load(Ordering::Relaxed) > before;
                     result = result.map(|earlier| earlier || any);
@@ -181,19 +235,14 @@ impl Compactor {
         result
     }
 
-    /// Compacts chunk `chunk` of `handle` if its records call for it (after any compaction of
-    /// it already running). True when a compaction was committed.
-    pub async fn compact<S: Store>(
-        &self,
-        meta: &Meta<S>,
-        handle: u64,
-        chunk: u64,
-    ) -> Result<bool, MetaError> {
-        let key = (handle, chunk);
+    /// Runs `job` if the chunk's records call for it (after any compaction of the chunk
+    /// already running). True when a compaction was committed.
+    async fn compact<S: Store>(&self, meta: &Meta<S>, job: Job) -> Result<bool, MetaError> {
+        let key = (job.handle, job.chunk);
         let chunk_lock = lock(&self.running).entry(key).or_default().clone();
         let result = {
             let _held = chunk_lock.lock().await;
-            self.compact_alone(meta, handle, chunk).await
+            self.compact_alone(meta, job).await
         };
         {
             let mut running = lock(&self.running);
@@ -217,23 +266,27 @@ impl Compactor {
     }
 
     /// [`Compactor::compact`] with the chunk's lock held.
-    async fn compact_alone<S: Store>(
-        &self,
-        meta: &Meta<S>,
-        handle: u64,
-        chunk: u64,
-    ) -> Result<bool, MetaError> {
-        let mut inline_allowed = true;
+    async fn compact_alone<S: Store>(&self, meta: &Meta<S>, job: Job) -> Result<bool, MetaError> {
+        let Job {
+            handle,
+            chunk,
+            flush,
+        } = job;
+        let mut inline_allowed = !flush;
         for _ in 0..COMPACT_ATTEMPTS_MAX {
             let read = match meta.read_chunk(handle, chunk) {
                 Ok(read) => read,
                 Err(MetaError::NotFound) => return Ok(false),
                 Err(error) => return Err(error),
             };
-            if read.records.len() <= CHUNK_SLICES_COMPACT {
-                return Ok(false);
-            }
-            let Some(plan) = plan(&read.records, false) else {
+            let plan = if flush {
+                plan_flush(&read.records)
+            } else if read.records.len() > CHUNK_SLICES_COMPACT {
+                plan(&read.records, false)
+            } else {
+                None
+            };
+            let Some(plan) = plan else {
                 return Ok(false);
             };
             let new = match plan.merge {
@@ -407,20 +460,21 @@ impl Compactor {
 async fn background<S: Store>(
     compactor: Weak<Compactor>,
     meta: Weak<Meta<S>>,
-    mut queue: mpsc::Receiver<ChunkId>,
+    mut queue: mpsc::Receiver<Job>,
 ) {
     let permits = Arc::new(Semaphore::new(COMPACTIONS_IN_FLIGHT_MAX));
-    while let Some((handle, chunk)) = queue.recv().await {
+    while let Some(job) = queue.recv().await {
         let Ok(permit) = permits.clone().acquire_owned().await else {
             return;
         };
         let (Some(compactor), Some(meta)) = (compactor.upgrade(), meta.upgrade()) else {
             return;
         };
-        lock(&compactor.queued).remove(&(handle, chunk));
+        lock(&compactor.queued).remove(&job);
         tokio::spawn(async move {
             let _permit = permit;
-            if let Err(error) = compactor.compact(&meta, handle, chunk).await {
+            if let Err(error) = compactor.compact(&meta, job).await {
+                let Job { handle, chunk, .. } = job;
                 tracing::warn!(handle, chunk, %error, "compacting a chunk");
             }
         });

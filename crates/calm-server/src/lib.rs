@@ -725,10 +725,17 @@ impl<S: Store> MetaRpc for MetaService<S> {
                 .collect(),
             Err(_) => Vec::new(),
         };
-        let result = self
-            .apply_with_room(caller, op, id, handle, 1, at_end)
-            .await;
-        self.mutated(attr(done_to_attr(result)))
+        let result = done_to_attr(
+            self.apply_with_room(caller, op, id, handle, 1, at_end)
+                .await,
+        );
+        if let (Ok(attr), Some(data)) = (&result, &self.data)
+            && attr.size > 0
+        {
+            let last = (attr.size - 1) / calm_meta::slices::CHUNK_BYTES;
+            data.compactor.appended(&self.meta, handle, last);
+        }
+        self.mutated(attr(result))
     }
 
     async fn alloc_slices(

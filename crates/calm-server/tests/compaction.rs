@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use calm_data::Objects;
 use calm_meta::compaction::CHUNK_SLICES_COMPACT_ALWAYS;
-use calm_meta::slices::{CHUNK_SLICES_MAX, INLINE, Slice, Source, is_inline, pieces_in, view};
+use calm_meta::slices::{
+    CHUNK_BYTES, CHUNK_SLICES_MAX, INLINE, Slice, Source, is_inline, pieces_in, view,
+};
 use calm_meta::{Caller, MAP_RECORDS_MAX, Meta, MetaError, MetaOptions, ROOT};
 use calm_proto::pb;
 use calm_store::mem::MemStore;
@@ -147,17 +149,28 @@ impl Fixture {
 
     /// The file's bytes, read through its map, its inline bytes and the object store.
     async fn read(&self, file: u64) -> Vec<u8> {
-        let map = self.meta.read_map(file, 0, MAP_RECORDS_MAX).unwrap();
+        self.read_from(file, 0).await
+    }
+
+    /// The file's bytes from byte `from` (a multiple of the chunk size) on.
+    async fn read_from(&self, file: u64, from: u64) -> Vec<u8> {
+        assert_eq!(from % CHUNK_BYTES, 0);
+        let map = self
+            .meta
+            .read_map(file, from / CHUNK_BYTES, MAP_RECORDS_MAX)
+            .unwrap();
         assert!(!map.more);
         let inline: HashMap<u64, Vec<u8>> = map.inline.into_iter().collect();
-        let mut out = vec![0u8; map.attr.size as usize];
+        let mut out = vec![0u8; (map.attr.size - from) as usize];
         for (chunk, records) in &map.chunks {
-            assert_eq!(*chunk, 0, "everything here lies in the first chunk");
-            for piece in pieces_in(&view(records), 0, map.attr.size as u32) {
+            let base = chunk * CHUNK_BYTES - from;
+            let end = (map.attr.size - chunk * CHUNK_BYTES).min(CHUNK_BYTES) as u32;
+            for piece in pieces_in(&view(records), 0, end) {
                 let Source::Object { id, size, off } = piece.source else {
                     continue;
                 };
-                let at = piece.pos as usize..(piece.pos + piece.len) as usize;
+                let at = (base + u64::from(piece.pos)) as usize
+                    ..(base + u64::from(piece.pos + piece.len)) as usize;
                 if is_inline(id) {
                     out[at].copy_from_slice(&inline[&id][off as usize..][..piece.len as usize]);
                 } else {
@@ -171,6 +184,11 @@ impl Fixture {
 
     fn records(&self, file: u64) -> usize {
         self.meta.chunk_record_count(file, 0).unwrap()
+    }
+
+    fn inline_records(&self, file: u64, chunk: u64) -> usize {
+        let read = self.meta.read_chunk(file, chunk).unwrap();
+        read.records.iter().filter(|r| is_inline(r.id)).count()
     }
 }
 
@@ -312,4 +330,53 @@ async fn writers_that_never_pause_never_starve_the_compactor() {
     }
     assert!(f.records(file) <= CHUNK_SLICES_COMPACT_ALWAYS);
     assert_eq!(f.read(file).await, model);
+}
+
+/// A log appended line by line across chunks: each line lands inline in the chunk the file's
+/// end is in (the appends that cross a chunk's end go as objects), and the chunk the log has
+/// left has its inline bytes moved into an object, so the metadata store does not keep the
+/// inline bytes of every chunk a log passed through. The log reads as appended throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_the_log_has_left_keeps_no_inline_bytes() {
+    let f = fixture().await;
+    let file = f.meta.create(ROOT, b"log", 0o644).await.unwrap().handle;
+    // The log's end 6 000 bytes before the end of its second chunk.
+    let start = 2 * CHUNK_BYTES - 6_000;
+    f.meta
+        .setattr(
+            file,
+            calm_meta::SetAttr {
+                size: Some(start),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    const LINES: u64 = 1_500;
+    let first = f.ids(LINES).await;
+    let mut model = vec![0u8; (start - CHUNK_BYTES) as usize];
+    for i in 0..LINES {
+        let line = bytes_of(i, 10 + i as usize % 21);
+        model.extend_from_slice(&line);
+        f.append(file, first + i, line)
+            .await
+            .unwrap_or_else(|e| panic!("line {i}: {e}"));
+    }
+    assert!(
+        f.inline_records(file, 2) > 0,
+        "lines of the third chunk are inline"
+    );
+    let mut waited = 0;
+    while f.inline_records(file, 1) > 0 && waited < 100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    assert_eq!(
+        f.inline_records(file, 1),
+        0,
+        "the chunk the log left keeps inline records"
+    );
+    assert_eq!(f.read_from(file, CHUNK_BYTES).await, model);
+    let status = f.status().await;
+    assert_eq!(status.compaction_failures, 0, "{status:?}");
 }
