@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Backend, Mount, Server, all_at_once, python_in};
+use common::{Backend, Mount, Server, all_at_once, calm_json_env, python_in};
 
 /// The most records a chunk keeps once the compactor has caught up
 /// (`calm_meta::compaction::CHUNK_SLICES_COMPACT_ALWAYS`).
@@ -35,21 +35,6 @@ fn path(mount: &Mount, name: &str) -> String {
     mount.mnt.join(name).to_str().expect("utf-8").to_string()
 }
 
-fn calm_json(args: &[&str], env: &[(String, String)]) -> serde_json::Value {
-    let out = std::process::Command::new(common::CALM)
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .output()
-        .expect("run calm");
-    assert!(
-        out.status.success(),
-        "calm {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("json")
-}
-
 /// Stops the mounts and the server, then checks the store offline: clean, every chunk within
 /// the compactor's bound, and no object that nothing names.
 fn check_store(tmp: &tempfile::TempDir, backend: &Backend, server: Server, mounts: Vec<Mount>) {
@@ -61,7 +46,7 @@ fn check_store(tmp: &tempfile::TempDir, backend: &Backend, server: Server, mount
     assert!(status.success(), "server: {status} {rest}");
     let data = common::data_dir(tmp);
     let data = data.to_str().expect("utf-8");
-    let fsck = calm_json(&["fsck", data, "--json"], &backend.env());
+    let fsck = calm_json_env(&["fsck", data, "--json"], &backend.env());
     assert_eq!(fsck["clean"], true, "{fsck}");
     let records = fsck["slice_records_per_chunk_max"]
         .as_u64()
@@ -70,7 +55,7 @@ fn check_store(tmp: &tempfile::TempDir, backend: &Backend, server: Server, mount
         records <= RECORDS_PER_CHUNK_BOUND,
         "a chunk holds {records} records: {fsck}"
     );
-    let gc = calm_json(&["gc", data, "--grace-s", "0", "--json"], &backend.env());
+    let gc = calm_json_env(&["gc", data, "--grace-s", "0", "--json"], &backend.env());
     assert_eq!(gc["leaked"], 0, "objects no file names: {gc}");
     assert_eq!(gc["unfinished"], 0, "unfinished writes: {gc}");
     assert_eq!(gc["missing"], 0, "{gc}");

@@ -98,6 +98,66 @@ pub fn calm(args: &[&str]) -> Output {
     Command::new(CALM).args(args).output().expect("run calm")
 }
 
+/// Runs `calm ARGS…` (with `env` added to its environment), which must succeed, and reads
+/// its standard output as JSON.
+pub fn calm_json_env(args: &[&str], env: &[(String, String)]) -> serde_json::Value {
+    let out = Command::new(CALM)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("run calm");
+    assert!(
+        out.status.success(),
+        "calm {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// [`calm_json_env`] with the test's own environment.
+pub fn calm_json(args: &[&str]) -> serde_json::Value {
+    calm_json_env(args, &[])
+}
+
+/// Every file under `dir`, sorted.
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A python program run in `mount`'s namespace, in its mount point (`$MNT`), its output read
+/// line by line.
+pub fn spawn_in(mount: &Mount, program: &str) -> (Child, std::io::Lines<BufReader<ChildStdout>>) {
+    let mut child = Command::new("nsenter")
+        .args([
+            "-t",
+            &mount.pid().to_string(),
+            "-m",
+            "--",
+            "python3",
+            "-c",
+            program,
+        ])
+        .current_dir("/")
+        .env("MNT", &mount.mnt)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn python3");
+    let lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+    (child, lines)
+}
+
 pub fn data_dir(tmp: &tempfile::TempDir) -> PathBuf {
     tmp.path().join("data")
 }
