@@ -252,6 +252,38 @@ mod tests {
 
     const LEN: u32 = 512;
 
+    /// `records` as records added after a compaction read the chunk (ids none of it has).
+    fn added_later(records: Vec<Slice>) -> Vec<Slice> {
+        records
+            .into_iter()
+            .map(|s| {
+                if s.id == HOLE {
+                    s
+                } else {
+                    Slice {
+                        id: s.id + 1000,
+                        ..s
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// What the chunk reads before `plan` is applied to `read_records`, and after (`later`
+    /// added meanwhile on top both times).
+    fn read_before_and_after(
+        read_records: &[Slice],
+        later: &[Slice],
+        plan: &Plan,
+    ) -> (Vec<u8>, Vec<u8>) {
+        let mut all: Vec<Slice> = read_records.to_vec();
+        all.extend_from_slice(later);
+        let before = read(&all, LEN, None);
+        let (after_records, merged) = apply(read_records, later, plan, 999_999);
+        let after = read(&after_records, LEN, Some((999_999, &merged)));
+        (before, after)
+    }
+
     fn record(id: u64, pos: u32, len: u32, off: u32, hole: bool) -> Slice {
         let len = len.min(LEN - pos).max(1);
         if hole {
@@ -290,10 +322,7 @@ mod tests {
             later in records(0..5),
             force in any::<bool>(),
         ) {
-            let later: Vec<Slice> = later
-                .into_iter()
-                .map(|s| if s.id == HOLE { s } else { Slice { id: s.id + 1000, ..s } })
-                .collect();
+            let later = added_later(later);
             let Some(plan) = plan(&read_records, force) else {
                 prop_assert!(!force, "a forced plan always merges");
                 prop_assert!(hidden(&read_records).iter().all(|h| !h));
@@ -308,11 +337,7 @@ mod tests {
                 }
             }
             prop_assert!(kept.next().is_none(), "kept records are read records in order");
-            let mut all: Vec<Slice> = read_records.clone();
-            all.extend_from_slice(&later);
-            let before = read(&all, LEN, None);
-            let (after_records, merged) = apply(&read_records, &later, &plan, 999_999);
-            let after = read(&after_records, LEN, Some((999_999, &merged)));
+            let (before, after) = read_before_and_after(&read_records, &later, &plan);
             prop_assert_eq!(before, after);
         }
 
@@ -329,21 +354,14 @@ mod tests {
                 .zip(&inline)
                 .map(|(s, i)| if *i && s.id != HOLE { Slice { id: s.id | INLINE, ..s } } else { s })
                 .collect();
-            let later: Vec<Slice> = later
-                .into_iter()
-                .map(|s| if s.id == HOLE { s } else { Slice { id: s.id + 1000, ..s } })
-                .collect();
+            let later = added_later(later);
             let Some(plan) = plan_flush(&read_records) else {
                 prop_assert!(read_records.iter().all(|r| !is_inline(r.id)));
                 return Ok(());
             };
             prop_assert_eq!(plan.kept.len() + plan.dropped.len(), read_records.len());
             prop_assert!(plan.kept.iter().all(|r| !is_inline(r.id)), "{:?}", plan);
-            let mut all: Vec<Slice> = read_records.clone();
-            all.extend_from_slice(&later);
-            let before = read(&all, LEN, None);
-            let (after_records, merged) = apply(&read_records, &later, &plan, 999_999);
-            let after = read(&after_records, LEN, Some((999_999, &merged)));
+            let (before, after) = read_before_and_after(&read_records, &later, &plan);
             prop_assert_eq!(before, after);
         }
 
