@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use calm_data::{DataError, Objects};
 use calm_meta::compaction::{CHUNK_SLICES_COMPACT, plan, plan_flush};
 use calm_meta::slices::{
-    BLOCK_BYTES, CHUNK_SLICES_MAX, INLINE, INLINE_FILE_BYTES_MAX, INLINE_SLICE_BYTES_MAX, Piece,
-    Slice, Source, blocks, is_inline, pieces_in, view,
+    BLOCK_BYTES, CHUNK_BYTES, CHUNK_SLICES_MAX, INLINE, INLINE_FILE_BYTES_MAX,
+    INLINE_SLICE_BYTES_MAX, Piece, Slice, Source, blocks, is_inline, pieces_in, view,
 };
 use calm_meta::{Meta, MetaError};
 use calm_store::Store;
@@ -146,16 +146,14 @@ impl Compactor {
         }
     }
 
-    /// An append placed its bytes in chunk `chunk` of `handle` (where its last byte is): while
-    /// the chunk is young (few records), the chunk before it, which the file's end has left,
-    /// has its inline bytes moved into an object. The first chunk keeps its own: it is the
-    /// head of a small file, where inline bytes belong.
-    pub fn appended<S: Store>(&self, meta: &Meta<S>, handle: u64, chunk: u64) {
-        if chunk < 2
-            || !meta
-                .chunk_record_count(handle, chunk)
-                .is_ok_and(|n| n <= CHUNK_SLICES_COMPACT)
-        {
+    /// An append placed its bytes at `[start, end)` of `handle`: when they are the first of
+    /// a chunk, the chunk before it, which the file's end has left, has its inline bytes moved
+    /// into an object. The first chunk keeps its own: it is the head of a small file, where
+    /// inline bytes belong.
+    pub fn appended<S: Store>(&self, meta: &Meta<S>, handle: u64, start: u64, end: u64) {
+        let chunk = end.saturating_sub(1) / CHUNK_BYTES;
+        let opens_chunk = start / CHUNK_BYTES != chunk || start.is_multiple_of(CHUNK_BYTES);
+        if chunk < 2 || !opens_chunk {
             return;
         }
         let before = chunk - 1;

@@ -729,11 +729,10 @@ impl<S: Store> MetaRpc for MetaService<S> {
             self.apply_with_room(caller, op, id, handle, 1, at_end)
                 .await,
         );
-        if let (Ok(attr), Some(data)) = (&result, &self.data)
-            && attr.size > 0
-        {
-            let last = (attr.size - 1) / calm_meta::slices::CHUNK_BYTES;
-            data.compactor.appended(&self.meta, handle, last);
+        if let (Ok(attr), Some(data)) = (&result, &self.data) {
+            let start = attr.size.saturating_sub(u64::from(size));
+            data.compactor
+                .appended(&self.meta, handle, start, attr.size);
         }
         self.mutated(attr(result))
     }
