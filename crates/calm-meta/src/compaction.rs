@@ -107,8 +107,8 @@ pub fn plan(records: &[Slice], force: bool) -> Option<Plan> {
 /// The plan that leaves no inline record in the chunk (a chunk the file's end has left:
 /// appends keep their bytes inline in the chunk they land in, and these go into an object
 /// once the file moves on): the newest run of records is merged from the oldest visible
-/// inline record on, or from where [`plan`] would start, whichever is older. `None` when the
-/// chunk holds no inline record.
+/// inline record on (for a log, its last lines: the chunk's older merged slices stay as
+/// they are). `None` when the chunk holds no inline record.
 pub fn plan_flush(records: &[Slice]) -> Option<Plan> {
     let hidden = hidden(records);
     if !records.iter().any(|r| is_inline(r.id)) {
@@ -119,10 +119,7 @@ pub fn plan_flush(records: &[Slice]) -> Option<Plan> {
         // Every inline record is hidden: dropping them is the whole plan.
         return plan_with(records, &hidden, None);
     };
-    let first = match choose_merge(&visible, true) {
-        Some((first, _, _)) => first.min(oldest_inline),
-        None => oldest_inline,
-    };
+    let first = oldest_inline;
     let (start, end) = visible[first..].iter().fold((u64::MAX, 0), |(s, e), r| {
         (s.min(u64::from(r.pos)), e.max(r.end()))
     });
