@@ -410,24 +410,6 @@ impl Compactor {
             }
             Err(error) => return Err(error),
         };
-        // (where in the range, object, its size, from where, how many bytes)
-        let reads: Vec<(u32, u64, u32, u32, u32)> = pieces
-            .iter()
-            .filter_map(|piece| match piece.source {
-                Source::Object { id, size, off } if !is_inline(id) => {
-                    Some((piece.pos - from, id, size, off, piece.len))
-                }
-                _ => None,
-            })
-            .collect();
-        let objects = &self.objects;
-        let fetched: Vec<_> = futures::stream::iter(reads)
-            .map(|(at, id, size, off, n)| async move {
-                objects.read(id, size, off, n).await.map(|b| (at, b))
-            })
-            .buffer_unordered(COMPACT_READS_IN_FLIGHT_MAX)
-            .collect()
-            .await;
         let mut data = vec![0u8; len as usize];
         for piece in &pieces {
             if let Source::Object { id, off, .. } = piece.source
@@ -445,13 +427,86 @@ impl Compactor {
                 data[at..at + bytes.len()].copy_from_slice(bytes);
             }
         }
-        for read in fetched {
-            let (at, bytes) = read.map_err(data_error)?;
-            let at = at as usize;
-            data[at..at + bytes.len()].copy_from_slice(&bytes);
+        let objects = &self.objects;
+        let mut fetched = futures::stream::iter(object_reads(&pieces, from))
+            .map(|read| async move {
+                objects
+                    .read(read.id, read.size, read.off, read.len)
+                    .await
+                    .map(|bytes| (read, bytes))
+            })
+            .buffer_unordered(COMPACT_READS_IN_FLIGHT_MAX);
+        // Each read is copied into place as it comes: what is held is the reads in flight.
+        while let Some(done) = fetched.next().await {
+            let (read, bytes) = done.map_err(data_error)?;
+            for (at, skip, n) in read.parts {
+                let (at, skip, n) = (at as usize, skip as usize, n as usize);
+                data[at..at + n].copy_from_slice(&bytes[skip..skip + n]);
+            }
         }
         Ok(data)
     }
+}
+
+/// Bytes a read of one object may fetch beyond twice the bytes it uses: about what the object
+/// store's checksummed pieces add to any read.
+const READ_SLACK_BYTES: u64 = 64 << 10;
+
+/// One object read of a compaction's fill: `len` bytes of object `id` (of `size`) from `off`,
+/// and where its parts go: `(where in the range, where in the read, how many bytes)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ObjectRead {
+    id: u64,
+    size: u32,
+    off: u32,
+    len: u32,
+    parts: Vec<(u32, u32, u32)>,
+}
+
+/// The object reads that fill a range starting at chunk position `from` from its visible
+/// `pieces`: the pieces of one object are read at once when the span they cover is at most
+/// twice their bytes (plus [`READ_SLACK_BYTES`]), so an older merged slice seen through the
+/// gaps between many small writes is read once, not once per gap, and no read fetches much
+/// more than it uses.
+fn object_reads(pieces: &[Piece], from: u32) -> Vec<ObjectRead> {
+    /// An object's size, and its pieces: (where in the range, where in the object, bytes).
+    type Pieces = (u32, Vec<(u32, u32, u32)>);
+    let mut by_object: std::collections::BTreeMap<u64, Pieces> = Default::default();
+    for piece in pieces {
+        if let Source::Object { id, size, off } = piece.source
+            && !is_inline(id)
+        {
+            let entry = by_object.entry(id).or_insert((size, Vec::new()));
+            entry.1.push((piece.pos - from, off, piece.len));
+        }
+    }
+    let mut out = Vec::new();
+    for (id, (size, parts)) in by_object {
+        let lo = parts.iter().map(|p| p.1).min().unwrap_or(0);
+        let hi = parts.iter().map(|p| p.1 + p.2).max().unwrap_or(0);
+        let used: u64 = parts.iter().map(|p| u64::from(p.2)).sum();
+        if u64::from(hi - lo) <= 2 * used + READ_SLACK_BYTES {
+            out.push(ObjectRead {
+                id,
+                size,
+                off: lo,
+                len: hi - lo,
+                parts: parts
+                    .iter()
+                    .map(|(at, off, n)| (*at, off - lo, *n))
+                    .collect(),
+            });
+        } else {
+            out.extend(parts.iter().map(|(at, off, n)| ObjectRead {
+                id,
+                size,
+                off: *off,
+                len: *n,
+                parts: vec![(*at, 0, *n)],
+            }));
+        }
+    }
+    out
 }
 
 /// Takes queued chunks and compacts them, [`COMPACTIONS_IN_FLIGHT_MAX`] at once.
@@ -476,5 +531,88 @@ async fn background<S: Store>(
                 tracing::warn!(handle, chunk, %error, "compacting a chunk");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use calm_meta::slices::view;
+    use proptest::prelude::*;
+
+    fn byte(id: u64, at: u32) -> u8 {
+        (id.wrapping_mul(31).wrapping_add(u64::from(at)) % 251) as u8 + 1
+    }
+
+    proptest! {
+        /// Reads planned for a range fill it exactly as one read per piece would, and fetch
+        /// from each object at most twice the bytes used from it plus the slack.
+        #[test]
+        fn object_reads_fill_the_range_and_fetch_little_more_than_they_use(
+            raw in prop::collection::vec((0u32..4000, 1u32..600, 0u64..4, 0u32..50), 1..60),
+            from in 0u32..2000,
+        ) {
+            const LEN: u32 = 2000;
+            let records: Vec<Slice> = raw
+                .iter()
+                .map(|(pos, len, id, off)| Slice {
+                    // Ids 1..=4: several records of one object, at offsets of their own.
+                    id: id + 1,
+                    size: 10_000,
+                    off: *off + pos,
+                    len: *len,
+                    pos: *pos,
+                })
+                .collect();
+            let pieces = pieces_in(&view(&records), from, from + LEN);
+            let mut want = vec![0u8; LEN as usize];
+            let mut used: HashMap<u64, u64> = HashMap::new();
+            for piece in &pieces {
+                if let Source::Object { id, off, .. } = piece.source {
+                    for i in 0..piece.len {
+                        want[(piece.pos - from + i) as usize] = byte(id, off + i);
+                    }
+                    *used.entry(id).or_default() += u64::from(piece.len);
+                }
+            }
+            let mut got = vec![0u8; LEN as usize];
+            let mut fetched: HashMap<u64, u64> = HashMap::new();
+            for read in object_reads(&pieces, from) {
+                *fetched.entry(read.id).or_default() += u64::from(read.len);
+                for (at, skip, n) in read.parts {
+                    prop_assert!(skip + n <= read.len);
+                    for i in 0..n {
+                        got[(at + i) as usize] = byte(read.id, read.off + skip + i);
+                    }
+                }
+            }
+            prop_assert_eq!(got, want);
+            for (id, bytes) in fetched {
+                prop_assert!(bytes <= 2 * used[&id] + READ_SLACK_BYTES, "object {}", id);
+            }
+        }
+    }
+
+    /// An object seen through a hundred small gaps is read once.
+    #[test]
+    fn an_object_seen_through_many_gaps_is_read_once() {
+        let mut records = vec![Slice {
+            id: 1,
+            size: 1 << 20,
+            off: 0,
+            len: 1 << 20,
+            pos: 0,
+        }];
+        records.extend((0..100).map(|i| Slice {
+            id: 100 + i,
+            size: 100,
+            off: 0,
+            len: 100,
+            pos: i as u32 * 10_000,
+        }));
+        let pieces = pieces_in(&view(&records), 0, 1 << 20);
+        let reads = object_reads(&pieces, 0);
+        assert_eq!(reads.iter().filter(|r| r.id == 1).count(), 1);
+        assert_eq!(reads.len(), 101);
     }
 }
