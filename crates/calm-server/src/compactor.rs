@@ -5,7 +5,9 @@
 //! A write that leaves a chunk past [`CHUNK_SLICES_COMPACT`] records queues it; compactions
 //! run in the background, [`COMPACTIONS_IN_FLIGHT_MAX`] at once, one at a time per chunk. A
 //! compaction reads the chunk's records, writes the new slice block by block (at most one
-//! block of [`BLOCK_BYTES`] in memory), and commits it over the records it read: records
+//! block of [`BLOCK_BYTES`] in memory, and the object reads that fill it in flight, each
+//! object read once per block where its visible pieces are dense), and commits it over the
+//! records it read: records
 //! written meanwhile stay on top, so writers never starve it. A write refused because its chunk
 //! holds `CHUNK_SLICES_MAX` records waits for a compaction of that chunk and is tried again,
 //! up to [`WRITE_ROOM_WAIT_MAX`]: the writer is slowed, not failed.
