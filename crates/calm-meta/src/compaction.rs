@@ -119,11 +119,12 @@ pub fn plan_flush(records: &[Slice]) -> Option<Plan> {
         // Every inline record is hidden: dropping them is the whole plan.
         return plan_with(records, &hidden, None);
     };
-    let first = oldest_inline;
-    let (start, end) = visible[first..].iter().fold((u64::MAX, 0), |(s, e), r| {
-        (s.min(u64::from(r.pos)), e.max(r.end()))
-    });
-    plan_with(records, &hidden, Some((first, start, end)))
+    let (start, end) = visible[oldest_inline..]
+        .iter()
+        .fold((u64::MAX, 0), |(s, e), r| {
+            (s.min(u64::from(r.pos)), e.max(r.end()))
+        });
+    plan_with(records, &hidden, Some((oldest_inline, start, end)))
 }
 
 /// The records of `records` that `hidden` does not mark.
