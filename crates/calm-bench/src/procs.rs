@@ -109,6 +109,11 @@ impl MountProcess {
         rss_bytes(self.child.id())
     }
 
+    /// The part of [`MountProcess::rss_bytes`] no file backs (heap, stacks).
+    pub fn anon_bytes(&self) -> u64 {
+        anon_bytes(self.child.id())
+    }
+
     /// SIGTERM (an orderly unmount), and waits for it.
     pub fn stop(mut self) -> Result<(), String> {
         terminate(&mut self.child, "calm mount")

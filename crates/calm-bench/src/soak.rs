@@ -75,6 +75,9 @@ pub struct PeriodFigures {
     /// the metadata store's mapped file).
     pub server_anon_mib: f64,
     pub mount_rss_mib: Vec<f64>,
+    /// The part of each mount's resident memory no file backs (its heap; the rest is mostly
+    /// the program's own code, paged in as it is used).
+    pub mount_anon_mib: Vec<f64>,
 }
 
 /// What the end-of-run checks found.
@@ -131,22 +134,26 @@ impl SoakReport {
             }
         }
         lines.push(format!(
-            "{:>6} {:>12} {:>12} {:>12} {:>12} {}",
-            "period", "records/chunk", "(high)", "server MiB", "(heap)", "mounts MiB"
+            "{:>6} {:>12} {:>12} {:>12} {:>12} {} {}",
+            "period", "records/chunk", "(high)", "server MiB", "(heap)", "mounts MiB", "(heap)"
         ));
+        let mibs = |figures: &[f64]| {
+            figures
+                .iter()
+                .map(|m| format!("{m:.1}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         for p in &self.periods {
             lines.push(format!(
-                "{:>6} {:>12} {:>12} {:>12.1} {:>12.1} {}",
+                "{:>6} {:>12} {:>12} {:>12.1} {:>12.1} {} ({})",
                 p.period,
                 p.records_per_chunk,
                 p.records_per_chunk_high,
                 p.server_rss_mib,
                 p.server_anon_mib,
-                p.mount_rss_mib
-                    .iter()
-                    .map(|m| format!("{m:.1}"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
+                mibs(&p.mount_rss_mib),
+                mibs(&p.mount_anon_mib),
             ));
         }
         let c = &self.checks;
@@ -338,6 +345,10 @@ pub fn run(options: &SoakOptions) -> Result<SoakReport, String> {
                 .iter()
                 .map(|m| m.rss_bytes() as f64 / (1 << 20) as f64)
                 .collect::<Vec<_>>(),
+            mounts
+                .iter()
+                .map(|m| m.anon_bytes() as f64 / (1 << 20) as f64)
+                .collect::<Vec<_>>(),
         ));
         bar.inc(1);
     }
@@ -384,28 +395,31 @@ pub fn run(options: &SoakOptions) -> Result<SoakReport, String> {
         .zip(samples)
         .enumerate()
         .map(
-            |(i, (workloads, (records, high, server_mib, server_anon, mount_mib)))| PeriodFigures {
-                period: i as u32 + 1,
-                workloads: workloads
-                    .iter()
-                    .enumerate()
-                    .map(|(w, h)| {
-                        let ops_per_s = h.total as f64 / seconds;
-                        WorkloadFigures {
-                            workload: WORKLOADS[w],
-                            ops: h.total,
-                            ops_per_s,
-                            ratio_to_first: ops_per_s / first[w].max(1e-9),
-                            p50_ms: h.quantile_ms(0.5),
-                            p99_ms: h.quantile_ms(0.99),
-                        }
-                    })
-                    .collect(),
-                records_per_chunk: records,
-                records_per_chunk_high: high,
-                server_rss_mib: server_mib,
-                server_anon_mib: server_anon,
-                mount_rss_mib: mount_mib,
+            |(i, (workloads, (records, high, server_mib, server_anon, mount_mib, mount_anon)))| {
+                PeriodFigures {
+                    period: i as u32 + 1,
+                    workloads: workloads
+                        .iter()
+                        .enumerate()
+                        .map(|(w, h)| {
+                            let ops_per_s = h.total as f64 / seconds;
+                            WorkloadFigures {
+                                workload: WORKLOADS[w],
+                                ops: h.total,
+                                ops_per_s,
+                                ratio_to_first: ops_per_s / first[w].max(1e-9),
+                                p50_ms: h.quantile_ms(0.5),
+                                p99_ms: h.quantile_ms(0.99),
+                            }
+                        })
+                        .collect(),
+                    records_per_chunk: records,
+                    records_per_chunk_high: high,
+                    server_rss_mib: server_mib,
+                    server_anon_mib: server_anon,
+                    mount_rss_mib: mount_mib,
+                    mount_anon_mib: mount_anon,
+                }
             },
         )
         .collect();

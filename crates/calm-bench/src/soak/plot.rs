@@ -48,6 +48,14 @@ pub fn plot(report: &SoakReport, path: &Path) -> Result<(), String> {
                 .map(|p| (minute(p), p.mount_rss_mib.get(m).copied().unwrap_or(0.0)))
                 .collect(),
         ));
+        memory.push((
+            format!("mount {}, heap", m + 1),
+            report
+                .periods
+                .iter()
+                .map(|p| (minute(p), p.mount_anon_mib.get(m).copied().unwrap_or(0.0)))
+                .collect(),
+        ));
     }
     let records: Vec<Series> = vec![
         (
