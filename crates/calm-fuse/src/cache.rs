@@ -158,6 +158,8 @@ pub struct Coherence {
     dropped_all: AtomicU64,
     /// Every change up to this changelog index has been dealt with (its invalidations sent).
     applied: AtomicU64,
+    /// Woken whenever `applied` moves (see [`Coherence::wait_passed`]).
+    applied_moved: tokio::sync::Notify,
 }
 
 fn slot(handle: Handle) -> usize {
@@ -180,6 +182,7 @@ impl Coherence {
             invalidations: AtomicU64::new(0),
             dropped_all: AtomicU64::new(0),
             applied: AtomicU64::new(0),
+            applied_moved: tokio::sync::Notify::new(),
         })
     }
 
@@ -200,6 +203,34 @@ impl Coherence {
     /// nothing the previous holder wrote is left in the kernel's pages).
     pub fn passed(&self, index: u64) -> bool {
         self.follows() && self.applied.load(Ordering::SeqCst) >= index
+    }
+
+    /// Waits up to `within` for [`Coherence::passed`] of `index`, and says whether it did.
+    /// The stream is usually about a millisecond behind the server's last commit: a mount that
+    /// waits that long keeps its caches of a file nobody else changed, instead of fetching it
+    /// all again.
+    pub async fn wait_passed(&self, index: u64, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let moved = self.applied_moved.notified();
+            tokio::pin!(moved);
+            // Registered before the check: a move between the two is not missed.
+            moved.as_mut().enable();
+            if self.passed(index) {
+                return true;
+            }
+            if !self.follows() {
+                return false;
+            }
+            if tokio::time::timeout_at(deadline, moved).await.is_err() {
+                return self.passed(index);
+            }
+        }
+    }
+
+    fn applied_up_to(&self, index: u64) {
+        self.applied.fetch_max(index, Ordering::SeqCst);
+        self.applied_moved.notify_waiters();
     }
 
     /// Taken when a request begins; see [`Coherence::reply_ttl`].
@@ -315,6 +346,7 @@ impl Coherence {
     pub fn stop(&self) {
         lock(&self.work).take();
         self.follows.store(false, Ordering::SeqCst);
+        self.applied_moved.notify_waiters();
     }
 
     /// Tells the kernel to drop one stale thing; false when the kernel does not hold it (yet).
@@ -381,7 +413,7 @@ fn invalidate(cache: std::sync::Weak<Coherence>, work: std::sync::mpsc::Receiver
             Ok(Work::DropAll(upto)) => {
                 retry.clear();
                 cache.drop_all(notifier);
-                cache.applied.fetch_max(upto, Ordering::SeqCst);
+                cache.applied_up_to(upto);
             }
             Ok(Work::Drop(stale, upto)) => {
                 for s in stale {
@@ -393,7 +425,7 @@ fn invalidate(cache: std::sync::Weak<Coherence>, work: std::sync::mpsc::Receiver
                         retry.push((s, Instant::now() + RETRY_FOR));
                     }
                 }
-                cache.applied.fetch_max(upto, Ordering::SeqCst);
+                cache.applied_up_to(upto);
             }
         }
         let now = Instant::now();
@@ -661,5 +693,56 @@ mod tests {
             "asked before the resync"
         );
         assert!(receiver.try_recv().is_err());
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime")
+    }
+
+    #[test]
+    fn a_grant_the_stream_has_passed_waits_for_nothing() {
+        let cache = Coherence::new(Duration::from_secs(60));
+        cache.follows.store(true, Ordering::SeqCst);
+        cache.applied_up_to(10);
+        let started = Instant::now();
+        assert!(runtime().block_on(cache.wait_passed(10, Duration::from_secs(30))));
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_grant_ahead_of_the_stream_waits_until_the_stream_passes_it() {
+        let cache = Coherence::new(Duration::from_secs(60));
+        cache.follows.store(true, Ordering::SeqCst);
+        cache.applied_up_to(3);
+        let mover = {
+            let cache = cache.clone();
+            std::thread::spawn(move || {
+                for index in 4..=12 {
+                    std::thread::sleep(Duration::from_millis(2));
+                    cache.applied_up_to(index);
+                }
+            })
+        };
+        let started = Instant::now();
+        assert!(runtime().block_on(cache.wait_passed(12, Duration::from_secs(30))));
+        assert!(cache.passed(12));
+        assert!(started.elapsed() < Duration::from_secs(10));
+        mover.join().expect("mover");
+    }
+
+    #[test]
+    fn a_grant_the_stream_does_not_reach_in_time_is_not_passed() {
+        let cache = Coherence::new(Duration::from_secs(60));
+        cache.follows.store(true, Ordering::SeqCst);
+        cache.applied_up_to(3);
+        let started = Instant::now();
+        assert!(!runtime().block_on(cache.wait_passed(4, Duration::from_millis(20))));
+        assert!(started.elapsed() >= Duration::from_millis(20));
+        // A mount that does not follow the changes never counts a grant as passed.
+        cache.follows.store(false, Ordering::SeqCst);
+        assert!(!runtime().block_on(cache.wait_passed(3, Duration::from_secs(30))));
     }
 }

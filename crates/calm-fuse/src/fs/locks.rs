@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// Longest a lock grant waits for the mount's change stream to pass it before dropping the
+/// file's caches (see [`crate::cache::Coherence::wait_passed`]): about what fetching them again
+/// would cost.
+pub const GRANT_STREAM_WAIT: Duration = Duration::from_millis(2);
+
 impl CalmFs {
     pub(super) fn handle_getlk(
         &self,
@@ -97,11 +102,16 @@ impl CalmFs {
                         .map_err(Errno::from_i32)?;
                     // The previous holder may have written through another mount: what this
                     // mount and its kernel hold of the file may be stale (as NFS does on a
-                    // lock). The kernel's pages are dropped already when the change stream
-                    // has passed the index the grant answered with (what the holder committed
-                    // is below it); otherwise they are dropped here.
-                    shared.contents.invalidate(ino.0).await;
-                    if !shared.cache.passed(shared.client.reached()) {
+                    // lock). Once the change stream has passed the index the grant answered
+                    // with (what the holder committed is below it), every change another
+                    // client made has dropped them already; the stream is given a moment to
+                    // get there, and when it does not, they are dropped here.
+                    let passed = shared
+                        .cache
+                        .wait_passed(shared.client.reached(), GRANT_STREAM_WAIT)
+                        .await;
+                    if !passed {
+                        shared.contents.invalidate(ino.0).await;
                         shared.drop_kernel_cache(ino.0).await;
                     }
                     Ok(())
