@@ -1,8 +1,8 @@
 # sqlite transactions (rollback journal) through mounts of one server, two builds alternated:
 # 1 000 on one mount, then 1 000 on each of two mounts at once. Run in a private mount
 # namespace: OLD=... NEW=... unshare -m --propagation private bash grant-wait-ab.sh
-mkdir -p /tmp/sq && cd /tmp/sq
 P=$(git rev-parse --show-toplevel)/crates/calm/tests/programs/endurance.py
+mkdir -p /tmp/sq && cd /tmp/sq
 for round in 1 2; do
 for C in ${OLD:?} ${NEW:?}; do
   rm -rf data ma mb; mkdir ma mb
