@@ -3,10 +3,6 @@ use std::mem::align_of;
 use crate::ll::fuse_abi as abi;
 use crate::session::MAX_WRITE_SIZE;
 
-/// Size of the buffer for reading a request from the kernel. Since the kernel may send
-/// up to `MAX_WRITE_SIZE` bytes in a write request, we use that value plus some extra space.
-const BUFFER_SIZE: usize = MAX_WRITE_SIZE + 4096;
-
 /// A buffer that provides an aligned sub-slice for FUSE operations.
 ///
 /// This struct wraps a `Vec<u8>` and provides access to an aligned portion
@@ -17,12 +13,17 @@ pub(crate) struct FuseReadBuf {
 }
 
 impl FuseReadBuf {
-    /// Creates a new `FuseReadBuf` with the default buffer size.
-    ///
-    /// The actual buffer may be slightly larger to accommodate alignment requirements.
-    pub(crate) fn new() -> Self {
+    /// calm: a buffer for the requests of a session whose writes are at most `max_write`
+    /// bytes (what the handshake told the kernel), instead of the largest any session may
+    /// have: each of a mount's threads keeps one for as long as it runs, and glibc's malloc may
+    /// serve (and zero) the whole of it from its heap. The kernel needs room for a write's
+    /// headers beside its bytes, and for a SETXATTR's value (up to 64 KiB) whatever
+    /// `max_write` is (it answers E2BIG when the buffer is smaller than the request).
+    pub(crate) fn for_writes_of(max_write: usize) -> Self {
+        const XATTR_SIZE_MAX: usize = 64 * 1024;
+        let size = max_write.clamp(XATTR_SIZE_MAX, MAX_WRITE_SIZE) + 4096;
         Self {
-            buffer: vec![0; BUFFER_SIZE],
+            buffer: vec![0; size],
         }
     }
 

@@ -138,6 +138,9 @@ pub struct Session<FS: Filesystem> {
     /// FUSE protocol version, as reported by the kernel.
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
+    /// calm: the largest write the kernel was told it may send (set by the handshake), which
+    /// sizes each thread's read buffer.
+    pub(crate) max_write: usize,
     pub(crate) config: Config,
 }
 
@@ -185,6 +188,7 @@ impl<FS: Filesystem> Session<FS> {
             allowed: options.acl,
             session_owner: geteuid(),
             proto_version: None,
+            max_write: MAX_WRITE_SIZE,
             config: options.clone(),
         };
 
@@ -213,6 +217,7 @@ impl<FS: Filesystem> Session<FS> {
             allowed: acl,
             session_owner: geteuid(),
             proto_version: None,
+            max_write: MAX_WRITE_SIZE,
             config,
         };
 
@@ -251,6 +256,7 @@ impl<FS: Filesystem> Session<FS> {
             allowed,
             session_owner,
             proto_version: _,
+            max_write,
             config,
         } = self;
 
@@ -295,6 +301,7 @@ impl<FS: Filesystem> Session<FS> {
             let thread_name = format!("fuser-{i}");
             let event_loop = SessionEventLoop {
                 thread_name: thread_name.clone(),
+                max_write,
                 filesystem: filesystem.clone(),
                 ch,
                 allowed,
@@ -335,7 +342,10 @@ impl<FS: Filesystem> Session<FS> {
     }
 
     fn handshake(&mut self) -> io::Result<()> {
-        let mut buf = FuseReadBuf::new();
+        // calm: INIT is small; a buffer of the largest write any session may have, freed
+        // right after, would also raise glibc's threshold for serving large allocations from
+        // fresh pages (mmap) to its size.
+        let mut buf = FuseReadBuf::for_writes_of(0);
         let buf = buf.as_mut();
 
         loop {
@@ -433,6 +443,7 @@ impl<FS: Filesystem> Session<FS> {
 
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
+            self.max_write = config.max_write as usize;
 
             // Log capability status for debugging
             for bit in 0..64 {
@@ -520,6 +531,8 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
+    /// calm: the largest write the kernel may send (see [`FuseReadBuf::for_writes_of`]).
+    pub(crate) max_write: usize,
     /// calm: held while a thread reads a request, and while it dispatches a release, a lock
     /// request or an interrupt, so that with several threads the synchronous part of those
     /// (what the file system notes of them before it answers) still happens in the kernel's
@@ -532,7 +545,7 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
     fn event_loop(&self) -> io::Result<()> {
         // Buffer for receiving requests from the kernel. Only one is allocated and
         // it is reused immediately after dispatching to conserve memory and allocations.
-        let mut buf = FuseReadBuf::new();
+        let mut buf = FuseReadBuf::for_writes_of(self.max_write);
         let buf = buf.as_mut();
         loop {
             // Read the next request from the given channel to kernel driver

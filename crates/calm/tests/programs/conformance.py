@@ -203,6 +203,10 @@ step("listxattr", lambda: sorted(os.listxattr("d2/b")))
 step("getxattr missing", lambda: os.getxattr("d2/b", "user.m"))
 step("removexattr", lambda: os.removexattr("d2/b", "user.k"))
 step("removexattr missing", lambda: os.removexattr("d2/b", "user.k"))
+# The largest value Linux takes: the request carrying it must fit the mount's read buffer.
+step("setxattr 64 KiB", lambda: os.setxattr("d2/b", "user.big", b"x" * 65536))
+step("getxattr 64 KiB", lambda: len(os.getxattr("d2/b", "user.big")))
+step("removexattr 64 KiB", lambda: os.removexattr("d2/b", "user.big"))
 
 for line in out:
     print(json.dumps(line, sort_keys=True))
