@@ -17,12 +17,24 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::procs::{MountProcess, ServerProcess, calm_json};
 
 mod plot;
 pub use plot::plot;
+
+/// The report a run wrote with `--json`, read back (to draw its plot again).
+pub fn load(path: &Path) -> Result<SoakReport, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("reading the soak report {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "{} is not a soak report (`calm bench soak --json`): {e}",
+            path.display()
+        )
+    })
+}
 
 /// The workloads, in report order.
 pub const WORKLOADS: [&str; 4] = ["append", "fsync-write", "sqlite", "create+unlink"];
@@ -49,9 +61,9 @@ pub struct SoakOptions {
 }
 
 /// One workload in one period.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkloadFigures {
-    pub workload: &'static str,
+    pub workload: String,
     pub ops: u64,
     pub ops_per_s: f64,
     /// `ops_per_s` over the first period's.
@@ -60,7 +72,7 @@ pub struct WorkloadFigures {
     pub p99_ms: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PeriodFigures {
     /// 1 for the first.
     pub period: u32,
@@ -81,7 +93,7 @@ pub struct PeriodFigures {
 }
 
 /// What the end-of-run checks found.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SoakChecks {
     pub log_lines: u64,
     pub log_lines_bad: u64,
@@ -96,9 +108,9 @@ pub struct SoakChecks {
     pub failures: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SoakReport {
-    pub bench: &'static str,
+    pub bench: String,
     pub period_s: f64,
     pub mounts: usize,
     pub objects: String,
@@ -404,7 +416,7 @@ pub fn run(options: &SoakOptions) -> Result<SoakReport, String> {
                         .map(|(w, h)| {
                             let ops_per_s = h.total as f64 / seconds;
                             WorkloadFigures {
-                                workload: WORKLOADS[w],
+                                workload: WORKLOADS[w].into(),
                                 ops: h.total,
                                 ops_per_s,
                                 ratio_to_first: ops_per_s / first[w].max(1e-9),
@@ -424,7 +436,7 @@ pub fn run(options: &SoakOptions) -> Result<SoakReport, String> {
         )
         .collect();
     Ok(SoakReport {
-        bench: "soak",
+        bench: "soak".into(),
         period_s: seconds,
         mounts: options.mounts,
         objects: options

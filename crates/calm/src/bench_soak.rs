@@ -28,6 +28,10 @@ pub struct SoakArgs {
     /// An SVG of the figures over the run.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Run nothing: read the report of an earlier run (its --json output) and print it, and
+    /// draw it with --plot.
+    #[arg(long, value_name = "REPORT_JSON")]
+    replot: Option<PathBuf>,
 }
 
 /// Runs the soak: the table and the report (with `--json`); an error when a check failed.
@@ -42,7 +46,10 @@ pub fn run_soak(
         mounts: args.mounts,
         objects: args.s3,
     };
-    let report = calm_bench::soak::run(&options).map_err(|e| anyhow!(e))?;
+    let report = match &args.replot {
+        Some(path) => calm_bench::soak::load(path).map_err(|e| anyhow!(e))?,
+        None => calm_bench::soak::run(&options).map_err(|e| anyhow!(e))?,
+    };
     if let Some(path) = &args.plot {
         calm_bench::soak::plot(&report, path).map_err(|e| anyhow!(e))?;
     }
