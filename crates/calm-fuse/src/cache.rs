@@ -48,6 +48,13 @@ const RETRY_EVERY: Duration = Duration::from_millis(1);
 /// TTL of replies while the mount does not follow the server's changes (the watch broke and
 /// is being made again, or the server does not let this client watch).
 pub const TTL_UNFOLLOWED: Duration = Duration::from_secs(1);
+/// The extended attribute the kernel asks for before every write(2) to a file (whether the
+/// write must drop file capabilities): its absence is kept per file, see
+/// [`Coherence::lacks_capability`].
+pub const CAPABILITY_XATTR: &[u8] = b"security.capability";
+/// Files whose absence of [`CAPABILITY_XATTR`] the mount keeps, at most (beyond, the kernel's
+/// questions about other files go to the server).
+pub const NO_CAPABILITY_MAX: usize = 1 << 16;
 /// Wait before a broken watch is made again, growing to [`REWATCH_MAX`].
 const REWATCH_FIRST: Duration = Duration::from_millis(50);
 const REWATCH_MAX: Duration = Duration::from_secs(2);
@@ -160,6 +167,8 @@ pub struct Coherence {
     applied: AtomicU64,
     /// Woken whenever `applied` moves (see [`Coherence::wait_passed`]).
     applied_moved: tokio::sync::Notify,
+    /// Files the server said have no [`CAPABILITY_XATTR`], with no change of them seen since.
+    no_capability: Mutex<HashSet<Handle>>,
 }
 
 fn slot(handle: Handle) -> usize {
@@ -183,6 +192,7 @@ impl Coherence {
             dropped_all: AtomicU64::new(0),
             applied: AtomicU64::new(0),
             applied_moved: tokio::sync::Notify::new(),
+            no_capability: Mutex::new(HashSet::new()),
         })
     }
 
@@ -273,6 +283,7 @@ impl Coherence {
                 *count = count.saturating_sub(lookups);
                 if *count == 0 {
                     held.remove(&handle);
+                    lock(&self.no_capability).remove(&handle);
                     return true;
                 }
                 false
@@ -291,12 +302,52 @@ impl Coherence {
         for s in stale {
             self.changed[slot(s.handle())].store(now, Ordering::SeqCst);
         }
+        let mut no_capability = lock(&self.no_capability);
+        for s in stale {
+            no_capability.remove(&s.handle());
+        }
     }
 
     /// Notes that anything may have changed (replies in flight are not cached).
     fn mark_all(&self) {
         let now = self.changes.fetch_add(1, Ordering::SeqCst) + 1;
         self.all_changed.store(now, Ordering::SeqCst);
+        lock(&self.no_capability).clear();
+    }
+
+    /// Whether `handle` is known to have no [`CAPABILITY_XATTR`], so the mount answers the
+    /// kernel's question itself. The kernel asks before every write(2) (FUSE leaves it no way
+    /// to keep the answer), which would cost a database several round trips to the server per
+    /// transaction. Exact as the kernel's attributes are: any change of the file by another
+    /// client drops the knowledge when the change stream brings it, as does any change this
+    /// mount makes to the file's extended attributes ([`Coherence::changed_here`]).
+    pub fn lacks_capability(&self, handle: Handle) -> bool {
+        self.follows() && lock(&self.no_capability).contains(&handle)
+    }
+
+    /// The server answered a request that began at `ticket` that `handle` has no
+    /// [`CAPABILITY_XATTR`]: kept unless the file changed since the request began (the answer
+    /// may predate the change) or the changes are not followed.
+    pub fn no_capability(&self, ticket: Ticket, handle: Handle) {
+        if !ticket.follows || self.reply_ttl(ticket, handle).is_zero() || !self.follows() {
+            return;
+        }
+        let mut no_capability = lock(&self.no_capability);
+        if no_capability.len() < NO_CAPABILITY_MAX {
+            no_capability.insert(handle);
+        }
+        drop(no_capability);
+        // A change noted while inserting: undo (the mark may have run before the insert).
+        if self.reply_ttl(ticket, handle).is_zero() {
+            lock(&self.no_capability).remove(&handle);
+        }
+    }
+
+    /// This mount is changing (or changed) `handle`'s extended attributes: what is kept of
+    /// them goes, and answers from the server to requests begun before are not kept. Called
+    /// before the change is sent and again once it is answered.
+    pub fn changed_here(&self, handle: Handle) {
+        self.mark(&[Stale::Attrs(handle)]);
     }
 
     fn send(&self, work: Work) {
@@ -744,5 +795,74 @@ mod tests {
         // A mount that does not follow the changes never counts a grant as passed.
         cache.follows.store(false, Ordering::SeqCst);
         assert!(!runtime().block_on(cache.wait_passed(3, Duration::from_secs(30))));
+    }
+    #[test]
+    fn a_files_known_lack_of_capabilities_lasts_until_anything_changes_it() {
+        let cache = Coherence::new(Duration::from_secs(60));
+        let (sender, _receiver) = std::sync::mpsc::channel();
+        *lock(&cache.work) = Some(sender);
+        cache.no_capability(cache.ticket(), 10);
+        assert!(!cache.lacks_capability(10), "not kept while not followed");
+
+        cache.follows.store(true, Ordering::SeqCst);
+        cache.no_capability(cache.ticket(), 10);
+        assert!(cache.lacks_capability(10));
+        assert!(!cache.lacks_capability(11));
+
+        // Another client's change of the file (any: its extended attributes are among them).
+        let mut other = record(RecordType::Xattr, 10, 0, b"");
+        other.session = 8;
+        apply(&cache, &[WatchEvent::Change(other.clone())], 7, &|_| {});
+        assert!(!cache.lacks_capability(10), "changed by another client");
+
+        // An answer to a request that began before a change is not kept.
+        let before = cache.ticket();
+        apply(&cache, &[WatchEvent::Change(other.clone())], 7, &|_| {});
+        cache.no_capability(before, 10);
+        assert!(
+            !cache.lacks_capability(10),
+            "the answer may predate the change"
+        );
+
+        // This mount's own change of its extended attributes.
+        cache.no_capability(cache.ticket(), 10);
+        let during = cache.ticket();
+        cache.changed_here(10);
+        assert!(!cache.lacks_capability(10), "changed here");
+        cache.no_capability(during, 10);
+        assert!(
+            !cache.lacks_capability(10),
+            "asked while this mount changed it"
+        );
+
+        // A resync, and the kernel forgetting the file.
+        cache.no_capability(cache.ticket(), 10);
+        cache.no_capability(cache.ticket(), 12);
+        apply(&cache, &[WatchEvent::Resync { from: 5 }], 7, &|_| {});
+        assert!(!cache.lacks_capability(10) && !cache.lacks_capability(12));
+        let ticket = cache.ticket();
+        cache.entered(ticket, 12);
+        cache.no_capability(ticket, 12);
+        assert!(cache.lacks_capability(12));
+        assert!(cache.forget(12, 1));
+        assert!(!cache.lacks_capability(12), "forgotten by the kernel");
+
+        // Known while followed only.
+        cache.no_capability(cache.ticket(), 13);
+        cache.follows.store(false, Ordering::SeqCst);
+        assert!(!cache.lacks_capability(13));
+    }
+
+    #[test]
+    fn what_is_known_of_capabilities_is_bounded() {
+        let cache = Coherence::new(Duration::from_secs(60));
+        cache.follows.store(true, Ordering::SeqCst);
+        let ticket = cache.ticket();
+        for handle in 100..100 + NO_CAPABILITY_MAX as u64 + 10 {
+            cache.no_capability(ticket, handle);
+        }
+        assert_eq!(lock(&cache.no_capability).len(), NO_CAPABILITY_MAX);
+        assert!(cache.lacks_capability(100));
+        assert!(!cache.lacks_capability(100 + NO_CAPABILITY_MAX as u64));
     }
 }

@@ -240,12 +240,13 @@ impl Filesystem for CalmFs {
             tracing::warn!(?missing, "the kernel does not refresh attributes on read");
         }
         // The server drops setuid, setgid and file capabilities on write, truncate and chown
-        // (calm-meta's perm and ops): the kernel need not look for capabilities (a getxattr
-        // round trip) before every write.
+        // (calm-meta's perm and ops): the kernel need not ask for it. (It still asks whether a
+        // file has capabilities before a write whenever it fetched the file's attributes since
+        // the last: the mount answers that itself, `cache::Coherence::lacks_capability`.)
         if let Err(missing) = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
             tracing::warn!(
                 ?missing,
-                "the kernel asks for file capabilities before writes"
+                "the kernel drops file privileges on writes itself"
             );
         }
         // Listings come with their entries' attributes when the kernel sees they will be

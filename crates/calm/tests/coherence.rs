@@ -150,3 +150,59 @@ EOF",
         "every chmod and create after a resync",
     );
 }
+
+/// The kernel asks whether a file has capabilities before a write whenever it fetched the file's
+/// attributes since the last (and a write makes it fetch them for the next fstat, as a database
+/// does); a mount answers from what the server last said while nothing changed the file. Capabilities set through one
+/// mount are seen through another that had found none, and their removal likewise.
+#[test]
+fn capabilities_set_through_one_mount_are_seen_through_another_that_found_none() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &[]);
+    let b = Mount::remote(&server.addr, &[]);
+    a.sh_ok("head -c 4096 /dev/zero > f");
+    let has_caps = "python3 -c \"import os, sys; \
+                    sys.exit(0 if os.getxattr('f', 'security.capability') else 1)\" 2>/dev/null";
+
+    // 500 writes, each followed by fstat, through B: the fstats reach the server (a write
+    // leaves the kernel's attributes stale), the kernel's question before each write about once.
+    let before = status(&server.addr)["requests"].as_u64().expect("requests");
+    b.sh_ok(
+        "python3 -c \"import os
+fd = os.open('f', os.O_WRONLY)
+for i in range(500):
+    os.pwrite(fd, b'w', i)
+    os.fstat(fd)
+os.close(fd)\"",
+    );
+    let after = status(&server.addr)["requests"].as_u64().expect("requests");
+    assert!(
+        after - before < 550,
+        "500 writes and fstats through B made {} requests",
+        after - before
+    );
+    assert!(!b.sh(has_caps).status.success(), "no capabilities yet");
+
+    // Set through A (cap_net_bind_service, permitted): seen through B, which knew of none.
+    a.sh_ok(
+        "python3 -c \"import os, struct; \
+         os.setxattr('f', 'security.capability', struct.pack('<5I', 0x02000000, 1 << 10, 0, 0, 0))\"",
+    );
+    until(&b, has_caps, "capabilities set through A");
+    // Removed through B: gone through A too, and through B at once.
+    a.sh_ok(has_caps);
+    b.sh_ok("python3 -c \"import os; os.removexattr('f', 'security.capability')\"");
+    assert!(!b.sh(has_caps).status.success(), "removed through B");
+    until(
+        &a,
+        &format!("! {has_caps}"),
+        "capabilities removed through B",
+    );
+    // Set through B itself: seen at once.
+    b.sh_ok(
+        "python3 -c \"import os, struct; \
+         os.setxattr('f', 'security.capability', struct.pack('<5I', 0x02000000, 1 << 10, 0, 0, 0))\"",
+    );
+    b.sh_ok(has_caps);
+}

@@ -142,11 +142,12 @@ impl CalmFs {
         let client = self.shared.caller(req);
         let name = name.as_bytes().to_vec();
         let value = value.to_vec();
+        let cache = self.shared.cache.clone();
+        cache.changed_here(ino.0);
         self.empty_task(reply, async move {
-            client
-                .setxattr(ino.0, &name, &value, flags as u32)
-                .await
-                .map_err(|e| errno(&e))
+            let result = client.setxattr(ino.0, &name, &value, flags as u32).await;
+            cache.changed_here(ino.0);
+            result.map_err(|e| errno(&e))
         });
     }
 
@@ -158,9 +159,21 @@ impl CalmFs {
         size: u32,
         reply: ReplyXattr,
     ) {
-        let client = self.shared.caller(req);
         let name = name.as_bytes().to_vec();
-        let value = async move { client.getxattr(ino.0, &name).await };
+        let cache = self.shared.cache.clone();
+        let capability = name == crate::cache::CAPABILITY_XATTR;
+        if capability && cache.lacks_capability(ino.0) {
+            return reply.error(Errno::ENODATA);
+        }
+        let client = self.shared.caller(req);
+        let ticket = cache.ticket();
+        let value = async move {
+            let value = client.getxattr(ino.0, &name).await;
+            if capability && matches!(value, Err(MetaError::NoData)) {
+                cache.no_capability(ticket, ino.0);
+            }
+            value
+        };
         self.answer(reply, value, move |reply, value| {
             xattr_reply(reply, size, &value)
         });
@@ -194,11 +207,12 @@ impl CalmFs {
     ) {
         let client = self.shared.caller(req);
         let name = name.as_bytes().to_vec();
+        let cache = self.shared.cache.clone();
+        cache.changed_here(ino.0);
         self.empty_task(reply, async move {
-            client
-                .removexattr(ino.0, &name)
-                .await
-                .map_err(|e| errno(&e))
+            let result = client.removexattr(ino.0, &name).await;
+            cache.changed_here(ino.0);
+            result.map_err(|e| errno(&e))
         });
     }
 }
