@@ -86,6 +86,13 @@ pub struct PeriodFigures {
     /// The part of the server's resident memory no file backs (its heap; the rest is mostly
     /// the metadata store's mapped file).
     pub server_anon_mib: f64,
+    /// Of the server's heap, what its allocator counts as allocated now (`calm status`; 0 in
+    /// reports from before it did).
+    #[serde(default)]
+    pub server_heap_in_use_mib: f64,
+    /// What the server's allocator holds free without returning it to the system.
+    #[serde(default)]
+    pub server_heap_free_mib: f64,
     pub mount_rss_mib: Vec<f64>,
     /// The part of each mount's resident memory no file backs (its heap; the rest is mostly
     /// the program's own code, paged in as it is used).
@@ -146,8 +153,16 @@ impl SoakReport {
             }
         }
         lines.push(format!(
-            "{:>6} {:>12} {:>12} {:>12} {:>12} {} {}",
-            "period", "records/chunk", "(high)", "server MiB", "(heap)", "mounts MiB", "(heap)"
+            "{:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {} {}",
+            "period",
+            "records/chunk",
+            "(high)",
+            "server MiB",
+            "(heap)",
+            "(in use)",
+            "(free)",
+            "mounts MiB",
+            "(heap)"
         ));
         let mibs = |figures: &[f64]| {
             figures
@@ -158,12 +173,14 @@ impl SoakReport {
         };
         for p in &self.periods {
             lines.push(format!(
-                "{:>6} {:>12} {:>12} {:>12.1} {:>12.1} {} ({})",
+                "{:>6} {:>12} {:>12} {:>12.1} {:>12.1} {:>12.1} {:>12.1} {} ({})",
                 p.period,
                 p.records_per_chunk,
                 p.records_per_chunk_high,
                 p.server_rss_mib,
                 p.server_anon_mib,
+                p.server_heap_in_use_mib,
+                p.server_heap_free_mib,
                 mibs(&p.mount_rss_mib),
                 mibs(&p.mount_anon_mib),
             ));
@@ -347,10 +364,9 @@ pub fn run(options: &SoakOptions) -> Result<SoakReport, String> {
     for period in 1..=options.periods {
         let end = recorder.started + options.period * period;
         std::thread::sleep(end.saturating_duration_since(Instant::now()));
-        let (records, high) = runtime.block_on(records_per_chunk(&client));
+        let figures = runtime.block_on(server_figures(&client));
         samples.push((
-            records,
-            high,
+            figures,
             server.rss_bytes() as f64 / (1 << 20) as f64,
             server.anon_bytes() as f64 / (1 << 20) as f64,
             mounts
@@ -407,7 +423,7 @@ pub fn run(options: &SoakOptions) -> Result<SoakReport, String> {
         .zip(samples)
         .enumerate()
         .map(
-            |(i, (workloads, (records, high, server_mib, server_anon, mount_mib, mount_anon)))| {
+            |(i, (workloads, (figures, server_mib, server_anon, mount_mib, mount_anon)))| {
                 PeriodFigures {
                     period: i as u32 + 1,
                     workloads: workloads
@@ -425,10 +441,12 @@ pub fn run(options: &SoakOptions) -> Result<SoakReport, String> {
                             }
                         })
                         .collect(),
-                    records_per_chunk: records,
-                    records_per_chunk_high: high,
+                    records_per_chunk: figures.records,
+                    records_per_chunk_high: figures.records_high,
                     server_rss_mib: server_mib,
                     server_anon_mib: server_anon,
+                    server_heap_in_use_mib: figures.heap_in_use as f64 / (1 << 20) as f64,
+                    server_heap_free_mib: figures.heap_free as f64 / (1 << 20) as f64,
                     mount_rss_mib: mount_mib,
                     mount_anon_mib: mount_anon,
                 }
@@ -655,8 +673,18 @@ fn creator(recorder: &Recorder, point: &Path, mount: usize) {
     }
 }
 
-/// The most records a chunk of the hot files holds now, and the server's high-water mark.
-async fn records_per_chunk(client: &calm_client::Client) -> (u64, u64) {
+/// What a period's end asks the server.
+#[derive(Debug, Default)]
+struct ServerFigures {
+    /// The most records a chunk of the hot files holds now.
+    records: u64,
+    /// The server's high-water mark of records in a chunk.
+    records_high: u64,
+    heap_in_use: u64,
+    heap_free: u64,
+}
+
+async fn server_figures(client: &calm_client::Client) -> ServerFigures {
     let mut most = 0;
     for name in ["log", "db", "app.db", "app.db-journal"] {
         let Ok(attr) = client.lookup(calm_meta::ROOT, name.as_bytes()).await else {
@@ -667,11 +695,13 @@ async fn records_per_chunk(client: &calm_client::Client) -> (u64, u64) {
             most = most.max(records.unwrap_or(0));
         }
     }
-    let high = client
-        .status()
-        .await
-        .map_or(0, |status| status.chunk_records_max);
-    (most, high)
+    let status = client.status().await.unwrap_or_default();
+    ServerFigures {
+        records: most,
+        records_high: status.chunk_records_max,
+        heap_in_use: status.heap_in_use_bytes,
+        heap_free: status.heap_free_bytes,
+    }
 }
 
 /// Every line of the log whole, each mount's lines all there and in their order: (lines,

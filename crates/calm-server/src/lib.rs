@@ -36,6 +36,7 @@ pub mod changelog;
 pub mod cluster;
 pub mod compactor;
 pub mod data;
+mod heap;
 pub mod listen;
 pub mod locks;
 pub mod orphans;
@@ -580,6 +581,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         self.auth.identity(&r)?;
         let locks = self.locks.stats();
         let watch = self.watch.as_ref().map(|w| w.stats()).unwrap_or_default();
+        let heap = heap::figures();
         let compaction = |figure: fn(&compactor::CompactStats) -> &AtomicU64| {
             self.data
                 .as_ref()
@@ -631,6 +633,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
             chunk_records_max: compaction(|c| &c.chunk_records_max),
             watchers: watch.watchers as u64,
             watch_resyncs: watch.resyncs,
+            heap_in_use_bytes: heap.in_use,
+            heap_free_bytes: heap.free,
         });
         self.answer(result)
     }

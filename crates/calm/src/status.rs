@@ -4,6 +4,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
+const MIB: f64 = (1u64 << 20) as f64;
+
 pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -17,7 +19,7 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
     let average_batch = status.ops_committed as f64 / status.commits.max(1) as f64;
     let average_commit_ms = status.commit_ns_total as f64 / status.commits.max(1) as f64 / 1e6;
     if json {
-        let value = serde_json::json!({
+        let mut value = serde_json::json!({
             "version": status.version,
             "data_dir": status.data_dir,
             "epoch": status.epoch,
@@ -59,6 +61,9 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
             "watchers": status.watchers,
             "watch_resyncs": status.watch_resyncs,
         });
+        // (Past the json! macro's recursion limit.)
+        value["heap_in_use_bytes"] = status.heap_in_use_bytes.into();
+        value["heap_free_bytes"] = status.heap_free_bytes.into();
         println!("{value}");
     } else {
         let rows = [
@@ -136,6 +141,14 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
                 format!(
                     "{} open, {} resyncs since start",
                     status.watchers, status.watch_resyncs
+                ),
+            ),
+            (
+                "heap",
+                format!(
+                    "{:.1} MiB in use, {:.1} MiB free in the allocator",
+                    status.heap_in_use_bytes as f64 / MIB,
+                    status.heap_free_bytes as f64 / MIB
                 ),
             ),
             ("ready after", format!("{} ms", status.ready_ms)),

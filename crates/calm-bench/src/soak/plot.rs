@@ -39,6 +39,20 @@ pub fn plot(report: &SoakReport, path: &Path) -> Result<(), String> {
             .map(|p| (minute(p), p.server_anon_mib))
             .collect(),
     ));
+    if report
+        .periods
+        .iter()
+        .any(|p| p.server_heap_in_use_mib > 0.0)
+    {
+        memory.push((
+            "server, heap in use".into(),
+            report
+                .periods
+                .iter()
+                .map(|p| (minute(p), p.server_heap_in_use_mib))
+                .collect(),
+        ));
+    }
     for m in 0..report.mounts {
         memory.push((
             format!("mount {}", m + 1),
