@@ -93,6 +93,10 @@ pub struct PeriodFigures {
     /// What the server's allocator holds free without returning it to the system.
     #[serde(default)]
     pub server_heap_free_mib: f64,
+    /// Of what is in use, the server's caches of the object store (whole blocks and block
+    /// headers, each bounded).
+    #[serde(default)]
+    pub server_cached_mib: f64,
     pub mount_rss_mib: Vec<f64>,
     /// The part of each mount's resident memory no file backs (its heap; the rest is mostly
     /// the program's own code, paged in as it is used).
@@ -153,7 +157,7 @@ impl SoakReport {
             }
         }
         lines.push(format!(
-            "{:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {} {}",
+            "{:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {} {}",
             "period",
             "records/chunk",
             "(high)",
@@ -161,6 +165,7 @@ impl SoakReport {
             "(heap)",
             "(in use)",
             "(free)",
+            "(caches)",
             "mounts MiB",
             "(heap)"
         ));
@@ -173,7 +178,7 @@ impl SoakReport {
         };
         for p in &self.periods {
             lines.push(format!(
-                "{:>6} {:>12} {:>12} {:>12.1} {:>12.1} {:>12.1} {:>12.1} {} ({})",
+                "{:>6} {:>12} {:>12} {:>12.1} {:>12.1} {:>12.1} {:>12.1} {:>12.1} {} ({})",
                 p.period,
                 p.records_per_chunk,
                 p.records_per_chunk_high,
@@ -181,6 +186,7 @@ impl SoakReport {
                 p.server_anon_mib,
                 p.server_heap_in_use_mib,
                 p.server_heap_free_mib,
+                p.server_cached_mib,
                 mibs(&p.mount_rss_mib),
                 mibs(&p.mount_anon_mib),
             ));
@@ -447,6 +453,7 @@ pub fn run(options: &SoakOptions) -> Result<SoakReport, String> {
                     server_anon_mib: server_anon,
                     server_heap_in_use_mib: figures.heap_in_use as f64 / (1 << 20) as f64,
                     server_heap_free_mib: figures.heap_free as f64 / (1 << 20) as f64,
+                    server_cached_mib: figures.cached as f64 / (1 << 20) as f64,
                     mount_rss_mib: mount_mib,
                     mount_anon_mib: mount_anon,
                 }
@@ -682,6 +689,7 @@ struct ServerFigures {
     records_high: u64,
     heap_in_use: u64,
     heap_free: u64,
+    cached: u64,
 }
 
 async fn server_figures(client: &calm_client::Client) -> ServerFigures {
@@ -701,6 +709,7 @@ async fn server_figures(client: &calm_client::Client) -> ServerFigures {
         records_high: status.chunk_records_max,
         heap_in_use: status.heap_in_use_bytes,
         heap_free: status.heap_free_bytes,
+        cached: status.cached_block_bytes + status.cached_header_bytes,
     }
 }
 

@@ -135,6 +135,15 @@ impl Objects {
         }
     }
 
+    /// Bytes the in-memory caches hold now, as they count them against their bounds: whole
+    /// blocks of a remote store (at most [`BLOCK_CACHE_BYTES_DEFAULT`] unless set), and
+    /// verified block headers (at most [`crate::memory::HEADER_CACHE_BYTES`]).
+    pub fn cached_bytes(&self) -> (u64, u64) {
+        let blocks = self.cache.lock().expect("block cache").bytes;
+        let headers = self.headers.lock().expect("header cache").bytes;
+        (blocks, headers)
+    }
+
     /// Sets the bytes of whole blocks kept in memory for a remote store (0: none).
     pub fn set_block_cache_bytes(&self, bytes: u64) {
         if self.local.is_none() {

@@ -582,6 +582,10 @@ impl<S: Store> MetaRpc for MetaService<S> {
         let locks = self.locks.stats();
         let watch = self.watch.as_ref().map(|w| w.stats()).unwrap_or_default();
         let heap = heap::figures();
+        let cached = self
+            .data
+            .as_ref()
+            .map_or((0, 0), |d| d.options.objects.cached_bytes());
         let compaction = |figure: fn(&compactor::CompactStats) -> &AtomicU64| {
             self.data
                 .as_ref()
@@ -635,6 +639,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
             watch_resyncs: watch.resyncs,
             heap_in_use_bytes: heap.in_use,
             heap_free_bytes: heap.free,
+            cached_block_bytes: cached.0,
+            cached_header_bytes: cached.1,
         });
         self.answer(result)
     }

@@ -64,6 +64,8 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
         // (Past the json! macro's recursion limit.)
         value["heap_in_use_bytes"] = status.heap_in_use_bytes.into();
         value["heap_free_bytes"] = status.heap_free_bytes.into();
+        value["cached_block_bytes"] = status.cached_block_bytes.into();
+        value["cached_header_bytes"] = status.cached_header_bytes.into();
         println!("{value}");
     } else {
         let rows = [
@@ -146,8 +148,11 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
             (
                 "heap",
                 format!(
-                    "{:.1} MiB in use, {:.1} MiB free in the allocator",
+                    "{:.1} MiB in use ({:.1} MiB of it cached blocks, {:.1} MiB block headers), \
+                     {:.1} MiB free in the allocator",
                     status.heap_in_use_bytes as f64 / MIB,
+                    status.cached_block_bytes as f64 / MIB,
+                    status.cached_header_bytes as f64 / MIB,
                     status.heap_free_bytes as f64 / MIB
                 ),
             ),

@@ -52,6 +52,14 @@ pub fn plot(report: &SoakReport, path: &Path) -> Result<(), String> {
                 .map(|p| (minute(p), p.server_heap_in_use_mib))
                 .collect(),
         ));
+        memory.push((
+            "server, caches".into(),
+            report
+                .periods
+                .iter()
+                .map(|p| (minute(p), p.server_cached_mib))
+                .collect(),
+        ));
     }
     for m in 0..report.mounts {
         memory.push((
