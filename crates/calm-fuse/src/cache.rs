@@ -48,8 +48,8 @@ const RETRY_EVERY: Duration = Duration::from_millis(1);
 /// TTL of replies while the mount does not follow the server's changes (the watch broke and
 /// is being made again, or the server does not let this client watch).
 pub const TTL_UNFOLLOWED: Duration = Duration::from_secs(1);
-/// The extended attribute the kernel asks for before every write(2) to a file (whether the
-/// write must drop file capabilities): its absence is kept per file, see
+/// The extended attribute the kernel asks for before a write(2) to a file whose attributes it
+/// fetched since its last write (whether the write must drop file capabilities): its absence is kept per file, see
 /// [`Coherence::lacks_capability`].
 pub const CAPABILITY_XATTR: &[u8] = b"security.capability";
 /// Files whose absence of [`CAPABILITY_XATTR`] the mount keeps, at most (beyond, the kernel's
@@ -316,9 +316,9 @@ impl Coherence {
     }
 
     /// Whether `handle` is known to have no [`CAPABILITY_XATTR`], so the mount answers the
-    /// kernel's question itself. The kernel asks before every write(2) (FUSE leaves it no way
-    /// to keep the answer), which would cost a database several round trips to the server per
-    /// transaction. Exact as the kernel's attributes are: any change of the file by another
+    /// kernel's question itself. The kernel asks before a write whenever it fetched the file's
+    /// attributes since its last one (and a write makes the next fstat fetch them), which cost
+    /// a database several round trips to the server per transaction. Exact as the kernel's attributes are: any change of the file by another
     /// client drops the knowledge when the change stream brings it, as does any change this
     /// mount makes to the file's extended attributes ([`Coherence::changed_here`]).
     pub fn lacks_capability(&self, handle: Handle) -> bool {
