@@ -106,6 +106,7 @@ pub(crate) fn run<S: Store>(
     let mut alloc = HandleAllocator::new(options.handle_chunk);
     let mut batch: Vec<Request> = Vec::with_capacity(options.batch_ops_max);
     let mut results: Vec<Result<Done, MetaError>> = Vec::with_capacity(options.batch_ops_max);
+    let mut cleaned = crate::requests::Cleaned::default();
     loop {
         let first = if cl.purge_pending() {
             match queue.try_recv() {
@@ -133,6 +134,7 @@ pub(crate) fn run<S: Store>(
             store: &*store,
             alloc: &mut alloc,
             cl: &mut cl,
+            cleaned: &mut cleaned,
             generation,
             shared,
             last_index: &last_index,
@@ -290,6 +292,8 @@ struct Group<'c, S: Store> {
     store: &'c S,
     alloc: &'c mut HandleAllocator,
     cl: &'c mut ClState,
+    /// Up to where each client's request records are deleted (changed after a commit only).
+    cleaned: &'c mut crate::requests::Cleaned,
     generation: u64,
     /// Other processes write the store too (see [`Store::shared`]).
     shared: bool,
@@ -335,13 +339,16 @@ impl<S: Store> Group<'_, S> {
     ) {
         let started = std::time::Instant::now();
         let mut conflicts = 0;
+        let mut deleted = Vec::new();
         let outcome = loop {
             let before = self.cl.clone();
             results.clear();
+            deleted.clear();
             let outcome = commit_batch(
                 self.store,
                 self.alloc,
                 self.cl,
+                (&*self.cleaned, &mut deleted),
                 self.generation,
                 self.shared,
                 batch,
@@ -351,6 +358,9 @@ impl<S: Store> Group<'_, S> {
             match outcome {
                 Ok(()) => {
                     self.alloc.committed();
+                    for &(client, acked) in &deleted {
+                        self.cleaned.committed(client, acked);
+                    }
                     break Ok(());
                 }
                 Err(error) => {
@@ -421,31 +431,43 @@ impl<S: Store> Group<'_, S> {
 /// changelog state (readers, last index) is read again from the transaction first: the other
 /// server may have appended records or changed readers (and if one commits after this read,
 /// this transaction's commit fails with a conflict).
+///
+/// `cleaned`: up to where each client's request records are known deleted, and where the
+/// clients whose acknowledged records this transaction deletes are noted (for after the
+/// commit).
 #[allow(clippy::too_many_arguments)]
 fn commit_batch<S: Store>(
     store: &S,
     alloc: &mut HandleAllocator,
     cl: &mut ClState,
+    cleaned: (&crate::requests::Cleaned, &mut Vec<(u64, u64)>),
     generation: u64,
     shared: bool,
     batch: &[Request],
     results: &mut Vec<Result<Done, MetaError>>,
     stats: &CommitStats,
 ) -> Result<(), GroupError> {
+    let (cleaned, deleted) = cleaned;
+    let acked: Vec<_> = batch
+        .iter()
+        .map(|request| request.id.map(|id| cleaned.range(id)))
+        .collect();
     let mut txn = store.begin()?;
     if shared && txn.written_by_others() {
         cl.reload(&txn)?;
     }
     if shared {
-        // One round trip for what every operation reads first, not one per operation.
-        let mut keys = Vec::new();
-        for request in batch {
-            if let Some(id) = request.id {
+        // One round trip for what every operation reads first, not one per operation: with
+        // the records its request deletes.
+        let (mut keys, mut ranges) = (Vec::new(), Vec::new());
+        for (request, acked) in batch.iter().zip(&acked) {
+            if let (Some(id), Some((start, end))) = (request.id, acked) {
                 keys.push(crate::requests::key(id.client, id.seq).to_vec());
+                ranges.push((start.to_vec(), end.to_vec()));
             }
             ops::keys_read_first(&request.op, &mut keys);
         }
-        txn.prefetch(&keys, &[])?;
+        txn.prefetch(&keys, &ranges)?;
         // Then what the entries just read name: a second round trip, not one per operation.
         let (mut keys, mut ranges) = (Vec::new(), Vec::new());
         for request in batch {
@@ -456,18 +478,20 @@ fn commit_batch<S: Store>(
         }
     }
     let mut ctx = Ctx::new(&mut txn, alloc, cl, now_ns(), generation);
-    for request in batch {
+    for (request, acked) in batch.iter().zip(&acked) {
         ctx.caller = request.caller.clone();
-        let outcome = match request.id {
-            None => ops::apply(&mut ctx, &request.op),
-            Some(id) => match crate::requests::replay(&mut ctx, id) {
+        let outcome = match (request.id, acked) {
+            (Some(id), Some(acked)) => match crate::requests::replay(&mut ctx, id) {
                 Ok(Some(done)) => Ok(done),
                 Ok(None) => ops::apply(&mut ctx, &request.op).and_then(|done| {
-                    crate::requests::record(&mut ctx, id, &done)?;
+                    if crate::requests::record(&mut ctx, id, &done, acked)? {
+                        deleted.push((id.client, id.acked));
+                    }
                     Ok(done)
                 }),
                 Err(failure) => Err(failure),
             },
+            _ => ops::apply(&mut ctx, &request.op),
         };
         match outcome {
             Ok(done) => results.push(Ok(done)),

@@ -5,7 +5,11 @@
 //! twice (docs/design/store-layout.md, `Q`).
 //!
 //! Records are bounded per client: each request also says up to which sequence number its
-//! client has all its answers (`acked`), and the records at or below it are deleted then. A
+//! client has all its answers (`acked`), and the records at or below it are deleted then. The
+//! committer remembers, per client, up to where a committed transaction deleted them
+//! ([`Cleaned`]), so a request reads only the records above that: on a store that keeps
+//! deleted keys until a compaction (etcd), a read from the client's first record would walk
+//! every record the client ever had. A
 //! client that goes away leaves the records of the requests it had in flight (at least its
 //! last one, which no later request acknowledges): each record carries the time it was written,
 //! and a sweep ([`expired`], then [`Op::ForgetRequests`](crate::ops::Op)) deletes the ones
@@ -133,32 +137,86 @@ pub(crate) fn replay<T: WriteTxn>(ctx: &mut Ctx<'_, T>, id: RequestId) -> Outcom
     }))
 }
 
-/// Records that `id` answered `done`, and forgets the client's acknowledged records.
-pub(crate) fn record<T: WriteTxn>(ctx: &mut Ctx<'_, T>, id: RequestId, done: &Done) -> Outcome<()> {
+/// Records that `id` answered `done`, and deletes the client's acknowledged records in
+/// `acked` (from [`Cleaned::range`]). Whether every record there was deleted (at most
+/// [`ACKED_DELETES_MAX`] are, per request).
+pub(crate) fn record<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    id: RequestId,
+    done: &Done,
+    acked: &(RecordKey, RecordKey),
+) -> Outcome<bool> {
     let Some(value) = encode(done, ctx.now) else {
-        return Ok(());
+        return Ok(false);
     };
     ctx.txn.put(&key(id.client, id.seq), &value)?;
-    let mut acked = Vec::new();
-    ctx.txn.visit(
-        &key(id.client, 0),
-        &key(id.client, id.acked.saturating_add(1)),
-        &mut |k, _| {
-            acked.push(k.to_vec());
-            match acked.len() < ACKED_DELETES_MAX {
-                true => ControlFlow::Continue(()),
-                false => ControlFlow::Break(()),
-            }
-        },
-    )?;
-    for k in acked {
+    let mut found = Vec::new();
+    let mut whole = true;
+    ctx.txn.visit(&acked.0, &acked.1, &mut |k, _| {
+        if found.len() == ACKED_DELETES_MAX {
+            whole = false;
+            return ControlFlow::Break(());
+        }
+        found.push(k.to_vec());
+        ControlFlow::Continue(())
+    })?;
+    for k in found {
         ctx.txn.delete(&k)?;
     }
-    Ok(())
+    Ok(whole)
 }
 
 /// The key of a request record.
 pub type RecordKey = [u8; 17];
+
+/// Most clients whose deleted records the committer remembers; past it, one is forgotten (its
+/// next request reads its window of [`ACKED_DELETES_MAX`] sequence numbers again).
+pub const CLIENTS_REMEMBERED_MAX: usize = 65_536;
+
+/// Up to which sequence number each client's records are known deleted: a committed
+/// transaction deleted every record of the client at or below it. Records below can come back
+/// only from a request the client had given up on and that arrived late; the sweep deletes
+/// them. Owned by the committer, changed only after a commit.
+#[derive(Debug, Default)]
+pub struct Cleaned {
+    upto: std::collections::HashMap<u64, u64>,
+}
+
+impl Cleaned {
+    /// The records `id`'s transaction deletes, `[start, end)`: those of its client above what
+    /// is known deleted, up to its `acked`. A client not known (this server's first request of
+    /// it) has its last [`ACKED_DELETES_MAX`] sequence numbers read; below them, only records
+    /// of given-up requests can be left, and the sweep deletes those.
+    pub fn range(&self, id: RequestId) -> (RecordKey, RecordKey) {
+        let end = id.acked.saturating_add(1);
+        let start = match self.upto.get(&id.client) {
+            Some(&upto) => upto.saturating_add(1).min(end),
+            None => end.saturating_sub(ACKED_DELETES_MAX as u64),
+        };
+        (key(id.client, start), key(id.client, end))
+    }
+
+    /// A committed transaction deleted every record of `client` at or below `acked`.
+    pub fn committed(&mut self, client: u64, acked: u64) {
+        if self.upto.len() >= CLIENTS_REMEMBERED_MAX
+            && !self.upto.contains_key(&client)
+            && let Some(&any) = self.upto.keys().next()
+        {
+            self.upto.remove(&any);
+        }
+        let upto = self.upto.entry(client).or_insert(acked);
+        *upto = (*upto).max(acked);
+    }
+
+    /// Clients remembered.
+    pub fn len(&self) -> usize {
+        self.upto.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.upto.is_empty()
+    }
+}
 
 /// The records at or after `from` (at most [`SWEEP_KEYS_MAX`] read) written before
 /// `before_ns`, and where the next pass resumes (`None`: the end was reached).
@@ -233,5 +291,54 @@ mod tests {
         assert_eq!(written_ns(&[3, 7, 0, 0, 0, 0, 0, 0, 0]), None);
         assert_eq!(decode(&[0; 12]), None);
         assert_eq!(decode(&[0; 8]), None);
+    }
+
+    fn id(client: u64, seq: u64, acked: u64) -> RequestId {
+        RequestId { client, seq, acked }
+    }
+
+    #[test]
+    fn a_request_deletes_only_above_what_a_commit_deleted() {
+        let mut cleaned = Cleaned::default();
+        // Not known: the last ACKED_DELETES_MAX sequence numbers up to acked.
+        assert_eq!(
+            cleaned.range(id(5, 10_000, 9_000)),
+            (key(5, 9_001 - ACKED_DELETES_MAX as u64), key(5, 9_001))
+        );
+        assert_eq!(cleaned.range(id(5, 3, 2)), (key(5, 0), key(5, 3)));
+        cleaned.committed(5, 9_000);
+        assert_eq!(
+            cleaned.range(id(5, 10_002, 9_500)),
+            (key(5, 9_001), key(5, 9_501))
+        );
+        // A request sent before a later one committed: nothing left to delete.
+        assert_eq!(
+            cleaned.range(id(5, 9_999, 8_000)),
+            (key(5, 8_001), key(5, 8_001))
+        );
+        // What is known never goes back.
+        cleaned.committed(5, 7);
+        assert_eq!(
+            cleaned.range(id(5, 10_003, 9_000)),
+            (key(5, 9_001), key(5, 9_001))
+        );
+        // Other clients are their own.
+        assert_eq!(cleaned.range(id(6, 2, 1)), (key(6, 0), key(6, 2)));
+        assert_eq!(
+            cleaned.range(id(5, u64::MAX, u64::MAX - 1)),
+            (key(5, 9_001), key(5, u64::MAX))
+        );
+    }
+
+    #[test]
+    fn clients_remembered_are_bounded() {
+        let mut cleaned = Cleaned::default();
+        for client in 0..CLIENTS_REMEMBERED_MAX as u64 + 100 {
+            cleaned.committed(client, 1);
+            cleaned.committed(client, 2);
+        }
+        assert_eq!(cleaned.len(), CLIENTS_REMEMBERED_MAX);
+        let last = CLIENTS_REMEMBERED_MAX as u64 + 99;
+        assert_eq!(cleaned.range(id(last, 9, 8)), (key(last, 3), key(last, 9)));
     }
 }

@@ -841,6 +841,91 @@ fn a_request_sent_again_answers_as_the_first_attempt_and_applies_once() {
     clean(&meta);
 }
 
+/// A request deletes only its client's acknowledged records above what a committed request
+/// deleted already: a record left below (a request its client gave up on, arriving late) is
+/// the sweep's, and no request reads from the client's first record again (on etcd, deleted
+/// keys stay until a compaction, and such a read would walk every record the client ever
+/// had). A server that never saw the client reads its last `ACKED_DELETES_MAX` numbers.
+#[test]
+fn a_request_deletes_only_its_clients_records_above_the_last_deletion() {
+    use calm_meta::ops::Op;
+    use calm_meta::requests::{ACKED_DELETES_MAX, RequestId, key};
+    let rt = rt();
+    let make = |i: u64| Op::Make {
+        parent: ROOT,
+        name: format!("f{i}").into_bytes(),
+        node: NewNode::file(0o644, 0, 0),
+        exclusive: true,
+    };
+    let id = |seq: u64| {
+        Some(RequestId {
+            client: 42,
+            seq,
+            acked: seq - 1,
+        })
+    };
+    let records = |meta: &Meta<Arc<MemStore>>| {
+        let snapshot = meta.store().snapshot().unwrap();
+        let mut seqs = Vec::new();
+        snapshot
+            .visit(&key(42, 0), &key(43, 0), &mut |k, _| {
+                seqs.push(u64::from_be_bytes(k[9..17].try_into().unwrap()));
+                std::ops::ControlFlow::Continue(())
+            })
+            .unwrap();
+        seqs
+    };
+    let store = Arc::new(MemStore::new());
+    let meta = Meta::open(store.clone(), MetaOptions::default()).unwrap();
+    for seq in 1..=100 {
+        rt.block_on(meta.apply_request(Caller::default(), make(seq), id(seq)))
+            .unwrap();
+    }
+    assert_eq!(
+        records(&meta),
+        vec![100],
+        "each request deleted the one before"
+    );
+    let last = meta
+        .store()
+        .snapshot()
+        .unwrap()
+        .get(&key(42, 100))
+        .unwrap()
+        .unwrap()
+        .to_vec();
+    let late = |seq: u64| {
+        let mut txn = store.begin().unwrap();
+        txn.put(&key(42, seq), &last).unwrap();
+        txn.commit().unwrap();
+    };
+    late(50);
+    for seq in 101..=110 {
+        rt.block_on(meta.apply_request(Caller::default(), make(seq), id(seq)))
+            .unwrap();
+    }
+    assert_eq!(
+        records(&meta),
+        vec![50, 110],
+        "below the last deletion: the sweep's"
+    );
+    // Another committer over the same store (a restart, another server) does not know the
+    // client: it deletes in the client's last ACKED_DELETES_MAX numbers, not below.
+    drop(meta);
+    let meta = Meta::open(store.clone(), MetaOptions::default()).unwrap();
+    let far = 110 + ACKED_DELETES_MAX as u64 + 5;
+    late(far - ACKED_DELETES_MAX as u64 - 1);
+    late(far - ACKED_DELETES_MAX as u64);
+    rt.block_on(meta.apply_request(Caller::default(), make(far), id(far)))
+        .unwrap();
+    assert_eq!(
+        records(&meta),
+        vec![50, 110, far - ACKED_DELETES_MAX as u64 - 1, far],
+        "the window of an unknown client"
+    );
+    drop(meta);
+}
+
 /// The records a client leaves behind (its last request, which nothing acknowledges) are
 /// found expired by their time, resumed across passes, and swept by the housekeeping thread;
 /// a record of format 6 (no time) is swept too, and fsck accepts both forms.
