@@ -43,6 +43,7 @@ use etcd_client::{
 mod cache;
 pub mod cluster;
 mod endpoints;
+pub mod history;
 mod options;
 mod registry;
 
@@ -93,6 +94,10 @@ pub struct EtcdStats {
     pub conflicts: AtomicU64,
     /// Requests sent again after the cluster did not answer.
     pub retries: AtomicU64,
+    /// Compactions of the cluster's history this store made.
+    pub compactions: AtomicU64,
+    /// The revision history was last compacted to, by this store or another (0: not yet).
+    pub compacted_revision: std::sync::atomic::AtomicI64,
 }
 
 struct Inner {
@@ -317,7 +322,69 @@ impl EtcdStore {
         // One read proves the cluster answers (and has a leader) before the store is used.
         let (revision, seq_modified) = store.revision()?;
         store.follow_changes(revision, seq_modified);
+        store.keep_history_short();
         Ok(store)
+    }
+
+    /// Compacts the cluster's history, every [`history::period`], to what was current
+    /// `history_kept` ago (see [`history`]); until the store is dropped.
+    fn keep_history_short(&self) {
+        let kept = self.inner.options.history_kept;
+        if kept.is_zero() {
+            return;
+        }
+        let inner = Arc::downgrade(&self.inner);
+        self.inner.handle().spawn(async move {
+            let started = Instant::now();
+            let mut history = history::History::new(kept);
+            loop {
+                tokio::time::sleep(history::period(kept)).await;
+                let Some(inner) = inner.upgrade() else {
+                    return;
+                };
+                let seq = inner.seq.clone();
+                let read = retrying(&inner, |mut client| {
+                    let seq = seq.clone();
+                    async move {
+                        client
+                            .get(seq, Some(GetOptions::new().with_count_only()))
+                            .await
+                    }
+                })
+                .await;
+                let revision = match read {
+                    Ok(response) => response.header().map_or(0, |h| h.revision()),
+                    Err(error) => {
+                        tracing::debug!(%error, "etcd: reading the revision to compact to");
+                        continue;
+                    }
+                };
+                let Some(to) = history.observe(started.elapsed(), revision) else {
+                    continue;
+                };
+                let compacted = retrying(&inner, |mut client| async move {
+                    client.compact(to, None).await
+                })
+                .await;
+                match compacted {
+                    Ok(_) => {
+                        inner.stats.compactions.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(revision = to, "etcd: history compacted");
+                    }
+                    // Another server of the namespace (or the operator) compacted further.
+                    Err(error) if error.to_string().contains("compacted") => {}
+                    Err(error) => {
+                        tracing::warn!(%error, revision = to, "etcd: compacting the history");
+                        continue;
+                    }
+                }
+                history.compacted(to);
+                inner
+                    .stats
+                    .compacted_revision
+                    .fetch_max(to, Ordering::Relaxed);
+            }
+        });
     }
 
     pub fn options(&self) -> &EtcdOptions {
@@ -1240,6 +1307,11 @@ impl Store for EtcdStore {
                 while let Ok(Some(response)) = stream.message().await {
                     if let Some(kv) = response.events().last().and_then(|e| e.kv()) {
                         from = kv.mod_revision() + 1;
+                    }
+                    if response.compact_revision() > 0 {
+                        // No commit since before the history kept (see `history`): watch from
+                        // the oldest revision left, and say a commit may have been missed.
+                        from = from.max(response.compact_revision());
                     }
                     if !response.events().is_empty() || response.canceled() {
                         match sender.try_send(()) {

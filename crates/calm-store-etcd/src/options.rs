@@ -3,7 +3,7 @@
 use crate::{REQUEST_BYTES_MAX_DEFAULT, TXN_OPS_MAX_DEFAULT};
 
 /// How to reach the cluster and its limits; parsed from `etcd://HOST:PORT[,HOST:PORT...]
-/// [/PREFIX][?txn-ops-max=N&request-bytes-max=N&retry-ms-max=N]`, or `etcd+https://…` for a
+/// [/PREFIX][?txn-ops-max=N&request-bytes-max=N&retry-ms-max=N&history-s=N]`, or `etcd+https://…` for a
 /// cluster that speaks TLS (`tls-ca=FILE`, the CA of its certificates; `tls-cert=FILE` and
 /// `tls-key=FILE`, a client certificate when it asks for one), with `user=NAME` for etcd's
 /// authentication (the password from `password-file=FILE`, or the environment variable
@@ -26,6 +26,9 @@ pub struct EtcdOptions {
     pub retry_ms_max: u64,
     /// How long one attempt of a request may take, in milliseconds.
     pub attempt_ms_max: u64,
+    /// How much of the cluster's history is kept: calm compacts what is older (`history-s=0`:
+    /// calm never compacts, for a cluster whose operator does). See [`crate::history`].
+    pub history_kept: std::time::Duration,
 }
 
 /// The variable holding the password of an etcd URL's `user`, when it names no password file.
@@ -51,6 +54,7 @@ impl std::fmt::Debug for EtcdOptions {
             .field("request_bytes_max", &self.request_bytes_max)
             .field("retry_ms_max", &self.retry_ms_max)
             .field("attempt_ms_max", &self.attempt_ms_max)
+            .field("history_kept", &self.history_kept)
             .finish()
     }
 }
@@ -68,6 +72,7 @@ impl EtcdOptions {
             // Longer than etcd's own request timeout (5 s plus two election timeouts by
             // default), so that etcd, not this client, decides when a request failed.
             attempt_ms_max: 10_000,
+            history_kept: crate::history::HISTORY_KEPT_DEFAULT,
         }
     }
 
@@ -125,6 +130,7 @@ impl EtcdOptions {
                 "request-bytes-max",
                 "retry-ms-max",
                 "attempt-ms-max",
+                "history-s",
             ]
             .contains(&name)
             {
@@ -140,6 +146,7 @@ impl EtcdOptions {
                 }
                 "retry-ms-max" => options.retry_ms_max = number,
                 "attempt-ms-max" if number > 0 => options.attempt_ms_max = number,
+                "history-s" => options.history_kept = std::time::Duration::from_secs(number),
                 _ => return Err(format!("{url:?}: {pair:?} is out of range")),
             }
         }
