@@ -24,6 +24,10 @@ use crate::locks::LockTable;
 pub const SERVER_LEASE_MS_DEFAULT: u64 = 5_000;
 /// Default longest wait for clients' reclaims after a takeover, in milliseconds.
 pub const GRACE_MS_MAX_DEFAULT: u64 = 10_000;
+/// How often the thread that forwards the registry's watch checks that the server still runs:
+/// the longest it delays the end of a stopping server.
+const REGISTRY_WATCH_POLL: Duration = Duration::from_millis(200);
+
 /// Pause between two attempts to join the registry.
 const JOIN_RETRY_MS: u64 = 200;
 /// Time a takeover may take to read the sessions of the server it takes over, beyond the
@@ -176,10 +180,21 @@ pub async fn run(
     let changed = Arc::new(tokio::sync::Notify::new());
     match registry.watch() {
         Ok(receiver) => {
-            let changed = changed.clone();
+            // Holds `changed` weakly: once this task is gone (the server stops, and its
+            // runtime, which waits for blocking threads, drops it), the thread ends within a
+            // poll, and the watch with it.
+            let changed = Arc::downgrade(&changed);
             tokio::task::spawn_blocking(move || {
-                while receiver.recv().is_ok() {
-                    changed.notify_one();
+                loop {
+                    let report = receiver.recv_timeout(REGISTRY_WATCH_POLL);
+                    let Some(changed) = changed.upgrade() else {
+                        return;
+                    };
+                    match report {
+                        Ok(()) => changed.notify_one(),
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+                    }
                 }
             });
         }

@@ -175,3 +175,33 @@ fn fsck_checks_a_namespace_on_etcd_while_its_servers_run() {
     assert!(!common::calm(&["fsck"]).status.success());
     drop((a, b));
 }
+
+/// A server on etcd stops on SIGTERM within `STOP_BOUND`, after serving a client (it used to
+/// wait for ever for the thread that follows the servers' registry).
+#[test]
+fn a_server_on_etcd_stops_on_sigterm_in_bounded_time() {
+    const STOP_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
+    let mut private = None;
+    let url = cluster("sigterm", &mut private);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut server = Server::start_with(&tmp.path().join("a"), &["--store", &url]);
+    let rt = runtime();
+    rt.block_on(async {
+        let client = calm_client::Client::connect(&server.addr).await.unwrap();
+        client.create(ROOT, b"f", 0o644).await.unwrap();
+    });
+    let asked = std::time::Instant::now();
+    server.signal(libc::SIGTERM);
+    let status = loop {
+        if let Some(status) = server.child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            asked.elapsed() < STOP_BOUND,
+            "the server still runs {STOP_BOUND:?} after SIGTERM"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    eprintln!("stopped {:?} after SIGTERM", asked.elapsed());
+}
