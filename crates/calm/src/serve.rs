@@ -289,7 +289,9 @@ pub fn run_etcd(
     let options = calm_store_etcd::EtcdOptions::from_url(url).map_err(|e| anyhow!(e))?;
     let store = calm_store_etcd::EtcdStore::connect(options)
         .with_context(|| format!("connecting to {url}"))?;
-    let (objects_url, objects_url_default) = changelog.objects_options(Path::new("./calm-data"))?;
+    // The default object store is in --data, as `--objects`'s help says (a namespace keeps
+    // the store it was created with: the first server's).
+    let (objects_url, objects_url_default) = changelog.objects_options(socket_dir)?;
     let meta = Meta::open(
         store,
         MetaOptions {

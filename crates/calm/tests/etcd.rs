@@ -177,7 +177,9 @@ fn fsck_checks_a_namespace_on_etcd_while_its_servers_run() {
 }
 
 /// A server on etcd stops on SIGTERM within `STOP_BOUND`, after serving a client (it used to
-/// wait for ever for the thread that follows the servers' registry).
+/// wait for ever for the thread that follows the servers' registry); its new namespace's
+/// objects are in its --data directory (they went to ./calm-data/objects of the working
+/// directory).
 #[test]
 fn a_server_on_etcd_stops_on_sigterm_in_bounded_time() {
     const STOP_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
@@ -186,10 +188,14 @@ fn a_server_on_etcd_stops_on_sigterm_in_bounded_time() {
     let tmp = tempfile::tempdir().unwrap();
     let mut server = Server::start_with(&tmp.path().join("a"), &["--store", &url]);
     let rt = runtime();
-    rt.block_on(async {
+    let objects = rt.block_on(async {
         let client = calm_client::Client::connect(&server.addr).await.unwrap();
         client.create(ROOT, b"f", 0o644).await.unwrap();
+        client.status().await.unwrap().objects_url
     });
+    // Without --objects, a new namespace's object store is in --data, as the help says.
+    let data = tmp.path().join("a").canonicalize().unwrap();
+    assert_eq!(objects, format!("file://{}/objects", data.display()));
     let asked = std::time::Instant::now();
     server.signal(libc::SIGTERM);
     let status = loop {
