@@ -36,6 +36,36 @@ use tokio::sync::{Notify, Semaphore, mpsc};
 /// Chunks waiting for a background compaction; past it a request is dropped (the chunk's next
 /// write asks again).
 pub const COMPACT_QUEUE_MAX: usize = 4096;
+/// A compaction's place in the map of chunks being compacted: taken before it waits for the
+/// chunk, left when it ends or is dropped (its caller went away), so that the map holds only
+/// chunks that someone compacts or waits for.
+struct Running<'a> {
+    map: &'a Mutex<HashMap<ChunkId, Arc<tokio::sync::Mutex<()>>>>,
+    key: ChunkId,
+    chunk_lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl<'a> Running<'a> {
+    fn enter(map: &'a Mutex<HashMap<ChunkId, Arc<tokio::sync::Mutex<()>>>>, key: ChunkId) -> Self {
+        let chunk_lock = lock(map).entry(key).or_default().clone();
+        Running {
+            map,
+            key,
+            chunk_lock,
+        }
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut map = lock(self.map);
+        // The map's and ours (clones are made under the map's mutex): nobody else waits.
+        if Arc::strong_count(&self.chunk_lock) == 2 {
+            map.remove(&self.key);
+        }
+    }
+}
+
 /// Compactions running at once (each holds at most one block of its new slice in memory).
 pub const COMPACTIONS_IN_FLIGHT_MAX: usize = 4;
 /// Object reads in flight while one block of a new slice is filled.
@@ -238,19 +268,12 @@ impl Compactor {
     /// Runs `job` if the chunk's records call for it (after any compaction of the chunk
     /// already running). True when a compaction was committed.
     async fn compact<S: Store>(&self, meta: &Meta<S>, job: Job) -> Result<bool, MetaError> {
-        let key = (job.handle, job.chunk);
-        let chunk_lock = lock(&self.running).entry(key).or_default().clone();
+        let running = Running::enter(&self.running, (job.handle, job.chunk));
         let result = {
-            let _held = chunk_lock.lock().await;
+            let _held = running.chunk_lock.lock().await;
             self.compact_alone(meta, job).await
         };
-        {
-            let mut running = lock(&self.running);
-            // The map's and ours: nobody else waits for this chunk.
-            if Arc::strong_count(&chunk_lock) == 2 {
-                running.remove(&key);
-            }
-        }
+        drop(running);
         match &result {
             Ok(true) => {
                 self.stats.compacted.fetch_add(1, Ordering::Relaxed);
@@ -596,6 +619,31 @@ mod tests {
     }
 
     /// An object seen through a hundred small gaps is read once.
+    #[tokio::test]
+    async fn a_compaction_dropped_while_waiting_leaves_no_place_in_the_map() {
+        let map = Mutex::new(HashMap::new());
+        let key = (7, 0);
+        let first = Running::enter(&map, key);
+        let held = first.chunk_lock.clone().lock_owned().await;
+        // A second compaction of the chunk waits for the first; its caller goes away.
+        let waiting = async {
+            let second = Running::enter(&map, key);
+            let _held = second.chunk_lock.lock().await;
+        };
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(20), waiting)
+                .await
+                .is_err()
+        );
+        assert_eq!(lock(&map).len(), 1, "the first still runs");
+        drop(held);
+        drop(first);
+        assert!(lock(&map).is_empty(), "{:?}", lock(&map).keys());
+        // A dropped one that ran alone leaves nothing either.
+        drop(Running::enter(&map, key));
+        assert!(lock(&map).is_empty());
+    }
+
     #[test]
     fn an_object_seen_through_many_gaps_is_read_once() {
         let mut records = vec![Slice {
