@@ -91,11 +91,15 @@ pub(crate) async fn resolve(client: &calm_client::Client, path: &str) -> anyhow:
     Ok(handle)
 }
 
+/// A lock's type as a user names it. A mount cannot tell a POSIX record lock (fcntl, lockf)
+/// from an OFD one: the kernel hands it both with an opaque owner (the process's file table,
+/// or the open file), which the server knows as a file owner. Those are "RECORD"; a process
+/// owner (a client of the server's own) is "POSIX".
 fn type_name(holder: &Holder) -> &'static str {
     match (holder.scope, holder.owner) {
         (Scope::WholeFile, _) => "FLOCK",
         (Scope::Range(_), Owner::Process { .. }) => "POSIX",
-        (Scope::Range(_), Owner::File { .. }) => "OFD",
+        (Scope::Range(_), Owner::File { .. }) => "RECORD",
     }
 }
 
@@ -131,10 +135,11 @@ fn holder_json(holder: &Holder) -> serde_json::Value {
         "start": start,
         "end": end,
         "session": holder.session,
-        "pid": holder.owner.pid(),
     });
-    if let Owner::File { file } = holder.owner {
-        value["file"] = file.into();
+    // The pid of a file owner's process is known to its mount only.
+    match holder.owner {
+        Owner::Process { pid } => value["pid"] = pid.into(),
+        Owner::File { file } => value["file"] = file.into(),
     }
     value
 }

@@ -353,9 +353,16 @@ time.sleep(600)' > /dev/null 2>&1 &
     };
     let held = locks("before");
     let holder = &held["locks"][0];
+    // lockf through a mount: a record lock named by its owner's file id (a mount cannot tell
+    // POSIX from OFD), with no made-up pid.
+    assert_eq!(holder["type"], "RECORD", "{held}");
+    assert!(
+        holder["file"].is_u64() && holder.get("pid").is_none(),
+        "{held}"
+    );
     let session = holder["session"].as_u64().expect("a session");
     let holder = match holder["type"].as_str() {
-        Some("OFD") | Some("flock") => format!("file:{}", holder["file"]),
+        Some("RECORD") | Some("FLOCK") => format!("file:{}", holder["file"]),
         _ => format!("pid:{}", holder["pid"]),
     };
     let before = tree_state(&mount);
