@@ -222,14 +222,25 @@ impl LockRouter {
             let pending: Vec<usize> = (0..calls.len()).filter(|i| answers[*i].is_none()).collect();
             let server = self.route(resource);
             let sent: Vec<LockCall> = pending.iter().map(|i| calls[*i]).collect();
-            let outcome = match self.link(server).await {
-                Ok(link) => link.client.lock_batch(link.session, &sent).await,
-                Err(failure) => Err(failure),
+            let (outcome, used) = match self.link(server).await {
+                Ok(link) => (
+                    link.client.lock_batch(link.session, &sent).await,
+                    Some(link.session),
+                ),
+                Err(failure) => (Err(failure), None),
             };
             let clustered = self.state().clustered;
+            let moved = match (&outcome, used) {
+                (Err(failure), Some(session)) if clustered => {
+                    self.session_moved(server, session, failure.code).await
+                }
+                _ => false,
+            };
             let mut again = None;
             match outcome {
-                Err(failure) if clustered && retryable(failure.code) => again = Some(failure),
+                Err(failure) if clustered && (moved || retryable(failure.code)) => {
+                    again = Some(failure)
+                }
                 Err(failure) => return Err(failure),
                 Ok(got) => {
                     for (i, answer) in pending.into_iter().zip(got) {
@@ -252,6 +263,23 @@ impl LockRouter {
             }
             self.refresh(Some(server)).await;
         }
+    }
+
+    /// Whether a refusal `code` of `session`, used at `server`, says the session is gone
+    /// because the client moved: its home connection went to another server (whose failover
+    /// sends a call again there, in the session of the server it left), or the session there
+    /// was replaced meanwhile. The call is then sent again, in the session the client has now
+    /// (a request that was waiting holds nothing yet; the locks held were reclaimed in the new
+    /// session by the move).
+    async fn session_moved(&self, server: u64, session: SessionId, code: LockCode) -> bool {
+        if !matches!(code, LockCode::NoSuchSession | LockCode::Fenced) {
+            return false;
+        }
+        self.follow_home().await;
+        self.state()
+            .links
+            .get(&server)
+            .is_none_or(|link| link.session != session)
     }
 
     fn note_granted(&self, call: &LockCall) {
@@ -282,6 +310,7 @@ impl LockRouter {
                 Err(failure) if retryable(failure.code) => Err(failure),
                 Err(failure) => return Err(failure),
             };
+            let used = link.as_ref().ok().map(|link| link.session);
             let outcome = match link {
                 Ok(link) => {
                     {
@@ -304,8 +333,16 @@ impl LockRouter {
                 Err(failure) => Err(failure),
             };
             let clustered = self.state().clustered;
+            let code = match &outcome {
+                Ok(answer) => answer.code,
+                Err(failure) => failure.code,
+            };
+            let moved = match used {
+                Some(session) if clustered => self.session_moved(server, session, code).await,
+                _ => false,
+            };
             let failure = match outcome {
-                Ok(answer) if clustered && retryable(answer.code) => {
+                Ok(answer) if clustered && (moved || retryable(answer.code)) => {
                     LockFailure::new(answer.code, answer.message)
                 }
                 Ok(answer) => {
@@ -314,7 +351,7 @@ impl LockRouter {
                     }
                     return Ok(answer);
                 }
-                Err(failure) if clustered && retryable(failure.code) => failure,
+                Err(failure) if clustered && (moved || retryable(failure.code)) => failure,
                 Err(failure) => return Err(failure),
             };
             if self.state().waits.get(&tag).is_some_and(|w| w.cancelled) {

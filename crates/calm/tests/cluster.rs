@@ -541,6 +541,89 @@ fn a_mount_of_three_servers_moves_on_when_its_server_dies_and_keeps_its_locks() 
     );
 }
 
+/// A process waiting in F_SETLKW through a mount whose server decides the file: that server is
+/// killed, and the wait goes on at the file's new decider, to be granted once the holder (on
+/// another server's mount) lets go — never an error. (The mount's connection moved to another
+/// server and the wait was sent there in the dead server's session, which it refused.)
+#[test]
+fn a_lock_wait_through_the_deciders_own_mount_outlives_the_decider() {
+    let mut private = None;
+    let url = cluster("waitmove", &mut private);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut servers = three_servers(&url, tmp.path(), 2_000);
+    let list = servers
+        .iter()
+        .map(|s| s.addr.clone())
+        .collect::<Vec<_>>()
+        .join(",");
+    let moving = Mount::remote(&list, &[]);
+    let other = Mount::remote(&servers[1].addr, &[]);
+    moving.sh_ok("mkdir d && for i in $(seq 0 15); do echo $i > d/f$i; done");
+    let rt = runtime();
+    let name = rt.block_on(async {
+        let b = Client::connect(&servers[1].addr).await.unwrap();
+        let a = Client::connect(&servers[0].addr).await.unwrap();
+        let doomed = a.members().await.unwrap().me;
+        let view: Vec<u64> = b
+            .members()
+            .await
+            .unwrap()
+            .servers
+            .iter()
+            .map(|m| m.id)
+            .collect();
+        let dir = b.lookup(ROOT, b"d").await.unwrap().handle;
+        for i in 0..16 {
+            let name = format!("f{i}");
+            let handle = b.lookup(dir, name.as_bytes()).await.unwrap().handle;
+            if owner_of(handle, &view) == Some(doomed) {
+                return name;
+            }
+        }
+        panic!("none of 16 files is decided by the first server");
+    });
+    let path = format!("d/{name}");
+    let mut held = keeper(&other, &path);
+    let mut waiter = Command::new("nsenter")
+        .args(["-t", &moving.pid().to_string(), "-m", "--", "python3", "-c"])
+        .arg(format!(
+            "import fcntl\nf = open('{}/{path}', 'r+')\nprint('waiting', flush=True)\n\
+             try:\n    fcntl.lockf(f, fcntl.LOCK_EX)\n    print('granted', flush=True)\n\
+             except OSError as e:\n    print('error', e.errno, flush=True)\n",
+            moving.mnt.display()
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the waiter");
+    let (lines, got) = std::sync::mpsc::channel();
+    let stdout = waiter.stdout.take().expect("piped");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let _ = lines.send(line.unwrap_or_default());
+        }
+    });
+    assert_eq!(got.recv().unwrap(), "waiting");
+    // In the kernel's wait, at the decider, before the decider dies.
+    assert!(
+        got.recv_timeout(Duration::from_millis(500)).is_err(),
+        "the wait ended while the lock was held"
+    );
+    servers.remove(0).kill9();
+    // Past the dead server's lease (2 s) and the takeover: the holder still holds it, the
+    // waiter still waits.
+    assert_eq!(
+        got.recv_timeout(Duration::from_secs(5)).ok(),
+        None,
+        "the wait ended while the lock was held"
+    );
+    drop(held.stdin.take());
+    held.wait().unwrap();
+    let answer = got.recv_timeout(Duration::from_secs(60));
+    let _ = waiter.kill();
+    let _ = waiter.wait();
+    assert_eq!(answer.as_deref(), Ok("granted"), "the waiter's answer");
+}
+
 /// `calm bench servers` runs end to end on a small scale and reports every figure it names
 /// (the figures themselves are for docs/benchmarks, not for a test).
 #[test]
