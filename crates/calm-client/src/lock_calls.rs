@@ -2,6 +2,7 @@
 //! cancellation, listings, the view of the servers and reclaim reports.
 
 use super::*;
+use calm_proto::locks::LockCode;
 
 impl Client {
     // ---- locks ----
@@ -145,6 +146,37 @@ impl Client {
     pub async fn lock_cancel(&self, session: SessionId, tag: u64) -> Result<bool, LockFailure> {
         let reply = locks_call!(self, cancel, pb::CancelRequest { session, tag });
         check_lock(reply).map(|r| r.cancelled)
+    }
+
+    /// The locks and waiting requests of the file `handle` at the server deciding it, asked
+    /// again while its decider moves (a server of several died and the others take its files
+    /// over: its address does not answer, or the new decider answers `Moved` or `Grace`), for
+    /// up to [`crate::routing::ROUTE_RETRY_MS_MAX`]. A server alone is asked once.
+    pub async fn list_locks_at_decider(&self, handle: Handle) -> Result<LockListing, LockFailure> {
+        let deadline = std::time::Instant::now()
+            + std::time::Duration::from_millis(crate::routing::ROUTE_RETRY_MS_MAX);
+        let mut pause_ms = 10;
+        loop {
+            let clustered = self.members().await?.clustered;
+            let outcome = match self.decider(handle).await {
+                Ok(decider) => decider.list_locks(handle).await,
+                Err(error) => Err(LockFailure::new(LockCode::Unavailable, error.to_string())),
+            };
+            match outcome {
+                Err(failure)
+                    if clustered
+                        && matches!(
+                            failure.code,
+                            LockCode::Moved | LockCode::Grace | LockCode::Unavailable
+                        )
+                        && std::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
+                    pause_ms = (pause_ms * 2).min(200);
+                }
+                outcome => return outcome,
+            }
+        }
     }
 
     /// The locks and waiting requests of the file `handle`.

@@ -738,6 +738,11 @@ impl<S: Store> LocksRpc for LockService<S> {
         self.auth.identity(&r)?;
         let resource = r.into_inner().resource;
         let inner = self.table.lock();
+        // Another server's file, or one whose clients are still reclaiming after a takeover:
+        // what this server holds of it is not the whole answer, so it gives none.
+        self.table
+            .route(&inner, resource, None, false)
+            .map_err(|failure| status_from_lock_failure(&failure))?;
         let held = inner.manager.locks(resource);
         let total = held.len() as u64;
         let locks = held

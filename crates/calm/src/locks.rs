@@ -15,9 +15,7 @@ pub fn run(server: &str, path: &str, json: bool) -> anyhow::Result<ExitCode> {
             let client = calm_client::Client::connect(server).await?;
             let handle = resolve(&client, path).await?;
             let listing = client
-                .decider(handle)
-                .await?
-                .list_locks(handle)
+                .list_locks_at_decider(handle)
                 .await
                 .map_err(|e| anyhow!(e))?;
             anyhow::Ok((handle, listing))

@@ -545,6 +545,7 @@ fn a_mount_of_three_servers_moves_on_when_its_server_dies_and_keeps_its_locks() 
 /// killed, and the wait goes on at the file's new decider, to be granted once the holder (on
 /// another server's mount) lets go — never an error. (The mount's connection moved to another
 /// server and the wait was sent there in the dead server's session, which it refused.)
+/// `calm locks` run during the move lists the holder.
 #[test]
 fn a_lock_wait_through_the_deciders_own_mount_outlives_the_decider() {
     let mut private = None;
@@ -609,6 +610,22 @@ fn a_lock_wait_through_the_deciders_own_mount_outlives_the_decider() {
         "the wait ended while the lock was held"
     );
     servers.remove(0).kill9();
+    // `calm locks` asked at once, while the file's decider moves, waits for the move and lists
+    // the holder (it failed for seconds).
+    let listed = common::calm(&[
+        "locks",
+        &format!("/{path}"),
+        "--server",
+        &servers[0].addr,
+        "--json",
+    ]);
+    assert!(listed.status.success(), "{listed:?}");
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(
+        listed["locks"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
     // Past the dead server's lease (2 s) and the takeover: the holder still holds it, the
     // waiter still waits.
     assert_eq!(
