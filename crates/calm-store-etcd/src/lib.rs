@@ -767,10 +767,35 @@ where
     F: Fn(Client) -> Fut,
     Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
 {
-    let deadline = Instant::now() + Duration::from_millis(inner.options.retry_ms_max);
+    retrying_until(inner, None, request).await
+}
+
+/// [`retrying`], within `until` when given: the deadline of a larger piece of work that this
+/// request is part of (a commit, within its transaction's), which bounds every attempt, the
+/// first too (past it, the request fails without being sent).
+async fn retrying_until<T, F, Fut>(
+    inner: &Inner,
+    until: Option<Instant>,
+    request: F,
+) -> std::result::Result<T, etcd_client::Error>
+where
+    F: Fn(Client) -> Fut,
+    Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+{
+    let timed_out = || {
+        etcd_client::Error::GRpcStatus(tonic::Status::new(
+            tonic::Code::DeadlineExceeded,
+            "etcd request timed out",
+        ))
+    };
+    let deadline =
+        until.unwrap_or_else(|| Instant::now() + Duration::from_millis(inner.options.retry_ms_max));
+    if until.is_some() && Instant::now() >= deadline {
+        return Err(timed_out());
+    }
     let attempt = Duration::from_millis(inner.options.attempt_ms_max);
     let mut pause = Duration::from_millis(20);
-    let mut first = true;
+    let mut first = until.is_none();
     // Members tried since the last pause: a member that does not answer is skipped at once,
     // the pause comes after every member was tried.
     let mut tried = 0;
@@ -786,10 +811,7 @@ where
             Err(error) => Err(error),
             Ok(client) => match tokio::time::timeout(budget, request(client)).await {
                 Ok(outcome) => outcome,
-                Err(_) => Err(etcd_client::Error::GRpcStatus(tonic::Status::new(
-                    tonic::Code::DeadlineExceeded,
-                    "etcd request timed out",
-                ))),
+                Err(_) => Err(timed_out()),
             },
         };
         match outcome {
@@ -852,6 +874,9 @@ impl ReadTxn for EtcdSnapshot<'_> {
 #[derive(Debug)]
 pub struct EtcdTxn<'s> {
     store: &'s EtcdStore,
+    /// `retry_ms_max` after the transaction began: its commit is sent (and sent again) until
+    /// then, and settling a lost commit's answer takes at most as long again.
+    deadline: Instant,
     revision: i64,
     /// The commit key's modification revision when the transaction began.
     seq_modified: i64,
@@ -1101,18 +1126,24 @@ impl WriteTxn for EtcdTxn<'_> {
             .when([inner.unchanged_since(self.revision)])
             .and_then(operations);
         let shared = inner.clone();
-        let revision = self.revision;
+        let (revision, deadline) = (self.revision, self.deadline);
         self.store
-            .run(async move { commit(&shared, txn, token, revision).await })
+            .run(async move { commit(&shared, txn, token, revision, deadline).await })
     }
 }
 
-/// Sends a commit; on a lost answer sends it again unchanged and asks the commit key whether
-/// one of the copies applied.
-async fn commit(inner: &Inner, txn: Txn, token: Vec<u8>, revision: i64) -> Result<()> {
+/// Sends a commit until `deadline` (its transaction's); on a lost answer sends it again
+/// unchanged and asks the commit key whether one of the copies applied.
+async fn commit(
+    inner: &Inner,
+    txn: Txn,
+    token: Vec<u8>,
+    revision: i64,
+    deadline: Instant,
+) -> Result<()> {
     let answered_once = std::sync::atomic::AtomicBool::new(false);
     let lost = std::sync::atomic::AtomicBool::new(false);
-    let response = retrying(inner, |mut client| {
+    let response = retrying_until(inner, Some(deadline), |mut client| {
         let txn = txn.clone();
         if answered_once.swap(true, Ordering::Relaxed) {
             lost.store(true, Ordering::Relaxed);
@@ -1140,7 +1171,7 @@ async fn commit(inner: &Inner, txn: Txn, token: Vec<u8>, revision: i64) -> Resul
         // etcd applies the transaction that crosses the space quota and then answers it with
         // "database space exceeded" (and raises its alarm): whether it applied is in the
         // commit key, which the alarm leaves readable.
-        Err(error) if out_of_space(&error) && applied(inner, &token).await? => {
+        Err(error) if out_of_space(&error) && applied(inner, &token, None).await? => {
             inner.stats.commits.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
@@ -1155,7 +1186,7 @@ async fn commit(inner: &Inner, txn: Txn, token: Vec<u8>, revision: i64) -> Resul
         }
         return Ok(());
     }
-    if lost.load(Ordering::Relaxed) && applied(inner, &token).await? {
+    if lost.load(Ordering::Relaxed) && applied(inner, &token, None).await? {
         // An earlier copy applied; this one found the commit key moved by it.
         inner.stats.commits.fetch_add(1, Ordering::Relaxed);
         return Ok(());
@@ -1178,7 +1209,9 @@ enum Settled {
 async fn fence(inner: &Inner, token: &[u8], revision: i64) -> Result<Settled> {
     let seq = inner.seq.clone();
     let fence_token = inner.next_token();
-    let fenced = retrying(inner, |mut client| {
+    // The fence and the reads of what it found share one `retry_ms_max`.
+    let deadline = Instant::now() + Duration::from_millis(inner.options.retry_ms_max);
+    let fenced = retrying_until(inner, Some(deadline), |mut client| {
         let txn = Txn::new()
             .when([inner.unchanged_since(revision)])
             .and_then([TxnOp::put(seq.clone(), fence_token.clone(), None)]);
@@ -1189,12 +1222,12 @@ async fn fence(inner: &Inner, token: &[u8], revision: i64) -> Result<Settled> {
         Ok(response) if response.succeeded() => Ok(Settled::NotApplied),
         // With the space alarm raised no write applies any more, the lost copy's included:
         // what the commit key names is final.
-        Err(error) if out_of_space(&error) => Ok(if applied(inner, token).await? {
+        Err(error) if out_of_space(&error) => Ok(if applied(inner, token, Some(deadline)).await? {
             Settled::Applied
         } else {
             Settled::NotApplied
         }),
-        Ok(_) => Ok(if applied(inner, token).await? {
+        Ok(_) => Ok(if applied(inner, token, Some(deadline)).await? {
             Settled::Applied
         } else {
             // Another commit landed after `revision`: the lost one compares false forever.
@@ -1206,9 +1239,9 @@ async fn fence(inner: &Inner, token: &[u8], revision: i64) -> Result<Settled> {
 
 /// Whether the commit key names `token`: the commit it stands for applied. (A later commit by
 /// anyone rewrites the key, but a later commit could only compare true after seeing ours.)
-async fn applied(inner: &Inner, token: &[u8]) -> Result<bool> {
+async fn applied(inner: &Inner, token: &[u8], until: Option<Instant>) -> Result<bool> {
     let seq = inner.seq.clone();
-    let response = retrying(inner, |mut client| {
+    let response = retrying_until(inner, until, |mut client| {
         let seq = seq.clone();
         async move { client.get(seq, None).await }
     })
@@ -1246,9 +1279,11 @@ impl Store for EtcdStore {
     }
 
     fn begin(&self) -> Result<EtcdTxn<'_>> {
+        let deadline = Instant::now() + Duration::from_millis(self.inner.options.retry_ms_max);
         let (revision, seq_modified) = self.revision()?;
         Ok(EtcdTxn {
             store: self,
+            deadline,
             revision,
             seq_modified,
             cached: self.inner.cache.ready_for(seq_modified),

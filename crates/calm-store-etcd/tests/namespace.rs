@@ -288,17 +288,19 @@ fn losing_the_quorum_fails_creates_in_bounded_time_and_they_resume_when_it_retur
     for &i in &others {
         cluster.kill(i);
     }
-    // The commit is retried for RETRY_MS, then its fate settled (the fence is retried for as
-    // long again): EIO well before 3 × RETRY_MS.
+    // The transaction (its reads and its commit) is retried for RETRY_MS from its start, then
+    // its fate settled (the fence and its reads, for as long again): EIO within twice
+    // RETRY_MS, and a second for the scheduling of a busy machine.
     let started = Instant::now();
     let failed = runtime.block_on(meta.create(ROOT, b"during", 0o644));
     let took = started.elapsed();
+    eprintln!("a create without a quorum failed after {took:?}: {failed:?}");
     assert!(
         matches!(failed, Err(MetaError::Io(_))),
         "a create without a quorum: {failed:?}"
     );
     assert!(
-        took < Duration::from_millis(3 * RETRY_MS),
+        took < Duration::from_millis(2 * RETRY_MS + 1_000),
         "a create without a quorum failed after {took:?}"
     );
     for &i in &others {
