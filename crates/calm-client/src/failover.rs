@@ -24,6 +24,10 @@ pub const FAILOVER_MS_MAX: u64 = 60_000;
 const ROUND_PAUSE_MS: u64 = 100;
 /// Longest one connection attempt waits.
 pub const CONNECT_MS_MAX: u64 = 1_000;
+/// Shortest time between two moves: a server that accepts connections and drops them at once
+/// (one stopping, whose socket still completes connections) is tried again after it, not in a
+/// tight loop.
+pub const MOVE_INTERVAL_MS_MIN: u64 = 100;
 
 /// The servers a client may move to, and its request ids.
 #[derive(Debug)]
@@ -36,8 +40,8 @@ pub struct Failover {
     next_seq: AtomicU64,
     /// Request numbers sent and not yet answered.
     in_flight: Mutex<BTreeSet<u64>>,
-    /// One move at a time.
-    pub(crate) moving: tokio::sync::Mutex<()>,
+    /// One move at a time; when the last one was made.
+    pub(crate) moving: tokio::sync::Mutex<Option<Instant>>,
     /// Moves so far (a call that saw the connection it used replaced does not move again).
     pub(crate) moves: AtomicU64,
 }
@@ -62,7 +66,7 @@ impl Failover {
             client_id: random_u64(),
             next_seq: AtomicU64::new(1),
             in_flight: Mutex::new(BTreeSet::new()),
-            moving: tokio::sync::Mutex::new(()),
+            moving: tokio::sync::Mutex::new(None),
             moves: AtomicU64::new(0),
         }
     }

@@ -509,10 +509,16 @@ impl Client {
         if self.local.is_some() || !failover::connection_lost(status) || !budget.left() {
             return false;
         }
-        let _moving = failover.moving.lock().await;
+        let mut last_move = failover.moving.lock().await;
         if !Arc::ptr_eq(&self.conn(), used) {
             // Another request moved already.
             return true;
+        }
+        let interval = std::time::Duration::from_millis(failover::MOVE_INTERVAL_MS_MIN);
+        if let Some(at) = *last_move
+            && at.elapsed() < interval
+        {
+            tokio::time::sleep(interval - at.elapsed()).await;
         }
         let count = failover.addrs.len();
         let from = failover.at.load(Ordering::Acquire) as usize;
@@ -527,6 +533,7 @@ impl Client {
                     *self.conn.write().unwrap_or_else(|p| p.into_inner()) = conn;
                     failover.at.store(at as u64, Ordering::Release);
                     failover.moves.fetch_add(1, Ordering::Relaxed);
+                    *last_move = Some(std::time::Instant::now());
                     tracing::warn!(
                         from = %failover.addrs[from],
                         to = %addr,

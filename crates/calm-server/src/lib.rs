@@ -56,6 +56,11 @@ pub const STREAMS_PER_CONNECTION_MAX: usize = 1024;
 /// Name of the Unix socket a server listens on in its data directory.
 pub const SOCKET_FILE: &str = "calm.sock";
 
+/// How long a stopping server lets the requests in flight finish: a mount keeps a stream open
+/// for as long as it is mounted (its watch of changes), and a lock wait lasts until granted,
+/// so without a bound a server with clients would never stop.
+pub const STOP_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Name of the lock file that keeps two servers off one data directory.
 pub const LOCK_FILE: &str = "calm.lock";
 
@@ -885,7 +890,8 @@ impl<S: Store> Server<S> {
     }
 
     /// Serves every service on `listeners` until `shutdown` completes; then stops accepting,
-    /// lets the requests in flight finish, stops the server's tasks and returns.
+    /// lets the requests in flight finish (for [`STOP_WAIT_MAX`] at most), stops the server's
+    /// tasks, leaves the servers' registry and returns.
     pub async fn serve(
         self,
         listeners: Vec<listen::Listener>,
@@ -910,7 +916,15 @@ impl<S: Store> Server<S> {
         // small and latency-bound, and Nagle's algorithm would hold one back until the
         // client's delayed ACK whenever a previous segment is unacknowledged).
         let (incoming, accepting) = listen::incoming(listeners);
-        let served = tonic::transport::Server::builder()
+        let asked = Arc::new(tokio::sync::Notify::new());
+        let shutdown = {
+            let asked = asked.clone();
+            async move {
+                shutdown.await;
+                asked.notify_one();
+            }
+        };
+        let serving = tonic::transport::Server::builder()
             .concurrency_limit_per_connection(STREAMS_PER_CONNECTION_MAX)
             .http2_keepalive_interval(Some(listen::KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(listen::KEEPALIVE_TIMEOUT))
@@ -919,8 +933,21 @@ impl<S: Store> Server<S> {
             .add_service(changelog)
             .add_service(watch)
             .add_service(targets)
-            .serve_with_incoming_shutdown(incoming, shutdown)
-            .await;
+            .serve_with_incoming_shutdown(incoming, shutdown);
+        // Requests in flight get STOP_WAIT_MAX to finish; streams that never end by
+        // themselves (a mount's watch, a lock wait) are cut then.
+        let served = tokio::select! {
+            served = serving => served,
+            _ = async {
+                asked.notified().await;
+                tokio::time::sleep(STOP_WAIT_MAX).await;
+            } => {
+                tracing::info!(
+                    "stopping: requests still open after {STOP_WAIT_MAX:?} are cut"
+                );
+                Ok(())
+            }
+        };
         for task in accepting {
             task.abort();
         }

@@ -166,3 +166,26 @@ fn storm_kill9_restart(args: &[&str]) {
         assert!(status.success());
     }
 }
+
+/// SIGTERM with a mount open and a lock held through it (streams that never end by themselves)
+/// stops the server within a bound, cleanly: its store needs no recovery and fsck is clean. (It
+/// waited for the mount for ever.)
+#[test]
+fn a_server_with_a_mount_stops_on_sigterm_in_bounded_time() {
+    // calm_server::STOP_WAIT_MAX (5 s) for the streams, and margin.
+    const STOP_BOUND: Duration = Duration::from_secs(10);
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let server = Server::start(&data);
+    let took = server.stops_on_sigterm_with_a_mount(STOP_BOUND);
+    eprintln!("stopped {took:?} after SIGTERM");
+    let fsck = calm(&["fsck", data.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&fsck.stderr);
+    eprintln!("fsck: {err}");
+    assert!(
+        fsck.status.success(),
+        "{}{err}",
+        String::from_utf8_lossy(&fsck.stdout),
+    );
+    assert!(!err.contains("commits from the write-ahead log"), "{err}");
+}

@@ -86,6 +86,48 @@ impl Server {
     }
 }
 
+impl Server {
+    /// SIGTERM with a mount of it open and a process on that mount holding a lock (a watch
+    /// stream and a lock session: what never ends by itself): the server must exit, cleanly,
+    /// within `bound`. How long it took.
+    pub fn stops_on_sigterm_with_a_mount(
+        mut self,
+        bound: std::time::Duration,
+    ) -> std::time::Duration {
+        let mount = Mount::remote(&self.addr, &[]);
+        mount.sh_ok("echo x > held");
+        let (mut holder, mut lines) = spawn_in(
+            &mount,
+            "import fcntl, os, time\nf = open(os.environ['MNT'] + '/held', 'r+')\n\
+             fcntl.lockf(f, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(3600)\n",
+        );
+        assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("held"));
+        let asked = std::time::Instant::now();
+        self.signal(libc::SIGTERM);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                break status;
+            }
+            assert!(
+                asked.elapsed() < bound,
+                "the server still runs {bound:?} after SIGTERM"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let took = asked.elapsed();
+        // The mount first: the holder's exit releases its lock through the mount, which
+        // would wait for a server that is gone.
+        drop(mount);
+        let _ = holder.kill();
+        let _ = holder.wait();
+        assert!(status.success(), "{status}");
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut self.stdout, &mut rest);
+        assert!(rest.contains("stopped"), "{rest}");
+        took
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
