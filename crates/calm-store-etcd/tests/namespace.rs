@@ -339,15 +339,15 @@ const QUOTA: &str = "3145728";
 const PAIRS: usize = 8_000;
 const TASKS: usize = 32;
 
-/// Creates and unlinks `PAIRS` files; the first error, with the pairs done before it.
-fn churn(meta: &Arc<Meta<EtcdStore>>) -> Result<usize, (usize, MetaError)> {
+/// Creates and unlinks `pairs` files; the first error, with the pairs done before it.
+fn churn(meta: &Arc<Meta<EtcdStore>>, pairs: usize) -> Result<usize, (usize, MetaError)> {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let tasks: Vec<_> = (0..TASKS)
             .map(|t| {
                 let meta = meta.clone();
                 tokio::spawn(async move {
-                    for i in 0..PAIRS / TASKS {
+                    for i in 0..pairs / TASKS {
                         let name = format!("{t}.{i}");
                         let pair = async {
                             meta.create(ROOT, name.as_bytes(), 0o644).await?;
@@ -357,7 +357,7 @@ fn churn(meta: &Arc<Meta<EtcdStore>>) -> Result<usize, (usize, MetaError)> {
                             return Err((i, error));
                         }
                     }
-                    Ok(PAIRS / TASKS)
+                    Ok(pairs / TASKS)
                 })
             })
             .collect();
@@ -400,7 +400,7 @@ fn churn_that_would_fill_the_cluster_with_history_runs_through_when_calm_compact
     let kept = LocalCluster::start_with(1, &["--quota-backend-bytes", QUOTA]).expect("etcd");
     let url = format!("{}&history-s=0", kept.url("kept"));
     let meta = open(&url, MetaOptions::default().batch_ops_max);
-    match churn(&meta) {
+    match churn(&meta, PAIRS) {
         Err((done, MetaError::NoSpace(message))) => {
             eprintln!("history kept: the quota refused writes after {done} pairs ({message})");
             assert!(done < PAIRS * 3 / 4, "filled late: {done} pairs");
@@ -415,7 +415,7 @@ fn churn_that_would_fill_the_cluster_with_history_runs_through_when_calm_compact
     let url = format!("{}&history-s=1", compacted.url("compacted"));
     let meta = open(&url, MetaOptions::default().batch_ops_max);
     let started = Instant::now();
-    assert_eq!(churn(&meta).expect("churn with compaction"), PAIRS);
+    assert_eq!(churn(&meta, PAIRS).expect("churn with compaction"), PAIRS);
     let took = started.elapsed();
     // The compactor reads the revision each period and compacts a second behind it.
     std::thread::sleep(Duration::from_millis(1500));
@@ -449,6 +449,32 @@ fn churn_that_would_fill_the_cluster_with_history_runs_through_when_calm_compact
         old.as_ref()
             .is_err_and(|e| e.to_string().contains("compacted")),
         "{old:?}"
+    );
+    // A hold (what fsck takes for its snapshot) keeps history from its revision, through
+    // more churn, until it is let go.
+    let compacted = || {
+        meta.store()
+            .stats()
+            .compacted_revision
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let hold = meta.store().hold_history().expect("holding history");
+    churn(&meta, 512).expect("churn while held");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        compacted() <= hold.revision(),
+        "compacted to {} past the hold at {}",
+        compacted(),
+        hold.revision()
+    );
+    let held = hold.revision();
+    drop(hold);
+    churn(&meta, 64).expect("churn after the hold");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        compacted() > held,
+        "still at {} after the hold",
+        compacted()
     );
     drop(meta);
 }

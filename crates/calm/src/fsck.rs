@@ -28,6 +28,11 @@ pub fn run_etcd(url: &str, objects: bool, json: bool) -> anyhow::Result<ExitCode
     let options = calm_store_etcd::EtcdOptions::from_url(url).map_err(|e| anyhow!(e))?;
     let store = calm_store_etcd::EtcdStore::connect(options)
         .with_context(|| format!("connecting to {url}"))?;
+    // The servers compact history older than a few minutes; the check reads one revision for
+    // as long as it takes.
+    let _hold = store
+        .hold_history()
+        .with_context(|| format!("holding the history of {url} for the check"))?;
     check(&store, objects, json)
 }
 
