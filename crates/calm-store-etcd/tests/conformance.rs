@@ -130,6 +130,7 @@ fn bad_urls_are_refused_clearly() {
             "must be a number",
         ),
         ("etcd://127.0.0.1:2379/p?colour=blue", "unknown"),
+        ("etcd://127.0.0.1:2379/p?history-s=-1", "must be a number"),
     ] {
         let error = EtcdOptions::from_url(url).unwrap_err();
         assert!(error.contains(says), "{url}: {error}");
@@ -138,6 +139,14 @@ fn bad_urls_are_refused_clearly() {
     assert_eq!(options.endpoints, ["http://a:1", "http://b:2"]);
     assert_eq!(options.prefix, "fs1");
     assert_eq!(options.txn_ops_max, 1000);
+    assert_eq!(
+        options.history_kept,
+        calm_store_etcd::history::HISTORY_KEPT_DEFAULT
+    );
+    let options = EtcdOptions::from_url("etcd://a:1/fs1?history-s=0").unwrap();
+    assert!(options.history_kept.is_zero(), "0: calm never compacts");
+    let options = EtcdOptions::from_url("etcd://a:1/fs1?history-s=600").unwrap();
+    assert_eq!(options.history_kept, std::time::Duration::from_secs(600));
 }
 
 #[test]
