@@ -129,6 +129,11 @@ impl Client {
             .members()
             .await
             .map_err(|f| MetaError::Io(f.to_string()))?;
+        self.decider_in(handle, &members).await
+    }
+
+    /// [`Client::decider`] by the view `members`.
+    async fn decider_in(&self, handle: Handle, members: &pb::MembersReply) -> Result<Client> {
         let view: Vec<u64> = members.servers.iter().map(|m| m.id).collect();
         match calm_locks::cluster::owner_of(handle, &view) {
             Some(owner) if members.clustered && owner != members.me => {
@@ -153,27 +158,18 @@ impl Client {
     /// over: its address does not answer, or the new decider answers `Moved` or `Grace`), for
     /// up to [`crate::routing::ROUTE_RETRY_MS_MAX`]. A server alone is asked once.
     pub async fn list_locks_at_decider(&self, handle: Handle) -> Result<LockListing, LockFailure> {
-        let deadline = std::time::Instant::now()
-            + std::time::Duration::from_millis(crate::routing::ROUTE_RETRY_MS_MAX);
-        let mut pause_ms = 10;
+        let mut retry = crate::routing::Retry::new();
         loop {
-            let clustered = self.members().await?.clustered;
-            let outcome = match self.decider(handle).await {
+            let members = self.members().await?;
+            let outcome = match self.decider_in(handle, &members).await {
                 Ok(decider) => decider.list_locks(handle).await,
                 Err(error) => Err(LockFailure::new(LockCode::Unavailable, error.to_string())),
             };
             match outcome {
                 Err(failure)
-                    if clustered
-                        && matches!(
-                            failure.code,
-                            LockCode::Moved | LockCode::Grace | LockCode::Unavailable
-                        )
-                        && std::time::Instant::now() < deadline =>
-                {
-                    tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
-                    pause_ms = (pause_ms * 2).min(200);
-                }
+                    if members.clustered
+                        && crate::routing::retryable(failure.code)
+                        && retry.pause().await => {}
                 outcome => return outcome,
             }
         }

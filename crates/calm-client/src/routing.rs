@@ -86,7 +86,7 @@ pub struct LockRouter {
     replaced: tokio::sync::Notify,
 }
 
-fn retryable(code: LockCode) -> bool {
+pub(crate) fn retryable(code: LockCode) -> bool {
     matches!(
         code,
         LockCode::Moved | LockCode::Grace | LockCode::Unavailable
@@ -98,13 +98,13 @@ fn lock_state(state: &Mutex<State>) -> MutexGuard<'_, State> {
 }
 
 /// Pauses between two sends of a request, growing.
-struct Retry {
+pub(crate) struct Retry {
     deadline: Instant,
     pause_ms: u64,
 }
 
 impl Retry {
-    fn new() -> Retry {
+    pub(crate) fn new() -> Retry {
         Retry {
             deadline: Instant::now() + Duration::from_millis(ROUTE_RETRY_MS_MAX),
             pause_ms: RETRY_PAUSE_MS_MIN,
@@ -112,7 +112,7 @@ impl Retry {
     }
 
     /// Waits before the next send; false once the time is up.
-    async fn pause(&mut self) -> bool {
+    pub(crate) async fn pause(&mut self) -> bool {
         if Instant::now() >= self.deadline {
             return false;
         }

@@ -112,6 +112,8 @@ struct Inner {
     data_end: Vec<u8>,
     /// `PREFIX/seq`: the commit key.
     seq: Vec<u8>,
+    /// `PREFIX/h/`: the holds on history of long readers (`EtcdStore::hold_history`).
+    holds: Vec<u8>,
     /// Names this store's commits in the commit key's value (with a counter).
     writer: u64,
     commit_counter: AtomicU64,
@@ -350,6 +352,7 @@ impl EtcdStore {
                 data: key(b"/d/"),
                 data_end: key(b"/e"),
                 seq: key(b"/seq"),
+                holds: key(b"/h/"),
                 writer: random_u64(),
                 commit_counter: AtomicU64::new(0),
                 own_commit_revision: std::sync::atomic::AtomicI64::new(0),
@@ -380,8 +383,8 @@ impl EtcdStore {
             .call(move |mut client| async move { client.lease_grant(ttl, None).await })?
             .id();
         let key = [
-            self.inner.options.prefix.as_bytes(),
-            format!("/h/{:016x}", random_u64()).as_bytes(),
+            &self.inner.holds[..],
+            format!("{:016x}", random_u64()).as_bytes(),
         ]
         .concat();
         self.call(move |mut client| {
@@ -444,29 +447,10 @@ impl EtcdStore {
                 let Some(inner) = inner.upgrade() else {
                     return;
                 };
-                let seq = inner.seq.clone();
+                // One read: the holds of long readers (`EtcdStore::hold_history`), which history
+                // is not compacted past, and in its header the cluster's revision.
+                let holds = inner.holds.clone();
                 let read = retrying(&inner, |mut client| {
-                    let seq = seq.clone();
-                    async move {
-                        client
-                            .get(seq, Some(GetOptions::new().with_count_only()))
-                            .await
-                    }
-                })
-                .await;
-                let revision = match read {
-                    Ok(response) => response.header().map_or(0, |h| h.revision()),
-                    Err(error) => {
-                        tracing::debug!(%error, "etcd: reading the revision to compact to");
-                        continue;
-                    }
-                };
-                let Some(to) = history.observe(started.elapsed(), revision) else {
-                    continue;
-                };
-                // Not past what a long reader holds (`EtcdStore::hold_history`).
-                let holds = [inner.options.prefix.as_bytes(), b"/h/"].concat();
-                let held = retrying(&inner, |mut client| {
                     let holds = holds.clone();
                     async move {
                         client
@@ -475,17 +459,22 @@ impl EtcdStore {
                     }
                 })
                 .await;
-                let to = match held {
-                    Ok(response) => response
-                        .kvs()
-                        .iter()
-                        .filter_map(|kv| std::str::from_utf8(kv.value()).ok()?.parse::<i64>().ok())
-                        .fold(to, i64::min),
+                let response = match read {
+                    Ok(response) => response,
                     Err(error) => {
-                        tracing::debug!(%error, "etcd: reading the holds on history");
+                        tracing::debug!(%error, "etcd: reading the revision to compact to");
                         continue;
                     }
                 };
+                let revision = response.header().map_or(0, |h| h.revision());
+                let Some(to) = history.observe(started.elapsed(), revision) else {
+                    continue;
+                };
+                let to = response
+                    .kvs()
+                    .iter()
+                    .filter_map(|kv| std::str::from_utf8(kv.value()).ok()?.parse::<i64>().ok())
+                    .fold(to, i64::min);
                 if to <= history.compacted_to() {
                     continue;
                 }

@@ -378,20 +378,22 @@ fn churn(meta: &Arc<Meta<EtcdStore>>, pairs: usize) -> Result<usize, (usize, Met
     })
 }
 
-/// The size of the cluster's database file, as etcd reports it.
-fn db_size(url: &str) -> i64 {
+/// A plain etcd client of the first member named in `url`.
+async fn etcd_client(url: &str) -> etcd_client::Client {
     let endpoint = url
         .strip_prefix("etcd://")
         .and_then(|rest| rest.split(['/', ',']).next())
         .unwrap()
         .to_string();
+    etcd_client::Client::connect([endpoint], None)
+        .await
+        .unwrap()
+}
+
+/// The size of the cluster's database file, as etcd reports it.
+fn db_size(url: &str) -> i64 {
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
-        let mut client = etcd_client::Client::connect([endpoint], None)
-            .await
-            .unwrap();
-        client.status().await.unwrap().db_size()
-    })
+    runtime.block_on(async { etcd_client(url).await.status().await.unwrap().db_size() })
 }
 
 #[test]
@@ -431,17 +433,10 @@ fn churn_that_would_fill_the_cluster_with_history_runs_through_when_calm_compact
         "the database holds {size} bytes after {PAIRS} pairs that leave nothing"
     );
     // What was compacted is gone: a read at the first revisions fails as etcd says.
-    let endpoint = url
-        .strip_prefix("etcd://")
-        .and_then(|rest| rest.split(['/', ',']).next())
-        .unwrap()
-        .to_string();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let old = runtime.block_on(async {
-        let mut client = etcd_client::Client::connect([endpoint], None)
+        etcd_client(&url)
             .await
-            .unwrap();
-        client
             .get("x", Some(etcd_client::GetOptions::new().with_revision(2)))
             .await
     });

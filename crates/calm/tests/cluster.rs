@@ -458,27 +458,9 @@ fn try_lock(path: &str) -> String {
     TRY_LOCK.replace("open('f'", &format!("open('{path}'"))
 }
 
-/// A mount of three servers (`--server A,B,C`) whose server dies goes on with the next: its
-/// namespace operations pause and succeed, nothing is applied twice, and a lock a process on
-/// it held on a file decided by the dead server is still held after the move (reclaimed at
-/// the file's new decider), as seen from a mount of another server.
-#[test]
-fn a_mount_of_three_servers_moves_on_when_its_server_dies_and_keeps_its_locks() {
-    let mut private = None;
-    let url = cluster("mountmove", &mut private);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut servers = three_servers(&url, tmp.path(), 2_000);
-    let list = servers
-        .iter()
-        .map(|s| s.addr.clone())
-        .collect::<Vec<_>>()
-        .join(",");
-    let moving = Mount::remote(&list, &[]);
-    let other = Mount::remote(&servers[1].addr, &[]);
-    moving.sh_ok("mkdir d && for i in $(seq 0 15); do echo $i > d/f$i; done");
-    // A file whose locks the first server (the mount's) decides.
-    let rt = runtime();
-    let name = rt.block_on(async {
+/// Of the files `d/f0` … `d/f15`, one whose locks the first of `servers` decides.
+fn decided_by_the_first(servers: &[Server]) -> String {
+    runtime().block_on(async {
         let b = Client::connect(&servers[1].addr).await.unwrap();
         let a = Client::connect(&servers[0].addr).await.unwrap();
         let doomed = a.members().await.unwrap().me;
@@ -499,7 +481,29 @@ fn a_mount_of_three_servers_moves_on_when_its_server_dies_and_keeps_its_locks() 
             }
         }
         panic!("none of 16 files is decided by the first server");
-    });
+    })
+}
+
+/// A mount of three servers (`--server A,B,C`) whose server dies goes on with the next: its
+/// namespace operations pause and succeed, nothing is applied twice, and a lock a process on
+/// it held on a file decided by the dead server is still held after the move (reclaimed at
+/// the file's new decider), as seen from a mount of another server.
+#[test]
+fn a_mount_of_three_servers_moves_on_when_its_server_dies_and_keeps_its_locks() {
+    let mut private = None;
+    let url = cluster("mountmove", &mut private);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut servers = three_servers(&url, tmp.path(), 2_000);
+    let list = servers
+        .iter()
+        .map(|s| s.addr.clone())
+        .collect::<Vec<_>>()
+        .join(",");
+    let moving = Mount::remote(&list, &[]);
+    let other = Mount::remote(&servers[1].addr, &[]);
+    moving.sh_ok("mkdir d && for i in $(seq 0 15); do echo $i > d/f$i; done");
+    // A file whose locks the first server (the mount's) decides.
+    let name = decided_by_the_first(&servers);
     let path = format!("d/{name}");
     let mut held = keeper(&moving, &path);
     assert_eq!(other.sh_ok(&try_lock(&path)), "refused 11\n");
@@ -560,29 +564,7 @@ fn a_lock_wait_through_the_deciders_own_mount_outlives_the_decider() {
     let moving = Mount::remote(&list, &[]);
     let other = Mount::remote(&servers[1].addr, &[]);
     moving.sh_ok("mkdir d && for i in $(seq 0 15); do echo $i > d/f$i; done");
-    let rt = runtime();
-    let name = rt.block_on(async {
-        let b = Client::connect(&servers[1].addr).await.unwrap();
-        let a = Client::connect(&servers[0].addr).await.unwrap();
-        let doomed = a.members().await.unwrap().me;
-        let view: Vec<u64> = b
-            .members()
-            .await
-            .unwrap()
-            .servers
-            .iter()
-            .map(|m| m.id)
-            .collect();
-        let dir = b.lookup(ROOT, b"d").await.unwrap().handle;
-        for i in 0..16 {
-            let name = format!("f{i}");
-            let handle = b.lookup(dir, name.as_bytes()).await.unwrap().handle;
-            if owner_of(handle, &view) == Some(doomed) {
-                return name;
-            }
-        }
-        panic!("none of 16 files is decided by the first server");
-    });
+    let name = decided_by_the_first(&servers);
     let path = format!("d/{name}");
     let mut held = keeper(&other, &path);
     let mut waiter = Command::new("nsenter")
