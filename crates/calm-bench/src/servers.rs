@@ -7,6 +7,9 @@
 //! - **lock-many**: the same on a file of their own per round trip, spread over all servers.
 //! - **create** and **stat**: namespace clients (64 by default) homed round-robin on the
 //!   servers create files in one directory, then read their attributes.
+//! - **pair-client** and **pair-mount**: creates and unlinks at 16 threads, each in a
+//!   directory of its own, by namespace clients in this process, then by system calls through
+//!   a `calm mount` of the first server: what a program sees beside what the servers can do.
 //!
 //! Each figure comes with the CPU time the calm server processes spent on it (user + system,
 //! from `/proc/PID/stat`, summed over the servers; etcd's own CPU is not counted), per
@@ -47,6 +50,8 @@ pub struct ServersOptions {
     pub lease_ms: u64,
     /// An etcd cluster to use instead of a local one.
     pub etcd: Option<String>,
+    /// Threads (and namespace clients) of the create + unlink rounds.
+    pub pair_threads: usize,
     /// The `calm` binary to start servers with.
     pub calm: PathBuf,
 }
@@ -409,12 +414,117 @@ async fn round(
         .await?,
     );
     drop(clients);
+    pair_rounds(options, &servers, dir, results).await?;
     if count < 3 {
         return Ok(None);
     }
     failover(options, servers, lock_files, dir_handle)
         .await
         .map(Some)
+}
+
+/// Creates and unlinks at `options.pair_threads` at once, each in a directory of its own: by
+/// namespace clients in this process (homed round-robin on the servers), then by as many
+/// threads of system calls through a `calm mount` of the first server (open with O_CREAT and
+/// O_EXCL, close, unlink). One operation = one create and its unlink.
+async fn pair_rounds(
+    options: &ServersOptions,
+    servers: &[ServerProcess],
+    dir: &Path,
+    results: &mut Vec<ServersResult>,
+) -> Result<(), String> {
+    let threads = options.pair_threads.max(1);
+    let per_thread = (options.files / threads as u64).max(1);
+    let first = Client::connect(&servers[0].addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let top = first
+        .mkdir(ROOT, b"pairs", 0o755)
+        .await
+        .map_err(|e| e.to_string())?
+        .handle;
+    let mut clients = Vec::new();
+    for i in 0..threads {
+        let client = Client::connect(&servers[i % servers.len()].addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let name = format!("c{i}");
+        let own = client
+            .mkdir(top, name.as_bytes(), 0o755)
+            .await
+            .map_err(|e| e.to_string())?
+            .handle;
+        clients.push((client, own));
+    }
+    results.push(
+        measure(servers, "pair-client", async {
+            let mut tasks = Vec::new();
+            for (client, own) in clients.iter().cloned() {
+                tasks.push(tokio::spawn(async move {
+                    for i in 0..per_thread {
+                        let name = format!("f{i}");
+                        client
+                            .create(own, name.as_bytes(), 0o644)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        client
+                            .unlink(own, name.as_bytes())
+                            .await
+                            .map_err(|e| e.to_string())?;
+                    }
+                    Ok::<u64, String>(per_thread)
+                }));
+            }
+            let mut done = 0;
+            for task in tasks {
+                done += task.await.map_err(|e| e.to_string())??;
+            }
+            Ok(done)
+        })
+        .await?,
+    );
+    drop(clients);
+    let mountpoint = dir.join(format!("mount-{}", unique()));
+    let mount =
+        crate::procs::MountProcess::start(&options.calm, &mountpoint, &servers[0].addr, &[])?;
+    let root = mountpoint.join("pairs");
+    for t in 0..threads {
+        std::fs::create_dir(root.join(format!("m{t}")))
+            .map_err(|e| format!("making a directory on the mount: {e}"))?;
+    }
+    let result = measure(servers, "pair-mount", async {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let own = root.join(format!("m{t}"));
+                std::thread::spawn(move || -> Result<u64, String> {
+                    for i in 0..per_thread {
+                        let path = own.join(format!("f{i}"));
+                        std::fs::OpenOptions::new()
+                            .write(true)
+                            .create_new(true)
+                            .open(&path)
+                            .map_err(|e| format!("creating {}: {e}", path.display()))?;
+                        std::fs::remove_file(&path)
+                            .map_err(|e| format!("unlinking {}: {e}", path.display()))?;
+                    }
+                    Ok(per_thread)
+                })
+            })
+            .collect();
+        tokio::task::spawn_blocking(move || {
+            let mut done = 0;
+            for worker in workers {
+                done += worker.join().map_err(|_| "a mount worker panicked")??;
+            }
+            Ok(done)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+    })
+    .await;
+    mount.stop()?;
+    results.push(result?);
+    Ok(())
 }
 
 /// Kills the server deciding a file that a client keeps locking, while another client that
@@ -533,6 +643,8 @@ async fn failover(
 }
 
 pub fn run(options: &ServersOptions) -> Result<ServersReport, String> {
+    // The pair rounds' mounts go away with this process, however it ends.
+    crate::enter_private_namespace();
     let dir = tempfile::Builder::new()
         .prefix("calm-bench-servers-")
         .tempdir()
@@ -565,7 +677,7 @@ pub fn run(options: &ServersOptions) -> Result<ServersReport, String> {
 /// The table: each figure beside the single-server one of the same run.
 pub fn table(report: &ServersReport) -> Vec<String> {
     let mut lines = vec![format!(
-        "{:<8} {:<10} {:>12} {:>10} {:>14} {:>12}",
+        "{:<8} {:<12} {:>12} {:>10} {:>14} {:>12}",
         "servers", "op", "ops/s", "cpu µs/op", "cpu vs 1 srv", "ops vs 1 srv"
     )];
     for result in &report.results {
@@ -578,7 +690,7 @@ pub fn table(report: &ServersReport) -> Vec<String> {
             _ => "-".into(),
         };
         lines.push(format!(
-            "{:<8} {:<10} {:>12.0} {:>10.1} {:>14} {:>12}",
+            "{:<8} {:<12} {:>12.0} {:>10.1} {:>14} {:>12}",
             result.servers,
             result.op,
             result.ops_per_sec,

@@ -467,6 +467,8 @@ fn commit_batch<S: Store>(
             }
             ops::keys_read_first(&request.op, &mut keys);
         }
+        // The log's tail (empty), which the first record appended checks.
+        ranges.push((calm_store::log_key(cl.last + 1).to_vec(), Vec::new()));
         txn.prefetch(&keys, &ranges)?;
         // Then what the entries just read name: a second round trip, not one per operation.
         let (mut keys, mut ranges) = (Vec::new(), Vec::new());

@@ -140,6 +140,8 @@ pub struct MetaStatus {
     pub changelog_readers: u64,
     /// Records purged since the server started.
     pub changelog_purged: u64,
+    /// What the store counts of its own work (see `Store::figures`).
+    pub store_figures: Vec<(&'static str, u64)>,
 }
 
 fn counter<R: ReadTxn>(view: &R, key: &[u8]) -> Result<u64> {
@@ -474,6 +476,7 @@ impl<S: Store> Meta<S> {
             changelog_first: changelog.first,
             changelog_readers: changelog.users.len() as u64,
             changelog_purged: self.stats.cl_purged.load(Relaxed),
+            store_figures: self.store.figures(),
         })
     }
 
@@ -666,24 +669,33 @@ impl<S: Store> Meta<S> {
         reader: Option<UserId>,
     ) -> Result<Vec<Record>> {
         let mut batch = ReadBatch::new(max_records, max_bytes);
-        self.changelog_read_more(from, reader, &mut batch)?;
+        self.changelog_read_more(from, reader, &mut batch, false)?;
         Ok(batch.records)
     }
 
     /// Reads records from index `from` on into `batch` until it is full or the log ends;
     /// returns the index to go on from (past every record visited, those outside the
     /// reader's mask included).
+    ///
+    /// With `recent`, on a snapshot that sees this server's commits and those of others it
+    /// has been told of ([`Store::snapshot_recent`]: no round trip on a shared store), for a
+    /// follower that knows which records to expect.
     fn changelog_read_more(
         &self,
         from: u64,
         reader: Option<UserId>,
         batch: &mut ReadBatch,
+        recent: bool,
     ) -> Result<u64> {
         if batch.full() {
             return Ok(from);
         }
         self.blocking(|| {
-            let snap = self.store.snapshot()?;
+            let snap = if recent {
+                self.store.snapshot_recent()?
+            } else {
+                self.store.snapshot()?
+            };
             let (mut from, mask) = (from, reader_mask(&snap, reader)?);
             if let Some((cleared, _)) = mask {
                 from = from.max(cleared + 1);
@@ -719,6 +731,29 @@ impl<S: Store> Meta<S> {
         })
     }
 
+    /// [`Meta::changelog_read`] of the records this server knows of (up to
+    /// [`Meta::changelog_last`]): none without a read when `from` is past them, else on a
+    /// recent snapshot (no round trip on a shared store), and on a full one only when the
+    /// recent one lacks some. For a follower woken by [`Meta::changelog_wait`].
+    pub fn changelog_read_known(
+        &self,
+        from: u64,
+        max_records: usize,
+        max_bytes: usize,
+        reader: Option<UserId>,
+    ) -> Result<Vec<Record>> {
+        let last = self.changelog_last();
+        let mut batch = ReadBatch::new(max_records, max_bytes);
+        if from > last {
+            return Ok(batch.records);
+        }
+        let next = self.changelog_read_more(from, reader, &mut batch, true)?;
+        if next <= last {
+            self.changelog_read_more(next, reader, &mut batch, false)?;
+        }
+        Ok(batch.records)
+    }
+
     /// [`Meta::changelog_read`] for a follower: when fewer than `follow.min_records` records
     /// are there, waits for them up to `follow.linger` after the call; past that, answers with
     /// what is there, or, when nothing is, waits up to `follow.wait` for the first record.
@@ -738,8 +773,15 @@ impl<S: Store> Meta<S> {
         let mut last = self.changelog_last();
         let mut batch = ReadBatch::new(max_records, max_bytes);
         // Each read after a wait goes on from where the one before stopped: a record is
-        // decoded once per call, however many times the follower wakes.
-        let mut next = self.changelog_read_more(from, reader, &mut batch)?;
+        // decoded once per call, however many times the follower wakes. A follower that has
+        // read every record this server knows of waits for the next without reading (a
+        // record committed elsewhere a moment ago is told to this server within moments, and
+        // wakes it).
+        let mut next = if from > last && !follow.wait.is_zero() {
+            from
+        } else {
+            self.changelog_read_more(from, reader, &mut batch, false)?
+        };
         let min_records = follow.min_records.clamp(1, batch.max_records);
         if batch.records.len() >= min_records || batch.full() || follow.wait.is_zero() {
             return Ok(batch.records);
@@ -768,7 +810,12 @@ impl<S: Store> Meta<S> {
             let reached = self.changelog_wait_until(index, left).await?;
             if reached != last {
                 last = reached;
-                next = self.changelog_read_more(next, reader, &mut batch)?;
+                // The records up to `reached` are known: a recent snapshot has them unless
+                // the store has not caught up yet, and then a full one does.
+                next = self.changelog_read_more(next, reader, &mut batch, true)?;
+                if next <= reached {
+                    next = self.changelog_read_more(next, reader, &mut batch, false)?;
+                }
                 if batch.records.len() >= min_records || batch.full() {
                     break;
                 }
@@ -940,8 +987,9 @@ fn follow_commits<S: Store>(
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
         }
         let Some(store) = store.upgrade() else { return };
-        // A shared store keeps the last index in its counter (see `ClState::counted`).
-        let reached = store.snapshot().and_then(|snap| {
+        // A shared store keeps the last index in its counter (see `ClState::counted`). The
+        // store tells of a commit once a recent snapshot sees it: no round trip for it.
+        let reached = store.snapshot_recent().and_then(|snap| {
             snap.get(KEY_CL_LAST)?
                 .map(|bytes| calm_store::decode_counter(KEY_CL_LAST, &bytes))
                 .transpose()

@@ -82,6 +82,9 @@ fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// Shortest sleep of the deleter between two reads of the deletion queue.
+const DELETER_SLEEP_MIN: Duration = Duration::from_millis(10);
+
 /// Deletes what has waited its delay; sleeps until woken or the delay's end.
 async fn deleter<S: Store>(
     meta: std::sync::Weak<Meta<S>>,
@@ -109,16 +112,27 @@ async fn deleter<S: Store>(
             .copied()
             .collect();
         if ripe.is_empty() {
-            // Sleep until the oldest entry is due, or something new is queued.
-            let wait = batch.first().map_or(Duration::from_secs(60), |g| {
-                Duration::from_nanos(
-                    g.queued_ns
+            match batch.first() {
+                // Nothing queued is due before the oldest entry: sleep until then (what is
+                // queued meanwhile is due later; reading the queue on each would be wasted).
+                Some(oldest) => {
+                    let due_in = oldest
+                        .queued_ns
                         .saturating_add(delay_ns)
-                        .saturating_sub(now_ns()),
-                )
-                .max(Duration::from_millis(10))
-            });
-            let _ = tokio::time::timeout(wait, wake.notified()).await;
+                        .saturating_sub(now_ns());
+                    tokio::time::sleep(Duration::from_nanos(due_in).max(DELETER_SLEEP_MIN)).await;
+                }
+                // Sleep until something is queued, then until it is due (another server's
+                // entries are found within a minute).
+                None => {
+                    if tokio::time::timeout(Duration::from_secs(60), wake.notified())
+                        .await
+                        .is_ok()
+                    {
+                        tokio::time::sleep(options.delete_delay.max(DELETER_SLEEP_MIN)).await;
+                    }
+                }
+            }
             continue;
         }
         let deleted: Vec<(u64, u64)> = futures_lite_buffered(&options.objects, &ripe).await;

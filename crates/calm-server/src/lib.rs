@@ -646,6 +646,14 @@ impl<S: Store> MetaRpc for MetaService<S> {
             heap_free_bytes: heap.free,
             cached_block_bytes: cached.0,
             cached_header_bytes: cached.1,
+            store: s
+                .store_figures
+                .into_iter()
+                .map(|(name, value)| pb::StoreFigure {
+                    name: name.to_string(),
+                    value,
+                })
+                .collect(),
         });
         self.answer(result)
     }

@@ -218,17 +218,18 @@ impl<S: Store> WatchHub<S> {
         let mut next = self.inner.lock().expect("watch hub").fanout.last() + 1;
         let mut cleared = next - 1;
         loop {
-            let records = match self
-                .meta
-                .changelog_read(next, FEED_READ_RECORDS, usize::MAX, None)
-            {
-                Ok(records) => records,
-                Err(e) => {
-                    tracing::warn!(%e, "watch feed: reading the changelog");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
+            let records =
+                match self
+                    .meta
+                    .changelog_read_known(next, FEED_READ_RECORDS, usize::MAX, None)
+                {
+                    Ok(records) => records,
+                    Err(e) => {
+                        tracing::warn!(%e, "watch feed: reading the changelog");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
             if records.is_empty() {
                 // Nothing new: let the purge have what is older than the history kept, then
                 // wait for the next commit.

@@ -2,15 +2,18 @@
 //! watch of the data range and the commit key (`docs/design/etcd.md`, "Reads").
 //!
 //! Every calm commit rewrites the commit key, so the data as of a revision `R` is the data as
-//! of the commit key's modification revision `S` at `R`. The watch removes every pair a
-//! commit changes and then records that it has applied every commit up to that commit's
-//! revision (`applied`). A snapshot at `R` (whose commit key was modified at `S`) may use the
-//! cache once `applied >= S`: each cached pair was read at a revision `r <= R` and no commit
-//! after `r` up to `applied` changed it, so it is the pair at `R`.
+//! of the commit key's modification revision `S` at `R`. The watch gives every pair the cache
+//! holds that a commit changes its new value and the revision of the change, and then records
+//! that it has applied every commit up to that commit's revision (`applied`). A snapshot at `R`
+//! (whose commit key was modified at `S`) may use the cache once `applied >= S`: each cached
+//! pair is as of a revision `r <= R` (read then, or changed then) and no commit after `r` up
+//! to `applied` changed it (the watch would have replaced it), so it is the pair at `R`. A
+//! pair as of `r > R` is newer than the snapshot: not served.
 //!
 //! A pair read at revision `r` is cached only if the watch has applied nothing past `r` yet
-//! (`applied <= r`): a change after `r` is then still to come, and will remove it. Anything
+//! (`applied <= r`): a change after `r` is then still to come, and will replace it. Anything
 //! the watch cannot vouch for (it broke, and resumed past a compaction) empties the cache.
+//! The model test below checks every answer against the history of every key.
 //!
 //! Revision reads are shared: a snapshot needs the commit key read *after* it started (so that
 //! it sees every commit acknowledged before), and one read serves every snapshot that started
@@ -34,6 +37,9 @@ struct Pairs {
     /// False until the watch runs (and after it lost track): nothing is served or kept.
     following: bool,
 }
+
+/// A change the watch delivered: key, value after it (`None`: deleted), its revision.
+pub type Change = (Vec<u8>, Option<Vec<u8>>, i64);
 
 /// The cache of one store.
 #[derive(Debug, Default)]
@@ -77,11 +83,16 @@ impl ReadCache {
         (state.following && state.applied > 0).then_some(state.applied)
     }
 
-    /// One commit's changed keys, then its revision.
-    pub fn applied(&self, changed: impl IntoIterator<Item = Vec<u8>>, revision: i64) {
+    /// The changes of the commits up to `revision`, in order: each key, its value after the
+    /// change (`None`: deleted) and the change's revision. A pair the cache holds takes its
+    /// new value (the next read of it, the common case after a write, is then a hit); others
+    /// are not added (what was never read here is not kept).
+    pub fn applied(&self, changed: impl IntoIterator<Item = Change>, revision: i64) {
         let mut state = self.lock();
-        for key in changed {
-            state.pairs.remove(&key);
+        for (key, value, at) in changed {
+            if let Some(pair) = state.pairs.get_mut(&key) {
+                *pair = (value, at);
+            }
         }
         if revision > state.applied {
             state.applied = revision;
@@ -202,19 +213,26 @@ mod tests {
         assert_eq!(cache.get(&key, 10), Some(Some(b"1".to_vec())));
         // A snapshot older than the read does not use it.
         assert!(cache.get(&key, 9).is_none());
-        // A commit changes it: gone.
-        cache.applied([key.clone()], 12);
-        assert!(cache.get(&key, 12).is_none());
+        // A commit changes it: the new value, for snapshots from the change on.
+        cache.applied([(key.clone(), Some(b"2".to_vec()), 12)], 12);
+        assert_eq!(cache.get(&key, 12), Some(Some(b"2".to_vec())));
+        assert!(cache.get(&key, 11).is_none());
         // A read at 11 comes back after the watch applied 12: not kept (it may be stale).
         cache.put(key.clone(), Some(b"old".to_vec()), 11);
-        assert!(cache.get(&key, 12).is_none());
+        assert_eq!(cache.get(&key, 12), Some(Some(b"2".to_vec())));
+        // A key never read here is not added by a change of it.
+        cache.applied([(b"new".to_vec(), Some(b"n".to_vec()), 13)], 13);
+        assert!(cache.get(b"new", 13).is_none());
+        // Deleted: cached as absent.
+        cache.applied([(key.clone(), None, 14)], 14);
+        assert_eq!(cache.get(&key, 14), Some(None));
         // Absent pairs are cached too.
-        cache.put(b"gone".to_vec(), None, 12);
-        assert_eq!(cache.get(b"gone", 12), Some(None));
+        cache.put(b"gone".to_vec(), None, 14);
+        assert_eq!(cache.get(b"gone", 14), Some(None));
         // A snapshot of a commit the watch has not applied waits, then reads from etcd.
-        assert!(!cache.ready_for(13));
+        assert!(!cache.ready_for(15));
         cache.stop();
-        assert!(cache.get(b"gone", 12).is_none());
+        assert!(cache.get(b"gone", 14).is_none());
         assert!(!cache.ready_for(12));
     }
 
@@ -244,5 +262,121 @@ mod tests {
             thread.join().unwrap();
         }
         assert!(sent.load(std::sync::atomic::Ordering::SeqCst) <= 16);
+    }
+
+    /// Commits at increasing revisions, delivered by the watch late and in order, reads of
+    /// etcd at any revision put in the cache, snapshots at any revision: whatever the cache
+    /// serves is the key's value at the snapshot's revision.
+    mod model {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Debug, Clone)]
+        enum Step {
+            /// A commit changing these keys (value `None`: deleted), `gap` revisions after the
+            /// last one (other writes of the cluster take revisions too).
+            Commit {
+                changes: Vec<(u8, Option<u8>)>,
+                gap: i64,
+            },
+            /// The watch delivers this many of the commits not yet delivered.
+            Deliver(usize),
+            /// A read of etcd at the revision this far back from the last, then kept.
+            Read { key: u8, back: i64 },
+            /// A snapshot at the revision this far back reads the key from the cache.
+            Get { key: u8, back: i64 },
+        }
+
+        fn step() -> impl Strategy<Value = Step> {
+            prop_oneof![
+                (
+                    prop::collection::vec((0u8..4, prop::option::of(0u8..8)), 1..3),
+                    1i64..3
+                )
+                    .prop_map(|(changes, gap)| Step::Commit { changes, gap }),
+                (1usize..3).prop_map(Step::Deliver),
+                (0u8..4, 0i64..6).prop_map(|(key, back)| Step::Read { key, back }),
+                (0u8..4, 0i64..6).prop_map(|(key, back)| Step::Get { key, back }),
+            ]
+        }
+
+        /// One key's change: the key, its value after (`None`: deleted).
+        type KeyChange = (u8, Option<u8>);
+
+        /// Every commit: its revision and changes.
+        struct History(Vec<(i64, Vec<KeyChange>)>);
+
+        impl History {
+            fn value_at(&self, key: u8, revision: i64) -> Option<Vec<u8>> {
+                let mut value = None;
+                for (at, changes) in &self.0 {
+                    if *at > revision {
+                        break;
+                    }
+                    for (k, v) in changes {
+                        if *k == key {
+                            value = v.map(|v| vec![v]);
+                        }
+                    }
+                }
+                value
+            }
+
+            /// The revision of the last commit at or before `revision` (0: none).
+            fn commit_at(&self, revision: i64) -> i64 {
+                self.0
+                    .iter()
+                    .rev()
+                    .map(|(at, _)| *at)
+                    .find(|at| *at <= revision)
+                    .unwrap_or(0)
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+            #[test]
+            fn the_cache_serves_only_the_value_at_the_snapshot(
+                steps in prop::collection::vec(step(), 1..60)
+            ) {
+                let cache = ReadCache::default();
+                cache.start(0);
+                let mut history = History(Vec::new());
+                let mut last = 0i64;
+                let mut delivered = 0usize;
+                for step in steps {
+                    match step {
+                        Step::Commit { changes, gap } => {
+                            last += gap;
+                            history.0.push((last, changes));
+                        }
+                        Step::Deliver(n) => {
+                            let upto = (delivered + n).min(history.0.len());
+                            for (at, changes) in &history.0[delivered..upto] {
+                                let changes = changes
+                                    .iter()
+                                    .map(|(k, v)| (vec![*k], v.map(|v| vec![v]), *at));
+                                cache.applied(changes.collect::<Vec<_>>(), *at);
+                            }
+                            delivered = upto;
+                        }
+                        Step::Read { key, back } => {
+                            let at = (last - back).max(0);
+                            cache.put(vec![key], history.value_at(key, at), at);
+                        }
+                        Step::Get { key, back } => {
+                            let at = (last - back).max(0);
+                            let applied = cache.applied_revision().unwrap_or(0);
+                            if applied < history.commit_at(at) {
+                                continue; // not ready: the snapshot reads etcd
+                            }
+                            if let Some(value) = cache.get(&[key], at) {
+                                prop_assert_eq!(value, history.value_at(key, at), "key {} at {}", key, at);
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -30,14 +30,14 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::ops::{Bound, ControlFlow};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use calm_store::{ReadTxn, Result, Store, StoreError, Visitor, WriteTxn, check_limits};
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, SortOrder, SortTarget,
-    Txn, TxnOp, WatchOptions,
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, GetResponse, SortOrder,
+    SortTarget, Txn, TxnOp, WatchOptions,
 };
 
 mod cache;
@@ -98,6 +98,15 @@ pub struct EtcdStats {
     pub compactions: AtomicU64,
     /// The revision history was last compacted to, by this store or another (0: not yet).
     pub compacted_revision: std::sync::atomic::AtomicI64,
+    /// Linearizable reads of the commit key that began a snapshot or a transaction (one may
+    /// serve several callers waiting at once).
+    pub revision_reads: AtomicU64,
+    /// Reads of one key the read cache could not answer.
+    pub key_reads: AtomicU64,
+    /// Reads of a range of keys (a page of a listing or a scan).
+    pub range_reads: AtomicU64,
+    /// Read-ahead requests: the keys and ranges an operation will read, in one request.
+    pub read_aheads: AtomicU64,
 }
 
 struct Inner {
@@ -119,6 +128,12 @@ struct Inner {
     commit_counter: AtomicU64,
     /// The revision of this store's last commit (0: none yet).
     own_commit_revision: std::sync::atomic::AtomicI64,
+    /// Receivers of [`Store::watch_commits`], told after the read cache's watch applied a
+    /// commit.
+    commit_watchers: Mutex<Vec<std::sync::mpsc::SyncSender<()>>>,
+    /// A transaction begun at the read cache's revision met a newer commit: the next ones
+    /// read the revision from the cluster until one commits.
+    begin_fresh: std::sync::atomic::AtomicBool,
     stats: EtcdStats,
     /// Pairs read, kept exact by a watch of the data and the commit key.
     cache: cache::ReadCache,
@@ -134,6 +149,21 @@ impl Inner {
     }
 
     /// The compare of every commit: no calm commit landed after `revision`.
+    /// Tells the receivers of [`Store::watch_commits`] (each once, however many commits
+    /// since it last looked); forgets those gone.
+    fn commits_applied(&self) {
+        let mut watchers = self
+            .commit_watchers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        watchers.retain(|sender| {
+            !matches!(
+                sender.try_send(()),
+                Err(std::sync::mpsc::TrySendError::Disconnected(()))
+            )
+        });
+    }
+
     fn unchanged_since(&self, revision: i64) -> Compare {
         Compare::mod_revision(self.seq.clone(), CompareOp::Less, revision + 1)
     }
@@ -356,6 +386,8 @@ impl EtcdStore {
                 writer: random_u64(),
                 commit_counter: AtomicU64::new(0),
                 own_commit_revision: std::sync::atomic::AtomicI64::new(0),
+                begin_fresh: std::sync::atomic::AtomicBool::new(false),
+                commit_watchers: Mutex::new(Vec::new()),
                 stats: EtcdStats::default(),
                 cache: cache::ReadCache::default(),
                 revisions: cache::RevisionReads::default(),
@@ -603,11 +635,18 @@ impl EtcdStore {
                         if kv.key() == inner.seq.as_slice() {
                             committed = committed.max(kv.mod_revision());
                         } else {
-                            changed.push(kv.key().to_vec());
+                            let value = match event.event_type() {
+                                EventType::Put => Some(kv.value().to_vec()),
+                                EventType::Delete => None,
+                            };
+                            changed.push((kv.key().to_vec(), value, kv.mod_revision()));
                         }
                     }
                     if !changed.is_empty() || committed > 0 {
                         inner.cache.applied(changed, committed);
+                    }
+                    if committed > 0 {
+                        inner.commits_applied();
                     }
                     if response.canceled() {
                         break;
@@ -626,6 +665,8 @@ impl EtcdStore {
                         let seq_modified = response.kvs().first().map_or(0, |kv| kv.mod_revision());
                         inner.cache.start(seq_modified);
                         from = revision + 1;
+                        // Commits may have gone by unseen.
+                        inner.commits_applied();
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -635,6 +676,10 @@ impl EtcdStore {
 
     /// [`Self::revision`], read now.
     fn revision_now(&self) -> Result<(i64, i64)> {
+        self.inner
+            .stats
+            .revision_reads
+            .fetch_add(1, Ordering::Relaxed);
         let seq = self.inner.seq.clone();
         let response = self.call(move |mut client| {
             let seq = seq.clone();
@@ -671,6 +716,7 @@ impl EtcdStore {
     }
 
     fn get_at(&self, key: &[u8], revision: i64) -> Result<Option<Vec<u8>>> {
+        self.inner.stats.key_reads.fetch_add(1, Ordering::Relaxed);
         let key = self.data_key(key);
         let mut response = self.call(move |mut client| {
             let key = key.clone();
@@ -697,6 +743,7 @@ impl EtcdStore {
         limit: i64,
         descending: bool,
     ) -> Result<(Vec<Pair>, bool)> {
+        self.inner.stats.range_reads.fetch_add(1, Ordering::Relaxed);
         let (start, end) = (self.data_key(start), self.data_end(end));
         let mut response: GetResponse = self.call(move |client| {
             let (start, end) = (start.clone(), end.clone());
@@ -996,6 +1043,9 @@ pub struct EtcdTxn<'s> {
     revision: i64,
     /// The commit key's modification revision when the transaction began.
     seq_modified: i64,
+    /// `revision` was read from the cluster after the transaction began (not the read
+    /// cache's, which may miss another server's last commits).
+    fresh: bool,
     /// The read cache has applied every commit up to the transaction's start.
     cached: bool,
     /// No stored key (at `revision`) is at or above this one: appends above it need no probe.
@@ -1067,8 +1117,27 @@ impl WriteTxn for EtcdTxn<'_> {
             .as_deref()
             .is_some_and(|floor| key >= floor);
         if !covered {
-            let (stored, _) = self.store.range_at(key, b"", self.revision, 1, false)?;
-            if let Some((above, _)) = stored.first() {
+            // The first stored key at or above: from a range read ahead that covers it (the
+            // tail of the log, read with the transaction's first reads), else read now.
+            let ahead = self
+                .ranges
+                .borrow()
+                .iter()
+                .find(|((start, end), _)| end.is_empty() && start.as_slice() <= key)
+                .map(|(_, pairs)| {
+                    pairs
+                        .iter()
+                        .find(|(k, _)| k.as_slice() >= key)
+                        .map(|(k, _)| k.clone())
+                });
+            let first = match ahead {
+                Some(first) => first,
+                None => {
+                    let (stored, _) = self.store.range_at(key, b"", self.revision, 1, false)?;
+                    stored.into_iter().next().map(|(k, _)| k)
+                }
+            };
+            if let Some(above) = &first {
                 if !matches!(self.writes.get(above), Some(None)) {
                     return Err(refuse(above));
                 }
@@ -1143,6 +1212,8 @@ impl WriteTxn for EtcdTxn<'_> {
                     ),
                 })
                 .collect();
+            let stats = &self.store.inner.stats;
+            stats.read_aheads.fetch_add(1, Ordering::Relaxed);
             let response = self.store.call(move |mut client| {
                 let operations = operations.clone();
                 async move { client.txn(Txn::new().and_then(operations)).await }
@@ -1197,6 +1268,21 @@ impl WriteTxn for EtcdTxn<'_> {
 
     fn commit(self) -> Result<()> {
         if self.writes.is_empty() {
+            if self.fresh {
+                return Ok(());
+            }
+            // What it read (and answered) may miss a commit of another server the watch has
+            // not delivered yet: it stands only if none landed since its revision.
+            let (_, seq_modified) = self.store.revision()?;
+            if seq_modified > self.revision {
+                self.store
+                    .inner
+                    .stats
+                    .conflicts
+                    .fetch_add(1, Ordering::Relaxed);
+                self.store.inner.begin_fresh.store(true, Ordering::Relaxed);
+                return Err(StoreError::Conflict);
+            }
             return Ok(());
         }
         let inner = &self.store.inner;
@@ -1295,6 +1381,7 @@ async fn commit(
     };
     if response.succeeded() {
         inner.stats.commits.fetch_add(1, Ordering::Relaxed);
+        inner.begin_fresh.store(false, Ordering::Relaxed);
         if let Some(header) = response.header() {
             inner
                 .own_commit_revision
@@ -1308,6 +1395,7 @@ async fn commit(
         return Ok(());
     }
     inner.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+    inner.begin_fresh.store(true, Ordering::Relaxed);
     Err(StoreError::Conflict)
 }
 
@@ -1370,6 +1458,28 @@ impl Store for EtcdStore {
     type Snapshot<'s> = EtcdSnapshot<'s>;
     type Txn<'s> = EtcdTxn<'s>;
 
+    fn figures(&self) -> Vec<(&'static str, u64)> {
+        let stats = &self.inner.stats;
+        let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        let (hits, misses) = self.cache_counts();
+        vec![
+            ("commits", load(&stats.commits)),
+            ("conflicts", load(&stats.conflicts)),
+            ("retries", load(&stats.retries)),
+            ("revision reads", load(&stats.revision_reads)),
+            ("key reads", load(&stats.key_reads)),
+            ("range reads", load(&stats.range_reads)),
+            ("read-aheads", load(&stats.read_aheads)),
+            ("cache hits", hits),
+            ("cache misses", misses),
+            ("history compactions", load(&stats.compactions)),
+            (
+                "compacted to revision",
+                stats.compacted_revision.load(Ordering::Relaxed).max(0) as u64,
+            ),
+        ]
+    }
+
     fn snapshot(&self) -> Result<EtcdSnapshot<'_>> {
         let (revision, seq_modified) = self.revision()?;
         Ok(EtcdSnapshot {
@@ -1394,15 +1504,36 @@ impl Store for EtcdStore {
         }
     }
 
+    /// At the read cache's revision when it has applied this store's own last commit (no
+    /// round trip: the commit's compare of the commit key then finds out whether another
+    /// server committed since, and a transaction that writes nothing checks it with one read),
+    /// else at a revision read from the cluster.
     fn begin(&self) -> Result<EtcdTxn<'_>> {
-        let deadline = Instant::now() + Duration::from_millis(self.inner.options.retry_ms_max);
-        let (revision, seq_modified) = self.revision()?;
+        let inner = &self.inner;
+        let deadline = Instant::now() + Duration::from_millis(inner.options.retry_ms_max);
+        let own = inner.own_commit_revision.load(Ordering::Acquire);
+        let recent = match inner.cache.applied_revision() {
+            Some(applied) if applied >= own && !inner.begin_fresh.load(Ordering::Relaxed) => {
+                Some(applied)
+            }
+            _ => None,
+        };
+        let (revision, seq_modified, fresh) = match recent {
+            // The cache applies commits only: the commit key was modified at that revision.
+            Some(applied) => (applied, applied, false),
+            None => {
+                let (revision, seq_modified) = self.revision()?;
+                (revision, seq_modified, true)
+            }
+        };
         Ok(EtcdTxn {
             store: self,
             deadline,
             revision,
             seq_modified,
-            cached: self.inner.cache.ready_for(seq_modified),
+            fresh,
+            // At the cache's revision, it has applied everything.
+            cached: !fresh || inner.cache.ready_for(seq_modified),
             append_floor: None,
             read: Default::default(),
             ranges: Default::default(),
@@ -1429,56 +1560,15 @@ impl Store for EtcdStore {
         Some(registry.clone())
     }
 
+    /// Told by the read cache's watch once it has applied a commit (so that a recent snapshot
+    /// taken then sees it), and when the watch starts over after losing track.
     fn watch_commits(&self) -> Result<Option<std::sync::mpsc::Receiver<()>>> {
         let (sender, receiver) = std::sync::mpsc::sync_channel(1);
-        let inner = self.inner.clone();
-        // The watch starts after the current revision: a commit from now on is reported.
-        let (from, _) = self.revision()?;
-        self.inner.handle().spawn(async move {
-            let mut from = from + 1;
-            loop {
-                let seq = inner.seq.clone();
-                let stream = retrying(&inner, |mut client| {
-                    let seq = seq.clone();
-                    async move {
-                        client
-                            .watch(seq, Some(WatchOptions::new().with_start_revision(from)))
-                            .await
-                    }
-                })
-                .await;
-                let mut stream = match stream {
-                    Ok(stream) => stream,
-                    Err(error) => {
-                        tracing::warn!(%error, "etcd: watching commits; trying again");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                        continue;
-                    }
-                };
-                while let Ok(Some(response)) = stream.message().await {
-                    if let Some(kv) = response.events().last().and_then(|e| e.kv()) {
-                        from = kv.mod_revision() + 1;
-                    }
-                    if response.compact_revision() > 0 {
-                        // No commit since before the history kept (see `history`): watch from
-                        // the oldest revision left, and say a commit may have been missed.
-                        from = from.max(response.compact_revision());
-                    }
-                    if !response.events().is_empty() || response.canceled() {
-                        match sender.try_send(()) {
-                            Ok(()) | Err(std::sync::mpsc::TrySendError::Full(())) => {}
-                            Err(std::sync::mpsc::TrySendError::Disconnected(())) => return,
-                        }
-                    }
-                    if response.canceled() {
-                        break;
-                    }
-                }
-                // The stream broke (a member went away): watch again from the last revision
-                // seen, so no commit goes unreported.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        });
+        self.inner
+            .commit_watchers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(sender);
         Ok(Some(receiver))
     }
 }

@@ -320,7 +320,8 @@ pub trait Store: Send + Sync + 'static {
     }
     /// For a shared store: a channel that receives a message after commits by any writer
     /// (coalesced: one message may stand for many commits, none is lost after the call
-    /// returns). `None` for a store that only this process writes.
+    /// returns), sent once a [`Store::snapshot_recent`] taken then sees them. `None` for a
+    /// store that only this process writes.
     fn watch_commits(&self) -> Result<Option<std::sync::mpsc::Receiver<()>>> {
         Ok(None)
     }
@@ -328,6 +329,12 @@ pub trait Store: Send + Sync + 'static {
     /// call). `None` for a store that only this process writes.
     fn registry(&self) -> Option<std::sync::Arc<dyn registry::Registry>> {
         None
+    }
+
+    /// What the store counts of its own work since it was opened, for status: (what, how
+    /// many). Empty for a store that counts nothing beyond what the namespace counts.
+    fn figures(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
     }
 }
 
@@ -363,6 +370,10 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn registry(&self) -> Option<std::sync::Arc<dyn registry::Registry>> {
         (**self).registry()
+    }
+
+    fn figures(&self) -> Vec<(&'static str, u64)> {
+        (**self).figures()
     }
 }
 

@@ -22,9 +22,17 @@ pub struct ServersArgs {
     /// The servers' membership lease, in milliseconds.
     #[arg(long, default_value_t = 2_000)]
     lease_ms: u64,
+    /// Threads of the create + unlink rounds (namespace clients in this process, then
+    /// system calls through a mount of the first server).
+    #[arg(long, default_value_t = 16)]
+    pair_threads: usize,
     /// An etcd cluster (etcd://HOST:PORT,...) instead of a local 3-member one.
     #[arg(long)]
     store: Option<String>,
+    /// The calm executable that runs the servers and the mount (default: this one), e.g. an
+    /// earlier build to compare with.
+    #[arg(long)]
+    calm: Option<std::path::PathBuf>,
     #[arg(long)]
     json: bool,
 }
@@ -41,7 +49,11 @@ pub fn run(
         lock_ops: args.lock_ops,
         lease_ms: args.lease_ms,
         etcd: args.store,
-        calm: std::env::current_exe()?,
+        pair_threads: args.pair_threads,
+        calm: match args.calm {
+            Some(calm) => calm,
+            None => std::env::current_exe()?,
+        },
     };
     let report = calm_bench::servers::run(&options).map_err(|e| anyhow!(e))?;
     let lines = calm_bench::servers::table(&report);

@@ -66,8 +66,20 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
         value["heap_free_bytes"] = status.heap_free_bytes.into();
         value["cached_block_bytes"] = status.cached_block_bytes.into();
         value["cached_header_bytes"] = status.cached_header_bytes.into();
+        value["store"] = status
+            .store
+            .iter()
+            .map(|f| (f.name.clone(), serde_json::Value::from(f.value)))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
         println!("{value}");
     } else {
+        let store = status
+            .store
+            .iter()
+            .map(|f| format!("{} {}", f.value, f.name))
+            .collect::<Vec<_>>()
+            .join(", ");
         let rows = [
             ("server", format!("{server} (calm {})", status.version)),
             ("data", status.data_dir.clone()),
@@ -156,10 +168,12 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
                     status.heap_free_bytes as f64 / MIB
                 ),
             ),
+            ("store requests", store),
             ("ready after", format!("{} ms", status.ready_ms)),
             ("uptime", format!("{:.1} s", status.uptime_ms as f64 / 1e3)),
         ];
-        for (name, value) in rows {
+        // (A row with nothing to say, as a local store's requests, is left out.)
+        for (name, value) in rows.into_iter().filter(|(_, v)| !v.is_empty()) {
             println!("{name:<18} {value}");
         }
     }
