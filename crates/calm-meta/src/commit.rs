@@ -486,8 +486,8 @@ fn commit_batch<S: Store>(
             (Some(id), Some(acked)) => match crate::requests::replay(&mut ctx, id) {
                 Ok(Some(done)) => Ok(done),
                 Ok(None) => ops::apply(&mut ctx, &request.op).and_then(|done| {
-                    if crate::requests::record(&mut ctx, id, &done, acked)? {
-                        deleted.push((id.client, id.acked));
+                    if let Some(upto) = crate::requests::record(&mut ctx, id, &done, acked)? {
+                        deleted.push((id.client, upto));
                     }
                     Ok(done)
                 }),

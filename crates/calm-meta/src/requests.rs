@@ -63,9 +63,15 @@ pub enum Recorded {
     Ids(u64),
 }
 
-/// Most records deleted for one client when one is written (the acknowledged ones are at most
-/// the client's requests in flight before).
+/// The window of sequence numbers read for a client this server does not know yet (its
+/// acknowledged records are at most its requests in flight before).
 pub const ACKED_DELETES_MAX: usize = 4096;
+
+/// Most acknowledged records one request deletes: its transaction stays within a store's
+/// limit of operations per transaction (128 on etcd by default) with room for the operation's
+/// own writes, however far its client's acknowledgement jumped (it jumps by every request
+/// answered while an older one waited). The rest go with the client's next requests.
+pub const RECORD_DELETES_PER_REQUEST: usize = 32;
 
 /// How long a request record is kept by default: sixty times the longest a client sends one
 /// request again.
@@ -138,32 +144,45 @@ pub(crate) fn replay<T: WriteTxn>(ctx: &mut Ctx<'_, T>, id: RequestId) -> Outcom
 }
 
 /// Records that `id` answered `done`, and deletes the client's acknowledged records in
-/// `acked` (from [`Cleaned::range`]). Whether every record there was deleted (at most
-/// [`ACKED_DELETES_MAX`] are, per request).
+/// `acked` (from [`Cleaned::range`]), the first [`RECORD_DELETES_PER_REQUEST`] of them. The
+/// sequence number up to which the client's records are then deleted (`id.acked` when every
+/// record there was), or `None` when nothing was recorded.
 pub(crate) fn record<T: WriteTxn>(
     ctx: &mut Ctx<'_, T>,
     id: RequestId,
     done: &Done,
     acked: &(RecordKey, RecordKey),
-) -> Outcome<bool> {
+) -> Outcome<Option<u64>> {
     let Some(value) = encode(done, ctx.now) else {
-        return Ok(false);
+        return Ok(None);
     };
     ctx.txn.put(&key(id.client, id.seq), &value)?;
     let mut found = Vec::new();
     let mut whole = true;
     ctx.txn.visit(&acked.0, &acked.1, &mut |k, _| {
-        if found.len() == ACKED_DELETES_MAX {
+        if found.len() == RECORD_DELETES_PER_REQUEST {
             whole = false;
             return ControlFlow::Break(());
         }
         found.push(k.to_vec());
         ControlFlow::Continue(())
     })?;
+    // Visited in key order: every record up to the last one found is deleted.
+    let upto = match found.last() {
+        Some(last) if !whole => seq_of(last),
+        _ => id.acked,
+    };
     for k in found {
         ctx.txn.delete(&k)?;
     }
-    Ok(whole)
+    Ok(Some(upto))
+}
+
+/// The sequence number of a record's key (its last eight bytes).
+fn seq_of(key: &[u8]) -> u64 {
+    let mut seq = [0u8; 8];
+    seq.copy_from_slice(&key[key.len() - 8..]);
+    u64::from_be_bytes(seq)
 }
 
 /// The key of a request record.

@@ -131,9 +131,6 @@ struct Inner {
     /// Receivers of [`Store::watch_commits`], told after the read cache's watch applied a
     /// commit.
     commit_watchers: Mutex<Vec<std::sync::mpsc::SyncSender<()>>>,
-    /// A transaction begun at the read cache's revision met a newer commit: the next ones
-    /// read the revision from the cluster until one commits.
-    begin_fresh: std::sync::atomic::AtomicBool,
     stats: EtcdStats,
     /// Pairs read, kept exact by a watch of the data and the commit key.
     cache: cache::ReadCache,
@@ -386,7 +383,6 @@ impl EtcdStore {
                 writer: random_u64(),
                 commit_counter: AtomicU64::new(0),
                 own_commit_revision: std::sync::atomic::AtomicI64::new(0),
-                begin_fresh: std::sync::atomic::AtomicBool::new(false),
                 commit_watchers: Mutex::new(Vec::new()),
                 stats: EtcdStats::default(),
                 cache: cache::ReadCache::default(),
@@ -1043,9 +1039,6 @@ pub struct EtcdTxn<'s> {
     revision: i64,
     /// The commit key's modification revision when the transaction began.
     seq_modified: i64,
-    /// `revision` was read from the cluster after the transaction began (not the read
-    /// cache's, which may miss another server's last commits).
-    fresh: bool,
     /// The read cache has applied every commit up to the transaction's start.
     cached: bool,
     /// No stored key (at `revision`) is at or above this one: appends above it need no probe.
@@ -1268,21 +1261,6 @@ impl WriteTxn for EtcdTxn<'_> {
 
     fn commit(self) -> Result<()> {
         if self.writes.is_empty() {
-            if self.fresh {
-                return Ok(());
-            }
-            // What it read (and answered) may miss a commit of another server the watch has
-            // not delivered yet: it stands only if none landed since its revision.
-            let (_, seq_modified) = self.store.revision()?;
-            if seq_modified > self.revision {
-                self.store
-                    .inner
-                    .stats
-                    .conflicts
-                    .fetch_add(1, Ordering::Relaxed);
-                self.store.inner.begin_fresh.store(true, Ordering::Relaxed);
-                return Err(StoreError::Conflict);
-            }
             return Ok(());
         }
         let inner = &self.store.inner;
@@ -1381,7 +1359,6 @@ async fn commit(
     };
     if response.succeeded() {
         inner.stats.commits.fetch_add(1, Ordering::Relaxed);
-        inner.begin_fresh.store(false, Ordering::Relaxed);
         if let Some(header) = response.header() {
             inner
                 .own_commit_revision
@@ -1395,7 +1372,6 @@ async fn commit(
         return Ok(());
     }
     inner.stats.conflicts.fetch_add(1, Ordering::Relaxed);
-    inner.begin_fresh.store(true, Ordering::Relaxed);
     Err(StoreError::Conflict)
 }
 
@@ -1504,36 +1480,15 @@ impl Store for EtcdStore {
         }
     }
 
-    /// At the read cache's revision when it has applied this store's own last commit (no
-    /// round trip: the commit's compare of the commit key then finds out whether another
-    /// server committed since, and a transaction that writes nothing checks it with one read),
-    /// else at a revision read from the cluster.
     fn begin(&self) -> Result<EtcdTxn<'_>> {
-        let inner = &self.inner;
-        let deadline = Instant::now() + Duration::from_millis(inner.options.retry_ms_max);
-        let own = inner.own_commit_revision.load(Ordering::Acquire);
-        let recent = match inner.cache.applied_revision() {
-            Some(applied) if applied >= own && !inner.begin_fresh.load(Ordering::Relaxed) => {
-                Some(applied)
-            }
-            _ => None,
-        };
-        let (revision, seq_modified, fresh) = match recent {
-            // The cache applies commits only: the commit key was modified at that revision.
-            Some(applied) => (applied, applied, false),
-            None => {
-                let (revision, seq_modified) = self.revision()?;
-                (revision, seq_modified, true)
-            }
-        };
+        let deadline = Instant::now() + Duration::from_millis(self.inner.options.retry_ms_max);
+        let (revision, seq_modified) = self.revision()?;
         Ok(EtcdTxn {
             store: self,
             deadline,
             revision,
             seq_modified,
-            fresh,
-            // At the cache's revision, it has applied everything.
-            cached: !fresh || inner.cache.ready_for(seq_modified),
+            cached: self.inner.cache.ready_for(seq_modified),
             append_floor: None,
             read: Default::default(),
             ranges: Default::default(),

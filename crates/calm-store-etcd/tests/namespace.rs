@@ -132,6 +132,68 @@ fn two_servers_serve_one_namespace() {
     });
 }
 
+/// A client's acknowledgement jumps by every request answered while an older one waited:
+/// here by 300 at once, more records than etcd's 128 operations of a transaction can delete.
+/// Each later request deletes a bounded part of them, none fails, and they are all gone
+/// after a few.
+#[test]
+fn a_client_acknowledging_hundreds_at_once_keeps_working() {
+    use calm_meta::ops::Op;
+    use calm_meta::requests::{RECORD_DELETES_PER_REQUEST, RequestId, key};
+    use calm_store::{ReadTxn, Store};
+    let mut private = None;
+    let base = cluster_url(&mut private, &unique_prefix("acked"));
+    let url = base.replace("txn-ops-max=32768", "txn-ops-max=128");
+    assert_ne!(url, base);
+    let meta = open(&url, 512);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let make = |i: u64| Op::Make {
+        parent: ROOT,
+        name: format!("f{i}").into_bytes(),
+        node: calm_meta::NewNode::file(0o644, 0, 0),
+        exclusive: true,
+    };
+    let request = |seq: u64, acked: u64| {
+        runtime.block_on(meta.apply_request(
+            calm_meta::Caller::default(),
+            make(seq),
+            Some(RequestId {
+                client: 7,
+                seq,
+                acked,
+            }),
+        ))
+    };
+    let records = || {
+        let snapshot = meta.store().snapshot().unwrap();
+        let mut seqs = Vec::new();
+        snapshot
+            .visit(&key(7, 0), &key(8, 0), &mut |k, _| {
+                seqs.push(u64::from_be_bytes(k[9..17].try_into().unwrap()));
+                std::ops::ControlFlow::Continue(())
+            })
+            .unwrap();
+        seqs
+    };
+    // 300 requests, none acknowledged (an older one still waits).
+    for seq in 1..=300 {
+        request(seq, 0).expect("a create");
+    }
+    assert_eq!(records().len(), 300);
+    // Then every one at once, and more requests after.
+    let rounds = 300 / RECORD_DELETES_PER_REQUEST as u64 + 2;
+    for seq in 301..=300 + rounds {
+        if let Err(error) = request(seq, seq - 1) {
+            panic!("request {seq} after an acknowledgement of 300 failed: {error}");
+        }
+    }
+    assert_eq!(
+        records(),
+        vec![300 + rounds],
+        "every acknowledged record deleted"
+    );
+}
+
 #[test]
 fn a_group_over_the_transaction_limit_is_cut_not_lost() {
     let mut private = None;
