@@ -77,7 +77,7 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
         let store = status
             .store
             .iter()
-            .map(|f| format!("{} {}", f.value, f.name))
+            .map(|f| format!("{} {}", f.name, f.value))
             .collect::<Vec<_>>()
             .join(", ");
         let rows = [
@@ -168,7 +168,7 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
                     status.heap_free_bytes as f64 / MIB
                 ),
             ),
-            ("store requests", store),
+            ("store", store),
             ("ready after", format!("{} ms", status.ready_ms)),
             ("uptime", format!("{:.1} s", status.uptime_ms as f64 / 1e3)),
         ];
