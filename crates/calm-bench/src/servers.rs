@@ -249,6 +249,15 @@ async fn measure<F: Future<Output = Result<u64, String>>>(
     })
 }
 
+/// The operations done by `tasks`, each returning its count; the first failure.
+async fn total_of(tasks: Vec<tokio::task::JoinHandle<Result<u64, String>>>) -> Result<u64, String> {
+    let mut done = 0;
+    for task in tasks {
+        done += task.await.map_err(|e| e.to_string())??;
+    }
+    Ok(done)
+}
+
 /// `url` (`etcd://HOSTS[/PREFIX][?OPTIONS]`) with `prefix` added to its key prefix.
 fn with_prefix(url: &str, prefix: &str) -> String {
     let (base, query) = match url.split_once('?') {
@@ -380,11 +389,7 @@ async fn round(
                     Ok::<u64, String>(per_client)
                 }));
             }
-            let mut done = 0;
-            for task in tasks {
-                done += task.await.map_err(|e| e.to_string())??;
-            }
-            Ok(done)
+            total_of(tasks).await
         })
         .await?,
     );
@@ -405,11 +410,7 @@ async fn round(
                     Ok::<u64, String>(done)
                 }));
             }
-            let mut done = 0;
-            for task in tasks {
-                done += task.await.map_err(|e| e.to_string())??;
-            }
-            Ok(done)
+            total_of(tasks).await
         })
         .await?,
     );
@@ -475,11 +476,7 @@ async fn pair_rounds(
                     Ok::<u64, String>(per_thread)
                 }));
             }
-            let mut done = 0;
-            for task in tasks {
-                done += task.await.map_err(|e| e.to_string())??;
-            }
-            Ok(done)
+            total_of(tasks).await
         })
         .await?,
     );
