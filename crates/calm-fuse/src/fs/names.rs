@@ -286,18 +286,23 @@ impl CalmFs {
                             if attr.kind == Kind::File {
                                 shared.shm.named(attr.handle, &entry.name);
                             }
-                            // Counted before the reply: the kernel holds it once it is sent
-                            // (or forgets it at once, if the buffer had no room).
+                            // Counted before the reply: the kernel holds it once it is sent.
                             let ttl = shared.cache.entered(ticket, attr.handle);
                             let generation = Generation(attr.generation);
-                            reply.add(
+                            let full = reply.add(
                                 INodeNo(attr.handle),
                                 entry.cookie,
                                 name,
                                 &ttl,
                                 &file_attr(&attr),
                                 generation,
-                            )
+                            );
+                            // No room: the entry is not sent (the next listing call starts
+                            // at it), so the kernel will never forget this count.
+                            if full && shared.cache.forget(attr.handle, 1) {
+                                shared.contents.forgotten(attr.handle);
+                            }
+                            full
                         }
                         None => reply.add(
                             INodeNo(0),
