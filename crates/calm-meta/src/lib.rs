@@ -747,11 +747,24 @@ impl<S: Store> Meta<S> {
         if from > last {
             return Ok(batch.records);
         }
-        let next = self.changelog_read_more(from, reader, &mut batch, true)?;
-        if next <= last {
-            self.changelog_read_more(next, reader, &mut batch, false)?;
-        }
+        self.changelog_read_known_more(from, last, reader, &mut batch)?;
         Ok(batch.records)
+    }
+
+    /// [`Meta::changelog_read_more`] of records known to reach `upto`: on a recent snapshot,
+    /// and on a full one only when the recent one lacks some.
+    fn changelog_read_known_more(
+        &self,
+        from: u64,
+        upto: u64,
+        reader: Option<UserId>,
+        batch: &mut ReadBatch,
+    ) -> Result<u64> {
+        let next = self.changelog_read_more(from, reader, batch, true)?;
+        if next <= upto {
+            return self.changelog_read_more(next, reader, batch, false);
+        }
+        Ok(next)
     }
 
     /// [`Meta::changelog_read`] for a follower: when fewer than `follow.min_records` records
@@ -810,12 +823,7 @@ impl<S: Store> Meta<S> {
             let reached = self.changelog_wait_until(index, left).await?;
             if reached != last {
                 last = reached;
-                // The records up to `reached` are known: a recent snapshot has them unless
-                // the store has not caught up yet, and then a full one does.
-                next = self.changelog_read_more(next, reader, &mut batch, true)?;
-                if next <= reached {
-                    next = self.changelog_read_more(next, reader, &mut batch, false)?;
-                }
+                next = self.changelog_read_known_more(next, reached, reader, &mut batch)?;
                 if batch.records.len() >= min_records || batch.full() {
                     break;
                 }

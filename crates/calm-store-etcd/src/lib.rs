@@ -145,7 +145,6 @@ impl Inner {
         [self.writer.to_le_bytes(), count.to_le_bytes()].concat()
     }
 
-    /// The compare of every commit: no calm commit landed after `revision`.
     /// Tells the receivers of [`Store::watch_commits`] (each once, however many commits
     /// since it last looked); forgets those gone.
     fn commits_applied(&self) {
@@ -161,6 +160,7 @@ impl Inner {
         });
     }
 
+    /// The compare of every commit: no calm commit landed after `revision`.
     fn unchanged_since(&self, revision: i64) -> Compare {
         Compare::mod_revision(self.seq.clone(), CompareOp::Less, revision + 1)
     }

@@ -484,27 +484,58 @@ fn decided_by_the_first(servers: &[Server]) -> String {
     })
 }
 
+/// Three servers, a mount of all three (`--server A,B,C`, on the first), a mount of the
+/// second, a directory `d` of 16 files made through the first, and the path of one whose
+/// locks the first server decides.
+struct Moving {
+    _private: Option<calm_store_etcd::cluster::LocalCluster>,
+    _tmp: tempfile::TempDir,
+    servers: Vec<Server>,
+    moving: Mount,
+    other: Mount,
+    path: String,
+}
+
+impl Moving {
+    fn start(tag: &str) -> Moving {
+        let mut private = None;
+        let url = cluster(tag, &mut private);
+        let tmp = tempfile::tempdir().unwrap();
+        let servers = three_servers(&url, tmp.path(), 2_000);
+        let list = servers
+            .iter()
+            .map(|s| s.addr.clone())
+            .collect::<Vec<_>>()
+            .join(",");
+        let moving = Mount::remote(&list, &[]);
+        let other = Mount::remote(&servers[1].addr, &[]);
+        moving.sh_ok("mkdir d && for i in $(seq 0 15); do echo $i > d/f$i; done");
+        let path = format!("d/{}", decided_by_the_first(&servers));
+        Moving {
+            _private: private,
+            _tmp: tmp,
+            servers,
+            moving,
+            other,
+            path,
+        }
+    }
+}
+
 /// A mount of three servers (`--server A,B,C`) whose server dies goes on with the next: its
 /// namespace operations pause and succeed, nothing is applied twice, and a lock a process on
 /// it held on a file decided by the dead server is still held after the move (reclaimed at
 /// the file's new decider), as seen from a mount of another server.
 #[test]
 fn a_mount_of_three_servers_moves_on_when_its_server_dies_and_keeps_its_locks() {
-    let mut private = None;
-    let url = cluster("mountmove", &mut private);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut servers = three_servers(&url, tmp.path(), 2_000);
-    let list = servers
-        .iter()
-        .map(|s| s.addr.clone())
-        .collect::<Vec<_>>()
-        .join(",");
-    let moving = Mount::remote(&list, &[]);
-    let other = Mount::remote(&servers[1].addr, &[]);
-    moving.sh_ok("mkdir d && for i in $(seq 0 15); do echo $i > d/f$i; done");
-    // A file whose locks the first server (the mount's) decides.
-    let name = decided_by_the_first(&servers);
-    let path = format!("d/{name}");
+    let Moving {
+        _private,
+        _tmp,
+        mut servers,
+        moving,
+        other,
+        path,
+    } = Moving::start("mountmove");
     let mut held = keeper(&moving, &path);
     assert_eq!(other.sh_ok(&try_lock(&path)), "refused 11\n");
     servers.remove(0).kill9();
@@ -552,20 +583,14 @@ fn a_mount_of_three_servers_moves_on_when_its_server_dies_and_keeps_its_locks() 
 /// `calm locks` run during the move lists the holder.
 #[test]
 fn a_lock_wait_through_the_deciders_own_mount_outlives_the_decider() {
-    let mut private = None;
-    let url = cluster("waitmove", &mut private);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut servers = three_servers(&url, tmp.path(), 2_000);
-    let list = servers
-        .iter()
-        .map(|s| s.addr.clone())
-        .collect::<Vec<_>>()
-        .join(",");
-    let moving = Mount::remote(&list, &[]);
-    let other = Mount::remote(&servers[1].addr, &[]);
-    moving.sh_ok("mkdir d && for i in $(seq 0 15); do echo $i > d/f$i; done");
-    let name = decided_by_the_first(&servers);
-    let path = format!("d/{name}");
+    let Moving {
+        _private,
+        _tmp,
+        mut servers,
+        moving,
+        other,
+        path,
+    } = Moving::start("waitmove");
     let mut held = keeper(&other, &path);
     let mut waiter = Command::new("nsenter")
         .args(["-t", &moving.pid().to_string(), "-m", "--", "python3", "-c"])
