@@ -21,11 +21,14 @@
 //! - [`soak`]: appends, fsync'd writes, sqlite transactions, creates and unlinks from several
 //!   mounts for N minutes, each minute against the first; [`appends`]: what atomic appends
 //!   cost one mount, against appends through the page cache.
+//! - [`servers`]: 1, 2 and 3 servers of one namespace on etcd; [`churn`]: creates and unlinks
+//!   on them for N minutes, the rate and etcd's database size per minute.
 
 pub mod activation;
 pub mod alloc;
 pub mod appends;
 pub mod changelog;
+pub mod churn;
 pub mod data;
 pub mod locks;
 pub mod mdtest;

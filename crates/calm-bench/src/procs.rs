@@ -49,6 +49,11 @@ impl ServerProcess {
         rss_bytes(self.child.id())
     }
 
+    /// CPU time (user + system) it has used, in microseconds.
+    pub fn cpu_us(&self) -> u64 {
+        cpu_us(self.child.id())
+    }
+
     pub fn anon_bytes(&self) -> u64 {
         anon_bytes(self.child.id())
     }
@@ -162,6 +167,28 @@ fn terminate(child: &mut Child, what: &str) -> Result<(), String> {
             }
         }
     }
+}
+
+/// utime + stime of `pid`, in microseconds (0 when it cannot be read).
+pub fn cpu_us(pid: u32) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    // The command may hold spaces: the fields count from the last ')'.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return 0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // Fields 14 and 15 of stat(5), here at 11 and 12 (state is field 3, index 0).
+    // SAFETY: sysconf reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    (ticks(11) + ticks(12)) * 1_000_000 / hz
 }
 
 /// VmRSS of process `pid`, in bytes (0 when it cannot be read).

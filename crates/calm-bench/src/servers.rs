@@ -119,7 +119,7 @@ impl ServerProcess {
 
     /// CPU time (user + system) the process has used, in microseconds.
     fn cpu_us(&self) -> u64 {
-        cpu_us_of(self.child.id())
+        crate::procs::cpu_us(self.child.id())
     }
 
     fn kill9(mut self) {
@@ -133,39 +133,15 @@ fn unique() -> u64 {
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-/// utime + stime of `pid`, in microseconds (0 when it cannot be read).
-fn cpu_us_of(pid: u32) -> u64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0;
-    };
-    // The command may hold spaces: the fields count from the last ')'.
-    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-        return 0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // Fields 14 and 15 of stat(5), here at 11 and 12 (state is field 3, index 0).
-    // SAFETY: sysconf reads a constant of the system.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    (ticks(11) + ticks(12)) * 1_000_000 / hz
-}
-
 fn cpu_of(servers: &[ServerProcess]) -> u64 {
     servers.iter().map(ServerProcess::cpu_us).sum()
 }
 
 /// Waits until every server lists `count` members.
-async fn all_joined(servers: &[ServerProcess], count: usize) -> Result<(), String> {
+pub(crate) async fn all_joined(addrs: &[&str], count: usize) -> Result<(), String> {
     let started = Instant::now();
-    for server in servers {
-        let client = Client::connect(&server.addr)
-            .await
-            .map_err(|e| e.to_string())?;
+    for addr in addrs {
+        let client = Client::connect(addr).await.map_err(|e| e.to_string())?;
         loop {
             let members = client.members().await.map_err(|e| e.to_string())?;
             if members.servers.len() == count {
@@ -259,7 +235,7 @@ async fn total_of(tasks: Vec<tokio::task::JoinHandle<Result<u64, String>>>) -> R
 }
 
 /// `url` (`etcd://HOSTS[/PREFIX][?OPTIONS]`) with `prefix` added to its key prefix.
-fn with_prefix(url: &str, prefix: &str) -> String {
+pub(crate) fn with_prefix(url: &str, prefix: &str) -> String {
     let (base, query) = match url.split_once('?') {
         Some((base, query)) => (base, format!("?{query}")),
         None => (url, String::new()),
@@ -283,7 +259,11 @@ async fn round(
     for _ in 0..count {
         servers.push(ServerProcess::start(options, &url, dir)?);
     }
-    all_joined(&servers, count).await?;
+    all_joined(
+        &servers.iter().map(|s| s.addr.as_str()).collect::<Vec<_>>(),
+        count,
+    )
+    .await?;
     let home = |i: usize| servers[i % servers.len()].addr.clone();
     let first = Client::connect(&servers[0].addr)
         .await

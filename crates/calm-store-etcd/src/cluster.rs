@@ -314,11 +314,13 @@ fn health(port: u16) -> bool {
 
 /// The answer to one plain HTTP/1.0 `request` to the member on `port` (empty on failure).
 fn http(port: u16, request: &str) -> String {
+    http_to(&std::net::SocketAddr::from(([127, 0, 0, 1], port)), request)
+}
+
+fn http_to(addr: &std::net::SocketAddr, request: &str) -> String {
     use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect_timeout(
-        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
-        Duration::from_millis(500),
-    ) else {
+    let Ok(mut stream) = std::net::TcpStream::connect_timeout(addr, Duration::from_millis(500))
+    else {
         return String::new();
     };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
@@ -328,6 +330,31 @@ fn http(port: u16, request: &str) -> String {
     let mut answer = String::new();
     let _ = stream.read_to_string(&mut answer);
     answer
+}
+
+/// The database of each member of the cluster an `etcd://HOST:PORT,…` URL names, as etcd
+/// reports it: (bytes of its file, bytes in use), largest of the members; an error when no
+/// member answers.
+pub fn db_size(url: &str) -> Result<(u64, u64), String> {
+    use std::net::ToSocketAddrs;
+    let hosts = url.strip_prefix("etcd://").unwrap_or(url);
+    let hosts = hosts.split(['/', '?']).next().unwrap_or_default();
+    let mut largest: Option<(u64, u64)> = None;
+    for host in hosts.split(',').filter(|h| !h.is_empty()) {
+        let Some(addr) = host.to_socket_addrs().ok().and_then(|mut a| a.next()) else {
+            continue;
+        };
+        let answer = http_to(
+            &addr,
+            "POST /v3/maintenance/status HTTP/1.0\r\nHost: etcd\r\nContent-Length: 2\r\n\r\n{}",
+        );
+        let figure = |name| json_string(&answer, name).and_then(|v| v.parse::<u64>().ok());
+        if let (Some(size), Some(in_use)) = (figure("dbSize"), figure("dbSizeInUse")) {
+            let (s, u) = largest.unwrap_or_default();
+            largest = Some((s.max(size), u.max(in_use)));
+        }
+    }
+    largest.ok_or_else(|| format!("no member of {hosts} reported its database size"))
 }
 
 /// The string value of `"name":"value"` in a flat JSON answer.

@@ -254,6 +254,9 @@ pub enum Bench {
     /// 1, 2 and 3 servers of one namespace on etcd: lock operations on one hot file and on
     /// many, creates and stats, with the servers' CPU per operation; kill -9 failover times.
     Servers(crate::bench_servers::ServersArgs),
+    /// Creates and unlinks on 1, 2 and 3 servers on etcd for N minutes each: the rate, its p99
+    /// latency and etcd's database size per minute, each against the first.
+    Churn(crate::bench_servers::ChurnArgs),
     /// Appends, fsync'd writes, sqlite transactions, creates and unlinks from several mounts
     /// of one server for N minutes: each minute's rates against the first, p99 latencies,
     /// records per chunk and memory; every result checked, no object leaked.
@@ -741,6 +744,10 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
         }
         Bench::Servers(args) => {
             let (lines, report) = crate::bench_servers::run(args)?;
+            emit(report.is_some(), &lines, &report)?;
+        }
+        Bench::Churn(args) => {
+            let (lines, report) = crate::bench_servers::run_churn(args)?;
             emit(report.is_some(), &lines, &report)?;
         }
         Bench::Soak(args) => {

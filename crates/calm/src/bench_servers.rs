@@ -59,3 +59,67 @@ pub fn run(
     let lines = calm_bench::servers::table(&report);
     Ok((lines, args.json.then_some(report)))
 }
+
+#[derive(Debug, clap::Args)]
+pub struct ChurnArgs {
+    /// Server counts, comma-separated: one round each, on a fresh etcd cluster.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    servers: Vec<usize>,
+    /// How long each round lasts, in minutes (each a reporting period).
+    #[arg(long, default_value_t = 30)]
+    minutes: u32,
+    /// Length of a reporting period, in seconds (60: a minute; shorter for a quick look).
+    #[arg(long, default_value_t = 60)]
+    period_s: u64,
+    /// Clients creating and unlinking at once, each in a directory of its own.
+    #[arg(long, default_value_t = 16)]
+    threads: usize,
+    /// The servers' membership lease, in milliseconds.
+    #[arg(long, default_value_t = 2_000)]
+    lease_ms: u64,
+    /// An etcd cluster (etcd://HOST:PORT,...) instead of a fresh local 3-member one per round.
+    #[arg(long)]
+    store: Option<String>,
+    /// The calm executable that runs the servers (default: this one).
+    #[arg(long)]
+    calm: Option<std::path::PathBuf>,
+    #[arg(long)]
+    json: bool,
+    /// An SVG of the figures over the run.
+    #[arg(long)]
+    plot: Option<std::path::PathBuf>,
+    /// Run nothing: read the report of an earlier run (its --json output) and print it, and
+    /// draw it with --plot.
+    #[arg(long, value_name = "REPORT_JSON")]
+    replot: Option<std::path::PathBuf>,
+}
+
+/// Runs the churn benchmark (or reads an earlier report): the table, and the report when
+/// `--json` asks for it.
+pub fn run_churn(
+    args: ChurnArgs,
+) -> anyhow::Result<(Vec<String>, Option<calm_bench::churn::ChurnReport>)> {
+    let report = match &args.replot {
+        Some(path) => calm_bench::churn::load(path).map_err(|e| anyhow!(e))?,
+        None => {
+            let options = calm_bench::churn::ChurnOptions {
+                servers: args.servers,
+                periods: args.minutes * 60 / args.period_s.max(1) as u32,
+                period: std::time::Duration::from_secs(args.period_s.max(1)),
+                threads: args.threads,
+                lease_ms: args.lease_ms,
+                etcd: args.store,
+                calm: match args.calm {
+                    Some(calm) => calm,
+                    None => std::env::current_exe()?,
+                },
+            };
+            calm_bench::churn::run(&options).map_err(|e| anyhow!(e))?
+        }
+    };
+    if let Some(path) = &args.plot {
+        calm_bench::churn::plot(&report, path).map_err(|e| anyhow!(e))?;
+    }
+    let lines = calm_bench::churn::table(&report);
+    Ok((lines, args.json.then_some(report)))
+}

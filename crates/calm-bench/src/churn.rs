@@ -1,0 +1,373 @@
+//! `calm bench churn`: creates and unlinks on 1, 2 and 3 `calm serve --store etcd://`
+//! processes for N minutes each, reporting per minute the pair rate, its p99 latency, the
+//! servers' CPU per pair and memory, and etcd's database size: what a namespace that has seen
+//! millions of mutations costs, against what it cost in its first minute.
+//!
+//! Each round starts on a fresh local 3-member etcd cluster (or on a fresh key prefix of the
+//! one `--store` names), so that its database size starts from nothing. Namespace clients in
+//! this process (`threads`, homed round-robin on the servers) each create and unlink files in
+//! a directory of their own, one request each, without pause. One pair = one create and its
+//! unlink. A failed request ends the run with its error: no figure hides one.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use calm_client::Client;
+use calm_meta::ROOT;
+use serde::{Deserialize, Serialize};
+
+use crate::procs::ServerProcess;
+
+#[derive(Debug, Clone)]
+pub struct ChurnOptions {
+    /// Server counts, one round each.
+    pub servers: Vec<usize>,
+    /// Reporting periods per round.
+    pub periods: u32,
+    /// Length of a period.
+    pub period: Duration,
+    /// Namespace clients, each creating and unlinking in a directory of its own.
+    pub threads: usize,
+    /// The servers' membership lease.
+    pub lease_ms: u64,
+    /// An etcd cluster to use instead of a fresh local one per round.
+    pub etcd: Option<String>,
+    /// The `calm` binary to start servers with.
+    pub calm: PathBuf,
+}
+
+/// One period of one round.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChurnPeriod {
+    /// From 1.
+    pub period: u32,
+    pub pairs: u64,
+    pub pairs_per_sec: f64,
+    /// The slowest 1 % of the period's pairs took this or more (create and unlink together).
+    pub p99_ms: f64,
+    /// CPU (user + system) of the calm server processes per pair.
+    pub cpu_us_per_pair: f64,
+    /// Resident memory of the servers, summed.
+    pub servers_rss_mib: f64,
+    /// etcd's database file at the period's end (the largest member), and the part of it in
+    /// use (what compaction freed is reused by later writes).
+    pub db_mib: f64,
+    pub db_in_use_mib: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChurnRound {
+    pub servers: usize,
+    pub periods: Vec<ChurnPeriod>,
+}
+
+impl ChurnRound {
+    pub fn pairs(&self) -> u64 {
+        self.periods.iter().map(|p| p.pairs).sum()
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChurnReport {
+    pub bench: String,
+    pub threads: usize,
+    pub period_s: f64,
+    pub rounds: Vec<ChurnRound>,
+}
+
+/// Reads the report of an earlier run (its `--json` output).
+pub fn load(path: &Path) -> Result<ChurnReport, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("reading the churn report {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "{} is not a churn report (`calm bench churn --json`): {e}",
+            path.display()
+        )
+    })
+}
+
+pub fn run(options: &ChurnOptions) -> Result<ChurnReport, String> {
+    let dir = tempfile::Builder::new()
+        .prefix("calm-bench-churn-")
+        .tempdir()
+        .map_err(|e| e.to_string())?;
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let mut rounds = Vec::new();
+    for &count in &options.servers {
+        // A fresh cluster per round: its database starts empty.
+        let (_cluster, url) = match &options.etcd {
+            Some(url) => (None, url.clone()),
+            None => {
+                let cluster = calm_store_etcd::cluster::LocalCluster::start(3)?;
+                let url = cluster.url("");
+                (Some(cluster), url)
+            }
+        };
+        let url = crate::servers::with_prefix(
+            &url,
+            &calm_store_etcd::cluster::unique_prefix(&format!("bench-churn-{count}")),
+        );
+        let round_dir = dir.path().join(format!("round-{count}"));
+        std::fs::create_dir_all(&round_dir).map_err(|e| e.to_string())?;
+        let periods = runtime.block_on(round(options, &url, &round_dir, count))?;
+        rounds.push(ChurnRound {
+            servers: count,
+            periods,
+        });
+    }
+    Ok(ChurnReport {
+        bench: "churn".into(),
+        threads: options.threads,
+        period_s: options.period.as_secs_f64(),
+        rounds,
+    })
+}
+
+/// The latencies (µs) of the pairs done since the last take.
+#[derive(Default)]
+struct Latencies(std::sync::Mutex<Vec<u32>>);
+
+impl Latencies {
+    fn push(&self, us: u32) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(us);
+    }
+
+    fn take(&self) -> Vec<u32> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+async fn round(
+    options: &ChurnOptions,
+    url: &str,
+    dir: &Path,
+    count: usize,
+) -> Result<Vec<ChurnPeriod>, String> {
+    let objects = format!("file://{}", dir.join("objects").display());
+    let lease = options.lease_ms.to_string();
+    let mut servers = Vec::new();
+    for i in 0..count {
+        servers.push(ServerProcess::start(
+            &options.calm,
+            &dir.join(format!("server-{i}")),
+            &[
+                "--store",
+                url,
+                "--objects",
+                &objects,
+                "--server-lease-ms",
+                &lease,
+            ],
+        )?);
+    }
+    let addrs: Vec<&str> = servers.iter().map(|s| s.addr.as_str()).collect();
+    crate::servers::all_joined(&addrs, count).await?;
+    let first = Client::connect(addrs[0]).await.map_err(|e| e.to_string())?;
+    let top = first
+        .mkdir(ROOT, b"churn", 0o755)
+        .await
+        .map_err(|e| e.to_string())?
+        .handle;
+    let stop = Arc::new(AtomicBool::new(false));
+    let latencies = Arc::new(Latencies::default());
+    let mut tasks = Vec::new();
+    for t in 0..options.threads.max(1) {
+        let client = Client::connect(addrs[t % addrs.len()])
+            .await
+            .map_err(|e| e.to_string())?;
+        let own = client
+            .mkdir(top, format!("c{t}").as_bytes(), 0o755)
+            .await
+            .map_err(|e| e.to_string())?
+            .handle;
+        let stop = stop.clone();
+        let latencies = latencies.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let name = format!("f{i}");
+                let started = Instant::now();
+                client
+                    .create(own, name.as_bytes(), 0o644)
+                    .await
+                    .map_err(|e| format!("create {name}: {e}"))?;
+                client
+                    .unlink(own, name.as_bytes())
+                    .await
+                    .map_err(|e| format!("unlink {name}: {e}"))?;
+                latencies.push(started.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                i += 1;
+            }
+            Ok::<u64, String>(i)
+        }));
+    }
+    let cpu_of = |servers: &[ServerProcess]| servers.iter().map(ServerProcess::cpu_us).sum::<u64>();
+    let mut periods = Vec::new();
+    let mut cpu = cpu_of(&servers);
+    let mut started = Instant::now();
+    let mut failed = None;
+    for period in 1..=options.periods {
+        let end = started + options.period;
+        // Wakes early when a client failed, to report it at once.
+        while Instant::now() < end && !tasks.iter().any(|t| t.is_finished()) {
+            tokio::time::sleep(Duration::from_millis(200).min(end - Instant::now())).await;
+        }
+        let done = latencies.take();
+        let elapsed = started.elapsed().as_secs_f64();
+        started = Instant::now();
+        let now_cpu = cpu_of(&servers);
+        let (db, in_use) = calm_store_etcd::cluster::db_size(url)?;
+        let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
+        let pairs = done.len() as u64;
+        let figures = ChurnPeriod {
+            period,
+            pairs,
+            pairs_per_sec: pairs as f64 / elapsed,
+            p99_ms: p99(done) as f64 / 1000.0,
+            cpu_us_per_pair: now_cpu.saturating_sub(cpu) as f64 / pairs.max(1) as f64,
+            servers_rss_mib: mib(servers.iter().map(ServerProcess::rss_bytes).sum()),
+            db_mib: mib(db),
+            db_in_use_mib: mib(in_use),
+        };
+        cpu = now_cpu;
+        eprintln!(
+            "churn: {count} server(s), period {period}/{}: {:.0} pairs/s, p99 {:.1} ms, \
+             database {:.1} MiB ({:.1} in use)",
+            options.periods,
+            figures.pairs_per_sec,
+            figures.p99_ms,
+            figures.db_mib,
+            figures.db_in_use_mib
+        );
+        periods.push(figures);
+        if tasks.iter().any(|t| t.is_finished()) {
+            failed = Some(period);
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.map_err(|e| e.to_string())??;
+    }
+    if let Some(period) = failed {
+        return Err(format!(
+            "a client stopped in period {period} without an error"
+        ));
+    }
+    for server in servers {
+        server.stop()?;
+    }
+    Ok(periods)
+}
+
+/// The 99th percentile of `values` (0 when there are none).
+fn p99(mut values: Vec<u32>) -> u32 {
+    if values.is_empty() {
+        return 0;
+    }
+    let at = (values.len() * 99 / 100).min(values.len() - 1);
+    *values.select_nth_unstable(at).1
+}
+
+/// Per round: each period's figures, the rate against the round's first period, and the
+/// round's summary (pairs, first period against last).
+pub fn table(report: &ChurnReport) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{:<8} {:>6} {:>9} {:>8} {:>8} {:>10} {:>9} {:>9} {:>10}",
+        "servers",
+        "period",
+        "pairs/s",
+        "vs 1st",
+        "p99 ms",
+        "cpu µs/pr",
+        "rss MiB",
+        "db MiB",
+        "in use MiB"
+    )];
+    for round in &report.rounds {
+        let first = round.periods.first().map_or(0.0, |p| p.pairs_per_sec);
+        for p in &round.periods {
+            lines.push(format!(
+                "{:<8} {:>6} {:>9.0} {:>7.2}x {:>8.1} {:>10.0} {:>9.1} {:>9.1} {:>10.1}",
+                round.servers,
+                p.period,
+                p.pairs_per_sec,
+                p.pairs_per_sec / first.max(f64::MIN_POSITIVE),
+                p.p99_ms,
+                p.cpu_us_per_pair,
+                p.servers_rss_mib,
+                p.db_mib,
+                p.db_in_use_mib
+            ));
+        }
+        if let (Some(a), Some(b)) = (round.periods.first(), round.periods.last()) {
+            lines.push(format!(
+                "{} server(s): {} pairs in {:.0} min; last period {:.2}x the first; database \
+                 {:.1} → {:.1} MiB ({:.1} → {:.1} in use)",
+                round.servers,
+                round.pairs(),
+                round.periods.len() as f64 * report.period_s / 60.0,
+                b.pairs_per_sec / a.pairs_per_sec.max(f64::MIN_POSITIVE),
+                a.db_mib,
+                b.db_mib,
+                a.db_in_use_mib,
+                b.db_in_use_mib
+            ));
+        }
+    }
+    lines
+}
+
+/// The rounds over their periods, for `--plot`: pairs per second, p99 latency, and etcd's
+/// database (file and in use), one curve per server count.
+pub fn plot(report: &ChurnReport, path: &Path) -> Result<(), String> {
+    use crate::plot::{Panel, Series};
+    let minute = |p: &ChurnPeriod| f64::from(p.period) * report.period_s / 60.0;
+    let curves = |figure: &dyn Fn(&ChurnPeriod) -> f64, what: &str| -> Vec<Series> {
+        report
+            .rounds
+            .iter()
+            .map(|round| {
+                (
+                    format!("{} server(s){what}", round.servers),
+                    round
+                        .periods
+                        .iter()
+                        .map(|p| (minute(p), figure(p)))
+                        .collect(),
+                )
+            })
+            .collect()
+    };
+    let mut database = curves(&|p| p.db_mib, ", file");
+    database.extend(curves(&|p| p.db_in_use_mib, ", in use"));
+    let panels = [
+        Panel {
+            y_label: "creates + unlinks per second".into(),
+            series: curves(&|p| p.pairs_per_sec, ""),
+            log_y: false,
+        },
+        Panel {
+            y_label: "p99 latency of a pair, ms".into(),
+            series: curves(&|p| p.p99_ms, ""),
+            log_y: false,
+        },
+        Panel {
+            y_label: "etcd database, MiB".into(),
+            series: database,
+            log_y: false,
+        },
+    ];
+    crate::plot::stacked_svg(
+        path,
+        &format!(
+            "calm churn on etcd: {} clients creating and unlinking, per period of {:.0} s",
+            report.threads, report.period_s
+        ),
+        "minutes",
+        &panels,
+    )
+}
