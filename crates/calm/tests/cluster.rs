@@ -498,10 +498,14 @@ struct Moving {
 
 impl Moving {
     fn start(tag: &str) -> Moving {
+        Moving::start_with_lease(tag, 2_000)
+    }
+
+    fn start_with_lease(tag: &str, lease_ms: u64) -> Moving {
         let mut private = None;
         let url = cluster(tag, &mut private);
         let tmp = tempfile::tempdir().unwrap();
-        let servers = three_servers(&url, tmp.path(), 2_000);
+        let servers = three_servers(&url, tmp.path(), lease_ms);
         let list = servers
             .iter()
             .map(|s| s.addr.clone())
@@ -574,6 +578,67 @@ fn a_mount_of_three_servers_moves_on_when_its_server_dies_and_keeps_its_locks() 
         other.sh_ok("ls d | sort | tr '\\n' ' '"),
         "f0 f1 f10 f11 f12 f13 f14 f2 f3 f4 f5 f6 f7 f8 f9 renamed sub "
     );
+}
+
+/// A server stopped with SIGTERM hands its files over at once instead of leaving them until its
+/// lease runs out: with a lease of 30 s, the server exits within `STOP_WAIT_MAX` (5 s) and a
+/// margin; a mount of all three servers on it goes on, and a process on that mount keeps the
+/// lock it held on a file the stopped server decided (never granted to another meanwhile);
+/// once it lets go, a mount of another server is granted the lock well before the lease
+/// (stop, then at most the grace of 10 s).
+#[test]
+fn a_server_stopped_by_sigterm_hands_its_files_over_before_its_lease_runs_out() {
+    const LEASE: Duration = Duration::from_secs(30);
+    const STOP_BOUND: Duration = Duration::from_secs(10);
+    const HANDOVER_BOUND: Duration = Duration::from_secs(20);
+    let Moving {
+        _private,
+        _tmp,
+        mut servers,
+        moving,
+        other,
+        path,
+    } = Moving::start_with_lease("sigtermmove", LEASE.as_millis() as u64);
+    let mut held = keeper(&moving, &path);
+    assert_eq!(other.sh_ok(&try_lock(&path)), "refused 11\n");
+    let asked = Instant::now();
+    let (status, said) = servers.remove(0).terminate();
+    let stopped = asked.elapsed();
+    assert!(status.success(), "{status}: {said}");
+    assert!(
+        stopped < STOP_BOUND,
+        "the server took {stopped:?} to stop on SIGTERM"
+    );
+    // The mount goes on through the others.
+    assert_eq!(moving.sh_ok("touch d/after && ls d | wc -l"), "17\n");
+    // The lock stays with its holder through the hand-over.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(3) {
+        assert_eq!(
+            other.sh_ok(&try_lock(&path)),
+            "refused 11\n",
+            "the lock held through the stopped server was granted to another after {:?}",
+            asked.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(held.stdin.take());
+    held.wait().unwrap();
+    let mut outcome = String::new();
+    while asked.elapsed() < LEASE {
+        outcome = other.sh_ok(&try_lock(&path));
+        if outcome == "granted\n" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let granted = asked.elapsed();
+    assert_eq!(outcome, "granted\n", "not granted within the lease");
+    assert!(
+        granted < HANDOVER_BOUND,
+        "granted {granted:?} after SIGTERM: the files waited for the lease"
+    );
+    eprintln!("stopped in {stopped:?}, the lock granted elsewhere {granted:?} after SIGTERM");
 }
 
 /// A process waiting in F_SETLKW through a mount whose server decides the file: that server is
