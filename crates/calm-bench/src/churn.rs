@@ -321,8 +321,8 @@ pub fn table(report: &ChurnReport) -> Vec<String> {
     lines
 }
 
-/// The rounds over their periods, for `--plot`: pairs per second, p99 latency, and etcd's
-/// database (file and in use), one curve per server count.
+/// The rounds over their periods, for `--plot`: pairs per second, p99 latency, etcd's database
+/// (file and in use) and the servers' memory, one curve per server count.
 pub fn plot(report: &ChurnReport, path: &Path) -> Result<(), String> {
     use crate::plot::{Panel, Series};
     let minute = |p: &ChurnPeriod| f64::from(p.period) * report.period_s / 60.0;
@@ -360,6 +360,11 @@ pub fn plot(report: &ChurnReport, path: &Path) -> Result<(), String> {
             series: database,
             log_y: false,
         },
+        Panel {
+            y_label: "servers' resident memory, MiB (summed)".into(),
+            series: curves(&|p| p.servers_rss_mib, ""),
+            log_y: false,
+        },
     ];
     crate::plot::stacked_svg(
         path,
@@ -370,4 +375,48 @@ pub fn plot(report: &ChurnReport, path: &Path) -> Result<(), String> {
         "minutes",
         &panels,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_p99_is_the_value_below_which_99_in_100_fall() {
+        assert_eq!(p99(Vec::new()), 0);
+        assert_eq!(p99(vec![5]), 5);
+        let values: Vec<u32> = (1..=1000).rev().collect();
+        assert_eq!(p99(values), 991);
+    }
+
+    #[test]
+    fn the_table_sets_each_period_against_its_rounds_first() {
+        let period = |period, pairs_per_sec, db_mib| ChurnPeriod {
+            period,
+            pairs: (pairs_per_sec * 60.0) as u64,
+            pairs_per_sec,
+            p99_ms: 1.0,
+            cpu_us_per_pair: 100.0,
+            servers_rss_mib: 10.0,
+            db_mib,
+            db_in_use_mib: db_mib,
+        };
+        let report = ChurnReport {
+            bench: "churn".into(),
+            threads: 16,
+            period_s: 60.0,
+            rounds: vec![ChurnRound {
+                servers: 2,
+                periods: vec![period(1, 400.0, 10.0), period(2, 300.0, 20.0)],
+            }],
+        };
+        let lines = table(&report);
+        assert_eq!(lines.len(), 4, "{lines:#?}");
+        assert!(lines[2].contains("0.75x"), "{}", lines[2]);
+        assert_eq!(
+            lines[3],
+            "2 server(s): 42000 pairs in 2 min; last period 0.75x the first; database 10.0 → \
+             20.0 MiB (10.0 → 20.0 in use)"
+        );
+    }
 }

@@ -25,13 +25,27 @@ use std::time::Duration;
 
 /// Most pairs cached; past it the cache starts over.
 pub const CACHE_PAIRS_MAX: usize = 1 << 20;
+/// Most bytes cached, counting each pair's key and value and [`PAIR_OVERHEAD_BYTES`]; past it
+/// the cache starts over. (Bounded by count alone, a server's cache of 2^20 pairs took about
+/// 180 MiB.)
+pub const CACHE_BYTES_MAX: usize = 64 << 20;
+/// What a cached pair costs beyond its key's and value's bytes: its slot in the table and
+/// the allocator's share of its two buffers.
+pub const PAIR_OVERHEAD_BYTES: usize = 96;
 /// Longest a snapshot waits for the watch to reach its commit before reading from etcd.
 pub const CATCH_UP_MS_MAX: u64 = 20;
+
+/// What `key` with `value` costs the cache.
+fn pair_bytes(key: &[u8], value: &Option<Vec<u8>>) -> usize {
+    key.len() + value.as_ref().map_or(0, Vec::len) + PAIR_OVERHEAD_BYTES
+}
 
 #[derive(Debug, Default)]
 struct Pairs {
     /// Key (with the data prefix) → value (`None`: absent) and the revision it was read at.
     pairs: HashMap<Vec<u8>, (Option<Vec<u8>>, i64)>,
+    /// What the pairs cost, as [`CACHE_BYTES_MAX`] counts it.
+    bytes: usize,
     /// Every commit up to this revision has been applied (its changes removed).
     applied: i64,
     /// False until the watch runs (and after it lost track): nothing is served or kept.
@@ -51,6 +65,13 @@ pub struct ReadCache {
     pub misses: std::sync::atomic::AtomicU64,
 }
 
+impl Pairs {
+    fn clear(&mut self) {
+        self.pairs.clear();
+        self.bytes = 0;
+    }
+}
+
 impl ReadCache {
     fn lock(&self) -> std::sync::MutexGuard<'_, Pairs> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -59,10 +80,16 @@ impl ReadCache {
     /// The watch starts at `applied + 1`, with an empty cache.
     pub fn start(&self, applied: i64) {
         let mut state = self.lock();
-        state.pairs.clear();
+        state.clear();
         state.applied = applied;
         state.following = true;
         self.moved.notify_all();
+    }
+
+    /// Pairs held and what they cost, as [`CACHE_BYTES_MAX`] counts it.
+    pub fn held(&self) -> (usize, usize) {
+        let state = self.lock();
+        (state.pairs.len(), state.bytes)
     }
 
     /// Whether the watch is following the commits.
@@ -73,7 +100,7 @@ impl ReadCache {
     /// The watch lost track (it could not resume where it was): forget everything.
     pub fn stop(&self) {
         let mut state = self.lock();
-        state.pairs.clear();
+        state.clear();
         state.following = false;
     }
 
@@ -85,13 +112,26 @@ impl ReadCache {
 
     /// The changes of the commits up to `revision`, in order: each key, its value after the
     /// change (`None`: deleted) and the change's revision. A pair the cache holds takes its
-    /// new value (the next read of it, the common case after a write, is then a hit); others
-    /// are not added (what was never read here is not kept).
+    /// new value (the next read of it, the common case after a write, is then a hit), or goes
+    /// when it was deleted (so that the cache follows the live keys, not every key ever
+    /// removed); others are not added (what was never read here is not kept).
     pub fn applied(&self, changed: impl IntoIterator<Item = Change>, revision: i64) {
         let mut state = self.lock();
         for (key, value, at) in changed {
-            if let Some(pair) = state.pairs.get_mut(&key) {
-                *pair = (value, at);
+            let Some(pair) = state.pairs.get_mut(&key) else {
+                continue;
+            };
+            let before = pair_bytes(&key, &pair.0);
+            match value {
+                Some(value) => {
+                    let after = key.len() + value.len() + PAIR_OVERHEAD_BYTES;
+                    *pair = (Some(value), at);
+                    state.bytes = state.bytes - before + after;
+                }
+                None => {
+                    state.pairs.remove(&key);
+                    state.bytes -= before;
+                }
             }
         }
         if revision > state.applied {
@@ -137,10 +177,15 @@ impl ReadCache {
         if !state.following || state.applied > revision {
             return;
         }
-        if state.pairs.len() >= CACHE_PAIRS_MAX {
-            state.pairs.clear();
+        let bytes = pair_bytes(&key, &value);
+        if state.pairs.len() >= CACHE_PAIRS_MAX || state.bytes + bytes > CACHE_BYTES_MAX {
+            state.clear();
         }
-        state.pairs.insert(key, (value, revision));
+        let key_bytes = key.len();
+        if let Some((old, _)) = state.pairs.insert(key, (value, revision)) {
+            state.bytes -= key_bytes + old.map_or(0, |v| v.len()) + PAIR_OVERHEAD_BYTES;
+        }
+        state.bytes += bytes;
     }
 }
 
@@ -223,9 +268,10 @@ mod tests {
         // A key never read here is not added by a change of it.
         cache.applied([(b"new".to_vec(), Some(b"n".to_vec()), 13)], 13);
         assert!(cache.get(b"new", 13).is_none());
-        // Deleted: cached as absent.
+        // Deleted: let go (the next read of it goes to etcd).
         cache.applied([(key.clone(), None, 14)], 14);
-        assert_eq!(cache.get(&key, 14), Some(None));
+        assert_eq!(cache.get(&key, 14), None);
+        assert_eq!(cache.held().0, 0);
         // Absent pairs are cached too.
         cache.put(b"gone".to_vec(), None, 14);
         assert_eq!(cache.get(b"gone", 14), Some(None));
@@ -234,6 +280,39 @@ mod tests {
         cache.stop();
         assert!(cache.get(b"gone", 14).is_none());
         assert!(!cache.ready_for(12));
+    }
+
+    #[test]
+    fn the_cache_keeps_within_its_bytes_and_lets_deleted_pairs_go() {
+        let cache = ReadCache::default();
+        cache.start(1);
+        let value = vec![7u8; 4096];
+        let per_pair = 8 + value.len() + PAIR_OVERHEAD_BYTES;
+        let fit = CACHE_BYTES_MAX / per_pair;
+        for i in 0..fit as u64 {
+            cache.put(i.to_be_bytes().to_vec(), Some(value.clone()), 1);
+        }
+        assert_eq!(cache.held(), (fit, fit * per_pair));
+        // One more is past the bound: the cache starts over with it.
+        cache.put(u64::MAX.to_be_bytes().to_vec(), Some(value.clone()), 1);
+        assert_eq!(cache.held(), (1, per_pair));
+        // Replaced by a read of the same key: counted once.
+        cache.put(u64::MAX.to_be_bytes().to_vec(), Some(vec![1]), 1);
+        assert_eq!(cache.held(), (1, 8 + 1 + PAIR_OVERHEAD_BYTES));
+        // Changed by a commit, then deleted by another: gone, and nothing counted.
+        cache.applied(
+            [(u64::MAX.to_be_bytes().to_vec(), Some(value.clone()), 2)],
+            2,
+        );
+        assert_eq!(cache.held(), (1, per_pair));
+        assert_eq!(cache.get(&u64::MAX.to_be_bytes(), 2), Some(Some(value)));
+        cache.applied([(u64::MAX.to_be_bytes().to_vec(), None, 3)], 3);
+        assert_eq!(cache.held(), (0, 0));
+        assert_eq!(
+            cache.get(&u64::MAX.to_be_bytes(), 3),
+            None,
+            "a miss: read from etcd"
+        );
     }
 
     #[test]

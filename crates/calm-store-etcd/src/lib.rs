@@ -306,6 +306,13 @@ const REFUSALS: &[(&str, bool, &str)] = &[
     ),
 ];
 
+/// Whether the cluster answered that the revision asked for is compacted away.
+fn compacted_away(error: &etcd_client::Error) -> bool {
+    error
+        .to_string()
+        .contains("required revision has been compacted")
+}
+
 /// Whether the cluster refused a request for its space quota.
 fn out_of_space(error: &etcd_client::Error) -> bool {
     error.to_string().contains(REFUSALS[0].0)
@@ -322,7 +329,7 @@ fn store_error(error: etcd_client::Error) -> StoreError {
             StoreError::Limit(message)
         };
     }
-    if text.contains("compacted") {
+    if compacted_away(&error) {
         // The snapshot's revision was compacted away: the transaction can be run again on a
         // newer one.
         StoreError::Conflict
@@ -516,7 +523,7 @@ impl EtcdStore {
                         tracing::debug!(revision = to, "etcd: history compacted");
                     }
                     // Another server of the namespace (or the operator) compacted further.
-                    Err(error) if error.to_string().contains("compacted") => {}
+                    Err(error) if compacted_away(&error) => {}
                     Err(error) => {
                         tracing::warn!(%error, revision = to, "etcd: compacting the history");
                         continue;
@@ -990,6 +997,10 @@ where
                 if transient(&error) {
                     tracing::warn!(%error, retry_ms_max = inner.options.retry_ms_max,
                         "etcd did not answer within the retry limit");
+                } else if compacted_away(&error) {
+                    // Expected: a compaction another server made first, or a read at a
+                    // revision compacted under it (run again as a conflict).
+                    tracing::debug!(%error, "etcd: history compacted already");
                 } else {
                     tracing::warn!(%error, "etcd refused a request");
                 }
@@ -1438,6 +1449,7 @@ impl Store for EtcdStore {
         let stats = &self.inner.stats;
         let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
         let (hits, misses) = self.cache_counts();
+        let (pairs, bytes) = self.inner.cache.held();
         vec![
             ("commits", load(&stats.commits)),
             ("conflicts", load(&stats.conflicts)),
@@ -1448,6 +1460,8 @@ impl Store for EtcdStore {
             ("read-aheads", load(&stats.read_aheads)),
             ("cache hits", hits),
             ("cache misses", misses),
+            ("cache pairs", pairs as u64),
+            ("cache bytes", bytes as u64),
             ("history compactions", load(&stats.compactions)),
             (
                 "compacted to revision",
