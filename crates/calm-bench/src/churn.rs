@@ -98,14 +98,7 @@ pub fn run(options: &ChurnOptions) -> Result<ChurnReport, String> {
     let mut rounds = Vec::new();
     for &count in &options.servers {
         // A fresh cluster per round: its database starts empty.
-        let (_cluster, url) = match &options.etcd {
-            Some(url) => (None, url.clone()),
-            None => {
-                let cluster = calm_store_etcd::cluster::LocalCluster::start(3)?;
-                let url = cluster.url("");
-                (Some(cluster), url)
-            }
-        };
+        let (_cluster, url) = crate::servers::cluster_or(&options.etcd)?;
         let url = crate::servers::with_prefix(
             &url,
             &calm_store_etcd::cluster::unique_prefix(&format!("bench-churn-{count}")),

@@ -619,6 +619,21 @@ async fn failover(
     Ok(FailoverTimes { lock, create })
 }
 
+/// The etcd cluster `etcd` names, or a local 3-member one started for the run (stopped when
+/// the returned guard goes); its URL.
+pub(crate) fn cluster_or(
+    etcd: &Option<String>,
+) -> Result<(Option<calm_store_etcd::cluster::LocalCluster>, String), String> {
+    Ok(match etcd {
+        Some(url) => (None, url.clone()),
+        None => {
+            let cluster = calm_store_etcd::cluster::LocalCluster::start(3)?;
+            let url = cluster.url("");
+            (Some(cluster), url)
+        }
+    })
+}
+
 pub fn run(options: &ServersOptions) -> Result<ServersReport, String> {
     // The pair rounds' mounts go away with this process, however it ends.
     crate::enter_private_namespace();
@@ -626,14 +641,7 @@ pub fn run(options: &ServersOptions) -> Result<ServersReport, String> {
         .prefix("calm-bench-servers-")
         .tempdir()
         .map_err(|e| e.to_string())?;
-    let (_cluster, url) = match &options.etcd {
-        Some(url) => (None, url.clone()),
-        None => {
-            let cluster = calm_store_etcd::cluster::LocalCluster::start(3)?;
-            let url = cluster.url("");
-            (Some(cluster), url)
-        }
-    };
+    let (_cluster, url) = cluster_or(&options.etcd)?;
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let mut results = Vec::new();
     let mut failover_s = None;

@@ -458,6 +458,33 @@ fn try_lock(path: &str) -> String {
     TRY_LOCK.replace("open('f'", &format!("open('{path}'"))
 }
 
+/// For `watch`, `mount` is refused the lock on `path` at every try (200 ms apart): it is
+/// still held elsewhere. `what` names the holder for the failure message.
+fn stays_refused(mount: &Mount, path: &str, watch: Duration, what: &str) {
+    let watched = Instant::now();
+    while watched.elapsed() < watch {
+        assert_eq!(
+            mount.sh_ok(&try_lock(path)),
+            "refused 11\n",
+            "the lock held through {what} was granted to another after {:?}",
+            watched.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Tries the lock on `path` through `mount` every 100 ms until it is granted or `since` is
+/// `within` old: whether it was granted, and when (from `since`).
+fn granted_within(mount: &Mount, path: &str, since: Instant, within: Duration) -> (bool, Duration) {
+    while since.elapsed() < within {
+        if mount.sh_ok(&try_lock(path)) == "granted\n" {
+            return (true, since.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (false, since.elapsed())
+}
+
 /// Of the files `d/f0` … `d/f15`, one whose locks the first of `servers` decides.
 fn decided_by_the_first(servers: &[Server]) -> String {
     runtime().block_on(async {
@@ -551,28 +578,11 @@ fn a_mount_of_three_servers_moves_on_when_its_server_dies_and_keeps_its_locks() 
     assert_eq!(out, "hello\n17\n", "{out}");
     // Through the takeover (lease 2 s, then the reclaim), the lock is never granted to the
     // other mount.
-    let watched = Instant::now();
-    while watched.elapsed() < Duration::from_secs(5) {
-        assert_eq!(
-            other.sh_ok(&try_lock(&path)),
-            "refused 11\n",
-            "the lock held through the dead server was granted to another after {:?}",
-            watched.elapsed()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    stays_refused(&other, &path, Duration::from_secs(5), "the dead server");
     drop(held.stdin.take());
     held.wait().unwrap();
-    let mut outcome = String::new();
-    let released = Instant::now();
-    while released.elapsed() < Duration::from_secs(20) {
-        outcome = other.sh_ok(&try_lock(&path));
-        if outcome == "granted\n" {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert_eq!(outcome, "granted\n", "the released lock stayed held");
+    let (granted, _) = granted_within(&other, &path, Instant::now(), Duration::from_secs(20));
+    assert!(granted, "the released lock stayed held");
     // What the moved mount did is what the others see, once.
     assert_eq!(
         other.sh_ok("ls d | sort | tr '\\n' ' '"),
@@ -612,28 +622,11 @@ fn a_server_stopped_by_sigterm_hands_its_files_over_before_its_lease_runs_out() 
     // The mount goes on through the others.
     assert_eq!(moving.sh_ok("touch d/after && ls d | wc -l"), "17\n");
     // The lock stays with its holder through the hand-over.
-    let watched = Instant::now();
-    while watched.elapsed() < Duration::from_secs(3) {
-        assert_eq!(
-            other.sh_ok(&try_lock(&path)),
-            "refused 11\n",
-            "the lock held through the stopped server was granted to another after {:?}",
-            asked.elapsed()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    stays_refused(&other, &path, Duration::from_secs(3), "the stopped server");
     drop(held.stdin.take());
     held.wait().unwrap();
-    let mut outcome = String::new();
-    while asked.elapsed() < LEASE {
-        outcome = other.sh_ok(&try_lock(&path));
-        if outcome == "granted\n" {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let granted = asked.elapsed();
-    assert_eq!(outcome, "granted\n", "not granted within the lease");
+    let (was_granted, granted) = granted_within(&other, &path, asked, LEASE);
+    assert!(was_granted, "not granted within the lease");
     assert!(
         granted < HANDOVER_BOUND,
         "granted {granted:?} after SIGTERM: the files waited for the lease"
