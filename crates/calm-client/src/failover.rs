@@ -9,8 +9,8 @@
 //! rename or unlink whose answer was lost with its server is not applied twice.
 
 use std::collections::BTreeSet;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use calm_meta::requests::RequestId;
@@ -93,6 +93,30 @@ impl Failover {
     }
 }
 
+/// A mutation's request id while its call runs: marked answered when the call ends, however
+/// it ends (answered, failed, or its future dropped before the answer came). An id left in
+/// flight would hold back the acknowledged number every later request carries, and the
+/// server would keep all of this client's request records from then on.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    failover: Option<Arc<Failover>>,
+    id: Option<RequestId>,
+}
+
+impl InFlight {
+    pub(crate) fn new(failover: Option<Arc<Failover>>, id: Option<RequestId>) -> InFlight {
+        InFlight { failover, id }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let (Some(failover), Some(id)) = (&self.failover, self.id) {
+            failover.answered(id);
+        }
+    }
+}
+
 /// Whether `status` says the connection was lost (the server died, or cannot be reached),
 /// rather than being an answer of the server's: only those are sent elsewhere.
 pub fn connection_lost(status: &tonic::Status) -> bool {
@@ -170,6 +194,27 @@ mod tests {
         let four = failover.next_request();
         assert_eq!((four.seq, four.acked), (4, 3));
         assert_eq!(one.client, four.client);
+    }
+
+    #[test]
+    fn a_call_dropped_before_its_answer_leaves_nothing_in_flight() {
+        let failover = Arc::new(Failover::new(vec!["a".into()], None, 0));
+        let one = failover.next_request();
+        let call = async {
+            let _in_flight = InFlight::new(Some(failover.clone()), Some(one));
+            std::future::pending::<()>().await;
+        };
+        let mut call = Box::pin(call);
+        // Polled once (the request is out), then cancelled.
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        assert!(call.as_mut().poll(&mut cx).is_pending());
+        let two = failover.next_request();
+        assert_eq!(two.acked, 0, "1 is in flight while its call runs");
+        drop(call);
+        failover.answered(two);
+        let three = failover.next_request();
+        assert_eq!(three.acked, 2, "the cancelled call's id is acknowledged");
     }
 
     #[test]

@@ -78,6 +78,7 @@ macro_rules! rpc_call {
     ($client:expr, $local:ident, $make:ident, |$conn:ident, $request:ident| $remote:expr, $method:ident, $message:expr, $id:expr, $dir:expr) => {{
         let message = $message;
         let id = $id;
+        let _in_flight = crate::failover::InFlight::new($client.failover.clone(), id);
         let mut dir: Option<calm_meta::Handle> = $dir;
         let mut budget = crate::failover::Budget::default();
         let reply = loop {
@@ -109,7 +110,6 @@ macro_rules! rpc_call {
             }
             break reply;
         };
-        $client.answered(id);
         reply
     }};
 }
@@ -469,12 +469,6 @@ impl Client {
 
     fn next_request(&self) -> Option<calm_meta::requests::RequestId> {
         self.failover.as_ref().map(|f| f.next_request())
-    }
-
-    fn answered(&self, id: Option<calm_meta::requests::RequestId>) {
-        if let (Some(failover), Some(id)) = (&self.failover, id) {
-            failover.answered(id);
-        }
     }
 
     /// Sends a request over the connection with `send`, again on another server of the list
