@@ -80,8 +80,8 @@ impl Stale {
 }
 
 /// What `record` makes stale in the cache of a kernel that did not make the change. A new name
-/// needs no entry invalidation: the mount never lets the kernel cache a name's absence
-/// (lookups that find nothing answer ENOENT, which the kernel does not keep).
+/// invalidates its entry too: the kernel may hold the name's absence (a lookup that found
+/// nothing, see [`Coherence::absence_ttl`]).
 pub fn plan(record: &Record, out: &mut Vec<Stale>) {
     use RecordType as T;
     let entry = |parent: Handle, name: &[u8]| Stale::Entry {
@@ -89,8 +89,12 @@ pub fn plan(record: &Record, out: &mut Vec<Stale>) {
         name: name.to_vec(),
     };
     match record.kind {
-        T::Create | T::Mkdir | T::Softlink | T::Mknod => out.push(Stale::Attrs(record.parent)),
+        T::Create | T::Mkdir | T::Softlink | T::Mknod => {
+            out.push(entry(record.parent, &record.name));
+            out.push(Stale::Attrs(record.parent));
+        }
         T::Hardlink => {
+            out.push(entry(record.parent, &record.name));
             out.push(Stale::Attrs(record.parent));
             out.push(Stale::Attrs(record.target));
         }
@@ -265,6 +269,19 @@ impl Coherence {
         } else {
             TTL_UNFOLLOWED.min(self.ttl)
         }
+    }
+
+    /// The TTL of a reply that a name is not in `parent`, to a request that began at
+    /// `ticket`: as long as an entry's while the changes are followed (a name made there by
+    /// another client invalidates the absence, as a removal does a name), none while they are
+    /// not (no invalidation would come). Lookups of names that are not there are what a
+    /// database (`DB-wal`), a compiler's include path or an interpreter's module path ask
+    /// most; each kept absence is a round trip to the server saved.
+    pub fn absence_ttl(&self, ticket: Ticket, parent: Handle) -> Duration {
+        if !ticket.follows || !self.follows() {
+            return Duration::ZERO;
+        }
+        self.reply_ttl(ticket, parent)
     }
 
     /// An entry reply about `handle` is about to be sent: the kernel will hold it once more.
@@ -639,12 +656,18 @@ mod tests {
         use RecordType as T;
         assert_eq!(
             planned(&record(T::Create, 10, 2, b"f")),
-            [Stale::Attrs(2)],
-            "a new name: only the directory (absences are never cached)"
+            [entry(2, b"f"), Stale::Attrs(2)],
+            "a new name: its absence, and the directory"
         );
+        for kind in [T::Mkdir, T::Softlink, T::Mknod] {
+            assert_eq!(
+                planned(&record(kind, 10, 2, b"n")),
+                [entry(2, b"n"), Stale::Attrs(2)]
+            );
+        }
         assert_eq!(
             planned(&record(T::Hardlink, 10, 2, b"l")),
-            [Stale::Attrs(2), Stale::Attrs(10)]
+            [entry(2, b"l"), Stale::Attrs(2), Stale::Attrs(10)]
         );
         assert_eq!(
             planned(&record(T::Unlink, 10, 2, b"f")),
@@ -710,6 +733,36 @@ mod tests {
         cache.forget(10, 1);
         assert!(!cache.holds(10));
         assert!(cache.holds(ROOT), "the root is always held");
+    }
+
+    #[test]
+    fn an_absence_is_kept_only_while_followed_and_its_directory_unchanged_since_the_request() {
+        let cache = Coherence::new(Duration::from_secs(60));
+        assert_eq!(
+            cache.absence_ttl(cache.ticket(), 2),
+            Duration::ZERO,
+            "not followed: no invalidation would come"
+        );
+        cache.follows.store(true, Ordering::SeqCst);
+        let ticket = cache.ticket();
+        assert_eq!(cache.absence_ttl(ticket, 2), Duration::from_secs(60));
+        cache.mark(&[entry(2, b"f"), Stale::Attrs(2)]);
+        assert_eq!(
+            cache.absence_ttl(ticket, 2),
+            Duration::ZERO,
+            "a name made in the directory while the lookup was out"
+        );
+        assert_eq!(
+            cache.absence_ttl(cache.ticket(), 2),
+            Duration::from_secs(60)
+        );
+        let ticket = cache.ticket();
+        cache.follows.store(false, Ordering::SeqCst);
+        assert_eq!(
+            cache.absence_ttl(ticket, 2),
+            Duration::ZERO,
+            "the changes stopped being followed while the lookup was out"
+        );
     }
 
     #[test]

@@ -82,6 +82,28 @@ pub(crate) fn file_attr(attr: &Attr) -> FileAttr {
     }
 }
 
+/// What an entry reply says of a name nothing has: node 0, which the kernel keeps as the
+/// name's absence for the reply's TTL.
+pub(crate) fn absent_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: SystemTime::UNIX_EPOCH,
+        mtime: SystemTime::UNIX_EPOCH,
+        ctime: SystemTime::UNIX_EPOCH,
+        crtime: SystemTime::UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
 /// A lock's kind from `struct flock`'s type, or None for F_UNLCK.
 pub(crate) fn lock_kind(typ: i32) -> Result<Option<LockKind>, Errno> {
     match typ {

@@ -116,6 +116,58 @@ fn every_change_through_one_mount_is_seen_through_another_despite_a_minute_of_tt
     until(&a, "[ $(stat -c %a d/q) = 640 ]", "chmod through B");
 }
 
+/// A lookup that finds nothing is kept by the kernel as the name's absence (a database asks
+/// for its `-wal`, a compiler for headers along its include path); a name made through another
+/// mount, in any way, is seen at once all the same.
+#[test]
+fn absent_names_are_cached_and_names_made_through_another_mount_are_seen() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &[]);
+    let b = Mount::remote(&server.addr, &[]);
+    a.sh_ok("mkdir d && echo x > d/file");
+    b.sh_ok("stat d/missing 2> /dev/null || true");
+    let before = status(&server.addr)["requests"].as_u64().expect("requests");
+    b.sh_ok("for _ in $(seq 200); do stat d/missing 2> /dev/null && exit 1; done; true");
+    let after = status(&server.addr)["requests"].as_u64().expect("requests");
+    assert!(
+        after - before <= 10,
+        "200 stats of an absent name through B made {} requests",
+        after - before
+    );
+    let steps = [
+        ("create", "echo new > d/created", "created"),
+        ("mkdir", "mkdir d/dir", "dir"),
+        ("symlink", "ln -s file d/symlink", "symlink"),
+        ("mknod", "mkfifo d/fifo", "fifo"),
+        ("hard link", "ln d/file d/hardlink", "hardlink"),
+        (
+            "rename to it",
+            "echo r > d/tmp && mv d/tmp d/renamed",
+            "renamed",
+        ),
+    ];
+    for (what, change, name) in steps {
+        // B holds the name's absence right before A makes it.
+        b.sh_ok(&format!(
+            "for _ in 1 2 3; do stat d/{name} 2> /dev/null && exit 1; done; true"
+        ));
+        a.sh_ok(change);
+        until(&b, &format!("[ -e d/{name} ] || [ -L d/{name} ]"), what);
+    }
+    // A name removed and made again through A, while B holds each state in turn.
+    for round in 0..20 {
+        a.sh_ok("rm d/created");
+        until(&b, "[ ! -e d/created ]", "unlink");
+        a.sh_ok(&format!("echo {round} > d/created"));
+        until(
+            &b,
+            &format!("[ \"$(cat d/created)\" = {round} ]"),
+            "create again",
+        );
+    }
+}
+
 #[test]
 fn a_mount_whose_change_stream_fell_behind_drops_its_whole_cache() {
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -15,15 +15,32 @@ impl CalmFs {
         let client = self.shared.caller(req);
         let name = name.as_bytes().to_vec();
         let shared = self.shared.clone();
-        self.entry_task(reply, async move {
-            let attr = client
-                .lookup(parent.0, &name)
-                .await
-                .map_err(|e| errno(&e))?;
-            if attr.kind == Kind::File {
-                shared.shm.named(attr.handle, &name);
+        let ticket = shared.cache.ticket();
+        let task = async move {
+            match client.lookup(parent.0, &name).await {
+                Ok(attr) => {
+                    if attr.kind == Kind::File {
+                        shared.shm.named(attr.handle, &name);
+                    }
+                    Ok(Some(attr))
+                }
+                Err(e) if e.errno() == libc::ENOENT => Ok(None),
+                Err(e) => Err(errno(&e)),
             }
-            Ok(attr)
+        };
+        let shared = self.shared.clone();
+        self.answer(reply, task, move |reply, found| match found {
+            Some(attr) => {
+                let attr = shared.local_view(attr);
+                let ttl = shared.cache.entered(ticket, attr.handle);
+                reply.entry(&ttl, &file_attr(&attr), Generation(attr.generation))
+            }
+            // The name's absence, kept by the kernel as long as nothing names it (a create
+            // elsewhere invalidates it, as a removal does a name).
+            None => match shared.cache.absence_ttl(ticket, parent.0) {
+                ttl if ttl.is_zero() => reply.error(Errno::ENOENT),
+                ttl => reply.entry(&ttl, &absent_attr(), Generation(0)),
+            },
         });
     }
 
