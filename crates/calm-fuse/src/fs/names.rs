@@ -125,6 +125,8 @@ impl CalmFs {
                     .used_elsewhere(&shared.locks, attr.handle, WHOLE)
                     .await
                 {
+                    // Not opened after all: the open `created` counted ends here.
+                    shared.contents.closed(attr.handle).await;
                     return reply.error(Errno::EBUSY);
                 }
             }
