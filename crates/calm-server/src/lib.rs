@@ -36,7 +36,7 @@ pub mod changelog;
 pub mod cluster;
 pub mod compactor;
 pub mod data;
-mod heap;
+pub mod heap;
 pub mod listen;
 pub mod locks;
 pub mod orphans;

@@ -243,6 +243,11 @@ fn main() -> ExitCode {
         // SAFETY: signal(2) sets this process's disposition of SIGPIPE, before any thread.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
+    if matches!(cli.command, Command::Serve { .. } | Command::Mount(_))
+        && let Err(e) = calm_server::heap::keep_releasing()
+    {
+        tracing::warn!(%e, "starting the thread that gives free memory back to the system");
+    }
     let outcome = match cli.command {
         Command::Serve {
             data,
