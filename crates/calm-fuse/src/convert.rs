@@ -82,18 +82,18 @@ pub(crate) fn file_attr(attr: &Attr) -> FileAttr {
     }
 }
 
-/// What an entry reply says of a name nothing has: node 0, which the kernel keeps as the
-/// name's absence for the reply's TTL.
-pub(crate) fn absent_attr() -> FileAttr {
+/// The attributes of a name sent alone: its inode number and kind, nothing else. Node 0 is a
+/// name's absence, which the kernel keeps for an entry reply's TTL.
+pub(crate) fn plain_attr(handle: u64, kind: Kind) -> FileAttr {
     FileAttr {
-        ino: INodeNo(0),
+        ino: INodeNo(handle),
         size: 0,
         blocks: 0,
         atime: SystemTime::UNIX_EPOCH,
         mtime: SystemTime::UNIX_EPOCH,
         ctime: SystemTime::UNIX_EPOCH,
         crtime: SystemTime::UNIX_EPOCH,
-        kind: FileType::RegularFile,
+        kind: file_type(kind),
         perm: 0,
         nlink: 0,
         uid: 0,

@@ -29,8 +29,8 @@ use tokio::runtime::Handle as Runtime;
 
 use crate::contents::Contents;
 use crate::convert::{
-    IntoErrno, Refusable, absent_attr, errno, file_attr, file_type, lock_kind, lock_range,
-    node_errno, set_time, statvfs, xattr_reply,
+    IntoErrno, Refusable, errno, file_attr, file_type, lock_kind, lock_range, node_errno,
+    plain_attr, set_time, statvfs, xattr_reply,
 };
 use crate::locks::LockForwarder;
 use crate::shared::{Shared, State, lock};

@@ -13,6 +13,14 @@ fn status(server: &str) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("json")
 }
 
+/// The requests `server` answered while `work` ran (one of them the first status call itself).
+fn requests_during(server: &str, work: impl FnOnce()) -> u64 {
+    let requests = || status(server)["requests"].as_u64().expect("requests");
+    let before = requests();
+    work();
+    requests() - before
+}
+
 /// Waits until `condition` (a shell test run in `mount`) holds, for at most 10 s: with a TTL
 /// of 60 s only an invalidation makes it hold in time.
 fn until(mount: &Mount, condition: &str, what: &str) {
@@ -39,14 +47,12 @@ fn every_change_through_one_mount_is_seen_through_another_despite_a_minute_of_tt
 
     // Cached for real: past the old 1 s TTL, stats through B reach the server not at all.
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    let before = status(&server.addr)["requests"].as_u64().expect("requests");
-    b.sh_ok("for _ in $(seq 200); do stat d/f d/q > /dev/null; done");
-    let after = status(&server.addr)["requests"].as_u64().expect("requests");
-    // (One request is the first status call itself.)
+    let made = requests_during(&server.addr, || {
+        b.sh_ok("for _ in $(seq 200); do stat d/f d/q > /dev/null; done");
+    });
     assert!(
-        after - before <= 10,
-        "400 stats of cached files through B made {} requests",
-        after - before
+        made <= 10,
+        "400 stats of cached files through B made {made} requests"
     );
 
     let steps = [
@@ -127,13 +133,12 @@ fn absent_names_are_cached_and_names_made_through_another_mount_are_seen() {
     let b = Mount::remote(&server.addr, &[]);
     a.sh_ok("mkdir d && echo x > d/file");
     b.sh_ok("stat d/missing 2> /dev/null || true");
-    let before = status(&server.addr)["requests"].as_u64().expect("requests");
-    b.sh_ok("for _ in $(seq 200); do stat d/missing 2> /dev/null && exit 1; done; true");
-    let after = status(&server.addr)["requests"].as_u64().expect("requests");
+    let made = requests_during(&server.addr, || {
+        b.sh_ok("for _ in $(seq 200); do stat d/missing 2> /dev/null && exit 1; done; true");
+    });
     assert!(
-        after - before <= 10,
-        "200 stats of an absent name through B made {} requests",
-        after - before
+        made <= 10,
+        "200 stats of an absent name through B made {made} requests"
     );
     let steps = [
         ("create", "echo new > d/created", "created"),

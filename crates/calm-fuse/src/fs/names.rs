@@ -39,7 +39,7 @@ impl CalmFs {
             // elsewhere invalidates it, as a removal does a name).
             None => match shared.cache.absence_ttl(ticket, parent.0) {
                 ttl if ttl.is_zero() => reply.error(Errno::ENOENT),
-                ttl => reply.entry(&ttl, &absent_attr(), Generation(0)),
+                ttl => reply.entry(&ttl, &plain_attr(0, Kind::File), Generation(0)),
             },
         });
     }
@@ -339,26 +339,5 @@ impl CalmFs {
                 }
             }
         });
-    }
-}
-
-/// The attributes of a name sent alone: its inode number and kind, nothing else.
-fn plain_attr(handle: u64, kind: Kind) -> fuser::FileAttr {
-    fuser::FileAttr {
-        ino: INodeNo(handle),
-        size: 0,
-        blocks: 0,
-        atime: SystemTime::UNIX_EPOCH,
-        mtime: SystemTime::UNIX_EPOCH,
-        ctime: SystemTime::UNIX_EPOCH,
-        crtime: SystemTime::UNIX_EPOCH,
-        kind: file_type(kind),
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 4096,
-        flags: 0,
     }
 }
