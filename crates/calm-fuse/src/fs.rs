@@ -190,9 +190,7 @@ impl CalmFs {
         let shared = self.shared.clone();
         let ticket = shared.cache.ticket();
         self.answer(reply, task, move |reply, attr| {
-            let attr = shared.local_view(attr);
-            let ttl = shared.cache.entered(ticket, attr.handle);
-            reply.entry(&ttl, &file_attr(&attr), Generation(attr.generation))
+            send_entry(&shared, ticket, reply, attr)
         });
     }
 
@@ -602,4 +600,12 @@ impl Filesystem for CalmFs {
         let locks = self.shared.locks.clone();
         self.spawn(async move { locks.interrupt(unique.0).await });
     }
+}
+
+/// Answers an entry request with `attr` (as this mount sees it); the kernel holds the inode
+/// once more, for the TTL a request begun at `ticket` may carry (see [`crate::cache`]).
+fn send_entry(shared: &Shared, ticket: crate::cache::Ticket, reply: ReplyEntry, attr: Attr) {
+    let attr = shared.local_view(attr);
+    let ttl = shared.cache.entered(ticket, attr.handle);
+    reply.entry(&ttl, &file_attr(&attr), Generation(attr.generation))
 }

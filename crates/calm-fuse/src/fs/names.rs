@@ -30,11 +30,7 @@ impl CalmFs {
         };
         let shared = self.shared.clone();
         self.answer(reply, task, move |reply, found| match found {
-            Some(attr) => {
-                let attr = shared.local_view(attr);
-                let ttl = shared.cache.entered(ticket, attr.handle);
-                reply.entry(&ttl, &file_attr(&attr), Generation(attr.generation))
-            }
+            Some(attr) => super::send_entry(&shared, ticket, reply, attr),
             // The name's absence, kept by the kernel as long as nothing names it (a create
             // elsewhere invalidates it, as a removal does a name).
             None => match shared.cache.absence_ttl(ticket, parent.0) {
