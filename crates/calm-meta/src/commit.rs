@@ -87,6 +87,15 @@ pub(crate) fn now_ns() -> i64 {
         .map_or(0, |d| d.as_nanos() as i64)
 }
 
+/// What the opening of the namespace decided, for every group.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Opened {
+    /// Given to inodes created now (the opening's epoch).
+    pub generation: u64,
+    /// Where names are kept.
+    pub names: crate::layout::NameHash,
+}
+
 /// The committer thread's loop; returns when every sender is gone and the queue is drained.
 ///
 /// Changelog purge: while records wait to be purged, each group's transaction also deletes up
@@ -97,7 +106,7 @@ pub(crate) fn run<S: Store>(
     store: Arc<S>,
     mut queue: mpsc::Receiver<Request>,
     options: MetaOptions,
-    generation: u64,
+    opened: Opened,
     mut cl: ClState,
     last_index: Arc<LastIndex>,
     stats: Arc<CommitStats>,
@@ -135,7 +144,7 @@ pub(crate) fn run<S: Store>(
             alloc: &mut alloc,
             cl: &mut cl,
             cleaned: &mut cleaned,
-            generation,
+            opened,
             shared,
             last_index: &last_index,
             stats: &stats,
@@ -294,7 +303,7 @@ struct Group<'c, S: Store> {
     cl: &'c mut ClState,
     /// Up to where each client's request records are deleted (changed after a commit only).
     cleaned: &'c mut crate::requests::Cleaned,
-    generation: u64,
+    opened: Opened,
     /// Other processes write the store too (see [`Store::shared`]).
     shared: bool,
     last_index: &'c LastIndex,
@@ -349,7 +358,7 @@ impl<S: Store> Group<'_, S> {
                 self.alloc,
                 self.cl,
                 (&*self.cleaned, &mut deleted),
-                self.generation,
+                self.opened,
                 self.shared,
                 batch,
                 results,
@@ -441,7 +450,7 @@ fn commit_batch<S: Store>(
     alloc: &mut HandleAllocator,
     cl: &mut ClState,
     cleaned: (&crate::requests::Cleaned, &mut Vec<(u64, u64)>),
-    generation: u64,
+    opened: Opened,
     shared: bool,
     batch: &[Request],
     results: &mut Vec<Result<Done, MetaError>>,
@@ -465,7 +474,7 @@ fn commit_batch<S: Store>(
                 keys.push(crate::requests::key(id.client, id.seq).to_vec());
                 ranges.push((start.to_vec(), end.to_vec()));
             }
-            ops::keys_read_first(&request.op, &mut keys);
+            ops::keys_read_first(&request.op, &opened.names, &mut keys);
         }
         // The log's tail (empty), which the first record appended checks.
         ranges.push((calm_store::log_key(cl.last + 1).to_vec(), Vec::new()));
@@ -473,13 +482,20 @@ fn commit_batch<S: Store>(
         // Then what the entries just read name: a second round trip, not one per operation.
         let (mut keys, mut ranges) = (Vec::new(), Vec::new());
         for request in batch {
-            ops::reads_after_entries(&txn, &request.op, &mut keys, &mut ranges);
+            ops::reads_after_entries(&txn, &opened.names, &request.op, &mut keys, &mut ranges);
         }
         if !keys.is_empty() || !ranges.is_empty() {
             txn.prefetch(&keys, &ranges)?;
         }
     }
-    let mut ctx = Ctx::new(&mut txn, alloc, cl, now_ns(), generation);
+    let mut ctx = Ctx::new(
+        &mut txn,
+        alloc,
+        cl,
+        now_ns(),
+        opened.generation,
+        opened.names,
+    );
     for (request, acked) in batch.iter().zip(&acked) {
         ctx.caller = request.caller.clone();
         let outcome = match (request.id, acked) {

@@ -2,8 +2,7 @@
 //!
 //! The families arrive in key order `D`, `I`, `N`, `S`, `X`, and each check is a merge of the
 //! current family against what earlier ones left behind, sorted the way it needs:
-//! - `D` (by directory: first its readdir index by cookie, then its names): each directory is
-//!   checked as it ends, every name against its index entry and no index entry left over;
+//! - `D` (by directory, its names by hash): each name's key carries the hash of its name;
 //!   compact rows (parent, child, kind) and per-directory counts are kept for later;
 //! - `I` (inodes, by handle): merged with the rows sorted by child and with the per-directory
 //!   counts: every name points to a live inode of its kind, link counts match, every
@@ -15,7 +14,7 @@
 //!   directories and counts the names gave, and a non-directory's `parent` is one of its
 //!   names' directories (0 only for one made before format 4: below `Sparents_from`).
 //!
-//! Memory is about 24 bytes per name, plus the index of the largest directory. Nothing here
+//! Memory is about 24 bytes per name. Nothing here
 //! does I/O of its own: the caller passes a snapshot and a progress callback.
 
 use std::ops::ControlFlow;
@@ -83,16 +82,6 @@ struct Row {
     kind: Kind,
 }
 
-/// One readdir index entry of the directory being read.
-#[derive(Debug, Clone)]
-struct IndexEntry {
-    cookie: u64,
-    child: Handle,
-    kind: Kind,
-    name: Vec<u8>,
-    matched: bool,
-}
-
 /// Entries and subdirectories counted under one parent.
 #[derive(Debug, Clone, Copy)]
 struct DirCount {
@@ -116,9 +105,8 @@ struct Checker {
     phase: Phase,
     rows: Vec<Row>,
     counts: Vec<DirCount>,
-    /// The directory whose `D` keys are being read, and its index entries so far.
-    dir_at: Option<Handle>,
-    index: Vec<IndexEntry>,
+    /// The namespace's name hash (`None`: its key is missing or corrupt, reported once).
+    names: Option<NameHash>,
     /// Merge cursors into `rows` and `counts`.
     row_at: usize,
     count_at: usize,
@@ -148,7 +136,6 @@ impl Checker {
         while self.phase < phase {
             match self.phase {
                 Phase::Dentries => {
-                    self.close_dir();
                     self.rows.sort_unstable_by_key(|r| (r.child, r.parent));
                     self.row_at = 0;
                     self.count_at = 0;
@@ -171,20 +158,6 @@ impl Checker {
                 }
                 Phase::After => unreachable!(),
             }
-        }
-    }
-
-    /// The directory being read ended: its index entries with no name are problems.
-    fn close_dir(&mut self) {
-        let Some(parent) = self.dir_at.take() else {
-            return;
-        };
-        for entry in self.index.drain(..).filter(|e| !e.matched) {
-            self.report.problem(format!(
-                "readdir entry {parent}/{} ({:?}) has no dentry",
-                entry.cookie,
-                String::from_utf8_lossy(&entry.name)
-            ));
         }
     }
 
@@ -218,7 +191,11 @@ impl Checker {
                         Ok(n) => self.parents_from = n,
                         Err(e) => self.report.problem(format!("parents-from mark: {e}")),
                     }
-                } else if key != KEY_EPOCH && key != KEY_OBJECTS && key != KEY_NAMESPACE_ID {
+                } else if key != KEY_EPOCH
+                    && key != KEY_OBJECTS
+                    && key != KEY_NAMESPACE_ID
+                    && key != KEY_NAME_HASH
+                {
                     self.report.problem(format!(
                         "unknown superblock field {:?}",
                         String::from_utf8_lossy(key)
@@ -287,71 +264,37 @@ impl Checker {
 
     fn dentry(&mut self, key: &[u8], value: &[u8]) {
         let Some(parent) = key_handle(key).filter(|_| key.len() >= 10) else {
-            return self
-                .report
-                .problem("dentry key shorter than 10 bytes".into());
+            return self.report.problem("name key shorter than 10 bytes".into());
         };
-        if self.dir_at != Some(parent) {
-            self.close_dir();
-            self.dir_at = Some(parent);
+        if key[9] != SUB_ENTRY {
+            return self.report.problem(format!(
+                "directory {parent}: key with unknown second tag {:#04x}",
+                key[9]
+            ));
         }
-        match key[9] {
-            SUB_INDEX => self.index_entry(parent, key, value),
-            SUB_NAME => self.name_entry(parent, &key[10..], value),
-            other => self.report.problem(format!(
-                "directory {parent}: key with unknown second tag {other:#04x}"
-            )),
+        let Some((_, hash, name)) = entry_key_parts(key) else {
+            return self.report.problem(format!(
+                "directory {parent}: name key of {} bytes",
+                key.len()
+            ));
+        };
+        if let Some(names) = &self.names
+            && names.hash(name) != hash
+        {
+            self.report.problem(format!(
+                "name {parent}/{:?} is kept under hash {hash:#x}, not its own",
+                String::from_utf8_lossy(name)
+            ));
         }
+        self.name_entry(parent, value);
     }
 
-    fn index_entry(&mut self, parent: Handle, key: &[u8], value: &[u8]) {
-        if key.len() != 18 {
-            return self
-                .report
-                .problem(format!("directory {parent}: readdir key not 18 bytes"));
-        }
-        let cookie = u64::from_be_bytes(key[10..18].try_into().expect("8 bytes"));
-        match decode_readdir_value(value) {
-            Ok((child, kind, name)) => self.index.push(IndexEntry {
-                cookie,
-                child,
-                kind,
-                name: name.to_vec(),
-                matched: false,
-            }),
-            Err(e) => self
-                .report
-                .problem(format!("readdir entry {parent}/{cookie}: {e}")),
-        }
-    }
-
-    fn name_entry(&mut self, parent: Handle, name: &[u8], value: &[u8]) {
+    fn name_entry(&mut self, parent: Handle, value: &[u8]) {
         let dentry = match Dentry::decode(value) {
             Ok(d) => d,
             Err(e) => return self.report.problem(format!("dentry in {parent}: {e}")),
         };
         self.report.dentries += 1;
-        match self
-            .index
-            .binary_search_by_key(&dentry.cookie, |e| e.cookie)
-        {
-            Ok(at) => {
-                let entry = &mut self.index[at];
-                entry.matched = true;
-                if entry.child != dentry.child || entry.kind != dentry.kind || entry.name != name {
-                    self.report.problem(format!(
-                        "readdir entry {parent}/{} disagrees with its dentry {:?}",
-                        dentry.cookie,
-                        String::from_utf8_lossy(name)
-                    ));
-                }
-            }
-            Err(_) => self.report.problem(format!(
-                "dentry {parent}/{:?} has no readdir index entry (cookie {})",
-                String::from_utf8_lossy(name),
-                dentry.cookie
-            )),
-        }
         self.rows.push(Row {
             parent,
             child: dentry.child,
@@ -820,8 +763,7 @@ pub fn check<R: ReadTxn>(view: &R, progress: &mut dyn FnMut(u64)) -> Result<Fsck
         phase: Phase::Dentries,
         rows: Vec::new(),
         counts: Vec::new(),
-        dir_at: None,
-        index: Vec::new(),
+        names: None,
         row_at: 0,
         count_at: 0,
         live: Vec::new(),
@@ -838,6 +780,25 @@ pub fn check<R: ReadTxn>(view: &R, progress: &mut dyn FnMut(u64)) -> Result<Fsck
         parents_from: 0,
         inline_named: Default::default(),
     };
+    // A store of an older format is upgraded by the first server that opens it: its names
+    // are not laid out as this build checks them.
+    if let Some(format) = view.get(KEY_FORMAT)?
+        && let Ok(version) = check_format(&format)
+        && version < FORMAT_VERSION
+    {
+        checker.report.problem(format!(
+            "the store is of format {version}, older than this build's {FORMAT_VERSION}: \
+             start calm serve on it once (it upgrades the store), then check it"
+        ));
+        return Ok(checker.report);
+    }
+    match view.get(KEY_NAME_HASH)?.map(|v| NameHash::from_value(&v)) {
+        Some(Ok(names)) => checker.names = Some(names),
+        Some(Err(e)) => checker.report.problem(e.to_string()),
+        None => checker
+            .report
+            .problem("no name hash key (Snamehash)".into()),
+    }
     let mut next_progress = 0u64;
     // Calls `progress` every 4 MiB read.
     let mut tick = |read: u64| {

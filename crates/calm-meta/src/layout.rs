@@ -6,8 +6,7 @@
 //!
 //! | family | key                                   | value                                  |
 //! |--------|---------------------------------------|----------------------------------------|
-//! | `D`    | `D` parent:u64be `c` cookie:u64be     | child:u64 kind:u8 name (readdir index) |
-//! | `D`    | `D` parent:u64be `n` name             | child:u64 cookie:u64 kind:u8 (dentry)  |
+//! | `D`    | `D` parent:u64be `h` hash:u64be name  | child:u64 kind:u8 (a name)             |
 //! | `I`    | `I` handle:u64be                      | inode record (96 bytes + symlink target)|
 //! | `N`    | `N` counter-name                      | u64 counter                            |
 //! | `S`    | `S` field-name                        | superblock field                       |
@@ -19,10 +18,9 @@
 //! | `R`    | `R` id:u64be                          | records naming the object, when > 1    |
 //! | `0xFF` | `0xFF` index:u64be                    | changelog record (calm-changelog)      |
 //!
-//! A directory's readdir index and its names share the prefix `D parent`, so they sit side by
-//! side in the tree: creating a name in a small or medium directory dirties one leaf page, not
-//! two pages in distant subtrees (half the write amplification of a group commit spread over
-//! many directories).
+//! A name is one key, ordered by a keyed hash of the name ([`NameHash`]): a lookup reads the
+//! key it computes, and a listing walks the keys in hash order, each position in it a cookie
+//! that stays valid while names come and go (see [`NameHash`]).
 
 use crate::error::{MetaError, Result};
 use crate::types::{Handle, Kind};
@@ -33,19 +31,23 @@ use crate::types::{Handle, Kind};
 /// `parent`, the `L` links of multi-link files, `Sparents_from`); version 5 inline slices
 /// (`K`, ids with [`crate::slices::INLINE`]); version 6 request records (`Q`); version 7 the
 /// time a request record was written, at the end of its value (a version-6 record, without
-/// it, is read and then swept). An older store has none of those keys and is upgraded in place
-/// when opened for writing.
-pub const FORMAT_VERSION: u32 = 7;
+/// it, is read and then swept); version 8 one key per name, by the hash of the name (before,
+/// a name had a second key in a readdir index by creation order). An older store is upgraded
+/// in place when opened for writing (`crate::upgrade`).
+pub const FORMAT_VERSION: u32 = 8;
 /// The oldest format this build opens.
 pub const FORMAT_VERSION_MIN: u32 = 1;
 /// First bytes of the format field, so a foreign store is refused rather than misread.
 pub const FORMAT_MAGIC: &[u8; 8] = b"CALMMETA";
 
 pub const TAG_DENTRY: u8 = b'D';
-/// Second tag inside a directory's `D` range: the readdir index, by cookie.
-pub const SUB_INDEX: u8 = b'c';
-/// Second tag inside a directory's `D` range: the names.
-pub const SUB_NAME: u8 = b'n';
+/// Second tag inside a directory's `D` range: its names, by hash.
+pub const SUB_ENTRY: u8 = b'h';
+/// Up to format 7, second tag inside a directory's `D` range: the readdir index, by cookie
+/// (`crate::upgrade` removes these keys).
+pub const SUB_INDEX_V7: u8 = b'c';
+/// Up to format 7, second tag inside a directory's `D` range: the names, by name.
+pub const SUB_NAME_V7: u8 = b'n';
 pub const TAG_INODE: u8 = b'I';
 /// The changelog's records are the store's record log (`calm_store::WriteTxn::log_append`):
 /// in the default layout, keys of this family, the last of the keyspace, so that a new
@@ -101,6 +103,9 @@ pub const KEY_OBJECTS: &[u8] = b"Sobjects";
 /// outside the metadata (a mount's block cache) are kept per identity, so that a namespace
 /// created again over the same object store never reads another's cached bytes.
 pub const KEY_NAMESPACE_ID: &[u8] = b"Sid";
+/// Superblock: the key of the hash that orders names (16 random bytes chosen when the
+/// namespace is created or upgraded to format 8; see [`NameHash`]).
+pub const KEY_NAME_HASH: &[u8] = b"Snamehash";
 /// Counter: the next slice id (ids are never reused; 0 is the hole).
 pub const KEY_SLICE_NEXT: &[u8] = b"Nslice_next";
 /// Counter: the next changelog reader id (ids are never reused).
@@ -161,28 +166,117 @@ fn handle_prefix(tag: u8, handle: Handle) -> [u8; 9] {
     k
 }
 
-pub fn dentry_key(parent: Handle, name: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(10 + name.len());
-    k.extend_from_slice(&handle_prefix(TAG_DENTRY, parent));
-    k.push(SUB_NAME);
-    k.extend_from_slice(name);
-    k
+/// The first key of `parent`'s names, and the end (exclusive) of them.
+pub fn entries_range(parent: Handle) -> ([u8; 10], [u8; 10]) {
+    let mut start = [0u8; 10];
+    start[..9].copy_from_slice(&handle_prefix(TAG_DENTRY, parent));
+    start[9] = SUB_ENTRY;
+    let mut end = start;
+    end[9] = SUB_ENTRY + 1;
+    (start, end)
 }
 
-pub fn readdir_key(parent: Handle, cookie: u64) -> [u8; 18] {
+/// The key where `parent`'s names of hash `hash` begin.
+pub fn entries_from(parent: Handle, hash: u64) -> [u8; 18] {
     let mut k = [0u8; 18];
-    k[..9].copy_from_slice(&handle_prefix(TAG_DENTRY, parent));
-    k[9] = SUB_INDEX;
-    k[10..].copy_from_slice(&cookie.to_be_bytes());
+    k[..10].copy_from_slice(&entries_range(parent).0);
+    k[10..].copy_from_slice(&hash.to_be_bytes());
     k
 }
 
-/// The end (exclusive) of `parent`'s readdir index.
-pub fn readdir_end(parent: Handle) -> [u8; 10] {
-    let mut k = [0u8; 10];
-    k[..9].copy_from_slice(&handle_prefix(TAG_DENTRY, parent));
-    k[9] = SUB_INDEX + 1;
-    k
+/// A name's key (`D parent h hash name`), split: its directory, hash and name.
+pub fn entry_key_parts(key: &[u8]) -> Option<(Handle, u64, &[u8])> {
+    if key.len() < 19 || key[0] != TAG_DENTRY || key[9] != SUB_ENTRY {
+        return None;
+    }
+    let parent = key_handle(key)?;
+    let hash = u64::from_be_bytes(key[10..18].try_into().ok()?);
+    Some((parent, hash, &key[18..]))
+}
+
+/// Bits of a cookie that number the names sharing one hash, in name order.
+pub const COOKIE_GROUP_BITS: u32 = 8;
+/// Names of one directory with one hash that each get a cookie of their own; past it (which
+/// takes 256 names whose 54-bit hashes under the namespace's secret key are equal: never by
+/// chance) the later ones share the last cookie, and a listing resumed among them may return
+/// one of them twice.
+pub const COOKIE_GROUP_NAMES: u64 = 1 << COOKIE_GROUP_BITS;
+/// Cookies below this are not names': 0 (from the start), 1 and 2 ("." and "..").
+pub const COOKIE_NAMES_MIN: u64 = COOKIE_GROUP_NAMES;
+
+/// The keyed hash that orders a directory's names (SipHash-1-3 under the namespace's own
+/// 128-bit key, `Snamehash`): a name's key is `D parent h hash name`, so a lookup reads one
+/// key it computes, and a listing walks a directory's keys in hash order.
+///
+/// A readdir cookie is a position in that order: the name's hash (54 bits, shifted left by
+/// [`COOKIE_GROUP_BITS`], and at least [`COOKIE_NAMES_MIN`]) plus its rank among the names of
+/// the directory that share its hash (almost always 0). Resuming after a cookie continues with
+/// the names after that position, so a listing resumed after any number of creates and
+/// removals returns every name that existed throughout exactly once (among names sharing a
+/// hash, a removal can shift the rank of the later ones: one of them may then be skipped or
+/// repeated). Cookies stay below 2^63, as the kernel's directory offsets are signed. The key
+/// is secret (only the servers read the superblock), so nobody can choose names that collide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NameHash {
+    k0: u64,
+    k1: u64,
+}
+
+impl NameHash {
+    pub const LEN: usize = 16;
+
+    pub fn from_value(value: &[u8]) -> Result<NameHash> {
+        if value.len() != Self::LEN {
+            return Err(MetaError::Corrupt(format!(
+                "the name hash key is {} bytes, not {}",
+                value.len(),
+                Self::LEN
+            )));
+        }
+        Ok(NameHash {
+            k0: u64::from_le_bytes(value[..8].try_into().expect("8 bytes")),
+            k1: u64::from_le_bytes(value[8..].try_into().expect("8 bytes")),
+        })
+    }
+
+    /// The hash of `name`: the first cookie of the names that share it.
+    pub fn hash(&self, name: &[u8]) -> u64 {
+        use std::hash::Hasher;
+        let mut hasher = siphasher::sip::SipHasher13::new_with_keys(self.k0, self.k1);
+        hasher.write(name);
+        let bits = hasher.finish() >> (64 - 54);
+        (bits + 1) << COOKIE_GROUP_BITS
+    }
+
+    /// The key of `name` in directory `parent`.
+    pub fn entry_key(&self, parent: Handle, name: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(18 + name.len());
+        k.extend_from_slice(&entries_from(parent, self.hash(name)));
+        k.extend_from_slice(name);
+        k
+    }
+}
+
+/// A cookie split: the hash it falls in, and how many names of that hash come before the
+/// position it names and at it (the names to skip when resuming after it; all of them after
+/// the last cookie of a hash, which a listing never leaves in the middle).
+pub fn cookie_position(cookie: u64) -> (u64, u64) {
+    if cookie < COOKIE_NAMES_MIN {
+        return (0, 0);
+    }
+    let rank_mask = COOKIE_GROUP_NAMES - 1;
+    let rank = cookie & rank_mask;
+    let skip = if rank == rank_mask {
+        u64::MAX
+    } else {
+        rank + 1
+    };
+    (cookie & !rank_mask, skip)
+}
+
+/// The cookie of the name of hash `hash` with `rank` names of that hash before it.
+pub fn cookie_of(hash: u64, rank: u64) -> u64 {
+    hash + rank.min(COOKIE_GROUP_NAMES - 1)
 }
 
 pub fn xattr_key(handle: Handle, name: &[u8]) -> Vec<u8> {
@@ -284,61 +378,47 @@ pub fn key_handle(key: &[u8]) -> Option<Handle> {
     Some(u64::from_be_bytes(key.get(1..9)?.try_into().ok()?))
 }
 
-/// A directory entry's value under its `D` key.
+/// A name's value under its `D` key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dentry {
     pub child: Handle,
-    pub cookie: u64,
     pub kind: Kind,
 }
 
 impl Dentry {
-    pub const LEN: usize = 17;
+    pub const LEN: usize = 9;
 
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut v = [0u8; Self::LEN];
         v[..8].copy_from_slice(&self.child.to_le_bytes());
-        v[8..16].copy_from_slice(&self.cookie.to_le_bytes());
-        v[16] = self.kind as u8;
+        v[8] = self.kind as u8;
         v
     }
 
     pub fn decode(value: &[u8]) -> Result<Dentry> {
         if value.len() != Self::LEN {
             return Err(MetaError::Corrupt(format!(
-                "dentry value of {} bytes",
+                "name value of {} bytes",
                 value.len()
             )));
         }
         Ok(Dentry {
             child: u64::from_le_bytes(value[..8].try_into().expect("8 bytes")),
-            cookie: u64::from_le_bytes(value[8..16].try_into().expect("8 bytes")),
-            kind: Kind::from_u8(value[16])
-                .ok_or_else(|| MetaError::Corrupt(format!("dentry kind {}", value[16])))?,
+            kind: Kind::from_u8(value[8])
+                .ok_or_else(|| MetaError::Corrupt(format!("name kind {}", value[8])))?,
         })
     }
-}
 
-/// The value of a readdir index entry: what readdir returns without reading the names.
-pub fn encode_readdir_value(child: Handle, kind: Kind, name: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(9 + name.len());
-    v.extend_from_slice(&child.to_le_bytes());
-    v.push(kind as u8);
-    v.extend_from_slice(name);
-    v
-}
-
-pub fn decode_readdir_value(value: &[u8]) -> Result<(Handle, Kind, &[u8])> {
-    if value.len() < 10 {
-        return Err(MetaError::Corrupt(format!(
-            "readdir value of {} bytes",
-            value.len()
-        )));
+    /// A format-7 name's value: child:u64 cookie:u64 kind:u8.
+    pub fn decode_v7(value: &[u8]) -> Result<Dentry> {
+        if value.len() != 17 {
+            return Err(MetaError::Corrupt(format!(
+                "format-7 name value of {} bytes",
+                value.len()
+            )));
+        }
+        Dentry::decode(&[&value[..8], &value[16..]].concat())
     }
-    let child = u64::from_le_bytes(value[..8].try_into().expect("8 bytes"));
-    let kind = Kind::from_u8(value[8])
-        .ok_or_else(|| MetaError::Corrupt(format!("readdir kind {}", value[8])))?;
-    Ok((child, kind, &value[9..]))
 }
 
 /// An inode record.
@@ -360,16 +440,77 @@ pub struct Inode {
     /// directory holding one of its names (with several names, `L` keys list them all); 0
     /// when it has none (an orphan) or when it was made before format 4.
     pub parent: Handle,
-    /// Directories: the cookie the next entry gets. Cookies only grow.
-    pub next_cookie: u64,
     /// Directories: the number of entries.
     pub entries: u64,
     /// Symlinks: the target.
     pub target: Vec<u8>,
 }
 
+/// First byte of a compact inode record: the kind with this bit set (a fixed record's first
+/// byte is the kind alone).
+pub const INODE_COMPACT: u8 = 0x80;
+
+fn put_varint(v: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        v.push(n as u8 | 0x80);
+        n >>= 7;
+    }
+    v.push(n as u8);
+}
+
+fn take_varint(value: &[u8], at: &mut usize) -> Option<u64> {
+    let mut n = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *value.get(*at)?;
+        *at += 1;
+        n |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            // The tenth byte holds one bit.
+            return (shift < 63 || byte <= 1).then_some(n);
+        }
+    }
+    None
+}
+
+fn zigzag(n: i64) -> u64 {
+    ((n << 1) ^ (n >> 63)) as u64
+}
+
+fn unzigzag(n: u64) -> i64 {
+    ((n >> 1) as i64) ^ -((n & 1) as i64)
+}
+
 impl Inode {
+    /// The compact record (format 8): the kind with [`INODE_COMPACT`], then as LEB128 varints
+    /// mode, uid, gid, nlink, generation, size, rdev, ctime (zigzag), mtime and atime (zigzag
+    /// differences from ctime, usually one byte), parent and entries; then the symlink target.
+    /// About 30 bytes for a file, where the fixed record takes 96.
     pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(40 + self.target.len());
+        v.push(self.kind as u8 | INODE_COMPACT);
+        for field in [
+            u64::from(self.mode),
+            u64::from(self.uid),
+            u64::from(self.gid),
+            u64::from(self.nlink),
+            self.generation,
+            self.size,
+            self.rdev,
+            zigzag(self.ctime_ns),
+            zigzag(self.mtime_ns.wrapping_sub(self.ctime_ns)),
+            zigzag(self.atime_ns.wrapping_sub(self.ctime_ns)),
+            self.parent,
+            self.entries,
+        ] {
+            put_varint(&mut v, field);
+        }
+        v.extend_from_slice(&self.target);
+        v
+    }
+
+    /// The fixed record of formats 1 to 7 (96 bytes, then the symlink target), which
+    /// [`Inode::decode`] still reads: an inode is written compact the next time it changes.
+    pub fn encode_fixed(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(INODE_FIXED_LEN + self.target.len());
         v.push(self.kind as u8);
         v.extend_from_slice(&[0u8; 3]);
@@ -384,7 +525,8 @@ impl Inode {
         for time in [self.atime_ns, self.mtime_ns, self.ctime_ns] {
             v.extend_from_slice(&time.to_le_bytes());
         }
-        for field in [self.parent, self.next_cookie, self.entries] {
+        // Offset 80 held a directory's next readdir cookie up to format 7.
+        for field in [self.parent, 0, self.entries] {
             v.extend_from_slice(&field.to_le_bytes());
         }
         debug_assert_eq!(v.len(), INODE_FIXED_LEN);
@@ -393,6 +535,57 @@ impl Inode {
     }
 
     pub fn decode(handle: Handle, value: &[u8]) -> Result<Inode> {
+        match value.first() {
+            Some(&first) if first & INODE_COMPACT != 0 => Self::decode_compact(handle, value),
+            _ => Self::decode_fixed(handle, value),
+        }
+    }
+
+    fn decode_compact(handle: Handle, value: &[u8]) -> Result<Inode> {
+        let corrupt = |what: &str| MetaError::Corrupt(format!("inode {handle}: {what}"));
+        let kind = Kind::from_u8(value[0] & !INODE_COMPACT)
+            .ok_or_else(|| corrupt(&format!("kind {}", value[0] & !INODE_COMPACT)))?;
+        let mut at = 1;
+        let mut fields = [0u64; 12];
+        for field in &mut fields {
+            *field = take_varint(value, &mut at).ok_or_else(|| corrupt("record cut short"))?;
+        }
+        let [
+            mode,
+            uid,
+            gid,
+            nlink,
+            generation,
+            size,
+            rdev,
+            ctime,
+            mtime,
+            atime,
+            parent,
+            entries,
+        ] = fields;
+        let small = |n: u64, what: &str| u32::try_from(n).map_err(|_| corrupt(what));
+        let ctime_ns = unzigzag(ctime);
+        Ok(Inode {
+            handle,
+            kind,
+            mode: small(mode, "mode over 32 bits")?,
+            uid: small(uid, "uid over 32 bits")?,
+            gid: small(gid, "gid over 32 bits")?,
+            nlink: small(nlink, "link count over 32 bits")?,
+            generation,
+            size,
+            rdev,
+            atime_ns: ctime_ns.wrapping_add(unzigzag(atime)),
+            mtime_ns: ctime_ns.wrapping_add(unzigzag(mtime)),
+            ctime_ns,
+            parent,
+            entries,
+            target: value[at..].to_vec(),
+        })
+    }
+
+    fn decode_fixed(handle: Handle, value: &[u8]) -> Result<Inode> {
         if value.len() < INODE_FIXED_LEN {
             return Err(MetaError::Corrupt(format!(
                 "inode {handle}: record of {} bytes",
@@ -417,7 +610,6 @@ impl Inode {
             mtime_ns: u64_at(56) as i64,
             ctime_ns: u64_at(64) as i64,
             parent: u64_at(72),
-            next_cookie: u64_at(80),
             entries: u64_at(88),
             target: value[INODE_FIXED_LEN..].to_vec(),
         })
@@ -471,24 +663,106 @@ mod tests {
             mtime_ns: 1_700_000_000_000_000_000,
             ctime_ns: 9,
             parent: 0,
-            next_cookie: 0,
             entries: 0,
             target: b"a/b".to_vec(),
         };
         assert_eq!(Inode::decode(42, &inode.encode()).unwrap(), inode);
+        assert_eq!(Inode::decode(42, &inode.encode_fixed()).unwrap(), inode);
         assert!(matches!(
             Inode::decode(1, &[0u8; 10]),
             Err(MetaError::Corrupt(_))
         ));
+        // A compact record cut anywhere before its target is corrupt, never a panic.
+        let compact = inode.encode();
+        let target_at = compact.len() - inode.target.len();
+        for cut in 1..target_at {
+            assert!(
+                matches!(
+                    Inode::decode(1, &compact[..cut]),
+                    Err(MetaError::Corrupt(_))
+                ),
+                "cut at {cut}"
+            );
+        }
+        // An empty file's record: a third of the fixed one.
+        let file = Inode {
+            kind: Kind::File,
+            target: Vec::new(),
+            mode: 0o644,
+            atime_ns: 1_764_000_000_123_456_789,
+            mtime_ns: 1_764_000_000_123_456_789,
+            ctime_ns: 1_764_000_000_123_456_789,
+            parent: 70_000,
+            generation: 3,
+            ..inode
+        };
+        assert!(file.encode().len() <= 32, "{} bytes", file.encode().len());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_inode_round_trips_compact_and_fixed(
+            kind in 1u8..=7,
+            small in proptest::array::uniform4(proptest::num::u32::ANY),
+            wide in proptest::array::uniform5(proptest::num::u64::ANY),
+            times in proptest::array::uniform3(proptest::num::i64::ANY),
+            target in proptest::collection::vec(proptest::num::u8::ANY, 0..8),
+        ) {
+            let inode = Inode {
+                handle: 9,
+                kind: Kind::from_u8(kind).unwrap(),
+                mode: small[0],
+                uid: small[1],
+                gid: small[2],
+                nlink: small[3],
+                generation: wide[0],
+                size: wide[1],
+                rdev: wide[2],
+                atime_ns: times[0],
+                mtime_ns: times[1],
+                ctime_ns: times[2],
+                parent: wide[3],
+                entries: wide[4],
+                target,
+            };
+            proptest::prop_assert_eq!(Inode::decode(9, &inode.encode()).unwrap(), inode.clone());
+            proptest::prop_assert_eq!(Inode::decode(9, &inode.encode_fixed()).unwrap(), inode);
+        }
     }
 
     #[test]
-    fn a_directory_keeps_its_index_then_its_names_together() {
-        assert!(dentry_key(1, &[0xff; 255]) < readdir_key(2, 0).to_vec());
-        assert!(readdir_key(3, 9) < readdir_key(3, 256));
-        assert!(readdir_key(3, u64::MAX).as_slice() < readdir_end(3).as_slice());
-        assert!(readdir_end(3).as_slice() <= dentry_key(3, b"\x01").as_slice());
-        assert!(inode_key(255) < inode_key(256));
+    fn a_directorys_names_sit_together_in_hash_order() {
+        let names = NameHash::from_value(&[7u8; 16]).unwrap();
+        let (start, end) = entries_range(3);
+        for name in [&b"a"[..], b"\xff", &[0xff; 255], b"file-000001"] {
+            let key = names.entry_key(3, name);
+            assert!(start.as_slice() < key.as_slice() && key.as_slice() < end.as_slice());
+            assert_eq!(entry_key_parts(&key), Some((3, names.hash(name), name)));
+            assert!(names.entry_key(2, name) < start.to_vec());
+            assert!(key < inode_key(0).to_vec());
+        }
+        // Another key orders names differently; one key always the same way.
+        let other = NameHash::from_value(&[8u8; 16]).unwrap();
+        assert_ne!(names.hash(b"a"), other.hash(b"a"));
+        assert_eq!(names.hash(b"a"), names.hash(b"a"));
+    }
+
+    #[test]
+    fn cookies_are_positions_below_the_kernels_signed_offsets() {
+        let names = NameHash::from_value(&[1u8; 16]).unwrap();
+        for i in 0..10_000u32 {
+            let hash = names.hash(format!("n{i}").as_bytes());
+            assert!(hash >= COOKIE_NAMES_MIN && hash.is_multiple_of(COOKIE_GROUP_NAMES));
+            assert!(cookie_of(hash, COOKIE_GROUP_NAMES + 5) < 1 << 63);
+            assert_eq!(cookie_position(cookie_of(hash, 0)), (hash, 1));
+            assert_eq!(cookie_position(cookie_of(hash, 3)), (hash, 4));
+            // The last cookie of a hash is shared by every later name of it: resuming after
+            // it skips them all.
+            assert_eq!(cookie_position(cookie_of(hash, 900)), (hash, u64::MAX));
+        }
+        for start in [0, 1, 2, COOKIE_NAMES_MIN - 1] {
+            assert_eq!(cookie_position(start), (0, 0));
+        }
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub mod perm;
 pub mod requests;
 pub mod slices;
 pub mod types;
+pub mod upgrade;
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -60,6 +61,8 @@ pub struct Meta<S: Store> {
     last_index: Arc<commit::LastIndex>,
     stats: Arc<CommitStats>,
     epoch: u64,
+    /// Where names are kept.
+    names: layout::NameHash,
     /// The store is shared with other servers (reads cross the network).
     shared: bool,
 }
@@ -156,10 +159,11 @@ impl<S: Store> Meta<S> {
     /// keys and commits one small transaction (the epoch bump).
     pub fn open(store: S, options: MetaOptions) -> Result<Self> {
         let store = Arc::new(store);
+        upgrade::names(&*store)?;
         // A shared store may see another server open at the same moment: run again on a
         // conflict.
         let mut tries = 0;
-        let (epoch, cl) = loop {
+        let (opened, cl) = loop {
             match open_txn(&*store, &options)? {
                 Some(opened) => break opened,
                 None if tries < commit::CONFLICT_RETRIES_MAX => tries += 1,
@@ -184,7 +188,9 @@ impl<S: Store> Meta<S> {
             let last_sender = last_sender.clone();
             std::thread::Builder::new()
                 .name("calm-commit".into())
-                .spawn(move || commit::run(store, receiver, options, epoch, cl, last_sender, stats))
+                .spawn(move || {
+                    commit::run(store, receiver, options, opened, cl, last_sender, stats)
+                })
                 .map_err(|e| MetaError::Io(format!("starting the committer: {e}")))?
         };
         let (housekeeping_stop, housekeeping) = if plan.idle() {
@@ -215,7 +221,8 @@ impl<S: Store> Meta<S> {
             housekeeping,
             last_index: last_sender_for_meta,
             stats,
-            epoch,
+            epoch: opened.generation,
+            names: opened.names,
             shared,
         })
     }
@@ -341,7 +348,7 @@ impl<S: Store> Meta<S> {
                 b".." => dir.parent,
                 _ => {
                     ops::check_name(name)?;
-                    ops::get_dentry(&snap, parent, name)?
+                    ops::get_dentry(&snap, &self.names, parent, name)?
                         .ok_or(MetaError::NotFound)?
                         .child
                 }
@@ -921,7 +928,7 @@ impl<S: Store> Drop for Meta<S> {
 fn open_txn<S: Store>(
     store: &S,
     options: &MetaOptions,
-) -> Result<Option<(u64, changelog::ClState)>> {
+) -> Result<Option<(commit::Opened, changelog::ClState)>> {
     let mut txn = store.begin()?;
     match txn.get(KEY_FORMAT)? {
         Some(format) => {
@@ -966,10 +973,22 @@ fn open_txn<S: Store>(
     if txn.get(KEY_NAMESPACE_ID)?.is_none() {
         txn.put(KEY_NAMESPACE_ID, &random_id())?;
     }
+    let names = match txn.get(KEY_NAME_HASH)? {
+        Some(key) => layout::NameHash::from_value(&key)?,
+        None => {
+            return Err(MetaError::Corrupt(
+                "the store has no name hash key (Snamehash)".into(),
+            ));
+        }
+    };
     let epoch = txn.add(KEY_EPOCH, 1)?;
     let cl = changelog::ClState::load(&txn, options.changelog, store.shared())?;
+    let opened = commit::Opened {
+        generation: epoch,
+        names,
+    };
     match txn.commit() {
-        Ok(()) => Ok(Some((epoch, cl))),
+        Ok(()) => Ok(Some((opened, cl))),
         Err(calm_store::StoreError::Conflict) => Ok(None),
         Err(error) => Err(error.into()),
     }
@@ -1017,7 +1036,7 @@ fn follow_commits<S: Store>(
 /// Writes the superblock and the root directory of an empty store.
 /// 16 bytes no other namespace has: the standard library's per-process random hash keys
 /// (seeded by the operating system), over the time and the process id.
-fn random_id() -> [u8; 16] {
+pub(crate) fn random_id() -> [u8; 16] {
     use std::hash::{BuildHasher, Hasher};
     let mut id = [0u8; 16];
     for half in id.chunks_mut(8) {
@@ -1032,6 +1051,7 @@ fn random_id() -> [u8; 16] {
 fn format_store<T: WriteTxn>(txn: &mut T) -> Result<()> {
     let now = commit::now_ns();
     txn.put(KEY_FORMAT, &format_value())?;
+    txn.put(KEY_NAME_HASH, &random_id())?;
     // Handle 0 is never used and 1 is the root: the first allocation starts at 2.
     txn.put(KEY_HWM, &(ROOT + 1).to_le_bytes())?;
     let root = Inode {
@@ -1048,7 +1068,6 @@ fn format_store<T: WriteTxn>(txn: &mut T) -> Result<()> {
         mtime_ns: now,
         ctime_ns: now,
         parent: ROOT,
-        next_cookie: FIRST_COOKIE,
         entries: 0,
         target: Vec::new(),
     };
@@ -1059,7 +1078,7 @@ fn format_store<T: WriteTxn>(txn: &mut T) -> Result<()> {
 }
 
 /// Up to `limit` (at most [`READDIR_ENTRIES_MAX`]) entries of directory `dir` after cookie
-/// `after_cookie`, on `snap`.
+/// `after_cookie`, on `snap`: in hash order, each with its cookie (see [`layout::NameHash`]).
 fn readdir_entries<R: ReadTxn>(
     snap: &R,
     dir: Handle,
@@ -1067,42 +1086,51 @@ fn readdir_entries<R: ReadTxn>(
     limit: usize,
 ) -> Result<Vec<DirEntry>> {
     let limit = limit.min(READDIR_ENTRIES_MAX);
-    let mut entries = Vec::with_capacity(limit.min(256));
-    if limit == 0 || after_cookie == u64::MAX {
+    let mut entries: Vec<DirEntry> = Vec::with_capacity(limit.min(256));
+    if limit == 0 {
         return Ok(entries);
     }
-    let start = readdir_key(dir, after_cookie + 1);
-    let end = readdir_end(dir);
+    let (from_hash, skip) = layout::cookie_position(after_cookie);
+    let (_, end) = layout::entries_range(dir);
+    let start = layout::entries_from(dir, from_hash);
+    // The hash of the last name visited and its rank among the names sharing that hash.
+    let mut group: Option<(u64, u64)> = None;
     let mut corrupt = None;
     snap.visit(&start, &end, &mut |key, value| {
-        let Some(cookie) = key
-            .get(10..18)
-            .filter(|_| key.len() == 18)
-            .map(|c| u64::from_be_bytes(c.try_into().expect("8 bytes")))
-        else {
+        let Some((_, hash, name)) = layout::entry_key_parts(key) else {
             corrupt = Some(MetaError::Corrupt(format!(
-                "directory {dir}: readdir key of {} bytes",
+                "directory {dir}: name key of {} bytes",
                 key.len()
             )));
             return ControlFlow::Break(());
         };
-        match decode_readdir_value(value) {
-            Ok((handle, kind, name)) => entries.push(DirEntry {
+        let rank = match group {
+            Some((last, rank)) if last == hash => rank + 1,
+            _ => 0,
+        };
+        group = Some((hash, rank));
+        if hash == from_hash && rank < skip {
+            return ControlFlow::Continue(());
+        }
+        // A page never ends among names that share the last cookie of their hash (256 names
+        // with one hash: never by chance), or resuming would return them again and again.
+        let shares_cookie = rank >= layout::COOKIE_GROUP_NAMES;
+        if entries.len() >= limit && !shares_cookie {
+            return ControlFlow::Break(());
+        }
+        match Dentry::decode(value) {
+            Ok(dentry) => entries.push(DirEntry {
                 name: name.to_vec(),
-                handle,
-                kind,
-                cookie,
+                handle: dentry.child,
+                kind: dentry.kind,
+                cookie: layout::cookie_of(hash, rank),
             }),
             Err(error) => {
                 corrupt = Some(error);
                 return ControlFlow::Break(());
             }
         }
-        if entries.len() >= limit {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        }
+        ControlFlow::Continue(())
     })?;
     match corrupt {
         Some(error) => Err(error),

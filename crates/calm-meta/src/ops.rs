@@ -22,8 +22,8 @@ use crate::alloc::HandleAllocator;
 use crate::changelog::{Caller, ClState};
 use crate::error::MetaError;
 use crate::layout::{
-    Dentry, Inode, KEY_FILE_BYTES, KEY_INODES, chunk_key, chunk_range, dentry_key,
-    encode_readdir_value, inode_key, readdir_key, xattr_key, xattr_range,
+    Dentry, Inode, KEY_FILE_BYTES, KEY_INODES, NameHash, chunk_key, chunk_range, inode_key,
+    xattr_key, xattr_range,
 };
 use crate::types::*;
 
@@ -211,6 +211,8 @@ pub struct Ctx<'a, T> {
     pub cl: &'a mut ClState,
     /// Who asks for the operation being applied.
     pub caller: Caller,
+    /// Where names are kept.
+    pub names: NameHash,
     /// Inodes read or changed by this group; `None` = removed.
     inodes: HashMap<Handle, Cached>,
     inode_delta: i64,
@@ -229,6 +231,7 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
         cl: &'a mut ClState,
         now: i64,
         generation: u64,
+        names: NameHash,
     ) -> Self {
         Self {
             txn,
@@ -237,6 +240,7 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
             generation,
             cl,
             caller: Caller::default(),
+            names,
             inodes: HashMap::new(),
             inode_delta: 0,
             file_bytes_delta: 0,
@@ -376,10 +380,11 @@ pub fn load_dir<R: ReadTxn + ?Sized>(view: &R, handle: Handle) -> Outcome<Inode>
 
 pub fn get_dentry<R: ReadTxn + ?Sized>(
     view: &R,
+    names: &NameHash,
     parent: Handle,
     name: &[u8],
 ) -> Outcome<Option<Dentry>> {
-    match view.get(&dentry_key(parent, name))? {
+    match view.get(&names.entry_key(parent, name))? {
         Some(bytes) => Ok(Some(Dentry::decode(&bytes)?)),
         None => Ok(None),
     }
@@ -426,35 +431,27 @@ fn put_inode<T: WriteTxn>(txn: &mut T, inode: &Inode) -> Outcome<()> {
 
 fn add_entry<T: WriteTxn>(
     txn: &mut T,
+    names: &NameHash,
     dir: &mut Inode,
     name: &[u8],
     child: Handle,
     kind: Kind,
 ) -> Outcome<()> {
-    let cookie = dir.next_cookie;
-    dir.next_cookie += 1;
     dir.entries += 1;
-    let dentry = Dentry {
-        child,
-        cookie,
-        kind,
-    };
-    txn.put(&dentry_key(dir.handle, name), &dentry.encode())?;
     txn.put(
-        &readdir_key(dir.handle, cookie),
-        &encode_readdir_value(child, kind, name),
+        &names.entry_key(dir.handle, name),
+        &Dentry { child, kind }.encode(),
     )?;
     Ok(())
 }
 
 fn remove_entry<T: WriteTxn>(
     txn: &mut T,
+    names: &NameHash,
     dir: &mut Inode,
     name: &[u8],
-    dentry: &Dentry,
 ) -> Outcome<()> {
-    txn.delete(&dentry_key(dir.handle, name))?;
-    txn.delete(&readdir_key(dir.handle, dentry.cookie))?;
+    txn.delete(&names.entry_key(dir.handle, name))?;
     dir.entries -= 1;
     Ok(())
 }
@@ -561,10 +558,10 @@ fn setattr_record_type(attr: &SetAttr) -> RecordType {
 
 /// The keys `op` reads before it can know of any other: its directories and their entries, or
 /// the inode it changes. A group's committer fetches them for all its operations at once.
-pub(crate) fn keys_read_first(op: &Op, keys: &mut Vec<Vec<u8>>) {
+pub(crate) fn keys_read_first(op: &Op, names: &NameHash, keys: &mut Vec<Vec<u8>>) {
     let mut entry = |parent: Handle, name: &[u8]| {
         keys.push(inode_key(parent).to_vec());
-        keys.push(dentry_key(parent, name));
+        keys.push(names.entry_key(parent, name));
     };
     match op {
         Op::Make { parent, name, .. }
@@ -602,13 +599,14 @@ pub(crate) fn keys_read_first(op: &Op, keys: &mut Vec<Vec<u8>>) {
 /// committer reads them for all its operations at once, as a second step.
 pub(crate) fn reads_after_entries<R: ReadTxn>(
     view: &R,
+    names: &NameHash,
     op: &Op,
     keys: &mut Vec<Vec<u8>>,
     ranges: &mut Vec<(Vec<u8>, Vec<u8>)>,
 ) {
     let mut named = |parent: Handle, name: &[u8], destroyed: bool| {
         // A name that is not there, or does not decode, is the operation's own error.
-        let Ok(Some(dentry)) = get_dentry(view, parent, name) else {
+        let Ok(Some(dentry)) = get_dentry(view, names, parent, name) else {
             return;
         };
         keys.push(inode_key(dentry.child).to_vec());
@@ -739,7 +737,7 @@ fn make<T: WriteTxn>(
     check_name(name)?;
     let mut dir = ctx.load_dir(parent)?;
     crate::perm::may_lookup(&ctx.caller, &dir.owner())?;
-    if let Some(existing) = get_dentry(ctx.txn, parent, name)? {
+    if let Some(existing) = get_dentry(ctx.txn, &ctx.names, parent, name)? {
         if exclusive || node.kind != Kind::File {
             return Err(MetaError::Exists.into());
         }
@@ -800,7 +798,6 @@ fn make<T: WriteTxn>(
         ctime_ns: ctx.now,
         // Every node records the directory of its (first) name: `crate::links`.
         parent,
-        next_cookie: if is_dir { FIRST_COOKIE } else { 0 },
         entries: 0,
         target: if node.kind == Kind::Symlink {
             node.target.clone()
@@ -808,7 +805,7 @@ fn make<T: WriteTxn>(
             Vec::new()
         },
     };
-    add_entry(ctx.txn, &mut dir, name, handle, node.kind)?;
+    add_entry(ctx.txn, &ctx.names, &mut dir, name, handle, node.kind)?;
     if is_dir {
         dir.nlink += 1;
     }
@@ -842,7 +839,7 @@ fn link<T: WriteTxn>(
     }
     let mut dir = ctx.load_dir(parent)?;
     crate::perm::may_lookup(&ctx.caller, &dir.owner())?;
-    if get_dentry(ctx.txn, parent, name)?.is_some() {
+    if get_dentry(ctx.txn, &ctx.names, parent, name)?.is_some() {
         return Err(MetaError::Exists.into());
     }
     crate::perm::may_change_dir(&ctx.caller, &dir.owner())?;
@@ -851,7 +848,7 @@ fn link<T: WriteTxn>(
         return Err(MetaError::TooManyLinks.into());
     }
 
-    add_entry(ctx.txn, &mut dir, name, handle, inode.kind)?;
+    add_entry(ctx.txn, &ctx.names, &mut dir, name, handle, inode.kind)?;
     touch(&mut dir, ctx.now);
     ctx.store(dir);
     inode.nlink += 1;
@@ -884,14 +881,14 @@ fn unlink<T: WriteTxn>(
     check_name(name)?;
     let mut dir = ctx.load_dir(parent)?;
     crate::perm::may_lookup(&ctx.caller, &dir.owner())?;
-    let dentry = get_dentry(ctx.txn, parent, name)?.ok_or(MetaError::NotFound)?;
+    let dentry = get_dentry(ctx.txn, &ctx.names, parent, name)?.ok_or(MetaError::NotFound)?;
     if dentry.kind == Kind::Dir {
         return Err(MetaError::IsDir.into());
     }
     let inode = ctx.load(dentry.child)?;
     crate::perm::may_delete(&ctx.caller, &dir.owner(), &inode.owner())?;
 
-    remove_entry(ctx.txn, &mut dir, name, &dentry)?;
+    remove_entry(ctx.txn, &ctx.names, &mut dir, name)?;
     touch(&mut dir, ctx.now);
     ctx.store(dir);
     let flags = if inode.nlink == 1 {
@@ -921,7 +918,7 @@ fn rmdir<T: WriteTxn>(ctx: &mut Ctx<'_, T>, parent: Handle, name: &[u8]) -> Outc
     }
     let mut dir = ctx.load_dir(parent)?;
     crate::perm::may_lookup(&ctx.caller, &dir.owner())?;
-    let dentry = get_dentry(ctx.txn, parent, name)?.ok_or(MetaError::NotFound)?;
+    let dentry = get_dentry(ctx.txn, &ctx.names, parent, name)?.ok_or(MetaError::NotFound)?;
     if dentry.kind != Kind::Dir {
         return Err(MetaError::NotDir.into());
     }
@@ -931,7 +928,7 @@ fn rmdir<T: WriteTxn>(ctx: &mut Ctx<'_, T>, parent: Handle, name: &[u8]) -> Outc
         return Err(MetaError::NotEmpty.into());
     }
 
-    remove_entry(ctx.txn, &mut dir, name, &dentry)?;
+    remove_entry(ctx.txn, &ctx.names, &mut dir, name)?;
     dir.nlink -= 1;
     touch(&mut dir, ctx.now);
     ctx.store(dir);
@@ -1023,8 +1020,8 @@ fn rename<T: WriteTxn>(
         }
         crate::perm::may_lookup(&ctx.caller, &dir)?;
     }
-    let src = get_dentry(ctx.txn, sp, sname)?.ok_or(MetaError::NotFound)?;
-    let dst = get_dentry(ctx.txn, dp, dname)?;
+    let src = get_dentry(ctx.txn, &ctx.names, sp, sname)?.ok_or(MetaError::NotFound)?;
+    let dst = get_dentry(ctx.txn, &ctx.names, dp, dname)?;
     if exchange && dst.is_none() {
         return Err(MetaError::NotFound.into());
     }
@@ -1107,11 +1104,18 @@ fn rename<T: WriteTxn>(
 
     // Checks done; writes from here on.
     let now = ctx.now;
-    remove_entry(ctx.txn, staged.get(sp), sname, &src)?;
-    if let Some(dst) = &dst {
-        remove_entry(ctx.txn, staged.get(dp), dname, dst)?;
+    remove_entry(ctx.txn, &ctx.names, staged.get(sp), sname)?;
+    if dst.is_some() {
+        remove_entry(ctx.txn, &ctx.names, staged.get(dp), dname)?;
     }
-    add_entry(ctx.txn, staged.get(dp), dname, src.child, src.kind)?;
+    add_entry(
+        ctx.txn,
+        &ctx.names,
+        staged.get(dp),
+        dname,
+        src.child,
+        src.kind,
+    )?;
     if src_is_dir {
         staged.get(src.child).parent = dp;
     } else {
@@ -1142,7 +1146,14 @@ fn rename<T: WriteTxn>(
     let mut orphan = None;
     if let Some(dst) = dst {
         if exchange {
-            add_entry(ctx.txn, staged.get(sp), sname, dst.child, dst.kind)?;
+            add_entry(
+                ctx.txn,
+                &ctx.names,
+                staged.get(sp),
+                sname,
+                dst.child,
+                dst.kind,
+            )?;
             if dst_is_dir {
                 staged.get(dst.child).parent = sp;
             } else {

@@ -512,7 +512,11 @@ fn run_group(
 ) -> Vec<Result<Option<Handle>, i32>> {
     let mut txn = store.begin().unwrap();
     let mut cl = ClState::load(&txn, ChangelogConfig::default(), false).unwrap();
-    let mut ctx = Ctx::new(&mut txn, alloc, &mut cl, 1_000, 1);
+    let names = calm_store::ReadTxn::get(&txn, calm_meta::layout::KEY_NAME_HASH)
+        .unwrap()
+        .expect("the namespace's name hash key");
+    let names = calm_meta::layout::NameHash::from_value(&names).unwrap();
+    let mut ctx = Ctx::new(&mut txn, alloc, &mut cl, 1_000, 1, names);
     let answers = calls
         .iter()
         .map(|call| match ops::apply(&mut ctx, &to_op(call)) {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use calm_meta::error::CODES;
 use calm_meta::fsck;
-use calm_meta::layout::{KEY_INODES, dentry_key, encode_readdir_value, inode_key, readdir_key};
+use calm_meta::layout::{Dentry, KEY_INODES, KEY_NAME_HASH, NameHash, entries_from, inode_key};
 use calm_meta::*;
 use calm_store::fault::FaultStore;
 use calm_store::lmdb::{LmdbOptions, LmdbStore};
@@ -579,31 +579,40 @@ fn restart_reuses_no_handle_and_reads_no_more_than_the_superblock() {
     }
 }
 
+/// The namespace's name hash.
+fn names(store: &impl Store) -> NameHash {
+    let snap = store.snapshot().unwrap();
+    NameHash::from_value(&snap.get(KEY_NAME_HASH).unwrap().unwrap()).unwrap()
+}
+
 #[test]
 fn fsck_reports_damage() {
     let rt = rt();
     let meta = mem();
     let d = rt.block_on(meta.mkdir(ROOT, b"d", 0o755)).unwrap().handle;
     let f = rt.block_on(meta.create(d, b"f", 0o644)).unwrap().handle;
-    rt.block_on(meta.create(d, b"g", 0o644)).unwrap();
+    let g = rt.block_on(meta.create(d, b"g", 0o644)).unwrap().handle;
     clean(&meta);
     let store = meta.shutdown();
+    let names = names(&*store);
     let damage = |f: &dyn Fn(&mut calm_store::mem::MemTxn<'_>)| {
         let mut txn = store.begin().unwrap();
         f(&mut txn);
         txn.commit().unwrap();
     };
-    let g_cookie = meta_cookie(&store, d, b"g");
     damage(&|txn| {
-        txn.delete(&inode_key(f)).unwrap(); // a dentry now points nowhere
+        txn.delete(&inode_key(f)).unwrap(); // a name now points nowhere
         txn.put(KEY_INODES, &99u64.to_le_bytes()).unwrap();
-        txn.delete(&dentry_key(ROOT, b"d")).unwrap(); // d is nameless: an orphan directory
-        txn.delete(&readdir_key(d, g_cookie)).unwrap(); // g is missing from readdir
-        txn.put(
-            &readdir_key(d, 999),
-            &encode_readdir_value(f, Kind::File, b"ghost"),
-        )
-        .unwrap();
+        txn.delete(&names.entry_key(ROOT, b"d")).unwrap(); // d is nameless: an orphan directory
+        // g kept under another name's hash: a lookup of g would not find it.
+        txn.delete(&names.entry_key(d, b"g")).unwrap();
+        let mut moved = entries_from(d, names.hash(b"f")).to_vec();
+        moved.extend_from_slice(b"g");
+        let value = Dentry {
+            child: g,
+            kind: Kind::File,
+        };
+        txn.put(&moved, &value.encode()).unwrap();
     });
     let report = fsck::check(&store.snapshot().unwrap(), &mut |_| {}).unwrap();
     let text = report.problems.join("\n");
@@ -618,38 +627,209 @@ fn fsck_reports_damage() {
         "{text}"
     );
     assert!(
-        text.contains(&format!("dentry {d}/\"g\" has no readdir index entry")),
+        text.contains(&format!("name {d}/\"g\" is kept under hash")),
         "{text}"
     );
-    assert!(
-        text.contains(&format!("readdir entry {d}/999 (\"ghost\") has no dentry")),
-        "{text}"
-    );
-}
-
-/// The readdir cookie of `name` in `dir`, read from its dentry.
-fn meta_cookie(store: &MemStore, dir: Handle, name: &[u8]) -> u64 {
-    let snap = store.snapshot().unwrap();
-    let value = calm_store::ReadTxn::get(&snap, &dentry_key(dir, name))
-        .unwrap()
-        .unwrap();
-    calm_meta::layout::Dentry::decode(&value).unwrap().cookie
 }
 
 #[test]
-fn a_corrupt_readdir_key_is_an_error_not_a_crash() {
+fn a_corrupt_name_key_is_an_error_not_a_crash() {
     let rt = rt();
     let store = Arc::new(MemStore::new());
     let meta = Meta::open(store.clone(), MetaOptions::default()).unwrap();
     let d = rt.block_on(meta.mkdir(ROOT, b"d", 0o755)).unwrap().handle;
     rt.block_on(meta.create(d, b"f", 0o644)).unwrap();
-    let mut bad = readdir_key(d, 0)[..10].to_vec();
-    bad.extend_from_slice(&[0xff, 0xff, 0xff]); // 13 bytes: inside the index range, too short
+    let mut bad = entries_from(d, 0)[..10].to_vec();
+    bad.extend_from_slice(&[0xff, 0xff, 0xff]); // 13 bytes: among the names, too short
     let mut txn = store.begin().unwrap();
     txn.put(&bad, b"junk").unwrap();
     txn.commit().unwrap();
     let error = meta.readdir(d, 0, 100).unwrap_err();
     assert!(matches!(error, MetaError::Corrupt(_)), "{error:?}");
+}
+
+/// Names that share a hash (which the namespace's secret key makes as good as impossible, so
+/// the keys are written here by hand): each listed once, in pages of any size, also past the
+/// 256 that get a cookie of their own.
+#[test]
+fn names_sharing_a_hash_are_each_listed_once() {
+    let rt = rt();
+    let store = Arc::new(MemStore::new());
+    let meta = Meta::open(store.clone(), MetaOptions::default()).unwrap();
+    let d = rt.block_on(meta.mkdir(ROOT, b"d", 0o755)).unwrap().handle;
+    let names = names(&*store);
+    let shared = names.hash(b"x");
+    let mut expected = Vec::new();
+    let mut txn = store.begin().unwrap();
+    for (hash, count) in [
+        (shared - 256, 3),
+        (shared, 300),
+        (shared + 256, 2),
+        (shared + 512, 5),
+    ] {
+        for i in 0..count {
+            let name = format!("h{hash}-{i:03}").into_bytes();
+            let key = [&entries_from(d, hash)[..], &name].concat();
+            let value = Dentry {
+                child: 1000 + expected.len() as u64,
+                kind: Kind::File,
+            };
+            txn.put(&key, &value.encode()).unwrap();
+            expected.push(name);
+        }
+    }
+    txn.commit().unwrap();
+    expected.sort();
+    for page in [1, 2, 7, 255, 256, 257, 1000] {
+        let (mut listed, mut cookie) = (Vec::new(), 0);
+        for _ in 0..expected.len() + 2 {
+            let got = meta.readdir(d, cookie, page).unwrap();
+            let Some(last) = got.last() else { break };
+            cookie = last.cookie;
+            listed.extend(got.into_iter().map(|e| e.name));
+        }
+        listed.sort();
+        assert_eq!(listed, expected, "pages of {page}");
+    }
+}
+
+/// Rewrites every name of `store` as format 7 kept it (a name key, `D parent n name` → child,
+/// cookie, kind, and a readdir index entry, `D parent c cookie` → child, kind, name), except
+/// the first `keep` in key order, left as format 8 (what a server killed during the upgrade
+/// leaves); without any kept, the name hash key goes too, as format 7 had none. Every inode
+/// becomes a fixed record.
+fn to_format_7(store: &MemStore, keep: usize) {
+    use calm_meta::layout::{KEY_FORMAT, entry_key_parts};
+    let mut txn = store.begin().unwrap();
+    let mut found = Vec::new();
+    txn.visit(b"D", b"E", &mut |key, value| {
+        found.push((key.to_vec(), value.to_vec()));
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap();
+    for (cookie, (key, value)) in (3u64..).zip(found.into_iter().skip(keep)) {
+        let (parent, _, name) = entry_key_parts(&key).unwrap();
+        let dentry = Dentry::decode(&value).unwrap();
+        let prefix = &key[..9];
+        let mut old = [prefix, b"n", name].concat();
+        let mut v = dentry.child.to_le_bytes().to_vec();
+        v.extend_from_slice(&cookie.to_le_bytes());
+        v.push(dentry.kind as u8);
+        txn.put(&old, &v).unwrap();
+        old = [prefix, b"c", &cookie.to_be_bytes()].concat();
+        let mut v = dentry.child.to_le_bytes().to_vec();
+        v.push(dentry.kind as u8);
+        v.extend_from_slice(name);
+        txn.put(&old, &v).unwrap();
+        txn.delete(&key).unwrap();
+        assert_eq!(parent, calm_meta::layout::key_handle(&key).unwrap());
+    }
+    if keep == 0 {
+        txn.delete(KEY_NAME_HASH).unwrap();
+    }
+    // And every inode as the fixed record format 7 wrote.
+    let mut inodes = Vec::new();
+    txn.visit(b"I", b"J", &mut |key, value| {
+        inodes.push((key.to_vec(), value.to_vec()));
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap();
+    for (key, value) in inodes {
+        let handle = calm_meta::layout::key_handle(&key).unwrap();
+        let inode = calm_meta::layout::Inode::decode(handle, &value).unwrap();
+        txn.put(&key, &inode.encode_fixed()).unwrap();
+    }
+    let mut format = txn.get(KEY_FORMAT).unwrap().unwrap().to_vec();
+    format[8..12].copy_from_slice(&7u32.to_le_bytes());
+    txn.put(KEY_FORMAT, &format).unwrap();
+    txn.commit().unwrap();
+}
+
+/// Every entry of `dir`, in pages of 7.
+fn readdir_all<S: Store>(meta: &Meta<S>, dir: Handle) -> Vec<DirEntry> {
+    let (mut all, mut cookie) = (Vec::new(), 0);
+    loop {
+        let page = meta.readdir(dir, cookie, 7).unwrap();
+        let Some(last) = page.last() else { return all };
+        cookie = last.cookie;
+        all.extend(page);
+    }
+}
+
+/// A format-7 store (two keys per name) opened by this build: every name moved to its one key,
+/// in transactions of a few names, also when an earlier upgrade was cut off half-way; listings,
+/// lookups and fsck agree with what was there, and the namespace goes on.
+#[test]
+fn a_format_7_store_gets_one_key_per_name_also_after_an_upgrade_cut_off() {
+    use calm_meta::layout::{FORMAT_VERSION, INODE_COMPACT, KEY_FORMAT, check_format};
+    let rt = rt();
+    for keep in [0, 150] {
+        let store = Arc::new(MemStore::new());
+        let expected = {
+            let meta = Meta::open(store.clone(), MetaOptions::default()).unwrap();
+            let expected = rt.block_on(async {
+                let mut expected = Vec::new();
+                for d in 0..3 {
+                    let dir = meta.mkdir(ROOT, format!("d{d}").as_bytes(), 0o755).await;
+                    let dir = dir.unwrap().handle;
+                    let mut listed = Vec::new();
+                    for i in 0..100 {
+                        let name = format!("file-{i:03}").into_bytes();
+                        let handle = meta.create(dir, &name, 0o644).await.unwrap().handle;
+                        listed.push((name, handle));
+                    }
+                    listed.sort();
+                    expected.push((dir, listed));
+                }
+                expected
+            });
+            let store = meta.shutdown();
+            drop(store);
+            expected
+        };
+        to_format_7(&store, keep);
+        let rewritten = calm_meta::upgrade::names_in_steps(&*store, 7).unwrap();
+        assert_eq!(rewritten, 303 - keep as u64, "every name left in format 7");
+        let meta = Meta::open(store.clone(), MetaOptions::default()).unwrap();
+        let format = store
+            .snapshot()
+            .unwrap()
+            .get(KEY_FORMAT)
+            .unwrap()
+            .unwrap()
+            .to_vec();
+        assert_eq!(check_format(&format).unwrap(), FORMAT_VERSION);
+        clean(&meta);
+        for (dir, listed) in &expected {
+            let mut got: Vec<_> = readdir_all(&meta, *dir)
+                .into_iter()
+                .map(|e| (e.name, e.handle))
+                .collect();
+            got.sort();
+            assert_eq!(&got, listed);
+            for (name, handle) in listed {
+                assert_eq!(meta.lookup(*dir, name).unwrap().handle, *handle);
+            }
+        }
+        rt.block_on(async {
+            let (d0, _) = &expected[0];
+            meta.create(*d0, b"after", 0o644).await.unwrap();
+            meta.unlink(*d0, b"file-000").await.unwrap();
+            meta.rename(*d0, b"file-001", expected[1].0, b"moved", 0)
+                .await
+                .unwrap();
+        });
+        clean(&meta);
+        // A changed inode is written compact; one left alone keeps its fixed record.
+        let record = |handle| {
+            let snap = store.snapshot().unwrap();
+            snap.get(&inode_key(handle)).unwrap().unwrap()[0]
+        };
+        let changed = expected[0].0;
+        let untouched = expected[2].1[50].1;
+        assert_eq!(record(changed) & INODE_COMPACT, INODE_COMPACT);
+        assert_eq!(record(untouched) & INODE_COMPACT, 0);
+    }
 }
 
 /// A store of format 3 (no parent recorded for non-directories) opened by this build: upgraded

@@ -4,7 +4,7 @@
 mod common;
 
 use calm_meta::ROOT;
-use calm_meta::layout::{dentry_key, inode_key};
+use calm_meta::layout::{KEY_NAME_HASH, NameHash, inode_key};
 use calm_store::lmdb::{LmdbOptions, LmdbStore};
 use calm_store::{Store, WriteTxn};
 use common::*;
@@ -33,7 +33,13 @@ fn fsck_passes_a_clean_store_and_reports_a_damaged_one() {
     // Damage: drop the directory's name and the file's inode.
     let store = LmdbStore::open(&data, &LmdbOptions::default()).unwrap();
     let mut txn = store.begin().unwrap();
-    txn.delete(&dentry_key(ROOT, b"d")).unwrap();
+    let names = NameHash::from_value(
+        &calm_store::ReadTxn::get(&txn, KEY_NAME_HASH)
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    txn.delete(&names.entry_key(ROOT, b"d")).unwrap();
     txn.delete(&inode_key(file)).unwrap();
     txn.commit().unwrap();
     store.close();
