@@ -25,9 +25,6 @@ pub const READDIR_ENTRIES_MAX: usize = 4096;
 /// Permission and set-id bits a mode may carry; the file type lives in [`Kind`].
 pub const MODE_PERMISSION_MASK: u32 = 0o7777;
 
-/// Cookies 1 and 2 are left for "." and "..", so a FUSE adapter can use cookies as offsets.
-pub const FIRST_COOKIE: u64 = 3;
-
 /// The type of an inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
