@@ -1068,6 +1068,21 @@ type RangeBounds = (Vec<u8>, Vec<u8>);
 /// Key-value pairs, in key order.
 type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
+impl EtcdTxn<'_> {
+    /// `key`'s value at the transaction's revision when a whole range read ahead holds it
+    /// (`Some(None)`: the range holds no such key); `None` when no such range covers it. A
+    /// group deletes what it read ahead as ranges (request records, xattrs, chunks): each
+    /// delete, which reports whether the key existed, is answered here, not by a round trip.
+    fn in_range_read_ahead(&self, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        let ranges = self.ranges.borrow();
+        let (_, pairs) = ranges.iter().find(|((start, end), _)| {
+            key >= start.as_slice() && (end.is_empty() || key < end.as_slice())
+        })?;
+        let at = pairs.binary_search_by(|(k, _)| k.as_slice().cmp(key));
+        Some(at.ok().map(|at| pairs[at].1.clone()))
+    }
+}
+
 impl ReadTxn for EtcdTxn<'_> {
     fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
         match self.writes.get(key) {
@@ -1076,6 +1091,9 @@ impl ReadTxn for EtcdTxn<'_> {
             None => {
                 if let Some(known) = self.read.borrow().get(key) {
                     return Ok(known.clone().map(Cow::Owned));
+                }
+                if let Some(known) = self.in_range_read_ahead(key) {
+                    return Ok(known.map(Cow::Owned));
                 }
                 let value = self.store.get_cached(key, self.revision, self.cached)?;
                 let mut read = self.read.borrow_mut();

@@ -266,3 +266,58 @@ fn cached_reads_see_every_commit_of_every_writer() {
     let (hits, _) = a.cache_counts();
     assert!(hits > 0, "the cache served nothing");
 }
+
+/// A range read ahead answers the transaction's reads and deletes of keys inside it, present or
+/// absent, without a request of their own; its own writes still come first.
+#[test]
+fn keys_inside_a_range_read_ahead_are_read_and_deleted_without_a_round_trip() {
+    let mut private = None;
+    let url = cluster_url(&mut private, &unique_prefix("ahead"));
+    let store = EtcdStore::connect(EtcdOptions::from_url(&url).unwrap()).unwrap();
+    let mut txn = store.begin().unwrap();
+    for i in 0u8..10 {
+        txn.put(&[b'r', i * 2], &[i]).unwrap();
+    }
+    txn.commit().unwrap();
+
+    let mut txn = store.begin().unwrap();
+    txn.prefetch(&[], &[(vec![b'r'], vec![b's'])]).unwrap();
+    let key_reads = || {
+        store
+            .stats()
+            .key_reads
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let before = key_reads();
+    for i in 0u8..10 {
+        assert_eq!(txn.get(&[b'r', i * 2]).unwrap().as_deref(), Some(&[i][..]));
+        assert_eq!(
+            txn.get(&[b'r', i * 2 + 1]).unwrap(),
+            None,
+            "absent inside the range"
+        );
+    }
+    for i in 0u8..10 {
+        assert!(txn.delete(&[b'r', i * 2]).unwrap(), "existed");
+        assert!(!txn.delete(&[b'r', i * 2 + 1]).unwrap(), "did not exist");
+        assert_eq!(
+            txn.get(&[b'r', i * 2]).unwrap(),
+            None,
+            "deleted in the transaction"
+        );
+    }
+    txn.put(b"r\x04", b"new").unwrap();
+    assert_eq!(txn.get(b"r\x04").unwrap().as_deref(), Some(&b"new"[..]));
+    assert_eq!(
+        key_reads(),
+        before,
+        "no key read beyond the range read ahead"
+    );
+    // A key outside every range read ahead is read as before.
+    assert_eq!(txn.get(b"t").unwrap(), None);
+    assert_eq!(key_reads(), before + 1);
+    txn.commit().unwrap();
+    let snap = store.snapshot().unwrap();
+    assert_eq!(snap.get(b"r\x02").unwrap(), None);
+    assert_eq!(snap.get(b"r\x04").unwrap().as_deref(), Some(&b"new"[..]));
+}
