@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tonic::transport::Channel;
 
 pub use calm_proto::pb::StatusReply;
+pub use placement::COMMITTER_OF;
 
 /// Where a namespace keeps its file contents.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,22 +71,22 @@ impl std::fmt::Debug for InProcess {
 /// caller and, for a mutation, a request id; sent again on another server of the client's
 /// list when the connection is lost (`failover`).
 ///
-/// `$dir`: the directory a mutation changes, sent to the server that decides it when several
-/// share the namespace (`placement.rs`); if that connection is lost, a mutation with a
+/// `$placed`: a mutation sent to the member that commits the namespace's mutations when
+/// several servers share it (`placement.rs`); if that connection is lost, a mutation with a
 /// request id is sent again to the client's own server (one without is answered the error:
 /// it may have been applied).
 macro_rules! rpc_call {
-    ($client:expr, $local:ident, $make:ident, |$conn:ident, $request:ident| $remote:expr, $method:ident, $message:expr, $id:expr, $dir:expr) => {{
+    ($client:expr, $local:ident, $make:ident, |$conn:ident, $request:ident| $remote:expr, $method:ident, $message:expr, $id:expr, $placed:expr) => {{
         let message = $message;
         let id = $id;
         let _in_flight = crate::failover::InFlight::new($client.failover.clone(), id);
-        let mut dir: Option<calm_meta::Handle> = $dir;
+        let mut placing: bool = $placed;
         let mut budget = crate::failover::Budget::default();
         let reply = loop {
             let mut $request = $client.$make(message.clone(), id);
-            let placed = match dir {
-                Some(dir) => $client.placed(dir).await,
-                None => None,
+            let placed = match placing {
+                true => $client.placed().await,
+                false => None,
             };
             let $conn = placed.clone().unwrap_or_else(|| $client.conn());
             let reply = match &$client.local {
@@ -99,7 +100,7 @@ macro_rules! rpc_call {
                 if placed.is_some() && crate::failover::connection_lost(status) {
                     $client.placement.failed(&$conn);
                     if id.is_some() {
-                        dir = None;
+                        placing = false;
                         continue;
                     }
                     break reply;
@@ -126,7 +127,7 @@ macro_rules! meta_call {
             $method,
             $message,
             None,
-            None
+            false
         )
     };
     (mutation $client:expr, $method:ident, $message:expr) => {
@@ -138,7 +139,7 @@ macro_rules! meta_call {
             $method,
             $message,
             $client.next_request(),
-            None
+            false
         )
     };
 }
@@ -158,14 +159,14 @@ macro_rules! batched_call {
             $method,
             $message,
             None,
-            None
+            false
         )
     };
-    (mutation of $dir:expr, $client:expr, $method:ident, $op:ident, $message:expr) => {
-        batched_call!(mutation placed in Some($dir), $client, $method, $op, $message)
+    (mutation placed, $client:expr, $method:ident, $op:ident, $message:expr) => {
+        batched_call!(mutation placed if true, $client, $method, $op, $message)
     };
-    // `$dir`: `Option<Handle>`, the directory whose server the mutation is placed on.
-    (mutation placed in $dir:expr, $client:expr, $method:ident, $op:ident, $message:expr) => {
+    // `$placed`: whether the mutation is sent to the member that commits (`placement.rs`).
+    (mutation placed if $placed:expr, $client:expr, $method:ident, $op:ident, $message:expr) => {
         rpc_call!(
             $client,
             meta,
@@ -177,11 +178,11 @@ macro_rules! batched_call {
             $method,
             $message,
             $client.next_request(),
-            $dir
+            $placed
         )
     };
     (mutation $client:expr, $method:ident, $op:ident, $message:expr) => {
-        batched_call!(mutation placed in None, $client, $method, $op, $message)
+        batched_call!(mutation placed if false, $client, $method, $op, $message)
     };
 }
 
@@ -196,7 +197,7 @@ macro_rules! locks_call {
             $method,
             $message,
             None,
-            None
+            false
         )
     };
     (indexed $client:expr, $method:ident, $message:expr) => {
@@ -208,7 +209,7 @@ macro_rules! locks_call {
             $method,
             $message,
             None,
-            None
+            false
         )
     };
 }
@@ -669,7 +670,7 @@ impl Client {
             target: node.target.clone(),
             exclusive,
         };
-        self.mutated(batched_call!(mutation of parent, self, make, Make, request))?
+        self.mutated(batched_call!(mutation placed, self, make, Make, request))?
             .try_into()
     }
 
@@ -689,7 +690,7 @@ impl Client {
             parent,
             name: name.to_vec(),
         };
-        self.mutated(batched_call!(mutation of parent, self, link, Link, request))?
+        self.mutated(batched_call!(mutation placed, self, link, Link, request))?
             .try_into()
     }
 
@@ -708,13 +709,13 @@ impl Client {
         keep: Vec<Handle>,
     ) -> Result<Option<Handle>> {
         // A file kept open is an orphan of this client's session, on its own server.
-        let placed = keep.is_empty().then_some(parent);
+        let placed = keep.is_empty();
         let request = pb::RemoveRequest {
             parent,
             name: name.to_vec(),
             keep,
         };
-        self.mutated(batched_call!(mutation placed in placed, self, unlink, Unlink, request))
+        self.mutated(batched_call!(mutation placed if placed, self, unlink, Unlink, request))
             .map(|r| (r.orphan != 0).then_some(r.orphan))
     }
 
@@ -736,7 +737,7 @@ impl Client {
             name: name.to_vec(),
             keep: Vec::new(),
         };
-        self.mutated(batched_call!(mutation of parent, self, rmdir, Rmdir, request))
+        self.mutated(batched_call!(mutation placed, self, rmdir, Rmdir, request))
             .map(|_| ())
     }
 
@@ -763,7 +764,7 @@ impl Client {
         flags: u32,
         keep: Vec<Handle>,
     ) -> Result<Option<Handle>> {
-        let placed = keep.is_empty().then_some(parent);
+        let placed = keep.is_empty();
         let request = pb::RenameRequest {
             parent,
             name: name.to_vec(),
@@ -772,7 +773,7 @@ impl Client {
             flags,
             keep,
         };
-        self.mutated(batched_call!(mutation placed in placed, self, rename, Rename, request))
+        self.mutated(batched_call!(mutation placed if placed, self, rename, Rename, request))
             .map(|r| (r.orphan != 0).then_some(r.orphan))
     }
 

@@ -1,10 +1,12 @@
-//! Where a client sends a namespace mutation when several servers share the namespace: to the
-//! server that decides the locks of the mutation's directory (`calm_locks::cluster::owner_of`
-//! over the servers' view), so that the mutations of one directory are grouped by one
-//! server's committer instead of conflicting between servers' commits on the directory's
-//! inode (each conflict runs a whole group again). This is placement only, never correctness:
-//! the store serializes every commit wherever it is sent, so a stale view costs a conflict at
-//! worst. Reads stay on the client's own server.
+//! Where a client sends a namespace mutation when several servers share the namespace: to
+//! the one member that commits them all, the server that decides the root directory's locks
+//! (`calm_locks::cluster::owner_of` over the servers' view). Every commit on the store
+//! rewrites its commit key (`docs/design/etcd.md`), so commits are serialized whichever
+//! server makes them: two servers committing at once conflict, and the loser runs its whole
+//! group again. Sent to one member, the mutations of every client are grouped by one
+//! committer instead. This is placement only, never correctness: the store serializes every
+//! commit wherever it is sent, so a stale view costs a conflict at worst. Reads stay on the
+//! client's own server.
 //!
 //! The view is asked of the client's server at the first mutation and again, in the
 //! background, when it is older than [`VIEW_REFRESH_MS`]. A client of a server alone on its
@@ -20,6 +22,9 @@ use calm_meta::Handle;
 
 use crate::{Client, ClientTls, Conn};
 
+/// The handle whose decider commits the namespace's mutations: every client computes the same
+/// member from the same view, and when that member leaves the view another one takes over.
+pub const COMMITTER_OF: Handle = calm_meta::ROOT;
 /// How old a view may be before the client asks for it again, in milliseconds.
 pub const VIEW_REFRESH_MS: u64 = 1_000;
 /// Longest a connection to another member may take before the mutation goes to the client's
@@ -79,9 +84,9 @@ impl Placement {
 }
 
 impl Client {
-    /// The connection to the member that decides `dir`, when it is not this client's own
-    /// server; `None`: send to the client's own server.
-    pub(crate) async fn placed(&self, dir: Handle) -> Option<Arc<Conn>> {
+    /// The connection to the member that commits the namespace's mutations, when it is not this
+    /// client's own server; `None`: send to the client's own server.
+    pub(crate) async fn placed(&self) -> Option<Arc<Conn>> {
         if self.local.is_some() || !self.placement.enabled {
             return None;
         }
@@ -101,7 +106,7 @@ impl Client {
         }
         let owner = {
             let view = self.placement.view();
-            let owner = calm_locks::cluster::owner_of(dir, &view.members);
+            let owner = calm_locks::cluster::owner_of(COMMITTER_OF, &view.members);
             owner.filter(|o| view.clustered && *o != view.me)
         };
         self.conn_to(owner?).await

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use calm_client::Client;
 use calm_client::routing::LockRouter;
+use calm_client::{COMMITTER_OF, Client};
 use calm_locks::cluster::owner_of;
 use calm_locks::{LockKind, OFFSET_MAX, Owner, Range, Request, Scope};
 use calm_meta::ROOT;
@@ -1061,12 +1061,12 @@ fn etcd_failures_through_mounts_of_three_servers() {
     assert_eq!(listed, "300\n1\n300\nafter\n", "{listed}");
 }
 
-/// A client sends a directory's mutations to the server that decides the directory, so that
-/// one server's committer groups them (servers' commits on one directory's inode would
-/// conflict and run again); when that server dies, a client with a list of servers sends
-/// them to its own server instead, and nothing is applied twice.
+/// A client sends every mutation to the one server that commits the namespace's mutations
+/// (the decider of the root directory), so that one committer groups them (commits of several
+/// servers conflict on the store's commit key and run again); when that server dies, a client
+/// with a list of servers sends them to its own server instead, and nothing is applied twice.
 #[test]
-fn mutations_go_to_the_server_deciding_their_directory() {
+fn mutations_go_to_the_server_that_commits_them() {
     let mut private = None;
     let url = cluster("placement", &mut private);
     let tmp = tempfile::tempdir().unwrap();
@@ -1074,36 +1074,29 @@ fn mutations_go_to_the_server_deciding_their_directory() {
     let rt = runtime();
     let addrs: Vec<String> = servers.iter().map(|s| s.addr.clone()).collect();
     rt.block_on(async {
-        let client = Client::connect_servers(&addrs).await.unwrap();
-        let members = client.members().await.unwrap();
+        let probe = Client::connect(&addrs[0]).await.unwrap();
+        let members = probe.members().await.unwrap();
         let mut view: Vec<u64> = members.servers.iter().map(|m| m.id).collect();
         view.sort_unstable();
+        let committer = owner_of(COMMITTER_OF, &view).unwrap();
+        let address = &members
+            .servers
+            .iter()
+            .find(|m| m.id == committer)
+            .unwrap()
+            .address;
+        let owner = addrs.iter().position(|a| a == address).unwrap();
+        // The client's own server (the first of its list) is another one.
+        let own = (owner + 1) % addrs.len();
+        let list: Vec<String> = (0..addrs.len())
+            .map(|i| addrs[(own + i) % addrs.len()].clone())
+            .collect();
+        let client = Client::connect_servers(&list).await.unwrap();
         let ops_committed = |addr: String| async move {
             let client = Client::connect(&addr).await.unwrap();
             client.status().await.unwrap().ops_committed
         };
-        // A directory decided by another server than the client's own (the first listed).
-        let mut placed = None;
-        for i in 0..64 {
-            let dir = client
-                .mkdir(ROOT, format!("d{i}").as_bytes(), 0o755)
-                .await
-                .unwrap()
-                .handle;
-            let owner = owner_of(dir, &view).unwrap();
-            if owner != members.me {
-                let address = &members
-                    .servers
-                    .iter()
-                    .find(|m| m.id == owner)
-                    .unwrap()
-                    .address;
-                placed = Some((dir, addrs.iter().position(|a| a == address).unwrap()));
-                break;
-            }
-        }
-        let (dir, owner) = placed.expect("a directory another server decides");
-        assert_ne!(owner, 0);
+        let dir = client.mkdir(ROOT, b"d", 0o755).await.unwrap().handle;
         let mut before = Vec::new();
         for addr in &addrs {
             before.push(ops_committed(addr.clone()).await);
@@ -1119,10 +1112,10 @@ fn mutations_go_to_the_server_deciding_their_directory() {
         let grew: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
         assert!(
             grew[owner] >= 100,
-            "the deciding server committed them: {grew:?}"
+            "the committing server committed them: {grew:?}"
         );
-        assert!(grew[0] < 10, "the client's own server did not: {grew:?}");
-        // The deciding server dies under the client's placed connection.
+        assert!(grew[own] < 10, "the client's own server did not: {grew:?}");
+        // The committing server dies under the client's placed connection.
         servers.remove(owner).kill9();
         for i in 100..150 {
             let name = format!("f{i}");
