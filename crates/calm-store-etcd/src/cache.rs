@@ -156,6 +156,22 @@ impl ReadCache {
         state.following && state.applied >= seq_modified
     }
 
+    /// The revision of the last commit the watch applied once it is at or past
+    /// `seq_modified`, waiting at most `within` for it; `None` when it is not there by then
+    /// (or the watch does not follow).
+    pub fn reached(&self, seq_modified: i64, within: Duration) -> Option<i64> {
+        let state = self.lock();
+        if !state.following {
+            return None;
+        }
+        let (state, _) = self
+            .moved
+            .wait_timeout_while(state, within, |s| s.following && s.applied < seq_modified)
+            .unwrap_or_else(|p| p.into_inner());
+        (state.following && state.applied > 0 && state.applied >= seq_modified)
+            .then_some(state.applied)
+    }
+
     /// The cached value of `key` for a snapshot at `revision` that is [`Self::ready_for`].
     pub fn get(&self, key: &[u8], revision: i64) -> Option<Option<Vec<u8>>> {
         let state = self.lock();

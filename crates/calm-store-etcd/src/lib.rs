@@ -57,6 +57,13 @@ pub const REQUEST_BYTES_MAX_DEFAULT: usize = 1_572_864;
 /// operation, counted against the request limit so that a transaction we send is never refused
 /// for its size.
 const OP_OVERHEAD_BYTES: usize = 16;
+/// Longest a write transaction waits for the read cache's watch to deliver this store's own
+/// last commit before it asks etcd for the current revision instead (see
+/// [`EtcdStore::watched_base`]).
+pub const BEGIN_WATCHED_WAIT: Duration = Duration::from_millis(2);
+/// After a commit that met another server's, how long write transactions begin at a revision
+/// read from etcd rather than at the watch's last commit.
+pub const BEGIN_READ_AFTER_CONFLICT: Duration = Duration::from_secs(1);
 /// Most values one write transaction remembers from its reads.
 const READ_CACHE_KEYS_MAX: usize = 4096;
 /// Most ranges one transaction keeps read ahead.
@@ -107,6 +114,9 @@ pub struct EtcdStats {
     pub range_reads: AtomicU64,
     /// Read-ahead requests: the keys and ranges an operation will read, in one request.
     pub read_aheads: AtomicU64,
+    /// Write transactions begun at the last commit the read cache's watch delivered, without
+    /// a read of the commit key.
+    pub watched_begins: AtomicU64,
 }
 
 struct Inner {
@@ -128,6 +138,9 @@ struct Inner {
     commit_counter: AtomicU64,
     /// The revision of this store's last commit (0: none yet).
     own_commit_revision: std::sync::atomic::AtomicI64,
+    /// Until when write transactions begin at a revision read from etcd: set when a commit
+    /// met another server's ([`BEGIN_READ_AFTER_CONFLICT`]).
+    begin_read_until: Mutex<Option<Instant>>,
     /// Receivers of [`Store::watch_commits`], told after the read cache's watch applied a
     /// commit.
     commit_watchers: Mutex<Vec<std::sync::mpsc::SyncSender<()>>>,
@@ -163,6 +176,16 @@ impl Inner {
     /// The compare of every commit: no calm commit landed after `revision`.
     fn unchanged_since(&self, revision: i64) -> Compare {
         Compare::mod_revision(self.seq.clone(), CompareOp::Less, revision + 1)
+    }
+
+    /// A commit met another server's: the next transactions begin at a revision read from
+    /// etcd, where they see it.
+    fn met_other_commit(&self) {
+        let until = Instant::now() + BEGIN_READ_AFTER_CONFLICT;
+        *self
+            .begin_read_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(until);
     }
 
     fn handle(&self) -> &tokio::runtime::Handle {
@@ -390,6 +413,7 @@ impl EtcdStore {
                 writer: random_u64(),
                 commit_counter: AtomicU64::new(0),
                 own_commit_revision: std::sync::atomic::AtomicI64::new(0),
+                begin_read_until: Mutex::new(None),
                 commit_watchers: Mutex::new(Vec::new()),
                 stats: EtcdStats::default(),
                 cache: cache::ReadCache::default(),
@@ -580,6 +604,33 @@ impl EtcdStore {
             .revisions
             .get(|| self.revision_now().map_err(|e| e.to_string()))
             .map_err(StoreError::Io)
+    }
+
+    /// Where a write transaction may begin without a round trip: the last commit the read
+    /// cache's watch delivered, once that is at or past this store's own last commit (waiting
+    /// at most [`BEGIN_WATCHED_WAIT`] for it). Its reads then see every commit up to there,
+    /// and its commit compares the commit key with that revision as with any other: a commit
+    /// of another server the watch had not delivered yet fails it with a conflict, and the
+    /// transactions of the next [`BEGIN_READ_AFTER_CONFLICT`] begin at a revision read from
+    /// etcd. With one server committing (clients send it every mutation), its transactions
+    /// begin on its own last commit, and a group costs etcd its reads ahead and its commit.
+    fn watched_base(&self) -> Option<i64> {
+        let inner = &self.inner;
+        {
+            let mut until = inner
+                .begin_read_until
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            match *until {
+                Some(at) if Instant::now() < at => return None,
+                Some(_) => *until = None,
+                None => {}
+            }
+        }
+        let own = inner.own_commit_revision.load(Ordering::Acquire);
+        let applied = inner.cache.reached(own, BEGIN_WATCHED_WAIT)?;
+        inner.stats.watched_begins.fetch_add(1, Ordering::Relaxed);
+        Some(applied)
     }
 
     /// Hits and misses of the read cache.
@@ -1052,6 +1103,9 @@ pub struct EtcdTxn<'s> {
     seq_modified: i64,
     /// The read cache has applied every commit up to the transaction's start.
     cached: bool,
+    /// Begun at the watch's last commit ([`EtcdStore::watched_base`]), not at a revision read
+    /// from etcd: a commit that writes nothing checks that no commit came after it.
+    watched: bool,
     /// No stored key (at `revision`) is at or above this one: appends above it need no probe.
     append_floor: Option<Vec<u8>>,
     /// Values read at `revision` (which never change): a key read, then deleted or read again
@@ -1290,6 +1344,17 @@ impl WriteTxn for EtcdTxn<'_> {
 
     fn commit(self) -> Result<()> {
         if self.writes.is_empty() {
+            // What the transaction answered (a refusal: nothing to write) holds at the
+            // present only if no commit came after its revision.
+            if self.watched && self.store.revision()?.1 != self.seq_modified {
+                self.store
+                    .inner
+                    .stats
+                    .conflicts
+                    .fetch_add(1, Ordering::Relaxed);
+                self.store.inner.met_other_commit();
+                return Err(StoreError::Conflict);
+            }
             return Ok(());
         }
         let inner = &self.store.inner;
@@ -1401,6 +1466,7 @@ async fn commit(
         return Ok(());
     }
     inner.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+    inner.met_other_commit();
     Err(StoreError::Conflict)
 }
 
@@ -1473,6 +1539,7 @@ impl Store for EtcdStore {
             ("conflicts", load(&stats.conflicts)),
             ("retries", load(&stats.retries)),
             ("revision reads", load(&stats.revision_reads)),
+            ("begun on the watch", load(&stats.watched_begins)),
             ("key reads", load(&stats.key_reads)),
             ("range reads", load(&stats.range_reads)),
             ("read-aheads", load(&stats.read_aheads)),
@@ -1514,13 +1581,21 @@ impl Store for EtcdStore {
 
     fn begin(&self) -> Result<EtcdTxn<'_>> {
         let deadline = Instant::now() + Duration::from_millis(self.inner.options.retry_ms_max);
-        let (revision, seq_modified) = self.revision()?;
+        let (revision, seq_modified, cached, watched) = match self.watched_base() {
+            Some(applied) => (applied, applied, true, true),
+            None => {
+                let (revision, seq_modified) = self.revision()?;
+                let cached = self.inner.cache.ready_for(seq_modified);
+                (revision, seq_modified, cached, false)
+            }
+        };
         Ok(EtcdTxn {
             store: self,
             deadline,
             revision,
             seq_modified,
-            cached: self.inner.cache.ready_for(seq_modified),
+            cached,
+            watched,
             append_floor: None,
             read: Default::default(),
             ranges: Default::default(),

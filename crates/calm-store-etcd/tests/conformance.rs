@@ -321,3 +321,69 @@ fn keys_inside_a_range_read_ahead_are_read_and_deleted_without_a_round_trip() {
     assert_eq!(snap.get(b"r\x02").unwrap(), None);
     assert_eq!(snap.get(b"r\x04").unwrap().as_deref(), Some(&b"new"[..]));
 }
+
+/// A write transaction may begin at the last commit its store's watch delivered, without asking
+/// etcd: what it answers must still hold at its commit. One that writes nothing (a refusal
+/// computed from what it read) and began before another store's commit is told to run again,
+/// as one that writes is; after another store's acknowledged commit, a transaction of this
+/// store either sees it or fails with a conflict, never answers from before it.
+#[test]
+fn a_transaction_begun_on_the_watch_never_answers_from_before_an_acknowledged_commit() {
+    let mut private = None;
+    let url = cluster_url(&mut private, &unique_prefix("watched"));
+    let a = EtcdStore::connect(EtcdOptions::from_url(&url).unwrap()).unwrap();
+    let b = EtcdStore::connect(EtcdOptions::from_url(&url).unwrap()).unwrap();
+    let watched = |store: &EtcdStore| {
+        store
+            .stats()
+            .watched_begins
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let mut txn = b.begin().unwrap();
+    txn.put(b"b", b"1").unwrap();
+    txn.commit().unwrap();
+    // A transaction of b begun on its watch, then a commit of a, then b's commit of nothing.
+    let stale = loop {
+        let before = watched(&b);
+        let txn = b.begin().unwrap();
+        if watched(&b) > before {
+            break txn;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let mut txn = a.begin().unwrap();
+    txn.put(b"k", b"from a").unwrap();
+    txn.commit().unwrap();
+    assert_eq!(stale.get(b"k").unwrap(), None, "its revision is before a's");
+    assert!(matches!(stale.commit(), Err(StoreError::Conflict)));
+    // Now and from then on: each acknowledged commit of a is seen by b's next transaction, or
+    // that transaction is refused and seen by its next attempt.
+    let put = |store: &EtcdStore, key: &[u8], value: &[u8]| loop {
+        let mut txn = store.begin().unwrap();
+        txn.put(key, value).unwrap();
+        match txn.commit() {
+            Ok(()) => break,
+            Err(StoreError::Conflict) => continue,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    for round in 0..200u32 {
+        let value = round.to_le_bytes();
+        put(&a, b"k", &value);
+        let seen = loop {
+            let txn = b.begin().unwrap();
+            let seen = txn.get(b"k").unwrap().map(|v| v.to_vec());
+            match txn.commit() {
+                Ok(()) => break seen,
+                Err(StoreError::Conflict) => continue,
+                Err(e) => panic!("{e}"),
+            }
+        };
+        assert_eq!(seen, Some(value.to_vec()), "round {round}");
+        if round % 2 == 0 {
+            // b commits too, so that its next transactions begin on its watch again.
+            put(&b, b"b", &value);
+        }
+    }
+    assert!(watched(&b) > 1, "b never began on its watch again");
+}

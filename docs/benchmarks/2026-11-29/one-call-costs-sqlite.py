@@ -1,0 +1,22 @@
+import os, fcntl, struct, time, sys
+d = sys.argv[1]; N = int(sys.argv[2])
+p = os.path.join(d, 'f')
+fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+os.pwrite(fd, b'x' * 16384, 0); os.fsync(fd)
+def t(name, f):
+    s = time.perf_counter()
+    for i in range(N): f(i)
+    print(f"{name:28s} {(time.perf_counter()-s)/N*1e6:8.0f} us")
+def lk(typ, start, ln):
+    fcntl.fcntl(fd, fcntl.F_SETLK, struct.pack('hhqqi', typ, 0, start, ln, 0))
+t('setlk RD+UNLCK (2 calls)', lambda i: (lk(fcntl.F_RDLCK, 100, 1), lk(fcntl.F_UNLCK, 100, 1)))
+t('setlk WR+UNLCK (2 calls)', lambda i: (lk(fcntl.F_WRLCK, 100, 1), lk(fcntl.F_UNLCK, 100, 1)))
+t('fchown same owner', lambda i: os.fchown(fd, 0, 0))
+t('ftruncate to same size', lambda i: os.ftruncate(fd, 16384))
+t('ftruncate 0 + write 4k', lambda i: (os.ftruncate(fd, 0), os.pwrite(fd, b'y'*4096, 0)))
+t('pwrite 100B + fdatasync', lambda i: (os.pwrite(fd, b'z'*100, (i*100) % 16000), os.fdatasync(fd)))
+t('fdatasync clean', lambda i: os.fdatasync(fd))
+t('fstat', lambda i: os.fstat(fd))
+t('stat path', lambda i: os.stat(p))
+t('pread 16 @24', lambda i: os.pread(fd, 16, 24))
+t('open+close', lambda i: os.close(os.open(p, os.O_RDWR)))
