@@ -562,6 +562,13 @@ impl EtcdStore {
         });
     }
 
+    /// How many hold the store's connection: its clones, and its background work while that
+    /// works (not while it waits). What a test checks to see that the last clone dropped ends
+    /// the store's work.
+    pub fn holders(&self) -> usize {
+        Arc::strong_count(&self.inner)
+    }
+
     pub fn options(&self) -> &EtcdOptions {
         &self.inner.options
     }
@@ -644,15 +651,19 @@ impl EtcdStore {
     /// Starts the watch that keeps the read cache exact: every pair a commit changes is
     /// removed, then the commit counts as applied; from `revision` + 1, the state at
     /// `revision` being that of the commit at `seq_modified`.
+    ///
+    /// The task holds the store only while it works, not while it waits for the watch: the
+    /// last clone of the store dropped ends it (with the store's runtime).
     fn follow_changes(&self, revision: i64, seq_modified: i64) {
-        let inner = self.inner.clone();
-        inner.cache.start(seq_modified);
-        let start = inner.data.clone();
+        let weak = Arc::downgrade(&self.inner);
+        self.inner.cache.start(seq_modified);
+        let start = self.inner.data.clone();
         // The data range and the commit key after it: `/d/` .. `/seq` inclusive.
-        let end = [inner.seq.as_slice(), b"\0"].concat();
+        let end = [self.inner.seq.as_slice(), b"\0"].concat();
         self.inner.handle().spawn(async move {
             let mut from = revision + 1;
             loop {
+                let Some(inner) = weak.upgrade() else { return };
                 let options = WatchOptions::new()
                     .with_range(end.clone())
                     .with_start_revision(from);
@@ -670,7 +681,9 @@ impl EtcdStore {
                         continue;
                     }
                 };
+                drop(inner);
                 while let Ok(Some(response)) = stream.message().await {
+                    let Some(inner) = weak.upgrade() else { return };
                     if response.compact_revision() > 0 {
                         // History is gone: what the cache holds cannot be vouched for.
                         inner.cache.stop();
@@ -706,6 +719,7 @@ impl EtcdStore {
                         break;
                     }
                 }
+                let Some(inner) = weak.upgrade() else { return };
                 if !inner.cache.following() {
                     // Start over from the present, with an empty cache.
                     let seq = inner.seq.clone();

@@ -387,3 +387,32 @@ fn a_transaction_begun_on_the_watch_never_answers_from_before_an_acknowledged_co
     }
     assert!(watched(&b) > 1, "b never began on its watch again");
 }
+
+#[test]
+fn a_store_at_rest_is_held_by_its_clones_alone() {
+    let mut private = None;
+    let url = cluster_url(&mut private, &unique_prefix("holders"));
+    let store = EtcdStore::connect(EtcdOptions::from_url(&url).unwrap()).unwrap();
+    let mut txn = store.begin().unwrap();
+    txn.put(b"k", b"v").unwrap();
+    txn.commit().unwrap();
+    assert_eq!(
+        store.snapshot().unwrap().get(b"k").unwrap().as_deref(),
+        Some(&b"v"[..])
+    );
+    // The read cache's watch has the commit (it follows while the store lives), then waits
+    // without holding the store: dropping the last clone would end it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while store.holders() > 1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        store.holders(),
+        1,
+        "background work holds the store at rest"
+    );
+    let clone = store.clone();
+    assert_eq!(store.holders(), 2);
+    drop(clone);
+    assert_eq!(store.holders(), 1);
+}
