@@ -40,6 +40,9 @@ pub struct MetaOptions {
     /// How long a request record is kept for a client that sends the request again
     /// (`requests.rs`); zero: until the client acknowledges it.
     pub request_records_kept: std::time::Duration,
+    /// The store's place in a namespace over several metadata clusters (`crate::place`);
+    /// `None`: a namespace of this store alone.
+    pub place: Option<crate::place::Place>,
 }
 
 impl Default for MetaOptions {
@@ -52,6 +55,7 @@ impl Default for MetaOptions {
             objects_url: None,
             objects_url_default: None,
             request_records_kept: crate::requests::RECORDS_KEPT_DEFAULT,
+            place: None,
         }
     }
 }

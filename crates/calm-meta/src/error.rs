@@ -51,6 +51,10 @@ pub enum MetaError {
     Access(String),
     #[error("not supported: {0}")]
     NotSupported(String),
+    /// The two names are on different metadata clusters (`crate::place`): a rename or a link
+    /// between them is refused, as between two file systems.
+    #[error("invalid cross-device link: {0}")]
+    CrossDevice(String),
 }
 
 /// `(code, errno, name)` for every variant, in code order. The single source of truth for
@@ -77,6 +81,7 @@ pub const CODES: &[(u32, i32, &str)] = &[
     (19, 117, "Corrupt"),     // EUCLEAN
     (20, 13, "Access"),       // EACCES
     (21, 95, "NotSupported"), // EOPNOTSUPP
+    (22, 18, "CrossDevice"),  // EXDEV
 ];
 
 impl MetaError {
@@ -104,6 +109,7 @@ impl MetaError {
             MetaError::Corrupt(_) => 19,
             MetaError::Access(_) => 20,
             MetaError::NotSupported(_) => 21,
+            MetaError::CrossDevice(_) => 22,
         }
     }
 
@@ -128,7 +134,8 @@ impl MetaError {
             | MetaError::ReadOnly(d)
             | MetaError::Corrupt(d)
             | MetaError::Access(d)
-            | MetaError::NotSupported(d) => d,
+            | MetaError::NotSupported(d)
+            | MetaError::CrossDevice(d) => d,
             _ => "",
         }
     }
@@ -158,6 +165,7 @@ impl MetaError {
             19 => MetaError::Corrupt(d),
             20 => MetaError::Access(d),
             21 => MetaError::NotSupported(d),
+            22 => MetaError::CrossDevice(d),
             _ => return None,
         })
     }

@@ -118,6 +118,10 @@ struct Checker {
     counters: Vec<(Vec<u8>, u64)>,
     format: Option<Vec<u8>>,
     root_seen: bool,
+    /// `Splace`, and the clusters whose handle ranges the inodes (but the root) came from: a
+    /// store's inodes are all of its own cluster's range (`crate::place`).
+    place: Option<Vec<u8>>,
+    handle_clusters: std::collections::BTreeSet<usize>,
     /// Orphan records (`H`), and whether their inode was seen.
     orphans: std::collections::BTreeMap<Handle, bool>,
     /// The `L` keys the names of multi-link files call for, `(handle, directory, count)` in
@@ -186,6 +190,8 @@ impl Checker {
                         Ok(n) => self.report.handle_high_water = n,
                         Err(e) => self.report.problem(format!("high-water mark: {e}")),
                     }
+                } else if key == KEY_PLACE {
+                    self.place = Some(value.to_vec());
                 } else if key == KEY_PARENTS_FROM {
                     match decode_counter(key, value) {
                         Ok(n) => self.parents_from = n,
@@ -195,6 +201,7 @@ impl Checker {
                     && key != KEY_OBJECTS
                     && key != KEY_NAMESPACE_ID
                     && key != KEY_NAME_HASH
+                    && key != KEY_PLACE
                 {
                     self.report.problem(format!(
                         "unknown superblock field {:?}",
@@ -316,6 +323,10 @@ impl Checker {
         let Some(handle) = key_handle(key).filter(|_| key.len() == 9) else {
             return self.report.problem("inode key not 9 bytes".into());
         };
+        if handle != ROOT {
+            self.handle_clusters
+                .insert(crate::place::cluster_of(handle));
+        }
         // Dentries pointing to handles below this one that are not inodes.
         while let Some(row) = self.rows.get(self.row_at)
             && row.child < handle
@@ -647,6 +658,25 @@ impl Checker {
     fn finish(mut self) -> FsckReport {
         self.enter(Phase::After);
         self.check_changelog();
+        let own = match self.place.as_deref() {
+            None => Some(0),
+            Some([index, count]) if index < count => Some(usize::from(*index)),
+            Some(other) => {
+                self.report.problem(format!(
+                    "the store's place in its namespace is unreadable: {other:?}"
+                ));
+                None
+            }
+        };
+        if let Some(own) = own {
+            for cluster in &self.handle_clusters {
+                if *cluster != own {
+                    self.report.problem(format!(
+                        "inodes with handles of cluster {cluster} in the store of cluster {own}"
+                    ));
+                }
+            }
+        }
         match &self.format {
             None => self.report.problem("no superblock format field".into()),
             Some(format) => {
@@ -774,6 +804,8 @@ pub fn check<R: ReadTxn>(view: &R, progress: &mut dyn FnMut(u64)) -> Result<Fsck
         counters: Vec::new(),
         format: None,
         root_seen: false,
+        place: None,
+        handle_clusters: Default::default(),
         links_expected: Vec::new(),
         links_at: 0,
         unparented_max: None,

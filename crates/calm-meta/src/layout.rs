@@ -106,6 +106,9 @@ pub const KEY_NAMESPACE_ID: &[u8] = b"Sid";
 /// Superblock: the key of the hash that orders names (16 random bytes chosen when the
 /// namespace is created or upgraded to format 8; see [`NameHash`]).
 pub const KEY_NAME_HASH: &[u8] = b"Snamehash";
+/// Superblock: the store's place in a namespace over several metadata clusters, its number
+/// and the count (2 bytes; absent: a namespace of one store). See [`crate::place`].
+pub const KEY_PLACE: &[u8] = b"Splace";
 /// Counter: the next slice id (ids are never reused; 0 is the hole).
 pub const KEY_SLICE_NEXT: &[u8] = b"Nslice_next";
 /// Counter: the next changelog reader id (ids are never reused).

@@ -27,6 +27,7 @@ pub mod links;
 pub mod ops;
 pub mod orphans;
 pub mod perm;
+pub mod place;
 pub mod requests;
 pub mod slices;
 pub mod types;
@@ -238,6 +239,12 @@ impl<S: Store> Meta<S> {
         } else {
             read()
         }
+    }
+
+    /// The namespace's name hash key and identity: what the other clusters of a namespace
+    /// over several are formatted with ([`place::Place::namespace`]).
+    pub fn namespace_keys(&self) -> Result<place::NamespaceKeys> {
+        place::namespace_keys(&self.store.snapshot()?)
     }
 
     /// The store under the namespace.
@@ -953,9 +960,10 @@ fn open_txn<S: Store>(
                     "the store holds data but no calm superblock".into(),
                 ));
             }
-            format_store(&mut txn)?;
+            format_store(&mut txn, options.place.as_ref())?;
         }
     }
+    place::check(&txn, options.place.as_ref())?;
     match (txn.get(KEY_OBJECTS)?, &options.objects_url) {
         (Some(kept), Some(given)) if kept.as_ref() != given.as_bytes() => {
             return Err(MetaError::Invalid(format!(
@@ -1048,12 +1056,29 @@ pub(crate) fn random_id() -> [u8; 16] {
     id
 }
 
-fn format_store<T: WriteTxn>(txn: &mut T) -> Result<()> {
+/// A store formatted at a `place` takes its cluster's ranges of handles and slice ids, and
+/// cluster 0's name hash key and identity when given.
+fn format_store<T: WriteTxn>(txn: &mut T, place: Option<&place::Place>) -> Result<()> {
     let now = commit::now_ns();
     txn.put(KEY_FORMAT, &format_value())?;
-    txn.put(KEY_NAME_HASH, &random_id())?;
-    // Handle 0 is never used and 1 is the root: the first allocation starts at 2.
-    txn.put(KEY_HWM, &(ROOT + 1).to_le_bytes())?;
+    let namespace = place.and_then(|p| p.namespace);
+    match namespace {
+        Some(keys) => {
+            txn.put(KEY_NAME_HASH, &keys.name_key)?;
+            txn.put(KEY_NAMESPACE_ID, &keys.id)?;
+        }
+        None => txn.put(KEY_NAME_HASH, &random_id())?,
+    }
+    // Handle 0 is never used and 1 is the root: the first allocation starts at 2 (or at the
+    // first handle of the store's cluster).
+    let first = place.map_or(ROOT + 1, place::Place::first_handle);
+    txn.put(KEY_HWM, &first.to_le_bytes())?;
+    if let Some(place) = place {
+        txn.put(KEY_PLACE, &place.encode())?;
+        if place.first_slice_id() > 0 {
+            txn.put(KEY_SLICE_NEXT, &place.first_slice_id().to_le_bytes())?;
+        }
+    }
     let root = Inode {
         handle: ROOT,
         kind: Kind::Dir,
