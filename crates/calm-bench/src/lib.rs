@@ -29,6 +29,7 @@ pub mod alloc;
 pub mod appends;
 pub mod changelog;
 pub mod churn;
+pub mod clusters;
 pub mod data;
 pub mod locks;
 pub mod mdtest;

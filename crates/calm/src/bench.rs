@@ -257,6 +257,10 @@ pub enum Bench {
     /// Creates and unlinks on 1, 2 and 3 servers on etcd for N minutes each: the rate, its p99
     /// latency and etcd's database size per minute, each against the first.
     Churn(crate::bench_servers::ChurnArgs),
+    /// Creates in one namespace over 1, 2 and 3 metadata clusters (local etcd clusters), in
+    /// this process, each client in a directory of the root of its own: the rate against one
+    /// cluster's in the same pass.
+    Clusters(crate::bench_servers::ClustersArgs),
     /// Appends, fsync'd writes, sqlite transactions, creates and unlinks from several mounts
     /// of one server for N minutes: each minute's rates against the first, p99 latencies,
     /// records per chunk and memory; every result checked, no object leaked.
@@ -749,6 +753,10 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
         Bench::Churn(args) => {
             let (lines, report) = crate::bench_servers::run_churn(args)?;
             emit(report.is_some(), &lines, &report)?;
+        }
+        Bench::Clusters(args) => {
+            let (lines, results) = crate::bench_servers::run_clusters(args)?;
+            emit(results.is_some(), &lines, &results)?;
         }
         Bench::Soak(args) => {
             let (lines, report) = crate::bench_soak::run_soak(args)?;

@@ -123,3 +123,43 @@ pub fn run_churn(
     let lines = calm_bench::churn::table(&report);
     Ok((lines, args.json.then_some(report)))
 }
+
+#[derive(Debug, clap::Args)]
+pub struct ClustersArgs {
+    /// Cluster counts, comma-separated: one round each per pass (1 is the baseline).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    clusters: Vec<usize>,
+    /// Members of each local etcd cluster.
+    #[arg(long, default_value_t = 3)]
+    members: usize,
+    /// Clients creating at once, each in a directory of the root of its own.
+    #[arg(long, default_value_t = 48)]
+    clients: usize,
+    /// How long each round creates, in seconds.
+    #[arg(long, default_value_t = 20.0)]
+    seconds: f64,
+    /// Passes over the counts, every other one in the reverse order.
+    #[arg(long, default_value_t = 2)]
+    passes: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs the clusters benchmark: the table, and the results when `--json` asks for them.
+pub fn run_clusters(
+    args: ClustersArgs,
+) -> anyhow::Result<(
+    Vec<String>,
+    Option<Vec<calm_bench::clusters::ClustersResult>>,
+)> {
+    let options = calm_bench::clusters::ClustersOptions {
+        counts: args.clusters,
+        members: args.members,
+        clients: args.clients,
+        seconds: args.seconds,
+        passes: args.passes,
+    };
+    let results = calm_bench::clusters::run(&options).map_err(|e| anyhow!(e))?;
+    let lines = calm_bench::clusters::table(&results);
+    Ok((lines, args.json.then_some(results)))
+}
