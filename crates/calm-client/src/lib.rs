@@ -336,6 +336,13 @@ fn check_lock<T>(
         .map_err(|status| lock_failure_from_status(&status))
 }
 
+/// An unlink's or a rename's answer: the file kept as an orphan, and the directory's
+/// attributes when the server sent them.
+fn removed(reply: pb::RemovedReply) -> Result<(Option<Handle>, Option<Attr>)> {
+    let orphan = (reply.orphan != 0).then_some(reply.orphan);
+    Ok((orphan, reply.dir.map(Attr::try_from).transpose()?))
+}
+
 fn check<T>(reply: std::result::Result<tonic::Response<T>, tonic::Status>) -> Result<T> {
     reply
         .map(tonic::Response::into_inner)
@@ -659,6 +666,17 @@ impl Client {
         node: &NewNode,
         exclusive: bool,
     ) -> Result<Attr> {
+        Ok(self.make_in_dir(parent, name, node, exclusive).await?.0)
+    }
+
+    /// [`Client::make`], with `parent`'s attributes right after it when the server sent them.
+    pub async fn make_in_dir(
+        &self,
+        parent: Handle,
+        name: &[u8],
+        node: &NewNode,
+        exclusive: bool,
+    ) -> Result<(Attr, Option<Attr>)> {
         let request = pb::MakeRequest {
             parent,
             name: name.to_vec(),
@@ -670,8 +688,13 @@ impl Client {
             target: node.target.clone(),
             exclusive,
         };
-        self.mutated(batched_call!(mutation placed, self, make, Make, request))?
-            .try_into()
+        calm_proto::entry_from_wire(self.mutated(batched_call!(
+            mutation placed,
+            self,
+            make,
+            Make,
+            request
+        ))?)
     }
 
     pub async fn create(&self, parent: Handle, name: &[u8], mode: u32) -> Result<Attr> {
@@ -685,13 +708,28 @@ impl Client {
     }
 
     pub async fn link(&self, handle: Handle, parent: Handle, name: &[u8]) -> Result<Attr> {
+        Ok(self.link_in_dir(handle, parent, name).await?.0)
+    }
+
+    /// [`Client::link`], with `parent`'s attributes right after it when the server sent them.
+    pub async fn link_in_dir(
+        &self,
+        handle: Handle,
+        parent: Handle,
+        name: &[u8],
+    ) -> Result<(Attr, Option<Attr>)> {
         let request = pb::LinkRequest {
             handle,
             parent,
             name: name.to_vec(),
         };
-        self.mutated(batched_call!(mutation placed, self, link, Link, request))?
-            .try_into()
+        calm_proto::entry_from_wire(self.mutated(batched_call!(
+            mutation placed,
+            self,
+            link,
+            Link,
+            request
+        ))?)
     }
 
     pub async fn unlink(&self, parent: Handle, name: &[u8]) -> Result<()> {
@@ -708,6 +746,17 @@ impl Client {
         name: &[u8],
         keep: Vec<Handle>,
     ) -> Result<Option<Handle>> {
+        Ok(self.unlink_in_dir(parent, name, keep).await?.0)
+    }
+
+    /// [`Client::unlink_keeping`], with `parent`'s attributes right after it when the server
+    /// sent them.
+    pub async fn unlink_in_dir(
+        &self,
+        parent: Handle,
+        name: &[u8],
+        keep: Vec<Handle>,
+    ) -> Result<(Option<Handle>, Option<Attr>)> {
         // A file kept open is an orphan of this client's session, on its own server.
         let placed = keep.is_empty();
         let request = pb::RemoveRequest {
@@ -715,8 +764,9 @@ impl Client {
             name: name.to_vec(),
             keep,
         };
-        self.mutated(batched_call!(mutation placed if placed, self, unlink, Unlink, request))
-            .map(|r| (r.orphan != 0).then_some(r.orphan))
+        removed(
+            self.mutated(batched_call!(mutation placed if placed, self, unlink, Unlink, request))?,
+        )
     }
 
     /// The caller's mount closed orphan `handle`: it is destroyed.
@@ -764,6 +814,23 @@ impl Client {
         flags: u32,
         keep: Vec<Handle>,
     ) -> Result<Option<Handle>> {
+        Ok(self
+            .rename_in_dir(parent, name, new_parent, new_name, flags, keep)
+            .await?
+            .0)
+    }
+
+    /// [`Client::rename_keeping`], with the directory's attributes right after it when both
+    /// names are in one directory and the server sent them.
+    pub async fn rename_in_dir(
+        &self,
+        parent: Handle,
+        name: &[u8],
+        new_parent: Handle,
+        new_name: &[u8],
+        flags: u32,
+        keep: Vec<Handle>,
+    ) -> Result<(Option<Handle>, Option<Attr>)> {
         let placed = keep.is_empty();
         let request = pb::RenameRequest {
             parent,
@@ -773,8 +840,9 @@ impl Client {
             flags,
             keep,
         };
-        self.mutated(batched_call!(mutation placed if placed, self, rename, Rename, request))
-            .map(|r| (r.orphan != 0).then_some(r.orphan))
+        removed(
+            self.mutated(batched_call!(mutation placed if placed, self, rename, Rename, request))?,
+        )
     }
 
     pub async fn readlink(&self, handle: Handle) -> Result<Vec<u8>> {

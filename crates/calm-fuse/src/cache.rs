@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use calm_changelog::{Record, RecordType};
 use calm_client::{Client, WatchEvent, WatchWhat};
-use calm_meta::{Handle, ROOT};
+use calm_meta::{Attr, Handle, ROOT};
 use fuser::INodeNo;
 
 use crate::shared::lock;
@@ -55,6 +55,9 @@ pub const CAPABILITY_XATTR: &[u8] = b"security.capability";
 /// Files whose absence of [`CAPABILITY_XATTR`] the mount keeps, at most (beyond, the kernel's
 /// questions about other files go to the server).
 pub const NO_CAPABILITY_MAX: usize = 1 << 16;
+/// Directories whose attributes the mount keeps from the answers to its own changes of their
+/// names, at most (beyond, the kernel's questions about other directories go to the server).
+pub const DIR_ATTRS_MAX: usize = 1 << 14;
 /// Wait before a broken watch is made again, growing to [`REWATCH_MAX`].
 const REWATCH_FIRST: Duration = Duration::from_millis(50);
 const REWATCH_MAX: Duration = Duration::from_secs(2);
@@ -173,6 +176,13 @@ pub struct Coherence {
     applied_moved: tokio::sync::Notify,
     /// Files the server said have no [`CAPABILITY_XATTR`], with no change of them seen since.
     no_capability: Mutex<HashSet<Handle>>,
+    /// Directories' attributes as the server's answer to this mount's last change of their
+    /// names gave them, with no change of them seen since ([`Coherence::dir_attr`]).
+    dir_attrs: Mutex<HashMap<Handle, Attr>>,
+    /// The count of changes when this mount last renamed or removed a name it could not tell
+    /// was not a directory's: which directories' attributes that changed is not known here,
+    /// so none is kept from answers to requests begun before.
+    dirs_changed: AtomicU64,
 }
 
 fn slot(handle: Handle) -> usize {
@@ -197,6 +207,8 @@ impl Coherence {
             applied: AtomicU64::new(0),
             applied_moved: tokio::sync::Notify::new(),
             no_capability: Mutex::new(HashSet::new()),
+            dir_attrs: Mutex::new(HashMap::new()),
+            dirs_changed: AtomicU64::new(0),
         })
     }
 
@@ -301,6 +313,7 @@ impl Coherence {
                 if *count == 0 {
                     held.remove(&handle);
                     lock(&self.no_capability).remove(&handle);
+                    lock(&self.dir_attrs).remove(&handle);
                     return true;
                 }
                 false
@@ -323,6 +336,11 @@ impl Coherence {
         for s in stale {
             no_capability.remove(&s.handle());
         }
+        drop(no_capability);
+        let mut dir_attrs = lock(&self.dir_attrs);
+        for s in stale {
+            dir_attrs.remove(&s.handle());
+        }
     }
 
     /// Notes that anything may have changed (replies in flight are not cached).
@@ -330,6 +348,7 @@ impl Coherence {
         let now = self.changes.fetch_add(1, Ordering::SeqCst) + 1;
         self.all_changed.store(now, Ordering::SeqCst);
         lock(&self.no_capability).clear();
+        lock(&self.dir_attrs).clear();
     }
 
     /// Whether `handle` is known to have no [`CAPABILITY_XATTR`], so the mount answers the
@@ -360,11 +379,71 @@ impl Coherence {
         }
     }
 
-    /// This mount is changing (or changed) `handle`'s extended attributes: what is kept of
-    /// them goes, and answers from the server to requests begun before are not kept. Called
-    /// before the change is sent and again once it is answered.
+    /// This mount is changing (or changed) `handle`'s extended attributes, or the names of the
+    /// directory `handle`: what is kept of them goes, and answers from the server to requests
+    /// begun before are not kept. Called before the change is sent (and, for a change whose
+    /// answer brings no attributes to keep, again once it is answered).
     pub fn changed_here(&self, handle: Handle) {
         self.mark(&[Stale::Attrs(handle)]);
+    }
+
+    /// The attributes of directory `dir` as the server's answer to this mount's own last
+    /// change of its names gave them, while nothing changed it since. The kernel asks for a
+    /// directory's attributes after each change of its names (it dropped them, and checks
+    /// permissions on them for the next change): a create and an unlink cost three requests to
+    /// the server instead of five. Exact as the kernel's attributes are: a change by another
+    /// client drops them when its record arrives, and every change this mount makes drops them
+    /// before it is sent ([`Coherence::changed_here`], [`Coherence::dirs_changed_here`]) and
+    /// keeps the answer's ([`Coherence::dir_changed`]).
+    pub fn dir_attr(&self, dir: Handle) -> Option<Attr> {
+        if !self.follows() {
+            return None;
+        }
+        lock(&self.dir_attrs).get(&dir).cloned()
+    }
+
+    /// The server answered a change of `attr.handle`'s names, made by a request that began at
+    /// `ticket` (after [`Coherence::changed_here`] of the directory), with the directory's
+    /// attributes right after it: kept unless the directory changed since the request began,
+    /// this mount renamed or removed a directory since, or the changes are not followed.
+    pub fn dir_changed(&self, ticket: Ticket, attr: Attr) {
+        let dir = attr.handle;
+        let fresh = |cache: &Self| {
+            ticket.follows
+                && cache.follows()
+                && !cache.reply_ttl(ticket, dir).is_zero()
+                && cache.dirs_changed.load(Ordering::SeqCst) <= ticket.changes
+        };
+        if attr.kind != calm_meta::Kind::Dir || !fresh(self) {
+            return;
+        }
+        let mut dir_attrs = lock(&self.dir_attrs);
+        if dir_attrs.len() < DIR_ATTRS_MAX || dir_attrs.contains_key(&dir) {
+            dir_attrs.insert(dir, attr);
+        }
+        drop(dir_attrs);
+        // A change noted while inserting: undo (the mark may have run before the insert).
+        if !fresh(self) {
+            lock(&self.dir_attrs).remove(&dir);
+        }
+    }
+
+    /// This mount changes `handle`'s attributes (a setattr): what is kept of them as a
+    /// directory's goes. Called before the change is sent and again once it is answered (the
+    /// kernel holds the inode's lock meanwhile, so no change of the directory's names by this
+    /// mount is answered in between).
+    pub fn forget_dir_attr(&self, handle: Handle) {
+        lock(&self.dir_attrs).remove(&handle);
+    }
+
+    /// This mount renames or removes a name that may be a directory's (whose own attributes,
+    /// and its parent's link count, change): no directory's attributes are kept from answers
+    /// to requests begun before. Called before the change is sent and again once it is
+    /// answered.
+    pub fn dirs_changed_here(&self) {
+        let now = self.changes.fetch_add(1, Ordering::SeqCst) + 1;
+        self.dirs_changed.store(now, Ordering::SeqCst);
+        lock(&self.dir_attrs).clear();
     }
 
     fn send(&self, work: Work) {

@@ -203,13 +203,20 @@ impl CalmFs {
         node: NewNode,
         reply: ReplyEntry,
     ) {
-        let client = self.shared.caller(req);
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
         let name = name.as_bytes().to_vec();
+        shared.cache.changed_here(parent.0);
+        let ticket = shared.cache.ticket();
         self.entry_task(reply, async move {
-            client
-                .make(parent.0, &name, &node, true)
+            let (attr, dir) = client
+                .make_in_dir(parent.0, &name, &node, true)
                 .await
-                .map_err(|e| errno(&e))
+                .map_err(|e| errno(&e))?;
+            if let Some(dir) = dir {
+                shared.cache.dir_changed(ticket, dir);
+            }
+            Ok(attr)
         });
     }
 

@@ -82,8 +82,13 @@ pub(crate) struct Request {
     pub caller: Caller,
     /// Applied at most once, however often it is sent (`crate::requests`).
     pub id: Option<crate::requests::RequestId>,
-    pub reply: oneshot::Sender<Result<Done, MetaError>>,
+    pub reply: oneshot::Sender<Answer>,
 }
+
+/// What a mutation answers: what it did, and the attributes of the one directory whose names
+/// it changed, as they were right after it ([`ops::changed_dir`]; `None` for other mutations
+/// and for a request answered from its record).
+pub(crate) type Answer = Result<(Done, Option<crate::Attr>), MetaError>;
 
 pub(crate) fn now_ns() -> i64 {
     SystemTime::now()
@@ -118,7 +123,7 @@ pub(crate) fn run<S: Store>(
     let shared = store.shared();
     let mut alloc = HandleAllocator::new(options.handle_chunk);
     let mut batch: Vec<Request> = Vec::with_capacity(options.batch_ops_max);
-    let mut results: Vec<Result<Done, MetaError>> = Vec::with_capacity(options.batch_ops_max);
+    let mut results: Vec<Answer> = Vec::with_capacity(options.batch_ops_max);
     let mut cleaned = crate::requests::Cleaned::default();
     loop {
         let first = if cl.purge_pending() {
@@ -345,11 +350,7 @@ impl<S: Store> Group<'_, S> {
     /// Commits `batch` and answers every request of it (draining it). A group over the
     /// store's transaction limits is cut in halves, each committed on its own (a single
     /// operation over them is refused alone); a group that lost a conflict runs again.
-    fn commit_or_split(
-        &mut self,
-        batch: &mut Vec<Request>,
-        results: &mut Vec<Result<Done, MetaError>>,
-    ) {
+    fn commit_or_split(&mut self, batch: &mut Vec<Request>, results: &mut Vec<Answer>) {
         let started = std::time::Instant::now();
         let mut conflicts = 0;
         let mut deleted = Vec::new();
@@ -457,7 +458,7 @@ fn commit_batch<S: Store>(
     opened: Opened,
     shared: bool,
     batch: &[Request],
-    results: &mut Vec<Result<Done, MetaError>>,
+    results: &mut Vec<Answer>,
     stats: &CommitStats,
 ) -> Result<(), GroupError> {
     let (cleaned, deleted) = cleaned;
@@ -502,21 +503,23 @@ fn commit_batch<S: Store>(
     );
     for (request, acked) in batch.iter().zip(&acked) {
         ctx.caller = request.caller.clone();
+        let dir_after =
+            |ctx: &Ctx<'_, _>| ops::changed_dir(&request.op).and_then(|h| ctx.cached_attr(h));
         let outcome = match (request.id, acked) {
             (Some(id), Some(acked)) => match crate::requests::replay(&mut ctx, id) {
-                Ok(Some(done)) => Ok(done),
+                Ok(Some(done)) => Ok((done, None)),
                 Ok(None) => ops::apply(&mut ctx, &request.op).and_then(|done| {
                     if let Some(upto) = crate::requests::record(&mut ctx, id, &done, acked)? {
                         deleted.push((id.client, upto));
                     }
-                    Ok(done)
+                    Ok((done, dir_after(&ctx)))
                 }),
                 Err(failure) => Err(failure),
             },
-            _ => ops::apply(&mut ctx, &request.op),
+            _ => ops::apply(&mut ctx, &request.op).map(|done| (done, dir_after(&ctx))),
         };
         match outcome {
-            Ok(done) => results.push(Ok(done)),
+            Ok(answer) => results.push(Ok(answer)),
             Err(Failure::Meta(error)) => results.push(Err(error)),
             Err(Failure::Store(error)) => return Err(error.into()),
         }

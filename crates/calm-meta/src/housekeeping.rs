@@ -96,7 +96,7 @@ pub(crate) fn run<S: Store>(
 fn submit(
     queue: &mpsc::WeakSender<commit::Request>,
     op: Op,
-) -> Option<oneshot::Receiver<crate::Result<crate::ops::Done>>> {
+) -> Option<oneshot::Receiver<commit::Answer>> {
     let queue = queue.upgrade()?;
     let (reply, answer) = oneshot::channel();
     let request = commit::Request {

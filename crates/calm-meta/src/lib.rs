@@ -279,6 +279,21 @@ impl<S: Store> Meta<S> {
         op: Op,
         id: Option<requests::RequestId>,
     ) -> Result<Done> {
+        self.apply_request_in_dir(caller, op, id)
+            .await
+            .map(|(done, _)| done)
+    }
+
+    /// [`Meta::apply_request`], with the attributes of the directory whose names the mutation
+    /// changed (make, link, unlink, rmdir, a rename inside one directory) as they were right
+    /// after it: what a client that keeps that directory's attributes takes instead of asking
+    /// again. `None` for other mutations and for a request answered from its record.
+    pub async fn apply_request_in_dir(
+        &self,
+        caller: Caller,
+        op: Op,
+        id: Option<requests::RequestId>,
+    ) -> Result<(Done, Option<Attr>)> {
         let (reply, answer) = oneshot::channel();
         let queue = self
             .queue

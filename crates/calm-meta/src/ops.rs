@@ -274,6 +274,11 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
         Ok(inode)
     }
 
+    /// The attributes of `handle` as the group has them so far, if the group read it.
+    pub(crate) fn cached_attr(&self, handle: Handle) -> Option<Attr> {
+        self.inodes.get(&handle)?.inode.as_ref().map(Inode::attr)
+    }
+
     pub(crate) fn store(&mut self, inode: Inode) {
         self.inodes.insert(
             inode.handle,
@@ -503,6 +508,21 @@ fn drop_link<T: WriteTxn>(
         ctx.store(inode);
     }
     Ok(None)
+}
+
+/// The one directory whose names `op` changes (a rename between two directories changes two:
+/// none is named), whose attributes its answer carries (`crate::commit::Answer`).
+pub fn changed_dir(op: &Op) -> Option<Handle> {
+    match op {
+        Op::Make { parent, .. }
+        | Op::Link { parent, .. }
+        | Op::Unlink { parent, .. }
+        | Op::Rmdir { parent, .. } => Some(*parent),
+        Op::Rename {
+            parent, new_parent, ..
+        } if parent == new_parent => Some(*parent),
+        _ => None,
+    }
 }
 
 /// The changelog record type a mutation writes when it succeeds (before it is applied:

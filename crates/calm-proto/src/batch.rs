@@ -42,6 +42,7 @@ replied!(pb::Attr, Attr);
 replied!(pb::RemovedReply, Removed);
 replied!(pb::Empty, Empty);
 replied!(pb::ReadMapReply, Map);
+replied!(pb::EntryReply, Entry);
 
 /// The ASCII entries of a request's metadata, as a call carries them.
 pub fn metadata_of(metadata: &MetadataMap) -> HashMap<String, String> {

@@ -131,6 +131,15 @@ impl TryFrom<pb::Attr> for Attr {
     }
 }
 
+/// A make's or a link's answer: the new name's attributes, and its directory's when the server
+/// sent them.
+pub fn entry_from_wire(reply: pb::EntryReply) -> Result<(Attr, Option<Attr>), MetaError> {
+    let attr = reply
+        .attr
+        .ok_or_else(|| MetaError::Io("an entry reply without attributes".into()))?;
+    Ok((attr.try_into()?, reply.dir.map(Attr::try_from).transpose()?))
+}
+
 impl From<&DirEntry> for pb::DirEntry {
     fn from(e: &DirEntry) -> Self {
         pb::DirEntry {

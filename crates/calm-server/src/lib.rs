@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use calm_meta::ops::{Done, Op};
-use calm_meta::{Meta, MetaError};
+use calm_meta::{Attr, Meta, MetaError};
 use calm_proto::pb::changelog_server::ChangelogServer;
 use calm_proto::pb::locks_server::LocksServer;
 use calm_proto::pb::meta_server::{Meta as MetaRpc, MetaServer};
@@ -355,12 +355,26 @@ fn done_empty(result: Result<Done, MetaError>) -> Result<pb::Empty, MetaError> {
     result.map(|_| pb::Empty {})
 }
 
-fn done_removed(result: Result<Done, MetaError>) -> Result<pb::RemovedReply, MetaError> {
-    result.map(|done| pb::RemovedReply {
+fn done_removed(
+    result: Result<(Done, Option<Attr>), MetaError>,
+) -> Result<pb::RemovedReply, MetaError> {
+    result.map(|(done, dir)| pb::RemovedReply {
         orphan: match done {
             Done::Orphaned(handle) => handle,
             _ => 0,
         },
+        dir: dir.as_ref().map(pb::Attr::from),
+    })
+}
+
+/// A make's or a link's answer, with its directory's attributes when known.
+fn done_entry(
+    result: Result<(Done, Option<Attr>), MetaError>,
+) -> Result<pb::EntryReply, MetaError> {
+    let (done, dir) = result?;
+    Ok(pb::EntryReply {
+        attr: Some(done_attr(Ok(done))?),
+        dir: dir.as_ref().map(pb::Attr::from),
     })
 }
 
@@ -405,7 +419,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         self.mutated(done_attr(result))
     }
 
-    async fn make(&self, r: Request<pb::MakeRequest>) -> Result<Response<pb::Attr>, Status> {
+    async fn make(&self, r: Request<pb::MakeRequest>) -> Result<Response<pb::EntryReply>, Status> {
         let caller = self.auth.caller(&r)?;
         let id = request_id(&r)?;
         let r = r.into_inner();
@@ -417,14 +431,14 @@ impl<S: Store> MetaRpc for MetaService<S> {
                     node,
                     exclusive: r.exclusive,
                 };
-                self.meta.apply_request(caller, op, id).await
+                self.meta.apply_request_in_dir(caller, op, id).await
             }
             Err(error) => Err(error),
         };
-        self.mutated(done_attr(result))
+        self.mutated(done_entry(result))
     }
 
-    async fn link(&self, r: Request<pb::LinkRequest>) -> Result<Response<pb::Attr>, Status> {
+    async fn link(&self, r: Request<pb::LinkRequest>) -> Result<Response<pb::EntryReply>, Status> {
         let caller = self.auth.caller(&r)?;
         let id = request_id(&r)?;
         let r = r.into_inner();
@@ -433,7 +447,9 @@ impl<S: Store> MetaRpc for MetaService<S> {
             parent: r.parent,
             name: r.name,
         };
-        self.mutated(done_attr(self.meta.apply_request(caller, op, id).await))
+        self.mutated(done_entry(
+            self.meta.apply_request_in_dir(caller, op, id).await,
+        ))
     }
 
     async fn unlink(
@@ -448,7 +464,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
             name: r.name,
             keep: r.keep,
         };
-        let result = self.meta.apply_request(caller, op, id).await;
+        let result = self.meta.apply_request_in_dir(caller, op, id).await;
         self.maybe_queued(&result);
         self.mutated(done_removed(result))
     }
@@ -479,7 +495,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
             flags: r.flags,
             keep: r.keep,
         };
-        let result = self.meta.apply_request(caller, op, id).await;
+        let result = self.meta.apply_request_in_dir(caller, op, id).await;
         self.maybe_queued(&result);
         self.mutated(done_removed(result))
     }

@@ -7,6 +7,11 @@ impl CalmFs {
     pub(super) fn handle_getattr(&self, ino: INodeNo, reply: ReplyAttr) {
         let shared = self.shared.clone();
         let ticket = shared.cache.ticket();
+        // A directory this mount just changed: the server's answer to that change said what
+        // its attributes are now (`crate::cache`, `Coherence::dir_attr`).
+        if let Some(attr) = shared.cache.dir_attr(ino.0) {
+            return reply.attr(&shared.cache.reply_ttl(ticket, ino.0), &file_attr(&attr));
+        }
         self.spawn(async move {
             match shared.client.getattr(ino.0).await {
                 Ok(attr) => {
@@ -60,6 +65,7 @@ impl CalmFs {
     ) {
         let shared = self.shared.clone();
         let client = shared.caller(req);
+        shared.cache.forget_dir_attr(ino.0);
         let ticket = shared.cache.ticket();
         self.spawn(async move {
             let handle = ino.0;
@@ -80,7 +86,9 @@ impl CalmFs {
                     SetTime::Now => 0,
                 }),
             };
-            match client.setattr(handle, &change).await {
+            let changed = client.setattr(handle, &change).await;
+            shared.cache.forget_dir_attr(handle);
+            match changed {
                 Ok(attr) => {
                     if size.is_some() {
                         shared.contents.changed(&attr).await;

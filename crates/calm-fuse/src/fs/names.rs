@@ -107,10 +107,16 @@ impl CalmFs {
         let node = NewNode::file(mode & !umask & 0o7777, req.uid(), req.gid());
         let name = name.as_bytes().to_vec();
         let exclusive = flags & libc::O_EXCL != 0;
+        shared.cache.changed_here(parent.0);
         let ticket = shared.cache.ticket();
         self.spawn(async move {
-            let attr = match client.make(parent.0, &name, &node, exclusive).await {
-                Ok(attr) => attr,
+            let attr = match client.make_in_dir(parent.0, &name, &node, exclusive).await {
+                Ok((attr, dir)) => {
+                    if let Some(dir) = dir {
+                        shared.cache.dir_changed(ticket, dir);
+                    }
+                    attr
+                }
                 Err(e) => return reply.error(errno(&e)),
             };
             if attr.kind == Kind::File {
@@ -147,13 +153,20 @@ impl CalmFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let client = self.shared.caller(req);
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
         let name = newname.as_bytes().to_vec();
+        shared.cache.changed_here(newparent.0);
+        let ticket = shared.cache.ticket();
         self.entry_task(reply, async move {
-            client
-                .link(ino.0, newparent.0, &name)
+            let (attr, dir) = client
+                .link_in_dir(ino.0, newparent.0, &name)
                 .await
-                .map_err(|e| errno(&e))
+                .map_err(|e| errno(&e))?;
+            if let Some(dir) = dir {
+                shared.cache.dir_changed(ticket, dir);
+            }
+            Ok(attr)
         });
     }
 
@@ -167,12 +180,17 @@ impl CalmFs {
         let shared = self.shared.clone();
         let client = shared.caller(req);
         let name = name.as_bytes().to_vec();
+        shared.cache.changed_here(parent.0);
+        let ticket = shared.cache.ticket();
         self.empty_task(reply, async move {
             let keep = shared.keep_for(&client, parent.0, &name).await;
-            let orphan = client
-                .unlink_keeping(parent.0, &name, keep)
+            let (orphan, dir) = client
+                .unlink_in_dir(parent.0, &name, keep)
                 .await
                 .map_err(|e| errno(&e))?;
+            if let Some(dir) = dir {
+                shared.cache.dir_changed(ticket, dir);
+            }
             shared.kept(&client, orphan).await;
             Ok(())
         });
@@ -185,10 +203,16 @@ impl CalmFs {
         name: &OsStr,
         reply: ReplyEmpty,
     ) {
-        let client = self.shared.caller(req);
+        let shared = self.shared.clone();
+        let client = shared.caller(req);
         let name = name.as_bytes().to_vec();
+        shared.cache.changed_here(parent.0);
+        shared.cache.dirs_changed_here();
         self.empty_task(reply, async move {
-            client.rmdir(parent.0, &name).await.map_err(|e| errno(&e))
+            let removed = client.rmdir(parent.0, &name).await.map_err(|e| errno(&e));
+            shared.cache.changed_here(parent.0);
+            shared.cache.dirs_changed_here();
+            removed
         });
     }
 
@@ -209,12 +233,32 @@ impl CalmFs {
         let name = name.as_bytes().to_vec();
         let newname = newname.as_bytes().to_vec();
         let flags = flags.bits();
+        // A directory may move, or be replaced: no directory's attributes are kept from
+        // before (the answer brings the one directory's when both names are in it).
+        shared.cache.changed_here(parent.0);
+        shared.cache.changed_here(newparent.0);
+        shared.cache.dirs_changed_here();
+        let ticket = shared.cache.ticket();
         self.empty_task(reply, async move {
             let keep = shared.keep_for(&client, newparent.0, &newname).await;
-            let orphan = client
-                .rename_keeping(parent.0, &name, newparent.0, &newname, flags, keep)
-                .await
-                .map_err(|e| errno(&e))?;
+            let renamed = client
+                .rename_in_dir(parent.0, &name, newparent.0, &newname, flags, keep)
+                .await;
+            let (orphan, dir) = match renamed {
+                Ok(answer) => answer,
+                Err(e) => {
+                    shared.cache.dirs_changed_here();
+                    return Err(errno(&e));
+                }
+            };
+            match dir {
+                Some(dir) => shared.cache.dir_changed(ticket, dir),
+                None => {
+                    shared.cache.changed_here(parent.0);
+                    shared.cache.changed_here(newparent.0);
+                    shared.cache.dirs_changed_here();
+                }
+            }
             shared.kept(&client, orphan).await;
             Ok(())
         });
