@@ -42,7 +42,6 @@ replied!(pb::Attr, Attr);
 replied!(pb::RemovedReply, Removed);
 replied!(pb::Empty, Empty);
 replied!(pb::ReadMapReply, Map);
-replied!(pb::EntryReply, Entry);
 
 /// The ASCII entries of a request's metadata, as a call carries them.
 pub fn metadata_of(metadata: &MetadataMap) -> HashMap<String, String> {
@@ -143,7 +142,7 @@ mod tests {
             size: 4096,
             ..pb::Attr::default()
         };
-        let mut response = Response::new(attr);
+        let mut response = Response::new(attr.clone());
         response
             .metadata_mut()
             .insert(INDEX_KEY, AsciiMetadataValue::from(42u64));

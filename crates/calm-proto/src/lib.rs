@@ -107,6 +107,7 @@ impl From<&Attr> for pb::Attr {
             atime_ns: a.atime_ns,
             mtime_ns: a.mtime_ns,
             ctime_ns: a.ctime_ns,
+            dir: None,
         }
     }
 }
@@ -133,11 +134,13 @@ impl TryFrom<pb::Attr> for Attr {
 
 /// A make's or a link's answer: the new name's attributes, and its directory's when the server
 /// sent them.
-pub fn entry_from_wire(reply: pb::EntryReply) -> Result<(Attr, Option<Attr>), MetaError> {
-    let attr = reply
-        .attr
-        .ok_or_else(|| MetaError::Io("an entry reply without attributes".into()))?;
-    Ok((attr.try_into()?, reply.dir.map(Attr::try_from).transpose()?))
+pub fn entry_from_wire(mut reply: pb::Attr) -> Result<(Attr, Option<Attr>), MetaError> {
+    let dir = reply
+        .dir
+        .take()
+        .map(|dir| Attr::try_from(*dir))
+        .transpose()?;
+    Ok((reply.try_into()?, dir))
 }
 
 impl From<&DirEntry> for pb::DirEntry {

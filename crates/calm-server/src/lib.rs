@@ -368,14 +368,11 @@ fn done_removed(
 }
 
 /// A make's or a link's answer, with its directory's attributes when known.
-fn done_entry(
-    result: Result<(Done, Option<Attr>), MetaError>,
-) -> Result<pb::EntryReply, MetaError> {
+fn done_entry(result: Result<(Done, Option<Attr>), MetaError>) -> Result<pb::Attr, MetaError> {
     let (done, dir) = result?;
-    Ok(pb::EntryReply {
-        attr: Some(done_attr(Ok(done))?),
-        dir: dir.as_ref().map(pb::Attr::from),
-    })
+    let mut attr = done_attr(Ok(done))?;
+    attr.dir = dir.as_ref().map(|dir| Box::new(pb::Attr::from(dir)));
+    Ok(attr)
 }
 
 #[tonic::async_trait]
@@ -419,7 +416,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         self.mutated(done_attr(result))
     }
 
-    async fn make(&self, r: Request<pb::MakeRequest>) -> Result<Response<pb::EntryReply>, Status> {
+    async fn make(&self, r: Request<pb::MakeRequest>) -> Result<Response<pb::Attr>, Status> {
         let caller = self.auth.caller(&r)?;
         let id = request_id(&r)?;
         let r = r.into_inner();
@@ -438,7 +435,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         self.mutated(done_entry(result))
     }
 
-    async fn link(&self, r: Request<pb::LinkRequest>) -> Result<Response<pb::EntryReply>, Status> {
+    async fn link(&self, r: Request<pb::LinkRequest>) -> Result<Response<pb::Attr>, Status> {
         let caller = self.auth.caller(&r)?;
         let id = request_id(&r)?;
         let r = r.into_inner();
