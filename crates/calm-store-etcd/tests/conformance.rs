@@ -369,19 +369,20 @@ fn a_transaction_begun_on_the_watch_never_answers_from_before_an_acknowledged_co
             Err(e) => panic!("{e}"),
         }
     };
+    // `key` as a transaction of `store` that commits sees it (a refused one runs again).
+    let read = |store: &EtcdStore, key: &[u8]| loop {
+        let txn = store.begin().unwrap();
+        let seen = txn.get(key).unwrap().map(|v| v.to_vec());
+        match txn.commit() {
+            Ok(()) => break seen,
+            Err(StoreError::Conflict) => continue,
+            Err(e) => panic!("{e}"),
+        }
+    };
     for round in 0..200u32 {
         let value = round.to_le_bytes();
         put(&a, b"k", &value);
-        let seen = loop {
-            let txn = b.begin().unwrap();
-            let seen = txn.get(b"k").unwrap().map(|v| v.to_vec());
-            match txn.commit() {
-                Ok(()) => break seen,
-                Err(StoreError::Conflict) => continue,
-                Err(e) => panic!("{e}"),
-            }
-        };
-        assert_eq!(seen, Some(value.to_vec()), "round {round}");
+        assert_eq!(read(&b, b"k"), Some(value.to_vec()), "round {round}");
         if round % 2 == 0 {
             // b commits too, so that its next transactions begin on its watch again.
             put(&b, b"b", &value);
@@ -396,16 +397,7 @@ fn a_transaction_begun_on_the_watch_never_answers_from_before_an_acknowledged_co
         let value = round.to_le_bytes();
         put(&b, b"b", &value);
         put(&a, b"k", &value);
-        let seen = loop {
-            let txn = b.begin().unwrap();
-            let seen = txn.get(b"k").unwrap().map(|v| v.to_vec());
-            match txn.commit() {
-                Ok(()) => break seen,
-                Err(StoreError::Conflict) => continue,
-                Err(e) => panic!("{e}"),
-            }
-        };
-        assert_eq!(seen, Some(value.to_vec()), "round {round}");
+        assert_eq!(read(&b, b"k"), Some(value.to_vec()), "round {round}");
     }
     assert!(watched(&b) > before, "b never began on its watch again");
 }
