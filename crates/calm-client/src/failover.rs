@@ -5,7 +5,7 @@
 //! Sending a mutation again is safe because every mutation of such a client carries a request
 //! id (`calm_proto::REQUEST_KEY`): a random client id, the mutation's number, and the number up
 //! to which the client has all its answers. A server applies a request id at most once and
-//! answers a repeat as the first attempt was answered (`calm_meta::requests`), so a create,
+//! answers a repeat as the first attempt was answered (`calm_types::request`), so a create,
 //! rename or unlink whose answer was lost with its server is not applied twice.
 
 use std::collections::BTreeSet;
@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use calm_meta::requests::RequestId;
+use calm_types::RequestId;
 
 use crate::ClientTls;
 

@@ -1,5 +1,5 @@
 //! `calm-client`: the Rust client of calm's metadata server. Each method mirrors one of
-//! [`calm_meta::Meta`] and returns the same [`MetaError`] the server's namespace returned, so
+//! [`calm_types::Meta`] and returns the same [`MetaError`] the server's namespace returned, so
 //! code written against the in-process namespace reads the same against a remote one.
 //!
 //! A [`Client`] is one HTTP/2 connection; clones share it and may be used from many tasks at
@@ -14,7 +14,6 @@ mod shadow;
 
 use calm_changelog::{Record, User, UserId};
 use calm_locks::{Holder, Request as LockRequest, SessionId};
-use calm_meta::{Attr, Caller, DirEntry, FileMap, Handle, MetaError, NewNode, SetAttr, StatFs};
 use calm_proto::changelog::{
     GID_KEY, GROUPS_KEY, SESSION_KEY, UID_KEY, record_from_wire, user_from_wire,
 };
@@ -28,6 +27,7 @@ use calm_proto::pb::meta_client::MetaClient;
 use calm_proto::pb::targets_client::TargetsClient;
 use calm_proto::pb::watch_client::WatchClient;
 use calm_proto::{MESSAGE_BYTES_MAX, error_from_status, pb};
+use calm_types::{Attr, Caller, DirEntry, FileMap, Handle, MetaError, NewNode, SetAttr, StatFs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -475,7 +475,7 @@ impl Client {
         self.conn.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn next_request(&self) -> Option<calm_meta::requests::RequestId> {
+    fn next_request(&self) -> Option<calm_types::RequestId> {
         self.failover.as_ref().map(|f| f.next_request())
     }
 
@@ -598,11 +598,7 @@ impl Client {
         }
     }
 
-    fn tagged<T>(
-        &self,
-        message: T,
-        id: Option<calm_meta::requests::RequestId>,
-    ) -> tonic::Request<T> {
+    fn tagged<T>(&self, message: T, id: Option<calm_types::RequestId>) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         if let Some(id) = id {
             request.metadata_mut().insert(
@@ -974,7 +970,7 @@ impl Client {
                     .attr
                     .ok_or_else(|| MetaError::Io("a map without attributes".into()))?
                     .try_into()?;
-                let mut chunks: Vec<(u64, Vec<calm_meta::slices::Slice>)> = Vec::new();
+                let mut chunks: Vec<(u64, Vec<calm_types::slices::Slice>)> = Vec::new();
                 for record in &reply.records {
                     let (chunk, slice) = calm_proto::slice_from_wire(record);
                     match chunks.last_mut() {
@@ -1021,7 +1017,7 @@ impl Client {
     pub async fn write(
         &self,
         handle: Handle,
-        records: &[(u64, calm_meta::slices::Slice)],
+        records: &[(u64, calm_types::slices::Slice)],
         end: u64,
         inline: Vec<(u64, Vec<u8>)>,
     ) -> Result<Attr> {

@@ -64,11 +64,7 @@ impl Client {
     /// that grants a lock answers with an index at least as high, so that the next holder's
     /// mount drops what the previous one changed, also when the two locked through different
     /// servers from the one they wrote through.
-    fn with_index<T>(
-        &self,
-        message: T,
-        _: Option<calm_meta::requests::RequestId>,
-    ) -> tonic::Request<T> {
+    fn with_index<T>(&self, message: T, _: Option<calm_types::RequestId>) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         let reached = self.reached();
         if reached > 0 {
@@ -87,7 +83,7 @@ impl Client {
     pub(crate) fn untagged<T>(
         &self,
         message: T,
-        _: Option<calm_meta::requests::RequestId>,
+        _: Option<calm_types::RequestId>,
     ) -> tonic::Request<T> {
         tonic::Request::new(message)
     }

@@ -18,13 +18,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use calm_meta::Handle;
+use calm_types::Handle;
 
 use crate::{Client, ClientTls, Conn};
 
 /// The handle whose decider commits the namespace's mutations: every client computes the same
 /// member from the same view, and when that member leaves the view another one takes over.
-pub const COMMITTER_OF: Handle = calm_meta::ROOT;
+pub const COMMITTER_OF: Handle = calm_types::ROOT;
 /// How old a view may be before the client asks for it again, in milliseconds.
 pub const VIEW_REFRESH_MS: u64 = 1_000;
 /// Longest a connection to another member may take before the mutation goes to the client's

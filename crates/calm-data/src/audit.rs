@@ -6,7 +6,7 @@
 //! lists.
 
 use crate::objects::{Listed, Objects};
-use calm_meta::slices::blocks;
+use calm_types::slices::blocks;
 
 /// What the audit found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -133,7 +133,7 @@ mod tests {
 
     #[test]
     fn named_unnamed_missing_and_short_objects_are_told_apart() {
-        let four = calm_meta::slices::BLOCK_BYTES as u32;
+        let four = calm_types::slices::BLOCK_BYTES as u32;
         let referenced = [(2, 10), (5, four + 3), (9, 7)];
         let mut short = obj(9, 0, 7, 0);
         short.len -= 1;

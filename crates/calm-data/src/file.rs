@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
-use calm_meta::slices::{
+use calm_types::slices::{
     BLOCK_BYTES, CHUNK_BYTES, INLINE, INLINE_FILE_BYTES_MAX, INLINE_SLICE_BYTES_MAX, Slice, Source,
     extent, is_inline, pieces_in, split, view,
 };

@@ -1,5 +1,5 @@
 //! `calm-data`: the data plane. File contents live in an object store shared by every mount
-//! and server of a namespace; the metadata (calm-meta's [`calm_meta::slices`]) records which
+//! and server of a namespace; the metadata ([`calm_types::slices`]) records which
 //! object ranges make up which bytes of each file.
 //!
 //! - [`url`]: the object store's URL (`file:///dir`, `s3://bucket/prefix?endpoint=…`);

@@ -21,7 +21,7 @@ use crate::cache::DiskCache;
 use crate::error::DataError;
 use crate::memory::{BlockCache, RecentReads};
 use crate::url::ObjectsUrl;
-use calm_meta::slices::{BLOCK_BYTES, blocks};
+use calm_types::slices::{BLOCK_BYTES, blocks};
 
 /// How long one request to a remote store may take, and how often it is retried, before the
 /// operation fails with EIO (an unreachable store must not hang a close for minutes).

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use calm_changelog::{Record, RecordType};
 use calm_client::{Client, WatchEvent, WatchWhat};
-use calm_meta::{Attr, Handle, ROOT};
+use calm_types::{Attr, Handle, ROOT};
 use fuser::INodeNo;
 
 use crate::shared::lock;
@@ -414,7 +414,7 @@ impl Coherence {
                 && !cache.reply_ttl(ticket, dir).is_zero()
                 && cache.dirs_changed.load(Ordering::SeqCst) <= ticket.changes
         };
-        if attr.kind != calm_meta::Kind::Dir || !fresh(self) {
+        if attr.kind != calm_types::Kind::Dir || !fresh(self) {
             return;
         }
         let mut dir_attrs = lock(&self.dir_attrs);

@@ -26,14 +26,14 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use calm_client::Client;
 use calm_data::{DataError, FileData, Objects, Part, Upload};
-use calm_meta::slices::is_object;
-use calm_meta::{Attr, Handle, MetaError};
+use calm_types::slices::is_object;
+use calm_types::{Attr, Handle, MetaError};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 /// Records of one chunk a file's map keeps in this mount from its own commits before it is
 /// read again from the server (twice what the server keeps once compaction caught up).
-pub const MAP_CHUNK_RECORDS_MAX: usize = 2 * calm_meta::compaction::CHUNK_SLICES_COMPACT_ALWAYS;
+pub const MAP_CHUNK_RECORDS_MAX: usize = 2 * calm_types::slices::CHUNK_SLICES_COMPACT_ALWAYS;
 
 /// Blocks uploaded at once by one mount.
 pub const UPLOADS_IN_FLIGHT_MAX: usize = 16;
@@ -107,7 +107,7 @@ pub struct Contents {
 impl Contents {
     pub fn new(objects: Objects, write_buffer_bytes: u64, inline_bytes_max: u64) -> Contents {
         Contents {
-            inline_bytes_max: inline_bytes_max.min(calm_meta::slices::INLINE_WRITE_BYTES_MAX),
+            inline_bytes_max: inline_bytes_max.min(calm_types::slices::INLINE_WRITE_BYTES_MAX),
             objects,
             files: Mutex::new(HashMap::new()),
             changed: Mutex::new(HashSet::new()),
@@ -296,7 +296,7 @@ impl Contents {
         offset: u64,
         data: &[u8],
     ) -> Result<(), i32> {
-        if offset.saturating_add(data.len() as u64) > calm_meta::FILE_SIZE_MAX {
+        if offset.saturating_add(data.len() as u64) > calm_types::FILE_SIZE_MAX {
             return Err(libc::EFBIG);
         }
         // Over the mount's bound: commit the other files' pending writes first.
@@ -310,7 +310,7 @@ impl Contents {
                 .await?;
         }
         // Enough ids for the slices this write may start (one per chunk it touches).
-        let chunks = calm_meta::slices::split(offset, data.len() as u64).len() as u64;
+        let chunks = calm_types::slices::split(offset, data.len() as u64).len() as u64;
         let ids = self.next_ids(chunks, client).await?;
         self.buffer(handle, &mut state, offset, data, ids)?;
         Ok(())
@@ -321,7 +321,7 @@ impl Contents {
     /// `data` is copied once, into the buffer. False: nothing was done; go through
     /// [`Contents::write`]. Needs the runtime's context (it may start uploads).
     pub fn try_write_now(&self, handle: Handle, offset: u64, data: &[u8]) -> bool {
-        if offset.saturating_add(data.len() as u64) > calm_meta::FILE_SIZE_MAX
+        if offset.saturating_add(data.len() as u64) > calm_types::FILE_SIZE_MAX
             || self.buffered.load(Ordering::Relaxed) + data.len() as u64 > self.buffer_max
         {
             return false;
@@ -333,7 +333,7 @@ impl Contents {
         if state.data.wants_commit(self.buffer_max / 4) {
             return false;
         }
-        let chunks = calm_meta::slices::split(offset, data.len() as u64).len() as u64;
+        let chunks = calm_types::slices::split(offset, data.len() as u64).len() as u64;
         let ids = {
             let Ok(mut pool) = self.ids.try_lock() else {
                 return false;
@@ -379,7 +379,7 @@ impl Contents {
     pub async fn append(&self, client: &Client, handle: Handle, data: &[u8]) -> Result<(), i32> {
         let size = u32::try_from(data.len())
             .ok()
-            .filter(|s| u64::from(*s) <= calm_meta::slices::CHUNK_BYTES)
+            .filter(|s| u64::from(*s) <= calm_types::slices::CHUNK_BYTES)
             .ok_or(libc::EFBIG)?;
         if size == 0 {
             return Ok(());
@@ -391,7 +391,7 @@ impl Contents {
         let inline = self.inline_bytes_max > 0 && u64::from(size) <= self.inline_bytes_max;
         let mut placed = None;
         if inline {
-            let id = self.next_ids(1, client).await?[0] | calm_meta::slices::INLINE;
+            let id = self.next_ids(1, client).await?[0] | calm_types::slices::INLINE;
             match client.append(handle, id, size, Some(data.to_vec())).await {
                 Ok(attr) => placed = Some(attr),
                 // Not where inline bytes may be (another mount appended meanwhile, or the
@@ -420,8 +420,8 @@ impl Contents {
     ) -> Result<Attr, i32> {
         let id = self.next_ids(1, client).await?[0];
         let mut uploads = Vec::new();
-        for (b, len) in calm_meta::slices::blocks(size) {
-            let start = b as usize * calm_meta::slices::BLOCK_BYTES as usize;
+        for (b, len) in calm_types::slices::blocks(size) {
+            let start = b as usize * calm_types::slices::BLOCK_BYTES as usize;
             uploads.push(self.upload(Upload {
                 id,
                 block: b,
@@ -690,7 +690,7 @@ impl Contents {
             fetches.push(async move {
                 match part {
                     // Inline bytes this mount no longer holds: the map has them.
-                    Part::Object { id, .. } if calm_meta::slices::is_inline(id) => Err(
+                    Part::Object { id, .. } if calm_types::slices::is_inline(id) => Err(
                         DataError::Missing(format!("the bytes of inline slice {id:#x}")),
                     ),
                     Part::Object { id, size, off, len } => {

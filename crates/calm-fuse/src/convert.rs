@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use calm_locks::{LockKind, Range};
-use calm_meta::{Attr, Kind, MetaError, SetTime};
+use calm_types::{Attr, Kind, MetaError, SetTime};
 use fuser::{
     Errno, FileAttr, FileType, INodeNo, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
     ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, TimeOrNow,

@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use calm_client::Client;
 use calm_locks::{LockKind, Range, Scope};
-use calm_meta::{Attr, Kind, MetaError, NewNode, SetAttr, SetTime};
+use calm_types::{Attr, Kind, MetaError, NewNode, SetAttr, SetTime};
 use fuser::{
     Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
@@ -75,7 +75,7 @@ pub struct MountOptions {
     pub cache_dir: Option<std::path::PathBuf>,
     pub cache_bytes: u64,
     /// Most bytes of small writes one commit sends inline, kept by the metadata instead of
-    /// written as objects (0: never; at most `calm_meta::slices::INLINE_WRITE_BYTES_MAX`).
+    /// written as objects (0: never; at most `calm_types::slices::INLINE_WRITE_BYTES_MAX`).
     pub inline_bytes_max: u64,
     /// Files opened with O_APPEND go through the kernel's page cache like the others, which
     /// then cuts a write at every page it has not read: appends of several mounts may tear.

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use calm_meta::Groups;
+use calm_types::Groups;
 
 /// How long a pid's groups are reused before they are read again.
 pub const GROUPS_TTL: Duration = Duration::from_secs(1);

@@ -21,8 +21,8 @@ use std::time::Duration;
 use calm_client::Client;
 use calm_client::routing::LockRouter;
 use calm_locks::{LockKind, Owner, Range, Request, Scope, SessionId};
-use calm_meta::Handle;
 use calm_proto::locks::{LockAnswer, LockCall, LockCode, LockFailure};
+use calm_types::Handle;
 
 /// Default lease of a mount's lock session.
 pub const LEASE_MS_DEFAULT: u64 = 10_000;

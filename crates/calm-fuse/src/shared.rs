@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use calm_client::Client;
-use calm_meta::{Attr, Caller, Handle, Kind};
+use calm_types::{Attr, Caller, Handle, Kind};
 use fuser::{Errno, FileHandle, INodeNo, Request};
 
 use crate::contents::Contents;

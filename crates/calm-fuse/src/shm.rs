@@ -21,7 +21,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 use calm_locks::Range;
-use calm_meta::Handle;
+use calm_types::Handle;
 
 use crate::locks::LockForwarder;
 use crate::shared::lock;

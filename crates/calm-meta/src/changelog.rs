@@ -22,50 +22,10 @@ use calm_changelog::{
 };
 use calm_store::{ReadTxn, WriteTxn, decode_counter};
 
+use crate::Caller;
 use crate::error::MetaError;
 use crate::layout::*;
 use crate::ops::{Failure, Outcome};
-
-/// Who asks for an operation: its session, uid and gid are recorded in its changelog record,
-/// and uid, gid and supplementary groups decide what it may do (`crate::perm`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Caller {
-    /// The client session (0: none).
-    pub session: u64,
-    pub uid: u32,
-    pub gid: u32,
-    pub groups: Groups,
-}
-
-/// A caller's supplementary groups: sorted, without repeats; cheap to clone.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Groups(std::sync::Arc<[u32]>);
-
-impl Groups {
-    pub fn new(mut groups: Vec<u32>) -> Groups {
-        groups.sort_unstable();
-        groups.dedup();
-        Groups(groups.into())
-    }
-
-    pub fn contains(&self, gid: u32) -> bool {
-        self.0.binary_search(&gid).is_ok()
-    }
-
-    pub fn as_slice(&self) -> &[u32] {
-        &self.0
-    }
-
-    /// The `Groups:` line of a `/proc/PID/status` text (None when there is none).
-    pub fn from_proc_status(status: &str) -> Option<Groups> {
-        let line = status.lines().find(|l| l.starts_with("Groups:"))?;
-        let groups: Option<Vec<u32>> = line["Groups:".len()..]
-            .split_whitespace()
-            .map(|g| g.parse().ok())
-            .collect();
-        Some(Groups::new(groups?))
-    }
-}
 
 /// Most records one purge step deletes (one step rides along each group commit, or runs
 /// alone when the committer is idle).

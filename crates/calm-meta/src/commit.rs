@@ -16,8 +16,9 @@ use calm_changelog::ChangelogConfig;
 use calm_store::{Store, WriteTxn};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::Caller;
 use crate::alloc::HandleAllocator;
-use crate::changelog::{Caller, ClState};
+use crate::changelog::ClState;
 use crate::error::MetaError;
 use crate::ops::{self, Ctx, Done, Failure, Op};
 

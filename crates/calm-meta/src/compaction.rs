@@ -23,13 +23,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::slices::{CHUNK_SLICES_MAX, Slice, is_inline};
+use crate::slices::{Slice, is_inline};
 
 /// Records in one chunk past which a write asks for the chunk to be compacted.
 pub const CHUNK_SLICES_COMPACT: usize = 32;
-/// Records in one chunk from which a merge is made whatever it costs: the most a chunk keeps
-/// once compaction has caught up.
-pub const CHUNK_SLICES_COMPACT_ALWAYS: usize = 1024;
+pub use crate::slices::CHUNK_SLICES_COMPACT_ALWAYS;
 /// A merge writes at most this many bytes per byte of the newer records it folds in…
 pub const COMPACT_WRITE_FACTOR: u64 = 8;
 /// …plus this many: a file of up to this size is compacted whenever it passes
@@ -37,8 +35,6 @@ pub const COMPACT_WRITE_FACTOR: u64 = 8;
 pub const COMPACT_WRITE_FREE_BYTES: u64 = 1 << 20;
 
 const _: () = assert!(CHUNK_SLICES_COMPACT < CHUNK_SLICES_COMPACT_ALWAYS);
-// Writers keep adding records while a chunk is compacted: room for them below the hard limit.
-const _: () = assert!(CHUNK_SLICES_COMPACT_ALWAYS * 2 <= CHUNK_SLICES_MAX);
 
 /// What a compaction does with the records it read.
 #[derive(Debug, Clone, PartialEq, Eq)]

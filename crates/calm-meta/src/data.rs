@@ -10,25 +10,13 @@ use calm_store::{ReadTxn, Store};
 use crate::error::{MetaError, Result};
 use crate::layout::*;
 use crate::ops::{self, Done, Op};
-use crate::slices::{Slice, decode_chunk};
+use crate::slices::{FileMap, Slice, decode_chunk};
 use crate::types::{Attr, Handle, Kind};
 use crate::{Caller, Meta};
 
 /// Most slice records one [`Meta::read_map`] returns (about 1.5 MiB); a larger map is read in
 /// several calls.
 pub const MAP_RECORDS_MAX: usize = 65_536;
-
-/// A file's slice map (or the part of it one call returns), read on one snapshot.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileMap {
-    pub attr: Attr,
-    /// `(chunk index, records)` in chunk order; chunks with no record are absent.
-    pub chunks: Vec<(u64, Vec<Slice>)>,
-    /// The map goes on past the last chunk returned: ask again from the next one.
-    pub more: bool,
-    /// The bytes of the inline slices the records name (`crate::slices::INLINE`), by id.
-    pub inline: Vec<(u64, Vec<u8>)>,
-}
 
 /// One chunk as a compaction reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use calm_store::Store;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::changelog::Caller;
+use crate::Caller;
 use crate::commit::{self, now_ns};
 use crate::ops::Op;
 use crate::requests;

@@ -19,7 +19,6 @@ pub mod commit;
 pub mod compaction;
 pub mod data;
 pub(crate) mod data_ops;
-pub mod error;
 pub mod fsck;
 mod housekeeping;
 pub mod layout;
@@ -29,8 +28,6 @@ pub mod orphans;
 pub mod perm;
 pub mod place;
 pub mod requests;
-pub mod slices;
-pub mod types;
 pub mod upgrade;
 
 use std::ops::ControlFlow;
@@ -41,13 +38,14 @@ use calm_changelog::{Mask, Record, User, UserId};
 use calm_store::{ReadTxn, Store, WriteTxn, decode_counter};
 use tokio::sync::{mpsc, oneshot};
 
-pub use crate::changelog::{Caller, Groups};
 pub use crate::commit::{CommitStats, FOLLOWERS_WAITING_MAX, MetaOptions, SHARED_BATCH_OPS_MAX};
-pub use crate::data::{FileMap, Garbage, MAP_RECORDS_MAX};
+pub use crate::data::{Garbage, MAP_RECORDS_MAX};
 pub use crate::error::{MetaError, Result};
 use crate::layout::*;
 use crate::ops::{Done, Op};
 pub use crate::types::*;
+pub use calm_types::FileMap;
+pub use calm_types::{Caller, Groups, attr as types, error, slices};
 
 /// The namespace, open on a store. Cheap to share behind an `Arc`; every method takes `&self`.
 pub struct Meta<S: Store> {

@@ -18,8 +18,9 @@ use calm_changelog::{Mask, RecordType, User, UserId, flags as cl_flags};
 
 use crate::slices::Slice;
 
+use crate::Caller;
 use crate::alloc::HandleAllocator;
-use crate::changelog::{Caller, ClState};
+use crate::changelog::ClState;
 use crate::error::MetaError;
 use crate::layout::{
     Dentry, Inode, KEY_FILE_BYTES, KEY_INODES, NameHash, chunk_key, chunk_range, inode_key,

@@ -8,7 +8,7 @@
 //! Root squash and trusted mounts are decided before a [`Caller`] exists: here uid 0 is the
 //! superuser, whoever it is.
 
-use crate::changelog::Caller;
+use crate::Caller;
 use crate::error::MetaError;
 use crate::types::{Kind, SetAttr, SetTime};
 
@@ -22,9 +22,7 @@ pub const MAY_READ: u32 = 4;
 pub const MAY_WRITE: u32 = 2;
 pub const MAY_EXEC: u32 = 1;
 
-/// Supplementary groups a caller may name; more is refused (the server would otherwise
-/// decide on a truncated list, and a group can deny what "other" allows).
-pub const GROUPS_MAX: usize = 1024;
+pub use calm_types::GROUPS_MAX;
 
 /// Whether the checks run. Only `calm bench mdtest --check-cost` turns them off, to measure
 /// what they cost beside the same operations with them; nothing a server runs touches it.
@@ -54,20 +52,9 @@ pub struct Owner {
     pub gid: u32,
 }
 
-impl Caller {
-    /// The superuser: uid 0 (a squashed root arrives here as another uid).
-    pub fn is_root(&self) -> bool {
-        self.uid == 0
-    }
-
-    /// Whether `gid` is the caller's group or one of its supplementary groups.
-    pub fn in_group(&self, gid: u32) -> bool {
-        self.gid == gid || self.groups.contains(gid)
-    }
-
-    fn owns(&self, inode: &Owner) -> bool {
-        self.uid == inode.uid
-    }
+/// Whether the caller owns the inode.
+fn owns(caller: &Caller, inode: &Owner) -> bool {
+    caller.uid == inode.uid
 }
 
 fn denied(what: &str) -> MetaError {
@@ -92,7 +79,7 @@ pub fn permission(caller: &Caller, inode: &Owner, mask: u32) -> Result<(), MetaE
         }
         return Err(denied("no one may execute this file"));
     }
-    let bits = if caller.owns(inode) {
+    let bits = if owns(caller, inode) {
         inode.mode >> 6
     } else if caller.in_group(inode.gid) {
         inode.mode >> 3
@@ -124,8 +111,8 @@ pub fn may_delete(caller: &Caller, dir: &Owner, victim: &Owner) -> Result<(), Me
     if dir.mode & S_ISVTX != 0
         && checks()
         && !caller.is_root()
-        && !caller.owns(dir)
-        && !caller.owns(victim)
+        && !owns(caller, dir)
+        && !owns(caller, victim)
     {
         return Err(not_permitted(
             "a sticky directory: only the owner removes a name",
@@ -138,7 +125,7 @@ pub fn may_delete(caller: &Caller, dir: &Owner, victim: &Owner) -> Result<(), Me
 /// owner (or the superuser) may link only a regular file, not setuid, not setgid-executable,
 /// that they may read and write.
 pub fn may_link(caller: &Caller, target: &Owner) -> Result<(), MetaError> {
-    if caller.is_root() || caller.owns(target) {
+    if caller.is_root() || owns(caller, target) {
         return Ok(());
     }
     let safe = target.kind == Kind::File
@@ -205,7 +192,7 @@ fn kill_priv(mode: u32) -> u32 {
 /// whatever the bits, as NFS servers allow: a process that opened its file for writing keeps
 /// writing after a chmod, and the server cannot see the open.
 pub fn may_write_contents(caller: &Caller, inode: &Owner) -> Result<(), MetaError> {
-    if caller.owns(inode) {
+    if owns(caller, inode) {
         return Ok(());
     }
     permission(caller, inode, MAY_WRITE)
@@ -213,7 +200,7 @@ pub fn may_write_contents(caller: &Caller, inode: &Owner) -> Result<(), MetaErro
 
 /// Reading contents: read permission, with the owner override of [`may_write_contents`].
 pub fn may_read_contents(caller: &Caller, inode: &Owner) -> Result<(), MetaError> {
-    if caller.owns(inode) {
+    if owns(caller, inode) {
         return Ok(());
     }
     permission(caller, inode, MAY_READ)
@@ -224,7 +211,7 @@ pub fn may_read_contents(caller: &Caller, inode: &Owner) -> Result<(), MetaError
 /// a chown or a truncate takes away).
 pub fn setattr(caller: &Caller, inode: &Owner, change: &SetAttr) -> Result<u32, MetaError> {
     let root = caller.is_root();
-    let owner = caller.owns(inode);
+    let owner = owns(caller, inode);
     let new_uid = change.uid.unwrap_or(inode.uid);
     let new_gid = change.gid.unwrap_or(inode.gid);
     if new_uid != inode.uid && !root {
@@ -314,7 +301,7 @@ pub fn may_set_xattr(caller: &Caller, inode: &Owner, name: &[u8]) -> Result<(), 
             if inode.kind == Kind::Dir
                 && inode.mode & S_ISVTX != 0
                 && !caller.is_root()
-                && !caller.owns(inode)
+                && !owns(caller, inode)
             {
                 return Err(not_permitted(
                     "user. xattrs of someone else's sticky directory",
@@ -349,7 +336,7 @@ pub fn lists_xattr(caller: &Caller, name: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::changelog::Groups;
+    use crate::Groups;
 
     fn who(uid: u32, gid: u32, groups: &[u32]) -> Caller {
         Caller {

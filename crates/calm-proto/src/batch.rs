@@ -133,7 +133,7 @@ pub fn response_of<T: Replied>(reply: pb::CallReply) -> Result<Response<T>, Stat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use calm_meta::MetaError;
+    use calm_types::MetaError;
 
     #[test]
     fn a_reply_and_its_index_come_back_as_they_went() {

@@ -2,7 +2,7 @@
 
 use calm_changelog::record::RenameFrom;
 use calm_changelog::{Mask, Record, RecordType, User};
-use calm_meta::MetaError;
+use calm_types::MetaError;
 
 use crate::pb;
 
@@ -11,7 +11,7 @@ pub const SESSION_KEY: &str = "calm-session";
 pub const UID_KEY: &str = "calm-uid";
 pub const GID_KEY: &str = "calm-gid";
 /// The caller's supplementary groups, decimal, comma-separated (at most
-/// `calm_meta::perm::GROUPS_MAX`).
+/// `calm_types::GROUPS_MAX`).
 pub const GROUPS_KEY: &str = "calm-groups";
 
 /// Longest a follow read may wait, in ms.

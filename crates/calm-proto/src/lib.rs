@@ -5,7 +5,7 @@
 //!
 //! It knows no sockets and no store: both sides (calm-server, calm-client) do their own I/O.
 
-use calm_meta::{Attr, DirEntry, Kind, MetaError, NewNode, SetAttr, SetTime};
+use calm_types::{Attr, DirEntry, Kind, MetaError, NewNode, SetAttr, SetTime};
 
 pub mod batch;
 pub mod changelog;
@@ -222,7 +222,7 @@ pub fn setattr_from_wire(r: &pb::SetAttrRequest) -> SetAttr {
 }
 
 /// A slice record on the wire.
-pub fn slice_to_wire(chunk: u64, s: &calm_meta::slices::Slice) -> pb::SliceRecord {
+pub fn slice_to_wire(chunk: u64, s: &calm_types::slices::Slice) -> pb::SliceRecord {
     pb::SliceRecord {
         chunk,
         id: s.id,
@@ -234,10 +234,10 @@ pub fn slice_to_wire(chunk: u64, s: &calm_meta::slices::Slice) -> pb::SliceRecor
 }
 
 /// A slice record from the wire (checked by the namespace when it is applied).
-pub fn slice_from_wire(r: &pb::SliceRecord) -> (u64, calm_meta::slices::Slice) {
+pub fn slice_from_wire(r: &pb::SliceRecord) -> (u64, calm_types::slices::Slice) {
     (
         r.chunk,
-        calm_meta::slices::Slice {
+        calm_types::slices::Slice {
             id: r.id,
             size: r.size,
             off: r.off,
@@ -253,7 +253,7 @@ mod tests {
 
     #[test]
     fn every_error_survives_the_wire() {
-        for (code, errno, name) in calm_meta::error::CODES {
+        for (code, errno, name) in calm_types::error::CODES {
             let error = MetaError::from_code(*code, "some detail").unwrap();
             let back = error_from_status(&status_from_error(&error));
             assert_eq!(back, error, "{name}");

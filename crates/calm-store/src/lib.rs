@@ -71,6 +71,20 @@ pub enum StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// What a namespace operation answers when its store failed: no room, a poisoned store
+/// (read-only until reopened), a request past the seam's limits, or I/O.
+impl From<StoreError> for calm_types::MetaError {
+    fn from(error: StoreError) -> Self {
+        use calm_types::MetaError;
+        match error {
+            StoreError::Full(d) => MetaError::NoSpace(d),
+            StoreError::Poisoned => MetaError::ReadOnly(error.to_string()),
+            StoreError::Limit(d) => MetaError::Invalid(d),
+            other => MetaError::Io(other.to_string()),
+        }
+    }
+}
+
 /// What [`ReadTxn::visit`] calls for each pair; `Break` stops the visit.
 pub type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> ControlFlow<()> + 'a;
 

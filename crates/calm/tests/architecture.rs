@@ -1,6 +1,8 @@
 //! The dependency rules of ARCHITECTURE.md, enforced: the store seam knows no async runtime
 //! and no wire; the namespace knows no wire, no server, no CLI; the wire, the client and the
-//! server link no store backend (only the binary and the benchmarks choose LMDB).
+//! server link no store backend (only the binary and the benchmarks choose LMDB); the
+//! vocabulary links no calm crate, and the edges (data plane, mount, client, wire) link no
+//! namespace engine.
 
 use std::process::Command;
 
@@ -58,6 +60,34 @@ fn the_changelog_core_depends_on_nothing() {
 #[test]
 fn the_watch_fan_out_depends_on_nothing() {
     assert_dependency_free("calm-watch");
+}
+
+/// The vocabulary every crate speaks links no other calm crate: only its error derive.
+#[test]
+fn the_vocabulary_depends_on_no_calm_crate() {
+    let tree = dependencies_of("calm-types");
+    let calm: Vec<&str> = tree
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| name.starts_with("calm-") && *name != "calm-types")
+        .collect();
+    assert!(
+        calm.is_empty(),
+        "calm-types must not depend on {calm:?}:\n{tree}"
+    );
+    assert_absent("calm-types", &["tokio", "libc", "heed", "prost", "tonic"]);
+}
+
+/// The data plane, the mount, the client and the wire speak the vocabulary, not the engine:
+/// none links the namespace, a metadata store or the group committer.
+#[test]
+fn the_edges_link_no_namespace_engine_and_no_store() {
+    for krate in ["calm-data", "calm-fuse", "calm-client", "calm-proto"] {
+        assert_absent(
+            krate,
+            &["calm-meta", "calm-store", "calm-store-etcd", "heed"],
+        );
+    }
 }
 
 #[test]

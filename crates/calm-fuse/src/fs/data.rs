@@ -97,7 +97,7 @@ impl CalmFs {
         if !file.is_file {
             return reply.error(Errno::EISDIR);
         }
-        if offset.saturating_add(data.len() as u64) > calm_meta::FILE_SIZE_MAX {
+        if offset.saturating_add(data.len() as u64) > calm_types::FILE_SIZE_MAX {
             return reply.error(Errno::EFBIG);
         }
         if !file.append {
@@ -262,7 +262,7 @@ impl CalmFs {
             }
             let end = offset
                 .checked_add(length)
-                .filter(|e| *e <= calm_meta::FILE_SIZE_MAX)
+                .filter(|e| *e <= calm_types::FILE_SIZE_MAX)
                 .ok_or(Errno::EFBIG)?;
             if length == 0 {
                 return Err(Errno::EINVAL);
@@ -275,10 +275,10 @@ impl CalmFs {
                 m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => {
                     let size = client.getattr(ino.0).await.map_err(|e| errno(&e))?.size;
                     let holes: Vec<_> =
-                        calm_meta::slices::split(offset, end.min(size).saturating_sub(offset))
+                        calm_types::slices::split(offset, end.min(size).saturating_sub(offset))
                             .into_iter()
                             .map(|(chunk, pos, len)| {
-                                (chunk, calm_meta::slices::Slice::hole(pos, len))
+                                (chunk, calm_types::slices::Slice::hole(pos, len))
                             })
                             .collect();
                     client.write(ino.0, &holes, 0, Vec::new()).await

@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::attr::Attr;
 use crate::error::{MetaError, Result};
 
 /// Bytes of a file one chunk holds. A slice never crosses a chunk's end.
@@ -21,9 +22,14 @@ pub const BLOCK_BYTES: u64 = 4 << 20;
 /// Bytes of one encoded slice record.
 pub const SLICE_RECORD_BYTES: usize = 24;
 /// Most records one chunk may hold: a write that would go past it is refused as busy, and the
-/// server has the chunk compacted before it tries the write again (`crate::compaction` keeps
+/// server has the chunk compacted before it tries the write again (the namespace's compaction keeps
 /// chunks far below it).
 pub const CHUNK_SLICES_MAX: usize = 4096;
+/// Records in one chunk from which the namespace compacts it whatever the merge costs: the
+/// most a chunk keeps once compaction has caught up.
+pub const CHUNK_SLICES_COMPACT_ALWAYS: usize = 1024;
+// Writers keep adding records while a chunk is compacted: room for them below the hard limit.
+const _: () = assert!(CHUNK_SLICES_COMPACT_ALWAYS * 2 <= CHUNK_SLICES_MAX);
 /// Most slice ids handed out by one allocation.
 pub const SLICE_IDS_PER_ALLOC_MAX: u64 = 1 << 20;
 
@@ -44,7 +50,7 @@ pub const INLINE_WRITE_BYTES_MAX: u64 = 64 << 10;
 /// Inline slices of writes and compactions lie in a file's first chunk only (none reaches
 /// past this). An append's inline slice may lie in any chunk: the compactor moves the inline
 /// bytes of a chunk the file's end has left into an object
-/// (`crate::compaction::plan_flush`).
+/// (the namespace's compaction).
 pub const INLINE_FILE_BYTES_MAX: u64 = CHUNK_BYTES;
 /// Most bytes the inline slices of one chunk may hold together, so that a page of a file's
 /// map with its inline bytes stays a small message. A write past it places objects.
@@ -165,6 +171,18 @@ pub fn decode_chunk(value: &[u8]) -> Result<Vec<Slice>> {
         .chunks_exact(SLICE_RECORD_BYTES)
         .map(Slice::decode)
         .collect())
+}
+
+/// A file's slice map (or the part of it one call returns), read on one snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileMap {
+    pub attr: Attr,
+    /// `(chunk index, records)` in chunk order; chunks with no record are absent.
+    pub chunks: Vec<(u64, Vec<Slice>)>,
+    /// The map goes on past the last chunk returned: ask again from the next one.
+    pub more: bool,
+    /// The bytes of the inline slices the records name ([`INLINE`](crate::slices::INLINE)), by id.
+    pub inline: Vec<(u64, Vec<u8>)>,
 }
 
 /// Where the bytes of a piece come from.

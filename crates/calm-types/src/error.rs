@@ -2,8 +2,6 @@
 //! POSIX errno, so a FUSE adapter or a remote client can hand the caller exactly what Linux
 //! would. Codes are part of the protocol: never renumber, only add.
 
-use calm_store::StoreError;
-
 /// What a namespace operation can fail with. Expected conditions only: a broken invariant is
 /// an assertion, not a variant.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,7 +49,7 @@ pub enum MetaError {
     Access(String),
     #[error("not supported: {0}")]
     NotSupported(String),
-    /// The two names are on different metadata clusters (`crate::place`): a rename or a link
+    /// The two names are on different metadata clusters (one namespace over several): a rename or a link
     /// between them is refused, as between two file systems.
     #[error("invalid cross-device link: {0}")]
     CrossDevice(String),
@@ -168,17 +166,6 @@ impl MetaError {
             22 => MetaError::CrossDevice(d),
             _ => return None,
         })
-    }
-}
-
-impl From<StoreError> for MetaError {
-    fn from(error: StoreError) -> Self {
-        match error {
-            StoreError::Full(d) => MetaError::NoSpace(d),
-            StoreError::Poisoned => MetaError::ReadOnly(error.to_string()),
-            StoreError::Limit(d) => MetaError::Invalid(d),
-            other => MetaError::Io(other.to_string()),
-        }
     }
 }
 

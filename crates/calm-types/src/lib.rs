@@ -1,0 +1,18 @@
+//! The words every part of calm speaks: inode handles, kinds and attributes and their
+//! changes, the namespace's errors with their stable codes, the caller's identity, a file's
+//! slice records and request ids.
+//!
+//! No I/O and no other calm crate: the data plane, the mount, the client and the wire use
+//! these without linking the namespace engine or a metadata store.
+
+pub mod attr;
+pub mod caller;
+pub mod error;
+pub mod request;
+pub mod slices;
+
+pub use crate::attr::*;
+pub use crate::caller::{Caller, GROUPS_MAX, Groups};
+pub use crate::error::{CODES, MetaError, Result};
+pub use crate::request::RequestId;
+pub use crate::slices::FileMap;
