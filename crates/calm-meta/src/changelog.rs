@@ -25,7 +25,7 @@ use calm_store::{ReadTxn, WriteTxn, decode_counter};
 use crate::Caller;
 use crate::error::MetaError;
 use crate::layout::*;
-use crate::ops::{Failure, Outcome};
+use crate::outcome::{Failure, Outcome};
 
 /// Most records one purge step deletes (one step rides along each group commit, or runs
 /// alone when the committer is idle).

@@ -19,7 +19,7 @@
 //!
 //! The plan replaces the records a compaction read, which are a prefix of the chunk when it
 //! commits: records added meanwhile stay on top, untouched, so a stream of writers never
-//! starves the compactor (see `crate::data_ops::compact`).
+//! starves the compactor (see `crate::ops::data::compact`).
 
 use std::collections::BTreeMap;
 

@@ -17,14 +17,14 @@ pub mod alloc;
 pub mod changelog;
 pub mod commit;
 pub mod compaction;
+pub(crate) mod ctx;
 pub mod data;
-pub(crate) mod data_ops;
 pub mod fsck;
 mod housekeeping;
 pub mod layout;
 pub mod links;
 pub mod ops;
-pub mod orphans;
+pub mod outcome;
 pub mod perm;
 pub mod place;
 pub mod requests;
@@ -564,7 +564,7 @@ impl<S: Store> Meta<S> {
     /// Every orphan (a file open on a mount after its last name went) with the session that
     /// keeps it (see [`orphans`]).
     pub fn orphans(&self) -> Result<Vec<(Handle, u64)>> {
-        self.blocking(|| orphans::list(&self.store.snapshot()?))
+        self.blocking(|| ops::orphans::list(&self.store.snapshot()?))
     }
 
     /// Destroys orphan `handle` whatever its session (which ended).

@@ -11,7 +11,7 @@
 use calm_store::{ReadTxn, WriteTxn};
 
 use crate::layout::{Inode, links_key, links_key_parent, links_range};
-use crate::ops::Outcome;
+use crate::outcome::Outcome;
 use crate::types::{Handle, Kind};
 
 fn count<R: ReadTxn + ?Sized>(view: &R, handle: Handle, parent: Handle) -> Outcome<u32> {

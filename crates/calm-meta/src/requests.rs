@@ -21,8 +21,9 @@ use std::ops::ControlFlow;
 
 use calm_store::{ReadTxn, WriteTxn};
 
+use crate::ctx::Ctx;
 use crate::layout::TAG_REQUEST;
-use crate::ops::{Ctx, Done, Outcome};
+use crate::outcome::{Done, Outcome};
 use crate::types::Handle;
 
 pub use calm_types::RequestId;

@@ -4,6 +4,8 @@
 //! vocabulary links no calm crate, and the edges (data plane, mount, client, wire) link no
 //! namespace engine.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn dependencies_of(krate: &str) -> String {
@@ -114,4 +116,295 @@ fn pure_crates_keep_their_dependencies_out() {
         ],
     );
     assert_absent("calm-meta", &["object_store", "calm-data", "reqwest"]);
+}
+
+/// The source files of every crate of the workspace: (crate directory name, path under its
+/// `src/`, text).
+fn workspace_sources() -> Vec<(String, PathBuf, String)> {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut out = Vec::new();
+    for krate in std::fs::read_dir(&crates).expect("read crates/") {
+        let krate = krate.expect("crate entry").path();
+        let src = krate.join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        let name = krate.file_name().unwrap().to_string_lossy().into_owned();
+        let mut stack = vec![src.clone()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).expect("read src/") {
+                let path = entry.expect("src entry").path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let text = std::fs::read_to_string(&path).expect("read source");
+                    out.push((
+                        name.clone(),
+                        path.strip_prefix(&src).unwrap().to_path_buf(),
+                        text,
+                    ));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A file's code without its unit tests (the `#[cfg(test)]` module at its end) and without
+/// comment lines (a doc link is not a dependency).
+fn code_of(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let end = (0..lines.len())
+        .find(|&i| {
+            lines[i].trim() == "#[cfg(test)]"
+                && lines
+                    .get(i + 1)
+                    .is_some_and(|l| l.trim_start().starts_with("mod "))
+        })
+        .unwrap_or(lines.len());
+    lines[..end]
+        .iter()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .copied()
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The module path of a source file (`ops/rename.rs` → `ops::rename`, `ops/mod.rs` → `ops`);
+/// empty for the crate root.
+fn module_of(path: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = path
+        .iter()
+        .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
+        .collect();
+    if parts.last().is_some_and(|l| l == "mod") {
+        parts.pop();
+    }
+    if parts.len() == 1 && (parts[0] == "lib" || parts[0] == "main") {
+        parts.clear();
+    }
+    parts
+}
+
+/// Every `prefix::a::b…` path in `code`, as its segments after the prefix.
+fn paths_after(code: &str, prefix: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find(prefix) {
+        let before = rest[..at].chars().next_back();
+        rest = &rest[at + prefix.len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        let mut segments = Vec::new();
+        let mut tail = rest;
+        loop {
+            let ident: String = tail
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if ident.is_empty() {
+                break;
+            }
+            tail = &tail[ident.len()..];
+            segments.push(ident);
+            match tail.strip_prefix("::") {
+                Some(t) => tail = t,
+                None => break,
+            }
+        }
+        // `crate::{a, b::c}`: each member of a group.
+        if segments.is_empty() && tail.starts_with('{') {
+            let group: String = tail[1..].chars().take_while(|c| *c != '}').collect();
+            for member in group.split(',') {
+                let first: String = member
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if !first.is_empty() {
+                    out.push(vec![first]);
+                }
+            }
+        } else if !segments.is_empty() {
+            out.push(segments);
+        }
+    }
+    out
+}
+
+/// The module-use graph of one crate: an edge from each module to every other module whose
+/// items its code names (`crate::…`, `super::…`, `self::…`, or a child module by name). The
+/// crate root is left out: it declares the modules and re-exports their items.
+fn module_graph(files: &[(PathBuf, String)]) -> BTreeMap<String, BTreeSet<String>> {
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|(p, _)| module_of(p)).collect();
+    // The longest module that is a prefix of `path`.
+    let resolve = |path: &[String]| -> Option<Vec<String>> {
+        (1..=path.len())
+            .rev()
+            .map(|n| path[..n].to_vec())
+            .find(|p| modules.contains(p))
+    };
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (path, text) in files {
+        let from = module_of(path);
+        if from.is_empty() {
+            continue;
+        }
+        let code = code_of(text);
+        let mut targets = Vec::new();
+        for p in paths_after(&code, "crate::") {
+            targets.extend(resolve(&p));
+        }
+        let parent = &from[..from.len() - 1];
+        for p in paths_after(&code, "super::") {
+            let mut full = parent.to_vec();
+            full.extend(p);
+            targets.extend(resolve(&full).or(Some(parent.to_vec())));
+        }
+        for p in paths_after(&code, "self::") {
+            let mut full = from.clone();
+            full.extend(p);
+            targets.extend(resolve(&full));
+        }
+        for child in modules.iter().filter(|m| m.len() == from.len() + 1) {
+            if child[..from.len()] == from[..]
+                && !paths_after(&code, &format!("{}::", child[from.len()])).is_empty()
+            {
+                targets.push(child.clone());
+            }
+        }
+        let node = graph.entry(from.join("::")).or_default();
+        for target in targets {
+            if !target.is_empty() && target != from {
+                node.insert(target.join("::"));
+            }
+        }
+    }
+    graph
+}
+
+/// The strongly connected components of more than one module (Tarjan), each sorted.
+fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct State<'a> {
+        graph: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        out: Vec<Vec<String>>,
+    }
+    fn visit<'a>(s: &mut State<'a>, v: &'a str) {
+        let i = s.index.len();
+        s.index.insert(v, i);
+        s.low.insert(v, i);
+        s.stack.push(v);
+        s.on_stack.insert(v);
+        let graph = s.graph;
+        for w in graph.get(v).into_iter().flatten() {
+            let w = w.as_str();
+            if !s.index.contains_key(w) {
+                visit(s, w);
+                let low = s.low[v].min(s.low[w]);
+                s.low.insert(v, low);
+            } else if s.on_stack.contains(w) {
+                let low = s.low[v].min(s.index[w]);
+                s.low.insert(v, low);
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut component = Vec::new();
+            while let Some(w) = s.stack.pop() {
+                s.on_stack.remove(w);
+                component.push(w.to_string());
+                if w == v {
+                    break;
+                }
+            }
+            if component.len() > 1 {
+                component.sort();
+                s.out.push(component);
+            }
+        }
+    }
+    let mut s = State {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        out: Vec::new(),
+    };
+    for v in graph.keys() {
+        if !s.index.contains_key(v.as_str()) {
+            visit(&mut s, v);
+        }
+    }
+    s.out.sort();
+    s.out
+}
+
+/// Every module cycle of the workspace, as `crate: a, b, c`.
+fn workspace_cycles() -> Vec<String> {
+    let mut by_crate: BTreeMap<String, Vec<(PathBuf, String)>> = BTreeMap::new();
+    for (krate, path, text) in workspace_sources() {
+        by_crate.entry(krate).or_default().push((path, text));
+    }
+    let mut out = Vec::new();
+    for (krate, files) in &by_crate {
+        for cycle in cycles(&module_graph(files)) {
+            out.push(format!("{krate}: {}", cycle.join(", ")));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_cycle_finder_finds_a_cycle_and_passes_a_tree() {
+    let tree = [
+        ("lib.rs", "mod a; mod b; mod c;"),
+        ("a.rs", "use crate::b::X;\nuse crate::c::Y;"),
+        ("b.rs", "use crate::c::{Y, Z};\n// crate::a::W in a comment"),
+        (
+            "c.rs",
+            "pub struct Y;\n#[cfg(test)]\nmod tests {\n use crate::a::X;\n}",
+        ),
+    ];
+    let files = |set: &[(&str, &str)]| -> Vec<(PathBuf, String)> {
+        set.iter()
+            .map(|(p, t)| (PathBuf::from(p), t.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        cycles(&module_graph(&files(&tree))),
+        Vec::<Vec<String>>::new()
+    );
+    let circle = [
+        ("lib.rs", "mod ops;"),
+        ("ops/mod.rs", "mod rename;\npub fn f() { rename::g() }"),
+        ("ops/rename.rs", "use super::Ctx;"),
+        ("layout.rs", "fn h(_: crate::ops::Ctx) {}"),
+        ("perm.rs", "use crate::{layout, ops::rename};"),
+    ];
+    assert_eq!(
+        cycles(&module_graph(&files(&circle))),
+        vec![vec!["ops".to_string(), "ops::rename".to_string()]]
+    );
+}
+
+#[test]
+fn print_cycles() {
+    for c in workspace_cycles() {
+        println!("{c}");
+    }
+    let mut by_crate: BTreeMap<String, Vec<(PathBuf, String)>> = BTreeMap::new();
+    for (krate, path, text) in workspace_sources() {
+        by_crate.entry(krate).or_default().push((path, text));
+    }
+    for k in ["calm-fuse", "calm-meta", "calm-bench"] {
+        for (m, t) in module_graph(&by_crate[k]) {
+            println!("{k} {m} -> {t:?}");
+        }
+    }
 }

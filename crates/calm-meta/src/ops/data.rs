@@ -16,11 +16,12 @@ use std::ops::ControlFlow;
 use calm_changelog::RecordType;
 use calm_store::WriteTxn;
 
+use crate::ctx::Ctx;
 use crate::error::MetaError;
 use crate::layout::{
     KEY_SLICE_NEXT, chunk_key, chunk_range, gc_key, inline_key, key_chunk, ref_key,
 };
-use crate::ops::{Ctx, Done, Outcome};
+use crate::outcome::{Done, Outcome};
 use crate::slices::{
     CHUNK_BYTES, CHUNK_SLICES_MAX, HOLE, INLINE, INLINE_CHUNK_BYTES_MAX, INLINE_FILE_BYTES_MAX,
     INLINE_SLICE_BYTES_MAX, INLINE_WRITE_BYTES_MAX, SLICE_IDS_PER_ALLOC_MAX, Slice, decode_chunk,
@@ -141,7 +142,7 @@ fn written<T: WriteTxn>(
     end: u64,
 ) -> Outcome<Done> {
     inode.mode = crate::perm::after_write(&ctx.caller, inode.kind, inode.mode);
-    crate::ops::kill_capability(ctx, inode.handle)?;
+    crate::ctx::kill_capability(ctx, inode.handle)?;
     if end > inode.size {
         ctx.file_bytes_delta += (end - inode.size) as i64;
         inode.size = end;
@@ -150,7 +151,7 @@ fn written<T: WriteTxn>(
     inode.ctime_ns = ctx.now;
     let attr = inode.attr();
     let (handle, generation) = (inode.handle, inode.generation);
-    let parent = crate::ops::record_parent(&inode);
+    let parent = crate::ctx::record_parent(&inode);
     ctx.store(inode);
     ctx.record(RecordType::Mtime, 0, handle, generation, parent, b"", None)?;
     Ok(Done::Attr(attr))

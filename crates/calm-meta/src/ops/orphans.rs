@@ -13,9 +13,11 @@
 
 use calm_store::{ReadTxn, WriteTxn};
 
+use super::remove::destroy;
+use crate::ctx::Ctx;
 use crate::error::{MetaError, Result};
-use crate::layout::{Inode, ORPHAN_END, TAG_ORPHAN, key_handle, orphan_key};
-use crate::ops::{Ctx, Done, Outcome, destroy};
+use crate::layout::{ORPHAN_END, TAG_ORPHAN, key_handle, orphan_key};
+use crate::outcome::{Done, Outcome};
 use crate::types::Handle;
 
 /// Orphans one claim may name.
@@ -25,21 +27,6 @@ fn decode_session(value: &[u8]) -> Result<u64> {
     Ok(u64::from_le_bytes(value.try_into().map_err(|_| {
         MetaError::Corrupt(format!("an orphan record of {} bytes", value.len()))
     })?))
-}
-
-/// Keeps `inode` (no name left, `nlink` 0) as an orphan of the caller's session.
-pub(crate) fn keep<T: WriteTxn>(ctx: &mut Ctx<'_, T>, mut inode: Inode) -> Outcome<Option<Handle>> {
-    let session = ctx.caller.session;
-    if session == 0 {
-        // No session to end it: nothing would ever release it.
-        crate::ops::destroy(ctx, &inode)?;
-        return Ok(None);
-    }
-    let handle = inode.handle;
-    inode.ctime_ns = ctx.now;
-    ctx.store(inode);
-    ctx.txn.put(&orphan_key(handle), &session.to_le_bytes())?;
-    Ok(Some(handle))
 }
 
 /// Destroys orphan `handle` if it is the caller's session's (or, with `any_session`, whoever's).

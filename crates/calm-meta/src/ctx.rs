@@ -1,0 +1,301 @@
+//! What the mutations of one group commit work with ([`Ctx`]: the transaction, the allocator,
+//! the changelog, the caller, and an overlay of the inodes the group touched), and the reads
+//! and writes of inodes, entries and xattrs every family of operations shares.
+
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+
+use calm_store::{ReadTxn, WriteTxn};
+
+use calm_changelog::RecordType;
+use calm_changelog::record::{RecordRef, RenameRef};
+
+use crate::Caller;
+use crate::alloc::HandleAllocator;
+use crate::changelog::ClState;
+use crate::error::MetaError;
+use crate::layout::{Dentry, Inode, KEY_FILE_BYTES, KEY_INODES, NameHash, inode_key, xattr_range};
+use crate::outcome::Outcome;
+use crate::types::*;
+
+/// What the mutations of one group commit work with: the transaction, the allocator, the
+/// group's `now`, and an overlay of the inodes the group touched. Each inode is read from the
+/// store at most once and written at most once per group (a directory receiving a thousand
+/// creates in one group is rewritten once), and the counters are summed and written once.
+#[allow(missing_debug_implementations)] // holds a transaction, which has nothing to show
+pub struct Ctx<'a, T> {
+    pub txn: &'a mut T,
+    pub alloc: &'a mut HandleAllocator,
+    /// The commit's time, in ns since the epoch.
+    pub now: i64,
+    /// Generation given to inodes created now.
+    pub generation: u64,
+    /// The changelog's state: readers, indices.
+    pub cl: &'a mut ClState,
+    /// Who asks for the operation being applied.
+    pub caller: Caller,
+    /// Where names are kept.
+    pub names: NameHash,
+    /// Inodes read or changed by this group; `None` = removed.
+    inodes: HashMap<Handle, Cached>,
+    pub(crate) inode_delta: i64,
+    pub(crate) file_bytes_delta: i64,
+}
+
+struct Cached {
+    inode: Option<Inode>,
+    dirty: bool,
+}
+
+impl<'a, T: WriteTxn> Ctx<'a, T> {
+    pub fn new(
+        txn: &'a mut T,
+        alloc: &'a mut HandleAllocator,
+        cl: &'a mut ClState,
+        now: i64,
+        generation: u64,
+        names: NameHash,
+    ) -> Self {
+        Self {
+            txn,
+            alloc,
+            now,
+            generation,
+            cl,
+            caller: Caller::default(),
+            names,
+            inodes: HashMap::new(),
+            inode_delta: 0,
+            file_bytes_delta: 0,
+        }
+    }
+
+    /// The inode `handle` as this group sees it.
+    pub(crate) fn load(&mut self, handle: Handle) -> Outcome<Inode> {
+        if let Some(cached) = self.inodes.get(&handle) {
+            return cached
+                .inode
+                .clone()
+                .ok_or_else(|| MetaError::NotFound.into());
+        }
+        let inode = load(self.txn, handle)?;
+        self.inodes.insert(
+            handle,
+            Cached {
+                inode: Some(inode.clone()),
+                dirty: false,
+            },
+        );
+        Ok(inode)
+    }
+
+    pub(crate) fn load_dir(&mut self, handle: Handle) -> Outcome<Inode> {
+        let inode = self.load(handle)?;
+        if inode.kind != Kind::Dir {
+            return Err(MetaError::NotDir.into());
+        }
+        Ok(inode)
+    }
+
+    /// The attributes of `handle` as the group has them so far, if the group read it.
+    pub(crate) fn cached_attr(&self, handle: Handle) -> Option<Attr> {
+        self.inodes.get(&handle)?.inode.as_ref().map(Inode::attr)
+    }
+
+    pub(crate) fn store(&mut self, inode: Inode) {
+        self.inodes.insert(
+            inode.handle,
+            Cached {
+                inode: Some(inode),
+                dirty: true,
+            },
+        );
+    }
+
+    /// Removes inode `handle` (the caller deletes its xattrs and chunks), counting it gone.
+    pub(crate) fn remove(&mut self, handle: Handle) {
+        self.inodes.insert(
+            handle,
+            Cached {
+                inode: None,
+                dirty: true,
+            },
+        );
+        self.inode_delta -= 1;
+    }
+
+    /// Appends a changelog record of the operation being applied (if some reader wants its
+    /// type), in the group's transaction.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn record(
+        &mut self,
+        kind: RecordType,
+        flags: u16,
+        target: Handle,
+        generation: u64,
+        parent: Handle,
+        name: &[u8],
+        rename: Option<RenameRef<'_>>,
+    ) -> Outcome<()> {
+        let record = RecordRef {
+            kind,
+            flags,
+            time_ns: self.now,
+            target,
+            generation,
+            parent,
+            name,
+            session: self.caller.session,
+            uid: self.caller.uid,
+            gid: self.caller.gid,
+            rename,
+        };
+        self.cl.append(self.txn, record)
+    }
+
+    /// Writes what the group changed: every dirty inode once, the counters once.
+    pub fn flush(self) -> Outcome<()> {
+        for (handle, cached) in self.inodes {
+            match cached {
+                Cached { dirty: false, .. } => {}
+                Cached {
+                    inode: Some(inode), ..
+                } => put_inode(self.txn, &inode)?,
+                Cached { inode: None, .. } => {
+                    self.txn.delete(&inode_key(handle))?;
+                }
+            }
+        }
+        if self.inode_delta != 0 {
+            self.txn.add(KEY_INODES, self.inode_delta)?;
+        }
+        if self.file_bytes_delta != 0 {
+            self.txn.add(KEY_FILE_BYTES, self.file_bytes_delta)?;
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn is_dot(name: &[u8]) -> bool {
+    name == b"." || name == b".."
+}
+
+/// Checks a name for a directory entry (not "." or "..", which each caller treats itself).
+pub fn check_name(name: &[u8]) -> Result<(), MetaError> {
+    if name.is_empty() {
+        return Err(MetaError::NotFound);
+    }
+    if name.len() > NAME_LEN_MAX {
+        return Err(MetaError::NameTooLong);
+    }
+    if name.iter().any(|b| *b == b'/' || *b == 0) {
+        return Err(MetaError::Invalid(
+            "a name may not contain '/' or NUL".into(),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_xattr_name(name: &[u8]) -> Result<(), MetaError> {
+    if name.is_empty() || name.len() > XATTR_NAME_LEN_MAX || name.contains(&0) {
+        return Err(MetaError::Range);
+    }
+    Ok(())
+}
+
+pub fn load<R: ReadTxn + ?Sized>(view: &R, handle: Handle) -> Outcome<Inode> {
+    match view.get(&inode_key(handle))? {
+        Some(bytes) => Ok(Inode::decode(handle, &bytes)?),
+        None => Err(MetaError::NotFound.into()),
+    }
+}
+
+pub fn load_dir<R: ReadTxn + ?Sized>(view: &R, handle: Handle) -> Outcome<Inode> {
+    let inode = load(view, handle)?;
+    if inode.kind != Kind::Dir {
+        return Err(MetaError::NotDir.into());
+    }
+    Ok(inode)
+}
+
+pub fn get_dentry<R: ReadTxn + ?Sized>(
+    view: &R,
+    names: &NameHash,
+    parent: Handle,
+    name: &[u8],
+) -> Outcome<Option<Dentry>> {
+    match view.get(&names.entry_key(parent, name))? {
+        Some(bytes) => Ok(Some(Dentry::decode(&bytes)?)),
+        None => Ok(None),
+    }
+}
+
+/// The names of every xattr of `handle`.
+pub fn xattr_names<R: ReadTxn + ?Sized>(view: &R, handle: Handle) -> Outcome<Vec<Vec<u8>>> {
+    let (start, end) = xattr_range(handle);
+    let mut names = Vec::new();
+    view.visit(&start, &end, &mut |key, _| {
+        names.push(key[9..].to_vec());
+        ControlFlow::Continue(())
+    })?;
+    Ok(names)
+}
+
+pub(crate) fn put_inode<T: WriteTxn>(txn: &mut T, inode: &Inode) -> Outcome<()> {
+    txn.put(&inode_key(inode.handle), &inode.encode())?;
+    Ok(())
+}
+
+pub(crate) fn add_entry<T: WriteTxn>(
+    txn: &mut T,
+    names: &NameHash,
+    dir: &mut Inode,
+    name: &[u8],
+    child: Handle,
+    kind: Kind,
+) -> Outcome<()> {
+    dir.entries += 1;
+    txn.put(
+        &names.entry_key(dir.handle, name),
+        &Dentry { child, kind }.encode(),
+    )?;
+    Ok(())
+}
+
+pub(crate) fn remove_entry<T: WriteTxn>(
+    txn: &mut T,
+    names: &NameHash,
+    dir: &mut Inode,
+    name: &[u8],
+) -> Outcome<()> {
+    txn.delete(&names.entry_key(dir.handle, name))?;
+    dir.entries -= 1;
+    Ok(())
+}
+
+pub(crate) fn touch(inode: &mut Inode, now: i64) {
+    inode.mtime_ns = now;
+    inode.ctime_ns = now;
+}
+
+/// The directory an attribute change's record names: one holding a name of the inode (with
+/// several, watchers find the others through `crate::links`); 0 for the root, an orphan, or a
+/// file made before format 4.
+pub(crate) fn record_parent(inode: &Inode) -> Handle {
+    if inode.handle == crate::ROOT {
+        0
+    } else {
+        inode.parent
+    }
+}
+
+/// The xattr holding a file's capabilities, which a write, truncate or chown takes away.
+pub(crate) const CAPABILITY_XATTR: &[u8] = b"security.capability";
+
+/// Drops `handle`'s file capabilities (the mount asks the kernel to leave this to the
+/// server: FUSE_HANDLE_KILLPRIV_V2, so that a write does not cost a getxattr round trip).
+pub(crate) fn kill_capability<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle) -> Outcome<()> {
+    ctx.txn
+        .delete(&crate::layout::xattr_key(handle, CAPABILITY_XATTR))?;
+    Ok(())
+}

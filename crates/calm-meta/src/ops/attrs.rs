@@ -1,0 +1,163 @@
+//! Attributes and extended attributes: setattr (mode, owner, size, times) and
+//! setxattr/removexattr, with their permission rules and changelog records.
+
+use calm_store::WriteTxn;
+
+use calm_changelog::RecordType;
+
+use crate::ctx::*;
+use crate::error::MetaError;
+use crate::layout::xattr_key;
+use crate::outcome::{Done, Outcome};
+use crate::types::*;
+
+/// One record per setattr, named after the weightiest change: a size change is TRUNC, an
+/// owner or mode change SATTR, then MTIME, ATIME, and CTIME for a change of ctime alone.
+pub(crate) fn setattr_record_type(attr: &SetAttr) -> RecordType {
+    if attr.size.is_some() {
+        RecordType::Trunc
+    } else if attr.mode.is_some() || attr.uid.is_some() || attr.gid.is_some() {
+        RecordType::Setattr
+    } else if attr.mtime.is_some() {
+        RecordType::Mtime
+    } else if attr.atime.is_some() {
+        RecordType::Atime
+    } else {
+        RecordType::Ctime
+    }
+}
+
+pub(crate) fn resolve(time: SetTime, now: i64) -> i64 {
+    match time {
+        SetTime::Now => now,
+        SetTime::At(ns) => ns,
+    }
+}
+
+pub(crate) fn setattr<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    handle: Handle,
+    attr: &SetAttr,
+) -> Outcome<Done> {
+    let mut inode = ctx.load(handle)?;
+    let mode = crate::perm::setattr(&ctx.caller, &inode.owner(), attr)?;
+    if let Some(size) = attr.size {
+        match inode.kind {
+            Kind::Dir => return Err(MetaError::IsDir.into()),
+            Kind::File => {}
+            _ => return Err(MetaError::Invalid("size of a non-regular file".into()).into()),
+        }
+        if size > FILE_SIZE_MAX {
+            return Err(MetaError::FileTooBig.into());
+        }
+    }
+
+    // A chown or a truncate of a file drops its file capabilities, as Linux's killpriv does.
+    let chowned =
+        attr.uid.is_some_and(|u| u != inode.uid) || attr.gid.is_some_and(|g| g != inode.gid);
+    let resized = attr.size.is_some_and(|s| s != inode.size);
+    if inode.kind == Kind::File && (chowned || resized) {
+        kill_capability(ctx, handle)?;
+    }
+    inode.mode = mode & MODE_PERMISSION_MASK;
+    if let Some(uid) = attr.uid {
+        inode.uid = uid;
+    }
+    if let Some(gid) = attr.gid {
+        inode.gid = gid;
+    }
+    if let Some(size) = attr.size
+        && size != inode.size
+    {
+        if size < inode.size {
+            crate::ops::data::truncate_chunks(ctx, handle, size)?;
+        }
+        ctx.file_bytes_delta += size as i64 - inode.size as i64;
+        inode.size = size;
+        if attr.mtime.is_none() {
+            inode.mtime_ns = ctx.now;
+        }
+    }
+    if let Some(atime) = attr.atime {
+        inode.atime_ns = resolve(atime, ctx.now);
+    }
+    if let Some(mtime) = attr.mtime {
+        inode.mtime_ns = resolve(mtime, ctx.now);
+    }
+    inode.ctime_ns = attr.ctime.unwrap_or(ctx.now);
+    let kind = setattr_record_type(attr);
+    let attr = inode.attr();
+    let (generation, parent) = (inode.generation, record_parent(&inode));
+    ctx.store(inode);
+    ctx.record(kind, 0, handle, generation, parent, b"", None)?;
+    Ok(Done::Attr(attr))
+}
+
+pub(crate) fn setxattr<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    handle: Handle,
+    name: &[u8],
+    value: &[u8],
+    flags: u32,
+) -> Outcome<Done> {
+    if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 {
+        return Err(MetaError::Invalid(format!("unsupported setxattr flags {flags:#x}")).into());
+    }
+    if flags == XATTR_CREATE | XATTR_REPLACE {
+        return Err(MetaError::Invalid("XATTR_CREATE and XATTR_REPLACE together".into()).into());
+    }
+    check_xattr_name(name)?;
+    if value.len() > XATTR_VALUE_LEN_MAX {
+        return Err(MetaError::TooBig.into());
+    }
+    let mut inode = ctx.load(handle)?;
+    crate::perm::may_set_xattr(&ctx.caller, &inode.owner(), name)?;
+    let key = xattr_key(handle, name);
+    let exists = ctx.txn.get(&key)?.is_some();
+    if exists && flags & XATTR_CREATE != 0 {
+        return Err(MetaError::Exists.into());
+    }
+    if !exists && flags & XATTR_REPLACE != 0 {
+        return Err(MetaError::NoData.into());
+    }
+    if !exists {
+        let listed: usize = xattr_names(ctx.txn, handle)?
+            .iter()
+            .map(|n| n.len() + 1)
+            .sum();
+        if listed + name.len() + 1 > XATTR_LIST_BYTES_MAX {
+            return Err(MetaError::NoSpace(format!(
+                "xattr names of one inode exceed {XATTR_LIST_BYTES_MAX} bytes"
+            ))
+            .into());
+        }
+    }
+
+    ctx.txn.put(&key, value)?;
+    inode.ctime_ns = ctx.now;
+    let (generation, parent) = (inode.generation, record_parent(&inode));
+    ctx.store(inode);
+    ctx.record(RecordType::Xattr, 0, handle, generation, parent, name, None)?;
+    Ok(Done::Nothing)
+}
+
+pub(crate) fn removexattr<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    handle: Handle,
+    name: &[u8],
+) -> Outcome<Done> {
+    check_xattr_name(name)?;
+    let mut inode = ctx.load(handle)?;
+    crate::perm::may_set_xattr(&ctx.caller, &inode.owner(), name)?;
+    let key = xattr_key(handle, name);
+    if ctx.txn.get(&key)?.is_none() {
+        return Err(MetaError::NoData.into());
+    }
+
+    ctx.txn.delete(&key)?;
+    inode.ctime_ns = ctx.now;
+    let (generation, parent) = (inode.generation, record_parent(&inode));
+    ctx.store(inode);
+    ctx.record(RecordType::Xattr, 0, handle, generation, parent, name, None)?;
+    Ok(Done::Nothing)
+}

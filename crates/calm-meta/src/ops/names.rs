@@ -1,0 +1,248 @@
+//! Names: creating a node (file, directory, symlink, device, fifo, socket), a hard link, and
+//! removing a name (unlink, rmdir).
+
+use calm_store::WriteTxn;
+
+use calm_changelog::{RecordType, flags as cl_flags};
+
+use super::remove::{destroy, drop_link};
+use crate::ctx::*;
+use crate::error::MetaError;
+use crate::layout::Inode;
+use crate::outcome::{Done, Outcome};
+use crate::types::*;
+
+pub(crate) fn make_record_type(kind: Kind) -> RecordType {
+    match kind {
+        Kind::File => RecordType::Create,
+        Kind::Dir => RecordType::Mkdir,
+        Kind::Symlink => RecordType::Softlink,
+        _ => RecordType::Mknod,
+    }
+}
+
+pub(crate) fn make<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    parent: Handle,
+    name: &[u8],
+    node: &NewNode,
+    exclusive: bool,
+) -> Outcome<Done> {
+    if is_dot(name) {
+        return Err(MetaError::Exists.into());
+    }
+    check_name(name)?;
+    let mut dir = ctx.load_dir(parent)?;
+    crate::perm::may_lookup(&ctx.caller, &dir.owner())?;
+    if let Some(existing) = get_dentry(ctx.txn, &ctx.names, parent, name)? {
+        if exclusive || node.kind != Kind::File {
+            return Err(MetaError::Exists.into());
+        }
+        // open(O_CREAT) without O_EXCL of an existing name opens what is there.
+        let inode = ctx.load(existing.child)?;
+        if inode.kind == Kind::Dir {
+            return Err(MetaError::IsDir.into());
+        }
+        return Ok(Done::Attr(inode.attr()));
+    }
+    crate::perm::may_change_dir(&ctx.caller, &dir.owner())?;
+    let (uid, gid, mode) = crate::perm::new_owner(
+        &ctx.caller,
+        &dir.owner(),
+        node.kind,
+        node.uid,
+        node.gid,
+        node.mode & MODE_PERMISSION_MASK,
+    );
+    match node.kind {
+        Kind::Symlink => {
+            if node.target.is_empty() {
+                return Err(MetaError::NotFound.into());
+            }
+            if node.target.len() > SYMLINK_LEN_MAX {
+                return Err(MetaError::NameTooLong.into());
+            }
+            if node.target.contains(&0) {
+                return Err(
+                    MetaError::Invalid("a symlink target may not contain NUL".into()).into(),
+                );
+            }
+        }
+        Kind::Dir if dir.nlink >= LINK_COUNT_MAX => return Err(MetaError::TooManyLinks.into()),
+        _ => {}
+    }
+
+    // Checks done; writes from here on.
+    let handle = ctx.alloc.allocate(ctx.txn)?;
+    let is_dir = node.kind == Kind::Dir;
+    let is_device = matches!(node.kind, Kind::CharDevice | Kind::BlockDevice);
+    let inode = Inode {
+        handle,
+        kind: node.kind,
+        mode,
+        uid,
+        gid,
+        nlink: if is_dir { 2 } else { 1 },
+        generation: ctx.generation,
+        size: if node.kind == Kind::Symlink {
+            node.target.len() as u64
+        } else {
+            0
+        },
+        rdev: if is_device { node.rdev } else { 0 },
+        atime_ns: ctx.now,
+        mtime_ns: ctx.now,
+        ctime_ns: ctx.now,
+        // Every node records the directory of its (first) name: `crate::links`.
+        parent,
+        entries: 0,
+        target: if node.kind == Kind::Symlink {
+            node.target.clone()
+        } else {
+            Vec::new()
+        },
+    };
+    add_entry(ctx.txn, &ctx.names, &mut dir, name, handle, node.kind)?;
+    if is_dir {
+        dir.nlink += 1;
+    }
+    touch(&mut dir, ctx.now);
+    ctx.store(dir);
+    let attr = inode.attr();
+    let kind = make_record_type(node.kind);
+    ctx.record(kind, 0, handle, inode.generation, parent, name, None)?;
+    ctx.store(inode);
+    ctx.inode_delta += 1;
+    Ok(Done::Attr(attr))
+}
+
+pub(crate) fn link<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    handle: Handle,
+    parent: Handle,
+    name: &[u8],
+) -> Outcome<Done> {
+    if is_dot(name) {
+        return Err(MetaError::Exists.into());
+    }
+    check_name(name)?;
+    let mut inode = ctx.load(handle)?;
+    if inode.kind == Kind::Dir {
+        return Err(MetaError::NotPermitted("hard link to a directory".into()).into());
+    }
+    if inode.nlink == 0 {
+        // An orphan (open, without a name) gets no new name, as on Linux.
+        return Err(MetaError::NotFound.into());
+    }
+    let mut dir = ctx.load_dir(parent)?;
+    crate::perm::may_lookup(&ctx.caller, &dir.owner())?;
+    if get_dentry(ctx.txn, &ctx.names, parent, name)?.is_some() {
+        return Err(MetaError::Exists.into());
+    }
+    crate::perm::may_change_dir(&ctx.caller, &dir.owner())?;
+    crate::perm::may_link(&ctx.caller, &inode.owner())?;
+    if inode.nlink >= LINK_COUNT_MAX {
+        return Err(MetaError::TooManyLinks.into());
+    }
+
+    add_entry(ctx.txn, &ctx.names, &mut dir, name, handle, inode.kind)?;
+    touch(&mut dir, ctx.now);
+    ctx.store(dir);
+    inode.nlink += 1;
+    crate::links::added(ctx.txn, &mut inode, parent)?;
+    inode.ctime_ns = ctx.now;
+    let attr = inode.attr();
+    let generation = inode.generation;
+    ctx.store(inode);
+    ctx.record(
+        RecordType::Hardlink,
+        0,
+        handle,
+        generation,
+        parent,
+        name,
+        None,
+    )?;
+    Ok(Done::Attr(attr))
+}
+
+pub(crate) fn unlink<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    parent: Handle,
+    name: &[u8],
+    keep: &[Handle],
+) -> Outcome<Done> {
+    if is_dot(name) {
+        return Err(MetaError::IsDir.into());
+    }
+    check_name(name)?;
+    let mut dir = ctx.load_dir(parent)?;
+    crate::perm::may_lookup(&ctx.caller, &dir.owner())?;
+    let dentry = get_dentry(ctx.txn, &ctx.names, parent, name)?.ok_or(MetaError::NotFound)?;
+    if dentry.kind == Kind::Dir {
+        return Err(MetaError::IsDir.into());
+    }
+    let inode = ctx.load(dentry.child)?;
+    crate::perm::may_delete(&ctx.caller, &dir.owner(), &inode.owner())?;
+
+    remove_entry(ctx.txn, &ctx.names, &mut dir, name)?;
+    touch(&mut dir, ctx.now);
+    ctx.store(dir);
+    let flags = if inode.nlink == 1 {
+        cl_flags::LAST_LINK
+    } else {
+        0
+    };
+    let (target, generation) = (inode.handle, inode.generation);
+    let orphan = drop_link(ctx, inode, parent, keep)?;
+    ctx.record(
+        RecordType::Unlink,
+        flags,
+        target,
+        generation,
+        parent,
+        name,
+        None,
+    )?;
+    Ok(orphan.map_or(Done::Nothing, Done::Orphaned))
+}
+
+pub(crate) fn rmdir<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    parent: Handle,
+    name: &[u8],
+) -> Outcome<Done> {
+    match name {
+        b"." => return Err(MetaError::Invalid("rmdir of '.'".into()).into()),
+        b".." => return Err(MetaError::NotEmpty.into()),
+        _ => check_name(name)?,
+    }
+    let mut dir = ctx.load_dir(parent)?;
+    crate::perm::may_lookup(&ctx.caller, &dir.owner())?;
+    let dentry = get_dentry(ctx.txn, &ctx.names, parent, name)?.ok_or(MetaError::NotFound)?;
+    if dentry.kind != Kind::Dir {
+        return Err(MetaError::NotDir.into());
+    }
+    let child = ctx.load(dentry.child)?;
+    crate::perm::may_delete(&ctx.caller, &dir.owner(), &child.owner())?;
+    if child.entries > 0 {
+        return Err(MetaError::NotEmpty.into());
+    }
+
+    remove_entry(ctx.txn, &ctx.names, &mut dir, name)?;
+    dir.nlink -= 1;
+    touch(&mut dir, ctx.now);
+    ctx.store(dir);
+    destroy(ctx, &child)?;
+    let flags = cl_flags::LAST_LINK;
+    ctx.record(
+        RecordType::Rmdir,
+        flags,
+        child.handle,
+        child.generation,
+        parent,
+        name,
+        None,
+    )?;
+    Ok(Done::Nothing)
+}
