@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use crate::mount::MountResult;
+use crate::syscalls::MountResult;
 
 /// What the programs do.
 #[derive(Debug, Clone, Copy)]
@@ -186,7 +186,7 @@ pub fn run_all(
     let mut results = Vec::new();
     for (op, mode) in [("sqlite-writers", "delete"), ("sqlite-writers-wal", "wal")] {
         let seconds = sqlite(dir.path(), mode, options)?;
-        results.push(crate::mount::result(
+        results.push(crate::syscalls::result(
             fs,
             op,
             options.writers,
@@ -196,7 +196,7 @@ pub fn run_all(
         ));
     }
     let seconds = extract(dir.path(), ball, options.tar_files)?;
-    results.push(crate::mount::result(
+    results.push(crate::syscalls::result(
         fs,
         "tar-extract",
         1,

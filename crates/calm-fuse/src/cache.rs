@@ -35,7 +35,7 @@ use calm_client::{Client, WatchEvent, WatchWhat};
 use calm_types::{Attr, Handle, ROOT};
 use fuser::INodeNo;
 
-use crate::shared::lock;
+use calm_types::sync::lock;
 
 /// Slots of the table of recent changes per handle (hashed; a collision only makes a reply
 /// be cached for 0 s).

@@ -18,7 +18,7 @@
 //!
 //! [`MountOptions::write_buffer_bytes`]: crate::MountOptions::write_buffer_bytes
 
-use crate::shared::lock;
+use calm_types::sync::lock;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -33,7 +33,8 @@ use crate::convert::{
     plain_attr, set_time, statvfs, xattr_reply,
 };
 use crate::locks::LockForwarder;
-use crate::shared::{Shared, State, lock};
+use crate::shared::{Shared, State};
+use calm_types::sync::lock;
 
 /// Every byte of a file, as a lock range.
 const WHOLE: Range = Range {

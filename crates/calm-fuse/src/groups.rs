@@ -3,7 +3,7 @@
 //! decides permissions with them, so they travel with every request. Kept a short while per
 //! pid: a process's groups rarely change, and reading them costs a few microseconds.
 
-use crate::shared::lock;
+use calm_types::sync::lock;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

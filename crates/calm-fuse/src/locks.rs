@@ -13,7 +13,7 @@
 //! FUSE request's id; a signal to the waiting process arrives as FUSE_INTERRUPT naming that id,
 //! and cancels the wait: the process gets EINTR and nothing is left behind.
 
-use crate::shared::lock;
+use calm_types::sync::lock;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

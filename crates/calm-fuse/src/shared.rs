@@ -11,14 +11,6 @@ use fuser::{Errno, FileHandle, INodeNo, Request};
 use crate::contents::Contents;
 use crate::locks::LockForwarder;
 
-/// Locks `mutex`, also when a thread panicked while holding it: a mount serves on after a
-/// failed request.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// A file this mount has open.
 #[derive(Debug)]
 pub(crate) struct OpenFile {
@@ -92,7 +84,7 @@ impl Shared {
     /// The mount's state, also after a request task panicked while holding it (the state is
     /// kept consistent between awaits, and a panic never leaves it half-changed).
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
-        lock(&self.state)
+        calm_types::sync::lock(&self.state)
     }
 
     /// The client acting for the process behind `req`: its uid, gid and supplementary groups

@@ -24,7 +24,7 @@ use calm_locks::Range;
 use calm_types::Handle;
 
 use crate::locks::LockForwarder;
-use crate::shared::lock;
+use calm_types::sync::lock;
 
 /// `-shm` files remembered at once.
 pub const NAMES_KEPT_MAX: usize = 65_536;

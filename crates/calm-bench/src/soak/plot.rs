@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::{PeriodFigures, SoakReport, WORKLOADS, WorkloadFigures};
+use super::report::{PeriodFigures, SoakReport, WORKLOADS, WorkloadFigures};
 
 /// The report's figures over the periods, for `--plot`: operations per second of each workload
 /// against the first period, p99 latencies, and memory.
