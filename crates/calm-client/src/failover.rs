@@ -8,6 +8,7 @@
 //! answers a repeat as the first attempt was answered (`calm_types::request`), so a create,
 //! rename or unlink whose answer was lost with its server is not applied twice.
 
+use calm_types::sync::Locked;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -74,7 +75,7 @@ impl Failover {
     /// A fresh request id for a mutation about to be sent.
     pub(crate) fn next_request(&self) -> RequestId {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let mut in_flight = self.in_flight.locked();
         in_flight.insert(seq);
         let acked = in_flight.first().map_or(seq, |first| *first) - 1;
         RequestId {
@@ -86,10 +87,7 @@ impl Failover {
 
     /// The mutation `id` was answered (or will not be sent again).
     pub(crate) fn answered(&self, id: RequestId) {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id.seq);
+        self.in_flight.locked().remove(&id.seq);
     }
 }
 

@@ -27,6 +27,7 @@ use calm_proto::pb::meta_client::MetaClient;
 use calm_proto::pb::targets_client::TargetsClient;
 use calm_proto::pb::watch_client::WatchClient;
 use calm_proto::{MESSAGE_BYTES_MAX, error_from_status, pb};
+use calm_types::sync::RwLocked;
 use calm_types::{Attr, Caller, DirEntry, FileMap, Handle, MetaError, NewNode, SetAttr, StatFs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -472,7 +473,7 @@ impl Client {
     }
 
     fn conn(&self) -> Arc<Conn> {
-        self.conn.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.conn.read_locked().clone()
     }
 
     fn next_request(&self) -> Option<calm_types::RequestId> {
@@ -532,7 +533,7 @@ impl Client {
                 let timeout = std::time::Duration::from_millis(failover::CONNECT_MS_MAX);
                 if let Ok(Ok(client)) = tokio::time::timeout(timeout, connecting).await {
                     let conn = client.conn();
-                    *self.conn.write().unwrap_or_else(|p| p.into_inner()) = conn;
+                    *self.conn.write_locked() = conn;
                     failover.at.store(at as u64, Ordering::Release);
                     failover.moves.fetch_add(1, Ordering::Relaxed);
                     *last_move = Some(std::time::Instant::now());

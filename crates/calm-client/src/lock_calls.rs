@@ -38,7 +38,7 @@ impl Client {
         let reply = locks_call!(indexed self, apply, batch);
         self.note_index(&reply);
         let reply = check_lock(reply)?;
-        Ok(reply.results.iter().map(LockAnswer::from_wire).collect())
+        answers_of(calls.len(), &reply.results)
     }
 
     /// Takes a lock, waiting as long as it takes (F_SETLKW); [`Client::lock_cancel`] with the
@@ -198,5 +198,36 @@ impl Client {
             waiting,
             total: reply.total,
         })
+    }
+}
+
+/// One answer per call sent, in order: a reply with fewer or more is a protocol error (the
+/// calls it leaves unanswered may or may not have been applied), never a guess.
+fn answers_of(sent: usize, results: &[pb::LockResult]) -> Result<Vec<LockAnswer>, LockFailure> {
+    if results.len() != sent {
+        return Err(LockFailure::new(
+            LockCode::Unavailable,
+            format!(
+                "the server answered {} of {sent} lock calls: a protocol error",
+                results.len()
+            ),
+        ));
+    }
+    Ok(results.iter().map(LockAnswer::from_wire).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_with_fewer_or_more_answers_than_calls_is_a_protocol_error() {
+        let ok = pb::LockResult::default();
+        assert_eq!(answers_of(2, &[ok.clone(), ok.clone()]).unwrap().len(), 2);
+        for results in [vec![], vec![ok.clone()], vec![ok.clone(), ok.clone(), ok]] {
+            let failure = answers_of(2, &results).expect_err("not one answer per call");
+            assert_eq!(failure.code, LockCode::Unavailable);
+            assert!(failure.message.contains("protocol error"), "{failure}");
+        }
     }
 }

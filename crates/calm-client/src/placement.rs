@@ -13,6 +13,7 @@
 //! store, in the server's process, or on a Unix socket (whose peer credentials another
 //! server cannot see) sends everything to its own server.
 
+use calm_types::sync::Locked;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -71,7 +72,7 @@ impl Placement {
     }
 
     fn view(&self) -> std::sync::MutexGuard<'_, View> {
-        self.view.lock().unwrap_or_else(|p| p.into_inner())
+        self.view.locked()
     }
 
     /// Forgets the connection `conn` (it failed): the next mutation for its member connects

@@ -17,6 +17,7 @@
 //!
 //! A server alone on its store says it is not clustered: everything goes to it, as before.
 
+use calm_types::sync::Locked;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -94,7 +95,7 @@ pub(crate) fn retryable(code: LockCode) -> bool {
 }
 
 fn lock_state(state: &Mutex<State>) -> MutexGuard<'_, State> {
-    state.lock().unwrap_or_else(|p| p.into_inner())
+    state.locked()
 }
 
 /// Pauses between two sends of a request, growing.

@@ -13,6 +13,7 @@
 //! add up to at most its size: the least recently used go first (after a restart, the
 //! least recently written).
 
+use calm_types::sync::Locked;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, TryLockError};
 use std::io::Write;
@@ -144,7 +145,7 @@ impl DiskCache {
 
     fn index(&self) -> std::sync::MutexGuard<'_, Index> {
         // The index holds no invariant a panic in another thread could break half-way.
-        self.index.lock().unwrap_or_else(|e| e.into_inner())
+        self.index.locked()
     }
 
     fn path(&self, (id, block): Key) -> PathBuf {

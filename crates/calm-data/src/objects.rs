@@ -6,6 +6,7 @@
 //! Reads check every byte against the block's checksums ([`crate::block`]); a missing,
 //! truncated or corrupted object is an error, never file contents.
 
+use calm_types::sync::Locked;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -139,15 +140,15 @@ impl Objects {
     /// blocks of a remote store (at most [`BLOCK_CACHE_BYTES_DEFAULT`] unless set), and
     /// verified block headers (at most [`crate::memory::HEADER_CACHE_BYTES`]).
     pub fn cached_bytes(&self) -> (u64, u64) {
-        let blocks = self.cache.lock().expect("block cache").bytes;
-        let headers = self.headers.lock().expect("header cache").bytes;
+        let blocks = self.cache.locked().bytes;
+        let headers = self.headers.locked().bytes;
         (blocks, headers)
     }
 
     /// Sets the bytes of whole blocks kept in memory for a remote store (0: none).
     pub fn set_block_cache_bytes(&self, bytes: u64) {
         if self.local.is_none() {
-            self.cache.lock().expect("block cache").bytes_max = bytes;
+            self.cache.locked().bytes_max = bytes;
         }
     }
 
@@ -271,26 +272,21 @@ impl Objects {
         from: u32,
         to: u32,
     ) -> Result<Bytes, DataError> {
-        let memory = self.local.is_none() && self.cache.lock().expect("block cache").bytes_max > 0;
+        let memory = self.local.is_none() && self.cache.locked().bytes_max > 0;
         if !memory && self.disk.is_none() {
             return Ok(self.read_block_ranges(id, b, block_len, from, to).await?.1);
         }
         // A remote store: the whole block, once, then from memory or disk; the next blocks
         // of a slice read in order are fetched ahead.
         let count = blocks(size).count() as u32;
-        let ahead = self.recent.lock().expect("recent reads").read(id, b, count);
+        let ahead = self.recent.locked().read(id, b, count);
         for next in ahead {
-            let cached = self
-                .cache
-                .lock()
-                .expect("block cache")
-                .get((id, next))
-                .is_some();
+            let cached = self.cache.locked().get((id, next)).is_some();
             if !cached && let Some((_, len)) = blocks(size).nth(next as usize) {
                 drop(self.fetch_whole(id, next, len));
             }
         }
-        if let Some(whole) = self.cache.lock().expect("block cache").get((id, b)) {
+        if let Some(whole) = self.cache.locked().get((id, b)) {
             return Ok(whole.slice(from as usize..to as usize));
         }
         let whole = self.fetch_whole(id, b, block_len).await?;
@@ -301,14 +297,14 @@ impl Objects {
     /// in memory (and on disk). One request per block however many wait for it; it runs to
     /// its end whether anyone waits or not (a fetch ahead).
     fn fetch_whole(&self, id: u64, b: u32, block_len: u32) -> Fetch {
-        let mut inflight = self.inflight.lock().expect("fetches");
+        let mut inflight = self.inflight.locked();
         if let Some(fetch) = inflight.get(&(id, b)) {
             return fetch.clone();
         }
         let this = self.clone();
         let fetch = async move {
             let result = this.fetch_and_keep(id, b, block_len).await;
-            this.inflight.lock().expect("fetches").remove(&(id, b));
+            this.inflight.locked().remove(&(id, b));
             result
         }
         .boxed()
@@ -343,10 +339,7 @@ impl Objects {
                 whole
             }
         };
-        self.cache
-            .lock()
-            .expect("block cache")
-            .put((id, b), whole.clone());
+        self.cache.locked().put((id, b), whole.clone());
         Ok(whole)
     }
 
@@ -362,7 +355,7 @@ impl Objects {
     ) -> Result<(Bytes, Bytes), DataError> {
         let path = self.path(id, b);
         let data = block::data_range(block_len, from, to);
-        let known = self.headers.lock().expect("headers").get((id, b));
+        let known = self.headers.locked().get((id, b));
         if let Some(header) = known {
             let fetched = match &self.local {
                 Some(root) => {
@@ -391,10 +384,7 @@ impl Objects {
         let checked = self
             .read_header_and(id, b, block_len, header, data, from, to)
             .await?;
-        self.headers
-            .lock()
-            .expect("headers")
-            .put((id, b), checked.0.clone());
+        self.headers.locked().put((id, b), checked.0.clone());
         Ok(checked)
     }
 
@@ -415,19 +405,18 @@ impl Objects {
             let file = self.local_path(root, id, b);
             let inline = data.end - data.start <= crate::local::INLINE_BYTES_MAX;
             let read = move || read_local(&file, id, b, block_len, &[header, data]);
-            let mut fetched = if inline {
+            let fetched = if inline {
                 read()?
             } else {
                 tokio::task::spawn_blocking(read)
                     .await
                     .map_err(|e| DataError::Unavailable(e.to_string()))??
             };
-            let data = fetched.pop().expect("two ranges");
-            let header = fetched.pop().expect("two ranges");
+            let (header, data) = two_ranges(fetched, id, b)?;
             return check_block(id, b, block_len, header, data, from, to);
         }
         let fetched = self.store.get_ranges(&path, &[header, data]).await;
-        let mut fetched = match fetched {
+        let fetched = match fetched {
             Ok(fetched) => fetched,
             Err(error @ object_store::Error::NotFound { .. }) => {
                 return Err(remote_error(error, id, b));
@@ -444,8 +433,7 @@ impl Objects {
                 };
             }
         };
-        let data = fetched.pop().expect("two ranges");
-        let header = fetched.pop().expect("two ranges");
+        let (header, data) = two_ranges(fetched, id, b)?;
         check_block(id, b, block_len, header, data, from, to)
     }
 
@@ -595,6 +583,18 @@ fn remote_error(error: object_store::Error, id: u64, b: u32) -> DataError {
             DataError::Missing(format!("block {b} of slice {id}"))
         }
         other => other.into(),
+    }
+}
+
+/// The two ranges asked for (a block's header, then its data): a store that answered with
+/// another number of ranges is an error, not a panic.
+fn two_ranges(fetched: Vec<Bytes>, id: u64, b: u32) -> Result<(Bytes, Bytes), DataError> {
+    let count = fetched.len();
+    match <[Bytes; 2]>::try_from(fetched) {
+        Ok([header, data]) => Ok((header, data)),
+        Err(_) => Err(DataError::Unavailable(format!(
+            "block {b} of slice {id}: the object store answered {count} ranges for 2"
+        ))),
     }
 }
 

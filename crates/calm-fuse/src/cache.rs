@@ -25,6 +25,7 @@
 //!   0, or the invalidation is sent, and repeated for [`RETRY_FOR`] while the kernel has not
 //!   installed the inode yet.
 
+use calm_types::sync::Locked;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -34,8 +35,6 @@ use calm_changelog::{Record, RecordType};
 use calm_client::{Client, WatchEvent, WatchWhat};
 use calm_types::{Attr, Handle, ROOT};
 use fuser::INodeNo;
-
-use calm_types::sync::lock;
 
 /// Slots of the table of recent changes per handle (hashed; a collision only makes a reply
 /// be cached for 0 s).
@@ -299,21 +298,21 @@ impl Coherence {
     /// An entry reply about `handle` is about to be sent: the kernel will hold it once more.
     /// Returns the reply's TTL.
     pub fn entered(&self, ticket: Ticket, handle: Handle) -> Duration {
-        *lock(&self.held).entry(handle).or_insert(0) += 1;
+        *self.held.locked().entry(handle).or_insert(0) += 1;
         self.reply_ttl(ticket, handle)
     }
 
     /// The kernel forgot `lookups` of its lookups of `handle`.
     /// True when the kernel holds the inode no more.
     pub fn forget(&self, handle: Handle, lookups: u64) -> bool {
-        let mut held = lock(&self.held);
+        let mut held = self.held.locked();
         match held.get_mut(&handle) {
             Some(count) => {
                 *count = count.saturating_sub(lookups);
                 if *count == 0 {
                     held.remove(&handle);
-                    lock(&self.no_capability).remove(&handle);
-                    lock(&self.dir_attrs).remove(&handle);
+                    self.no_capability.locked().remove(&handle);
+                    self.dir_attrs.locked().remove(&handle);
                     return true;
                 }
                 false
@@ -323,7 +322,7 @@ impl Coherence {
     }
 
     fn holds(&self, handle: Handle) -> bool {
-        handle == ROOT || lock(&self.held).contains_key(&handle)
+        handle == ROOT || self.held.locked().contains_key(&handle)
     }
 
     /// Notes the changes of `stale` (before the kernel is told: see the module's races).
@@ -332,12 +331,12 @@ impl Coherence {
         for s in stale {
             self.changed[slot(s.handle())].store(now, Ordering::SeqCst);
         }
-        let mut no_capability = lock(&self.no_capability);
+        let mut no_capability = self.no_capability.locked();
         for s in stale {
             no_capability.remove(&s.handle());
         }
         drop(no_capability);
-        let mut dir_attrs = lock(&self.dir_attrs);
+        let mut dir_attrs = self.dir_attrs.locked();
         for s in stale {
             dir_attrs.remove(&s.handle());
         }
@@ -347,8 +346,8 @@ impl Coherence {
     fn mark_all(&self) {
         let now = self.changes.fetch_add(1, Ordering::SeqCst) + 1;
         self.all_changed.store(now, Ordering::SeqCst);
-        lock(&self.no_capability).clear();
-        lock(&self.dir_attrs).clear();
+        self.no_capability.locked().clear();
+        self.dir_attrs.locked().clear();
     }
 
     /// Whether `handle` is known to have no [`CAPABILITY_XATTR`], so the mount answers the
@@ -358,7 +357,7 @@ impl Coherence {
     /// client drops the knowledge when the change stream brings it, as does any change this
     /// mount makes to the file's extended attributes ([`Coherence::changed_here`]).
     pub fn lacks_capability(&self, handle: Handle) -> bool {
-        self.follows() && lock(&self.no_capability).contains(&handle)
+        self.follows() && self.no_capability.locked().contains(&handle)
     }
 
     /// The server answered a request that began at `ticket` that `handle` has no
@@ -368,14 +367,14 @@ impl Coherence {
         if !ticket.follows || self.reply_ttl(ticket, handle).is_zero() || !self.follows() {
             return;
         }
-        let mut no_capability = lock(&self.no_capability);
+        let mut no_capability = self.no_capability.locked();
         if no_capability.len() < NO_CAPABILITY_MAX {
             no_capability.insert(handle);
         }
         drop(no_capability);
         // A change noted while inserting: undo (the mark may have run before the insert).
         if self.reply_ttl(ticket, handle).is_zero() {
-            lock(&self.no_capability).remove(&handle);
+            self.no_capability.locked().remove(&handle);
         }
     }
 
@@ -399,7 +398,7 @@ impl Coherence {
         if !self.follows() {
             return None;
         }
-        lock(&self.dir_attrs).get(&dir).cloned()
+        self.dir_attrs.locked().get(&dir).cloned()
     }
 
     /// The server answered a change of `attr.handle`'s names, made by a request that began at
@@ -417,14 +416,14 @@ impl Coherence {
         if attr.kind != calm_types::Kind::Dir || !fresh(self) {
             return;
         }
-        let mut dir_attrs = lock(&self.dir_attrs);
+        let mut dir_attrs = self.dir_attrs.locked();
         if dir_attrs.len() < DIR_ATTRS_MAX || dir_attrs.contains_key(&dir) {
             dir_attrs.insert(dir, attr);
         }
         drop(dir_attrs);
         // A change noted while inserting: undo (the mark may have run before the insert).
         if !fresh(self) {
-            lock(&self.dir_attrs).remove(&dir);
+            self.dir_attrs.locked().remove(&dir);
         }
     }
 
@@ -433,7 +432,7 @@ impl Coherence {
     /// kernel holds the inode's lock meanwhile, so no change of the directory's names by this
     /// mount is answered in between).
     pub fn forget_dir_attr(&self, handle: Handle) {
-        lock(&self.dir_attrs).remove(&handle);
+        self.dir_attrs.locked().remove(&handle);
     }
 
     /// This mount renames or removes a name that may be a directory's (whose own attributes,
@@ -443,11 +442,11 @@ impl Coherence {
     pub fn dirs_changed_here(&self) {
         let now = self.changes.fetch_add(1, Ordering::SeqCst) + 1;
         self.dirs_changed.store(now, Ordering::SeqCst);
-        lock(&self.dir_attrs).clear();
+        self.dir_attrs.locked().clear();
     }
 
     fn send(&self, work: Work) {
-        if let Some(sender) = lock(&self.work).as_ref() {
+        if let Some(sender) = self.work.locked().as_ref() {
             let _ = sender.send(work);
         }
     }
@@ -472,7 +471,7 @@ impl Coherence {
         };
         let _ = self.notifier.set(notifier);
         let (sender, receiver) = std::sync::mpsc::channel();
-        *lock(&self.work) = Some(sender);
+        *self.work.locked() = Some(sender);
         let me = Arc::downgrade(self);
         let spawned = std::thread::Builder::new()
             .name("calm-inval".into())
@@ -491,7 +490,7 @@ impl Coherence {
 
     /// Stops the invalidation thread (the session ended).
     pub fn stop(&self) {
-        lock(&self.work).take();
+        self.work.locked().take();
         self.follows.store(false, Ordering::SeqCst);
         self.applied_moved.notify_waiters();
     }
@@ -527,7 +526,7 @@ impl Coherence {
         if let Err(e) = notifier.inc_epoch() {
             tracing::warn!(%e, "dropping the kernel's cached names");
         }
-        let held: Vec<Handle> = lock(&self.held).keys().copied().collect();
+        let held: Vec<Handle> = self.held.locked().keys().copied().collect();
         for handle in std::iter::once(ROOT).chain(held) {
             self.drop_one(notifier, &Stale::Contents(handle));
         }
@@ -621,7 +620,7 @@ pub async fn follow(
                 Ok(None) => tracing::warn!("the server ended the watch of its changes"),
                 Err(e) => tracing::warn!(%e, "following the server's changes"),
             }
-            if lock(&cache.work).is_none() {
+            if cache.work.locked().is_none() {
                 return; // the mount ended
             }
             // Nothing is known of what changes meanwhile: short TTLs and an empty cache
@@ -635,7 +634,7 @@ pub async fn follow(
             loop {
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(REWATCH_MAX);
-                if lock(&cache.work).is_none() {
+                if cache.work.locked().is_none() {
                     return;
                 }
                 match client.watch(WatchWhat::All, from).await {
@@ -848,7 +847,7 @@ mod tests {
     fn a_batch_skips_the_mounts_own_changes_and_a_resync_drops_everything() {
         let cache = Coherence::new(Duration::from_secs(60));
         let (sender, receiver) = std::sync::mpsc::channel();
-        *lock(&cache.work) = Some(sender);
+        *cache.work.locked() = Some(sender);
         let own = record(RecordType::Setattr, 10, 0, b"");
         let mut other = own.clone();
         other.session = 8;
@@ -932,7 +931,7 @@ mod tests {
     fn a_files_known_lack_of_capabilities_lasts_until_anything_changes_it() {
         let cache = Coherence::new(Duration::from_secs(60));
         let (sender, _receiver) = std::sync::mpsc::channel();
-        *lock(&cache.work) = Some(sender);
+        *cache.work.locked() = Some(sender);
         cache.no_capability(cache.ticket(), 10);
         assert!(!cache.lacks_capability(10), "not kept while not followed");
 
@@ -993,7 +992,7 @@ mod tests {
         for handle in 100..100 + NO_CAPABILITY_MAX as u64 + 10 {
             cache.no_capability(ticket, handle);
         }
-        assert_eq!(lock(&cache.no_capability).len(), NO_CAPABILITY_MAX);
+        assert_eq!(cache.no_capability.locked().len(), NO_CAPABILITY_MAX);
         assert!(cache.lacks_capability(100));
         assert!(!cache.lacks_capability(100 + NO_CAPABILITY_MAX as u64));
     }

@@ -18,7 +18,7 @@
 //!
 //! [`MountOptions::write_buffer_bytes`]: crate::MountOptions::write_buffer_bytes
 
-use calm_types::sync::lock;
+use calm_types::sync::Locked;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -124,7 +124,7 @@ impl Contents {
     }
 
     fn file(&self, handle: Handle) -> File {
-        lock(&self.files).entry(handle).or_default().clone()
+        self.files.locked().entry(handle).or_default().clone()
     }
 
     /// Another client changed the contents of `handle` (None: maybe of every file; the change
@@ -132,8 +132,8 @@ impl Contents {
     /// loads the map again, so that no page the kernel caches afterwards is older than the
     /// change. Without waiting (the stream never waits for a file's commit).
     pub fn changed_elsewhere(&self, handle: Option<Handle>) {
-        let files = lock(&self.files);
-        let mut changed = lock(&self.changed);
+        let files = self.files.locked();
+        let mut changed = self.changed.locked();
         match handle {
             Some(handle) if files.contains_key(&handle) => {
                 changed.insert(handle);
@@ -145,11 +145,11 @@ impl Contents {
 
     /// The size of `handle` with this mount's pending writes, when it has any.
     pub fn dirty_size(&self, handle: Handle) -> Option<u64> {
-        lock(&self.dirty_sizes).get(&handle).copied()
+        self.dirty_sizes.locked().get(&handle).copied()
     }
 
     fn publish_size(&self, handle: Handle, data: &FileData) {
-        let mut sizes = lock(&self.dirty_sizes);
+        let mut sizes = self.dirty_sizes.locked();
         if data.is_dirty() {
             sizes.insert(handle, data.size());
         } else {
@@ -190,7 +190,7 @@ impl Contents {
             Err(error) => {
                 if state.opens == 0 && !state.data.is_dirty() && !state.loaded {
                     drop(state);
-                    lock(&self.files).remove(&handle);
+                    self.files.locked().remove(&handle);
                 }
                 return Err(error);
             }
@@ -242,14 +242,14 @@ impl Contents {
                 }
             }
         }
-        let mut files = lock(&self.files);
+        let mut files = self.files.locked();
         if files.len() > FILES_KEPT_MAX {
             files.retain(|_, f| {
                 f.try_lock().map_or(true, |s| {
                     s.opens > 0 || s.data.is_dirty() || !s.unsynced.is_empty()
                 })
             });
-            lock(&self.changed).retain(|h| files.contains_key(h));
+            self.changed.locked().retain(|h| files.contains_key(h));
         }
     }
 
@@ -257,7 +257,7 @@ impl Contents {
     /// file is open, has writes pending or objects to sync, or is busy (then it stays until
     /// the mount keeps too many). Never waits.
     pub fn forgotten(&self, handle: Handle) {
-        let mut files = lock(&self.files);
+        let mut files = self.files.locked();
         let idle = files.get(&handle).is_some_and(|f| {
             f.try_lock().is_ok_and(|s| {
                 s.opens == 0 && !s.data.is_dirty() && s.unsynced.is_empty() && s.uploads.is_empty()
@@ -265,7 +265,7 @@ impl Contents {
         });
         if idle {
             files.remove(&handle);
-            lock(&self.changed).remove(&handle);
+            self.changed.locked().remove(&handle);
         }
     }
 
@@ -471,7 +471,7 @@ impl Contents {
     /// Commits `handle`'s pending writes (and with `sync`, makes their objects durable first).
     pub async fn commit(&self, client: &Client, handle: Handle, sync: bool) -> Result<(), i32> {
         let file = {
-            let files = lock(&self.files);
+            let files = self.files.locked();
             match files.get(&handle) {
                 Some(file) => file.clone(),
                 None => return Ok(()),
@@ -482,7 +482,9 @@ impl Contents {
     }
 
     async fn commit_all_but(&self, client: &Client, except: Handle) -> Result<(), i32> {
-        let dirty: Vec<Handle> = lock(&self.dirty_sizes)
+        let dirty: Vec<Handle> = self
+            .dirty_sizes
+            .locked()
             .keys()
             .copied()
             .filter(|h| *h != except)
@@ -664,7 +666,7 @@ impl Contents {
         let file = self.file(handle);
         let plan = {
             let mut state = file.lock().await;
-            if lock(&self.changed).remove(&handle) {
+            if self.changed.locked().remove(&handle) {
                 state.loaded = false;
             }
             if !state.loaded || reload {

@@ -34,7 +34,6 @@ use crate::convert::{
 };
 use crate::locks::LockForwarder;
 use crate::shared::{Shared, State};
-use calm_types::sync::lock;
 
 /// Every byte of a file, as a lock range.
 const WHOLE: Range = Range {

@@ -3,7 +3,7 @@
 //! decides permissions with them, so they travel with every request. Kept a short while per
 //! pid: a process's groups rarely change, and reading them costs a few microseconds.
 
-use calm_types::sync::lock;
+use calm_types::sync::Locked;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -26,13 +26,13 @@ impl CallerGroups {
     /// status cannot be read.
     pub fn of(&self, pid: u32) -> Groups {
         let now = Instant::now();
-        if let Some((at, groups)) = lock(&self.known).get(&pid)
+        if let Some((at, groups)) = self.known.locked().get(&pid)
             && now.duration_since(*at) < GROUPS_TTL
         {
             return groups.clone();
         }
         let groups = read_groups(pid).unwrap_or_default();
-        let mut known = lock(&self.known);
+        let mut known = self.known.locked();
         if known.len() >= GROUPS_PIDS_MAX {
             known.clear();
         }

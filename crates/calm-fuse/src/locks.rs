@@ -13,7 +13,7 @@
 //! FUSE request's id; a signal to the waiting process arrives as FUSE_INTERRUPT naming that id,
 //! and cancels the wait: the process gets EINTR and nothing is left behind.
 
-use calm_types::sync::lock;
+use calm_types::sync::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -104,7 +104,7 @@ impl LockForwarder {
     }
 
     fn remember_pid(&self, owner: u64, pid: u32) {
-        let mut pids = lock(&self.pids);
+        let mut pids = self.pids.locked();
         if pids.len() >= PIDS_MAX && !pids.contains_key(&owner) {
             pids.clear();
         }
@@ -115,7 +115,7 @@ impl LockForwarder {
         match owner {
             Owner::Process { pid } => pid,
             Owner::File { file } if self.router.is_mine(holder_session) => {
-                lock(&self.pids).get(&file).copied().unwrap_or(0)
+                self.pids.locked().get(&file).copied().unwrap_or(0)
             }
             Owner::File { .. } => 0,
         }
@@ -202,7 +202,7 @@ impl LockForwarder {
             return answer_errno(&self.one(handle, LockCall::Set(request)).await?);
         };
         {
-            let mut waits = lock(&self.waits);
+            let mut waits = self.waits.locked();
             let wait = waits.entry(request_id).or_default();
             if wait.interrupted {
                 waits.remove(&request_id);
@@ -211,7 +211,7 @@ impl LockForwarder {
             wait.sent = true;
         }
         let answer = self.router.wait(request_id, request).await;
-        lock(&self.waits).remove(&request_id);
+        self.waits.locked().remove(&request_id);
         answer_errno(&answer.map_err(|f| errno_of(&f))?)
     }
 
@@ -219,7 +219,7 @@ impl LockForwarder {
     /// until [`LockForwarder::set`] sends it (or answers EINTR instead). Called in the order
     /// the kernel sent the requests, before the interrupt can be read.
     pub fn expect_wait(&self, request_id: u64) {
-        lock(&self.waits).insert(request_id, Wait::default());
+        self.waits.locked().insert(request_id, Wait::default());
     }
 
     /// Ends the wait of FUSE request `request_id`, if one is running or about to (a signal
@@ -229,7 +229,7 @@ impl LockForwarder {
         let mut tries = 0;
         loop {
             {
-                let mut waits = lock(&self.waits);
+                let mut waits = self.waits.locked();
                 match waits.get_mut(&request_id) {
                     // Answered already, or not a blocking request.
                     None => return,

@@ -1,6 +1,7 @@
 //! What a mount knows beside the server, shared by every request task: its open files, the
 //! last attributes seen, lock owners, releases in progress and unlinked files it keeps open.
 
+use calm_types::sync::Locked;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -84,7 +85,7 @@ impl Shared {
     /// The mount's state, also after a request task panicked while holding it (the state is
     /// kept consistent between awaits, and a panic never leaves it half-changed).
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
-        calm_types::sync::lock(&self.state)
+        self.state.locked()
     }
 
     /// The client acting for the process behind `req`: its uid, gid and supplementary groups

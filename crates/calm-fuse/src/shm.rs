@@ -17,6 +17,7 @@
 //! their attributes or created (at most [`NAMES_KEPT_MAX`]; past it the set starts again, and a file forgotten is checked
 //! again from its next lookup).
 
+use calm_types::sync::Locked;
 use std::collections::HashSet;
 use std::sync::Mutex;
 
@@ -24,7 +25,6 @@ use calm_locks::Range;
 use calm_types::Handle;
 
 use crate::locks::LockForwarder;
-use calm_types::sync::lock;
 
 /// `-shm` files remembered at once.
 pub const NAMES_KEPT_MAX: usize = 65_536;
@@ -41,7 +41,7 @@ impl SharedMemoryFiles {
     /// `handle` (a regular file) was looked up or created as `name`.
     pub fn named(&self, handle: Handle, name: &[u8]) {
         if name.ends_with(b"-shm") {
-            let mut handles = lock(&self.handles);
+            let mut handles = self.handles.locked();
             if handles.len() >= NAMES_KEPT_MAX {
                 handles.clear();
             }
@@ -50,7 +50,7 @@ impl SharedMemoryFiles {
     }
 
     pub fn contains(&self, handle: Handle) -> bool {
-        lock(&self.handles).contains(&handle)
+        self.handles.locked().contains(&handle)
     }
 
     /// Whether this mount must refuse to let a process use `handle` as shared memory: it is

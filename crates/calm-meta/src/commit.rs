@@ -7,6 +7,7 @@
 //! While a group is being committed, the next one gathers in the queue: the more callers, the
 //! larger the groups, and the fsync cost per operation falls as load rises.
 
+use calm_types::sync::Locked;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -184,7 +185,7 @@ struct Registered<'a> {
 
 impl Drop for Registered<'_> {
     fn drop(&mut self) {
-        let mut waiting = self.last.waiting.lock().expect("changelog followers");
+        let mut waiting = self.last.waiting.locked();
         if waiting.by_index.remove(&self.key).is_some() {
             self.last.due.store(waiting.due(), Ordering::SeqCst);
         }
@@ -239,7 +240,7 @@ impl LastIndex {
             return;
         }
         let woken = {
-            let mut waiting = self.waiting.lock().expect("changelog followers");
+            let mut waiting = self.waiting.locked();
             let later = waiting.by_index.split_off(&(reached.saturating_add(1), 0));
             let woken = std::mem::replace(&mut waiting.by_index, later);
             self.due.store(waiting.due(), Ordering::SeqCst);
@@ -273,7 +274,7 @@ impl LastIndex {
     fn enter(&self, index: u64) -> Result<(Registered<'_>, oneshot::Receiver<()>), MetaError> {
         let (woken, wake) = oneshot::channel();
         let key = {
-            let mut waiting = self.waiting.lock().expect("changelog followers");
+            let mut waiting = self.waiting.locked();
             if waiting.by_index.len() >= FOLLOWERS_WAITING_MAX {
                 return Err(MetaError::Busy(format!(
                     "{FOLLOWERS_WAITING_MAX} changelog followers are waiting already"
@@ -294,11 +295,7 @@ impl LastIndex {
     /// Followers waiting now.
     #[cfg(test)]
     fn waiting(&self) -> usize {
-        self.waiting
-            .lock()
-            .expect("changelog followers")
-            .by_index
-            .len()
+        self.waiting.locked().by_index.len()
     }
 }
 
@@ -329,6 +326,10 @@ enum GroupError {
     TooLarge(MetaError),
     /// Every operation of the group gets this error.
     Failed(MetaError),
+    /// Applying the group panicked (a bug): nothing of it was written. A group of several
+    /// operations is cut in halves and each runs again, so only the operation that panics is
+    /// refused; it gets an I/O error, and the committer goes on with the next group.
+    Panicked(String),
 }
 
 impl From<calm_store::StoreError> for GroupError {
@@ -359,17 +360,23 @@ impl<S: Store> Group<'_, S> {
             let before = self.cl.clone();
             results.clear();
             deleted.clear();
-            let outcome = commit_batch(
-                self.store,
-                self.alloc,
-                self.cl,
-                (&*self.cleaned, &mut deleted),
-                self.opened,
-                self.shared,
-                batch,
-                results,
-                self.stats,
-            );
+            // A panic while applying one operation must not take the only writer down with it:
+            // the transaction is dropped as it unwinds (nothing of the group is written) and
+            // the state below is put back as after any failed group.
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                commit_batch(
+                    self.store,
+                    self.alloc,
+                    self.cl,
+                    (&*self.cleaned, &mut deleted),
+                    self.opened,
+                    self.shared,
+                    batch,
+                    results,
+                    self.stats,
+                )
+            }))
+            .unwrap_or_else(|panic| Err(GroupError::Panicked(panic_message(&*panic))));
             match outcome {
                 Ok(()) => {
                     self.alloc.committed();
@@ -416,7 +423,7 @@ impl<S: Store> Group<'_, S> {
                 }
                 self.last_index.wake_followers();
             }
-            Err(GroupError::TooLarge(_)) if batch.len() > 1 => {
+            Err(GroupError::TooLarge(_) | GroupError::Panicked(_)) if batch.len() > 1 => {
                 let mut second = batch.split_off(batch.len() / 2);
                 self.commit_or_split(batch, results);
                 self.commit_or_split(&mut second, results);
@@ -427,6 +434,16 @@ impl<S: Store> Group<'_, S> {
                         "the store kept conflicting with other writers ({CONFLICT_RETRIES_MAX} tries)"
                     )),
                     GroupError::TooLarge(error) | GroupError::Failed(error) => error,
+                    GroupError::Panicked(message) => {
+                        tracing::error!(
+                            "the server failed while applying a request ({message}); it is \
+                             refused, nothing of it was written, and the server goes on"
+                        );
+                        MetaError::Io(format!(
+                            "the server failed while applying this request ({message}); \
+                             nothing of it was written"
+                        ))
+                    }
                 };
                 self.stats.failed_commits.fetch_add(1, Ordering::Relaxed);
                 results.clear();
@@ -530,6 +547,15 @@ fn commit_batch<S: Store>(
     txn.commit()?;
     stats.cl_purged.fetch_add(purged, Ordering::Relaxed);
     Ok(())
+}
+
+/// The text a panic carried, if it was text.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(text), _) => (*text).to_string(),
+        (_, Some(text)) => text.clone(),
+        _ => "a panic without a message".to_string(),
+    }
 }
 
 fn failure(failure: Failure) -> GroupError {

@@ -550,6 +550,71 @@ fn a_store_failure_fails_the_whole_group_and_leaves_nothing() {
     assert_ne!(a, b);
 }
 
+/// A panic while one request of a group is applied (a bug in it) refuses that request alone,
+/// with EIO and nothing of it written; the others of its group commit, and the committer,
+/// the only writer, goes on serving, group after group.
+#[test]
+fn a_panic_inside_a_commit_group_refuses_that_request_alone_and_the_committer_goes_on() {
+    let rt = rt();
+    let meta =
+        Arc::new(Meta::open(FaultStore::new(MemStore::new()), MetaOptions::default()).unwrap());
+    // Every write that holds this symlink target panics: in the inode's value.
+    meta.store().panic_on_value(b"panics-when-written");
+    for round in 0..20 {
+        let before = meta.store().inner().dump();
+        let mut calls = Vec::new();
+        for i in 0..16 {
+            let meta = meta.clone();
+            calls.push(rt.spawn(async move {
+                match i {
+                    7 => meta
+                        .symlink(
+                            ROOT,
+                            format!("bad-{round}").as_bytes(),
+                            b"panics-when-written",
+                        )
+                        .await
+                        .map(|_| ()),
+                    _ => meta
+                        .create(ROOT, format!("f-{round}-{i}").as_bytes(), 0o644)
+                        .await
+                        .map(|_| ()),
+                }
+            }));
+        }
+        let outcomes: Vec<_> = calls
+            .into_iter()
+            .map(|call| rt.block_on(call).unwrap())
+            .collect();
+        for (i, outcome) in outcomes.iter().enumerate() {
+            match i {
+                7 => {
+                    let error = outcome
+                        .as_ref()
+                        .expect_err("the panicking request is refused");
+                    assert_eq!(error.errno(), 5, "{error}");
+                }
+                _ => assert!(outcome.is_ok(), "request {i} of round {round}: {outcome:?}"),
+            }
+        }
+        assert_eq!(
+            meta.lookup(ROOT, format!("bad-{round}").as_bytes()),
+            Err(MetaError::NotFound)
+        );
+        assert!(
+            meta.store().inner().dump() != before,
+            "the others committed"
+        );
+        clean(&*meta);
+    }
+    let status = meta.status().unwrap();
+    assert_eq!(status.ops_committed, 20 * 15);
+    meta.store().heal();
+    rt.block_on(meta.symlink(ROOT, b"good", b"panics-when-written"))
+        .expect("the same request, once nothing panics, commits");
+    clean(&*meta);
+}
+
 #[test]
 fn restart_reuses_no_handle_and_reads_no_more_than_the_superblock() {
     let rt = rt();

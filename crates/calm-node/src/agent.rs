@@ -10,6 +10,7 @@
 //! call's result. The pools' state goes to ROOT/pools.json (written when events pause, at most
 //! once a second during a storm) for `calm pools`.
 
+use calm_types::sync::Locked;
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::io;
@@ -148,7 +149,7 @@ fn read_labels(found: &[(DeviceId, Known)], parallelism: usize) -> Vec<Option<La
                         break;
                     }
                     if let Ok(l) = label::read(&found[i].1.path) {
-                        *slots[i].lock().expect("slot") = Some(l);
+                        *slots[i].locked() = Some(l);
                     }
                 }
             });
@@ -204,7 +205,7 @@ fn worker(
     done: mpsc::Sender<Done>,
 ) {
     loop {
-        let job = match jobs.lock().expect("jobs").recv() {
+        let job = match jobs.locked().recv() {
             Ok(job) => job,
             Err(_) => return,
         };

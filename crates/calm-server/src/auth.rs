@@ -16,6 +16,7 @@
 //! opened is refused too: the session goes into the changelog record and owns the orphans of
 //! the mutation, and a mount skips its own session's records when it keeps its cache exact.
 
+use calm_types::sync::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -89,10 +90,7 @@ impl SessionOwners {
     /// Notes that `key` opened `session`; past [`SESSION_OWNERS_MAX`], first forgets the
     /// sessions `live` says have ended.
     pub fn opened(&self, session: u64, key: &str, live: impl Fn(u64) -> bool) {
-        let mut owners = self
-            .owners
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut owners = self.owners.locked();
         if owners.len() >= SESSION_OWNERS_MAX {
             owners.retain(|s, _| live(*s));
         }
@@ -101,18 +99,11 @@ impl SessionOwners {
 
     /// Who opened `session`, if it is known here.
     pub fn owner(&self, session: u64) -> Option<String> {
-        self.owners
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&session)
-            .cloned()
+        self.owners.locked().get(&session).cloned()
     }
 
     pub fn closed(&self, session: u64) {
-        self.owners
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&session);
+        self.owners.locked().remove(&session);
     }
 
     /// Whether `identity` may name `session`: it opened it, it administers, or the session
@@ -122,12 +113,7 @@ impl SessionOwners {
         if session == 0 || identity.is_admin() {
             return true;
         }
-        match self
-            .owners
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&session)
-        {
+        match self.owners.locked().get(&session) {
             Some(owner) => owner == identity.key(),
             None => true,
         }

@@ -9,6 +9,7 @@
 //! requests it moves never interleave; the effects that need the registry (acknowledge the
 //! view, read the sessions of the servers that lost files) run after, outside the mutex.
 
+use calm_types::sync::Locked;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,7 +61,7 @@ impl LockTable {
                 servers: Vec::new(),
             };
         }
-        let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        let members = self.members.locked();
         pb::MembersReply {
             clustered: true,
             me: self.me,
@@ -303,7 +304,7 @@ fn apply(table: &LockTable, members: &Members, sent_ms: u64, renewed: bool) -> V
         }
         effects.extend(cluster.tick(now_ms));
         let applied = cluster.view().to_vec();
-        *table.members.lock().unwrap_or_else(|p| p.into_inner()) = members
+        *table.members.locked() = members
             .servers
             .iter()
             .filter(|(id, _)| applied.binary_search(id).is_ok())

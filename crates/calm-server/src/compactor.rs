@@ -18,6 +18,7 @@
 //! inline bytes of a file's first chunk and of the chunk its end is in, not of every chunk
 //! a log ever passed through.
 
+use calm_types::sync::Locked;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -122,9 +123,7 @@ pub struct Compactor {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex.locked()
 }
 
 fn data_error(error: DataError) -> MetaError {

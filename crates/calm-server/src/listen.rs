@@ -14,6 +14,7 @@
 //! identified at once, and a connection that sends nothing for [`IDLE_TIMEOUT`] (pings
 //! answered count) is closed. A connection over a limit is closed at once.
 
+use calm_types::sync::Locked;
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -229,7 +230,7 @@ struct Counted {
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        let mut counts = self.counts.lock().expect("counts");
+        let mut counts = self.counts.locked();
         counts.total -= 1;
         if let Some(n) = counts.per_peer.get_mut(&self.key) {
             *n -= 1;
@@ -242,7 +243,7 @@ impl Drop for Counted {
 
 fn count(counts: &Arc<Mutex<Counts>>, peer: &Peer) -> Option<Counted> {
     let key = peer.key();
-    let mut c = counts.lock().expect("counts");
+    let mut c = counts.locked();
     let mine = c.per_peer.get(&key).copied().unwrap_or(0);
     if c.total >= CONNECTIONS_MAX || mine >= CONNECTIONS_PER_PEER_MAX {
         return None;

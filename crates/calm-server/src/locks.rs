@@ -15,6 +15,7 @@
 //!   file's locks now (`calm_locks::cluster::Route`); a request for a file decided elsewhere
 //!   is answered `Moved`, one for a file in a takeover's grace `Grace` (reclaims excepted).
 
+use calm_types::sync::Locked;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -139,9 +140,7 @@ impl LockTable {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.locked()
     }
 
     /// Whether several servers share the store.

@@ -8,6 +8,7 @@
 //! lease of the server the node registered with, and every server lists all of them. A node
 //! whose server dies is listed again once it registers with another (its next round).
 
+use calm_types::sync::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -118,7 +119,7 @@ impl TargetRegistry {
     }
 
     pub fn len(&self) -> usize {
-        self.targets.lock().expect("registry").len()
+        self.targets.locked().len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -151,7 +152,7 @@ impl TargetsRpc for TargetRegistry {
             return Ok(Response::new(pb::Empty {}));
         }
         let now = now_ms();
-        let mut targets = self.targets.lock().expect("registry");
+        let mut targets = self.targets.locked();
         if r.complete {
             let listed: std::collections::HashSet<&str> =
                 r.targets.iter().map(|t| t.target_uuid.as_str()).collect();
@@ -177,13 +178,7 @@ impl TargetsRpc for TargetRegistry {
         self.auth.identity(&r)?;
         let mut list: Vec<pb::TargetEntry> = match &self.shared {
             Some(shared) => Self::list_shared(shared.clone()).await?,
-            None => self
-                .targets
-                .lock()
-                .expect("registry")
-                .values()
-                .cloned()
-                .collect(),
+            None => self.targets.locked().values().cloned().collect(),
         };
         list.sort_by(|a, b| {
             (a.pool_name.as_str(), a.generation, a.index).cmp(&(

@@ -9,6 +9,7 @@
 //! keeping the last [`HISTORY_RECORDS`] records so that a watch can resume from a recent index.
 //! A watch from an index the changelog no longer holds starts with a resync.
 
+use calm_types::sync::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -113,7 +114,7 @@ impl<S: Store> WatchHub<S> {
 
     /// The directories above `dir`, up to the root.
     fn ancestors_of(&self, mut dir: Handle, out: &mut Vec<Handle>) {
-        let mut parents = self.parents.lock().expect("parents");
+        let mut parents = self.parents.locked();
         for _ in 0..4096 {
             if dir == ROOT || dir == 0 {
                 return;
@@ -140,12 +141,7 @@ impl<S: Store> WatchHub<S> {
 
     /// The changes `records` are, with the ancestors of their directories.
     fn changes_of(&self, records: &[Record]) -> Vec<(Change, Vec<Handle>)> {
-        let directories = self
-            .inner
-            .lock()
-            .expect("watch hub")
-            .fanout
-            .watches_directories();
+        let directories = self.inner.locked().fanout.watches_directories();
         records
             .iter()
             .map(|record| {
@@ -183,7 +179,7 @@ impl<S: Store> WatchHub<S> {
     fn change_of(&self, record: &Record, more_dirs: Vec<Handle>) -> (Change, Vec<Handle>) {
         use calm_changelog::RecordType as T;
         {
-            let mut parents = self.parents.lock().expect("parents");
+            let mut parents = self.parents.locked();
             match record.kind {
                 T::Mkdir => {
                     parents.insert(record.target, record.parent);
@@ -215,7 +211,7 @@ impl<S: Store> WatchHub<S> {
     }
 
     async fn feed(self: Arc<Self>, reader: calm_changelog::UserId) {
-        let mut next = self.inner.lock().expect("watch hub").fanout.last() + 1;
+        let mut next = self.inner.locked().fanout.last() + 1;
         let mut cleared = next - 1;
         loop {
             let records =
@@ -250,7 +246,7 @@ impl<S: Store> WatchHub<S> {
             let changes: Vec<(Change, Vec<Handle>)> = self.changes_of(&records);
             next = records.last().expect("not empty").index + 1;
             {
-                let mut inner = self.inner.lock().expect("watch hub");
+                let mut inner = self.inner.locked();
                 let Inner { fanout, wakers } = &mut *inner;
                 for (change, ancestors) in changes {
                     for id in fanout.publish(change, &ancestors) {
@@ -328,8 +324,7 @@ impl<S: Store> WatchHub<S> {
             let changes: Vec<(Change, Vec<Handle>)> = self.changes_of(&records);
             let live = self
                 .inner
-                .lock()
-                .expect("watch hub")
+                .locked()
                 .fanout
                 .catch_up(id, changes, through, purged)
                 .map_err(|e| MetaError::Io(e.to_string()))?;
@@ -364,7 +359,7 @@ impl<S: Store> WatchHub<S> {
             let woken = tokio::time::timeout(PROGRESS_EVERY, waker.notified()).await;
             let tick = woken.is_err();
             let events = {
-                let mut inner = self.inner.lock().expect("watch hub");
+                let mut inner = self.inner.locked();
                 match inner.fanout.take(id, batch_max, tick) {
                     Ok(events) => events,
                     Err(_) => return,
@@ -401,7 +396,7 @@ impl<S: Store> WatchHub<S> {
     ) -> Result<(WatcherId, Arc<Notify>, bool), MetaError> {
         self.start_feed().await?;
         let waker = Arc::new(Notify::new());
-        let mut inner = self.inner.lock().expect("watch hub");
+        let mut inner = self.inner.locked();
         let (id, live) = inner
             .fanout
             .watch(target, from)
@@ -413,8 +408,7 @@ impl<S: Store> WatchHub<S> {
     /// Up to `max` events of watcher `id` (see [`Fanout::take`]).
     pub fn take(&self, id: WatcherId, max: usize, tick: bool) -> Vec<Event> {
         self.inner
-            .lock()
-            .expect("watch hub")
+            .locked()
             .fanout
             .take(id, max, tick)
             .unwrap_or_default()
@@ -422,14 +416,14 @@ impl<S: Store> WatchHub<S> {
 
     /// Removes a watcher.
     pub fn unwatch(&self, id: WatcherId) {
-        let mut inner = self.inner.lock().expect("watch hub");
+        let mut inner = self.inner.locked();
         let _ = inner.fanout.unwatch(id);
         inner.wakers.remove(&id);
     }
 
     /// Watchers, published changes, deliveries, coalesced changes and resyncs so far.
     pub fn stats(&self) -> calm_watch::FanoutStats {
-        self.inner.lock().expect("watch hub").fanout.stats()
+        self.inner.locked().fanout.stats()
     }
 }
 
@@ -502,7 +496,7 @@ impl<S: Store> WatchRpc for WatchService<S> {
     ) -> Result<Response<pb::Empty>, Status> {
         self.auth.trusted(&r, "watching changes")?;
         let r = r.into_inner();
-        let mut inner = self.hub.inner.lock().expect("watch hub");
+        let mut inner = self.hub.inner.locked();
         inner
             .fanout
             .want_progress(r.watch_id, r.index)

@@ -19,6 +19,7 @@
 //! it sees every commit acknowledged before), and one read serves every snapshot that started
 //! before it was sent.
 
+use calm_types::sync::Locked;
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
@@ -74,7 +75,7 @@ impl Pairs {
 
 impl ReadCache {
     fn lock(&self) -> std::sync::MutexGuard<'_, Pairs> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.locked()
     }
 
     /// The watch starts at `applied + 1`, with an empty cache.
@@ -226,7 +227,7 @@ impl RevisionReads {
     /// The commit key's revision and modification revision, read after this call began:
     /// `read` sends one read; concurrent callers share reads.
     pub fn get(&self, read: impl Fn() -> Result<(i64, i64), String>) -> Result<(i64, i64), String> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.state.locked();
         // Any read sent from now on will do: the one numbered `next`.
         let wanted = state.next;
         loop {
@@ -241,7 +242,7 @@ impl RevisionReads {
                 state.next += 1;
                 drop(state);
                 let answer = read();
-                state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                state = self.state.locked();
                 state.in_flight = false;
                 state.answered = generation + 1;
                 state.answer = Some(answer.clone());

@@ -25,6 +25,7 @@
 //! small tokio runtime, and each call waits for its request on the calling thread (which may
 //! be a thread of another runtime: the request runs on the store's).
 
+use calm_types::sync::Locked;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -161,10 +162,7 @@ impl Inner {
     /// Tells the receivers of [`Store::watch_commits`] (each once, however many commits
     /// since it last looked); forgets those gone.
     fn commits_applied(&self) {
-        let mut watchers = self
-            .commit_watchers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut watchers = self.commit_watchers.locked();
         watchers.retain(|sender| {
             !matches!(
                 sender.try_send(()),
@@ -182,10 +180,7 @@ impl Inner {
     /// etcd, where they see it.
     fn met_other_commit(&self) {
         let until = Instant::now() + BEGIN_READ_AFTER_CONFLICT;
-        *self
-            .begin_read_until
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(until);
+        *self.begin_read_until.locked() = Some(until);
     }
 
     fn handle(&self) -> &tokio::runtime::Handle {
@@ -624,10 +619,7 @@ impl EtcdStore {
     fn watched_base(&self) -> Option<i64> {
         let inner = &self.inner;
         {
-            let mut until = inner
-                .begin_read_until
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut until = inner.begin_read_until.locked();
             match *until {
                 Some(at) if Instant::now() < at => return None,
                 Some(_) => *until = None,
@@ -1640,11 +1632,7 @@ impl Store for EtcdStore {
     /// taken then sees it), and when the watch starts over after losing track.
     fn watch_commits(&self) -> Result<Option<std::sync::mpsc::Receiver<()>>> {
         let (sender, receiver) = std::sync::mpsc::sync_channel(1);
-        self.inner
-            .commit_watchers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(sender);
+        self.inner.commit_watchers.locked().push(sender);
         Ok(Some(receiver))
     }
 }

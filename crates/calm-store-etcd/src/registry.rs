@@ -10,6 +10,7 @@
 //! Every call is one attempt bounded by the store's `attempt_ms_max` (a renewal that cannot
 //! reach the cluster in time must say so, not retry past the lease).
 
+use calm_types::sync::Locked;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -70,7 +71,7 @@ impl EtcdRegistry {
     }
 
     fn joined(&self) -> Result<(u64, i64)> {
-        let joined = self.joined.lock().unwrap_or_else(|p| p.into_inner());
+        let joined = self.joined.locked();
         joined
             .as_ref()
             .map(|j| (j.id, j.lease))
@@ -80,7 +81,7 @@ impl EtcdRegistry {
     /// The holders' lease, once the server joined (waiting up to one call's bound).
     fn holders_lease(&self) -> Result<i64> {
         let budget = Duration::from_millis(self.inner.options.attempt_ms_max);
-        let joined = self.joined.lock().unwrap_or_else(|p| p.into_inner());
+        let joined = self.joined.locked();
         let (joined, _) = self
             .joining
             .wait_timeout_while(joined, budget, |j| j.is_none())
@@ -165,14 +166,13 @@ impl Registry for EtcdRegistry {
                 .put(key, address, Some(PutOptions::new().with_lease(lease)))
                 .await
         })?;
-        *self.joined.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(Joined { id, lease, holders });
+        *self.joined.locked() = Some(Joined { id, lease, holders });
         self.joining.notify_all();
         Ok(granted_ms)
     }
 
     fn renew(&self) -> Result<bool> {
-        let Some(joined) = *self.joined.lock().unwrap_or_else(|p| p.into_inner()) else {
+        let Some(joined) = *self.joined.locked() else {
             return Err(StoreError::Io("etcd registry: not joined".into()));
         };
         let member = self.keep_alive(joined.lease)?;
@@ -348,7 +348,7 @@ impl Registry for EtcdRegistry {
     }
 
     fn leave(&self) -> Result<()> {
-        let Some(joined) = self.joined.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        let Some(joined) = self.joined.locked().take() else {
             return Ok(());
         };
         let lease = joined.lease;

@@ -1,8 +1,11 @@
 //! Fault injection at the storage seam: [`FaultStore`] wraps any backend and makes the N-th
 //! write operation (put, delete or commit) from now fail with an I/O error, as a full disk or
-//! a dying device would. Tests use it to show that a failed operation leaves no partial state.
+//! a dying device would, or makes every write of a given value panic, as a bug in the code
+//! that writes it would. Tests use it to show that a failed operation leaves no partial state.
 
+use calm_types::sync::Locked;
 use std::borrow::Cow;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::{LogVisitor, ReadTxn, Result, Store, StoreError, Visitor, WriteTxn};
@@ -16,6 +19,8 @@ pub struct FaultStore<S> {
     inner: S,
     /// Write operations left before the injected failure; [`NEVER`] disables it.
     countdown: AtomicU64,
+    /// A write of a value (or log record) containing these bytes panics.
+    panic_on: Mutex<Option<Vec<u8>>>,
 }
 
 impl<S: Store> FaultStore<S> {
@@ -23,7 +28,14 @@ impl<S: Store> FaultStore<S> {
         Self {
             inner,
             countdown: AtomicU64::new(NEVER),
+            panic_on: Mutex::new(None),
         }
+    }
+
+    /// Every write from now of a value or log record that contains `needle` panics (until
+    /// [`FaultStore::heal`]).
+    pub fn panic_on_value(&self, needle: &[u8]) {
+        *self.panic_on.locked() = Some(needle.to_vec());
     }
 
     /// The `n`-th write operation from now (0 = the next one) fails, once.
@@ -31,9 +43,10 @@ impl<S: Store> FaultStore<S> {
         self.countdown.store(n, Ordering::SeqCst);
     }
 
-    /// Cancels a pending failure.
+    /// Cancels a pending failure and the panics.
     pub fn heal(&self) {
         self.countdown.store(NEVER, Ordering::SeqCst);
+        *self.panic_on.locked() = None;
     }
 
     pub fn inner(&self) -> &S {
@@ -59,6 +72,18 @@ fn tick(countdown: &AtomicU64) -> Result<()> {
 pub struct FaultTxn<'s, T> {
     inner: T,
     countdown: &'s AtomicU64,
+    panic_on: Option<Vec<u8>>,
+}
+
+impl<T> FaultTxn<'_, T> {
+    /// Panics when `value` holds the bytes writes of which are to panic.
+    fn check(&self, value: &[u8]) {
+        if let Some(needle) = &self.panic_on
+            && value.windows(needle.len().max(1)).any(|w| w == &needle[..])
+        {
+            panic!("injected panic: a write of {} bytes", value.len());
+        }
+    }
 }
 
 impl<T: ReadTxn> ReadTxn for FaultTxn<'_, T> {
@@ -89,11 +114,13 @@ impl<T: ReadTxn> ReadTxn for FaultTxn<'_, T> {
 
 impl<T: WriteTxn> WriteTxn for FaultTxn<'_, T> {
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.check(value);
         tick(self.countdown)?;
         self.inner.put(key, value)
     }
 
     fn append(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.check(value);
         tick(self.countdown)?;
         self.inner.append(key, value)
     }
@@ -104,6 +131,7 @@ impl<T: WriteTxn> WriteTxn for FaultTxn<'_, T> {
     }
 
     fn log_append(&mut self, index: u64, record: &[u8]) -> Result<()> {
+        self.check(record);
         tick(self.countdown)?;
         self.inner.log_append(index, record)
     }
@@ -131,6 +159,7 @@ impl<S: Store> Store for FaultStore<S> {
         Ok(FaultTxn {
             inner: self.inner.begin()?,
             countdown: &self.countdown,
+            panic_on: self.panic_on.locked().clone(),
         })
     }
 

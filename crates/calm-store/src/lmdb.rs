@@ -15,6 +15,7 @@
 //!
 //! Writers are serialised by LMDB itself; readers never block and are never blocked.
 
+use calm_types::sync::Locked;
 use std::borrow::Cow;
 use std::ops::Bound;
 use std::ops::ControlFlow;
@@ -387,7 +388,7 @@ impl LmdbStore {
     /// Checkpoints the write-ahead log now (nothing to do without one).
     pub fn checkpoint(&self) -> Result<()> {
         match &self.wal {
-            Some(wal) => wal.lock().expect("write-ahead log lock").checkpoint(),
+            Some(wal) => wal.locked().checkpoint(),
             None => Ok(()),
         }
     }
@@ -396,7 +397,7 @@ impl LmdbStore {
 impl Drop for LmdbStore {
     fn drop(&mut self) {
         if let Some(wal) = &self.wal {
-            let mut wal = wal.lock().unwrap_or_else(|e| e.into_inner());
+            let mut wal = wal.locked();
             if !self.poisoned.load(Ordering::SeqCst)
                 && let Err(error) = wal.checkpoint()
             {
@@ -782,10 +783,7 @@ impl Store for LmdbStore {
             return Err(StoreError::Poisoned);
         }
         // The log's lock first, then LMDB's write lock (every writer goes through here).
-        let wal = self
-            .wal
-            .as_ref()
-            .map(|wal| (wal.lock().unwrap_or_else(|e| e.into_inner()), Vec::new()));
+        let wal = self.wal.as_ref().map(|wal| (wal.locked(), Vec::new()));
         let txn = self.env.write_txn().map_err(map_err)?;
         // Bounds read with the write lock held: no commit publishes until this one ends.
         let log = self.log.as_deref().map(|log| TxnLog {

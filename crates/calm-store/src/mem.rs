@@ -3,6 +3,7 @@
 //! obviously slow (each write transaction copies the map), which is what a model is for: the
 //! conformance suite and the property tests run the real backends side by side with it.
 
+use calm_types::sync::Locked;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -27,7 +28,7 @@ impl MemStore {
 
     /// Every committed pair, in key order (for comparisons in tests).
     pub fn dump(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let map = self.committed.lock().expect("mem store lock").clone();
+        let map = self.committed.locked().clone();
         map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 }
@@ -123,7 +124,7 @@ impl WriteTxn for MemTxn<'_> {
     }
 
     fn commit(self) -> Result<()> {
-        *self.store.committed.lock().expect("mem store lock") = Arc::new(self.map);
+        *self.store.committed.locked() = Arc::new(self.map);
         Ok(())
     }
 }
@@ -134,13 +135,13 @@ impl Store for MemStore {
 
     fn snapshot(&self) -> Result<MemSnapshot> {
         Ok(MemSnapshot {
-            map: self.committed.lock().expect("mem store lock").clone(),
+            map: self.committed.locked().clone(),
         })
     }
 
     fn begin(&self) -> Result<MemTxn<'_>> {
-        let writer = self.writer.lock().expect("mem store writer lock");
-        let map = (**self.committed.lock().expect("mem store lock")).clone();
+        let writer = self.writer.locked();
+        let map = (**self.committed.locked()).clone();
         Ok(MemTxn {
             store: self,
             map,
@@ -149,7 +150,7 @@ impl Store for MemStore {
     }
 
     fn size_bytes(&self) -> Result<u64> {
-        let map = self.committed.lock().expect("mem store lock").clone();
+        let map = self.committed.locked().clone();
         Ok(map.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum())
     }
 }

@@ -30,6 +30,7 @@
 //! Readers see the bounds published by the last commit, and take records up to the last one
 //! written to the files from the files, later ones from the chunks (shared, immutable).
 
+use calm_types::sync::{Locked, RwLocked};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -433,8 +434,8 @@ impl RecordLog {
             }
             _ => None,
         };
-        log.writer.lock().expect("record log writer").tail = tail;
-        log.state.write().expect("record log state").segments = segments;
+        log.writer.locked().tail = tail;
+        log.state.write_locked().segments = segments;
         Ok(log)
     }
 
@@ -444,18 +445,18 @@ impl RecordLog {
 
     /// The bounds the last commit published.
     pub fn bounds(&self) -> Bounds {
-        self.state.read().expect("record log state").bounds
+        self.state.read_locked().bounds
     }
 
     /// Runs `f` with the published bounds held still (a commit publishing waits).
     pub fn with_bounds<T>(&self, f: impl FnOnce(Bounds) -> T) -> T {
-        let state = self.state.read().expect("record log state");
+        let state = self.state.read_locked();
         f(state.bounds)
     }
 
     /// Bytes the log's files occupy.
     pub fn size_bytes(&self) -> Result<u64> {
-        let state = self.state.read().expect("record log state");
+        let state = self.state.read_locked();
         let mut total = 0;
         for segment in state.segments.values() {
             for file in [&segment.rec, &segment.idx] {
@@ -502,7 +503,7 @@ impl RecordLog {
             // Where the record is now: in the files, or in memory (a checkpoint may move it
             // from memory to the files between two steps; each step looks again).
             let (flushed, segment, chunk) = {
-                let state = self.state.read().expect("record log state");
+                let state = self.state.read_locked();
                 if index <= state.flushed {
                     (state.flushed, state.segments.get(&number).cloned(), None)
                 } else {
@@ -604,10 +605,10 @@ impl RecordLog {
     /// bounds under the same lock); then removes the segments a purge left wholly below the
     /// first index. When `commit` fails nothing is published.
     pub fn publish(&self, pending: Pending, commit: impl FnOnce() -> Result<()>) -> Result<()> {
-        let mut writer = self.writer.lock().expect("record log writer");
+        let mut writer = self.writer.locked();
         let mut gone = Vec::new();
         {
-            let mut state = self.state.write().expect("record log state");
+            let mut state = self.state.write_locked();
             commit()?;
             state.bounds = pending.bounds;
             state
@@ -635,9 +636,9 @@ impl RecordLog {
     /// and makes them durable; returns the bounds to record in the checkpoint slot. Called by
     /// the writer with no commit in progress.
     pub fn sync(&self) -> Result<Bounds> {
-        let mut writer = self.writer.lock().expect("record log writer");
+        let mut writer = self.writer.locked();
         let (bounds, recent) = {
-            let state = self.state.read().expect("record log state");
+            let state = self.state.read_locked();
             (state.bounds, state.recent.clone())
         };
         // (A read-only log never has recent records: nothing below writes then.)
@@ -668,13 +669,7 @@ impl RecordLog {
                     let segment = match touched.iter().find(|(n, _)| *n == number) {
                         Some((_, segment)) => segment.clone(),
                         None => {
-                            let known = self
-                                .state
-                                .read()
-                                .expect("record log state")
-                                .segments
-                                .get(&number)
-                                .cloned();
+                            let known = self.state.read_locked().segments.get(&number).cloned();
                             let segment = match known {
                                 Some(segment) => segment,
                                 None => {
@@ -742,7 +737,7 @@ impl RecordLog {
             }
             writer.dir_dirty = false;
         }
-        let mut state = self.state.write().expect("record log state");
+        let mut state = self.state.write_locked();
         for (number, segment) in created {
             state.segments.insert(number, segment);
         }
@@ -897,7 +892,7 @@ mod tests {
         log.publish(log.write(&ops).unwrap(), || Ok(())).unwrap();
         log.sync().unwrap();
         // A reader holds segment 0 (as a visit does between its reads).
-        let held = log.state.read().unwrap().segments.get(&0).cloned().unwrap();
+        let held = log.state.read_locked().segments.get(&0).cloned().unwrap();
         // Purging up to 11 retires segments 0 and 1 as spares and deletes segment 2: there
         // is no room for a third spare.
         log.publish(log.write(&[LogOp::Purge { upto: 11 }]).unwrap(), || Ok(()))

@@ -1,6 +1,6 @@
 //! The words every part of calm speaks: inode handles, kinds and attributes and their
 //! changes, the namespace's errors with their stable codes, the caller's identity, a file's
-//! slice records and request ids; and the one way every crate takes a mutex ([`sync::lock`]).
+//! slice records and request ids; and the one way every crate takes a mutex ([`sync::Locked`]).
 //!
 //! No I/O and no other calm crate: the data plane, the mount, the client and the wire use
 //! these without linking the namespace engine or a metadata store.

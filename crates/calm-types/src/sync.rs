@@ -2,11 +2,36 @@
 //! everyone after. The state a lock guards is kept consistent by its holder's code, not by
 //! unwinding; a request that panicked fails alone, and every later request is served.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// Locks `mutex`, also when a thread panicked while holding it.
-pub fn lock<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+/// [`Mutex::lock`] without poisoning.
+pub trait Locked<T: ?Sized> {
+    /// Locks the mutex, also when a thread panicked while holding it.
+    fn locked(&self) -> MutexGuard<'_, T>;
+}
+
+impl<T: ?Sized> Locked<T> for Mutex<T> {
+    fn locked(&self) -> MutexGuard<'_, T> {
+        self.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// [`RwLock::read`] and [`RwLock::write`] without poisoning.
+pub trait RwLocked<T: ?Sized> {
+    /// Shares the lock, also when a thread panicked while it wrote.
+    fn read_locked(&self) -> RwLockReadGuard<'_, T>;
+    /// Takes the lock, also when a thread panicked while it held it.
+    fn write_locked(&self) -> RwLockWriteGuard<'_, T>;
+}
+
+impl<T: ?Sized> RwLocked<T> for RwLock<T> {
+    fn read_locked(&self) -> RwLockReadGuard<'_, T> {
+        self.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write_locked(&self) -> RwLockWriteGuard<'_, T> {
+        self.write().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 #[cfg(test)]
@@ -25,7 +50,7 @@ mod tests {
         .join();
         assert!(panicked.is_err());
         assert!(mutex.is_poisoned());
-        *lock(&mutex) += 1;
-        assert_eq!(*lock(&mutex), 3);
+        *mutex.locked() += 1;
+        assert_eq!(*mutex.locked(), 3);
     }
 }

@@ -2,6 +2,7 @@
 //! [`crate::contents::Contents`]; see the module above for when writes reach the server).
 
 use super::*;
+use calm_types::sync::Locked;
 
 /// How the kernel handles an open file's writes: one opened with O_APPEND bypasses the page
 /// cache (direct I/O), so that each write(2), up to [`WRITE_BYTES_MAX`], reaches the mount as
@@ -171,7 +172,7 @@ impl CalmFs {
             let Some(file) = state.files.remove(&fh.0) else {
                 return reply.error(Errno::EBADF);
             };
-            let owners: Vec<u64> = lock(&file.owners).drain().collect();
+            let owners: Vec<u64> = file.owners.locked().drain().collect();
             if !owners.is_empty() {
                 *state.releasing.entry(ino.0).or_default() += 1;
             }

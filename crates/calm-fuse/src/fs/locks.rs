@@ -2,6 +2,7 @@
 //! [`crate::locks::LockForwarder`].
 
 use super::*;
+use calm_types::sync::Locked;
 
 /// Longest a lock grant waits for the mount's change stream to pass it before dropping the
 /// file's caches (see [`crate::cache::Coherence::wait_passed`]): about what fetching them again
@@ -78,7 +79,7 @@ impl CalmFs {
             self.shared.locks.expect_wait(req.unique().0);
         }
         if kind.is_some() {
-            lock(&file.owners).insert(owner);
+            file.owners.locked().insert(owner);
             if !flock && let Some(inode) = self.shared.state().inodes.get_mut(&ino.0) {
                 inode.lock_owners.insert(owner);
             }

@@ -8,6 +8,7 @@
 //! of one's own mount is never held back by the budget (the seed's first fix missed exactly
 //! that and broke boot).
 
+use calm_types::sync::Locked;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
@@ -72,7 +73,7 @@ impl Shared {
     }
 
     fn apply(&self, changes: Vec<MountChange>, stats: impl FnOnce(&mut WatcherStats)) {
-        let mut state = self.state.lock().expect("mount watcher");
+        let mut state = self.state.locked();
         stats(&mut state.stats);
         if !changes.is_empty() {
             state.subscribers.retain(|tx| {
@@ -171,7 +172,7 @@ impl MountWatcher {
                     // SAFETY: pthread_getcpuclockid(3) of this thread into a valid clockid_t.
                     if unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) } == 0
                     {
-                        *shared.clock.lock().expect("clock") = Some(clock);
+                        *shared.clock.locked() = Some(clock);
                     }
                     let result = match mode {
                         Mode::Fanotify => run_fanotify(&shared, &stop, ready_tx),
@@ -180,7 +181,7 @@ impl MountWatcher {
                         }
                     };
                     if let Err(e) = result {
-                        shared.state.lock().expect("mount watcher").failed = Some(e.to_string());
+                        shared.state.locked().failed = Some(e.to_string());
                         shared.changed.notify_all();
                     }
                 })?
@@ -211,17 +212,12 @@ impl MountWatcher {
 
     /// The current table.
     pub fn table(&self) -> Vec<Mount> {
-        self.shared
-            .state
-            .lock()
-            .expect("mount watcher")
-            .table
-            .mounts()
+        self.shared.state.locked().table.mounts()
     }
 
     pub fn stats(&self) -> WatcherStats {
-        let mut stats = self.shared.state.lock().expect("mount watcher").stats;
-        if let Some(clock) = *self.shared.clock.lock().expect("clock") {
+        let mut stats = self.shared.state.locked().stats;
+        if let Some(clock) = *self.shared.clock.locked() {
             // SAFETY: timespec is plain data; clock_gettime(2) of the watcher thread's CPU clock
             // (valid while the thread runs, which it does as long as `self` lives).
             let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
@@ -236,12 +232,7 @@ impl MountWatcher {
     /// Changes from now on (see [`SUBSCRIBER_QUEUE_MAX`]).
     pub fn subscribe(&self) -> Receiver<MountChange> {
         let (tx, rx) = sync_channel(SUBSCRIBER_QUEUE_MAX);
-        self.shared
-            .state
-            .lock()
-            .expect("mount watcher")
-            .subscribers
-            .push(tx);
+        self.shared.state.locked().subscribers.push(tx);
         rx
     }
 
@@ -250,8 +241,7 @@ impl MountWatcher {
     pub fn expect(&self, mount_point: &Path) -> Expected<'_> {
         self.shared
             .state
-            .lock()
-            .expect("mount watcher")
+            .locked()
             .table
             .expect(mount_point.to_path_buf());
         self.shared.poke();
@@ -266,7 +256,7 @@ impl MountWatcher {
         let deadline = Instant::now() + timeout;
         let waiting = &self.shared.waiting;
         waiting.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        let mut state = self.shared.state.lock().expect("mount watcher");
+        let mut state = self.shared.state.locked();
         loop {
             let done = if pred(&state.table) {
                 Some(true)
@@ -293,17 +283,12 @@ impl MountWatcher {
     /// kernel queue then fills up: tests use it to make the queue overflow).
     #[doc(hidden)]
     pub fn freeze(&self) -> impl Drop + '_ {
-        self.shared.state.lock().expect("mount watcher")
+        self.shared.state.locked()
     }
 
     /// Why the watcher thread stopped, if it did.
     pub fn failed(&self) -> Option<String> {
-        self.shared
-            .state
-            .lock()
-            .expect("mount watcher")
-            .failed
-            .clone()
+        self.shared.state.locked().failed.clone()
     }
 }
 
@@ -334,7 +319,7 @@ impl Expected<'_> {
         if !seen {
             return None;
         }
-        let state = self.watcher.shared.state.lock().expect("mount watcher");
+        let state = self.watcher.shared.state.locked();
         state.table.at(&point).cloned()
     }
 }
@@ -344,8 +329,7 @@ impl Drop for Expected<'_> {
         self.watcher
             .shared
             .state
-            .lock()
-            .expect("mount watcher")
+            .locked()
             .table
             .unexpect(&self.mount_point);
     }
@@ -379,12 +363,7 @@ fn run_fanotify(
             return Ok(());
         }
     };
-    let initial = shared
-        .state
-        .lock()
-        .expect("mount watcher")
-        .table
-        .reload(all);
+    let initial = shared.state.locked().table.reload(all);
     shared.apply(initial, |s| s.full_reads += 1);
     let _ = ready.send(Ok(()));
     let fan_fd = events.raw_fd();
@@ -414,12 +393,12 @@ fn run_fanotify(
             match event {
                 KernelEvent::Attach(id) => {
                     if let Some(mount) = kernel::statmount(id, &mut buf)? {
-                        let mut state = shared.state.lock().expect("mount watcher");
+                        let mut state = shared.state.locked();
                         changes.extend(state.table.attach(id, mount));
                     }
                 }
                 KernelEvent::Detach(id) => {
-                    let mut state = shared.state.lock().expect("mount watcher");
+                    let mut state = shared.state.locked();
                     changes.extend(state.table.detach(id));
                 }
                 KernelEvent::Overflow => overflow = true,
@@ -428,7 +407,7 @@ fn run_fanotify(
         if overflow {
             // Events were lost: one listmount says what the table is now.
             let all = kernel::list_all(&mut buf)?;
-            let mut state = shared.state.lock().expect("mount watcher");
+            let mut state = shared.state.locked();
             changes.extend(state.table.reload(all));
         }
         shared.apply(changes, |s| {
@@ -461,12 +440,7 @@ fn run_mountinfo(
             .into_iter()
             .map(|m| (u64::from(m.id), m))
             .collect();
-        let changes = shared
-            .state
-            .lock()
-            .expect("mount watcher")
-            .table
-            .reload(now);
+        let changes = shared.state.locked().table.reload(now);
         let took = started.elapsed();
         shared.apply(changes, |s| s.full_reads += 1);
         Ok(took)
@@ -482,7 +456,7 @@ fn run_mountinfo(
     let mut last_at = Instant::now();
     let mut pending = false;
     loop {
-        let awaiting = shared.state.lock().expect("mount watcher").table.awaiting();
+        let awaiting = shared.state.locked().table.awaiting();
         let allowed_at = last_at + last_read * budget;
         if pending && (awaiting || Instant::now() >= allowed_at) {
             last_read = read(shared)?;
