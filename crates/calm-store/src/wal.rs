@@ -740,6 +740,26 @@ mod tests {
         assert!(changes(&[9, 0, 0]).is_err());
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// A commit's payload or a checkpoint slot of any bytes decodes or is refused, never
+        /// a panic: a torn or damaged log is what recovery reads.
+        #[test]
+        fn a_payload_or_a_slot_of_any_bytes_decodes_or_is_refused(
+            mut bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            magic in 0u8..3,
+        ) {
+            let _ = changes(&bytes);
+            match magic {
+                1 => drop(bytes.splice(0..bytes.len().min(8), SLOT_MAGIC)),
+                2 => drop(bytes.splice(0..bytes.len().min(8), SLOT_MAGIC_V1)),
+                _ => {}
+            }
+            let _ = Slot::decode(&bytes);
+        }
+    }
+
     #[test]
     fn a_slot_round_trips_and_a_damaged_one_is_not_taken() {
         let slot = Slot {
