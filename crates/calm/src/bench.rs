@@ -10,8 +10,8 @@ use clap::Subcommand;
 
 #[derive(Debug, Subcommand)]
 pub enum Bench {
-    /// Seed 004: restart-to-ready at N files, cold cache, clean and after kill -9, against a
-    /// full scan that rebuilds the used-handle ledger.
+    /// Restart to ready at N files (cold cache, clean and after kill -9), against a server that
+    /// reads every file at start to rebuild its list of handles in use.
     Startup {
         /// File counts, comma-separated (e.g. 100000,1400000,10000000).
         #[arg(long, value_delimiter = ',', default_value = "100000")]
@@ -37,7 +37,7 @@ pub enum Bench {
         #[arg(long)]
         no_wal: bool,
     },
-    /// Seed 001: N byte-range locks on one file (ascending, random, split, conflict test)
+    /// Byte-range locks, N of them on one file (ascending, random, split, conflict test),
     /// against a naive list and the kernel's fcntl locks, each capped in time.
     Locks {
         /// Lock counts, comma-separated.
@@ -61,8 +61,8 @@ pub enum Bench {
         #[arg(long)]
         plot: Option<PathBuf>,
     },
-    /// Seed 000: simulated device arrivals in pools of 4, calm's assembly against a rescan of
-    /// every known device per event.
+    /// Disks arriving at a storage node, in pools of 4: calm's pool assembly against a rescan
+    /// of every known disk at each arrival.
     Activation {
         /// Device counts, comma-separated (multiples of 4).
         #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
@@ -80,8 +80,9 @@ pub enum Bench {
         #[arg(long)]
         json: bool,
     },
-    /// Seed 002: mount-table watchers through a storm of bind mounts (none, naive, the seed's
-    /// budget, calm's fanotify watcher), and namespace watchers through a storm of creates.
+    /// Mount-table watchers through a storm of bind mounts (none, one that re-reads the whole
+    /// table per event, one that re-reads it at most once per interval, calm's fanotify
+    /// watcher), and namespace watchers through a storm of creates.
     Storm {
         /// Bind-mount counts, comma-separated (0: skip the mount part).
         #[arg(long, value_delimiter = ',', default_value = "2000,10000")]
@@ -207,8 +208,8 @@ pub enum Bench {
         #[arg(long)]
         plot: Option<PathBuf>,
     },
-    /// Seed 003: metadata rates with the changelog off, on with an idle reader, and on with a
-    /// reader reading and clearing; and one reader draining a backlog.
+    /// Creates and other metadata changes with the change feed off, on with an idle reader,
+    /// and on with a reader reading and clearing; and one reader draining a backlog.
     Changelog {
         /// Concurrent clients, comma-separated for several rounds.
         #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]

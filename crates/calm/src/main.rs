@@ -28,9 +28,10 @@ mod watch;
 /// data directory (as `scripts/run` and `calm serve` make it).
 const DEFAULT_SERVER: &str = "unix:calm-data/calm.sock";
 
-/// The metadata plane that stays fast as everything grows.
+/// calm: a POSIX file system that many clients share, whose metadata stays fast as files,
+/// locks, changes, watchers, mounts and disks grow.
 #[derive(Debug, Parser)]
-#[command(name = "calm", version, about)]
+#[command(name = "calm", version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -172,7 +173,7 @@ enum Command {
     /// Make a CA and certificates for TLS listeners (--tls-cert) and their clients.
     #[command(subcommand)]
     Certs(certs::Certs),
-    /// Reproduce a seed's experiment, with its baseline in the same run.
+    /// Measure calm against its baselines and peers, each in the same run.
     #[command(subcommand)]
     Bench(bench::Bench),
 }
