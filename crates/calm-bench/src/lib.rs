@@ -25,12 +25,12 @@
 //!   on them for N minutes, the rate and etcd's database size per minute.
 
 pub mod activation;
-pub mod alloc;
 pub mod appends;
 pub mod changelog;
 pub mod churn;
 pub mod clusters;
 pub mod data;
+pub mod heap;
 pub mod locks;
 pub mod mdtest;
 pub mod mount;

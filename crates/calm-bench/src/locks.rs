@@ -319,7 +319,7 @@ pub fn run(options: &LocksOptions) -> Result<LocksReport, String> {
     let grpc = grpc_run(&options.store_dir)?;
 
     let largest = options.sizes.iter().copied().max().unwrap_or(0);
-    let before = crate::alloc::live_bytes();
+    let before = crate::heap::heap_bytes_in_use() as i64;
     let mut locks = RangeLocks::new();
     for i in 0..largest {
         locks
@@ -333,7 +333,7 @@ pub fn run(options: &LocksOptions) -> Result<LocksReport, String> {
             )
             .map_err(|c| format!("refused: {c:?}"))?;
     }
-    let grown = crate::alloc::live_bytes() - before;
+    let grown = crate::heap::heap_bytes_in_use() as i64 - before;
     let bytes_per_lock = (grown > 0).then(|| grown as f64 / largest as f64);
     drop(locks);
     Ok(LocksReport {

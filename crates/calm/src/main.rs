@@ -12,9 +12,6 @@ mod bench_soak;
 mod certs;
 mod changelog;
 
-/// Counts live heap bytes so that `calm bench locks` can report memory per lock.
-#[global_allocator]
-static ALLOCATOR: calm_bench::alloc::Counting = calm_bench::alloc::Counting;
 mod fsck;
 mod gc;
 mod locks;
