@@ -334,6 +334,27 @@ fn loop_run(n: u64, dir: &std::path::Path) -> Result<ActivationResult, String> {
     })
 }
 
+/// The report as a table for a terminal.
+pub fn table(report: &ActivationReport) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{:>8} {:>7} {:>12} {:>14} {:>8} {:>9} {:>8}",
+        "devices", "impl", "seconds", "cpu µs/event", "pools", "events", "stopped"
+    )];
+    for r in &report.results {
+        lines.push(format!(
+            "{:>8} {:>7} {:>12.6} {:>14.3} {:>8} {:>9} {:>8}",
+            r.devices,
+            r.implementation,
+            r.seconds,
+            r.cpu_us_per_event,
+            r.pools_active,
+            r.events,
+            r.stopped
+        ));
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

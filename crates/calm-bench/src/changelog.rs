@@ -493,6 +493,44 @@ pub fn run(options: &ChangelogOptions) -> Result<ChangelogReport, String> {
     })
 }
 
+/// The report as a table for a terminal.
+pub fn table(report: &ChangelogReport) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{:>8} {:>7} {:>7} {:>12} {:>12} {:>14} {:>7} {:>13}",
+        "op", "clients", "ops", "off ops/s", "on ops/s", "reading ops/s", "ratio", "rounds"
+    )];
+    for r in &report.results {
+        let (low, high) = r
+            .round_ratios
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(*x), h.max(*x)));
+        lines.push(format!(
+            "{:>8} {:>7} {:>7} {:>12.0} {:>12.0} {:>14.0} {:>7.3} {:>6.3}-{:<6.3}",
+            r.op,
+            r.clients,
+            r.ops,
+            r.off_ops_per_sec,
+            r.on_ops_per_sec,
+            r.on_reading_ops_per_sec,
+            r.ratio,
+            low,
+            high
+        ));
+    }
+    if report.calibration {
+        lines.push("calibration: no reader in any mode, the ratios are the method's noise".into());
+    }
+    lines.push(format!(
+        "reader: {:.0} records/s read and cleared ({} records), {:.1}x the peak create rate {:.0}/s; medians of {} runs",
+        report.reader_records_per_sec,
+        report.reader_records,
+        report.reader_records_per_sec / report.peak_create_ops_per_sec.max(1.0),
+        report.peak_create_ops_per_sec,
+        report.repeat
+    ));
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -499,6 +499,65 @@ async fn grpc_async(store_dir: &std::path::Path) -> Result<GrpcFigures, String> 
     })
 }
 
+/// The report as a table for a terminal.
+pub fn table(report: &LocksReport) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{:>13} {:>10} {:>9} {:>14} {:>10} {:>8}",
+        "impl", "case", "n", "seconds", "completed", "stopped"
+    )];
+    for r in &report.results {
+        lines.push(format!(
+            "{:>13} {:>10} {:>9} {:>14.9} {:>10} {:>8}",
+            r.implementation, r.case, r.n, r.seconds, r.completed, r.stopped
+        ));
+    }
+    lines.push(match report.bytes_per_lock {
+        Some(b) => format!("calm: {b:.1} heap bytes per lock"),
+        None => "calm: bytes per lock not measured".to_string(),
+    });
+    let g = &report.grpc;
+    lines.push(format!(
+        "gRPC, one file, {} clients: {:.0} lock ops/s in batches of {} ({} ops in {:.2} s), \
+         {:.0} ops/s one per request, {} in flight per client ({} ops in {:.2} s)",
+        g.clients,
+        g.batched_ops_per_sec,
+        g.batch_ops,
+        g.batched_ops,
+        g.batched_seconds,
+        g.unbatched_ops_per_sec,
+        g.in_flight,
+        g.unbatched_ops,
+        g.unbatched_seconds
+    ));
+    lines.push("(getlk: seconds per operation)".into());
+    lines
+}
+
+/// Times over N, one line per implementation and case, as an SVG plot at `path`.
+pub fn plot(report: &LocksReport, path: &std::path::Path) -> Result<(), String> {
+    let mut series = Vec::new();
+    for implementation in ["calm", "naive-list", "kernel-fcntl"] {
+        for case in ["ascending", "random", "split"] {
+            let points: Vec<(f64, f64)> = report
+                .results
+                .iter()
+                .filter(|r| r.implementation == implementation && r.case == case && !r.stopped)
+                .map(|r| (r.n as f64, r.seconds))
+                .collect();
+            if !points.is_empty() {
+                series.push((format!("{implementation} {case}"), points));
+            }
+        }
+    }
+    crate::plot::log_log_svg(
+        path,
+        "N byte-range locks on one file",
+        "locks",
+        "seconds",
+        &series,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

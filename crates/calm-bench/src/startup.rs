@@ -389,3 +389,66 @@ pub fn run(options: &StartupOptions) -> Result<Vec<StartupResult>, String> {
     }
     Ok(results)
 }
+
+/// The results as a table for a terminal.
+pub fn table(results: &[StartupResult]) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{:>10} {:>11} {:>15} {:>16} {:>13} {:>9} {:>10} {:>8} {:>5}",
+        "files",
+        "restart ms",
+        "after kill9 ms",
+        "scan rebuild ms",
+        "scan/restart",
+        "store MB",
+        "fsck MB/s",
+        "fsck",
+        "cold"
+    )];
+    for r in results {
+        lines.push(format!(
+            "{:>10} {:>11} {:>15} {:>16} {:>12.0}x {:>9.1} {:>10.0} {:>8} {:>5}",
+            r.files,
+            format!("{:.1} ({:.0})", r.restart_ms, r.restart_ms_max),
+            format!(
+                "{:.1} ({:.0})",
+                r.restart_after_kill_ms, r.restart_after_kill_ms_max
+            ),
+            format!("{:.0} ({:.0})", r.scan_rebuild_ms, r.scan_rebuild_ms_max),
+            r.scan_over_restart,
+            r.store_bytes as f64 / 1e6,
+            r.fsck_mb_per_s,
+            if r.fsck_clean { "clean" } else { "DAMAGED" },
+            r.cold_cache
+        ));
+    }
+    lines.push("(medians of the repeats; the slowest in parentheses)".to_string());
+    lines
+}
+
+/// Restart times over the file count, with the scan baseline, as an SVG plot at `path`.
+pub fn plot(results: &[StartupResult], path: &std::path::Path) -> Result<(), String> {
+    let series = vec![
+        (
+            "calm restart (clean)".to_string(),
+            results
+                .iter()
+                .map(|r| (r.files as f64, r.restart_ms))
+                .collect(),
+        ),
+        (
+            "calm restart (after kill -9)".to_string(),
+            results
+                .iter()
+                .map(|r| (r.files as f64, r.restart_after_kill_ms))
+                .collect(),
+        ),
+        (
+            "baseline: scan to rebuild handles".to_string(),
+            results
+                .iter()
+                .map(|r| (r.files as f64, r.scan_rebuild_ms))
+                .collect(),
+        ),
+    ];
+    crate::plot::log_log_svg(path, "restart to ready, cold cache", "files", "ms", &series)
+}

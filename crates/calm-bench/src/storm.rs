@@ -394,3 +394,48 @@ pub fn run(options: &StormOptions) -> Result<StormReport, String> {
         namespace,
     })
 }
+
+/// The report as a table for a terminal.
+pub fn table(report: &StormReport) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{:>7} {:>8} {:>11} {:>13} {:>13} {:>9} {:>6} {:>9}",
+        "mounts",
+        "watcher",
+        "producer s",
+        "producer cpu",
+        "watcher cpu",
+        "share",
+        "exact",
+        "settle s"
+    )];
+    for r in &report.mounts {
+        lines.push(format!(
+            "{:>7} {:>8} {:>11.3} {:>13.3} {:>13.3} {:>8.1}% {:>6} {:>9.3}",
+            r.mounts,
+            r.watcher,
+            r.producer_s,
+            r.producer_cpu_s,
+            r.watcher_cpu_s,
+            100.0 * r.watcher_share,
+            r.exact,
+            r.settle_s
+        ));
+    }
+    lines.push(format!(
+        "{:>9} {:>9} {:>12} {:>10} {:>12} {:>15} {:>11}",
+        "watchers", "creates", "creates/s", "slowdown", "deliveries", "deliveries/s", "max lag ms"
+    ));
+    for r in &report.namespace {
+        lines.push(format!(
+            "{:>9} {:>9} {:>12.0} {:>9.1}% {:>12} {:>15.0} {:>11.1}",
+            r.watchers,
+            r.creates,
+            r.ops_per_sec,
+            100.0 * r.slowdown,
+            r.deliveries,
+            r.deliveries_per_sec,
+            r.max_lag_ms
+        ));
+    }
+    lines
+}

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, anyhow};
-use calm_bench::{activation, changelog, locks, mdtest, mount, plot, startup, storm};
+use calm_bench::{activation, changelog, locks, mdtest, mount, startup, storm};
 use clap::Subcommand;
 
 #[derive(Debug, Subcommand)]
@@ -342,22 +342,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 dir,
             })
             .map_err(|e| anyhow!(e))?;
-            let mut lines = vec![format!(
-                "{:>8} {:>7} {:>12} {:>14} {:>8} {:>9} {:>8}",
-                "devices", "impl", "seconds", "cpu µs/event", "pools", "events", "stopped"
-            )];
-            for r in &report.results {
-                lines.push(format!(
-                    "{:>8} {:>7} {:>12.6} {:>14.3} {:>8} {:>9} {:>8}",
-                    r.devices,
-                    r.implementation,
-                    r.seconds,
-                    r.cpu_us_per_event,
-                    r.pools_active,
-                    r.events,
-                    r.stopped
-                ));
-            }
+            let lines = activation::table(&report);
             emit(json, &lines, &report)?;
         }
         Bench::Storm {
@@ -378,52 +363,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 dir,
             };
             let report = storm::run(&options).map_err(|e| anyhow!(e))?;
-            let mut lines = vec![format!(
-                "{:>7} {:>8} {:>11} {:>13} {:>13} {:>9} {:>6} {:>9}",
-                "mounts",
-                "watcher",
-                "producer s",
-                "producer cpu",
-                "watcher cpu",
-                "share",
-                "exact",
-                "settle s"
-            )];
-            for r in &report.mounts {
-                lines.push(format!(
-                    "{:>7} {:>8} {:>11.3} {:>13.3} {:>13.3} {:>8.1}% {:>6} {:>9.3}",
-                    r.mounts,
-                    r.watcher,
-                    r.producer_s,
-                    r.producer_cpu_s,
-                    r.watcher_cpu_s,
-                    100.0 * r.watcher_share,
-                    r.exact,
-                    r.settle_s
-                ));
-            }
-            lines.push(format!(
-                "{:>9} {:>9} {:>12} {:>10} {:>12} {:>15} {:>11}",
-                "watchers",
-                "creates",
-                "creates/s",
-                "slowdown",
-                "deliveries",
-                "deliveries/s",
-                "max lag ms"
-            ));
-            for r in &report.namespace {
-                lines.push(format!(
-                    "{:>9} {:>9} {:>12.0} {:>9.1}% {:>12} {:>15.0} {:>11.1}",
-                    r.watchers,
-                    r.creates,
-                    r.ops_per_sec,
-                    100.0 * r.slowdown,
-                    r.deliveries,
-                    r.deliveries_per_sec,
-                    r.max_lag_ms
-                ));
-            }
+            let lines = storm::table(&report);
             emit(json, &lines, &report)?;
         }
         Bench::Data {
@@ -531,41 +471,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 wal: !no_wal,
             };
             let report = changelog::run(&options).map_err(|e| anyhow!(e))?;
-            let mut lines = vec![format!(
-                "{:>8} {:>7} {:>7} {:>12} {:>12} {:>14} {:>7} {:>13}",
-                "op", "clients", "ops", "off ops/s", "on ops/s", "reading ops/s", "ratio", "rounds"
-            )];
-            for r in &report.results {
-                let (low, high) = r
-                    .round_ratios
-                    .iter()
-                    .fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(*x), h.max(*x)));
-                lines.push(format!(
-                    "{:>8} {:>7} {:>7} {:>12.0} {:>12.0} {:>14.0} {:>7.3} {:>6.3}-{:<6.3}",
-                    r.op,
-                    r.clients,
-                    r.ops,
-                    r.off_ops_per_sec,
-                    r.on_ops_per_sec,
-                    r.on_reading_ops_per_sec,
-                    r.ratio,
-                    low,
-                    high
-                ));
-            }
-            if report.calibration {
-                lines.push(
-                    "calibration: no reader in any mode, the ratios are the method's noise".into(),
-                );
-            }
-            lines.push(format!(
-                "reader: {:.0} records/s read and cleared ({} records), {:.1}x the peak create rate {:.0}/s; medians of {} runs",
-                report.reader_records_per_sec,
-                report.reader_records,
-                report.reader_records_per_sec / report.peak_create_ops_per_sec.max(1.0),
-                report.peak_create_ops_per_sec,
-                report.repeat
-            ));
+            let lines = changelog::table(&report);
             emit(json, &lines, &report)?;
         }
         Bench::Locks {
@@ -583,61 +489,10 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 store_dir: dir,
             };
             let report = locks::run(&options).map_err(|e| anyhow!(e))?;
-            let mut lines = vec![format!(
-                "{:>13} {:>10} {:>9} {:>14} {:>10} {:>8}",
-                "impl", "case", "n", "seconds", "completed", "stopped"
-            )];
-            for r in &report.results {
-                lines.push(format!(
-                    "{:>13} {:>10} {:>9} {:>14.9} {:>10} {:>8}",
-                    r.implementation, r.case, r.n, r.seconds, r.completed, r.stopped
-                ));
-            }
-            lines.push(match report.bytes_per_lock {
-                Some(b) => format!("calm: {b:.1} heap bytes per lock"),
-                None => "calm: bytes per lock not measured".to_string(),
-            });
-            let g = &report.grpc;
-            lines.push(format!(
-                "gRPC, one file, {} clients: {:.0} lock ops/s in batches of {} ({} ops in {:.2} s), \
-                 {:.0} ops/s one per request, {} in flight per client ({} ops in {:.2} s)",
-                g.clients,
-                g.batched_ops_per_sec,
-                g.batch_ops,
-                g.batched_ops,
-                g.batched_seconds,
-                g.unbatched_ops_per_sec,
-                g.in_flight,
-                g.unbatched_ops,
-                g.unbatched_seconds
-            ));
-            lines.push("(getlk: seconds per operation)".into());
+            let lines = locks::table(&report);
             emit(json, &lines, &report)?;
             if let Some(path) = plot_path {
-                let mut series = Vec::new();
-                for implementation in ["calm", "naive-list", "kernel-fcntl"] {
-                    for case in ["ascending", "random", "split"] {
-                        let points: Vec<(f64, f64)> = report
-                            .results
-                            .iter()
-                            .filter(|r| {
-                                r.implementation == implementation && r.case == case && !r.stopped
-                            })
-                            .map(|r| (r.n as f64, r.seconds))
-                            .collect();
-                        if !points.is_empty() {
-                            series.push((format!("{implementation} {case}"), points));
-                        }
-                    }
-                }
-                plot::log_log_svg(
-                    &path,
-                    "N byte-range locks on one file",
-                    "locks",
-                    "seconds",
-                    &series,
-                )
-                .map_err(|e| anyhow!(e))?;
+                locks::plot(&report, &path).map_err(|e| anyhow!(e))?;
             }
         }
         Bench::Startup {
@@ -660,36 +515,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 wal: !no_wal,
             };
             let results = startup::run(&options).map_err(|e| anyhow!(e))?;
-            let mut lines = vec![format!(
-                "{:>10} {:>11} {:>15} {:>16} {:>13} {:>9} {:>10} {:>8} {:>5}",
-                "files",
-                "restart ms",
-                "after kill9 ms",
-                "scan rebuild ms",
-                "scan/restart",
-                "store MB",
-                "fsck MB/s",
-                "fsck",
-                "cold"
-            )];
-            for r in &results {
-                lines.push(format!(
-                    "{:>10} {:>11} {:>15} {:>16} {:>12.0}x {:>9.1} {:>10.0} {:>8} {:>5}",
-                    r.files,
-                    format!("{:.1} ({:.0})", r.restart_ms, r.restart_ms_max),
-                    format!(
-                        "{:.1} ({:.0})",
-                        r.restart_after_kill_ms, r.restart_after_kill_ms_max
-                    ),
-                    format!("{:.0} ({:.0})", r.scan_rebuild_ms, r.scan_rebuild_ms_max),
-                    r.scan_over_restart,
-                    r.store_bytes as f64 / 1e6,
-                    r.fsck_mb_per_s,
-                    if r.fsck_clean { "clean" } else { "DAMAGED" },
-                    r.cold_cache
-                ));
-            }
-            lines.push("(medians of the repeats; the slowest in parentheses)".to_string());
+            let lines = startup::table(&results);
             table(json, &lines);
             if json {
                 println!(
@@ -698,37 +524,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 );
             }
             if let Some(path) = plot_path {
-                let series = vec![
-                    (
-                        "calm restart (clean)".to_string(),
-                        results
-                            .iter()
-                            .map(|r| (r.files as f64, r.restart_ms))
-                            .collect(),
-                    ),
-                    (
-                        "calm restart (after kill -9)".to_string(),
-                        results
-                            .iter()
-                            .map(|r| (r.files as f64, r.restart_after_kill_ms))
-                            .collect(),
-                    ),
-                    (
-                        "baseline: scan to rebuild handles".to_string(),
-                        results
-                            .iter()
-                            .map(|r| (r.files as f64, r.scan_rebuild_ms))
-                            .collect(),
-                    ),
-                ];
-                plot::log_log_svg(
-                    &path,
-                    "restart to ready, cold cache",
-                    "files",
-                    "ms",
-                    &series,
-                )
-                .map_err(|e| anyhow!(e))?;
+                startup::plot(&results, &path).map_err(|e| anyhow!(e))?;
             }
         }
         Bench::Transport {

@@ -408,7 +408,6 @@ const LONG_FILES: &[(&str, usize)] = &[
     ("calm-server/src/lib.rs", 993),
     ("calm-store-etcd/src/lib.rs", 1651),
     ("calm-store/src/lmdb.rs", 814),
-    ("calm/src/bench.rs", 807),
 ];
 
 #[test]
