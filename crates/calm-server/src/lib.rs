@@ -13,9 +13,7 @@
 //! What it does not know: how the store is laid out (calm-meta) or what a client does with
 //! the answers.
 
-use std::fs::File;
 use std::future::Future;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -30,12 +28,14 @@ use calm_proto::{MESSAGE_BYTES_MAX, pb, status_from_error};
 use calm_store::Store;
 use tonic::{Request, Response, Status};
 
+pub mod assembly;
 pub mod auth;
 mod batch;
 pub mod changelog;
 pub mod cluster;
 pub mod compactor;
 pub mod data;
+pub mod data_dir;
 pub mod heap;
 pub mod listen;
 pub mod locks;
@@ -45,7 +45,9 @@ pub mod targets;
 pub mod tls;
 pub mod watch;
 
+pub use assembly::{Assembled, ServerConfig, ServerError};
 pub use changelog::ChangelogService;
+pub use data_dir::{DATA_DIR_MODE, LOCK_FILE, lock_data_dir, private_files, secure_data_dir};
 pub use locks::{LockService, LockTable};
 pub use watch::{WatchHub, WatchService};
 
@@ -60,92 +62,6 @@ pub const SOCKET_FILE: &str = "calm.sock";
 /// for as long as it is mounted (its watch of changes), and a lock wait lasts until granted,
 /// so without a bound a server with clients would never stop.
 pub const STOP_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Name of the lock file that keeps two servers off one data directory.
-pub const LOCK_FILE: &str = "calm.lock";
-
-/// Mode of a data directory: others may only reach the socket in it.
-pub const DATA_DIR_MODE: u32 = 0o711;
-
-/// Makes what the server creates from now on readable by its own user alone (umask 077: files
-/// 0600, directories 0700), whatever the caller's umask. Process-wide; called by `calm serve`
-/// and the embedded mount before they open anything.
-pub fn private_files() {
-    // SAFETY: umask(2) only sets the process's file creation mask.
-    unsafe { libc::umask(0o077) };
-}
-
-/// Creates the data directory (mode [`DATA_DIR_MODE`]) or checks an existing one: the
-/// directory itself and every entry in it but the socket must be closed to group and others
-/// (the store's files, its write-ahead log, the record log and object directories). Modes
-/// that are too open — a store made by an older calm, or changed by hand — are closed, each
-/// named in the returned list (the caller warns). Only the top level is read: what lies in
-/// the closed subdirectories cannot be reached by others whatever its own mode, and a start
-/// never walks the object tree.
-pub fn secure_data_dir(dir: &Path) -> Result<Vec<String>, String> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    let mut fixed = Vec::new();
-    if !dir.exists() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(DATA_DIR_MODE)
-            .create(dir)
-            .map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        // The mode as asked, whatever the umask.
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DATA_DIR_MODE))
-            .map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    }
-    let mut close = |path: &Path| -> Result<(), String> {
-        let meta =
-            std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let mode = meta.permissions().mode() & 0o7777;
-        // The directory may keep search permission for others (the socket); a directory
-        // closed further by its administrator stays so.
-        let open = if path == dir { 0o066 } else { 0o077 };
-        if mode & open != 0 && !meta.file_type().is_symlink() {
-            let mode_now = mode & !open;
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode_now))
-                .map_err(|e| format!("closing {}: {e}", path.display()))?;
-            fixed.push(format!("{} was {mode:o}, now {mode_now:o}", path.display()));
-        }
-        Ok(())
-    };
-    close(dir)?;
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
-        if entry.file_name() == SOCKET_FILE {
-            continue;
-        }
-        close(&entry.path())?;
-    }
-    Ok(fixed)
-}
-
-/// Takes the data directory's lock, so that a second server on the same directory is refused
-/// with a clear error instead of sharing the store. Held for as long as the returned file lives.
-/// Creates the directory, or closes it to others ([`secure_data_dir`]).
-pub fn lock_data_dir(dir: &Path) -> Result<File, String> {
-    for fixed in secure_data_dir(dir)? {
-        tracing::warn!("data directory open to others: {fixed}");
-    }
-    let path = dir.join(LOCK_FILE);
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| format!("opening {}: {e}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(format!(
-            "{} is in use by another calm server (lock {} is held)",
-            dir.display(),
-            path.display()
-        )),
-        Err(std::fs::TryLockError::Error(e)) => Err(format!("locking {}: {e}", path.display())),
-    }
-}
 
 /// The line `calm serve` prints once it accepts requests: `ready in N ms, serving on ADDR`
 /// (`and ADDR` for each further listener; the Unix socket first).

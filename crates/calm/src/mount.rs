@@ -6,10 +6,12 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use calm_fuse::MountOptions;
+use calm_server::Assembled;
 
 /// `calm mount` flags.
 #[derive(Debug, clap::Args)]
@@ -117,14 +119,15 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
             ))?;
         }
         Some(dir) => {
-            let embedded = crate::serve::Embedded::open(dir, &args.changelog)?;
-            let (listeners, addrs) =
-                runtime.block_on(args.changelog.listeners(&crate::serve::socket_of(dir)))?;
+            let config = args.changelog.config(false);
+            config.check()?;
+            let (_lock, store) = crate::serve::open_embedded(dir, &args.changelog)?;
+            let name = dir.display().to_string();
+            let assembled =
+                runtime.block_on(Assembled::open(store, &config, dir, name, started))?;
+            let addrs = assembled.addrs.clone();
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let server = runtime.block_on(calm_server::Server::start(
-                embedded.meta.clone(),
-                embedded.info(started),
-            ));
+            let (server, listeners, meta) = runtime.block_on(assembled.start());
             // The mount calls the namespace and the locks in this process; other clients
             // reach the same services on the listener.
             let local = calm_client::InProcess {
@@ -150,7 +153,9 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
                 .map_err(|e| anyhow!("server task: {e}"))?
                 .context("serving")?;
             drop(runtime);
-            embedded.close()?;
+            let store = Arc::into_inner(calm_server::assembly::close(meta)?)
+                .ok_or_else(|| anyhow!("the store is still in use after the server stopped"))?;
+            store.close();
         }
     }
     println!("unmounted");
