@@ -42,7 +42,7 @@ fn pair_bytes(key: &[u8], value: &Option<Vec<u8>>) -> usize {
 }
 
 #[derive(Debug, Default)]
-struct Pairs {
+pub(crate) struct Pairs {
     /// Key (with the data prefix) → value (`None`: absent) and the revision it was read at.
     pairs: HashMap<Vec<u8>, (Option<Vec<u8>>, i64)>,
     /// What the pairs cost, as [`CACHE_BYTES_MAX`] counts it.

@@ -1,0 +1,357 @@
+//! Snapshots and write transactions: a snapshot reads at one revision; a transaction reads at
+//! its start revision, keeps its writes in memory (read back by its own reads), reads ahead
+//! what a group will need in two requests, and commits as one etcd `Txn` guarded by the
+//! commit key (`crate::commit`).
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use crate::commit::commit;
+use crate::reads::at_revision;
+use crate::{
+    Ahead, EtcdStore, OP_OVERHEAD_BYTES, PREFETCH_RANGE_PAIRS_MAX, PREFETCH_RANGES_MAX, Pairs,
+    READ_CACHE_KEYS_MAX, RangeBounds,
+};
+use calm_store::{ReadTxn, Result, StoreError, Visitor, WriteTxn, check_limits};
+use etcd_client::{GetOptions, Txn, TxnOp};
+
+/// A consistent view: every read is at one revision.
+#[derive(Debug)]
+pub struct EtcdSnapshot<'s> {
+    pub(crate) store: &'s EtcdStore,
+    pub(crate) revision: i64,
+    /// The read cache has applied every commit up to this snapshot's.
+    pub(crate) cached: bool,
+}
+
+const NO_WRITES: &BTreeMap<Vec<u8>, Option<Vec<u8>>> = &BTreeMap::new();
+
+impl ReadTxn for EtcdSnapshot<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
+        Ok(self
+            .store
+            .get_cached(key, self.revision, self.cached)?
+            .map(Cow::Owned))
+    }
+
+    fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
+        self.store
+            .visit_at(start, end, self.revision, NO_WRITES, visit)
+    }
+
+    fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.store.last_at(start, end, self.revision, NO_WRITES)
+    }
+}
+
+/// A write transaction: reads at its start revision, writes kept here until commit.
+#[derive(Debug)]
+pub struct EtcdTxn<'s> {
+    pub(crate) store: &'s EtcdStore,
+    /// `retry_ms_max` after the transaction began: its commit is sent (and sent again) until
+    /// then, and settling a lost commit's answer takes at most as long again.
+    pub(crate) deadline: Instant,
+    pub(crate) revision: i64,
+    /// The commit key's modification revision when the transaction began.
+    pub(crate) seq_modified: i64,
+    /// The read cache has applied every commit up to the transaction's start.
+    pub(crate) cached: bool,
+    /// Begun at the watch's last commit ([`EtcdStore::watched_base`]), not at a revision read
+    /// from etcd: a commit that writes nothing checks that no commit came after it.
+    pub(crate) watched: bool,
+    /// No stored key (at `revision`) is at or above this one: appends above it need no probe.
+    pub(crate) append_floor: Option<Vec<u8>>,
+    /// Values read at `revision` (which never change): a key read, then deleted or read again
+    /// by the same group of operations costs one round trip, not two.
+    pub(crate) read: std::cell::RefCell<std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>>,
+    /// Writes in key order; `None` is a delete.
+    pub(crate) writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Whole ranges read ahead at `revision` (`WriteTxn::prefetch`), by `[start, end)`.
+    pub(crate) ranges: std::cell::RefCell<std::collections::HashMap<RangeBounds, Pairs>>,
+}
+
+impl EtcdTxn<'_> {
+    /// `key`'s value at the transaction's revision when a whole range read ahead holds it
+    /// (`Some(None)`: the range holds no such key); `None` when no such range covers it. A
+    /// group deletes what it read ahead as ranges (request records, xattrs, chunks): each
+    /// delete, which reports whether the key existed, is answered here, not by a round trip.
+    fn in_range_read_ahead(&self, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        let ranges = self.ranges.borrow();
+        let (_, pairs) = ranges.iter().find(|((start, end), _)| {
+            key >= start.as_slice() && (end.is_empty() || key < end.as_slice())
+        })?;
+        let at = pairs.binary_search_by(|(k, _)| k.as_slice().cmp(key));
+        Some(at.ok().map(|at| pairs[at].1.clone()))
+    }
+}
+
+impl ReadTxn for EtcdTxn<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
+        match self.writes.get(key) {
+            Some(Some(value)) => Ok(Some(Cow::Borrowed(value))),
+            Some(None) => Ok(None),
+            None => {
+                if let Some(known) = self.read.borrow().get(key) {
+                    return Ok(known.clone().map(Cow::Owned));
+                }
+                if let Some(known) = self.in_range_read_ahead(key) {
+                    return Ok(known.map(Cow::Owned));
+                }
+                let value = self.store.get_cached(key, self.revision, self.cached)?;
+                let mut read = self.read.borrow_mut();
+                if read.len() < READ_CACHE_KEYS_MAX {
+                    read.insert(key.to_vec(), value.clone());
+                }
+                Ok(value.map(Cow::Owned))
+            }
+        }
+    }
+
+    fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
+        let known = self
+            .ranges
+            .borrow()
+            .get(&(start.to_vec(), end.to_vec()))
+            .cloned();
+        self.store
+            .visit_known(start, end, self.revision, &self.writes, known, visit)
+    }
+
+    fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.store.last_at(start, end, self.revision, &self.writes)
+    }
+}
+
+impl WriteTxn for EtcdTxn<'_> {
+    /// The greatest key of the keyspace is not asked of etcd (a descending range is sorted on
+    /// the server after reading the whole range): a forward probe for any stored key at or
+    /// above `key`, once per transaction, and this transaction's own writes.
+    fn append(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        check_limits(key, value)?;
+        let refuse = |above: &[u8]| {
+            StoreError::Limit(format!(
+                "append of {key:?}, which is not above the greatest key {above:?}"
+            ))
+        };
+        if let Some((written, _)) = self.writes.range(key.to_vec()..).find(|(_, v)| v.is_some()) {
+            return Err(refuse(written));
+        }
+        let covered = self
+            .append_floor
+            .as_deref()
+            .is_some_and(|floor| key >= floor);
+        if !covered {
+            // The first stored key at or above: from a range read ahead that covers it (the
+            // tail of the log, read with the transaction's first reads), else read now.
+            let ahead = self
+                .ranges
+                .borrow()
+                .iter()
+                .find(|((start, end), _)| end.is_empty() && start.as_slice() <= key)
+                .map(|(_, pairs)| {
+                    pairs
+                        .iter()
+                        .find(|(k, _)| k.as_slice() >= key)
+                        .map(|(k, _)| k.clone())
+                });
+            let first = match ahead {
+                Some(first) => first,
+                None => {
+                    let (stored, _) = self.store.range_at(key, b"", self.revision, 1, false)?;
+                    stored.into_iter().next().map(|(k, _)| k)
+                }
+            };
+            if let Some(above) = &first {
+                if !matches!(self.writes.get(above), Some(None)) {
+                    return Err(refuse(above));
+                }
+                // The stored key above is deleted by this transaction: ask the slow way.
+                if let Some((last, _)) = self.last_in(b"", b"")?
+                    && last.as_slice() >= key
+                {
+                    return Err(refuse(&last));
+                }
+            } else {
+                self.append_floor = Some(key.to_vec());
+            }
+        }
+        self.writes.insert(key.to_vec(), Some(value.to_vec()));
+        Ok(())
+    }
+
+    fn prefetch(&self, keys: &[Vec<u8>], ranges: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        let wanted: Vec<Vec<u8>> = {
+            let read = self.read.borrow();
+            let mut seen = std::collections::HashSet::new();
+            keys.iter()
+                .filter(|k| {
+                    !self.writes.contains_key(*k) && !read.contains_key(*k) && seen.insert(*k)
+                })
+                .take(READ_CACHE_KEYS_MAX.saturating_sub(read.len()))
+                .cloned()
+                .collect()
+        };
+        let mut missing = Vec::new();
+        for key in wanted {
+            let full = self.store.data_key(&key);
+            match self
+                .cached
+                .then(|| self.store.inner.cache.get(&full, self.revision))
+            {
+                Some(Some(value)) => {
+                    self.read.borrow_mut().insert(key, value);
+                }
+                _ => missing.push(key),
+            }
+        }
+        let ranges: Vec<&RangeBounds> = {
+            let known = self.ranges.borrow();
+            ranges
+                .iter()
+                .filter(|r| !known.contains_key(*r))
+                .take(PREFETCH_RANGES_MAX.saturating_sub(known.len()))
+                .collect()
+        };
+        // Keys and ranges in one etcd transaction: one round trip, each read at this revision.
+        let wanted: Vec<Ahead> = missing
+            .into_iter()
+            .map(Ahead::Key)
+            .chain(ranges.into_iter().map(|r| Ahead::Range(r.clone())))
+            .collect();
+        for chunk in wanted.chunks(self.store.inner.options.txn_ops_max.max(1)) {
+            let operations: Vec<TxnOp> = chunk
+                .iter()
+                .map(|ahead| match ahead {
+                    Ahead::Key(key) => TxnOp::get(
+                        self.store.data_key(key),
+                        Some(at_revision(GetOptions::new(), self.revision)),
+                    ),
+                    Ahead::Range((start, end)) => TxnOp::get(
+                        self.store.data_key(start),
+                        Some(
+                            at_revision(GetOptions::new(), self.revision)
+                                .with_range(self.store.data_end(end))
+                                .with_limit(PREFETCH_RANGE_PAIRS_MAX),
+                        ),
+                    ),
+                })
+                .collect();
+            let stats = &self.store.inner.stats;
+            stats.read_aheads.fetch_add(1, Ordering::Relaxed);
+            let response = self.store.call(move |mut client| {
+                let operations = operations.clone();
+                async move { client.txn(Txn::new().and_then(operations)).await }
+            })?;
+            for (ahead, op) in chunk.iter().zip(response.op_responses()) {
+                let etcd_client::TxnOpResponse::Get(get) = op else {
+                    continue;
+                };
+                match ahead {
+                    Ahead::Key(key) => {
+                        let value = get.kvs().first().map(|kv| kv.value().to_vec());
+                        self.store.inner.cache.put(
+                            self.store.data_key(key),
+                            value.clone(),
+                            self.revision,
+                        );
+                        self.read.borrow_mut().insert(key.clone(), value);
+                    }
+                    // Only a whole range is kept; a larger one is visited as before.
+                    Ahead::Range(bounds) if !get.more() => {
+                        let data = self.store.inner.data.len();
+                        let pairs = get
+                            .kvs()
+                            .iter()
+                            .map(|kv| (kv.key()[data..].to_vec(), kv.value().to_vec()))
+                            .collect();
+                        self.ranges.borrow_mut().insert(bounds.clone(), pairs);
+                    }
+                    Ahead::Range(_) => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn written_by_others(&self) -> bool {
+        self.seq_modified != self.store.inner.own_commit_revision.load(Ordering::Relaxed)
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        check_limits(key, value)?;
+        self.writes.insert(key.to_vec(), Some(value.to_vec()));
+        Ok(())
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        check_limits(key, b"")?;
+        let existed = self.get(key)?.is_some();
+        self.writes.insert(key.to_vec(), None);
+        Ok(existed)
+    }
+
+    fn commit(self) -> Result<()> {
+        if self.writes.is_empty() {
+            // What the transaction answered (a refusal: nothing to write) holds at the
+            // present only if no commit came after its revision.
+            if self.watched && self.store.revision()?.1 != self.seq_modified {
+                self.store
+                    .inner
+                    .stats
+                    .conflicts
+                    .fetch_add(1, Ordering::Relaxed);
+                self.store.inner.met_other_commit();
+                return Err(StoreError::Conflict);
+            }
+            return Ok(());
+        }
+        let inner = &self.store.inner;
+        let options = &inner.options;
+        // The commit key's write counts as one operation.
+        let ops = self.writes.len() + 1;
+        if ops > options.txn_ops_max {
+            return Err(StoreError::Limit(format!(
+                "a transaction of {ops} writes exceeds the etcd cluster's limit of {} \
+                 operations per transaction (txn-ops-max); nothing was written",
+                options.txn_ops_max
+            )));
+        }
+        let bytes: usize = self
+            .writes
+            .iter()
+            .map(|(k, v)| inner.data.len() + k.len() + v.as_ref().map_or(0, Vec::len))
+            .sum::<usize>()
+            + ops * OP_OVERHEAD_BYTES
+            + inner.seq.len() * 2
+            + 16;
+        if bytes > options.request_bytes_max {
+            return Err(StoreError::Limit(format!(
+                "a transaction of {bytes} bytes exceeds the etcd cluster's limit of {} bytes \
+                 per request (request-bytes-max); nothing was written",
+                options.request_bytes_max
+            )));
+        }
+        let token = inner.next_token();
+        let mut operations: Vec<TxnOp> = self
+            .writes
+            .into_iter()
+            .map(|(key, value)| {
+                let key = [inner.data.as_slice(), &key].concat();
+                match value {
+                    Some(value) => TxnOp::put(key, value, None),
+                    None => TxnOp::delete(key, None),
+                }
+            })
+            .collect();
+        operations.push(TxnOp::put(inner.seq.clone(), token.clone(), None));
+        let txn = Txn::new()
+            .when([inner.unchanged_since(self.revision)])
+            .and_then(operations);
+        let shared = inner.clone();
+        let (revision, deadline) = (self.revision, self.deadline);
+        self.store
+            .run(async move { commit(&shared, txn, token, revision, deadline).await })
+    }
+}
