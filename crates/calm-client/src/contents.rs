@@ -1,0 +1,126 @@
+//! The calls of a [`Client`] about file contents: where the objects are, a file's map of
+//! slices, writes and appends of slice records, and slice ids.
+
+use super::*;
+
+impl Client {
+    /// The URL of the namespace's object store and the namespace's identity.
+    pub async fn data_info(&self) -> Result<DataInfo> {
+        let reply = check(meta_call!(self, data_info, pb::Empty {}))?;
+        Ok(DataInfo {
+            objects_url: reply.objects_url,
+            namespace_id: reply.namespace_id,
+        })
+    }
+
+    /// A file's attributes and whole slice map, read on one snapshot when it fits one reply
+    /// (65 536 records); a larger map is read in parts, again from the start whenever the file
+    /// changed between two of them, so the map is always one version of the file.
+    pub async fn read_map(&self, handle: Handle) -> Result<FileMap> {
+        const TRIES_MAX: u32 = 16;
+        'again: for _ in 0..TRIES_MAX {
+            let mut map: Option<FileMap> = None;
+            let mut from_chunk = 0;
+            loop {
+                let request = pb::ReadMapRequest {
+                    handle,
+                    from_chunk,
+                    max_records: 0,
+                };
+                let reply = check(batched_call!(self, read_map, ReadMap, request))?;
+                let attr: Attr = reply
+                    .attr
+                    .ok_or_else(|| MetaError::Io("a map without attributes".into()))?
+                    .try_into()?;
+                let mut chunks: Vec<(u64, Vec<calm_types::slices::Slice>)> = Vec::new();
+                for record in &reply.records {
+                    let (chunk, slice) = calm_proto::slice_from_wire(record);
+                    match chunks.last_mut() {
+                        Some((c, slices)) if *c == chunk => slices.push(slice),
+                        _ => chunks.push((chunk, vec![slice])),
+                    }
+                }
+                let next = chunks.last().map(|(c, _)| c + 1);
+                let inline: Vec<(u64, Vec<u8>)> =
+                    reply.inline.into_iter().map(|b| (b.id, b.data)).collect();
+                match &mut map {
+                    None => {
+                        map = Some(FileMap {
+                            attr,
+                            chunks,
+                            more: false,
+                            inline,
+                        })
+                    }
+                    Some(map) => {
+                        let same = |a: &Attr, b: &Attr| {
+                            a.mtime_ns == b.mtime_ns && a.ctime_ns == b.ctime_ns && a.size == b.size
+                        };
+                        if !same(&map.attr, &attr) {
+                            continue 'again;
+                        }
+                        map.chunks.extend(chunks);
+                        map.inline.extend(inline);
+                    }
+                }
+                match (reply.more, next) {
+                    (true, Some(next)) => from_chunk = next,
+                    _ => return Ok(map.expect("set above")),
+                }
+            }
+        }
+        Err(MetaError::Busy(format!(
+            "file {handle} kept changing while its map was read ({TRIES_MAX} tries)"
+        )))
+    }
+
+    /// Places slice records in a file and makes it at least `end` bytes long; `inline` holds
+    /// the bytes of the records' inline slices, by id.
+    pub async fn write(
+        &self,
+        handle: Handle,
+        records: &[(u64, calm_types::slices::Slice)],
+        end: u64,
+        inline: Vec<(u64, Vec<u8>)>,
+    ) -> Result<Attr> {
+        let request = pb::WriteRequest {
+            handle,
+            records: records
+                .iter()
+                .map(|(chunk, s)| calm_proto::slice_to_wire(*chunk, s))
+                .collect(),
+            end,
+            inline: inline
+                .into_iter()
+                .map(|(id, data)| pb::InlineBytes { id, data })
+                .collect(),
+        };
+        self.mutated(batched_call!(mutation self, write, Write, request))?
+            .try_into()
+    }
+
+    /// Places the whole of object `id` at the end of the file; with `inline`, the bytes of
+    /// inline slice `id` (refused as not supported where the file's inline bytes may not be).
+    pub async fn append(
+        &self,
+        handle: Handle,
+        id: u64,
+        size: u32,
+        inline: Option<Vec<u8>>,
+    ) -> Result<Attr> {
+        let request = pb::AppendRequest {
+            handle,
+            id,
+            size,
+            inline,
+        };
+        self.mutated(meta_call!(mutation self, append, request))?
+            .try_into()
+    }
+
+    /// `count` new slice ids; returns the first.
+    pub async fn alloc_slices(&self, count: u64) -> Result<u64> {
+        let request = pb::AllocSlicesRequest { count };
+        Ok(check(meta_call!(self, alloc_slices, request))?.first)
+    }
+}

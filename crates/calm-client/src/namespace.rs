@@ -1,0 +1,311 @@
+//! The namespace calls of a [`Client`]: lookups, attributes, creates, links, removals,
+//! renames, listings, extended attributes and the file system's figures.
+
+use super::*;
+
+impl Client {
+    pub async fn lookup(&self, parent: Handle, name: &[u8]) -> Result<Attr> {
+        let request = pb::LookupRequest {
+            parent,
+            name: name.to_vec(),
+        };
+        check(batched_call!(self, lookup, Lookup, request))?.try_into()
+    }
+
+    pub async fn getattr(&self, handle: Handle) -> Result<Attr> {
+        check(batched_call!(
+            self,
+            get_attr,
+            GetAttr,
+            pb::HandleRequest { handle }
+        ))?
+        .try_into()
+    }
+
+    pub async fn setattr(&self, handle: Handle, attr: &SetAttr) -> Result<Attr> {
+        let request = calm_proto::setattr_to_wire(handle, attr);
+        self.mutated(batched_call!(mutation self, set_attr, SetAttr, request))?
+            .try_into()
+    }
+
+    pub async fn make(
+        &self,
+        parent: Handle,
+        name: &[u8],
+        node: &NewNode,
+        exclusive: bool,
+    ) -> Result<Attr> {
+        Ok(self.make_in_dir(parent, name, node, exclusive).await?.0)
+    }
+
+    /// [`Client::make`], with `parent`'s attributes right after it when the server sent them.
+    pub async fn make_in_dir(
+        &self,
+        parent: Handle,
+        name: &[u8],
+        node: &NewNode,
+        exclusive: bool,
+    ) -> Result<(Attr, Option<Attr>)> {
+        let request = pb::MakeRequest {
+            parent,
+            name: name.to_vec(),
+            kind: node.kind as u32,
+            mode: node.mode,
+            uid: node.uid,
+            gid: node.gid,
+            rdev: node.rdev,
+            target: node.target.clone(),
+            exclusive,
+        };
+        calm_proto::entry_from_wire(self.mutated(batched_call!(
+            mutation placed,
+            self,
+            make,
+            Make,
+            request
+        ))?)
+    }
+
+    pub async fn create(&self, parent: Handle, name: &[u8], mode: u32) -> Result<Attr> {
+        self.make(parent, name, &NewNode::file(mode, 0, 0), true)
+            .await
+    }
+
+    pub async fn mkdir(&self, parent: Handle, name: &[u8], mode: u32) -> Result<Attr> {
+        self.make(parent, name, &NewNode::dir(mode, 0, 0), true)
+            .await
+    }
+
+    pub async fn link(&self, handle: Handle, parent: Handle, name: &[u8]) -> Result<Attr> {
+        Ok(self.link_in_dir(handle, parent, name).await?.0)
+    }
+
+    /// [`Client::link`], with `parent`'s attributes right after it when the server sent them.
+    pub async fn link_in_dir(
+        &self,
+        handle: Handle,
+        parent: Handle,
+        name: &[u8],
+    ) -> Result<(Attr, Option<Attr>)> {
+        let request = pb::LinkRequest {
+            handle,
+            parent,
+            name: name.to_vec(),
+        };
+        calm_proto::entry_from_wire(self.mutated(batched_call!(
+            mutation placed,
+            self,
+            link,
+            Link,
+            request
+        ))?)
+    }
+
+    pub async fn unlink(&self, parent: Handle, name: &[u8]) -> Result<()> {
+        self.unlink_keeping(parent, name, Vec::new())
+            .await
+            .map(|_| ())
+    }
+
+    /// Unlink, keeping the file as an orphan of this client's session if it loses its last
+    /// name and is one of `keep` (files the caller has open): returns it then.
+    pub async fn unlink_keeping(
+        &self,
+        parent: Handle,
+        name: &[u8],
+        keep: Vec<Handle>,
+    ) -> Result<Option<Handle>> {
+        Ok(self.unlink_in_dir(parent, name, keep).await?.0)
+    }
+
+    /// [`Client::unlink_keeping`], with `parent`'s attributes right after it when the server
+    /// sent them.
+    pub async fn unlink_in_dir(
+        &self,
+        parent: Handle,
+        name: &[u8],
+        keep: Vec<Handle>,
+    ) -> Result<(Option<Handle>, Option<Attr>)> {
+        // A file kept open is an orphan of this client's session, on its own server.
+        let placed = keep.is_empty();
+        let request = pb::RemoveRequest {
+            parent,
+            name: name.to_vec(),
+            keep,
+        };
+        removed(
+            self.mutated(batched_call!(mutation placed if placed, self, unlink, Unlink, request))?,
+        )
+    }
+
+    /// The caller's mount closed orphan `handle`: it is destroyed.
+    pub async fn release_orphan(&self, handle: Handle) -> Result<()> {
+        let request = pb::HandleRequest { handle };
+        check(meta_call!(self, release_orphan, request)).map(|_| ())
+    }
+
+    /// This client's session takes over these orphans of its mount's lost session.
+    pub async fn claim_orphans(&self, handles: Vec<Handle>) -> Result<()> {
+        let request = pb::OrphansRequest { handles };
+        check(meta_call!(self, claim_orphans, request)).map(|_| ())
+    }
+
+    pub async fn rmdir(&self, parent: Handle, name: &[u8]) -> Result<()> {
+        let request = pb::RemoveRequest {
+            parent,
+            name: name.to_vec(),
+            keep: Vec::new(),
+        };
+        self.mutated(batched_call!(mutation placed, self, rmdir, Rmdir, request))
+            .map(|_| ())
+    }
+
+    pub async fn rename(
+        &self,
+        parent: Handle,
+        name: &[u8],
+        new_parent: Handle,
+        new_name: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        self.rename_keeping(parent, name, new_parent, new_name, flags, Vec::new())
+            .await
+            .map(|_| ())
+    }
+
+    /// Rename, keeping a replaced file as [`Client::unlink_keeping`] does.
+    pub async fn rename_keeping(
+        &self,
+        parent: Handle,
+        name: &[u8],
+        new_parent: Handle,
+        new_name: &[u8],
+        flags: u32,
+        keep: Vec<Handle>,
+    ) -> Result<Option<Handle>> {
+        Ok(self
+            .rename_in_dir(parent, name, new_parent, new_name, flags, keep)
+            .await?
+            .0)
+    }
+
+    /// [`Client::rename_keeping`], with the directory's attributes right after it when both
+    /// names are in one directory and the server sent them.
+    pub async fn rename_in_dir(
+        &self,
+        parent: Handle,
+        name: &[u8],
+        new_parent: Handle,
+        new_name: &[u8],
+        flags: u32,
+        keep: Vec<Handle>,
+    ) -> Result<(Option<Handle>, Option<Attr>)> {
+        let placed = keep.is_empty();
+        let request = pb::RenameRequest {
+            parent,
+            name: name.to_vec(),
+            new_parent,
+            new_name: new_name.to_vec(),
+            flags,
+            keep,
+        };
+        removed(
+            self.mutated(batched_call!(mutation placed if placed, self, rename, Rename, request))?,
+        )
+    }
+
+    pub async fn readlink(&self, handle: Handle) -> Result<Vec<u8>> {
+        Ok(check(meta_call!(self, readlink, pb::HandleRequest { handle }))?.target)
+    }
+
+    pub async fn readdir(
+        &self,
+        dir: Handle,
+        after_cookie: u64,
+        limit: u32,
+    ) -> Result<Vec<DirEntry>> {
+        let request = pb::ReadDirRequest {
+            handle: dir,
+            after_cookie,
+            limit,
+            plus: false,
+        };
+        check(meta_call!(self, read_dir, request))?
+            .entries
+            .into_iter()
+            .map(DirEntry::try_from)
+            .collect()
+    }
+
+    /// [`Client::readdir`] with each entry's attributes (None where the caller may read the
+    /// directory but not search it), on one snapshot.
+    pub async fn readdir_plus(
+        &self,
+        dir: Handle,
+        after_cookie: u64,
+        limit: u32,
+    ) -> Result<Vec<(DirEntry, Option<Attr>)>> {
+        let request = pb::ReadDirRequest {
+            handle: dir,
+            after_cookie,
+            limit,
+            plus: true,
+        };
+        check(meta_call!(self, read_dir, request))?
+            .entries
+            .into_iter()
+            .map(|mut e| {
+                let attr = e.attr.take().map(Attr::try_from).transpose()?;
+                Ok((DirEntry::try_from(e)?, attr))
+            })
+            .collect()
+    }
+
+    pub async fn setxattr(
+        &self,
+        handle: Handle,
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        let request = pb::SetXattrRequest {
+            handle,
+            name: name.to_vec(),
+            value: value.to_vec(),
+            flags,
+        };
+        self.mutated(meta_call!(mutation self, set_xattr, request))
+            .map(|_| ())
+    }
+
+    pub async fn getxattr(&self, handle: Handle, name: &[u8]) -> Result<Vec<u8>> {
+        let request = pb::XattrRequest {
+            handle,
+            name: name.to_vec(),
+        };
+        Ok(check(meta_call!(self, get_xattr, request))?.value)
+    }
+
+    pub async fn listxattr(&self, handle: Handle) -> Result<Vec<Vec<u8>>> {
+        Ok(check(meta_call!(self, list_xattr, pb::HandleRequest { handle }))?.names)
+    }
+
+    pub async fn removexattr(&self, handle: Handle, name: &[u8]) -> Result<()> {
+        let request = pb::XattrRequest {
+            handle,
+            name: name.to_vec(),
+        };
+        self.mutated(meta_call!(mutation self, remove_xattr, request))
+            .map(|_| ())
+    }
+
+    pub async fn statfs(&self) -> Result<StatFs> {
+        let s = check(meta_call!(self, stat_fs, pb::Empty {}))?;
+        Ok(StatFs {
+            inodes: s.inodes,
+            file_bytes: s.file_bytes,
+            store_bytes: s.store_bytes,
+            name_len_max: s.name_len_max,
+        })
+    }
+}
