@@ -50,7 +50,7 @@ pub fn names_in_steps<S: Store>(store: &S, per_txn: usize) -> Result<u64> {
         if let Some(key) = txn.get(KEY_NAME_HASH)? {
             return NameHash::from_value(&key);
         }
-        let key = crate::random_id();
+        let key = crate::open::random_id();
         txn.put(KEY_NAME_HASH, &key)?;
         NameHash::from_value(&key)
     })?;
