@@ -57,7 +57,7 @@ impl<S: Store> Meta<S> {
     }
 
     /// Every orphan (a file open on a mount after its last name went) with the session that
-    /// keeps it (see [`orphans`]).
+    /// keeps it (see [`Meta::orphans`]).
     pub fn orphans(&self) -> Result<Vec<(Handle, u64)>> {
         self.blocking(|| ops::orphans::list(&self.store.snapshot()?))
     }

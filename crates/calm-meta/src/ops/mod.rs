@@ -9,7 +9,7 @@
 //! No clock, thread or channel in here: the committer passes `now` and the generation in.
 //!
 //! This module is the dispatcher ([`apply`]); each family of operations has a file of its own
-//! below it, over the shared [`Ctx`](crate::ctx::Ctx) and [`Outcome`](crate::outcome).
+//! below it, over the shared [`Ctx`] and [`Outcome`](crate::outcome).
 
 use calm_store::WriteTxn;
 

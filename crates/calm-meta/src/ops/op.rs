@@ -22,7 +22,7 @@ pub enum Op {
     },
     /// Removes a name. A regular file that loses its last name and is one of `keep` (files
     /// the caller's mount has open) is kept as an orphan of the caller's session
-    /// ([`orphans`]) instead of being destroyed.
+    /// ([`crate::ops::orphans`]) instead of being destroyed.
     Unlink {
         parent: Handle,
         name: Vec<u8>,
