@@ -1,0 +1,640 @@
+//! The namespace service (`calm.v1.Meta`): each RPC becomes one call on [`Meta`], with the
+//! caller's identity from its connection and its request id from its metadata, and each
+//! [`MetaError`] a status with its stable code.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use calm_meta::ops::{Done, Op};
+use calm_meta::{Attr, Meta, MetaError};
+use calm_proto::pb::meta_server::Meta as MetaRpc;
+use calm_proto::{pb, status_from_error};
+use calm_store::Store;
+use tonic::{Request, Response, Status};
+
+use crate::{LockTable, ServerInfo, auth, batch, compactor, data, heap, watch};
+
+/// The attributes a write or an append answered.
+fn done_to_attr(done: calm_meta::Result<Done>) -> calm_meta::Result<calm_meta::Attr> {
+    match done? {
+        Done::Attr(attr) => Ok(attr),
+        other => Err(calm_meta::MetaError::Io(format!(
+            "a write answered {other:?} instead of attributes"
+        ))),
+    }
+}
+
+/// The request id a mutation carries (`calm-request`), if any: applied at most once however
+/// often it is sent (`calm_meta::requests`).
+fn request_id<T>(r: &Request<T>) -> Result<Option<calm_meta::requests::RequestId>, Status> {
+    let Some(value) = r.metadata().get(calm_proto::REQUEST_KEY) else {
+        return Ok(None);
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(calm_meta::requests::RequestId::from_text)
+        .map(Some)
+        .ok_or_else(|| Status::invalid_argument("calm-request is not CLIENT:SEQ:ACKED in hex"))
+}
+
+/// The metadata service.
+#[derive(Debug)]
+pub struct MetaService<S: Store> {
+    pub(crate) meta: Arc<Meta<S>>,
+    pub(crate) auth: Arc<auth::Auth>,
+    pub(crate) locks: Arc<LockTable>,
+    pub(crate) info: ServerInfo,
+    pub(crate) data: Option<Arc<data::DataTasks>>,
+    /// For the watch figures of `status`.
+    pub(crate) watch: Option<Arc<watch::WatchHub<S>>>,
+    pub(crate) requests: AtomicU64,
+    pub(crate) request_errors: AtomicU64,
+    /// `Meta.Batch` requests, and the calls they carried.
+    pub(crate) batches: AtomicU64,
+    pub(crate) batched_calls: AtomicU64,
+}
+
+impl<S: Store> MetaService<S> {
+    pub fn new(
+        meta: Arc<Meta<S>>,
+        auth: Arc<auth::Auth>,
+        locks: Arc<LockTable>,
+        info: ServerInfo,
+        data: Option<Arc<data::DataTasks>>,
+    ) -> Self {
+        Self {
+            meta,
+            auth,
+            locks,
+            info,
+            data,
+            watch: None,
+            requests: AtomicU64::new(0),
+            request_errors: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            batched_calls: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts the request and turns a namespace answer into a gRPC one.
+    fn answer<T>(&self, result: Result<T, MetaError>) -> Result<Response<T>, Status> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        match result {
+            Ok(reply) => Ok(Response::new(reply)),
+            Err(error) => {
+                self.request_errors.fetch_add(1, Ordering::Relaxed);
+                Err(status_from_error(&error))
+            }
+        }
+    }
+}
+
+impl<S: Store> MetaService<S> {
+    /// Applies a mutation that adds up to `adding` records to chunks of `handle` (the ones
+    /// `chunks` names), and has those chunks compacted: when a chunk is full, the mutation is
+    /// refused as busy, so the chunk is compacted now and the mutation tried again, up to
+    /// [`compactor::WRITE_ROOM_WAIT_MAX`]; once applied, chunks with many records are queued
+    /// for compaction.
+    async fn apply_with_room(
+        &self,
+        caller: calm_meta::Caller,
+        op: Op,
+        id: Option<calm_meta::requests::RequestId>,
+        handle: u64,
+        adding: usize,
+        chunks: impl Fn(&Meta<S>) -> Vec<u64>,
+    ) -> Result<Done, MetaError> {
+        let deadline = std::time::Instant::now() + compactor::WRITE_ROOM_WAIT_MAX;
+        loop {
+            let result = self
+                .meta
+                .apply_request(caller.clone(), op.clone(), id)
+                .await;
+            let Some(data) = &self.data else {
+                return result;
+            };
+            let compactor = &data.compactor;
+            match result {
+                Ok(done) => {
+                    compactor.written(&self.meta, handle, &chunks(&self.meta));
+                    return Ok(done);
+                }
+                Err(MetaError::Busy(why)) if std::time::Instant::now() < deadline => {
+                    let full = compactor.full(&self.meta, handle, &chunks(&self.meta), adding);
+                    if full.is_empty() {
+                        return Err(MetaError::Busy(why));
+                    }
+                    if !compactor.make_room(&self.meta, handle, &full).await? {
+                        // Nothing could be compacted yet (the chunk kept changing): a breath.
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    }
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Counts a batch of `calls` calls (each is counted again as a request when answered).
+    pub(crate) fn batched(&self, calls: usize) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.batched_calls
+            .fetch_add(calls as u64, Ordering::Relaxed);
+    }
+
+    /// A mutation that may have queued objects for deletion (an unlink, a rename over a file,
+    /// a truncate) succeeded: the deleter looks.
+    fn maybe_queued<T>(&self, result: &Result<T, MetaError>) {
+        if result.is_ok()
+            && let Some(data) = &self.data
+        {
+            data.queued();
+        }
+    }
+
+    /// [`MetaService::answer`] for a mutation: the reply carries the changelog index reached
+    /// (response metadata [`calm_proto::INDEX_KEY`]), at least the index of the mutation's own
+    /// record; a watcher waits for its stream to pass it (own-operation completion).
+    fn mutated<T>(&self, result: Result<T, MetaError>) -> Result<Response<T>, Status> {
+        let mut response = self.answer(result)?;
+        let index = self.meta.changelog_last();
+        response.metadata_mut().insert(
+            calm_proto::INDEX_KEY,
+            index
+                .to_string()
+                .parse()
+                .expect("digits are valid metadata"),
+        );
+        Ok(response)
+    }
+}
+
+fn attr(result: Result<calm_meta::Attr, MetaError>) -> Result<pb::Attr, MetaError> {
+    result.map(|a| pb::Attr::from(&a))
+}
+
+fn done_attr(result: Result<Done, MetaError>) -> Result<pb::Attr, MetaError> {
+    match result? {
+        Done::Attr(a) => Ok(pb::Attr::from(&a)),
+        other => Err(MetaError::Io(format!("unexpected answer {other:?}"))),
+    }
+}
+
+fn done_empty(result: Result<Done, MetaError>) -> Result<pb::Empty, MetaError> {
+    result.map(|_| pb::Empty {})
+}
+
+fn done_removed(
+    result: Result<(Done, Option<Attr>), MetaError>,
+) -> Result<pb::RemovedReply, MetaError> {
+    result.map(|(done, dir)| pb::RemovedReply {
+        orphan: match done {
+            Done::Orphaned(handle) => handle,
+            _ => 0,
+        },
+        dir: dir.as_ref().map(pb::Attr::from),
+    })
+}
+
+/// A make's or a link's answer, with its directory's attributes when known.
+fn done_entry(result: Result<(Done, Option<Attr>), MetaError>) -> Result<pb::Attr, MetaError> {
+    let (done, dir) = result?;
+    let mut attr = done_attr(Ok(done))?;
+    attr.dir = dir.as_ref().map(|dir| Box::new(pb::Attr::from(dir)));
+    Ok(attr)
+}
+
+#[tonic::async_trait]
+impl<S: Store> MetaRpc for MetaService<S> {
+    async fn batch(
+        &self,
+        r: Request<pb::BatchRequest>,
+    ) -> Result<Response<pb::BatchReply>, Status> {
+        batch::serve(self, r).await
+    }
+
+    async fn lookup(&self, r: Request<pb::LookupRequest>) -> Result<Response<pb::Attr>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let r = r.into_inner();
+        self.answer(attr(self.meta.lookup_as(&caller, r.parent, &r.name)))
+    }
+
+    async fn get_attr(&self, r: Request<pb::HandleRequest>) -> Result<Response<pb::Attr>, Status> {
+        self.auth.identity(&r)?;
+        self.answer(attr(self.meta.getattr(r.into_inner().handle)))
+    }
+
+    async fn set_attr(&self, r: Request<pb::SetAttrRequest>) -> Result<Response<pb::Attr>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let id = request_id(&r)?;
+        let r = r.into_inner();
+        let truncate = r.size.is_some();
+        let op = Op::SetAttr {
+            handle: r.handle,
+            attr: calm_proto::setattr_from_wire(&r),
+        };
+        let result = self.meta.apply_request(caller, op, id).await;
+        if truncate {
+            self.maybe_queued(&result);
+            if let (Ok(Done::Attr(attr)), Some(data)) = (&result, &self.data) {
+                // The chunk the file now ends in was clipped: compacted if it calls for it.
+                let chunk = attr.size / calm_meta::slices::CHUNK_BYTES;
+                data.compactor.written(&self.meta, attr.handle, &[chunk]);
+            }
+        }
+        self.mutated(done_attr(result))
+    }
+
+    async fn make(&self, r: Request<pb::MakeRequest>) -> Result<Response<pb::Attr>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let id = request_id(&r)?;
+        let r = r.into_inner();
+        let result = match calm_proto::node_from_request(&r) {
+            Ok(node) => {
+                let op = Op::Make {
+                    parent: r.parent,
+                    name: r.name,
+                    node,
+                    exclusive: r.exclusive,
+                };
+                self.meta.apply_request_in_dir(caller, op, id).await
+            }
+            Err(error) => Err(error),
+        };
+        self.mutated(done_entry(result))
+    }
+
+    async fn link(&self, r: Request<pb::LinkRequest>) -> Result<Response<pb::Attr>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let id = request_id(&r)?;
+        let r = r.into_inner();
+        let op = Op::Link {
+            handle: r.handle,
+            parent: r.parent,
+            name: r.name,
+        };
+        self.mutated(done_entry(
+            self.meta.apply_request_in_dir(caller, op, id).await,
+        ))
+    }
+
+    async fn unlink(
+        &self,
+        r: Request<pb::RemoveRequest>,
+    ) -> Result<Response<pb::RemovedReply>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let id = request_id(&r)?;
+        let r = r.into_inner();
+        let op = Op::Unlink {
+            parent: r.parent,
+            name: r.name,
+            keep: r.keep,
+        };
+        let result = self.meta.apply_request_in_dir(caller, op, id).await;
+        self.maybe_queued(&result);
+        self.mutated(done_removed(result))
+    }
+
+    async fn rmdir(&self, r: Request<pb::RemoveRequest>) -> Result<Response<pb::Empty>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let id = request_id(&r)?;
+        let r = r.into_inner();
+        let op = Op::Rmdir {
+            parent: r.parent,
+            name: r.name,
+        };
+        self.mutated(done_empty(self.meta.apply_request(caller, op, id).await))
+    }
+
+    async fn rename(
+        &self,
+        r: Request<pb::RenameRequest>,
+    ) -> Result<Response<pb::RemovedReply>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let id = request_id(&r)?;
+        let r = r.into_inner();
+        let op = Op::Rename {
+            parent: r.parent,
+            name: r.name,
+            new_parent: r.new_parent,
+            new_name: r.new_name,
+            flags: r.flags,
+            keep: r.keep,
+        };
+        let result = self.meta.apply_request_in_dir(caller, op, id).await;
+        self.maybe_queued(&result);
+        self.mutated(done_removed(result))
+    }
+
+    async fn readlink(
+        &self,
+        r: Request<pb::HandleRequest>,
+    ) -> Result<Response<pb::ReadlinkReply>, Status> {
+        self.auth.identity(&r)?;
+        let result = self.meta.readlink(r.into_inner().handle);
+        self.answer(result.map(|target| pb::ReadlinkReply { target }))
+    }
+
+    async fn read_dir(
+        &self,
+        r: Request<pb::ReadDirRequest>,
+    ) -> Result<Response<pb::ReadDirReply>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let r = r.into_inner();
+        if r.plus {
+            let result =
+                self.meta
+                    .readdir_plus_as(&caller, r.handle, r.after_cookie, r.limit as usize);
+            return self.answer(result.map(|entries| {
+                pb::ReadDirReply {
+                    entries: entries
+                        .iter()
+                        .map(|(entry, attr)| pb::DirEntry {
+                            attr: attr.as_ref().map(pb::Attr::from),
+                            ..pb::DirEntry::from(entry)
+                        })
+                        .collect(),
+                }
+            }));
+        }
+        let result = self
+            .meta
+            .readdir_as(&caller, r.handle, r.after_cookie, r.limit as usize);
+        self.answer(result.map(|entries| pb::ReadDirReply {
+            entries: entries.iter().map(pb::DirEntry::from).collect(),
+        }))
+    }
+
+    async fn set_xattr(
+        &self,
+        r: Request<pb::SetXattrRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let id = request_id(&r)?;
+        let r = r.into_inner();
+        let op = Op::SetXattr {
+            handle: r.handle,
+            name: r.name,
+            value: r.value,
+            flags: r.flags,
+        };
+        self.mutated(done_empty(self.meta.apply_request(caller, op, id).await))
+    }
+
+    async fn get_xattr(
+        &self,
+        r: Request<pb::XattrRequest>,
+    ) -> Result<Response<pb::XattrValue>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let r = r.into_inner();
+        let result = self.meta.getxattr_as(&caller, r.handle, &r.name);
+        self.answer(result.map(|value| pb::XattrValue { value }))
+    }
+
+    async fn list_xattr(
+        &self,
+        r: Request<pb::HandleRequest>,
+    ) -> Result<Response<pb::XattrNames>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let result = self.meta.listxattr_as(&caller, r.into_inner().handle);
+        self.answer(result.map(|names| pb::XattrNames { names }))
+    }
+
+    async fn remove_xattr(
+        &self,
+        r: Request<pb::XattrRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let id = request_id(&r)?;
+        let r = r.into_inner();
+        let op = Op::RemoveXattr {
+            handle: r.handle,
+            name: r.name,
+        };
+        self.mutated(done_empty(self.meta.apply_request(caller, op, id).await))
+    }
+
+    async fn stat_fs(&self, r: Request<pb::Empty>) -> Result<Response<pb::StatFsReply>, Status> {
+        self.auth.identity(&r)?;
+        self.answer(self.meta.statfs().map(|s| pb::StatFsReply {
+            inodes: s.inodes,
+            file_bytes: s.file_bytes,
+            store_bytes: s.store_bytes,
+            name_len_max: s.name_len_max,
+        }))
+    }
+
+    async fn status(&self, r: Request<pb::Empty>) -> Result<Response<pb::StatusReply>, Status> {
+        self.auth.identity(&r)?;
+        let locks = self.locks.stats();
+        let watch = self.watch.as_ref().map(|w| w.stats()).unwrap_or_default();
+        let heap = heap::figures();
+        let cached = self
+            .data
+            .as_ref()
+            .map_or((0, 0), |d| d.options.objects.cached_bytes());
+        let compaction = |figure: fn(&compactor::CompactStats) -> &AtomicU64| {
+            self.data
+                .as_ref()
+                .map_or(0, |d| figure(&d.compactor.stats).load(Ordering::Relaxed))
+        };
+        let result = self.meta.status().map(|s| pb::StatusReply {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            data_dir: self.info.data_dir.clone(),
+            epoch: s.epoch,
+            inodes: s.inodes,
+            file_bytes: s.file_bytes,
+            handle_high_water: s.handle_high_water,
+            store_bytes: s.store_bytes,
+            commits: s.commits,
+            ops_committed: s.ops_committed,
+            failed_commits: s.failed_commits,
+            largest_batch: s.largest_batch,
+            commit_ns_total: s.commit_ns_total,
+            uptime_ms: self.info.started.elapsed().as_millis() as u64,
+            ready_ms: self.info.ready_ms,
+            requests: self.requests.load(Ordering::Relaxed),
+            request_errors: self.request_errors.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+            batched_calls: self.batched_calls.load(Ordering::Relaxed),
+            lock_sessions: locks.sessions as u64,
+            locks: locks.locks,
+            lock_waits: locks.waits as u64,
+            locked_files: locks.resources as u64,
+            changelog_last: s.changelog_last,
+            changelog_first: s.changelog_first,
+            changelog_readers: s.changelog_readers,
+            changelog_purged: s.changelog_purged,
+            objects_url: self.meta.objects_url().ok().flatten().unwrap_or_default(),
+            objects_queued: self
+                .meta
+                .garbage(u64::MAX, 1_000_000)
+                .map_or(0, |g| g.len() as u64),
+            objects_deleted: self
+                .data
+                .as_ref()
+                .map_or(0, |d| d.stats.deleted.load(Ordering::Relaxed)),
+            chunks_compacted: compaction(|c| &c.compacted),
+            compaction_records_replaced: compaction(|c| &c.records_replaced),
+            compaction_bytes: compaction(|c| &c.merged_bytes),
+            compaction_failures: compaction(|c| &c.failed),
+            room_waits: compaction(|c| &c.room_waits),
+            room_waiting: compaction(|c| &c.room_waiting),
+            room_wait_ms_max: compaction(|c| &c.room_wait_ms_max),
+            chunk_records_max: compaction(|c| &c.chunk_records_max),
+            watchers: watch.watchers as u64,
+            watch_resyncs: watch.resyncs,
+            heap_in_use_bytes: heap.in_use,
+            heap_free_bytes: heap.free,
+            cached_block_bytes: cached.0,
+            cached_header_bytes: cached.1,
+            store: s
+                .store_figures
+                .into_iter()
+                .map(|(name, value)| pb::StoreFigure {
+                    name: name.to_string(),
+                    value,
+                })
+                .collect(),
+        });
+        self.answer(result)
+    }
+
+    async fn data_info(
+        &self,
+        r: Request<pb::Empty>,
+    ) -> Result<Response<pb::DataInfoReply>, Status> {
+        self.auth.trusted(&r, "the object store's address")?;
+        let result = self.meta.objects_url().and_then(|url| {
+            let url =
+                url.ok_or_else(|| MetaError::Invalid("this namespace has no object store".into()))?;
+            Ok((url, self.meta.namespace_id()?))
+        });
+        self.answer(result.map(|(objects_url, namespace_id)| pb::DataInfoReply {
+            objects_url,
+            namespace_id,
+            chunk_bytes: calm_meta::slices::CHUNK_BYTES,
+            block_bytes: calm_meta::slices::BLOCK_BYTES,
+        }))
+    }
+
+    async fn read_map(
+        &self,
+        r: Request<pb::ReadMapRequest>,
+    ) -> Result<Response<pb::ReadMapReply>, Status> {
+        self.auth.trusted(&r, "read_map")?;
+        let caller = self.auth.caller(&r)?;
+        let r = r.into_inner();
+        let result = self
+            .meta
+            .read_map_as(&caller, r.handle, r.from_chunk, r.max_records as usize)
+            .map(|map| pb::ReadMapReply {
+                attr: Some(pb::Attr::from(&map.attr)),
+                records: map
+                    .chunks
+                    .iter()
+                    .flat_map(|(chunk, slices)| {
+                        slices.iter().map(|s| calm_proto::slice_to_wire(*chunk, s))
+                    })
+                    .collect(),
+                more: map.more,
+                inline: map
+                    .inline
+                    .into_iter()
+                    .map(|(id, data)| pb::InlineBytes { id, data })
+                    .collect(),
+            });
+        self.answer(result)
+    }
+
+    async fn write(&self, r: Request<pb::WriteRequest>) -> Result<Response<pb::Attr>, Status> {
+        self.auth.trusted(&r, "write")?;
+        let caller = self.auth.caller(&r)?;
+        let id = request_id(&r)?;
+        let r = r.into_inner();
+        let slices: Vec<_> = r.records.iter().map(calm_proto::slice_from_wire).collect();
+        let mut chunks: Vec<u64> = slices.iter().map(|(c, _)| *c).collect();
+        chunks.sort_unstable();
+        chunks.dedup();
+        let adding = slices.len();
+        let inline = r.inline.into_iter().map(|b| (b.id, b.data)).collect();
+        let op = Op::Write {
+            handle: r.handle,
+            slices,
+            end: r.end,
+            inline,
+        };
+        let result = self
+            .apply_with_room(caller, op, id, r.handle, adding, |_| chunks.clone())
+            .await;
+        self.mutated(attr(done_to_attr(result)))
+    }
+
+    async fn append(&self, r: Request<pb::AppendRequest>) -> Result<Response<pb::Attr>, Status> {
+        self.auth.trusted(&r, "append")?;
+        let caller = self.auth.caller(&r)?;
+        let id = request_id(&r)?;
+        let r = r.into_inner();
+        let (handle, size) = (r.handle, r.size);
+        let op = Op::Append {
+            handle,
+            id: r.id,
+            size,
+            inline: r.inline,
+        };
+        // The chunks at the file's end, where the bytes go.
+        let at_end = |meta: &Meta<S>| match meta.getattr(handle) {
+            Ok(attr) => calm_meta::slices::split(attr.size, u64::from(size).max(1))
+                .into_iter()
+                .map(|(chunk, _, _)| chunk)
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        let result = done_to_attr(
+            self.apply_with_room(caller, op, id, handle, 1, at_end)
+                .await,
+        );
+        if let (Ok(attr), Some(data)) = (&result, &self.data) {
+            let start = attr.size.saturating_sub(u64::from(size));
+            data.compactor
+                .appended(&self.meta, handle, start, attr.size);
+        }
+        self.mutated(attr(result))
+    }
+
+    async fn alloc_slices(
+        &self,
+        r: Request<pb::AllocSlicesRequest>,
+    ) -> Result<Response<pb::AllocSlicesReply>, Status> {
+        self.auth.trusted(&r, "alloc_slices")?;
+        let result = self.meta.alloc_slices(r.into_inner().count).await;
+        self.answer(result.map(|first| pb::AllocSlicesReply { first }))
+    }
+
+    async fn release_orphan(
+        &self,
+        r: Request<pb::HandleRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        self.auth.trusted(&r, "release_orphan")?;
+        let caller = self.auth.caller(&r)?;
+        let op = Op::ReleaseOrphan {
+            handle: r.into_inner().handle,
+            any_session: false,
+        };
+        let result = self.meta.apply_as(caller, op).await;
+        self.maybe_queued(&result);
+        self.answer(done_empty(result))
+    }
+
+    async fn claim_orphans(
+        &self,
+        r: Request<pb::OrphansRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        self.auth.trusted(&r, "claim_orphans")?;
+        let caller = self.auth.caller(&r)?;
+        let op = Op::ClaimOrphans {
+            handles: r.into_inner().handles,
+        };
+        self.answer(done_empty(self.meta.apply_as(caller, op).await))
+    }
+}
