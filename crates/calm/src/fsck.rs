@@ -9,9 +9,7 @@ use std::path::Path;
 
 use anyhow::{Context, anyhow};
 use std::process::ExitCode;
-use std::time::Instant;
 
-use calm_meta::fsck;
 use calm_store::Store;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -45,26 +43,13 @@ fn check<S: Store>(store: &S, objects: bool, json: bool) -> anyhow::Result<ExitC
         )
         .expect("valid template"),
     );
-    let started = Instant::now();
-    let snapshot = store.snapshot()?;
-    let mut report = fsck::check(&snapshot, &mut |read| {
+    let checked = calm_server::offline::check(store, objects, &mut |read| {
         bar.set_position(read.min(store_bytes))
     })?;
-    let audit = if objects {
-        // Every object named must be there, whole; unnamed ones are gc's business.
-        let (_, audit) = crate::gc::audit_objects(store, i64::MAX)?;
-        for problem in crate::gc::problems(&audit) {
-            report.add_problem(problem);
-        }
-        Some(audit)
-    } else {
-        None
-    };
-    let seconds = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
-    drop(snapshot);
-    let mb_per_s = store_bytes as f64 / 1e6 / seconds.max(1e-9);
     if json {
+        let report = &checked.fsck;
+        let audit = checked.audit.as_ref();
         let value = serde_json::json!({
             "clean": report.is_clean(),
             "keys": report.keys,
@@ -76,71 +61,25 @@ fn check<S: Store>(store: &S, objects: bool, json: bool) -> anyhow::Result<ExitC
             "changelog_readers": report.changelog_readers,
             "handle_high_water": report.handle_high_water,
             "bytes_read": report.bytes_read,
-            "store_bytes": store_bytes,
-            "seconds": seconds,
-            "mb_per_s": mb_per_s,
+            "store_bytes": checked.store_bytes,
+            "seconds": checked.seconds,
+            "mb_per_s": checked.mb_per_s(),
             "problem_count": report.problem_count,
             "problems": report.problems,
             "chunks": report.chunks,
             "slice_records": report.slice_records,
             "slice_records_per_chunk_max": report.slice_records_per_chunk_max,
             "inline_slices": report.inline_slices,
-            "objects": audit.as_ref().map(|a| a.objects),
-            "objects_named": audit.as_ref().map(|a| a.referenced),
+            "objects": audit.map(|a| a.objects),
+            "objects_named": audit.map(|a| a.referenced),
         });
         println!("{value}");
     } else {
-        println!(
-            "read {} keys ({:.1} MB of keys and values, store file {:.1} MB) in {:.3} s: {:.0} MB/s",
-            report.keys,
-            report.bytes_read as f64 / 1e6,
-            store_bytes as f64 / 1e6,
-            seconds,
-            mb_per_s
-        );
-        println!(
-            "{} inodes ({} directories), {} names, {} xattrs, handle high-water mark {}",
-            report.inodes,
-            report.directories,
-            report.dentries,
-            report.xattrs,
-            report.handle_high_water
-        );
-        println!(
-            "changelog: {} records stored, {} readers",
-            report.changelog_records, report.changelog_readers
-        );
-        println!(
-            "file contents: {} chunks, {} slice records (at most {} in a chunk), {} inline slices",
-            report.chunks,
-            report.slice_records,
-            report.slice_records_per_chunk_max,
-            report.inline_slices
-        );
-        if let Some(audit) = &audit {
-            println!(
-                "object store: {} objects ({:.1} MB), {} slices named, every one checked",
-                audit.objects,
-                audit.bytes as f64 / 1e6,
-                audit.referenced
-            );
-        }
-        if report.is_clean() {
-            println!("clean");
-        } else {
-            println!("DAMAGED: {} problems", report.problem_count);
-            for problem in &report.problems {
-                println!("  - {problem}");
-            }
-            if report.problem_count > report.problems.len() as u64 {
-                println!(
-                    "  … and {} more",
-                    report.problem_count - report.problems.len() as u64
-                );
-            }
+        for line in checked.lines() {
+            println!("{line}");
         }
     }
-    Ok(if report.is_clean() {
+    Ok(if checked.is_clean() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -6,7 +6,6 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
@@ -153,9 +152,7 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
                 .map_err(|e| anyhow!("server task: {e}"))?
                 .context("serving")?;
             drop(runtime);
-            let store = Arc::into_inner(calm_server::assembly::close(meta)?)
-                .ok_or_else(|| anyhow!("the store is still in use after the server stopped"))?;
-            store.close();
+            crate::serve::close_embedded(meta)?;
         }
     }
     println!("unmounted");

@@ -141,29 +141,7 @@ pub fn node(
         let Some((runtime, client, node)) = &registrar else {
             return;
         };
-        let registration = calm_proto::pb::TargetRegistration {
-            node: node.clone(),
-            complete: true,
-            targets: targets
-                .into_iter()
-                .map(|t| calm_proto::pb::TargetEntry {
-                    target_uuid: uuid_text(&t.label.target),
-                    pool_uuid: uuid_text(&t.label.pool),
-                    pool_name: t.label.pool_name,
-                    index: t.label.index,
-                    count: t.label.count,
-                    generation: t.label.generation,
-                    state: t.state.to_string(),
-                    mount_point: t
-                        .mount_point
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_default(),
-                    activated_ms: t.activated_ms.unwrap_or(0),
-                    node: String::new(),
-                    registered_ms: 0,
-                })
-                .collect(),
-        };
+        let registration = calm_proto::targets::registration(node, targets);
         if let Err(e) = runtime.block_on(client.register_targets(registration)) {
             tracing::warn!(%e, "registering targets with the metadata server");
         }
@@ -220,20 +198,8 @@ pub fn pools_from_server(server: &str, json: bool) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::json!({ "targets": rows }));
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "{:<16} {:<11} {:>4} {:>6} {:<12} {:<30}",
-        "pool", "state", "gen", "member", "node", "mounted at"
-    );
-    for t in &targets {
-        println!(
-            "{:<16} {:<11} {:>4} {:>6} {:<12} {:<30}",
-            t.pool_name,
-            t.state,
-            t.generation,
-            format!("{}/{}", t.index, t.count),
-            t.node,
-            t.mount_point
-        );
+    for line in calm_proto::targets::table(&targets) {
+        println!("{line}");
     }
     Ok(ExitCode::SUCCESS)
 }

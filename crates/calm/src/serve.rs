@@ -148,6 +148,15 @@ pub fn open_embedded(data: &Path, args: &ServerArgs) -> anyhow::Result<(std::fs:
     Ok((lock, store))
 }
 
+/// Drains the committer and closes the embedded store cleanly, once every task of the server
+/// is done with the namespace.
+pub fn close_embedded(meta: Arc<calm_meta::Meta<LmdbStore>>) -> anyhow::Result<()> {
+    let store = Arc::into_inner(calm_server::assembly::close(meta)?)
+        .ok_or_else(|| anyhow!("the store is still in use after the server stopped"))?;
+    store.close();
+    Ok(())
+}
+
 /// `calm serve` on the embedded store in `data`.
 pub fn run(data: &Path, args: &ServerArgs, started: Instant) -> anyhow::Result<ExitCode> {
     let config = args.config(false);
@@ -159,9 +168,7 @@ pub fn run(data: &Path, args: &ServerArgs, started: Instant) -> anyhow::Result<E
     ready(&server.ready_line())?;
     let meta = runtime.block_on(server.serve(shutdown_signal()))?;
     drop(runtime);
-    let store = Arc::into_inner(calm_server::assembly::close(meta)?)
-        .ok_or_else(|| anyhow!("the store is still in use after the server stopped"))?;
-    store.close();
+    close_embedded(meta)?;
     println!("stopped");
     Ok(ExitCode::SUCCESS)
 }
