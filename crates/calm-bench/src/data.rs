@@ -599,16 +599,22 @@ pub fn table(report: &DataReport) -> Vec<String> {
     lines
 }
 
-/// Curves over threads, one per file system and case, for `--plot`.
-pub fn series(report: &DataReport) -> Vec<crate::plot::Series> {
-    let mut out: Vec<crate::plot::Series> = Vec::new();
-    for r in &report.results {
-        let name = format!("{} {}", r.fs, r.case);
-        let y = r.mb_per_sec.or(r.ops_per_sec).unwrap_or(0.0);
-        match out.iter_mut().find(|(n, _)| *n == name) {
-            Some((_, points)) => points.push((r.threads as f64, y)),
-            None => out.push((name, vec![(r.threads as f64, y)])),
+/// One panel per case, its rate over threads, one line per file system (`--plot`).
+pub fn facets(report: &DataReport) -> Vec<crate::multiples::Facet> {
+    crate::multiples::facets_of(report.results.iter().map(|r| {
+        let (y, unit) = match (r.mb_per_sec, r.ops_per_sec) {
+            (Some(mb), _) => (mb, "MB/s"),
+            (None, ops) if r.case.starts_with("small") => (ops.unwrap_or(0.0), "files/s"),
+            (None, ops) => (ops.unwrap_or(0.0), "operations/s"),
+        };
+        crate::multiples::Cell {
+            panel: r.case.to_string(),
+            x_label: "threads (streams)".into(),
+            y_label: unit.into(),
+            log_y: true,
+            series: r.fs.clone(),
+            x: r.threads as f64,
+            y,
         }
-    }
-    out
+    }))
 }

@@ -34,6 +34,7 @@ pub mod heap;
 pub mod locks;
 pub mod mdtest;
 pub mod mount;
+pub mod multiples;
 pub mod plot;
 pub mod procs;
 pub mod programs;

@@ -533,28 +533,32 @@ pub fn table(report: &LocksReport) -> Vec<String> {
     lines
 }
 
-/// Times over N, one line per implementation and case, as an SVG plot at `path`.
+/// One panel per case, its time over N, one line per implementation (calm, the naive list,
+/// the kernel's fcntl locks), as an SVG plot at `path`. Runs a baseline stopped at its cap are
+/// left out (the table names where it stopped).
 pub fn plot(report: &LocksReport, path: &std::path::Path) -> Result<(), String> {
-    let mut series = Vec::new();
-    for implementation in ["calm", "naive-list", "kernel-fcntl"] {
-        for case in ["ascending", "random", "split"] {
-            let points: Vec<(f64, f64)> = report
-                .results
-                .iter()
-                .filter(|r| r.implementation == implementation && r.case == case && !r.stopped)
-                .map(|r| (r.n as f64, r.seconds))
-                .collect();
-            if !points.is_empty() {
-                series.push((format!("{implementation} {case}"), points));
-            }
+    let cells = report.results.iter().filter(|r| !r.stopped).map(|r| {
+        let (y_label, y) = match r.case {
+            "getlk" => ("µs per F_GETLK", r.seconds * 1e6),
+            _ => ("seconds for all N", r.seconds),
+        };
+        crate::multiples::Cell {
+            panel: match r.case {
+                "getlk" => "conflict test (F_GETLK) among N locks".to_string(),
+                case => format!("N locks set, {case}"),
+            },
+            x_label: "N locks on one file".into(),
+            y_label: y_label.into(),
+            log_y: true,
+            series: r.implementation.to_string(),
+            x: r.n as f64,
+            y,
         }
-    }
-    crate::plot::log_log_svg(
+    });
+    crate::multiples::small_multiples_svg(
         path,
-        "N byte-range locks on one file",
-        "locks",
-        "seconds",
-        &series,
+        "calm bench locks: byte-range locks on one file against a naive list and the kernel",
+        &crate::multiples::facets_of(cells),
     )
 }
 

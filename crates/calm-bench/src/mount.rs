@@ -58,6 +58,35 @@ pub struct MountBenchOptions {
 
 impl MountReport {
     /// The report as a table, one line per result, then the visibility and the setting.
+    /// One panel per shape, its rate over threads (over locks for fcntl locks), one line per
+    /// file system (`--plot`).
+    pub fn facets(&self) -> Vec<crate::multiples::Facet> {
+        crate::multiples::facets_of(self.results.iter().map(|r| {
+            let (x_label, x) = match r.op {
+                "fcntl-locks" => ("locks held", r.n as f64),
+                _ => ("threads", r.threads as f64),
+            };
+            let unit = match r.op {
+                "readdir" | "ls-l" => "entries/s",
+                "small-write" | "small-read" => "files/s",
+                _ => "operations/s",
+            };
+            crate::multiples::Cell {
+                panel: r.op.to_string(),
+                x_label: x_label.into(),
+                y_label: unit.into(),
+                log_y: true,
+                series: match r.fs.as_str() {
+                    "calm" => "calm, server in the mount's process".to_string(),
+                    "calm-remote" => "calm, server over gRPC".to_string(),
+                    other => other.to_string(),
+                },
+                x,
+                y: r.ops_per_sec,
+            }
+        }))
+    }
+
     pub fn lines(&self) -> Vec<String> {
         let mut lines = vec![format!(
             "{:>11} {:>18} {:>7} {:>8} {:>10} {:>8} {:>12} {:>12}",

@@ -694,3 +694,31 @@ pub fn table(report: &ServersReport) -> Vec<String> {
     }
     lines
 }
+
+/// Two panels per operation, over the number of servers: its rate, and the servers' CPU per
+/// operation (`--plot`).
+pub fn facets(report: &ServersReport) -> Vec<crate::multiples::Facet> {
+    let cells = report.results.iter().flat_map(|r| {
+        [
+            crate::multiples::Cell {
+                panel: format!("{}: rate", r.op),
+                x_label: "servers".into(),
+                y_label: "operations/s".into(),
+                log_y: false,
+                series: "calm".into(),
+                x: r.servers as f64,
+                y: r.ops_per_sec,
+            },
+            crate::multiples::Cell {
+                panel: format!("{}: CPU", r.op),
+                x_label: "servers".into(),
+                y_label: "µs of the servers' CPU per operation".into(),
+                log_y: false,
+                series: "calm".into(),
+                x: r.servers as f64,
+                y: r.cpu_us_per_op,
+            },
+        ]
+    });
+    crate::multiples::facets_of(cells)
+}

@@ -425,30 +425,39 @@ pub fn table(results: &[StartupResult]) -> Vec<String> {
     lines
 }
 
-/// Restart times over the file count, with the scan baseline, as an SVG plot at `path`.
+/// Restart times over the file count, clean and after kill -9, each beside a server that
+/// scans every file at start, as an SVG plot at `path`.
 pub fn plot(results: &[StartupResult], path: &std::path::Path) -> Result<(), String> {
-    let series = vec![
-        (
-            "calm restart (clean)".to_string(),
-            results
-                .iter()
-                .map(|r| (r.files as f64, r.restart_ms))
-                .collect(),
-        ),
-        (
-            "calm restart (after kill -9)".to_string(),
-            results
-                .iter()
-                .map(|r| (r.files as f64, r.restart_after_kill_ms))
-                .collect(),
-        ),
-        (
-            "baseline: scan to rebuild handles".to_string(),
-            results
-                .iter()
-                .map(|r| (r.files as f64, r.scan_rebuild_ms))
-                .collect(),
-        ),
-    ];
-    crate::plot::log_log_svg(path, "restart to ready, cold cache", "files", "ms", &series)
+    let cell = |panel: &str, series: &str, r: &StartupResult, y: f64| crate::multiples::Cell {
+        panel: panel.into(),
+        x_label: "files".into(),
+        y_label: "ms to ready".into(),
+        log_y: true,
+        series: series.into(),
+        x: r.files as f64,
+        y,
+    };
+    let cells = results.iter().flat_map(|r| {
+        [
+            cell("restart after a clean stop", "calm", r, r.restart_ms),
+            cell(
+                "restart after a clean stop",
+                "a full scan at start",
+                r,
+                r.scan_rebuild_ms,
+            ),
+            cell("restart after kill -9", "calm", r, r.restart_after_kill_ms),
+            cell(
+                "restart after kill -9",
+                "a full scan at start",
+                r,
+                r.scan_rebuild_ms,
+            ),
+        ]
+    });
+    crate::multiples::small_multiples_svg(
+        path,
+        "calm bench startup: restart to ready, cold cache",
+        &crate::multiples::facets_of(cells),
+    )
 }

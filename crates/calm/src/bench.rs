@@ -162,6 +162,9 @@ pub enum Bench {
         no_wal: bool,
         #[arg(long)]
         json: bool,
+        /// Write an SVG plot: one panel per shape, each file system a line over threads.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
     /// File contents through calm mounts (local directory and S3 objects) against ext4 and
     /// tmpfs in the same run: sequential, random and small-file I/O, and locked increments
@@ -303,6 +306,9 @@ pub enum Bench {
         check_calibrate: bool,
         #[arg(long)]
         json: bool,
+        /// Write an SVG plot: one panel per operation, each mode a line over clients.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
 }
 
@@ -398,12 +404,10 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             };
             let report = calm_bench::data::run(&options).map_err(|e| anyhow!(e))?;
             if let Some(path) = plot {
-                calm_bench::plot::log_log_svg(
+                calm_bench::multiples::small_multiples_svg(
                     &path,
-                    "calm bench data: rate over threads",
-                    "threads (streams)",
-                    "MB/s or ops/s",
-                    &calm_bench::data::series(&report),
+                    "calm bench data: file contents through calm beside ext4 and tmpfs",
+                    &calm_bench::data::facets(&report),
                 )
                 .map_err(|e| anyhow!(e))?;
             }
@@ -427,6 +431,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             tar_files,
             no_wal,
             json,
+            plot,
         } => {
             let options = mount::MountBenchOptions {
                 wal: !no_wal,
@@ -448,6 +453,14 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 visibility_samples,
             };
             let report = mount::run(&options).map_err(|e| anyhow!(e))?;
+            if let Some(path) = plot {
+                calm_bench::multiples::small_multiples_svg(
+                    &path,
+                    "calm bench mount: system calls through calm mounts beside other file systems",
+                    &report.facets(),
+                )
+                .map_err(|e| anyhow!(e))?;
+            }
             let lines = report.lines();
             emit(json, &lines, &report)?;
         }
@@ -575,6 +588,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             check_pairs,
             check_calibrate,
             json,
+            plot,
         } => {
             let options = mdtest::MdtestOptions {
                 clients,
@@ -589,6 +603,14 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 check_calibrate,
             };
             let results = mdtest::run(&options).map_err(|e| anyhow!(e))?;
+            if let Some(path) = plot {
+                calm_bench::multiples::small_multiples_svg(
+                    &path,
+                    "calm bench mdtest: the namespace in-process, over gRPC, and tmpfs",
+                    &mdtest::facets(&results),
+                )
+                .map_err(|e| anyhow!(e))?;
+            }
             let lines = mdtest::table(&results);
             table(json, &lines);
             if json {

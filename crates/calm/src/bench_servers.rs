@@ -35,6 +35,9 @@ pub struct ServersArgs {
     calm: Option<std::path::PathBuf>,
     #[arg(long)]
     json: bool,
+    /// Write an SVG plot: per operation, its rate and the servers' CPU over 1, 2, 3 servers.
+    #[arg(long)]
+    plot: Option<std::path::PathBuf>,
 }
 
 /// Runs the benchmark: the table, and the report when `--json` asks for it.
@@ -56,6 +59,14 @@ pub fn run(
         },
     };
     let report = calm_bench::servers::run(&options).map_err(|e| anyhow!(e))?;
+    if let Some(path) = &args.plot {
+        calm_bench::multiples::small_multiples_svg(
+            path,
+            "calm bench servers: several servers of one namespace on etcd",
+            &calm_bench::servers::facets(&report),
+        )
+        .map_err(|e| anyhow!(e))?;
+    }
     let lines = calm_bench::servers::table(&report);
     Ok((lines, args.json.then_some(report)))
 }
