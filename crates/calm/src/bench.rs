@@ -30,7 +30,7 @@ pub enum Bench {
         repeat: usize,
         #[arg(long)]
         json: bool,
-        /// Write an SVG plot of the times over N.
+        /// Write an SVG plot: one panel per case, calm beside its baselines over N.
         #[arg(long)]
         plot: Option<PathBuf>,
         /// Populate and serve with LMDB's own synchronous commit (`calm serve --no-wal`).
@@ -57,7 +57,7 @@ pub enum Bench {
         dir: PathBuf,
         #[arg(long)]
         json: bool,
-        /// Write an SVG plot of the times over N.
+        /// Write an SVG plot: one panel per case, calm beside its baselines over N.
         #[arg(long)]
         plot: Option<PathBuf>,
     },
@@ -208,6 +208,7 @@ pub enum Bench {
         inline_bytes_max: u64,
         #[arg(long)]
         json: bool,
+        /// Write an SVG plot: one panel per case, each file system a line over threads.
         #[arg(long)]
         plot: Option<PathBuf>,
     },
