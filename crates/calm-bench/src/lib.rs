@@ -28,6 +28,7 @@ pub mod activation;
 pub mod appends;
 pub mod changelog;
 pub mod churn;
+pub mod cli;
 pub mod clusters;
 pub mod data;
 pub mod heap;

@@ -6,9 +6,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-mod bench;
-mod bench_servers;
-mod bench_soak;
 mod certs;
 mod changelog;
 
@@ -172,7 +169,7 @@ enum Command {
     Certs(certs::Certs),
     /// Measure calm against its baselines and peers, each in the same run.
     #[command(subcommand)]
-    Bench(bench::Bench),
+    Bench(calm_bench::cli::Bench),
 }
 
 impl Command {
@@ -307,7 +304,7 @@ fn main() -> ExitCode {
             json,
         } => gc::run(&data, grace_s, delete, json),
         Command::Certs(command) => certs::run(command),
-        Command::Bench(bench) => bench::run(bench),
+        Command::Bench(which) => run_bench(which),
     };
     match outcome {
         Ok(code) => code,
@@ -316,4 +313,20 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Runs a benchmark and prints what it reports: the table on stdout, or on stderr when the
+/// report goes to stdout as JSON.
+fn run_bench(bench: calm_bench::cli::Bench) -> anyhow::Result<ExitCode> {
+    let output = calm_bench::cli::run(bench).map_err(anyhow::Error::msg)?;
+    for line in &output.table {
+        match output.json {
+            Some(_) => eprintln!("{line}"),
+            None => println!("{line}"),
+        }
+    }
+    if let Some(json) = &output.json {
+        println!("{json}");
+    }
+    Ok(ExitCode::SUCCESS)
 }

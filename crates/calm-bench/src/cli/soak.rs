@@ -1,9 +1,9 @@
-//! `calm bench soak` and `calm bench appends`: the flags, wired to `calm_bench::soak` and
-//! `calm_bench::appends`.
+//! `calm bench soak` and `calm bench appends`: the flags, wired to `crate::soak` and
+//! `crate::appends`.
 
 use std::path::PathBuf;
 
-use anyhow::{anyhow, bail};
+type Result<T> = std::result::Result<T, String>;
 
 #[derive(Debug, clap::Args)]
 pub struct SoakArgs {
@@ -35,11 +35,9 @@ pub struct SoakArgs {
 }
 
 /// Runs the soak: the table and the report (with `--json`); an error when a check failed.
-pub fn run_soak(
-    args: SoakArgs,
-) -> anyhow::Result<(Vec<String>, Option<calm_bench::soak::SoakReport>)> {
-    let options = calm_bench::soak::SoakOptions {
-        calm: std::env::current_exe()?,
+pub fn run_soak(args: SoakArgs) -> Result<(Vec<String>, Option<crate::soak::SoakReport>)> {
+    let options = crate::soak::SoakOptions {
+        calm: std::env::current_exe().map_err(|e| format!("finding the calm binary: {e}"))?,
         dir: args.dir,
         periods: args.minutes,
         period: std::time::Duration::from_secs(args.period_s),
@@ -47,18 +45,18 @@ pub fn run_soak(
         objects: args.s3,
     };
     let report = match &args.replot {
-        Some(path) => calm_bench::soak::load(path).map_err(|e| anyhow!(e))?,
-        None => calm_bench::soak::run(&options).map_err(|e| anyhow!(e))?,
+        Some(path) => crate::soak::load(path)?,
+        None => crate::soak::run(&options)?,
     };
     if let Some(path) = &args.plot {
-        calm_bench::soak::plot(&report, path).map_err(|e| anyhow!(e))?;
+        crate::soak::plot(&report, path)?;
     }
     let lines = report.lines();
     if !report.ok() {
-        for line in &lines {
-            eprintln!("{line}");
-        }
-        bail!("the soak's checks failed (above)");
+        return Err(format!(
+            "{}\nthe soak's checks failed (above)",
+            lines.join("\n")
+        ));
     }
     Ok((lines, args.json.then_some(report)))
 }
@@ -86,9 +84,9 @@ pub struct AppendsArgs {
 
 pub fn run_appends(
     args: AppendsArgs,
-) -> anyhow::Result<(Vec<String>, Option<calm_bench::appends::AppendsReport>)> {
-    let options = calm_bench::appends::AppendsOptions {
-        calm: std::env::current_exe()?,
+) -> Result<(Vec<String>, Option<crate::appends::AppendsReport>)> {
+    let options = crate::appends::AppendsOptions {
+        calm: std::env::current_exe().map_err(|e| format!("finding the calm binary: {e}"))?,
         dir: args.dir,
         lines: args.lines,
         rounds: args.rounds,
@@ -96,6 +94,6 @@ pub fn run_appends(
         records: args.records,
         record_bytes: args.record_bytes,
     };
-    let report = calm_bench::appends::run(&options).map_err(|e| anyhow!(e))?;
+    let report = crate::appends::run(&options)?;
     Ok((report.lines(), args.json.then_some(report)))
 }

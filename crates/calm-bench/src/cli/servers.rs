@@ -1,7 +1,6 @@
-//! `calm bench servers`: the flags, wired to `calm_bench::servers`.
+//! `calm bench servers`: the flags, wired to `crate::servers`.
 
-use anyhow::anyhow;
-
+type Result<T> = std::result::Result<T, String>;
 #[derive(Debug, clap::Args)]
 pub struct ServersArgs {
     /// Server counts, comma-separated (the failover is measured in a round of 3).
@@ -41,10 +40,8 @@ pub struct ServersArgs {
 }
 
 /// Runs the benchmark: the table, and the report when `--json` asks for it.
-pub fn run(
-    args: ServersArgs,
-) -> anyhow::Result<(Vec<String>, Option<calm_bench::servers::ServersReport>)> {
-    let options = calm_bench::servers::ServersOptions {
+pub fn run(args: ServersArgs) -> Result<(Vec<String>, Option<crate::servers::ServersReport>)> {
+    let options = crate::servers::ServersOptions {
         servers: args.servers,
         clients: args.clients,
         files: args.files,
@@ -55,19 +52,18 @@ pub fn run(
         pair_threads: args.pair_threads,
         calm: match args.calm {
             Some(calm) => calm,
-            None => std::env::current_exe()?,
+            None => std::env::current_exe().map_err(|e| format!("finding the calm binary: {e}"))?,
         },
     };
-    let report = calm_bench::servers::run(&options).map_err(|e| anyhow!(e))?;
+    let report = crate::servers::run(&options)?;
     if let Some(path) = &args.plot {
-        calm_bench::multiples::small_multiples_svg(
+        crate::multiples::small_multiples_svg(
             path,
             "calm bench servers: several servers of one namespace on etcd",
-            &calm_bench::servers::facets(&report),
-        )
-        .map_err(|e| anyhow!(e))?;
+            &crate::servers::facets(&report),
+        )?;
     }
-    let lines = calm_bench::servers::table(&report);
+    let lines = crate::servers::table(&report);
     Ok((lines, args.json.then_some(report)))
 }
 
@@ -107,13 +103,11 @@ pub struct ChurnArgs {
 
 /// Runs the churn benchmark (or reads an earlier report): the table, and the report when
 /// `--json` asks for it.
-pub fn run_churn(
-    args: ChurnArgs,
-) -> anyhow::Result<(Vec<String>, Option<calm_bench::churn::ChurnReport>)> {
+pub fn run_churn(args: ChurnArgs) -> Result<(Vec<String>, Option<crate::churn::ChurnReport>)> {
     let report = match &args.replot {
-        Some(path) => calm_bench::churn::load(path).map_err(|e| anyhow!(e))?,
+        Some(path) => crate::churn::load(path)?,
         None => {
-            let options = calm_bench::churn::ChurnOptions {
+            let options = crate::churn::ChurnOptions {
                 servers: args.servers,
                 periods: args.minutes * 60 / args.period_s.max(1) as u32,
                 period: std::time::Duration::from_secs(args.period_s.max(1)),
@@ -122,16 +116,17 @@ pub fn run_churn(
                 etcd: args.store,
                 calm: match args.calm {
                     Some(calm) => calm,
-                    None => std::env::current_exe()?,
+                    None => std::env::current_exe()
+                        .map_err(|e| format!("finding the calm binary: {e}"))?,
                 },
             };
-            calm_bench::churn::run(&options).map_err(|e| anyhow!(e))?
+            crate::churn::run(&options)?
         }
     };
     if let Some(path) = &args.plot {
-        calm_bench::churn::plot(&report, path).map_err(|e| anyhow!(e))?;
+        crate::churn::plot(&report, path)?;
     }
-    let lines = calm_bench::churn::table(&report);
+    let lines = crate::churn::table(&report);
     Ok((lines, args.json.then_some(report)))
 }
 
@@ -159,18 +154,15 @@ pub struct ClustersArgs {
 /// Runs the clusters benchmark: the table, and the results when `--json` asks for them.
 pub fn run_clusters(
     args: ClustersArgs,
-) -> anyhow::Result<(
-    Vec<String>,
-    Option<Vec<calm_bench::clusters::ClustersResult>>,
-)> {
-    let options = calm_bench::clusters::ClustersOptions {
+) -> Result<(Vec<String>, Option<Vec<crate::clusters::ClustersResult>>)> {
+    let options = crate::clusters::ClustersOptions {
         counts: args.clusters,
         members: args.members,
         clients: args.clients,
         seconds: args.seconds,
         passes: args.passes,
     };
-    let results = calm_bench::clusters::run(&options).map_err(|e| anyhow!(e))?;
-    let lines = calm_bench::clusters::table(&results);
+    let results = crate::clusters::run(&options)?;
+    let lines = crate::clusters::table(&results);
     Ok((lines, args.json.then_some(results)))
 }

@@ -1,11 +1,13 @@
-//! `calm bench …`: parse the arguments, run a driver from calm-bench, print a table (or JSON
-//! with `--json`, the table then going to stderr), and an SVG plot with `--plot FILE`.
+//! The arguments of `calm bench …` and what each runs: a driver of this crate, its table (and
+//! with `--json` its report, the table then going to stderr), and an SVG plot with `--plot
+//! FILE`. The binary parses the arguments and prints the [`Output`].
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
-use anyhow::{Context, anyhow};
-use calm_bench::{activation, changelog, locks, mdtest, mount, startup, storm};
+use crate::{activation, changelog, locks, mdtest, mount, startup, storm};
+
+mod servers;
+mod soak;
 use clap::Subcommand;
 
 #[derive(Debug, Subcommand)]
@@ -143,7 +145,7 @@ pub enum Bench {
         /// Another file system to measure in the same run, mounted beforehand: NAME=DIR.
         /// May be given more than once.
         #[arg(long = "other")]
-        others: Vec<calm_bench::data::Other>,
+        others: Vec<crate::data::Other>,
         /// Real programs too, on every file system: sqlite writers (rollback journal and
         /// write-ahead log) and tar extraction.
         #[arg(long)]
@@ -201,7 +203,7 @@ pub enum Bench {
         /// NAME=DIR, or NAME=DIR,DIR2 for two mounts of it (the locked increments use both).
         /// May be given more than once.
         #[arg(long = "other")]
-        others: Vec<calm_bench::data::Other>,
+        others: Vec<crate::data::Other>,
         /// The calm mounts' `--inline-bytes-max`: small writes kept by the metadata up to
         /// this many bytes per commit (0: every write an object).
         #[arg(long, default_value_t = calm_meta::slices::INLINE_WRITE_BYTES_MAX)]
@@ -258,21 +260,21 @@ pub enum Bench {
     },
     /// 1, 2 and 3 servers of one namespace on etcd: lock operations on one hot file and on
     /// many, creates and stats, with the servers' CPU per operation; kill -9 failover times.
-    Servers(crate::bench_servers::ServersArgs),
+    Servers(servers::ServersArgs),
     /// Creates and unlinks on 1, 2 and 3 servers on etcd for N minutes each: the rate, its p99
     /// latency and etcd's database size per minute, each against the first.
-    Churn(crate::bench_servers::ChurnArgs),
+    Churn(servers::ChurnArgs),
     /// Creates in one namespace over 1, 2 and 3 metadata clusters (local etcd clusters), in
     /// this process, each client in a directory of the root of its own: the rate against one
     /// cluster's in the same pass.
-    Clusters(crate::bench_servers::ClustersArgs),
+    Clusters(servers::ClustersArgs),
     /// Appends, fsync'd writes, sqlite transactions, creates and unlinks from several mounts
     /// of one server for N minutes: each minute's rates against the first, p99 latencies,
     /// records per chunk and memory; every result checked, no object leaked.
-    Soak(crate::bench_soak::SoakArgs),
+    Soak(soak::SoakArgs),
     /// What atomic appends cost one mount (direct I/O), against appends through the page
     /// cache; and records torn when two mounts append at once, with each.
-    Appends(crate::bench_soak::AppendsArgs),
+    Appends(soak::AppendsArgs),
     /// create, stat and unlink rates in-process, over gRPC and on the kernel's tmpfs.
     Mdtest {
         /// Concurrent clients, comma-separated for several rounds.
@@ -313,27 +315,27 @@ pub enum Bench {
     },
 }
 
-/// Prints the table to stdout, or to stderr when stdout carries JSON.
-fn table(json: bool, lines: &[String]) {
-    for line in lines {
-        if json {
-            eprintln!("{line}");
-        } else {
-            println!("{line}");
-        }
-    }
+/// What a benchmark has to print: its table, and its report as one line of JSON when
+/// `--json` asked for it (the table then goes to stderr).
+#[derive(Debug, Default)]
+pub struct Output {
+    pub table: Vec<String>,
+    pub json: Option<String>,
 }
 
-/// Prints the table, and the report as JSON on stdout with `--json`.
-fn emit(json: bool, lines: &[String], report: &impl serde::Serialize) -> anyhow::Result<()> {
-    table(json, lines);
-    if json {
-        println!("{}", serde_json::to_string(report)?);
-    }
-    Ok(())
+/// The table, and the report as JSON when `json`.
+fn emit(json: bool, lines: &[String], report: &impl serde::Serialize) -> Result<Output, String> {
+    Ok(Output {
+        table: lines.to_vec(),
+        json: json
+            .then(|| serde_json::to_string(report))
+            .transpose()
+            .map_err(|e| format!("writing the report: {e}"))?,
+    })
 }
 
-pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
+/// Runs the benchmark the arguments name.
+pub fn run(bench: Bench) -> Result<Output, String> {
     match bench {
         Bench::Activation {
             devices,
@@ -347,10 +349,9 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 cap_seconds,
                 loop_devices,
                 dir,
-            })
-            .map_err(|e| anyhow!(e))?;
+            })?;
             let lines = activation::table(&report);
-            emit(json, &lines, &report)?;
+            emit(json, &lines, &report)
         }
         Bench::Storm {
             mounts,
@@ -369,9 +370,9 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 repeat,
                 dir,
             };
-            let report = storm::run(&options).map_err(|e| anyhow!(e))?;
+            let report = storm::run(&options)?;
             let lines = storm::table(&report);
-            emit(json, &lines, &report)?;
+            emit(json, &lines, &report)
         }
         Bench::Data {
             seq_mib,
@@ -389,7 +390,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             json,
             plot,
         } => {
-            let options = calm_bench::data::DataBenchOptions {
+            let options = crate::data::DataBenchOptions {
                 inline_bytes_max,
                 seq_bytes: seq_mib << 20,
                 streams,
@@ -403,16 +404,15 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 tmpfs_dir,
                 others,
             };
-            let report = calm_bench::data::run(&options).map_err(|e| anyhow!(e))?;
+            let report = crate::data::run(&options)?;
             if let Some(path) = plot {
-                calm_bench::multiples::small_multiples_svg(
+                crate::multiples::small_multiples_svg(
                     &path,
                     "calm bench data: file contents through calm beside ext4 and tmpfs",
-                    &calm_bench::data::facets(&report),
-                )
-                .map_err(|e| anyhow!(e))?;
+                    &crate::data::facets(&report),
+                )?;
             }
-            emit(json, &calm_bench::data::table(&report), &report)?;
+            emit(json, &crate::data::table(&report), &report)
         }
         Bench::Mount {
             files,
@@ -439,7 +439,7 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 ttl: std::time::Duration::from_millis(ttl_ms),
                 ext4_dir,
                 others,
-                programs: programs.then_some(calm_bench::programs::ProgramOptions {
+                programs: programs.then_some(crate::programs::ProgramOptions {
                     writers: sqlite_writers,
                     rows: sqlite_rows,
                     tar_files,
@@ -453,17 +453,16 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 dir,
                 visibility_samples,
             };
-            let report = mount::run(&options).map_err(|e| anyhow!(e))?;
+            let report = mount::run(&options)?;
             if let Some(path) = plot {
-                calm_bench::multiples::small_multiples_svg(
+                crate::multiples::small_multiples_svg(
                     &path,
                     "calm bench mount: system calls through calm mounts beside other file systems",
                     &report.facets(),
-                )
-                .map_err(|e| anyhow!(e))?;
+                )?;
             }
             let lines = report.lines();
-            emit(json, &lines, &report)?;
+            emit(json, &lines, &report)
         }
         Bench::Changelog {
             clients,
@@ -484,9 +483,9 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 calibrate,
                 wal: !no_wal,
             };
-            let report = changelog::run(&options).map_err(|e| anyhow!(e))?;
+            let report = changelog::run(&options)?;
             let lines = changelog::table(&report);
-            emit(json, &lines, &report)?;
+            emit(json, &lines, &report)
         }
         Bench::Locks {
             sizes,
@@ -502,12 +501,12 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 tmpfs_dir,
                 store_dir: dir,
             };
-            let report = locks::run(&options).map_err(|e| anyhow!(e))?;
+            let report = locks::run(&options)?;
             let lines = locks::table(&report);
-            emit(json, &lines, &report)?;
             if let Some(path) = plot_path {
-                locks::plot(&report, &path).map_err(|e| anyhow!(e))?;
+                locks::plot(&report, &path)?;
             }
+            emit(json, &lines, &report)
         }
         Bench::Startup {
             files,
@@ -522,24 +521,22 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             let options = startup::StartupOptions {
                 files,
                 dir,
-                calm_exe: std::env::current_exe().context("finding the calm binary")?,
+                calm_exe: std::env::current_exe()
+                    .map_err(|e| format!("finding the calm binary: {e}"))?,
                 files_per_dir,
                 populate_tasks,
                 repeat,
                 wal: !no_wal,
             };
-            let results = startup::run(&options).map_err(|e| anyhow!(e))?;
+            let results = startup::run(&options)?;
             let lines = startup::table(&results);
-            table(json, &lines);
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({"bench": "startup", "results": results})
-                );
-            }
+            let json = json
+                .then(|| serde_json::json!({"bench": "startup", "results": results}).to_string());
+            let out = Output { table: lines, json };
             if let Some(path) = plot_path {
-                startup::plot(&results, &path).map_err(|e| anyhow!(e))?;
+                startup::plot(&results, &path)?;
             }
+            Ok(out)
         }
         Bench::Transport {
             stats,
@@ -547,35 +544,34 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
             dir,
             json,
         } => {
-            let results =
-                calm_bench::transport::run(&dir, stats, rounds).map_err(|e| anyhow!(e))?;
-            table(json, &calm_bench::transport::table(&results));
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({"bench": "transport", "results": results})
-                );
-            }
+            let results = crate::transport::run(&dir, stats, rounds)?;
+            let json = json
+                .then(|| serde_json::json!({"bench": "transport", "results": results}).to_string());
+            let out = Output {
+                table: crate::transport::table(&results),
+                json,
+            };
+            Ok(out)
         }
         Bench::Servers(args) => {
-            let (lines, report) = crate::bench_servers::run(args)?;
-            emit(report.is_some(), &lines, &report)?;
+            let (lines, report) = servers::run(args)?;
+            emit(report.is_some(), &lines, &report)
         }
         Bench::Churn(args) => {
-            let (lines, report) = crate::bench_servers::run_churn(args)?;
-            emit(report.is_some(), &lines, &report)?;
+            let (lines, report) = servers::run_churn(args)?;
+            emit(report.is_some(), &lines, &report)
         }
         Bench::Clusters(args) => {
-            let (lines, results) = crate::bench_servers::run_clusters(args)?;
-            emit(results.is_some(), &lines, &results)?;
+            let (lines, results) = servers::run_clusters(args)?;
+            emit(results.is_some(), &lines, &results)
         }
         Bench::Soak(args) => {
-            let (lines, report) = crate::bench_soak::run_soak(args)?;
-            emit(report.is_some(), &lines, &report)?;
+            let (lines, report) = soak::run_soak(args)?;
+            emit(report.is_some(), &lines, &report)
         }
         Bench::Appends(args) => {
-            let (lines, report) = crate::bench_soak::run_appends(args)?;
-            emit(report.is_some(), &lines, &report)?;
+            let (lines, report) = soak::run_appends(args)?;
+            emit(report.is_some(), &lines, &report)
         }
         Bench::Mdtest {
             clients,
@@ -603,24 +599,19 @@ pub fn run(bench: Bench) -> anyhow::Result<ExitCode> {
                 check_pairs,
                 check_calibrate,
             };
-            let results = mdtest::run(&options).map_err(|e| anyhow!(e))?;
+            let results = mdtest::run(&options)?;
             if let Some(path) = plot {
-                calm_bench::multiples::small_multiples_svg(
+                crate::multiples::small_multiples_svg(
                     &path,
                     "calm bench mdtest: the namespace in-process, over gRPC, and tmpfs",
                     &mdtest::facets(&results),
-                )
-                .map_err(|e| anyhow!(e))?;
+                )?;
             }
             let lines = mdtest::table(&results);
-            table(json, &lines);
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({"bench": "mdtest", "results": results})
-                );
-            }
+            let json = json
+                .then(|| serde_json::json!({"bench": "mdtest", "results": results}).to_string());
+            let out = Output { table: lines, json };
+            Ok(out)
         }
     }
-    Ok(ExitCode::SUCCESS)
 }
