@@ -17,6 +17,7 @@ pub mod failover;
 mod placement;
 pub mod routing;
 mod shadow;
+pub mod tables;
 
 use calm_changelog::{Record, User, UserId};
 use calm_locks::{Holder, Request as LockRequest, SessionId};

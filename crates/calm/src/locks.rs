@@ -47,31 +47,8 @@ pub fn run(server: &str, path: &str, json: bool) -> anyhow::Result<ExitCode> {
         println!("{value}");
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "{path} (handle {handle}): {} locks, {} waiting",
-        listing.total,
-        listing.waiting.len()
-    );
-    if !listing.locks.is_empty() || !listing.waiting.is_empty() {
-        println!(
-            "{:<8} {:<6} {:<6} {:>20} {:>20} {:>22} {:>12}",
-            "STATE", "TYPE", "MODE", "START", "END", "SESSION", "PID/FILE"
-        );
-    }
-    for holder in &listing.locks {
-        println!("{}", row("held", holder));
-    }
-    for (wait, session, request) in &listing.waiting {
-        let holder = Holder {
-            session: *session,
-            owner: request.owner,
-            scope: request.scope,
-            kind: request.kind,
-        };
-        println!("{}", row(&format!("wait#{wait}"), &holder));
-    }
-    if listing.total > listing.locks.len() as u64 {
-        println!("(first {} shown)", listing.locks.len());
+    for line in calm_client::tables::locks_lines(path, handle, &listing) {
+        println!("{line}");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -89,46 +66,13 @@ pub(crate) async fn resolve(client: &calm_client::Client, path: &str) -> anyhow:
     Ok(handle)
 }
 
-/// A lock's type as a user names it. A mount cannot tell a POSIX record lock (fcntl, lockf)
-/// from an OFD one: the kernel hands it both with an opaque owner (the process's file table,
-/// or the open file), which the server knows as a file owner. Those are "RECORD"; a process
-/// owner (a client of the server's own) is "POSIX".
-fn type_name(holder: &Holder) -> &'static str {
-    match (holder.scope, holder.owner) {
-        (Scope::WholeFile, _) => "FLOCK",
-        (Scope::Range(_), Owner::Process { .. }) => "POSIX",
-        (Scope::Range(_), Owner::File { .. }) => "RECORD",
-    }
-}
-
-fn row(state: &str, holder: &Holder) -> String {
-    let (start, end) = match holder.scope {
-        Scope::Range(r) if r.end == OFFSET_MAX => (r.start.to_string(), "EOF".to_string()),
-        Scope::Range(r) => (r.start.to_string(), r.end.to_string()),
-        Scope::WholeFile => ("0".to_string(), "EOF".to_string()),
-    };
-    let mode = match holder.kind {
-        LockKind::Read => "READ",
-        LockKind::Write => "WRITE",
-    };
-    let who = match holder.owner {
-        Owner::Process { pid } => pid.to_string(),
-        Owner::File { file } => format!("file:{file}"),
-    };
-    format!(
-        "{state:<8} {:<6} {mode:<6} {start:>20} {end:>20} {:>22} {who:>12}",
-        type_name(holder),
-        holder.session
-    )
-}
-
 fn holder_json(holder: &Holder) -> serde_json::Value {
     let (start, end) = match holder.scope {
         Scope::Range(r) => (r.start, r.end),
         Scope::WholeFile => (0, OFFSET_MAX),
     };
     let mut value = serde_json::json!({
-        "type": type_name(holder),
+        "type": calm_client::tables::lock_type(holder),
         "mode": match holder.kind { LockKind::Read => "read", LockKind::Write => "write" },
         "start": start,
         "end": end,

@@ -4,8 +4,6 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-const MIB: f64 = (1u64 << 20) as f64;
-
 pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -74,107 +72,8 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
             .into();
         println!("{value}");
     } else {
-        let store = status
-            .store
-            .iter()
-            .map(|f| format!("{} {}", f.name, f.value))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let rows = [
-            ("server", format!("{server} (calm {})", status.version)),
-            ("data", status.data_dir.clone()),
-            ("objects", status.objects_url.clone()),
-            ("epoch", status.epoch.to_string()),
-            ("inodes", status.inodes.to_string()),
-            ("file bytes", status.file_bytes.to_string()),
-            ("handle high-water", status.handle_high_water.to_string()),
-            ("store bytes", status.store_bytes.to_string()),
-            ("commits", status.commits.to_string()),
-            ("ops committed", status.ops_committed.to_string()),
-            ("failed commits", status.failed_commits.to_string()),
-            (
-                "ops per commit",
-                format!("{average_batch:.1} (largest {})", status.largest_batch),
-            ),
-            (
-                "commit time",
-                format!("{average_commit_ms:.2} ms on average"),
-            ),
-            (
-                "requests",
-                format!(
-                    "{} ({} answered with an error; {} of them in {} batches)",
-                    status.requests, status.request_errors, status.batched_calls, status.batches
-                ),
-            ),
-            (
-                "locks",
-                format!(
-                    "{} held on {} files, {} waiting, {} sessions",
-                    status.locks, status.locked_files, status.lock_waits, status.lock_sessions
-                ),
-            ),
-            (
-                "changelog",
-                format!(
-                    "last index {}, {} stored, {} readers, {} purged since start",
-                    status.changelog_last,
-                    (status.changelog_last + 1).saturating_sub(status.changelog_first),
-                    status.changelog_readers,
-                    status.changelog_purged
-                ),
-            ),
-            (
-                "object deletion",
-                format!(
-                    "{} queued, {} deleted since start",
-                    status.objects_queued, status.objects_deleted
-                ),
-            ),
-            (
-                "compaction",
-                format!(
-                    "{} chunks compacted since start ({} records replaced, {:.1} MB written, {} \
-                     failed); at most {} records in a chunk",
-                    status.chunks_compacted,
-                    status.compaction_records_replaced,
-                    status.compaction_bytes as f64 / 1e6,
-                    status.compaction_failures,
-                    status.chunk_records_max
-                ),
-            ),
-            (
-                "writes waiting",
-                format!(
-                    "{} for a full chunk's compaction now, {} since start (longest {} ms)",
-                    status.room_waiting, status.room_waits, status.room_wait_ms_max
-                ),
-            ),
-            (
-                "watches",
-                format!(
-                    "{} open, {} resyncs since start",
-                    status.watchers, status.watch_resyncs
-                ),
-            ),
-            (
-                "heap",
-                format!(
-                    "{:.1} MiB in use ({:.1} MiB of it cached blocks, {:.1} MiB block headers), \
-                     {:.1} MiB free in the allocator",
-                    status.heap_in_use_bytes as f64 / MIB,
-                    status.cached_block_bytes as f64 / MIB,
-                    status.cached_header_bytes as f64 / MIB,
-                    status.heap_free_bytes as f64 / MIB
-                ),
-            ),
-            ("store", store),
-            ("ready after", format!("{} ms", status.ready_ms)),
-            ("uptime", format!("{:.1} s", status.uptime_ms as f64 / 1e3)),
-        ];
-        // (A row with nothing to say, as a local store's requests, is left out.)
-        for (name, value) in rows.into_iter().filter(|(_, v)| !v.is_empty()) {
-            println!("{name:<18} {value}");
+        for line in calm_client::tables::status_lines(server, &status) {
+            println!("{line}");
         }
     }
     Ok(ExitCode::SUCCESS)
