@@ -10,6 +10,7 @@
 //! operation they describe and keeps a [`users::Registry`] in its committer.
 
 pub mod record;
+pub mod text;
 pub mod users;
 
 pub use record::{Mask, Record, RecordError, RecordType, flags};

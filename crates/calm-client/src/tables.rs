@@ -181,3 +181,33 @@ pub fn locks_lines(path: &str, handle: u64, listing: &LockListing) -> Vec<String
     }
     out
 }
+
+/// The lines `calm changelog users` prints: the indices, the types written, and one row per
+/// reader with how long it has been idle at `now_ns`.
+pub fn readers_lines(
+    reply: &calm_proto::pb::ClUsersReply,
+    users: &[calm_changelog::User],
+    now_ns: i64,
+) -> Vec<String> {
+    let mut out = vec![
+        format!("current index: {}", reply.last),
+        format!("first stored:  {}", reply.first),
+        format!("written types: {}", reply.global_mask),
+        format!(
+            "{:<8} {:>20} {:>10}  {:<16} mask",
+            "ID", "index", "(idle s)", "name"
+        ),
+    ];
+    for user in users {
+        let idle = (now_ns - user.last_clear_ns).max(0) / 1_000_000_000;
+        out.push(format!(
+            "{:<8} {:>20} {:>10}  {:<16} {}",
+            user.label(),
+            user.cleared,
+            format!("({idle})"),
+            user.name,
+            user.mask.names()
+        ));
+    }
+    out
+}

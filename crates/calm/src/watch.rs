@@ -45,7 +45,7 @@ pub fn run(
                 (WatchEvent::Change(record), true) => {
                     crate::changelog::record_json(record).to_string()
                 }
-                (WatchEvent::Change(record), false) => crate::changelog::record_line(record),
+                (WatchEvent::Change(record), false) => calm_changelog::text::line(record),
                 (WatchEvent::Resync { from }, true) => {
                     serde_json::json!({ "resync_from": from }).to_string()
                 }
