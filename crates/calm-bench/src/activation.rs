@@ -355,6 +355,43 @@ pub fn table(report: &ActivationReport) -> Vec<String> {
     lines
 }
 
+/// Two panels over the number of disks: the time to every pool active, and the CPU per
+/// arrival; calm's assembly beside the rescan per event (`--plot`). Runs stopped at their cap
+/// are left out.
+pub fn facets(report: &ActivationReport) -> Vec<crate::multiples::Facet> {
+    let cells = report
+        .results
+        .iter()
+        .filter(|r| !r.stopped && r.implementation != "calm-loop")
+        .flat_map(|r| {
+            let series = match r.implementation {
+                "calm" => "calm".to_string(),
+                other => format!("{other} of every disk per event"),
+            };
+            [
+                crate::multiples::Cell {
+                    panel: "first arrival to every pool active".into(),
+                    x_label: "disks".into(),
+                    y_label: "seconds".into(),
+                    log_y: true,
+                    series: series.clone(),
+                    x: r.devices as f64,
+                    y: r.seconds,
+                },
+                crate::multiples::Cell {
+                    panel: "bookkeeping CPU per arrival".into(),
+                    x_label: "disks".into(),
+                    y_label: "µs".into(),
+                    log_y: true,
+                    series,
+                    x: r.devices as f64,
+                    y: r.cpu_us_per_event,
+                },
+            ]
+        });
+    crate::multiples::facets_of(cells)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

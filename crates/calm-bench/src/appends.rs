@@ -228,3 +228,27 @@ fn torn(data: &[u8], bytes: usize, expected: u64) -> u64 {
         .count() as u64;
     expected.saturating_sub(whole)
 }
+
+/// Two panels: each round's appends per second on one mount, O_APPEND with direct I/O beside
+/// through the page cache; and the records torn when two mounts append at once (`--plot`).
+pub fn facets(report: &AppendsReport) -> Vec<crate::multiples::Facet> {
+    let rounds = report.rounds.iter().map(|r| crate::multiples::Cell {
+        panel: "appends on one mount".into(),
+        x_label: "round".into(),
+        y_label: "appends/s".into(),
+        log_y: false,
+        series: r.mount.to_string(),
+        x: f64::from(r.round),
+        y: r.appends_per_s,
+    });
+    let torn = report.tearing.iter().map(|t| crate::multiples::Cell {
+        panel: "records torn, two mounts at once".into(),
+        x_label: "records appended".into(),
+        y_label: "records torn".into(),
+        log_y: false,
+        series: t.mount.to_string(),
+        x: t.records as f64,
+        y: t.torn as f64,
+    });
+    crate::multiples::facets_of(rounds.chain(torn))
+}

@@ -531,6 +531,28 @@ pub fn table(report: &ChangelogReport) -> Vec<String> {
     lines
 }
 
+/// One panel per operation, its rate over clients with the change feed off, on with an idle
+/// reader, and on with a reader reading and clearing (`--plot`).
+pub fn facets(report: &ChangelogReport) -> Vec<crate::multiples::Facet> {
+    let cells = report.results.iter().flat_map(|r| {
+        [
+            ("calm, change feed off", r.off_ops_per_sec),
+            ("calm, feed on, idle reader", r.on_ops_per_sec),
+            ("calm, feed on, reader reading", r.on_reading_ops_per_sec),
+        ]
+        .map(|(series, y)| crate::multiples::Cell {
+            panel: r.op.to_string(),
+            x_label: "clients".into(),
+            y_label: "operations/s".into(),
+            log_y: false,
+            series: series.into(),
+            x: r.clients as f64,
+            y,
+        })
+    });
+    crate::multiples::facets_of(cells)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -260,3 +260,16 @@ pub fn table(results: &[ClustersResult]) -> Vec<String> {
     }
     lines
 }
+
+/// One panel per pass: creates per second over the number of clusters (`--plot`).
+pub fn facets(results: &[ClustersResult]) -> Vec<crate::multiples::Facet> {
+    crate::multiples::facets_of(results.iter().map(|r| crate::multiples::Cell {
+        panel: format!("pass {}", r.pass),
+        x_label: "metadata clusters".into(),
+        y_label: "creates/s".into(),
+        log_y: false,
+        series: "calm".into(),
+        x: r.clusters as f64,
+        y: r.creates_per_second,
+    }))
+}

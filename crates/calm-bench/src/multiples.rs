@@ -43,7 +43,7 @@ const PANEL_HEIGHT: u32 = 300;
 const COLUMNS_MAX: usize = 3;
 const TITLE_HEIGHT: u32 = 44;
 const LEGEND_ROW_HEIGHT: u32 = 26;
-const LEGEND_ENTRY_WIDTH: u32 = 210;
+const LEGEND_GAP: u32 = 28;
 
 /// The names of every series of `facets`: calm's first, then the others, each in order of
 /// first appearance. Their places are their colours and markers.
@@ -85,8 +85,18 @@ pub fn small_multiples_svg(path: &Path, title: &str, facets: &[Facet]) -> Result
     let columns = facets.len().min(COLUMNS_MAX);
     let rows = facets.len().div_ceil(columns);
     let width = PANEL_WIDTH * columns as u32;
-    let per_row = (width / LEGEND_ENTRY_WIDTH).max(1) as usize;
-    let legend_height = LEGEND_ROW_HEIGHT * names.len().div_ceil(per_row) as u32 + 10;
+    // Each entry as wide as its name (about 8 pixels a character at 15 points), wrapped.
+    let mut places = Vec::with_capacity(names.len());
+    let (mut x, mut row) = (16u32, 0u32);
+    for name in &names {
+        let entry = 34 + 8 * name.chars().count() as u32 + LEGEND_GAP;
+        if x > 16 && x + entry > width {
+            (x, row) = (16, row + 1);
+        }
+        places.push((x as i32, 8 + (row * LEGEND_ROW_HEIGHT) as i32));
+        x += entry;
+    }
+    let legend_height = LEGEND_ROW_HEIGHT * (row + 1) + 10;
     let height = TITLE_HEIGHT + legend_height + PANEL_HEIGHT * rows as u32;
     let err = |e: &dyn std::fmt::Display| format!("plotting {}: {e}", path.display());
     let root = SVGBackend::new(path, (width, height)).into_drawing_area();
@@ -100,9 +110,7 @@ pub fn small_multiples_svg(path: &Path, title: &str, facets: &[Facet]) -> Result
             (12, 12),
         )
         .map_err(|e| err(&e))?;
-    for (i, name) in names.iter().enumerate() {
-        let x = 16 + (i % per_row) as i32 * LEGEND_ENTRY_WIDTH as i32;
-        let y = 8 + (i / per_row) as i32 * LEGEND_ROW_HEIGHT as i32;
+    for (i, (name, (x, y))) in names.iter().zip(places).enumerate() {
         let color = COLORS[i];
         legend_area
             .draw(&PathElement::new(

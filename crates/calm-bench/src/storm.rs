@@ -439,3 +439,49 @@ pub fn table(report: &StormReport) -> Vec<String> {
     }
     lines
 }
+
+/// Panels: the mount-table watchers' CPU against the producer's over the number of bind
+/// mounts (calm's watcher beside the re-readers), and the namespace's create rate and the
+/// deliveries' worst lag over the number of watchers (`--plot`).
+pub fn facets(report: &StormReport) -> Vec<crate::multiples::Facet> {
+    let mounts = report
+        .mounts
+        .iter()
+        .filter(|r| r.watcher != "none")
+        .map(|r| crate::multiples::Cell {
+            panel: "mount-table watcher's CPU".into(),
+            x_label: "bind mounts in the storm".into(),
+            y_label: "% of the producer's CPU".into(),
+            log_y: true,
+            series: match r.watcher {
+                "naive" => "re-reading the table per event".to_string(),
+                "budget" => "re-reading it at most once per interval".to_string(),
+                other => other.to_string(),
+            },
+            x: r.mounts as f64,
+            y: 100.0 * r.watcher_share,
+        });
+    let namespace = report.namespace.iter().flat_map(|r| {
+        [
+            crate::multiples::Cell {
+                panel: "creates while watched".into(),
+                x_label: "namespace watchers".into(),
+                y_label: "creates/s".into(),
+                log_y: false,
+                series: "calm".into(),
+                x: r.watchers as f64,
+                y: r.ops_per_sec,
+            },
+            crate::multiples::Cell {
+                panel: "worst delivery lag".into(),
+                x_label: "namespace watchers".into(),
+                y_label: "ms".into(),
+                log_y: false,
+                series: "calm".into(),
+                x: r.watchers as f64,
+                y: r.max_lag_ms,
+            },
+        ]
+    });
+    crate::multiples::facets_of(mounts.chain(namespace))
+}

@@ -81,6 +81,9 @@ pub enum Bench {
         dir: PathBuf,
         #[arg(long)]
         json: bool,
+        /// Write an SVG plot: one panel per figure, calm beside its baselines.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
     /// Mount-table watchers through a storm of bind mounts (none, one that re-reads the whole
     /// table per event, one that re-reads it at most once per interval, calm's fanotify
@@ -106,6 +109,9 @@ pub enum Bench {
         dir: PathBuf,
         #[arg(long)]
         json: bool,
+        /// Write an SVG plot: one panel per figure, calm beside its baselines.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
     /// System calls through real calm mounts against the same calls on tmpfs, ext4 and other
     /// file systems at 1, 4 and 16 threads: creates, stats, listings, renames, unlinks, small
@@ -244,6 +250,9 @@ pub enum Bench {
         no_wal: bool,
         #[arg(long)]
         json: bool,
+        /// Write an SVG plot: one panel per figure, calm beside its baselines.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
     /// 10 000 stats over one connection: the Unix socket, plain TCP on loopback and mutual
     /// TLS, in turn, against one server in this process.
@@ -343,6 +352,7 @@ pub fn run(bench: Bench) -> Result<Output, String> {
             loop_devices,
             dir,
             json,
+            plot,
         } => {
             let report = activation::run(&activation::ActivationOptions {
                 devices,
@@ -350,6 +360,13 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 loop_devices,
                 dir,
             })?;
+            if let Some(path) = plot {
+                crate::multiples::small_multiples_svg(
+                    &path,
+                    "calm bench activation: disks arriving at a storage node",
+                    &activation::facets(&report),
+                )?;
+            }
             let lines = activation::table(&report);
             emit(json, &lines, &report)
         }
@@ -361,6 +378,7 @@ pub fn run(bench: Bench) -> Result<Output, String> {
             repeat,
             dir,
             json,
+            plot,
         } => {
             let options = storm::StormOptions {
                 mounts,
@@ -371,6 +389,13 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 dir,
             };
             let report = storm::run(&options)?;
+            if let Some(path) = plot {
+                crate::multiples::small_multiples_svg(
+                    &path,
+                    "calm bench storm: watchers through mount and create storms",
+                    &storm::facets(&report),
+                )?;
+            }
             let lines = storm::table(&report);
             emit(json, &lines, &report)
         }
@@ -473,6 +498,7 @@ pub fn run(bench: Bench) -> Result<Output, String> {
             calibrate,
             no_wal,
             json,
+            plot,
         } => {
             let options = changelog::ChangelogOptions {
                 clients,
@@ -484,6 +510,13 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 wal: !no_wal,
             };
             let report = changelog::run(&options)?;
+            if let Some(path) = plot {
+                crate::multiples::small_multiples_svg(
+                    &path,
+                    "calm bench changelog: metadata rates with and without the change feed",
+                    &changelog::facets(&report),
+                )?;
+            }
             let lines = changelog::table(&report);
             emit(json, &lines, &report)
         }

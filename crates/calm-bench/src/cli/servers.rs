@@ -149,6 +149,9 @@ pub struct ClustersArgs {
     passes: usize,
     #[arg(long)]
     json: bool,
+    /// Write an SVG plot: per pass, creates per second over the number of clusters.
+    #[arg(long)]
+    plot: Option<std::path::PathBuf>,
 }
 
 /// Runs the clusters benchmark: the table, and the results when `--json` asks for them.
@@ -163,6 +166,13 @@ pub fn run_clusters(
         passes: args.passes,
     };
     let results = crate::clusters::run(&options)?;
+    if let Some(path) = &args.plot {
+        crate::multiples::small_multiples_svg(
+            path,
+            "calm bench clusters: creates in one namespace over several metadata clusters",
+            &crate::clusters::facets(&results),
+        )?;
+    }
     let lines = crate::clusters::table(&results);
     Ok((lines, args.json.then_some(results)))
 }

@@ -80,6 +80,9 @@ pub struct AppendsArgs {
     dir: PathBuf,
     #[arg(long)]
     json: bool,
+    /// Write an SVG plot: each round's rate, and the records torn across two mounts.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 pub fn run_appends(
@@ -95,5 +98,12 @@ pub fn run_appends(
         record_bytes: args.record_bytes,
     };
     let report = crate::appends::run(&options)?;
+    if let Some(path) = &args.plot {
+        crate::multiples::small_multiples_svg(
+            path,
+            "calm bench appends: O_APPEND on one mount, and whole records across two",
+            &crate::appends::facets(&report),
+        )?;
+    }
     Ok((report.lines(), args.json.then_some(report)))
 }
