@@ -507,3 +507,48 @@ impl<S: Store> WatchRpc for WatchService<S> {
         Ok(Response::new(pb::Empty {}))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use calm_meta::MetaOptions;
+    use calm_store::mem::MemStore;
+
+    /// A panic while the hub's lock is held (a publish that failed midway) does not take the
+    /// hub down: watchers are still added, and every change after it reaches them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_hub_serves_on_after_a_panic_while_its_lock_was_held() {
+        let meta = Arc::new(Meta::open(MemStore::new(), MetaOptions::default()).unwrap());
+        let hub = WatchHub::new(meta.clone(), Limits::default());
+        hub.start_feed().await.unwrap();
+        let holder = hub.clone();
+        let panicked = std::thread::spawn(move || {
+            let _held = holder.inner.lock().unwrap();
+            panic!("a publish failed while it held the hub");
+        })
+        .join();
+        assert!(panicked.is_err());
+        assert!(hub.inner.is_poisoned(), "the panic happened under the lock");
+        let (id, waker, live) = hub.subscribe(Target::All, u64::MAX).await.unwrap();
+        assert!(live);
+        for i in 0..20 {
+            meta.create(ROOT, format!("after-{i}").as_bytes(), 0o644)
+                .await
+                .unwrap();
+        }
+        let mut seen = 0;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while seen < 20 && tokio::time::Instant::now() < deadline {
+            let events = hub.take(id, 64, false);
+            seen += events
+                .iter()
+                .filter(|e| matches!(e, Event::Change(_)))
+                .count();
+            // Woken when the watcher has more; looked at again at least every 50 ms.
+            let _ = tokio::time::timeout(Duration::from_millis(50), waker.notified()).await;
+        }
+        assert_eq!(seen, 20);
+        hub.unwatch(id);
+        assert_eq!(hub.stats().watchers, 0);
+    }
+}
