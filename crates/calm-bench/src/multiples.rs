@@ -70,6 +70,18 @@ fn label(value: f64) -> String {
     }
 }
 
+/// With `--plot PATH`, draws the panels `facets` makes under `title` into PATH; nothing without.
+pub fn plot_to(
+    path: Option<&Path>,
+    title: &str,
+    facets: impl FnOnce() -> Vec<Facet>,
+) -> Result<(), String> {
+    match path {
+        Some(path) => small_multiples_svg(path, title, &facets()),
+        None => Ok(()),
+    }
+}
+
 /// Draws `facets` as a grid of panels under `title` and one legend, into an SVG at `path`.
 pub fn small_multiples_svg(path: &Path, title: &str, facets: &[Facet]) -> Result<(), String> {
     let names = names(facets);

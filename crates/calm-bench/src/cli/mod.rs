@@ -360,13 +360,11 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 loop_devices,
                 dir,
             })?;
-            if let Some(path) = plot {
-                crate::multiples::small_multiples_svg(
-                    &path,
-                    "calm bench activation: disks arriving at a storage node",
-                    &activation::facets(&report),
-                )?;
-            }
+            crate::multiples::plot_to(
+                plot.as_deref(),
+                "calm bench activation: disks arriving at a storage node",
+                || activation::facets(&report),
+            )?;
             let lines = activation::table(&report);
             emit(json, &lines, &report)
         }
@@ -389,13 +387,11 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 dir,
             };
             let report = storm::run(&options)?;
-            if let Some(path) = plot {
-                crate::multiples::small_multiples_svg(
-                    &path,
-                    "calm bench storm: watchers through mount and create storms",
-                    &storm::facets(&report),
-                )?;
-            }
+            crate::multiples::plot_to(
+                plot.as_deref(),
+                "calm bench storm: watchers through mount and create storms",
+                || storm::facets(&report),
+            )?;
             let lines = storm::table(&report);
             emit(json, &lines, &report)
         }
@@ -430,13 +426,11 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 others,
             };
             let report = crate::data::run(&options)?;
-            if let Some(path) = plot {
-                crate::multiples::small_multiples_svg(
-                    &path,
-                    "calm bench data: file contents through calm beside ext4 and tmpfs",
-                    &crate::data::facets(&report),
-                )?;
-            }
+            crate::multiples::plot_to(
+                plot.as_deref(),
+                "calm bench data: file contents through calm beside ext4 and tmpfs",
+                || crate::data::facets(&report),
+            )?;
             emit(json, &crate::data::table(&report), &report)
         }
         Bench::Mount {
@@ -479,13 +473,11 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 visibility_samples,
             };
             let report = mount::run(&options)?;
-            if let Some(path) = plot {
-                crate::multiples::small_multiples_svg(
-                    &path,
-                    "calm bench mount: system calls through calm mounts beside other file systems",
-                    &report.facets(),
-                )?;
-            }
+            crate::multiples::plot_to(
+                plot.as_deref(),
+                "calm bench mount: system calls through calm mounts beside other file systems",
+                || report.facets(),
+            )?;
             let lines = report.lines();
             emit(json, &lines, &report)
         }
@@ -510,13 +502,11 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 wal: !no_wal,
             };
             let report = changelog::run(&options)?;
-            if let Some(path) = plot {
-                crate::multiples::small_multiples_svg(
-                    &path,
-                    "calm bench changelog: metadata rates with and without the change feed",
-                    &changelog::facets(&report),
-                )?;
-            }
+            crate::multiples::plot_to(
+                plot.as_deref(),
+                "calm bench changelog: metadata rates with and without the change feed",
+                || changelog::facets(&report),
+            )?;
             let lines = changelog::table(&report);
             emit(json, &lines, &report)
         }
@@ -633,13 +623,11 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 check_calibrate,
             };
             let results = mdtest::run(&options)?;
-            if let Some(path) = plot {
-                crate::multiples::small_multiples_svg(
-                    &path,
-                    "calm bench mdtest: the namespace in-process, over gRPC, and tmpfs",
-                    &mdtest::facets(&results),
-                )?;
-            }
+            crate::multiples::plot_to(
+                plot.as_deref(),
+                "calm bench mdtest: the namespace in-process, over gRPC, and tmpfs",
+                || mdtest::facets(&results),
+            )?;
             let lines = mdtest::table(&results);
             let json = json
                 .then(|| serde_json::json!({"bench": "mdtest", "results": results}).to_string());

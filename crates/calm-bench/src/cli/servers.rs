@@ -56,13 +56,11 @@ pub fn run(args: ServersArgs) -> Result<(Vec<String>, Option<crate::servers::Ser
         },
     };
     let report = crate::servers::run(&options)?;
-    if let Some(path) = &args.plot {
-        crate::multiples::small_multiples_svg(
-            path,
-            "calm bench servers: several servers of one namespace on etcd",
-            &crate::servers::facets(&report),
-        )?;
-    }
+    crate::multiples::plot_to(
+        args.plot.as_deref(),
+        "calm bench servers: several servers of one namespace on etcd",
+        || crate::servers::facets(&report),
+    )?;
     let lines = crate::servers::table(&report);
     Ok((lines, args.json.then_some(report)))
 }
@@ -166,13 +164,11 @@ pub fn run_clusters(
         passes: args.passes,
     };
     let results = crate::clusters::run(&options)?;
-    if let Some(path) = &args.plot {
-        crate::multiples::small_multiples_svg(
-            path,
-            "calm bench clusters: creates in one namespace over several metadata clusters",
-            &crate::clusters::facets(&results),
-        )?;
-    }
+    crate::multiples::plot_to(
+        args.plot.as_deref(),
+        "calm bench clusters: creates in one namespace over several metadata clusters",
+        || crate::clusters::facets(&results),
+    )?;
     let lines = crate::clusters::table(&results);
     Ok((lines, args.json.then_some(results)))
 }

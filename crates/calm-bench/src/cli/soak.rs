@@ -98,12 +98,10 @@ pub fn run_appends(
         record_bytes: args.record_bytes,
     };
     let report = crate::appends::run(&options)?;
-    if let Some(path) = &args.plot {
-        crate::multiples::small_multiples_svg(
-            path,
-            "calm bench appends: O_APPEND on one mount, and whole records across two",
-            &crate::appends::facets(&report),
-        )?;
-    }
+    crate::multiples::plot_to(
+        args.plot.as_deref(),
+        "calm bench appends: O_APPEND on one mount, and whole records across two",
+        || crate::appends::facets(&report),
+    )?;
     Ok((report.lines(), args.json.then_some(report)))
 }
