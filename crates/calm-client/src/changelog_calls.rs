@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// Records asked for per read of [`Client::changelog_each`].
+pub const CL_EACH_BATCH_RECORDS: u32 = 4096;
+
 impl Client {
     /// Registers a changelog reader; `mask` is Lustre's type names, comma-separated (empty:
     /// DEFAULT).
@@ -82,6 +85,39 @@ impl Client {
             .map(record_from_wire)
             .collect::<Result<_>>()?;
         Ok((records, reply.last))
+    }
+
+    /// Hands `batch` the records from `from` on, in order, a batch at a time and at most `max`
+    /// in all (0: no limit); with `user`, those after its cleared index and within its mask.
+    /// Without a wait (`wait.wait_ms == 0`) it ends at the last record; with one it follows the
+    /// records as they are committed, until `max` or an error (its own or `batch`'s).
+    pub async fn changelog_each<E: From<MetaError>>(
+        &self,
+        from: u64,
+        user: Option<UserId>,
+        wait: FollowWait,
+        max: u64,
+        mut batch: impl FnMut(&[Record]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        let mut next = from;
+        let mut left = if max == 0 { u64::MAX } else { max };
+        loop {
+            let (records, _last) = self
+                .changelog_follow(next, CL_EACH_BATCH_RECORDS, user, wait)
+                .await?;
+            if records.is_empty() && wait.wait_ms == 0 {
+                return Ok(());
+            }
+            let taken = &records[..records.len().min(left.min(usize::MAX as u64) as usize)];
+            batch(taken)?;
+            left -= taken.len() as u64;
+            if left == 0 {
+                return Ok(());
+            }
+            if let Some(last) = taken.last() {
+                next = last.index + 1;
+            }
+        }
     }
 
     pub async fn changelog_clear(&self, id: UserId, index: u64) -> Result<User> {

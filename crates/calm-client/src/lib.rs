@@ -14,6 +14,7 @@
 
 pub mod batch;
 pub mod failover;
+pub mod json;
 mod placement;
 pub mod routing;
 mod shadow;
@@ -291,6 +292,7 @@ impl Client {
 // After the macros, which they use.
 mod admin;
 mod changelog_calls;
+pub use changelog_calls::CL_EACH_BATCH_RECORDS;
 mod connection;
 mod contents;
 mod lock_calls;

@@ -83,6 +83,18 @@ pub struct MountOptions {
     pub append_through_cache: bool,
 }
 
+/// Where a mount keeps a remote store's blocks when not told: `$XDG_CACHE_HOME/calm/blocks`,
+/// or `~/.cache/calm/blocks`.
+pub fn default_cache_dir() -> Option<std::path::PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| std::path::Path::new(&home).join(".cache"))
+        })?;
+    Some(base.join("calm").join("blocks"))
+}
+
 /// Default attribute and entry timeout (the mount invalidates what other clients change:
 /// [`crate::cache`]).
 pub const TTL_DEFAULT: Duration = Duration::from_secs(60);

@@ -26,5 +26,5 @@ pub mod mount;
 mod shared;
 pub mod shm;
 
-pub use fs::{CalmFs, MountOptions, mount_config};
+pub use fs::{CalmFs, MountOptions, default_cache_dir, mount_config};
 pub use mount::{Mounted, mount};

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::label::{self, Label, Uuid, uuid_text};
 use crate::pools::{Action, Assembly, DeviceId, Refused};
+use crate::pools_file::{self, PoolRow};
 use crate::uevent::{Received, UeventSocket};
 
 #[derive(Debug, Clone)]
@@ -375,50 +376,37 @@ impl Agent<'_> {
     fn write_state(&mut self) -> io::Result<()> {
         let mut pools: Vec<_> = self.assembly.pools().collect();
         pools.sort_by(|a, b| a.name.cmp(&b.name).then(a.generation.cmp(&b.generation)));
-        let mut out = String::from("{\"pools\":[");
-        for (i, p) in pools.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            let indices = |present: bool| -> Vec<String> {
-                p.members
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, d)| d.is_some() == present)
-                    .map(|(i, _)| i.to_string())
-                    .collect()
-            };
-            let (present, missing) = (indices(true), indices(false));
-            let state = p.state.name();
-            let mounts: Vec<String> = self
-                .mounted
-                .get(&p.uuid)
-                .map(|results| {
+        let rows: Vec<PoolRow> = pools
+            .iter()
+            .map(|p| {
+                let indices = |present: bool| -> Vec<u32> {
+                    (0..p.members.len() as u32)
+                        .filter(|i| p.members[*i as usize].is_some() == present)
+                        .collect()
+                };
+                let mounts = self.mounted.get(&p.uuid).map(|results| {
                     results
                         .iter()
-                        .map(|(index, r)| match r {
-                            Ok(path) => format!(
-                                "{{\"index\":{index},\"mounted\":{}}}",
-                                json_string(&path.display().to_string())
-                            ),
-                            Err(e) => format!("{{\"index\":{index},\"error\":{}}}", json_string(e)),
+                        .map(|(index, r)| {
+                            let r = r.as_ref().map(|path| path.display().to_string());
+                            (*index, r.map_err(String::clone))
                         })
                         .collect()
-                })
-                .unwrap_or_default();
-            out.push_str(&format!(
-                "{{\"uuid\":\"{}\",\"name\":{},\"generation\":{},\"count\":{},\"present\":[{}],\"missing\":[{}],\"state\":\"{state}\",\"activated_at_ms\":{},\"mounts\":[{}]}}",
-                uuid_text(&p.uuid),
-                json_string(&p.name),
-                p.generation,
-                p.count,
-                present.join(","),
-                missing.join(","),
-                p.activated_at.map_or("null".to_string(), |t| t.to_string()),
-                mounts.join(",")
-            ));
-        }
-        out.push_str("]}\n");
+                });
+                PoolRow {
+                    uuid: uuid_text(&p.uuid),
+                    name: p.name.clone(),
+                    generation: p.generation,
+                    count: p.count,
+                    present: indices(true),
+                    missing: indices(false),
+                    state: p.state.name(),
+                    activated_at_ms: p.activated_at,
+                    mounts: mounts.unwrap_or_default(),
+                }
+            })
+            .collect();
+        let out = pools_file::text(&rows);
         let path = self.options.root.join("pools.json");
         let tmp = self.options.root.join("pools.json.tmp");
         std::fs::write(&tmp, out)?;
@@ -453,20 +441,6 @@ impl Agent<'_> {
         }
         out
     }
-}
-
-fn json_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// Runs the agent until `stop` is set; `rescan` set (e.g. by SIGHUP) asks for an enumeration

@@ -171,6 +171,48 @@ pub fn parse_uuid(text: &str) -> Option<Uuid> {
 }
 
 impl Label {
+    /// A new target's label: member `index` of `count` of pool `pool_name`, whose uuid is
+    /// `pool_uuid` (its text; a new one when absent), checked.
+    pub fn new_member(
+        pool_name: String,
+        index: u32,
+        count: u32,
+        pool_uuid: Option<&str>,
+        generation: u64,
+    ) -> Result<Label, LabelError> {
+        let pool = match pool_uuid {
+            Some(text) => parse_uuid(text).ok_or_else(|| {
+                LabelError::Invalid(format!("--pool-uuid {text:?} is not a uuid"))
+            })?,
+            None => random_uuid().map_err(|e| LabelError::Invalid(format!("a new uuid: {e}")))?,
+        };
+        let target = random_uuid().map_err(|e| LabelError::Invalid(format!("a new uuid: {e}")))?;
+        let label = Label {
+            target,
+            pool,
+            pool_name,
+            index,
+            count,
+            generation,
+        };
+        label.validate()?;
+        Ok(label)
+    }
+
+    /// The label as a person reads it: `target UUID member I of N of pool "NAME" UUID
+    /// generation G`.
+    pub fn describe(&self) -> String {
+        format!(
+            "target {} member {} of {} of pool {:?} {} generation {}",
+            uuid_text(&self.target),
+            self.index,
+            self.count,
+            self.pool_name,
+            uuid_text(&self.pool),
+            self.generation
+        )
+    }
+
     /// Checks the fields a label must satisfy.
     pub fn validate(&self) -> Result<(), LabelError> {
         if self.pool_name.is_empty() || self.pool_name.len() > POOL_NAME_MAX {

@@ -12,4 +12,5 @@ pub mod agent;
 pub mod label;
 pub mod mounts;
 pub mod pools;
+pub mod pools_file;
 pub mod uevent;

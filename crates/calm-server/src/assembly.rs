@@ -81,6 +81,8 @@ pub enum ServerError {
     Serve(#[from] tonic::transport::Error),
     #[error("the namespace is still in use after the server stopped")]
     StillInUse,
+    #[error("opening the store in {}: {reason}", dir.display())]
+    Store { dir: PathBuf, reason: String },
 }
 
 impl ServerConfig {
@@ -256,4 +258,36 @@ impl<S: Store> Assembled<S> {
 pub fn close<S: Store>(meta: Arc<Meta<S>>) -> Result<Arc<S>, ServerError> {
     let meta = Arc::into_inner(meta).ok_or(ServerError::StillInUse)?;
     Ok(meta.shutdown())
+}
+
+/// The embedded store in `data`, for this process alone: the directory made private and
+/// locked (the lock is held while the returned file is open), then the store opened, with
+/// its write-ahead log unless `wal` is false.
+pub fn open_embedded(
+    data: &Path,
+    wal: bool,
+) -> Result<(std::fs::File, calm_store::lmdb::LmdbStore), ServerError> {
+    crate::private_files();
+    let lock = crate::lock_data_dir(data).map_err(|reason| ServerError::DataDir {
+        dir: data.to_path_buf(),
+        reason,
+    })?;
+    let options = calm_store::lmdb::LmdbOptions {
+        wal,
+        ..Default::default()
+    };
+    let store =
+        calm_store::lmdb::LmdbStore::open(data, &options).map_err(|e| ServerError::Store {
+            dir: data.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    Ok((lock, store))
+}
+
+/// Closes the embedded store once its server has stopped ([`close`] and the store's own
+/// close: every write on disk).
+pub fn close_embedded(meta: Arc<Meta<calm_store::lmdb::LmdbStore>>) -> Result<(), ServerError> {
+    let store = Arc::into_inner(close(meta)?).ok_or(ServerError::StillInUse)?;
+    store.close();
+    Ok(())
 }

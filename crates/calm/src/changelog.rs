@@ -6,7 +6,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context, anyhow, bail};
-use calm_changelog::{Record, User};
+use calm_changelog::User;
 use calm_client::FollowWait;
 use calm_proto::changelog::CL_LINGER_US_MAX;
 use clap::Subcommand;
@@ -74,7 +74,7 @@ pub fn run(server: &str, command: ChangelogCommand) -> anyhow::Result<ExitCode> 
             ChangelogCommand::Register { name, mask, json } => {
                 let user = client.changelog_register(&name, &mask).await?;
                 if json {
-                    println!("{}", user_json(&user, 0));
+                    println!("{}", calm_client::json::reader(&user, 0));
                 } else {
                     println!("{}", user.label());
                 }
@@ -94,13 +94,7 @@ pub fn run(server: &str, command: ChangelogCommand) -> anyhow::Result<ExitCode> 
                     .map(calm_proto::changelog::user_from_wire)
                     .collect::<Result<_, _>>()?;
                 if json {
-                    let value = serde_json::json!({
-                        "current_index": reply.last,
-                        "first_index": reply.first,
-                        "mask": reply.global_mask,
-                        "users": users.iter().map(|u| user_json(u, now)).collect::<Vec<_>>(),
-                    });
-                    println!("{value}");
+                    println!("{}", calm_client::json::readers(&reply, &users, now));
                 } else {
                     for line in calm_client::tables::readers_lines(&reply, &users, now) {
                         println!("{line}");
@@ -125,7 +119,20 @@ pub fn run(server: &str, command: ChangelogCommand) -> anyhow::Result<ExitCode> 
                     min_records: batch_records,
                     linger_us,
                 };
-                read(&client, user, from, wait, max, json).await?;
+                let mut out = std::io::stdout().lock();
+                client
+                    .changelog_each(from, user, wait, max, |records| {
+                        for record in records {
+                            if json {
+                                writeln!(out, "{}", calm_client::json::record(record))?;
+                            } else {
+                                writeln!(out, "{}", calm_changelog::text::line(record))?;
+                            }
+                        }
+                        out.flush()?;
+                        anyhow::Ok(())
+                    })
+                    .await?;
             }
             ChangelogCommand::Clear { id, index } => {
                 let user = client.changelog_clear(user_id(&id)?, index).await?;
@@ -142,74 +149,3 @@ pub fn run(server: &str, command: ChangelogCommand) -> anyhow::Result<ExitCode> 
 
 /// Longest one follow request waits before asking again, in ms.
 const FOLLOW_WAIT_MS: u32 = 10_000;
-/// Records per read request.
-const READ_BATCH: u32 = 4096;
-
-/// Prints records from `from` on; follows (does not stop at the last) when `wait` waits.
-async fn read(
-    client: &calm_client::Client,
-    user: Option<u32>,
-    from: u64,
-    wait: FollowWait,
-    max: u64,
-    json: bool,
-) -> anyhow::Result<()> {
-    let follow = wait.wait_ms > 0;
-    let mut next = from;
-    let mut printed = 0u64;
-    let mut out = std::io::stdout().lock();
-    loop {
-        let (records, _last) = client
-            .changelog_follow(next, READ_BATCH, user, wait)
-            .await?;
-        if records.is_empty() && !follow {
-            return Ok(());
-        }
-        for record in &records {
-            if json {
-                writeln!(out, "{}", record_json(record))?;
-            } else {
-                writeln!(out, "{}", calm_changelog::text::line(record))?;
-            }
-            printed += 1;
-            next = record.index + 1;
-            if max > 0 && printed >= max {
-                out.flush()?;
-                return Ok(());
-            }
-        }
-        out.flush()?;
-    }
-}
-
-fn user_json(user: &User, now_ns: i64) -> serde_json::Value {
-    serde_json::json!({
-        "id": user.label(),
-        "name": user.name,
-        "mask": user.mask.names(),
-        "cleared": user.cleared,
-        "idle_s": if now_ns > 0 { (now_ns - user.last_clear_ns).max(0) / 1_000_000_000 } else { 0 },
-    })
-}
-
-pub(crate) fn record_json(record: &Record) -> serde_json::Value {
-    let mut value = serde_json::json!({
-        "index": record.index,
-        "type": record.kind.name(),
-        "flags": record.flags,
-        "time_ns": record.time_ns,
-        "target": record.target,
-        "generation": record.generation,
-        "parent": record.parent,
-        "name": String::from_utf8_lossy(&record.name),
-        "session": record.session,
-        "uid": record.uid,
-        "gid": record.gid,
-    });
-    if let Some(rename) = &record.rename {
-        value["source_parent"] = rename.source_parent.into();
-        value["source_name"] = String::from_utf8_lossy(&rename.source_name).into();
-        value["overwritten"] = rename.overwritten.into();
-    }
-    value
-}

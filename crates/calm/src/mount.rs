@@ -90,7 +90,7 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
         ttl: Duration::from_millis(args.ttl_ms),
         lease_ms: args.lock_lease_ms,
         allow_other: args.allow_other,
-        cache_dir: args.cache_dir.clone().or_else(default_cache_dir),
+        cache_dir: args.cache_dir.clone().or_else(calm_fuse::default_cache_dir),
         cache_bytes: args.cache_size_mib.saturating_mul(1 << 20),
         inline_bytes_max: args.inline_bytes_max,
         append_through_cache: args.append_through_cache,
@@ -120,7 +120,7 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
         Some(dir) => {
             let config = args.changelog.config(false);
             config.check()?;
-            let (_lock, store) = crate::serve::open_embedded(dir, &args.changelog)?;
+            let (_lock, store) = calm_server::assembly::open_embedded(dir, !args.changelog.no_wal)?;
             let name = dir.display().to_string();
             let assembled =
                 runtime.block_on(Assembled::open(store, &config, dir, name, started))?;
@@ -152,20 +152,11 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
                 .map_err(|e| anyhow!("server task: {e}"))?
                 .context("serving")?;
             drop(runtime);
-            crate::serve::close_embedded(meta)?;
+            calm_server::assembly::close_embedded(meta)?;
         }
     }
     println!("unmounted");
     Ok(ExitCode::SUCCESS)
-}
-
-/// `$XDG_CACHE_HOME/calm/blocks`, or `~/.cache/calm/blocks`.
-fn default_cache_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
-    Some(base.join("calm").join("blocks"))
 }
 
 async fn mount_over(

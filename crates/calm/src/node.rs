@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
 use calm_node::agent::{NodeOptions, run as run_agent};
-use calm_node::label::{self, Label, parse_uuid, random_uuid, uuid_text};
+use calm_node::label::{self, Label};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum TargetCommand {
@@ -35,7 +35,7 @@ pub enum TargetCommand {
 }
 
 pub fn target(command: TargetCommand) -> anyhow::Result<ExitCode> {
-    match command {
+    let (path, label) = match command {
         TargetCommand::Format {
             path,
             pool,
@@ -44,44 +44,18 @@ pub fn target(command: TargetCommand) -> anyhow::Result<ExitCode> {
             pool_uuid,
             generation,
         } => {
-            let pool_uuid = match pool_uuid {
-                Some(text) => parse_uuid(&text)
-                    .ok_or_else(|| anyhow!("--pool-uuid {text:?} is not a uuid"))?,
-                None => random_uuid()?,
-            };
-            let label = Label {
-                target: random_uuid()?,
-                pool: pool_uuid,
-                pool_name: pool,
-                index,
-                count,
-                generation,
-            };
-            label.validate().map_err(|e| anyhow!(e))?;
+            let label = Label::new_member(pool, index, count, pool_uuid.as_deref(), generation)
+                .map_err(|e| anyhow!(e))?;
             label::write(&path, &label).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-            println!(
-                "{}: target {} member {index} of {count} of pool {:?} {} generation {generation}",
-                path.display(),
-                uuid_text(&label.target),
-                label.pool_name,
-                uuid_text(&label.pool)
-            );
-            Ok(ExitCode::SUCCESS)
+            (path, label)
         }
         TargetCommand::Show { path } => {
             let label = label::read(&path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-            println!(
-                "target {} pool {:?} {} member {} of {} generation {}",
-                uuid_text(&label.target),
-                label.pool_name,
-                uuid_text(&label.pool),
-                label.index,
-                label.count,
-                label.generation
-            );
-            Ok(ExitCode::SUCCESS)
+            (path, label)
         }
-    }
+    };
+    println!("{}: {}", path.display(), label.describe());
+    Ok(ExitCode::SUCCESS)
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -184,18 +158,7 @@ pub fn pools_from_server(server: &str, json: bool) -> anyhow::Result<ExitCode> {
         client.list_targets().await
     })?;
     if json {
-        let rows: Vec<serde_json::Value> = targets
-            .iter()
-            .map(|t| {
-                serde_json::json!({
-                    "target": t.target_uuid, "pool": t.pool_uuid, "name": t.pool_name,
-                    "index": t.index, "count": t.count, "generation": t.generation,
-                    "state": t.state, "mount_point": t.mount_point,
-                    "activated_ms": t.activated_ms, "node": t.node,
-                })
-            })
-            .collect();
-        println!("{}", serde_json::json!({ "targets": rows }));
+        println!("{}", calm_client::json::targets(&targets));
         return Ok(ExitCode::SUCCESS);
     }
     for line in calm_proto::targets::table(&targets) {
@@ -217,31 +180,10 @@ pub fn pools(root: &Path, json: bool) -> anyhow::Result<ExitCode> {
         print!("{text}");
         return Ok(ExitCode::SUCCESS);
     }
-    let value: serde_json::Value = serde_json::from_str(&text)?;
-    println!(
-        "{:<16} {:<11} {:>4} {:<12} {:<12} {:>15}",
-        "pool", "state", "gen", "present", "missing", "activated (ms)"
-    );
-    for p in value["pools"].as_array().into_iter().flatten() {
-        let list = |v: &serde_json::Value| {
-            v.as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|x| x.to_string())
-                        .collect::<Vec<_>>()
-                        .join(",")
-                })
-                .unwrap_or_default()
-        };
-        println!(
-            "{:<16} {:<11} {:>4} {:<12} {:<12} {:>15}",
-            p["name"].as_str().unwrap_or(""),
-            p["state"].as_str().unwrap_or(""),
-            p["generation"],
-            list(&p["present"]),
-            list(&p["missing"]),
-            p["activated_at_ms"]
-        );
+    let table =
+        calm_node::pools_file::table(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    for line in table {
+        println!("{line}");
     }
     Ok(ExitCode::SUCCESS)
 }

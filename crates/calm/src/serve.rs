@@ -4,14 +4,13 @@
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
 use calm_changelog::{BacklogPolicy, ChangelogConfig};
 use calm_server::assembly::{SharedConfig, TlsFiles};
-use calm_server::{Assembled, ServerConfig, lock_data_dir};
-use calm_store::lmdb::{LmdbOptions, LmdbStore};
+use calm_server::assembly::{close_embedded, open_embedded};
+use calm_server::{Assembled, ServerConfig};
 
 /// The server's flags shared by `calm serve` and `calm mount --embedded`: the commit path,
 /// changelog limits and GC, watch limits.
@@ -136,33 +135,11 @@ impl ServerArgs {
 
 /// The embedded store in `data`, the directory locked against a second server (for as long as
 /// the returned file lives).
-pub fn open_embedded(data: &Path, args: &ServerArgs) -> anyhow::Result<(std::fs::File, LmdbStore)> {
-    calm_server::private_files();
-    let lock = lock_data_dir(data).map_err(|e| anyhow!(e))?;
-    let options = LmdbOptions {
-        wal: !args.no_wal,
-        ..LmdbOptions::default()
-    };
-    let store = LmdbStore::open(data, &options)
-        .with_context(|| format!("opening the store in {}", data.display()))?;
-    Ok((lock, store))
-}
-
-/// Drains the committer and closes the embedded store cleanly, once every task of the server
-/// is done with the namespace.
-pub fn close_embedded(meta: Arc<calm_meta::Meta<LmdbStore>>) -> anyhow::Result<()> {
-    let store = Arc::into_inner(calm_server::assembly::close(meta)?)
-        .ok_or_else(|| anyhow!("the store is still in use after the server stopped"))?;
-    store.close();
-    Ok(())
-}
-
-/// `calm serve` on the embedded store in `data`.
 pub fn run(data: &Path, args: &ServerArgs, started: Instant) -> anyhow::Result<ExitCode> {
     let config = args.config(false);
     config.check()?;
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-    let (_lock, store) = open_embedded(data, args)?;
+    let (_lock, store) = open_embedded(data, !args.no_wal)?;
     let name = data.display().to_string();
     let server = runtime.block_on(Assembled::open(store, &config, data, name, started))?;
     ready(&server.ready_line())?;
