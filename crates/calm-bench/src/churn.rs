@@ -315,58 +315,41 @@ pub fn table(report: &ChurnReport) -> Vec<String> {
 }
 
 /// The rounds over their periods, for `--plot`: pairs per second, p99 latency, etcd's database
-/// (file and in use) and the servers' memory, one curve per server count.
+/// (file and in use) and the servers' memory, each a panel with a line per server count.
 pub fn plot(report: &ChurnReport, path: &Path) -> Result<(), String> {
-    use crate::plot::{Panel, Series};
-    let minute = |p: &ChurnPeriod| f64::from(p.period) * report.period_s / 60.0;
-    let curves = |figure: &dyn Fn(&ChurnPeriod) -> f64, what: &str| -> Vec<Series> {
-        report
-            .rounds
-            .iter()
-            .map(|round| {
-                (
-                    format!("{} server(s){what}", round.servers),
-                    round
-                        .periods
-                        .iter()
-                        .map(|p| (minute(p), figure(p)))
-                        .collect(),
-                )
-            })
-            .collect()
-    };
-    let mut database = curves(&|p| p.db_mib, ", file");
-    database.extend(curves(&|p| p.db_in_use_mib, ", in use"));
-    let panels = [
-        Panel {
-            y_label: "creates + unlinks per second".into(),
-            series: curves(&|p| p.pairs_per_sec, ""),
-            log_y: false,
-        },
-        Panel {
-            y_label: "p99 latency of a pair, ms".into(),
-            series: curves(&|p| p.p99_ms, ""),
-            log_y: false,
-        },
-        Panel {
-            y_label: "etcd database, MiB".into(),
-            series: database,
-            log_y: false,
-        },
-        Panel {
-            y_label: "servers' resident memory, MiB (summed)".into(),
-            series: curves(&|p| p.servers_rss_mib, ""),
-            log_y: false,
-        },
+    type Figure = fn(&ChurnPeriod) -> f64;
+    let figures: [(&str, &str, Figure); 5] = [
+        ("creates + unlinks", "per second", |p| p.pairs_per_sec),
+        ("p99 latency of a pair", "ms", |p| p.p99_ms),
+        ("etcd database file", "MiB", |p| p.db_mib),
+        ("etcd database in use", "MiB", |p| p.db_in_use_mib),
+        ("servers' resident memory (summed)", "MiB", |p| {
+            p.servers_rss_mib
+        }),
     ];
-    crate::plot::stacked_svg(
+    let cells = figures.iter().flat_map(|(panel, unit, figure)| {
+        report.rounds.iter().flat_map(move |round| {
+            round.periods.iter().map(move |p| crate::multiples::Cell {
+                panel: panel.to_string(),
+                x_label: "minutes".into(),
+                y_label: unit.to_string(),
+                log_y: false,
+                series: match round.servers {
+                    1 => "calm, 1 server".into(),
+                    n => format!("calm, {n} servers"),
+                },
+                x: f64::from(p.period) * report.period_s / 60.0,
+                y: figure(p),
+            })
+        })
+    });
+    crate::multiples::small_multiples_svg(
         path,
         &format!(
-            "calm churn on etcd: {} clients creating and unlinking, per period of {:.0} s",
+            "calm bench churn on etcd: {} clients creating and unlinking, per period of {:.0} s",
             report.threads, report.period_s
         ),
-        "minutes",
-        &panels,
+        &crate::multiples::facets_of(cells),
     )
 }
 

@@ -36,7 +36,6 @@ pub mod locks;
 pub mod mdtest;
 pub mod mount;
 pub mod multiples;
-pub mod plot;
 pub mod procs;
 pub mod programs;
 pub mod servers;

@@ -9,7 +9,8 @@ use std::path::Path;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::plot::Series;
+/// One named curve: (x, y) points.
+pub type Series = (String, Vec<(f64, f64)>);
 
 /// One panel: what it shows, in one unit.
 #[derive(Debug, Clone)]
@@ -38,6 +39,8 @@ const COLORS: [RGBColor; 10] = [
 /// Most series one plot tells apart.
 pub const SERIES_MAX: usize = COLORS.len();
 
+/// Most values labelled on a panel's x axis (a long run's minutes are labelled every few).
+const X_LABELS_MAX: usize = 10;
 const PANEL_WIDTH: u32 = 440;
 const PANEL_HEIGHT: u32 = 300;
 const COLUMNS_MAX: usize = 3;
@@ -60,26 +63,39 @@ fn names(facets: &[Facet]) -> Vec<String> {
     out
 }
 
-/// A value as an axis label: whole numbers in full, with k and M past ten thousand.
+/// A case's value as an x-axis label: whole thousands and millions as k and M (1k, 25k,
+/// 1M), others in full with three significant digits at most.
 fn label(value: f64) -> String {
     match value.abs() {
         v if v >= 1e6 && (value / 1e6).fract() == 0.0 => format!("{}M", value / 1e6),
         v if v >= 1e3 && (value / 1e3).fract() == 0.0 => format!("{}k", value / 1e3),
-        _ if value.fract() == 0.0 => format!("{value:.0}"),
-        _ => format!("{value}"),
+        _ => significant(value),
     }
 }
 
-/// With `--plot PATH`, draws the panels `facets` makes under `title` into PATH; nothing without.
-pub fn plot_to(
-    path: Option<&Path>,
-    title: &str,
-    facets: impl FnOnce() -> Vec<Facet>,
-) -> Result<(), String> {
-    match path {
-        Some(path) => small_multiples_svg(path, title, &facets()),
-        None => Ok(()),
+/// A y-axis label on an axis that goes up to `top`: every label of the axis in the same unit,
+/// k past ten thousand and M past ten million (0, 500, 1000, 1500, not 0, 500, 1k, 1500).
+fn y_label(value: f64, top: f64) -> String {
+    match top.abs() {
+        _ if value == 0.0 => "0".into(),
+        t if t >= 1e7 => format!("{}M", significant(value / 1e6)),
+        t if t >= 1e4 => format!("{}k", significant(value / 1e3)),
+        _ => significant(value),
     }
+}
+
+/// `value` with three significant digits at most, whole numbers in full (an axis step of 0.2
+/// sums to 0.6000000000000001).
+fn significant(value: f64) -> String {
+    if value.fract() == 0.0 {
+        return format!("{value:.0}");
+    }
+    let decimals = (2 - value.abs().log10().floor() as i32).clamp(0, 9) as usize;
+    let digits = format!("{value:.decimals$}");
+    digits
+        .trim_end_matches('0')
+        .trim_end_matches('.')
+        .to_string()
 }
 
 /// Draws `facets` as a grid of panels under `title` and one legend, into an SVG at `path`.
@@ -196,10 +212,14 @@ fn draw_facet(
             let chart = &mut $chart;
             chart
                 .configure_mesh()
-                .x_labels(xs.len().max(2))
+                .x_labels(xs.len().clamp(2, X_LABELS_MAX))
                 .y_labels(6)
                 .x_label_formatter(&x_format)
-                .y_label_formatter(&|y: &f64| label(*y))
+                .y_label_formatter(&|y: &f64| match facet.log_y {
+                    // Decades: each label in its own unit (1, 10, 100, 1k).
+                    true => label(*y),
+                    false => y_label(*y, y_max),
+                })
                 .x_desc(facet.x_label.as_str())
                 .y_desc(facet.y_label.as_str())
                 .light_line_style(WHITE)
@@ -294,6 +314,20 @@ pub fn facets_of(cells: impl IntoIterator<Item = Cell>) -> Vec<Facet> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn axis_labels_keep_three_significant_digits() {
+        assert_eq!(label(0.6000000000000001), "0.6");
+        assert_eq!(label(0.000_412_3), "0.000412");
+        assert_eq!(label(12.5), "12.5");
+        assert_eq!(label(20_000.0), "20k");
+        assert_eq!(label(3.0), "3");
+        assert_eq!(y_label(2000.0, 2500.0), "2000");
+        assert_eq!(y_label(1500.0, 2500.0), "1500");
+        assert_eq!(y_label(12_500.0, 20_000.0), "12.5k");
+        assert_eq!(y_label(0.0, 20_000.0), "0");
+        assert_eq!(y_label(3_000_000.0, 40_000_000.0), "3M");
+    }
 
     #[test]
     fn labels_read_as_a_person_writes_them() {

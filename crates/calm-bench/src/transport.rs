@@ -118,6 +118,29 @@ pub fn run(
     })
 }
 
+/// The plot's panels: a stat's time and the time to connect, each transport a line over the
+/// rounds.
+pub fn facets(results: &[TransportResult]) -> Vec<crate::multiples::Facet> {
+    let mut rounds: std::collections::HashMap<&str, u32> = Default::default();
+    crate::multiples::facets_of(results.iter().flat_map(|r| {
+        let round = rounds.entry(r.transport).or_default();
+        *round += 1;
+        let cell = |panel: &str, y_label: &str, y: f64| crate::multiples::Cell {
+            panel: panel.into(),
+            x_label: "round".into(),
+            y_label: y_label.into(),
+            log_y: false,
+            series: format!("calm over {}", r.transport),
+            x: f64::from(*round),
+            y,
+        };
+        [
+            cell("one stat", "µs", r.stat_us),
+            cell("connecting (TLS: with the handshake)", "ms", r.connect_ms),
+        ]
+    }))
+}
+
 /// The table: each transport's best round against the Unix socket's best round.
 pub fn table(results: &[TransportResult]) -> Vec<String> {
     let best = |transport: &str| {

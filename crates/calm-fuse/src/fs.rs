@@ -215,16 +215,30 @@ impl CalmFs {
         node: NewNode,
         reply: ReplyEntry,
     ) {
+        self.entry_in_dir(req, parent, name, reply, move |client, name| async move {
+            client.make_in_dir(parent.0, &name, &node, true).await
+        });
+    }
+
+    /// Answers an entry request with the node `call` made or linked as `name` in `parent`;
+    /// the directory's attributes the server answered with are kept when still current.
+    fn entry_in_dir<F>(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        reply: ReplyEntry,
+        call: impl FnOnce(Client, Vec<u8>) -> F + Send + 'static,
+    ) where
+        F: Future<Output = Result<(Attr, Option<Attr>), MetaError>> + Send + 'static,
+    {
         let shared = self.shared.clone();
         let client = shared.caller(req);
         let name = name.as_bytes().to_vec();
         shared.cache.changed_here(parent.0);
         let ticket = shared.cache.ticket();
         self.entry_task(reply, async move {
-            let (attr, dir) = client
-                .make_in_dir(parent.0, &name, &node, true)
-                .await
-                .map_err(|e| errno(&e))?;
+            let (attr, dir) = call(client, name).await.map_err(|e| errno(&e))?;
             if let Some(dir) = dir {
                 shared.cache.dir_changed(ticket, dir);
             }

@@ -380,16 +380,19 @@ mod tests {
     fn simulate(writes: impl Iterator<Item = (u32, u32)>) -> (u64, u64, usize) {
         let (mut records, mut next_id) = (Vec::new(), 1u64);
         let (mut written, mut compacted, mut most) = (0u64, 0u64, 0usize);
-        for (pos, len) in writes {
-            written += u64::from(len);
-            records.push(Slice {
-                id: next_id,
+        let mut new_slice = |pos, len| {
+            next_id += 1;
+            Slice {
+                id: next_id - 1,
                 size: len,
                 off: 0,
                 len,
                 pos,
-            });
-            next_id += 1;
+            }
+        };
+        for (pos, len) in writes {
+            written += u64::from(len);
+            records.push(new_slice(pos, len));
             most = most.max(records.len());
             if records.len() > CHUNK_SLICES_COMPACT
                 && let Some(plan) = plan(&records, false)
@@ -397,14 +400,7 @@ mod tests {
                 records = plan.kept.clone();
                 if let Some((pos, len)) = plan.merge {
                     compacted += u64::from(len);
-                    records.push(Slice {
-                        id: next_id,
-                        size: len,
-                        off: 0,
-                        len,
-                        pos,
-                    });
-                    next_id += 1;
+                    records.push(new_slice(pos, len));
                 }
             }
         }

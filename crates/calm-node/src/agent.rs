@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::label::{self, Label, Uuid, uuid_text};
 use crate::pools::{Action, Assembly, DeviceId, Refused};
-use crate::pools_file::{self, PoolRow};
+use crate::pools_file;
 use crate::uevent::{Received, UeventSocket};
 
 #[derive(Debug, Clone)]
@@ -376,7 +376,7 @@ impl Agent<'_> {
     fn write_state(&mut self) -> io::Result<()> {
         let mut pools: Vec<_> = self.assembly.pools().collect();
         pools.sort_by(|a, b| a.name.cmp(&b.name).then(a.generation.cmp(&b.generation)));
-        let rows: Vec<PoolRow> = pools
+        let entries = pools
             .iter()
             .map(|p| {
                 let indices = |present: bool| -> Vec<u32> {
@@ -384,29 +384,28 @@ impl Agent<'_> {
                         .filter(|i| p.members[*i as usize].is_some() == present)
                         .collect()
                 };
-                let mounts = self.mounted.get(&p.uuid).map(|results| {
-                    results
-                        .iter()
-                        .map(|(index, r)| {
-                            let r = r.as_ref().map(|path| path.display().to_string());
-                            (*index, r.map_err(String::clone))
-                        })
-                        .collect()
-                });
-                PoolRow {
-                    uuid: uuid_text(&p.uuid),
-                    name: p.name.clone(),
-                    generation: p.generation,
-                    count: p.count,
-                    present: indices(true),
-                    missing: indices(false),
-                    state: p.state.name(),
-                    activated_at_ms: p.activated_at,
-                    mounts: mounts.unwrap_or_default(),
-                }
+                let mounts: Vec<(u32, Result<String, String>)> = self
+                    .mounted
+                    .get(&p.uuid)
+                    .into_iter()
+                    .flatten()
+                    .map(|(index, r)| {
+                        let r = r.as_ref().map(|path| path.display().to_string());
+                        (*index, r.map_err(String::clone))
+                    })
+                    .collect();
+                pools_file::pool(
+                    &uuid_text(&p.uuid),
+                    &p.name,
+                    (p.generation, p.count),
+                    (&indices(true), &indices(false)),
+                    p.state.name(),
+                    p.activated_at,
+                    &mounts,
+                )
             })
             .collect();
-        let out = pools_file::text(&rows);
+        let out = pools_file::text(entries);
         let path = self.options.root.join("pools.json");
         let tmp = self.options.root.join("pools.json.tmp");
         std::fs::write(&tmp, out)?;

@@ -3,42 +3,33 @@
 
 use serde_json::{Value, json};
 
-/// One pool's line of the file.
-#[derive(Debug, Clone)]
-pub struct PoolRow {
-    pub uuid: String,
-    pub name: String,
-    pub generation: u64,
-    pub count: u32,
-    /// Members present and missing, by index.
-    pub present: Vec<u32>,
-    pub missing: Vec<u32>,
-    pub state: &'static str,
-    pub activated_at_ms: Option<u64>,
-    /// Each mounted member: its index, and where it is mounted or why it is not.
-    pub mounts: Vec<(u32, Result<String, String>)>,
-}
-
-/// The file's text for `rows`.
-pub fn text(rows: &[PoolRow]) -> String {
-    let pools: Vec<Value> = rows
+/// One pool's entry in the file: members present and missing by index, and each mounted
+/// member's index with where it is mounted or why it is not.
+pub fn pool(
+    uuid: &str,
+    name: &str,
+    (generation, count): (u64, u32),
+    (present, missing): (&[u32], &[u32]),
+    state: &str,
+    activated_at_ms: Option<u64>,
+    mounts: &[(u32, Result<String, String>)],
+) -> Value {
+    let mounts: Vec<Value> = mounts
         .iter()
-        .map(|p| {
-            let mounts: Vec<Value> = p
-                .mounts
-                .iter()
-                .map(|(index, r)| match r {
-                    Ok(path) => json!({ "index": index, "mounted": path }),
-                    Err(e) => json!({ "index": index, "error": e }),
-                })
-                .collect();
-            json!({
-                "uuid": p.uuid, "name": p.name, "generation": p.generation, "count": p.count,
-                "present": p.present, "missing": p.missing, "state": p.state,
-                "activated_at_ms": p.activated_at_ms, "mounts": mounts,
-            })
+        .map(|(index, r)| match r {
+            Ok(path) => json!({ "index": index, "mounted": path }),
+            Err(e) => json!({ "index": index, "error": e }),
         })
         .collect();
+    json!({
+        "uuid": uuid, "name": name, "generation": generation, "count": count,
+        "present": present, "missing": missing, "state": state,
+        "activated_at_ms": activated_at_ms, "mounts": mounts,
+    })
+}
+
+/// The file's text for the pools' entries ([`pool`]).
+pub fn text(pools: Vec<Value>) -> String {
     format!("{}\n", json!({ "pools": pools }))
 }
 
@@ -79,18 +70,16 @@ mod tests {
 
     #[test]
     fn the_table_reads_what_the_agent_wrote() {
-        let rows = [PoolRow {
-            uuid: "u".into(),
-            name: "data \"1\"".into(),
-            generation: 3,
-            count: 4,
-            present: vec![0, 1, 3],
-            missing: vec![2],
-            state: "degraded",
-            activated_at_ms: Some(17),
-            mounts: vec![(0, Ok("/mnt/a".into())), (1, Err("busy".into()))],
-        }];
-        let lines = table(&text(&rows)).unwrap();
+        let entry = pool(
+            "u",
+            "data \"1\"",
+            (3, 4),
+            (&[0, 1, 3], &[2]),
+            "degraded",
+            Some(17),
+            &[(0, Ok("/mnt/a".into())), (1, Err("busy".into()))],
+        );
+        let lines = table(&text(vec![entry])).unwrap();
         assert_eq!(lines.len(), 2);
         let line: Vec<&str> = lines[1].split_whitespace().collect();
         assert_eq!(line, ["data", "\"1\"", "degraded", "3", "0,1,3", "2", "17"]);

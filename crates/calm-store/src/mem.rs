@@ -83,32 +83,29 @@ fn last_in_map(map: &Map, start: &[u8], end: &[u8]) -> Option<(Vec<u8>, Vec<u8>)
         .map(|(k, v)| (k.clone(), v.clone()))
 }
 
+/// The reads of a snapshot and of a transaction: the same calls on their `map`.
+macro_rules! map_reads {
+    () => {
+        fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
+            Ok(self.map.get(key).map(|v| Cow::Borrowed(v.as_slice())))
+        }
+
+        fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
+            Ok(visit_map(&self.map, start, end, visit))
+        }
+
+        fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+            Ok(last_in_map(&self.map, start, end))
+        }
+    };
+}
+
 impl ReadTxn for MemSnapshot {
-    fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
-        Ok(self.map.get(key).map(|v| Cow::Borrowed(v.as_slice())))
-    }
-
-    fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
-        Ok(visit_map(&self.map, start, end, visit))
-    }
-
-    fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        Ok(last_in_map(&self.map, start, end))
-    }
+    map_reads!();
 }
 
 impl ReadTxn for MemTxn<'_> {
-    fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
-        Ok(self.map.get(key).map(|v| Cow::Borrowed(v.as_slice())))
-    }
-
-    fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
-        Ok(visit_map(&self.map, start, end, visit))
-    }
-
-    fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        Ok(last_in_map(&self.map, start, end))
-    }
+    map_reads!();
 }
 
 impl WriteTxn for MemTxn<'_> {

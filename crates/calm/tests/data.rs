@@ -15,15 +15,12 @@ fn lines(text: &str) -> Vec<&str> {
     text.lines().collect()
 }
 
-#[test]
-fn a_second_mount_reads_what_the_first_wrote_on_a_local_directory() {
-    a_second_mount_reads_what_the_first_wrote(Backend::File);
-}
-
-#[test]
-fn a_second_mount_reads_what_the_first_wrote_on_s3() {
-    a_second_mount_reads_what_the_first_wrote(Backend::s3("share"));
-}
+on_each_store!(
+    a_second_mount_reads_what_the_first_wrote():
+    a_second_mount_reads_what_the_first_wrote_on_a_local_directory,
+    a_second_mount_reads_what_the_first_wrote_on_s3,
+    "share"
+);
 
 fn a_second_mount_reads_what_the_first_wrote(backend: Backend) {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -82,15 +79,12 @@ for name in ['big', 'holes', 'fa', 'p']:
     );
 }
 
-#[test]
-fn locks_protect_read_modify_write_across_mounts_on_a_local_directory() {
-    locks_protect_read_modify_write_across_mounts(Backend::File);
-}
-
-#[test]
-fn locks_protect_read_modify_write_across_mounts_on_s3() {
-    locks_protect_read_modify_write_across_mounts(Backend::s3("locks"));
-}
+on_each_store!(
+    locks_protect_read_modify_write_across_mounts():
+    locks_protect_read_modify_write_across_mounts_on_a_local_directory,
+    locks_protect_read_modify_write_across_mounts_on_s3,
+    "locks"
+);
 
 fn locks_protect_read_modify_write_across_mounts(backend: Backend) {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -140,15 +134,12 @@ print(sum(struct.unpack('<8Q', data)))
     );
 }
 
-#[test]
-fn appends_from_two_mounts_are_all_kept_on_a_local_directory() {
-    appends_from_two_mounts_are_all_kept(Backend::File);
-}
-
-#[test]
-fn appends_from_two_mounts_are_all_kept_on_s3() {
-    appends_from_two_mounts_are_all_kept(Backend::s3("append"));
-}
+on_each_store!(
+    appends_from_two_mounts_are_all_kept():
+    appends_from_two_mounts_are_all_kept_on_a_local_directory,
+    appends_from_two_mounts_are_all_kept_on_s3,
+    "append"
+);
 
 fn appends_from_two_mounts_are_all_kept(backend: Backend) {
     let tmp = tempfile::tempdir().expect("tempdir");

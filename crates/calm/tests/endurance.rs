@@ -94,25 +94,19 @@ fn a_log_takes_appends(backend: Backend, mounts_used: usize, total: usize) {
     check_store(&tmp, &backend, server, vec![a, b]);
 }
 
-#[test]
-fn a_log_takes_100_000_appends_from_one_mount_on_a_local_directory() {
-    a_log_takes_appends(Backend::File, 1, 100_000);
-}
+on_each_store!(
+    a_log_takes_appends(1, 100_000):
+    a_log_takes_100_000_appends_from_one_mount_on_a_local_directory,
+    a_log_takes_100_000_appends_from_one_mount_on_s3,
+    "log-one"
+);
 
-#[test]
-fn a_log_takes_100_000_appends_from_one_mount_on_s3() {
-    a_log_takes_appends(Backend::s3("log-one"), 1, 100_000);
-}
-
-#[test]
-fn a_log_takes_100_000_appends_from_two_mounts_on_a_local_directory() {
-    a_log_takes_appends(Backend::File, 2, 100_000);
-}
-
-#[test]
-fn a_log_takes_100_000_appends_from_two_mounts_on_s3() {
-    a_log_takes_appends(Backend::s3("log-two"), 2, 100_000);
-}
+on_each_store!(
+    a_log_takes_appends(2, 100_000):
+    a_log_takes_100_000_appends_from_two_mounts_on_a_local_directory,
+    a_log_takes_100_000_appends_from_two_mounts_on_s3,
+    "log-two"
+);
 
 /// One writer on each of two mounts makes `total` small writes into the pages of a 4 MiB file
 /// it alone writes (even pages, odd pages), each followed by fsync, every fsync checked; the
@@ -156,15 +150,12 @@ fn a_database_file_takes_fsyncd_writes(backend: Backend, total: usize) {
     check_store(&tmp, &backend, server, vec![a, b]);
 }
 
-#[test]
-fn a_database_file_takes_20_000_fsyncd_writes_from_two_mounts_on_a_local_directory() {
-    a_database_file_takes_fsyncd_writes(Backend::File, 20_000);
-}
-
-#[test]
-fn a_database_file_takes_20_000_fsyncd_writes_from_two_mounts_on_s3() {
-    a_database_file_takes_fsyncd_writes(Backend::s3("fsync"), 20_000);
-}
+on_each_store!(
+    a_database_file_takes_fsyncd_writes(20_000):
+    a_database_file_takes_20_000_fsyncd_writes_from_two_mounts_on_a_local_directory,
+    a_database_file_takes_20_000_fsyncd_writes_from_two_mounts_on_s3,
+    "fsync"
+);
 
 /// Transactions of the sqlite tests, in all: a transaction through a mount costs about 10 ms
 /// in this unoptimized build, so the tests run 5 000 (about a minute); the 20 000 a site would
@@ -221,15 +212,12 @@ fn sqlite_takes_transactions(backend: Backend, total: usize) {
     check_store(&tmp, &backend, server, vec![a, b]);
 }
 
-#[test]
-fn sqlite_takes_many_transactions_from_two_mounts_on_a_local_directory() {
-    sqlite_takes_transactions(Backend::File, sqlite_transactions());
-}
-
-#[test]
-fn sqlite_takes_many_transactions_from_two_mounts_on_s3() {
-    sqlite_takes_transactions(Backend::s3("sqlite"), sqlite_transactions());
-}
+on_each_store!(
+    sqlite_takes_transactions(sqlite_transactions()):
+    sqlite_takes_many_transactions_from_two_mounts_on_a_local_directory,
+    sqlite_takes_many_transactions_from_two_mounts_on_s3,
+    "sqlite"
+);
 
 /// A 256 KiB file rewritten in place `total` times on one mount; after each thousand, the
 /// other mount reads the last version.
@@ -248,12 +236,9 @@ fn a_file_rewritten_in_place_reads_the_last_version(backend: Backend, total: usi
     check_store(&tmp, &backend, server, vec![a, b]);
 }
 
-#[test]
-fn a_file_rewritten_10_000_times_reads_whole_from_another_mount_on_a_local_directory() {
-    a_file_rewritten_in_place_reads_the_last_version(Backend::File, 10_000);
-}
-
-#[test]
-fn a_file_rewritten_10_000_times_reads_whole_from_another_mount_on_s3() {
-    a_file_rewritten_in_place_reads_the_last_version(Backend::s3("rewrite"), 10_000);
-}
+on_each_store!(
+    a_file_rewritten_in_place_reads_the_last_version(10_000):
+    a_file_rewritten_10_000_times_reads_whole_from_another_mount_on_a_local_directory,
+    a_file_rewritten_10_000_times_reads_whole_from_another_mount_on_s3,
+    "rewrite"
+);

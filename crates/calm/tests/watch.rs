@@ -61,26 +61,8 @@ fn directory_subtree_and_handle_watches_see_their_changes_in_order() {
         let a = client.mkdir(calm_meta::ROOT, b"a", 0o755).await.unwrap();
         let b = client.mkdir(a.handle, b"b", 0o755).await.unwrap();
         let f = client.create(b.handle, b"f", 0o644).await.unwrap();
-        let mut dir = client
-            .watch(
-                WatchWhat::Dir {
-                    handle: a.handle,
-                    recursive: false,
-                },
-                0,
-            )
-            .await
-            .unwrap();
-        let mut tree = client
-            .watch(
-                WatchWhat::Dir {
-                    handle: a.handle,
-                    recursive: true,
-                },
-                0,
-            )
-            .await
-            .unwrap();
+        let mut dir = watch_dir(&client, a.handle, false).await.unwrap();
+        let mut tree = watch_dir(&client, a.handle, true).await.unwrap();
         let mut file = client
             .watch(WatchWhat::Handles(vec![f.handle]), 0)
             .await
@@ -148,11 +130,10 @@ fn directory_and_subtree_watches_see_the_attribute_changes_of_their_entries() {
             .link(deep.handle, other.handle, b"alias")
             .await
             .unwrap();
-        let watch = |handle, recursive| client.watch(WatchWhat::Dir { handle, recursive }, 0);
-        let mut on_a = watch(a.handle, false).await.unwrap();
-        let mut below_a = watch(a.handle, true).await.unwrap();
-        let mut on_b = watch(b.handle, false).await.unwrap();
-        let mut on_other = watch(other.handle, false).await.unwrap();
+        let mut on_a = watch_dir(&client, a.handle, false).await.unwrap();
+        let mut below_a = watch_dir(&client, a.handle, true).await.unwrap();
+        let mut on_b = watch_dir(&client, b.handle, false).await.unwrap();
+        let mut on_other = watch_dir(&client, other.handle, false).await.unwrap();
 
         // Each watch is read up to each change before the next one is made: a watcher that
         // is behind keeps only the latest change per object (docs/design/watch.md), and this
@@ -263,16 +244,7 @@ fn a_watcher_that_does_not_read_resyncs_and_ends_with_the_true_state() {
             .await
             .unwrap()
             .handle;
-        let mut watch = client
-            .watch(
-                WatchWhat::Dir {
-                    handle: dir,
-                    recursive: false,
-                },
-                0,
-            )
-            .await
-            .unwrap();
+        let mut watch = watch_dir(&client, dir, false).await.unwrap();
         // 12 000 changes (about 4 MB of events) of 8 000 files while the watcher reads
         // nothing: far more than its queue (64 objects) and the stream's buffers can hold. The writers do not wait for it.
         let writers: Vec<_> = (0..8)
@@ -340,16 +312,7 @@ fn a_watch_from_an_old_index_replays_then_follows() {
     common::runtime().block_on(async {
         let client = Client::connect(&server.addr).await.unwrap();
         // A first watch makes the server keep every record type.
-        let _keep = client
-            .watch(
-                WatchWhat::Dir {
-                    handle: calm_meta::ROOT,
-                    recursive: true,
-                },
-                0,
-            )
-            .await
-            .unwrap();
+        let _keep = watch_dir(&client, calm_meta::ROOT, true).await.unwrap();
         let dir = client
             .mkdir(calm_meta::ROOT, b"d", 0o755)
             .await
@@ -387,16 +350,7 @@ fn bad_watches_are_refused_clearly() {
     common::runtime().block_on(async {
         let client = Client::connect(&server.addr).await.unwrap();
         let f = client.create(calm_meta::ROOT, b"f", 0o644).await.unwrap();
-        let err = client
-            .watch(
-                WatchWhat::Dir {
-                    handle: f.handle,
-                    recursive: false,
-                },
-                0,
-            )
-            .await
-            .unwrap_err();
+        let err = watch_dir(&client, f.handle, false).await.unwrap_err();
         assert_eq!(err, calm_meta::MetaError::NotDir);
         let err = client
             .watch(WatchWhat::Handles(vec![999_999]), 0)
@@ -445,4 +399,13 @@ fn calm_watch_prints_changes_as_they_commit() {
     assert_eq!(lines[0]["type"], "CREAT");
     assert_eq!(lines[0]["name"], "x");
     assert_eq!(lines[1]["type"], "MKDIR");
+}
+
+/// A watch of directory `handle` (and below it when `recursive`) from now on.
+async fn watch_dir(
+    client: &Client,
+    handle: calm_meta::Handle,
+    recursive: bool,
+) -> Result<calm_client::Watch, calm_meta::MetaError> {
+    client.watch(WatchWhat::Dir { handle, recursive }, 0).await
 }

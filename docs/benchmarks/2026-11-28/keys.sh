@@ -1,4 +1,5 @@
 # usage: keys.sh BIN N  -> bytes and keys per empty file in etcd (1 member), through a mount
+# (PHYSICAL=1: the compaction waits until etcd removed the old revisions: keys-physical.sh)
 # Run inside a private mount namespace: unshare -m --propagation private keys.sh target/debug/calm 40000
 BIN=$1; N=$2; D=$(mktemp -d /tmp/keys.XXXX); mkdir -p $D/a
 PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
@@ -41,7 +42,14 @@ for tag, (c, kb, vb) in sorted(by.items(), key=lambda x: -(x[1][1] + x[1][2])):
     print(f"  {tag!r:10} {c:8} keys  {c/n:6.2f}/file  key {kb/max(c,1):6.1f} B  value {vb/max(c,1):6.1f} B  {(kb+vb)/n:7.1f} B/file")
 PY
 rev=$($E2 endpoint status -w json | python3 -c 'import json,sys;print(json.load(sys.stdin)[0]["Status"]["header"]["revision"])')
+if [ -z "$PHYSICAL" ]; then
 $E2 compact $rev > /dev/null; $E2 defrag > /dev/null
 after=$($E2 endpoint status -w json | python3 -c 'import json,sys;print(json.load(sys.stdin)[0]["Status"]["dbSize"])')
 echo "etcd database: $base bytes before, $after after $N files (compacted and defragmented): $(( (after-base)/N )) bytes per file"
+else
+$E2 --command-timeout=600s compact --physical $rev >&2 || echo "compaction failed" >&2; $E2 --command-timeout=600s defrag >&2 || echo "defragmentation failed" >&2
+status() { $E2 endpoint status -w json | python3 -c 'import json,sys;s=json.load(sys.stdin)[0]["Status"];print(s["dbSize"], s.get("dbSizeInUse", 0))'; }
+read after inuse < <(status)
+echo "etcd database: $base bytes before, $after after $N files (compacted and defragmented): $(( (after-base)/N )) bytes per file; in use $inuse: $(( inuse/N )) bytes per file"
+fi
 umount $D/a; kill $S; sleep 1; kill $E; wait $E 2>/dev/null; rm -rf $D

@@ -1,8 +1,10 @@
 # Creates+unlinks per second through a mount of one server on etcd at THREADS threads (one
 # directory each), and the CPU each process spent per pair. usage (in a private mount
-# namespace): pairs-cpu.sh BIN etcd://HOST:PORT,... THREADS SECONDS
+# namespace): pairs-cpu.sh BIN etcd://HOST:PORT,... THREADS SECONDS (URL "-": the server's
+# local store instead, as ../2026-11-29/pairs-cpu-local.sh runs it)
 BIN=$1; URL=$2; T=$3; SECS=$4; D=$(mktemp -d /tmp/pr.XXXX); mkdir -p $D/a
-$BIN serve --store "$URL/pr$$" --data $D/data > $D/serve.log 2>&1 & S=$!
+if [ "$URL" = - ]; then store=(); else store=(--store "$URL/pr$$"); fi
+$BIN serve "${store[@]}" --data $D/data > $D/serve.log 2>&1 & S=$!
 for i in $(seq 100); do [ -S $D/data/calm.sock ] && break; sleep 0.1; done
 $BIN mount --server unix:$D/data/calm.sock $D/a > $D/a.log 2>&1 & M=$!
 for i in $(seq 100); do mountpoint -q $D/a && break; sleep 0.1; done

@@ -2,7 +2,9 @@
 //! with `--json` its report, the table then going to stderr), and an SVG plot with `--plot
 //! FILE`. The binary parses the arguments and prints the [`Output`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use crate::multiples::Facet;
 
 use crate::{activation, changelog, locks, mdtest, mount, startup, storm};
 
@@ -30,11 +32,8 @@ pub enum Bench {
         /// Repeats of each timed start and scan (the median is reported, and the maximum).
         #[arg(long, default_value_t = 3)]
         repeat: usize,
-        #[arg(long)]
-        json: bool,
-        /// Write an SVG plot: one panel per case, calm beside its baselines over N.
-        #[arg(long)]
-        plot: Option<PathBuf>,
+        #[command(flatten)]
+        out: OutputArgs,
         /// Populate and serve with LMDB's own synchronous commit (`calm serve --no-wal`).
         #[arg(long)]
         no_wal: bool,
@@ -57,11 +56,8 @@ pub enum Bench {
         /// Where the gRPC run's temporary store is made.
         #[arg(long, default_value = ".")]
         dir: PathBuf,
-        #[arg(long)]
-        json: bool,
-        /// Write an SVG plot: one panel per case, calm beside its baselines over N.
-        #[arg(long)]
-        plot: Option<PathBuf>,
+        #[command(flatten)]
+        out: OutputArgs,
     },
     /// Disks arriving at a storage node, in pools of 4: calm's pool assembly against a rescan
     /// of every known disk at each arrival.
@@ -79,11 +75,8 @@ pub enum Bench {
         /// Where the real run's images and mount points are made.
         #[arg(long, default_value_os_t = std::env::temp_dir())]
         dir: PathBuf,
-        #[arg(long)]
-        json: bool,
-        /// Write an SVG plot: one panel per figure, calm beside its baselines.
-        #[arg(long)]
-        plot: Option<PathBuf>,
+        #[command(flatten)]
+        out: OutputArgs,
     },
     /// Mount-table watchers through a storm of bind mounts (none, one that re-reads the whole
     /// table per event, one that re-reads it at most once per interval, calm's fanotify
@@ -107,11 +100,8 @@ pub enum Bench {
         /// Where the temporary stores and mount points are made.
         #[arg(long, default_value_os_t = std::env::temp_dir())]
         dir: PathBuf,
-        #[arg(long)]
-        json: bool,
-        /// Write an SVG plot: one panel per figure, calm beside its baselines.
-        #[arg(long)]
-        plot: Option<PathBuf>,
+        #[command(flatten)]
+        out: OutputArgs,
     },
     /// System calls through real calm mounts against the same calls on tmpfs, ext4 and other
     /// file systems at 1, 4 and 16 threads: creates, stats, listings, renames, unlinks, small
@@ -168,11 +158,8 @@ pub enum Bench {
         /// of the write-ahead log every calm server and embedded mount uses by default.
         #[arg(long)]
         no_wal: bool,
-        #[arg(long)]
-        json: bool,
-        /// Write an SVG plot: one panel per shape, each file system a line over threads.
-        #[arg(long)]
-        plot: Option<PathBuf>,
+        #[command(flatten)]
+        out: OutputArgs,
     },
     /// File contents through calm mounts (local directory and S3 objects) against ext4 and
     /// tmpfs in the same run: sequential, random and small-file I/O, and locked increments
@@ -214,11 +201,8 @@ pub enum Bench {
         /// this many bytes per commit (0: every write an object).
         #[arg(long, default_value_t = calm_meta::slices::INLINE_WRITE_BYTES_MAX)]
         inline_bytes_max: u64,
-        #[arg(long)]
-        json: bool,
-        /// Write an SVG plot: one panel per case, each file system a line over threads.
-        #[arg(long)]
-        plot: Option<PathBuf>,
+        #[command(flatten)]
+        out: OutputArgs,
     },
     /// Creates and other metadata changes with the change feed off, on with an idle reader,
     /// and on with a reader reading and clearing; and one reader draining a backlog.
@@ -248,11 +232,8 @@ pub enum Bench {
         /// Open the stores with LMDB's own synchronous commit (`calm serve --no-wal`).
         #[arg(long)]
         no_wal: bool,
-        #[arg(long)]
-        json: bool,
-        /// Write an SVG plot: one panel per figure, calm beside its baselines.
-        #[arg(long)]
-        plot: Option<PathBuf>,
+        #[command(flatten)]
+        out: OutputArgs,
     },
     /// 10 000 stats over one connection: the Unix socket, plain TCP on loopback and mutual
     /// TLS, in turn, against one server in this process.
@@ -264,8 +245,8 @@ pub enum Bench {
         rounds: usize,
         #[arg(long, default_value_os_t = std::env::temp_dir())]
         dir: PathBuf,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        out: OutputArgs,
     },
     /// 1, 2 and 3 servers of one namespace on etcd: lock operations on one hot file and on
     /// many, creates and stats, with the servers' CPU per operation; kill -9 failover times.
@@ -316,11 +297,8 @@ pub enum Bench {
         /// The A/A run of --check-cost: both arms check (the cost it shows is noise).
         #[arg(long, requires = "check_cost")]
         check_calibrate: bool,
-        #[arg(long)]
-        json: bool,
-        /// Write an SVG plot: one panel per operation, each mode a line over clients.
-        #[arg(long)]
-        plot: Option<PathBuf>,
+        #[command(flatten)]
+        out: OutputArgs,
     },
 }
 
@@ -332,15 +310,55 @@ pub struct Output {
     pub json: Option<String>,
 }
 
-/// The table, and the report as JSON when `json`.
-fn emit(json: bool, lines: &[String], report: &impl serde::Serialize) -> Result<Output, String> {
-    Ok(Output {
-        table: lines.to_vec(),
-        json: json
-            .then(|| serde_json::to_string(report))
-            .transpose()
-            .map_err(|e| format!("writing the report: {e}"))?,
-    })
+/// What every benchmark prints and draws besides its table.
+#[derive(Debug, clap::Args)]
+pub struct OutputArgs {
+    /// Print the report as one line of JSON (the table then goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Draw the figures into this SVG file: one panel per case, each in one unit, calm beside
+    /// its baselines.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+}
+
+impl OutputArgs {
+    /// Draws the plot when `--plot` asks for one (`draw` writes it to the path), then gives
+    /// the table, with `report` as JSON when `--json` asks for it.
+    pub fn finish(
+        &self,
+        table: Vec<String>,
+        report: &impl serde::Serialize,
+        draw: impl FnOnce(&Path) -> Result<(), String>,
+    ) -> Result<Output, String> {
+        if let Some(path) = &self.plot {
+            draw(path)?;
+        }
+        Ok(Output {
+            table,
+            json: self
+                .json
+                .then(|| serde_json::to_string(report))
+                .transpose()
+                .map_err(|e| format!("writing the report: {e}"))?,
+        })
+    }
+}
+
+/// A `draw` for [`OutputArgs::finish`]: the panels `facets` makes, under `title`.
+fn panels<'a>(
+    title: &'a str,
+    facets: impl FnOnce() -> Vec<Facet> + 'a,
+) -> impl FnOnce(&Path) -> Result<(), String> + 'a {
+    move |path| crate::multiples::small_multiples_svg(path, title, &facets())
+}
+
+/// The calm executable that runs servers and mounts: `calm` when given, else this one.
+fn calm_exe(calm: Option<PathBuf>) -> Result<PathBuf, String> {
+    match calm {
+        Some(calm) => Ok(calm),
+        None => std::env::current_exe().map_err(|e| format!("finding the calm binary: {e}")),
+    }
 }
 
 /// Runs the benchmark the arguments name.
@@ -351,8 +369,7 @@ pub fn run(bench: Bench) -> Result<Output, String> {
             cap_seconds,
             loop_devices,
             dir,
-            json,
-            plot,
+            out,
         } => {
             let report = activation::run(&activation::ActivationOptions {
                 devices,
@@ -360,13 +377,14 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 loop_devices,
                 dir,
             })?;
-            crate::multiples::plot_to(
-                plot.as_deref(),
-                "calm bench activation: disks arriving at a storage node",
-                || activation::facets(&report),
-            )?;
-            let lines = activation::table(&report);
-            emit(json, &lines, &report)
+            out.finish(
+                activation::table(&report),
+                &report,
+                panels(
+                    "calm bench activation: disks arriving at a storage node",
+                    || activation::facets(&report),
+                ),
+            )
         }
         Bench::Storm {
             mounts,
@@ -375,25 +393,24 @@ pub fn run(bench: Bench) -> Result<Output, String> {
             clients,
             repeat,
             dir,
-            json,
-            plot,
+            out,
         } => {
-            let options = storm::StormOptions {
+            let report = storm::run(&storm::StormOptions {
                 mounts,
                 watchers,
                 creates,
                 clients,
                 repeat,
                 dir,
-            };
-            let report = storm::run(&options)?;
-            crate::multiples::plot_to(
-                plot.as_deref(),
-                "calm bench storm: watchers through mount and create storms",
-                || storm::facets(&report),
-            )?;
-            let lines = storm::table(&report);
-            emit(json, &lines, &report)
+            })?;
+            out.finish(
+                storm::table(&report),
+                &report,
+                panels(
+                    "calm bench storm: watchers through mount and create storms",
+                    || storm::facets(&report),
+                ),
+            )
         }
         Bench::Data {
             seq_mib,
@@ -408,10 +425,9 @@ pub fn run(bench: Bench) -> Result<Output, String> {
             tmpfs_dir,
             others,
             inline_bytes_max,
-            json,
-            plot,
+            out,
         } => {
-            let options = crate::data::DataBenchOptions {
+            let report = crate::data::run(&crate::data::DataBenchOptions {
                 inline_bytes_max,
                 seq_bytes: seq_mib << 20,
                 streams,
@@ -424,14 +440,15 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 dir,
                 tmpfs_dir,
                 others,
-            };
-            let report = crate::data::run(&options)?;
-            crate::multiples::plot_to(
-                plot.as_deref(),
-                "calm bench data: file contents through calm beside ext4 and tmpfs",
-                || crate::data::facets(&report),
-            )?;
-            emit(json, &crate::data::table(&report), &report)
+            })?;
+            out.finish(
+                crate::data::table(&report),
+                &report,
+                panels(
+                    "calm bench data: file contents through calm beside ext4 and tmpfs",
+                    || crate::data::facets(&report),
+                ),
+            )
         }
         Bench::Mount {
             files,
@@ -450,10 +467,9 @@ pub fn run(bench: Bench) -> Result<Output, String> {
             sqlite_rows,
             tar_files,
             no_wal,
-            json,
-            plot,
+            out,
         } => {
-            let options = mount::MountBenchOptions {
+            let report = mount::run(&mount::MountBenchOptions {
                 wal: !no_wal,
                 ttl: std::time::Duration::from_millis(ttl_ms),
                 ext4_dir,
@@ -471,15 +487,15 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 tmpfs_dir,
                 dir,
                 visibility_samples,
-            };
-            let report = mount::run(&options)?;
-            crate::multiples::plot_to(
-                plot.as_deref(),
-                "calm bench mount: system calls through calm mounts beside other file systems",
-                || report.facets(),
-            )?;
-            let lines = report.lines();
-            emit(json, &lines, &report)
+            })?;
+            out.finish(
+                report.lines(),
+                &report,
+                panels(
+                    "calm bench mount: system calls through calm mounts beside other file systems",
+                    || report.facets(),
+                ),
+            )
         }
         Bench::Changelog {
             clients,
@@ -489,10 +505,9 @@ pub fn run(bench: Bench) -> Result<Output, String> {
             dir,
             calibrate,
             no_wal,
-            json,
-            plot,
+            out,
         } => {
-            let options = changelog::ChangelogOptions {
+            let report = changelog::run(&changelog::ChangelogOptions {
                 clients,
                 ops_per_client,
                 ops_max,
@@ -500,36 +515,32 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 dir,
                 calibrate,
                 wal: !no_wal,
-            };
-            let report = changelog::run(&options)?;
-            crate::multiples::plot_to(
-                plot.as_deref(),
-                "calm bench changelog: metadata rates with and without the change feed",
-                || changelog::facets(&report),
-            )?;
-            let lines = changelog::table(&report);
-            emit(json, &lines, &report)
+            })?;
+            out.finish(
+                changelog::table(&report),
+                &report,
+                panels(
+                    "calm bench changelog: metadata rates with and without the change feed",
+                    || changelog::facets(&report),
+                ),
+            )
         }
         Bench::Locks {
             sizes,
             cap_seconds,
             tmpfs_dir,
             dir,
-            json,
-            plot: plot_path,
+            out,
         } => {
-            let options = locks::LocksOptions {
+            let report = locks::run(&locks::LocksOptions {
                 sizes,
                 cap_seconds,
                 tmpfs_dir,
                 store_dir: dir,
-            };
-            let report = locks::run(&options)?;
-            let lines = locks::table(&report);
-            if let Some(path) = plot_path {
-                locks::plot(&report, &path)?;
-            }
-            emit(json, &lines, &report)
+            })?;
+            out.finish(locks::table(&report), &report, |path| {
+                locks::plot(&report, path)
+            })
         }
         Bench::Startup {
             files,
@@ -537,65 +548,45 @@ pub fn run(bench: Bench) -> Result<Output, String> {
             files_per_dir,
             populate_tasks,
             repeat,
-            json,
-            plot: plot_path,
+            out,
             no_wal,
         } => {
-            let options = startup::StartupOptions {
+            let results = startup::run(&startup::StartupOptions {
                 files,
                 dir,
-                calm_exe: std::env::current_exe()
-                    .map_err(|e| format!("finding the calm binary: {e}"))?,
+                calm_exe: calm_exe(None)?,
                 files_per_dir,
                 populate_tasks,
                 repeat,
                 wal: !no_wal,
-            };
-            let results = startup::run(&options)?;
-            let lines = startup::table(&results);
-            let json = json
-                .then(|| serde_json::json!({"bench": "startup", "results": results}).to_string());
-            let out = Output { table: lines, json };
-            if let Some(path) = plot_path {
-                startup::plot(&results, &path)?;
-            }
-            Ok(out)
+            })?;
+            out.finish(
+                startup::table(&results),
+                &serde_json::json!({"bench": "startup", "results": results}),
+                |path| startup::plot(&results, path),
+            )
         }
         Bench::Transport {
             stats,
             rounds,
             dir,
-            json,
+            out,
         } => {
             let results = crate::transport::run(&dir, stats, rounds)?;
-            let json = json
-                .then(|| serde_json::json!({"bench": "transport", "results": results}).to_string());
-            let out = Output {
-                table: crate::transport::table(&results),
-                json,
-            };
-            Ok(out)
+            out.finish(
+                crate::transport::table(&results),
+                &serde_json::json!({"bench": "transport", "results": results}),
+                panels(
+                    "calm bench transport: one stat over each kind of connection",
+                    || crate::transport::facets(&results),
+                ),
+            )
         }
-        Bench::Servers(args) => {
-            let (lines, report) = servers::run(args)?;
-            emit(report.is_some(), &lines, &report)
-        }
-        Bench::Churn(args) => {
-            let (lines, report) = servers::run_churn(args)?;
-            emit(report.is_some(), &lines, &report)
-        }
-        Bench::Clusters(args) => {
-            let (lines, results) = servers::run_clusters(args)?;
-            emit(results.is_some(), &lines, &results)
-        }
-        Bench::Soak(args) => {
-            let (lines, report) = soak::run_soak(args)?;
-            emit(report.is_some(), &lines, &report)
-        }
-        Bench::Appends(args) => {
-            let (lines, report) = soak::run_appends(args)?;
-            emit(report.is_some(), &lines, &report)
-        }
+        Bench::Servers(args) => servers::run(args),
+        Bench::Churn(args) => servers::run_churn(args),
+        Bench::Clusters(args) => servers::run_clusters(args),
+        Bench::Soak(args) => soak::run_soak(args),
+        Bench::Appends(args) => soak::run_appends(args),
         Bench::Mdtest {
             clients,
             files,
@@ -607,10 +598,9 @@ pub fn run(bench: Bench) -> Result<Output, String> {
             check_cost,
             check_pairs,
             check_calibrate,
-            json,
-            plot,
+            out,
         } => {
-            let options = mdtest::MdtestOptions {
+            let results = mdtest::run(&mdtest::MdtestOptions {
                 clients,
                 files,
                 dir,
@@ -621,18 +611,15 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 check_cost,
                 check_pairs,
                 check_calibrate,
-            };
-            let results = mdtest::run(&options)?;
-            crate::multiples::plot_to(
-                plot.as_deref(),
-                "calm bench mdtest: the namespace in-process, over gRPC, and tmpfs",
-                || mdtest::facets(&results),
-            )?;
-            let lines = mdtest::table(&results);
-            let json = json
-                .then(|| serde_json::json!({"bench": "mdtest", "results": results}).to_string());
-            let out = Output { table: lines, json };
-            Ok(out)
+            })?;
+            out.finish(
+                mdtest::table(&results),
+                &serde_json::json!({"bench": "mdtest", "results": results}),
+                panels(
+                    "calm bench mdtest: the namespace in-process, over gRPC, and tmpfs",
+                    || mdtest::facets(&results),
+                ),
+            )
         }
     }
 }

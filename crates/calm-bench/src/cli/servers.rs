@@ -1,5 +1,7 @@
 //! `calm bench servers`: the flags, wired to `crate::servers`.
 
+use super::{Output, calm_exe, panels};
+
 type Result<T> = std::result::Result<T, String>;
 #[derive(Debug, clap::Args)]
 pub struct ServersArgs {
@@ -32,15 +34,12 @@ pub struct ServersArgs {
     /// earlier build to compare with.
     #[arg(long)]
     calm: Option<std::path::PathBuf>,
-    #[arg(long)]
-    json: bool,
-    /// Write an SVG plot: per operation, its rate and the servers' CPU over 1, 2, 3 servers.
-    #[arg(long)]
-    plot: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    out: super::OutputArgs,
 }
 
-/// Runs the benchmark: the table, and the report when `--json` asks for it.
-pub fn run(args: ServersArgs) -> Result<(Vec<String>, Option<crate::servers::ServersReport>)> {
+/// Runs the benchmark: the table, the report when `--json` asks for it, the plot.
+pub fn run(args: ServersArgs) -> Result<Output> {
     let options = crate::servers::ServersOptions {
         servers: args.servers,
         clients: args.clients,
@@ -50,19 +49,17 @@ pub fn run(args: ServersArgs) -> Result<(Vec<String>, Option<crate::servers::Ser
         lease_ms: args.lease_ms,
         etcd: args.store,
         pair_threads: args.pair_threads,
-        calm: match args.calm {
-            Some(calm) => calm,
-            None => std::env::current_exe().map_err(|e| format!("finding the calm binary: {e}"))?,
-        },
+        calm: calm_exe(args.calm)?,
     };
     let report = crate::servers::run(&options)?;
-    crate::multiples::plot_to(
-        args.plot.as_deref(),
-        "calm bench servers: several servers of one namespace on etcd",
-        || crate::servers::facets(&report),
-    )?;
-    let lines = crate::servers::table(&report);
-    Ok((lines, args.json.then_some(report)))
+    args.out.finish(
+        crate::servers::table(&report),
+        &report,
+        panels(
+            "calm bench servers: several servers of one namespace on etcd",
+            || crate::servers::facets(&report),
+        ),
+    )
 }
 
 #[derive(Debug, clap::Args)]
@@ -88,20 +85,17 @@ pub struct ChurnArgs {
     /// The calm executable that runs the servers (default: this one).
     #[arg(long)]
     calm: Option<std::path::PathBuf>,
-    #[arg(long)]
-    json: bool,
-    /// An SVG of the figures over the run.
-    #[arg(long)]
-    plot: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    out: super::OutputArgs,
     /// Run nothing: read the report of an earlier run (its --json output) and print it, and
     /// draw it with --plot.
     #[arg(long, value_name = "REPORT_JSON")]
     replot: Option<std::path::PathBuf>,
 }
 
-/// Runs the churn benchmark (or reads an earlier report): the table, and the report when
-/// `--json` asks for it.
-pub fn run_churn(args: ChurnArgs) -> Result<(Vec<String>, Option<crate::churn::ChurnReport>)> {
+/// Runs the churn benchmark (or reads an earlier report): the table, the report when `--json`
+/// asks for it, the plot.
+pub fn run_churn(args: ChurnArgs) -> Result<Output> {
     let report = match &args.replot {
         Some(path) => crate::churn::load(path)?,
         None => {
@@ -112,20 +106,15 @@ pub fn run_churn(args: ChurnArgs) -> Result<(Vec<String>, Option<crate::churn::C
                 threads: args.threads,
                 lease_ms: args.lease_ms,
                 etcd: args.store,
-                calm: match args.calm {
-                    Some(calm) => calm,
-                    None => std::env::current_exe()
-                        .map_err(|e| format!("finding the calm binary: {e}"))?,
-                },
+                calm: calm_exe(args.calm)?,
             };
             crate::churn::run(&options)?
         }
     };
-    if let Some(path) = &args.plot {
-        crate::churn::plot(&report, path)?;
-    }
-    let lines = crate::churn::table(&report);
-    Ok((lines, args.json.then_some(report)))
+    args.out
+        .finish(crate::churn::table(&report), &report, |path| {
+            crate::churn::plot(&report, path)
+        })
 }
 
 #[derive(Debug, clap::Args)]
@@ -145,17 +134,12 @@ pub struct ClustersArgs {
     /// Passes over the counts, every other one in the reverse order.
     #[arg(long, default_value_t = 2)]
     passes: usize,
-    #[arg(long)]
-    json: bool,
-    /// Write an SVG plot: per pass, creates per second over the number of clusters.
-    #[arg(long)]
-    plot: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    out: super::OutputArgs,
 }
 
-/// Runs the clusters benchmark: the table, and the results when `--json` asks for them.
-pub fn run_clusters(
-    args: ClustersArgs,
-) -> Result<(Vec<String>, Option<Vec<crate::clusters::ClustersResult>>)> {
+/// Runs the clusters benchmark: the table, the results when `--json` asks for them, the plot.
+pub fn run_clusters(args: ClustersArgs) -> Result<Output> {
     let options = crate::clusters::ClustersOptions {
         counts: args.clusters,
         members: args.members,
@@ -164,11 +148,12 @@ pub fn run_clusters(
         passes: args.passes,
     };
     let results = crate::clusters::run(&options)?;
-    crate::multiples::plot_to(
-        args.plot.as_deref(),
-        "calm bench clusters: creates in one namespace over several metadata clusters",
-        || crate::clusters::facets(&results),
-    )?;
-    let lines = crate::clusters::table(&results);
-    Ok((lines, args.json.then_some(results)))
+    args.out.finish(
+        crate::clusters::table(&results),
+        &results,
+        panels(
+            "calm bench clusters: creates in one namespace over several metadata clusters",
+            || crate::clusters::facets(&results),
+        ),
+    )
 }

@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use super::{Output, calm_exe, panels};
+
 type Result<T> = std::result::Result<T, String>;
 
 #[derive(Debug, clap::Args)]
@@ -23,21 +25,19 @@ pub struct SoakArgs {
     /// Where the store and the mount points go.
     #[arg(long, default_value = ".")]
     dir: PathBuf,
-    #[arg(long)]
-    json: bool,
-    /// An SVG of the figures over the run.
-    #[arg(long)]
-    plot: Option<PathBuf>,
+    #[command(flatten)]
+    out: super::OutputArgs,
     /// Run nothing: read the report of an earlier run (its --json output) and print it, and
     /// draw it with --plot.
     #[arg(long, value_name = "REPORT_JSON")]
     replot: Option<PathBuf>,
 }
 
-/// Runs the soak: the table and the report (with `--json`); an error when a check failed.
-pub fn run_soak(args: SoakArgs) -> Result<(Vec<String>, Option<crate::soak::SoakReport>)> {
+/// Runs the soak: the table, the report (with `--json`) and the plot; an error when a check
+/// failed.
+pub fn run_soak(args: SoakArgs) -> Result<Output> {
     let options = crate::soak::SoakOptions {
-        calm: std::env::current_exe().map_err(|e| format!("finding the calm binary: {e}"))?,
+        calm: calm_exe(None)?,
         dir: args.dir,
         periods: args.minutes,
         period: std::time::Duration::from_secs(args.period_s),
@@ -48,17 +48,16 @@ pub fn run_soak(args: SoakArgs) -> Result<(Vec<String>, Option<crate::soak::Soak
         Some(path) => crate::soak::load(path)?,
         None => crate::soak::run(&options)?,
     };
-    if let Some(path) = &args.plot {
-        crate::soak::plot(&report, path)?;
-    }
-    let lines = report.lines();
+    let output = args.out.finish(report.lines(), &report, |path| {
+        crate::soak::plot(&report, path)
+    })?;
     if !report.ok() {
         return Err(format!(
             "{}\nthe soak's checks failed (above)",
-            lines.join("\n")
+            output.table.join("\n")
         ));
     }
-    Ok((lines, args.json.then_some(report)))
+    Ok(output)
 }
 
 #[derive(Debug, clap::Args)]
@@ -78,18 +77,14 @@ pub struct AppendsArgs {
     /// Where the store and the mount points go.
     #[arg(long, default_value = ".")]
     dir: PathBuf,
-    #[arg(long)]
-    json: bool,
-    /// Write an SVG plot: each round's rate, and the records torn across two mounts.
-    #[arg(long)]
-    plot: Option<PathBuf>,
+    #[command(flatten)]
+    out: super::OutputArgs,
 }
 
-pub fn run_appends(
-    args: AppendsArgs,
-) -> Result<(Vec<String>, Option<crate::appends::AppendsReport>)> {
+/// Runs the appends benchmark: the table, the report (with `--json`) and the plot.
+pub fn run_appends(args: AppendsArgs) -> Result<Output> {
     let options = crate::appends::AppendsOptions {
-        calm: std::env::current_exe().map_err(|e| format!("finding the calm binary: {e}"))?,
+        calm: calm_exe(None)?,
         dir: args.dir,
         lines: args.lines,
         rounds: args.rounds,
@@ -98,10 +93,12 @@ pub fn run_appends(
         record_bytes: args.record_bytes,
     };
     let report = crate::appends::run(&options)?;
-    crate::multiples::plot_to(
-        args.plot.as_deref(),
-        "calm bench appends: O_APPEND on one mount, and whole records across two",
-        || crate::appends::facets(&report),
-    )?;
-    Ok((report.lines(), args.json.then_some(report)))
+    args.out.finish(
+        report.lines(),
+        &report,
+        panels(
+            "calm bench appends: O_APPEND on one mount, and whole records across two",
+            || crate::appends::facets(&report),
+        ),
+    )
 }

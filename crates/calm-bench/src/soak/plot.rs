@@ -3,130 +3,105 @@
 use std::path::Path;
 
 use super::report::{PeriodFigures, SoakReport, WORKLOADS, WorkloadFigures};
+use crate::multiples::Cell;
 
-/// The report's figures over the periods, for `--plot`: operations per second of each workload
-/// against the first period, p99 latencies, and memory.
+/// The report's figures over the periods, for `--plot`, as small multiples: each workload's
+/// operations per second against the first period and its p99 latency; records in a hot
+/// chunk; the memory of the server and of the mounts.
 pub fn plot(report: &SoakReport, path: &Path) -> Result<(), String> {
-    use crate::plot::{Panel, Series};
     let minute = |p: &PeriodFigures| f64::from(p.period) * report.period_s / 60.0;
-    let per_workload = |figure: &dyn Fn(&WorkloadFigures) -> f64| -> Vec<Series> {
-        WORKLOADS
-            .iter()
-            .enumerate()
-            .map(|(w, name)| {
-                let points = report
-                    .periods
-                    .iter()
-                    .map(|p| (minute(p), figure(&p.workloads[w])))
-                    .collect();
-                (name.to_string(), points)
-            })
-            .collect()
+    let cell = |panel: &str, y_label: &str, log_y: bool, series: &str, p, y| Cell {
+        panel: panel.into(),
+        x_label: "minutes".into(),
+        y_label: y_label.into(),
+        log_y,
+        series: series.into(),
+        x: minute(p),
+        y,
     };
-    let mut memory: Vec<Series> = vec![(
-        "server".into(),
-        report
-            .periods
-            .iter()
-            .map(|p| (minute(p), p.server_rss_mib))
-            .collect(),
-    )];
-    memory.push((
-        "server, heap".into(),
-        report
-            .periods
-            .iter()
-            .map(|p| (minute(p), p.server_anon_mib))
-            .collect(),
-    ));
-    if report
+    let mut cells = Vec::new();
+    type Figure = fn(&WorkloadFigures) -> f64;
+    let per_workload: [(&str, &str, bool, Figure); 2] = [
+        ("operations per second", "vs the first minute", false, |w| {
+            w.ratio_to_first
+        }),
+        ("p99 latency", "ms", true, |w| w.p99_ms),
+    ];
+    for (panel, unit, log_y, figure) in per_workload {
+        for (w, name) in WORKLOADS.iter().enumerate() {
+            for p in &report.periods {
+                cells.push(cell(panel, unit, log_y, name, p, figure(&p.workloads[w])));
+            }
+        }
+    }
+    let heap_figures = report
         .periods
         .iter()
-        .any(|p| p.server_heap_in_use_mib > 0.0)
-    {
-        memory.push((
-            "server, heap in use".into(),
-            report
-                .periods
-                .iter()
-                .map(|p| (minute(p), p.server_heap_in_use_mib))
-                .collect(),
+        .any(|p| p.server_heap_in_use_mib > 0.0);
+    for p in &report.periods {
+        let records = "records in a hot file's chunk";
+        cells.push(cell(
+            records,
+            "records",
+            false,
+            "records at the period's end",
+            p,
+            p.records_per_chunk as f64,
         ));
-        memory.push((
-            "server, caches".into(),
-            report
-                .periods
-                .iter()
-                .map(|p| (minute(p), p.server_cached_mib))
-                .collect(),
+        cells.push(cell(
+            records,
+            "records",
+            false,
+            "most records since the start",
+            p,
+            p.records_per_chunk_high as f64,
         ));
+        let (resident, anon) = ("resident memory", "anonymous memory (heap)");
+        cells.push(cell(resident, "MiB", false, "server", p, p.server_rss_mib));
+        cells.push(cell(anon, "MiB", false, "server", p, p.server_anon_mib));
+        cells.push(cell(
+            resident,
+            "MiB",
+            false,
+            "mounts, summed",
+            p,
+            p.mount_rss_mib.iter().sum(),
+        ));
+        cells.push(cell(
+            anon,
+            "MiB",
+            false,
+            "mounts, summed",
+            p,
+            p.mount_anon_mib.iter().sum(),
+        ));
+        if heap_figures {
+            let heap = "the server's heap";
+            cells.push(cell(
+                heap,
+                "MiB",
+                false,
+                "server heap in use",
+                p,
+                p.server_heap_in_use_mib,
+            ));
+            cells.push(cell(
+                heap,
+                "MiB",
+                false,
+                "server caches",
+                p,
+                p.server_cached_mib,
+            ));
+        }
     }
-    for m in 0..report.mounts {
-        memory.push((
-            format!("mount {}", m + 1),
-            report
-                .periods
-                .iter()
-                .map(|p| (minute(p), p.mount_rss_mib.get(m).copied().unwrap_or(0.0)))
-                .collect(),
-        ));
-        memory.push((
-            format!("mount {}, heap", m + 1),
-            report
-                .periods
-                .iter()
-                .map(|p| (minute(p), p.mount_anon_mib.get(m).copied().unwrap_or(0.0)))
-                .collect(),
-        ));
-    }
-    let records: Vec<Series> = vec![
-        (
-            "at the minute's end".into(),
-            report
-                .periods
-                .iter()
-                .map(|p| (minute(p), p.records_per_chunk as f64))
-                .collect(),
-        ),
-        (
-            "most since start".into(),
-            report
-                .periods
-                .iter()
-                .map(|p| (minute(p), p.records_per_chunk_high as f64))
-                .collect(),
-        ),
-    ];
-    let panels = [
-        Panel {
-            y_label: "operations/s, vs the first minute".into(),
-            series: per_workload(&|w| w.ratio_to_first),
-            log_y: false,
-        },
-        Panel {
-            y_label: "p99 latency, ms".into(),
-            series: per_workload(&|w| w.p99_ms),
-            log_y: true,
-        },
-        Panel {
-            y_label: "records in a hot file's chunk".into(),
-            series: records,
-            log_y: false,
-        },
-        Panel {
-            y_label: "resident memory, MiB".into(),
-            series: memory,
-            log_y: false,
-        },
-    ];
-    crate::plot::stacked_svg(
+    crate::multiples::small_multiples_svg(
         path,
         &format!(
-            "calm soak: {} mounts of one server, {} minutes",
+            "calm bench soak: {} mounts of one server, {} minutes",
             report.mounts,
             report.periods.len() as f64 * report.period_s / 60.0
         ),
-        "minutes",
-        &panels,
+        &crate::multiples::facets_of(cells),
     )
 }

@@ -153,21 +153,13 @@ impl CalmFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let shared = self.shared.clone();
-        let client = shared.caller(req);
-        let name = newname.as_bytes().to_vec();
-        shared.cache.changed_here(newparent.0);
-        let ticket = shared.cache.ticket();
-        self.entry_task(reply, async move {
-            let (attr, dir) = client
-                .link_in_dir(ino.0, newparent.0, &name)
-                .await
-                .map_err(|e| errno(&e))?;
-            if let Some(dir) = dir {
-                shared.cache.dir_changed(ticket, dir);
-            }
-            Ok(attr)
-        });
+        self.entry_in_dir(
+            req,
+            newparent,
+            newname,
+            reply,
+            move |client, name| async move { client.link_in_dir(ino.0, newparent.0, &name).await },
+        );
     }
 
     pub(super) fn handle_unlink(

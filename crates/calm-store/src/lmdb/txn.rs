@@ -109,22 +109,30 @@ pub(super) fn last_in_range(
     }
 }
 
+/// The key reads of a snapshot and of a write transaction: the same calls on their `db` and
+/// `txn` (a write transaction reads what it wrote).
+macro_rules! key_reads {
+    () => {
+        fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
+            Ok(self
+                .db
+                .get(&self.txn, key)
+                .map_err(map_err)?
+                .map(Cow::Borrowed))
+        }
+
+        fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
+            visit_range(&self.db, &self.txn, start, end, visit)
+        }
+
+        fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+            last_in_range(&self.db, &self.txn, start, end)
+        }
+    };
+}
+
 impl ReadTxn for LmdbSnapshot<'_> {
-    fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
-        Ok(self
-            .db
-            .get(&self.txn, key)
-            .map_err(map_err)?
-            .map(Cow::Borrowed))
-    }
-
-    fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
-        visit_range(&self.db, &self.txn, start, end, visit)
-    }
-
-    fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        last_in_range(&self.db, &self.txn, start, end)
-    }
+    key_reads!();
 
     fn log_visit(&self, from: u64, visit: &mut LogVisitor<'_>) -> Result<usize> {
         match self.log {
@@ -149,21 +157,7 @@ impl ReadTxn for LmdbSnapshot<'_> {
 }
 
 impl ReadTxn for LmdbTxn<'_> {
-    fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
-        Ok(self
-            .db
-            .get(&self.txn, key)
-            .map_err(map_err)?
-            .map(Cow::Borrowed))
-    }
-
-    fn visit(&self, start: &[u8], end: &[u8], visit: &mut Visitor<'_>) -> Result<usize> {
-        visit_range(&self.db, &self.txn, start, end, visit)
-    }
-
-    fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        last_in_range(&self.db, &self.txn, start, end)
-    }
+    key_reads!();
 
     fn log_visit(&self, from: u64, visit: &mut LogVisitor<'_>) -> Result<usize> {
         let Some(own) = &self.log else {

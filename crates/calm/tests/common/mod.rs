@@ -549,6 +549,24 @@ pub fn etcd_url(
     })
 }
 
+/// Two tests of one body, one on each store the data plane has: `$local` with the objects in
+/// a local directory, `$s3` on the test S3 server (under `$prefix`); each calls
+/// `$body(backend, $args…)`.
+#[macro_export]
+macro_rules! on_each_store {
+    ($body:ident($($arg:expr),*): $local:ident, $s3:ident, $prefix:literal) => {
+        #[test]
+        fn $local() {
+            $body(common::Backend::File $(, $arg)*);
+        }
+
+        #[test]
+        fn $s3() {
+            $body(common::Backend::s3($prefix) $(, $arg)*);
+        }
+    };
+}
+
 /// Where a test's namespace keeps its file contents.
 pub enum Backend {
     /// The default: a local directory beside the store.
