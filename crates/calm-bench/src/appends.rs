@@ -171,9 +171,9 @@ pub fn run(options: &AppendsOptions) -> Result<AppendsReport, String> {
         });
     }
     for mount in direct.into_iter().chain(cached) {
-        mount.stop()?;
+        mount.process.stop()?;
     }
-    server.stop()?;
+    server.process.stop()?;
     Ok(AppendsReport {
         bench: "appends",
         line_bytes: options.line_bytes,

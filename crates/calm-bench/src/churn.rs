@@ -197,7 +197,8 @@ async fn round(
             Ok::<u64, String>(i)
         }));
     }
-    let cpu_of = |servers: &[ServerProcess]| servers.iter().map(ServerProcess::cpu_us).sum::<u64>();
+    let cpu_of =
+        |servers: &[ServerProcess]| servers.iter().map(|s| s.process.cpu_us()).sum::<u64>();
     let mut periods = Vec::new();
     let mut cpu = cpu_of(&servers);
     let mut started = Instant::now();
@@ -221,7 +222,7 @@ async fn round(
             pairs_per_sec: pairs as f64 / elapsed,
             p99_ms: p99(done) as f64 / 1000.0,
             cpu_us_per_pair: now_cpu.saturating_sub(cpu) as f64 / pairs.max(1) as f64,
-            servers_rss_mib: mib(servers.iter().map(ServerProcess::rss_bytes).sum()),
+            servers_rss_mib: mib(servers.iter().map(|s| s.process.rss_bytes()).sum()),
             db_mib: mib(db),
             db_in_use_mib: mib(in_use),
         };
@@ -251,7 +252,7 @@ async fn round(
         ));
     }
     for server in servers {
-        server.stop()?;
+        server.process.stop()?;
     }
     Ok(periods)
 }

@@ -9,39 +9,34 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// A `calm serve` process on a data directory, serving on a loopback port.
+/// A calm process this crate started: its memory and CPU while it runs; stopped with SIGTERM
+/// and waited for by [`Running::stop`], or when dropped.
 #[derive(Debug)]
-pub struct ServerProcess {
+pub struct Running {
     child: Child,
-    pub addr: String,
-    pub data: PathBuf,
+    /// What it is, for errors ("calm serve").
+    what: &'static str,
 }
 
-impl ServerProcess {
-    /// Starts `calm serve --data DATA --listen 127.0.0.1:0 ARGS…` and waits for its ready line.
-    pub fn start(calm: &Path, data: &Path, args: &[&str]) -> Result<ServerProcess, String> {
-        let mut child = Command::new(calm)
-            .arg("serve")
-            .arg("--data")
-            .arg(data)
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args)
+impl Running {
+    /// Starts `command` with its output piped and waits for its first line, which `ready`
+    /// accepts (or the process is stopped and the line named in the error).
+    fn start<T>(
+        mut command: Command,
+        what: &'static str,
+        ready: impl FnOnce(&str) -> Option<T>,
+    ) -> Result<(Running, T), String> {
+        let child = command
             .env("RUST_LOG", "error")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .map_err(|e| format!("starting {}: {e}", calm.display()))?;
-        let line = first_line(&mut child)?;
-        let Some((_, addr)) = calm_server::parse_ready_line(&line) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("unexpected first line of calm serve: {line:?}"));
-        };
-        Ok(ServerProcess {
-            child,
-            addr,
-            data: data.to_path_buf(),
-        })
+            .map_err(|e| format!("starting {what}: {e}"))?;
+        let mut running = Running { child, what };
+        let line = first_line(&mut running.child)?;
+        let ready =
+            ready(&line).ok_or_else(|| format!("unexpected first line of {what}: {line:?}"))?;
+        Ok((running, ready))
     }
 
     /// Resident memory, in bytes.
@@ -49,31 +44,61 @@ impl ServerProcess {
         rss_bytes(self.child.id())
     }
 
+    /// The part of [`Running::rss_bytes`] no file backs (heap, stacks).
+    pub fn anon_bytes(&self) -> u64 {
+        anon_bytes(self.child.id())
+    }
+
     /// CPU time (user + system) it has used, in microseconds.
     pub fn cpu_us(&self) -> u64 {
         cpu_us(self.child.id())
     }
 
-    pub fn anon_bytes(&self) -> u64 {
-        anon_bytes(self.child.id())
-    }
-
-    /// SIGTERM, and waits until it has closed its store.
+    /// SIGTERM (a server closes its store, a mount unmounts), and waits for it.
     pub fn stop(mut self) -> Result<(), String> {
-        terminate(&mut self.child, "calm serve")
+        terminate(&mut self.child, self.what)
     }
 }
 
-impl Drop for ServerProcess {
+impl Drop for Running {
     fn drop(&mut self) {
-        let _ = terminate(&mut self.child, "calm serve");
+        let _ = terminate(&mut self.child, self.what);
+    }
+}
+
+/// A `calm serve` process on a data directory, serving on a loopback port.
+#[derive(Debug)]
+pub struct ServerProcess {
+    pub process: Running,
+    pub addr: String,
+    pub data: PathBuf,
+}
+
+impl ServerProcess {
+    /// Starts `calm serve --data DATA --listen 127.0.0.1:0 ARGS…` and waits for its ready line.
+    pub fn start(calm: &Path, data: &Path, args: &[&str]) -> Result<ServerProcess, String> {
+        let mut command = Command::new(calm);
+        command
+            .arg("serve")
+            .arg("--data")
+            .arg(data)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args);
+        let (process, addr) = Running::start(command, "calm serve", |line| {
+            calm_server::parse_ready_line(line).map(|(_, addr)| addr)
+        })?;
+        Ok(ServerProcess {
+            process,
+            addr,
+            data: data.to_path_buf(),
+        })
     }
 }
 
 /// A `calm mount` process.
 #[derive(Debug)]
 pub struct MountProcess {
-    child: Child,
+    pub process: Running,
     pub mountpoint: PathBuf,
 }
 
@@ -88,46 +113,19 @@ impl MountProcess {
     ) -> Result<MountProcess, String> {
         std::fs::create_dir_all(mountpoint)
             .map_err(|e| format!("making {}: {e}", mountpoint.display()))?;
-        let mut child = Command::new(calm)
+        let mut command = Command::new(calm);
+        command
             .arg("mount")
             .arg(mountpoint)
             .args(["--server", server])
-            .args(args)
-            .env("RUST_LOG", "error")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("starting {}: {e}", calm.display()))?;
-        let line = first_line(&mut child)?;
-        if !line.starts_with("mounted at ") {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("unexpected first line of calm mount: {line:?}"));
-        }
+            .args(args);
+        let (process, ()) = Running::start(command, "calm mount", |line| {
+            line.starts_with("mounted at ").then_some(())
+        })?;
         Ok(MountProcess {
-            child,
+            process,
             mountpoint: mountpoint.to_path_buf(),
         })
-    }
-
-    pub fn rss_bytes(&self) -> u64 {
-        rss_bytes(self.child.id())
-    }
-
-    /// The part of [`MountProcess::rss_bytes`] no file backs (heap, stacks).
-    pub fn anon_bytes(&self) -> u64 {
-        anon_bytes(self.child.id())
-    }
-
-    /// SIGTERM (an orderly unmount), and waits for it.
-    pub fn stop(mut self) -> Result<(), String> {
-        terminate(&mut self.child, "calm mount")
-    }
-}
-
-impl Drop for MountProcess {
-    fn drop(&mut self) {
-        let _ = terminate(&mut self.child, "calm mount");
     }
 }
 

@@ -499,7 +499,7 @@ async fn pair_rounds(
         .map_err(|e| e.to_string())?
     })
     .await;
-    mount.stop()?;
+    mount.process.stop()?;
     results.push(result?);
     Ok(())
 }

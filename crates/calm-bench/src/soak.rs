@@ -181,15 +181,15 @@ pub fn run(options: &SoakOptions) -> Result<SoakReport, String> {
         let figures = runtime.block_on(server_figures(&client));
         samples.push((
             figures,
-            server.rss_bytes() as f64 / (1 << 20) as f64,
-            server.anon_bytes() as f64 / (1 << 20) as f64,
+            server.process.rss_bytes() as f64 / (1 << 20) as f64,
+            server.process.anon_bytes() as f64 / (1 << 20) as f64,
             mounts
                 .iter()
-                .map(|m| m.rss_bytes() as f64 / (1 << 20) as f64)
+                .map(|m| m.process.rss_bytes() as f64 / (1 << 20) as f64)
                 .collect::<Vec<_>>(),
             mounts
                 .iter()
-                .map(|m| m.anon_bytes() as f64 / (1 << 20) as f64)
+                .map(|m| m.process.anon_bytes() as f64 / (1 << 20) as f64)
                 .collect::<Vec<_>>(),
         ));
         bar.inc(1);
@@ -218,9 +218,9 @@ pub fn run(options: &SoakOptions) -> Result<SoakReport, String> {
     drop(client);
     drop(runtime);
     for mount in mounts {
-        mount.stop()?;
+        mount.process.stop()?;
     }
-    server.stop()?;
+    server.process.stop()?;
     let data_arg = data.to_str().ok_or("a path that is not UTF-8")?;
     let fsck = calm_json(&options.calm, &["fsck", data_arg, "--json"])?;
     let gc = calm_json(&options.calm, &["gc", data_arg, "--grace-s", "0", "--json"])?;
