@@ -410,11 +410,7 @@ pub fn run(options: &ChangelogOptions) -> Result<ChangelogReport, String> {
     if options.clients.is_empty() || options.clients.contains(&0) || options.repeat == 0 {
         return Err("--clients values and --repeat must be positive".into());
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let runtime = crate::runtime()?;
     let mut results = Vec::new();
     let mut follow_latency = Vec::new();
     let mut peak_create: f64 = 0.0;

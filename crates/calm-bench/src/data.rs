@@ -468,11 +468,7 @@ pub fn run(options: &DataBenchOptions) -> Result<DataReport, String> {
     }
     let private_namespace = crate::enter_private_namespace();
     let cold = crate::drop_caches();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let runtime = crate::runtime()?;
     let mut results = Vec::new();
 
     let ext4 = tempfile::Builder::new()

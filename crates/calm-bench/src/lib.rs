@@ -47,6 +47,16 @@ pub mod transport;
 
 use std::time::Duration;
 
+/// The runtime of a benchmark's own clients: two worker threads (the machine's cores), so
+/// that every benchmark measures with the same one.
+pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the runtime: {e}"))
+}
+
 /// Moves this process into a private mount namespace (mounts made from now on vanish with
 /// it, however it ends). Works only while the process is single-threaded; false otherwise or
 /// without the privilege.

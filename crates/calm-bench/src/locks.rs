@@ -374,11 +374,7 @@ pub struct GrpcFigures {
 }
 
 fn grpc_run(store_dir: &std::path::Path) -> Result<GrpcFigures, String> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let runtime = crate::runtime()?;
     runtime.block_on(grpc_async(store_dir))
 }
 

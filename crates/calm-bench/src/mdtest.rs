@@ -479,6 +479,25 @@ fn kernel(
         .collect())
 }
 
+/// The in-process round and then the gRPC round, each on a namespace `open` makes anew (with
+/// what keeps it, such as its temporary directory, dropped after the round).
+async fn both_modes<S: Store, K>(
+    options: &MdtestOptions,
+    clients: usize,
+    per_client: u64,
+    store: &'static str,
+    open: impl Fn() -> Result<(K, Arc<Meta<S>>), String>,
+    caller: &Caller,
+) -> Result<Vec<MdtestResult>, String> {
+    let (keep, meta) = open()?;
+    let mut rows = inprocess(options, clients, per_client, (store, meta), caller).await?;
+    drop(keep);
+    let (keep, meta) = open()?;
+    rows.extend(grpc(options, clients, per_client, (store, meta), caller).await?);
+    drop(keep);
+    Ok(rows)
+}
+
 /// A namespace on the etcd cluster of `url`, under a key prefix of its own (the URL's prefix
 /// and a timestamp), grouped as `calm serve --store` groups.
 fn open_etcd(url: &str) -> Result<Arc<Meta<calm_store_etcd::EtcdStore>>, String> {
@@ -527,19 +546,12 @@ pub fn run(options: &MdtestOptions) -> Result<Vec<MdtestResult>, String> {
                     (false, true) => (true, "aa"),
                 };
                 calm_meta::perm::set_checks_for_benchmark(checks);
-                let (_work, meta) = open_meta_with(&options.dir, true)?;
-                let rows = runtime.block_on(inprocess(
-                    options,
-                    clients,
-                    per_client,
-                    ("lmdb", meta),
-                    &user,
+                let open = || open_meta_with(&options.dir, true);
+                let rows = runtime.block_on(both_modes(
+                    options, clients, per_client, "lmdb", open, &user,
                 ));
-                let (_work, meta) = open_meta_with(&options.dir, true)?;
-                let grpc_rows =
-                    runtime.block_on(grpc(options, clients, per_client, ("lmdb", meta), &user));
                 calm_meta::perm::set_checks_for_benchmark(true);
-                for mut row in rows?.into_iter().chain(grpc_rows?) {
+                for mut row in rows? {
                     row.checks = label;
                     results.push(row);
                 }
@@ -549,40 +561,17 @@ pub fn run(options: &MdtestOptions) -> Result<Vec<MdtestResult>, String> {
                 .into_iter()
                 .filter(|(_, wal)| *wal || options.lmdb_sync)
             {
-                let (_work, meta) = open_meta_with(&options.dir, wal)?;
-                results.extend(runtime.block_on(inprocess(
-                    options,
-                    clients,
-                    per_client,
-                    (store, meta),
-                    &root,
-                ))?);
-                let (_work, meta) = open_meta_with(&options.dir, wal)?;
-                results.extend(runtime.block_on(grpc(
-                    options,
-                    clients,
-                    per_client,
-                    (store, meta),
-                    &root,
-                ))?);
+                let open = || open_meta_with(&options.dir, wal);
+                results.extend(
+                    runtime
+                        .block_on(both_modes(options, clients, per_client, store, open, &root))?,
+                );
             }
         }
         if let Some(url) = &options.etcd {
-            let meta = open_etcd(url)?;
-            results.extend(runtime.block_on(inprocess(
-                options,
-                clients,
-                per_client,
-                ("etcd", meta),
-                &root,
-            ))?);
-            let meta = open_etcd(url)?;
-            results.extend(runtime.block_on(grpc(
-                options,
-                clients,
-                per_client,
-                ("etcd", meta),
-                &root,
+            let open = || Ok(((), open_etcd(url)?));
+            results.extend(runtime.block_on(both_modes(
+                options, clients, per_client, "etcd", open, &root,
             ))?);
         }
         results.extend(kernel(options, clients, per_client)?);

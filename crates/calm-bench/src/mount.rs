@@ -177,11 +177,7 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
     let private_namespace = crate::enter_private_namespace();
     // Cold shapes need the kernel's caches dropped, which only root may.
     let cold = crate::drop_caches();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let runtime = crate::runtime()?;
     let (work, meta) = crate::mdtest::open_meta_with(&options.dir, options.wal)?;
     let mountpoint = work.path().join("mnt");
     std::fs::create_dir(&mountpoint).map_err(|e| e.to_string())?;

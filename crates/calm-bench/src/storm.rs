@@ -350,11 +350,7 @@ pub fn run(options: &StormOptions) -> Result<StormReport, String> {
             mounts.push(mounts_run(&options.dir, n, watcher)?);
         }
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let runtime = crate::runtime()?;
     let mut counts = options.watchers.clone();
     if !counts.contains(&0) {
         counts.insert(0, 0);
