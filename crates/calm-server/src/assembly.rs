@@ -261,33 +261,25 @@ pub fn close<S: Store>(meta: Arc<Meta<S>>) -> Result<Arc<S>, ServerError> {
 }
 
 /// The embedded store in `data`, for this process alone: the directory made private and
-/// locked (the lock is held while the returned file is open), then the store opened, with
-/// its write-ahead log unless `wal` is false.
-pub fn open_embedded(
+/// locked (the lock is held while the returned file is open), then the store `open` opens in
+/// it.
+pub fn open_embedded<S, E: std::fmt::Display>(
     data: &Path,
-    wal: bool,
-) -> Result<(std::fs::File, calm_store::lmdb::LmdbStore), ServerError> {
+    open: impl FnOnce(&Path) -> Result<S, E>,
+) -> Result<(std::fs::File, S), ServerError> {
     crate::private_files();
     let lock = crate::lock_data_dir(data).map_err(|reason| ServerError::DataDir {
         dir: data.to_path_buf(),
         reason,
     })?;
-    let options = calm_store::lmdb::LmdbOptions {
-        wal,
-        ..Default::default()
-    };
-    let store =
-        calm_store::lmdb::LmdbStore::open(data, &options).map_err(|e| ServerError::Store {
-            dir: data.to_path_buf(),
-            reason: e.to_string(),
-        })?;
+    let store = open(data).map_err(|e| ServerError::Store {
+        dir: data.to_path_buf(),
+        reason: e.to_string(),
+    })?;
     Ok((lock, store))
 }
 
-/// Closes the embedded store once its server has stopped ([`close`] and the store's own
-/// close: every write on disk).
-pub fn close_embedded(meta: Arc<Meta<calm_store::lmdb::LmdbStore>>) -> Result<(), ServerError> {
-    let store = Arc::into_inner(close(meta)?).ok_or(ServerError::StillInUse)?;
-    store.close();
-    Ok(())
+/// The store of `meta` once its server has stopped ([`close`]), for the store's own close.
+pub fn take_store<S: Store>(meta: Arc<Meta<S>>) -> Result<S, ServerError> {
+    Arc::into_inner(close(meta)?).ok_or(ServerError::StillInUse)
 }

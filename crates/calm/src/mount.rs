@@ -120,7 +120,8 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
         Some(dir) => {
             let config = args.changelog.config(false);
             config.check()?;
-            let (_lock, store) = calm_server::assembly::open_embedded(dir, !args.changelog.no_wal)?;
+            let (_lock, store) =
+                calm_server::assembly::open_embedded(dir, |d| args.changelog.open_lmdb(d))?;
             let name = dir.display().to_string();
             let assembled =
                 runtime.block_on(Assembled::open(store, &config, dir, name, started))?;
@@ -152,7 +153,7 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
                 .map_err(|e| anyhow!("server task: {e}"))?
                 .context("serving")?;
             drop(runtime);
-            calm_server::assembly::close_embedded(meta)?;
+            calm_server::assembly::take_store(meta)?.close();
         }
     }
     println!("unmounted");

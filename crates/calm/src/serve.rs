@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow};
 use calm_changelog::{BacklogPolicy, ChangelogConfig};
 use calm_server::assembly::{SharedConfig, TlsFiles};
-use calm_server::assembly::{close_embedded, open_embedded};
+use calm_server::assembly::{open_embedded, take_store};
 use calm_server::{Assembled, ServerConfig};
+use calm_store::lmdb::{LmdbOptions, LmdbStore};
 
 /// The server's flags shared by `calm serve` and `calm mount --embedded`: the commit path,
 /// changelog limits and GC, watch limits.
@@ -66,7 +67,8 @@ pub struct ServerArgs {
     /// The CA whose certificates clients must present (PEM).
     #[arg(long)]
     pub tls_client_ca: Option<std::path::PathBuf>,
-    /// Clients with a mount certificate (mount:NAME) act as nobody (65534) for their uid 0.
+    /// Nobody acts as the superuser through a certificate: mounts (mount:NAME) act as nobody
+    /// (65534) for their uid 0, and a user:0 certificate acts as nobody.
     #[arg(long)]
     pub root_squash: bool,
     /// Commit with LMDB's own synchronous commit instead of the write-ahead log (the default:
@@ -90,6 +92,15 @@ pub struct ServerArgs {
 }
 
 impl ServerArgs {
+    /// The embedded store in `dir`, with the write-ahead log unless `--no-wal`.
+    pub fn open_lmdb(&self, dir: &Path) -> Result<LmdbStore, calm_store::StoreError> {
+        let options = LmdbOptions {
+            wal: !self.no_wal,
+            ..LmdbOptions::default()
+        };
+        LmdbStore::open(dir, &options)
+    }
+
     /// The server's configuration from these flags; `shared` when several servers serve the
     /// store (etcd).
     pub fn config(&self, shared: bool) -> ServerConfig {
@@ -139,13 +150,13 @@ pub fn run(data: &Path, args: &ServerArgs, started: Instant) -> anyhow::Result<E
     let config = args.config(false);
     config.check()?;
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-    let (_lock, store) = open_embedded(data, !args.no_wal)?;
+    let (_lock, store) = open_embedded(data, |dir| args.open_lmdb(dir))?;
     let name = data.display().to_string();
     let server = runtime.block_on(Assembled::open(store, &config, data, name, started))?;
     ready(&server.ready_line())?;
     let meta = runtime.block_on(server.serve(shutdown_signal()))?;
     drop(runtime);
-    close_embedded(meta)?;
+    take_store(meta)?.close();
     println!("stopped");
     Ok(ExitCode::SUCCESS)
 }
