@@ -96,6 +96,9 @@ pub struct Contents {
     changed: Mutex<HashSet<Handle>>,
     /// Sizes of files with pending writes (what stat answers on this mount).
     dirty_sizes: Mutex<HashMap<Handle, u64>>,
+    /// Files whose pending writes dropped setuid and setgid, with whether every writer was in
+    /// the file's group (see [`Contents::drop_privileges`]).
+    dropped_privileges: Mutex<HashMap<Handle, bool>>,
     ids: tokio::sync::Mutex<(u64, u64)>,
     uploads: Arc<Semaphore>,
     buffered: AtomicU64,
@@ -112,6 +115,7 @@ impl Contents {
             files: Mutex::new(HashMap::new()),
             changed: Mutex::new(HashSet::new()),
             dirty_sizes: Mutex::new(HashMap::new()),
+            dropped_privileges: Mutex::new(HashMap::new()),
             ids: tokio::sync::Mutex::new((0, 0)),
             uploads: Arc::new(Semaphore::new(UPLOADS_IN_FLIGHT_MAX)),
             buffered: AtomicU64::new(0),
@@ -148,12 +152,33 @@ impl Contents {
         self.dirty_sizes.locked().get(&handle).copied()
     }
 
+    /// A write of `handle` that is about to be buffered drops the file's setuid and setgid
+    /// (the kernel says so for a writer without the superuser's privilege; `writer_in_group`:
+    /// whether the writer is in the file's group, which keeps a setgid without group execute):
+    /// stat answers the mode without them right away, as Linux does, while the server drops
+    /// them when the write is committed.
+    pub fn drop_privileges(&self, handle: Handle, writer_in_group: bool) {
+        let mut dropped = self.dropped_privileges.locked();
+        let in_group = dropped.entry(handle).or_insert(true);
+        *in_group &= writer_in_group;
+    }
+
+    /// `mode`, the server's mode of `handle`, as this mount's pending writes leave it.
+    pub fn pending_mode(&self, handle: Handle, mode: u32) -> u32 {
+        match self.dropped_privileges.locked().get(&handle) {
+            Some(in_group) => calm_types::attr::mode_after_unprivileged_write(mode, *in_group),
+            None => mode,
+        }
+    }
+
     fn publish_size(&self, handle: Handle, data: &FileData) {
         let mut sizes = self.dirty_sizes.locked();
         if data.is_dirty() {
             sizes.insert(handle, data.size());
         } else {
             sizes.remove(&handle);
+            // Committed: the server's mode has the privileges dropped already.
+            self.dropped_privileges.locked().remove(&handle);
         }
     }
 

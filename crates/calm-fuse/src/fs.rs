@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use calm_client::Client;
 use calm_locks::{LockKind, Range, Scope};
-use calm_types::{Attr, Kind, MetaError, NewNode, SetAttr, SetTime};
+use calm_types::{Attr, Kind, MetaError, NewNode, SetAttr};
 use fuser::{
     Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
@@ -449,11 +449,14 @@ impl Filesystem for CalmFs {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            self.drop_privileges(req, ino, fh);
+        }
         self.handle_write(req, ino, fh, offset, data, reply)
     }
 

@@ -185,16 +185,31 @@ impl Shared {
         }
     }
 
-    /// `attr` as this mount sees it: a dirty file's size counts its pending writes.
+    /// `attr` as this mount sees it: a dirty file's size counts its pending writes, and its
+    /// mode the privileges they dropped.
     pub(crate) fn local_view(&self, mut attr: Attr) -> Attr {
         if let Some(size) = self.contents.dirty_size(attr.handle) {
             attr.size = attr.size.max(size);
+            attr.mode = self.contents.pending_mode(attr.handle, attr.mode);
         }
         let mut state = self.state();
         if let Some(inode) = state.inodes.get_mut(&attr.handle) {
             inode.attr = Some(attr.clone());
         }
         attr
+    }
+
+    /// The write `req` makes to `handle` drops the file's setuid and setgid ([`Contents::
+    /// drop_privileges`]): whether the writer is in the file's group decides setgid.
+    pub(crate) fn drop_privileges(&self, req: &Request, handle: Handle) {
+        let gid = self
+            .state()
+            .inodes
+            .get(&handle)
+            .and_then(|inode| inode.attr.as_ref().map(|attr| attr.gid));
+        let in_group =
+            gid.is_some_and(|gid| req.gid() == gid || self.groups.of(req.pid()).contains(gid));
+        self.contents.drop_privileges(handle, in_group);
     }
 
     /// Commits a file's pending writes (records, size and mtime) to the server.

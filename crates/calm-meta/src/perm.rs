@@ -170,13 +170,25 @@ pub fn new_owner(
     (uid, gid, mode)
 }
 
-/// The mode after a write or truncate by the caller: setuid, and setgid where it means
-/// set-group-id on execution (group execute set), go unless the caller is the superuser.
-pub fn after_write(caller: &Caller, kind: Kind, mode: u32) -> u32 {
+/// Making a node of `kind`: a character or block device is the superuser's alone (Linux asks
+/// for CAP_MKNOD); FIFOs and sockets, like files, only need the directory's permission.
+pub fn may_make(caller: &Caller, kind: Kind) -> Result<(), MetaError> {
+    match kind {
+        Kind::CharDevice | Kind::BlockDevice if !caller.is_root() => {
+            Err(not_permitted("only the superuser makes devices"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The mode after a write or truncate by the caller of a file of group `gid`: setuid goes,
+/// and setgid where it means set-group-id on execution (group execute set) or the caller is
+/// not in the file's group, unless the caller is the superuser (as Linux decides it).
+pub fn after_write(caller: &Caller, kind: Kind, mode: u32, gid: u32) -> u32 {
     if caller.is_root() || kind == Kind::Dir {
         mode
     } else {
-        kill_priv(mode)
+        calm_types::attr::mode_after_unprivileged_write(mode, caller.in_group(gid))
     }
 }
 
@@ -252,7 +264,7 @@ pub fn setattr(caller: &Caller, inode: &Owner, change: &SetAttr) -> Result<u32, 
         if chowned {
             mode = kill_priv(mode);
         } else if change.size.is_some() {
-            mode = after_write(caller, inode.kind, mode);
+            mode = after_write(caller, inode.kind, mode, inode.gid);
         }
     }
     Ok(mode)

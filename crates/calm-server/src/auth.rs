@@ -9,7 +9,8 @@
 //!   NFS client host does; with `--root-squash` its uid 0 acts as nobody (65534).
 //! - **User**: any other local process (the kernel's SO_PEERCRED) or a `user:UID[:GID]`
 //!   certificate. Acts as that uid and nothing else, whatever a request claims; no data-plane
-//!   calls (it cannot reach the object store anyway), no administration.
+//!   calls (it cannot reach the object store anyway), no administration. With `--root-squash`
+//!   a `user:0` certificate acts as nobody.
 //!
 //! A request with no identity (no peer: it did not come through a listener, nor from this
 //! process) is refused. A request that names a lock session (`calm-session`) another identity
@@ -189,10 +190,17 @@ impl Auth {
             if let Some(uid) = uid
                 && parts.next().is_none()
             {
+                let gid = gid.unwrap_or(uid);
+                // With root squash no certificate acts as the superuser: a `user:0` one is
+                // nobody, as a mount's uid 0 is.
+                let (uid, gid) = match self.root_squash && uid == 0 {
+                    true => (NOBODY, NOBODY),
+                    false => (uid, gid),
+                };
                 return Ok(Identity::User {
                     key,
                     uid,
-                    gid: gid.unwrap_or(uid),
+                    gid,
                     groups: Groups::default(),
                 });
             }
@@ -353,6 +361,14 @@ mod tests {
         assert!(squashed.groups.as_slice().is_empty());
         assert!(auth.trusted(&from(mount.clone(), 0), "x").is_ok());
         assert!(auth.admin(&from(mount, 0), "x").is_err());
+        // A user certificate for uid 0 is squashed too, whatever it claims.
+        for name in ["user:0", "user:0:0"] {
+            let cert = Peer::Certificate { name: name.into() };
+            let squashed = auth.caller(&from(cert.clone(), 0)).unwrap();
+            assert_eq!((squashed.uid, squashed.gid), (NOBODY, NOBODY), "{name}");
+            let unsquashed = Auth::default().caller(&from(cert, 0)).unwrap();
+            assert_eq!(unsquashed.uid, 0, "{name} without root squash");
+        }
     }
 
     #[test]

@@ -21,7 +21,8 @@ pub fn private_files() {
 }
 
 /// Creates the data directory (mode [`DATA_DIR_MODE`]) or checks an existing one: the
-/// directory itself and every entry in it but the socket must be closed to group and others
+/// directory and every entry in it must belong to the server's user (refused otherwise), and
+/// the directory itself and every entry in it but the socket must be closed to group and others
 /// (the store's files, its write-ahead log, the record log and object directories). Modes
 /// that are too open — a store made by an older calm, or changed by hand — are closed, each
 /// named in the returned list (the caller warns). Only the top level is read: what lies in
@@ -41,8 +42,7 @@ pub fn secure_data_dir(dir: &Path) -> Result<Vec<String>, String> {
             .map_err(|e| format!("creating {}: {e}", dir.display()))?;
     }
     let mut close = |path: &Path| -> Result<(), String> {
-        let meta =
-            std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let meta = owned(path)?;
         let mode = meta.permissions().mode() & 0o7777;
         // The directory may keep search permission for others (the socket); a directory
         // closed further by its administrator stays so.
@@ -60,11 +60,31 @@ pub fn secure_data_dir(dir: &Path) -> Result<Vec<String>, String> {
     for entry in entries {
         let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
         if entry.file_name() == SOCKET_FILE {
+            owned(&entry.path())?;
             continue;
         }
         close(&entry.path())?;
     }
     Ok(fixed)
+}
+
+/// `path`'s metadata, if it belongs to the server's user: whoever owns the data directory or
+/// an entry in it could put their own socket or store in the server's place.
+fn owned(path: &Path) -> Result<std::fs::Metadata, String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // SAFETY: geteuid(2) only reads the process's user.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(format!(
+            "{} belongs to uid {}, not to this server's user (uid {me}): a data directory and \
+             what is in it must be the server's own (give another directory, or have its owner \
+             run the server)",
+            path.display(),
+            meta.uid()
+        ));
+    }
+    Ok(meta)
 }
 
 /// Takes the data directory's lock, so that a second server on the same directory is refused

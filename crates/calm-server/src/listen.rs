@@ -10,9 +10,10 @@
 //!
 //! Limits: [`CONNECTIONS_MAX`] open connections in all and [`CONNECTIONS_PER_PEER_MAX`] per
 //! peer (a uid, a certificate, an address); a TLS handshake must end within
-//! [`HANDSHAKE_TIMEOUT`], at most [`IDENTIFYING_MAX`] TCP connections per listener are being
-//! identified at once, and a connection that sends nothing for [`IDLE_TIMEOUT`] (pings
-//! answered count) is closed. A connection over a limit is closed at once.
+//! [`HANDSHAKE_TIMEOUT`] and so must the client's HTTP/2 preface (counted from the accept,
+//! however slowly it trickles in), at most [`IDENTIFYING_MAX`] TCP connections per listener
+//! are being identified at once, and a connection that sends nothing for [`IDLE_TIMEOUT`]
+//! (pings answered count) is closed. A connection over a limit is closed at once.
 
 use calm_types::sync::Locked;
 use std::collections::HashMap;
@@ -31,7 +32,8 @@ use tonic::transport::server::Connected;
 pub const CONNECTIONS_MAX: usize = 4096;
 /// Connections open at once from one peer (uid, certificate or address).
 pub const CONNECTIONS_PER_PEER_MAX: usize = 256;
-/// How long a client has to finish its TLS handshake, and then to send its first bytes.
+/// How long a client has from the accept to finish its TLS handshake and send its HTTP/2
+/// preface.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a connection may send nothing before it is closed. The server pings every
 /// client every [`KEEPALIVE_INTERVAL`], and a live client's answers count: only a peer that
@@ -104,20 +106,39 @@ pub struct Conn {
     idle: Idle,
 }
 
+/// Bytes of the HTTP/2 client preface (`PRI * HTTP/2.0…`), which every client sends first.
+pub const PREFACE_BYTES: usize = 24;
+
 /// The idle timer of a connection: it fires [`HANDSHAKE_TIMEOUT`] after the connection was
-/// taken if nothing came by then, and [`IDLE_TIMEOUT`] after the last bytes read otherwise.
-/// Reads only note the time; the timer is moved when it fires early.
+/// accepted unless the client's whole preface ([`PREFACE_BYTES`]) came by then, however it
+/// trickled in, and [`IDLE_TIMEOUT`] after the last bytes read once it came. Reads only note
+/// the time; the timer is moved when it fires early.
 struct Idle {
     sleep: Pin<Box<tokio::time::Sleep>>,
     last_read: Option<tokio::time::Instant>,
+    /// Bytes of the preface still to come.
+    preface_left: usize,
 }
 
 impl Idle {
-    fn new() -> Idle {
+    fn new(accepted: tokio::time::Instant) -> Idle {
         Idle {
-            sleep: Box::pin(tokio::time::sleep(HANDSHAKE_TIMEOUT)),
+            sleep: Box::pin(tokio::time::sleep_until(accepted + HANDSHAKE_TIMEOUT)),
             last_read: None,
+            preface_left: PREFACE_BYTES,
         }
+    }
+
+    /// `n` bytes were read.
+    fn read(&mut self, n: usize) {
+        if self.preface_left > 0 {
+            self.preface_left = self.preface_left.saturating_sub(n);
+            if self.preface_left > 0 {
+                // Still within the handshake's deadline, however little comes at a time.
+                return;
+            }
+        }
+        self.last_read = Some(tokio::time::Instant::now());
     }
 
     /// Whether the connection has been idle too long (registers the waker otherwise).
@@ -137,12 +158,18 @@ impl Idle {
 }
 
 impl Conn {
-    fn new(io: Pin<Box<dyn Io>>, peer: Peer, counted: Counted) -> Conn {
+    /// The connection `io` from `peer`, accepted at `accepted` (before a TLS handshake).
+    fn new(
+        io: Pin<Box<dyn Io>>,
+        peer: Peer,
+        counted: Counted,
+        accepted: tokio::time::Instant,
+    ) -> Conn {
         Conn {
             io,
             peer,
             _counted: counted,
-            idle: Idle::new(),
+            idle: Idle::new(accepted),
         }
     }
 }
@@ -170,7 +197,8 @@ impl AsyncRead for Conn {
         let before = buf.filled().len();
         match self.io.as_mut().poll_read(cx, buf) {
             Poll::Ready(Ok(())) if buf.filled().len() > before => {
-                self.idle.last_read = Some(tokio::time::Instant::now());
+                let read = buf.filled().len() - before;
+                self.idle.read(read);
                 Poll::Ready(Ok(()))
             }
             Poll::Pending if self.idle.expired(cx) => {
@@ -339,6 +367,7 @@ async fn accept_loop(
             },
             Listener::Tcp(l) => match l.accept().await {
                 Ok((stream, addr)) => {
+                    let accepted = tokio::time::Instant::now();
                     let _ = stream.set_nodelay(true);
                     // Who owns the peer socket is read from the kernel's socket tables, a
                     // read of every TCP socket of the machine: on a thread of the blocking
@@ -365,7 +394,7 @@ async fn accept_loop(
                         };
                         match count(&counts, &peer) {
                             Some(counted) => {
-                                let conn = Conn::new(Box::pin(stream), peer, counted);
+                                let conn = Conn::new(Box::pin(stream), peer, counted, accepted);
                                 let _ = tx.send(Ok(conn)).await;
                             }
                             None => tracing::warn!(?peer, "connection over the limits closed"),
@@ -377,6 +406,7 @@ async fn accept_loop(
             },
             Listener::Tls(l, tls) => match l.accept().await {
                 Ok((stream, addr)) => {
+                    let accepted = tokio::time::Instant::now();
                     let _ = stream.set_nodelay(true);
                     // The handshake runs on a task of its own: a slow client holds up no one.
                     let Some(place) = place(addr) else {
@@ -389,7 +419,7 @@ async fn accept_loop(
                             Ok(Ok((io, name))) => {
                                 let peer = Peer::Certificate { name };
                                 if let Some(counted) = count(&counts, &peer) {
-                                    let conn = Conn::new(Box::pin(io), peer, counted);
+                                    let conn = Conn::new(Box::pin(io), peer, counted, accepted);
                                     let _ = tx.send(Ok(conn)).await;
                                 } else {
                                     tracing::warn!(%addr, "TLS connection over the limits");
@@ -407,7 +437,7 @@ async fn accept_loop(
         match accepted {
             Ok(Some((io, peer))) => match count(&counts, &peer) {
                 Some(counted) => {
-                    let conn = Conn::new(io, peer, counted);
+                    let conn = Conn::new(io, peer, counted, tokio::time::Instant::now());
                     if tx.send(Ok(conn)).await.is_err() {
                         return;
                     }

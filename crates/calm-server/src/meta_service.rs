@@ -24,18 +24,22 @@ fn done_to_attr(done: calm_meta::Result<Done>) -> calm_meta::Result<calm_meta::A
     }
 }
 
-/// The request id a mutation carries (`calm-request`), if any: applied at most once however
-/// often it is sent (`calm_meta::requests`).
-fn request_id<T>(r: &Request<T>) -> Result<Option<calm_meta::requests::RequestId>, Status> {
+/// The request id a mutation carries (`calm-request`), if any, bound to the identity that
+/// sent it (`RequestId::bound_to`): applied at most once however often it is sent
+/// (`calm_meta::requests`), and never taken for another identity's.
+fn request_id<T>(
+    auth: &auth::Auth,
+    r: &Request<T>,
+) -> Result<Option<calm_meta::requests::RequestId>, Status> {
     let Some(value) = r.metadata().get(calm_proto::REQUEST_KEY) else {
         return Ok(None);
     };
-    value
+    let id = value
         .to_str()
         .ok()
         .and_then(calm_meta::requests::RequestId::from_text)
-        .map(Some)
-        .ok_or_else(|| Status::invalid_argument("calm-request is not CLIENT:SEQ:ACKED in hex"))
+        .ok_or_else(|| Status::invalid_argument("calm-request is not CLIENT:SEQ:ACKED in hex"))?;
+    Ok(Some(id.bound_to(auth.identity(r)?.key())))
 }
 
 /// The metadata service.
@@ -226,7 +230,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
 
     async fn set_attr(&self, r: Request<pb::SetAttrRequest>) -> Result<Response<pb::Attr>, Status> {
         let caller = self.auth.caller(&r)?;
-        let id = request_id(&r)?;
+        let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
         let truncate = r.size.is_some();
         let op = Op::SetAttr {
@@ -247,7 +251,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
 
     async fn make(&self, r: Request<pb::MakeRequest>) -> Result<Response<pb::Attr>, Status> {
         let caller = self.auth.caller(&r)?;
-        let id = request_id(&r)?;
+        let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
         let result = match calm_proto::node_from_request(&r) {
             Ok(node) => {
@@ -266,7 +270,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
 
     async fn link(&self, r: Request<pb::LinkRequest>) -> Result<Response<pb::Attr>, Status> {
         let caller = self.auth.caller(&r)?;
-        let id = request_id(&r)?;
+        let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
         let op = Op::Link {
             handle: r.handle,
@@ -283,7 +287,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::RemoveRequest>,
     ) -> Result<Response<pb::RemovedReply>, Status> {
         let caller = self.auth.caller(&r)?;
-        let id = request_id(&r)?;
+        let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
         let op = Op::Unlink {
             parent: r.parent,
@@ -297,7 +301,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
 
     async fn rmdir(&self, r: Request<pb::RemoveRequest>) -> Result<Response<pb::Empty>, Status> {
         let caller = self.auth.caller(&r)?;
-        let id = request_id(&r)?;
+        let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
         let op = Op::Rmdir {
             parent: r.parent,
@@ -311,7 +315,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::RenameRequest>,
     ) -> Result<Response<pb::RemovedReply>, Status> {
         let caller = self.auth.caller(&r)?;
-        let id = request_id(&r)?;
+        let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
         let op = Op::Rename {
             parent: r.parent,
@@ -370,7 +374,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::SetXattrRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
         let caller = self.auth.caller(&r)?;
-        let id = request_id(&r)?;
+        let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
         let op = Op::SetXattr {
             handle: r.handle,
@@ -405,7 +409,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::XattrRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
         let caller = self.auth.caller(&r)?;
-        let id = request_id(&r)?;
+        let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
         let op = Op::RemoveXattr {
             handle: r.handle,
@@ -550,7 +554,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
     async fn write(&self, r: Request<pb::WriteRequest>) -> Result<Response<pb::Attr>, Status> {
         self.auth.trusted(&r, "write")?;
         let caller = self.auth.caller(&r)?;
-        let id = request_id(&r)?;
+        let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
         let slices: Vec<_> = r.records.iter().map(calm_proto::slice_from_wire).collect();
         let mut chunks: Vec<u64> = slices.iter().map(|(c, _)| *c).collect();
@@ -573,7 +577,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
     async fn append(&self, r: Request<pb::AppendRequest>) -> Result<Response<pb::Attr>, Status> {
         self.auth.trusted(&r, "append")?;
         let caller = self.auth.caller(&r)?;
-        let id = request_id(&r)?;
+        let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
         let (handle, size) = (r.handle, r.size);
         let op = Op::Append {

@@ -119,6 +119,17 @@ pub struct SetAttr {
     pub ctime: Option<i64>,
 }
 
+/// The mode of a regular file after a write by a caller without the superuser's privilege, as
+/// Linux decides it: setuid goes; setgid goes where it means set-group-id on execution (group
+/// execute set) or the writer is not in the file's group.
+pub fn mode_after_unprivileged_write(mode: u32, writer_in_group: bool) -> u32 {
+    let mut mode = mode & !0o4000;
+    if mode & 0o010 != 0 || !writer_in_group {
+        mode &= !0o2000;
+    }
+    mode
+}
+
 /// What to create: the kind and its initial attributes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewNode {

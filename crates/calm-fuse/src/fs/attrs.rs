@@ -60,7 +60,7 @@ impl CalmFs {
         size: Option<u64>,
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
-        ctime: Option<SystemTime>,
+        _ctime: Option<SystemTime>,
         reply: ReplyAttr,
     ) {
         let shared = self.shared.clone();
@@ -81,10 +81,9 @@ impl CalmFs {
                 size,
                 atime: atime.map(set_time),
                 mtime: mtime.map(set_time),
-                ctime: ctime.map(|t| match set_time(TimeOrNow::SpecificTime(t)) {
-                    SetTime::At(ns) => ns,
-                    SetTime::Now => 0,
-                }),
+                // The server sets the change time to the time of the change (the kernel
+                // names one only when it keeps times itself, which a calm mount does not).
+                ctime: None,
             };
             let changed = client.setattr(handle, &change).await;
             shared.cache.forget_dir_attr(handle);

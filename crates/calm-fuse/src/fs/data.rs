@@ -82,6 +82,19 @@ impl CalmFs {
         self.answer(reply, data, |reply, data| reply.data(&data));
     }
 
+    /// The kernel asks that a write drop the file's setuid and setgid (its writer lacks the
+    /// superuser's privilege): the mode stat answers drops them at once, while the server
+    /// drops them when the write is committed. (An append is committed at once, and answered
+    /// with the server's mode.)
+    pub(super) fn drop_privileges(&self, req: &Request, ino: INodeNo, fh: FileHandle) {
+        if let Ok(file) = self.shared.file(fh)
+            && file.is_file
+            && !file.append
+        {
+            self.shared.drop_privileges(req, ino.0);
+        }
+    }
+
     pub(super) fn handle_write(
         &self,
         req: &Request,

@@ -12,7 +12,8 @@ use crate::outcome::{Done, Outcome};
 use crate::types::*;
 
 /// One record per setattr, named after the weightiest change: a size change is TRUNC, an
-/// owner or mode change SATTR, then MTIME, ATIME, and CTIME for a change of ctime alone.
+/// owner or mode change SATTR, then MTIME and ATIME. (A setattr that changes nothing writes
+/// no record; one that names a change time is refused.)
 pub(crate) fn setattr_record_type(attr: &SetAttr) -> RecordType {
     if attr.size.is_some() {
         RecordType::Trunc
@@ -20,10 +21,8 @@ pub(crate) fn setattr_record_type(attr: &SetAttr) -> RecordType {
         RecordType::Setattr
     } else if attr.mtime.is_some() {
         RecordType::Mtime
-    } else if attr.atime.is_some() {
-        RecordType::Atime
     } else {
-        RecordType::Ctime
+        RecordType::Atime
     }
 }
 
@@ -39,7 +38,18 @@ pub(crate) fn setattr<T: WriteTxn>(
     handle: Handle,
     attr: &SetAttr,
 ) -> Outcome<Done> {
+    if attr.ctime.is_some() {
+        return Err(MetaError::Invalid(
+            "a file's change time is the time of its last change: it cannot be set".into(),
+        )
+        .into());
+    }
     let mut inode = ctx.load(handle)?;
+    if *attr == SetAttr::default() {
+        // Nothing to change (as utimensat with both times omitted): the attributes as they
+        // are, with no new change time and no record.
+        return Ok(Done::Attr(inode.attr()));
+    }
     let mode = crate::perm::setattr(&ctx.caller, &inode.owner(), attr)?;
     if let Some(size) = attr.size {
         match inode.kind {
@@ -84,7 +94,7 @@ pub(crate) fn setattr<T: WriteTxn>(
     if let Some(mtime) = attr.mtime {
         inode.mtime_ns = resolve(mtime, ctx.now);
     }
-    inode.ctime_ns = attr.ctime.unwrap_or(ctx.now);
+    inode.ctime_ns = ctx.now;
     let kind = setattr_record_type(attr);
     let attr = inode.attr();
     let (generation, parent) = (inode.generation, record_parent(&inode));

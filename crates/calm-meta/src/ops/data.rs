@@ -141,7 +141,7 @@ fn written<T: WriteTxn>(
     mut inode: crate::layout::Inode,
     end: u64,
 ) -> Outcome<Done> {
-    inode.mode = crate::perm::after_write(&ctx.caller, inode.kind, inode.mode);
+    inode.mode = crate::perm::after_write(&ctx.caller, inode.kind, inode.mode, inode.gid);
     crate::ctx::kill_capability(ctx, inode.handle)?;
     if end > inode.size {
         ctx.file_bytes_delta += (end - inode.size) as i64;

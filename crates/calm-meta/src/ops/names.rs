@@ -46,6 +46,7 @@ pub(crate) fn make<T: WriteTxn>(
         return Ok(Done::Attr(inode.attr()));
     }
     crate::perm::may_change_dir(&ctx.caller, &dir.owner())?;
+    crate::perm::may_make(&ctx.caller, node.kind)?;
     let (uid, gid, mode) = crate::perm::new_owner(
         &ctx.caller,
         &dir.owner(),

@@ -46,6 +46,9 @@ def build(top):
     f("a600", A, A, 0o600)
     f("a644", A, A, 0o644)
     f("a-suid", A, GROUP, 0o6755)
+    # Setuid and setgid files anyone may write: a write drops them as Linux decides.
+    f("r-suid-sgid-gx", 0, GROUP, 0o6777)
+    f("r-sgid", 0, GROUP, 0o2666)
     f("g660", 0, GROUP, 0o660)
     d("rdir700", 0, 0, 0o700)
     f("rdir700/f", 0, 0, 0o644)
@@ -112,6 +115,14 @@ def cases(top):
     def utime(name, times):
         os.utime(p(name), times)
         return True
+    def write_fstat(name):
+        """The mode fstat answers right after a write, before the close."""
+        fd = os.open(p(name), os.O_WRONLY)
+        try:
+            os.write(fd, b"+")
+            return oct(os.fstat(fd).st_mode)
+        finally:
+            os.close(fd)
     def truncate(name):
         os.truncate(p(name), 1)
         return st(p(name))
@@ -130,6 +141,9 @@ def cases(top):
         ("append g660", lambda: append("g660")),
         ("append a644", lambda: append("a644")),
         ("append a-suid", lambda: append("a-suid")),
+        ("write then fstat r-suid-sgid-gx", lambda: write_fstat("r-suid-sgid-gx")),
+        ("write then fstat r-sgid", lambda: write_fstat("r-sgid")),
+        ("stat r-sgid after", lambda: st(p("r-sgid"))),
         ("truncate r644", lambda: truncate("r644")),
         ("truncate a644", lambda: truncate("a644")),
         ("lookup rdir700/f", lambda: st(p("rdir700/f"))),

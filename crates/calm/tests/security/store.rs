@@ -56,6 +56,66 @@ fn the_store_and_its_objects_are_closed_to_other_users() {
     check(&data);
 }
 
+/// A data directory another user owns (or with an entry another user owns) is refused: its
+/// owner could put their own socket in the server's place. Nothing is created in it.
+#[test]
+fn a_data_directory_another_user_owns_is_refused() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let theirs = tmp.path().join("theirs");
+    std::fs::create_dir(&theirs).expect("mkdir");
+    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    std::os::unix::fs::chown(&theirs, Some(40_001), Some(40_001)).expect("chown");
+    let refused = |data: &Path| -> String {
+        // A server that starts anyway is stopped after a while, and the test fails.
+        let mut child = Command::new(CALM)
+            .args(["serve", "--data"])
+            .arg(data)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("calm serve");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while child.try_wait().expect("wait").is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("calm serve served on {}", data.display());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().expect("output");
+        assert!(!out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = refused(&theirs);
+    assert!(
+        stderr.contains("belongs to uid 40001, not to this server's user"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&theirs).expect("list").count(),
+        0,
+        "something was created in it"
+    );
+    assert_eq!(
+        std::fs::metadata(&theirs).expect("stat").mode() & 0o7777,
+        0o700
+    );
+    // The server's own directory with an entry someone else put in it (while it was open).
+    let ours = tmp.path().join("ours");
+    let server = common::Server::start(&ours);
+    drop(server);
+    let planted = ours.join("planted");
+    std::fs::write(&planted, b"x").expect("write");
+    std::os::unix::fs::chown(&planted, Some(40_001), Some(40_001)).expect("chown");
+    let stderr = refused(&ours);
+    assert!(stderr.contains("planted belongs to uid 40001"), "{stderr}");
+    std::fs::remove_file(&planted).expect("rm");
+    let server = common::Server::start(&ours);
+    drop(server);
+}
+
 #[test]
 fn a_full_store_answers_enospc_keeps_reading_takes_writes_when_room_is_back_and_survives_kill_9() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -125,8 +185,23 @@ fn connections_beyond_the_limits_and_silent_ones_are_closed() {
         "connection {} of one peer was kept",
         limit + 1
     );
-    // A connection that never says anything is closed after the handshake timeout (10 s).
+    // A connection that never says anything is closed after the handshake timeout (10 s),
+    // and so is one that trickles its HTTP/2 preface a byte at a time without ever finishing
+    // it (the bytes do not move the deadline).
+    drop(held.drain(..limit - 2));
     let started = Instant::now();
+    let mut trickler = held.pop().expect("a connection");
+    let trickle = std::thread::spawn(move || {
+        use std::io::Write;
+        let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+        for byte in &preface[..preface.len() - 1] {
+            if trickler.write_all(&[*byte]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(600));
+        }
+        trickler
+    });
     let silent = held.last_mut().expect("a connection");
     assert!(
         closed_within(
@@ -138,6 +213,12 @@ fn connections_beyond_the_limits_and_silent_ones_are_closed() {
     assert!(
         started.elapsed() >= Duration::from_secs(5),
         "closed too early"
+    );
+    let mut trickler = trickle.join().expect("the trickler");
+    assert!(
+        closed_within(&mut trickler, Duration::from_secs(2)),
+        "a connection trickling its preface stayed open {:?} after it was taken",
+        started.elapsed()
     );
     drop(held);
     // The server still serves.

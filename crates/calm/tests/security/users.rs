@@ -188,10 +188,24 @@ fn attempts_of_an_unprivileged_client() {
                     ..Default::default()
                 },
             ),
+            // A file's change time is the time of its last change, for everyone.
+            (
+                "set-ctime",
+                SetAttr {
+                    ctime: Some(0),
+                    ..Default::default()
+                },
+            ),
         ];
         for (name, change) in changes {
             say(name, outcome(client.setattr(root_txt, &change).await));
         }
+        // A change of nothing is answered (as utimensat with both times omitted) and changes
+        // nothing: no new change time (the test compares the tree, ctimes included).
+        client
+            .setattr(root_txt, &SetAttr::default())
+            .await
+            .expect("a change of nothing");
         say(
             "setxattr",
             outcome(client.setxattr(root_txt, b"user.k", b"mine", 0).await),
@@ -210,6 +224,19 @@ fn attempts_of_an_unprivileged_client() {
         say(
             "create-in-0700-dir",
             outcome(client.create(secret, b"mine", 0o644).await),
+        );
+        // Devices are the superuser's to make (CAP_MKNOD), even where the user may create.
+        let device = calm_meta::NewNode {
+            kind: calm_meta::Kind::CharDevice,
+            mode: 0o666,
+            uid: 0,
+            gid: 0,
+            rdev: (1 << 8) | 1,
+            target: Vec::new(),
+        };
+        say(
+            "mknod-char-device-in-sticky-dir",
+            outcome(client.make_in_dir(sticky, b"mem", &device, true).await),
         );
         let sticky_unlink = client.unlink(sticky, b"other").await;
         say(
