@@ -369,24 +369,20 @@ pub fn facets(report: &ActivationReport) -> Vec<crate::multiples::Facet> {
                 other => format!("{other} of every disk per event"),
             };
             [
-                crate::multiples::Cell {
-                    panel: "first arrival to every pool active".into(),
-                    x_label: "disks".into(),
-                    y_label: "seconds".into(),
-                    log_y: true,
-                    series: series.clone(),
-                    x: r.devices as f64,
-                    y: r.seconds,
-                },
-                crate::multiples::Cell {
-                    panel: "bookkeeping CPU per arrival".into(),
-                    x_label: "disks".into(),
-                    y_label: "µs".into(),
-                    log_y: true,
+                crate::multiples::Cell::at(
+                    "first arrival to every pool active",
+                    ("disks", r.devices as f64),
+                    ("seconds", r.seconds),
+                    series.clone(),
+                )
+                .log(),
+                crate::multiples::Cell::at(
+                    "bookkeeping CPU per arrival",
+                    ("disks", r.devices as f64),
+                    ("µs", r.cpu_us_per_event),
                     series,
-                    x: r.devices as f64,
-                    y: r.cpu_us_per_event,
-                },
+                )
+                .log(),
             ]
         });
     crate::multiples::facets_of(cells)

@@ -232,23 +232,21 @@ fn torn(data: &[u8], bytes: usize, expected: u64) -> u64 {
 /// Two panels: each round's appends per second on one mount, O_APPEND with direct I/O beside
 /// through the page cache; and the records torn when two mounts append at once (`--plot`).
 pub fn facets(report: &AppendsReport) -> Vec<crate::multiples::Facet> {
-    let rounds = report.rounds.iter().map(|r| crate::multiples::Cell {
-        panel: "appends on one mount".into(),
-        x_label: "round".into(),
-        y_label: "appends/s".into(),
-        log_y: false,
-        series: r.mount.to_string(),
-        x: f64::from(r.round),
-        y: r.appends_per_s,
+    let rounds = report.rounds.iter().map(|r| {
+        crate::multiples::Cell::at(
+            "appends on one mount",
+            ("round", f64::from(r.round)),
+            ("appends/s", r.appends_per_s),
+            r.mount.to_string(),
+        )
     });
-    let torn = report.tearing.iter().map(|t| crate::multiples::Cell {
-        panel: "records torn, two mounts at once".into(),
-        x_label: "records appended".into(),
-        y_label: "records torn".into(),
-        log_y: false,
-        series: t.mount.to_string(),
-        x: t.records as f64,
-        y: t.torn as f64,
+    let torn = report.tearing.iter().map(|t| {
+        crate::multiples::Cell::at(
+            "records torn, two mounts at once",
+            ("records appended", t.records as f64),
+            ("records torn", t.torn as f64),
+            t.mount,
+        )
     });
     crate::multiples::facets_of(rounds.chain(torn))
 }

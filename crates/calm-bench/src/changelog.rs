@@ -536,14 +536,13 @@ pub fn facets(report: &ChangelogReport) -> Vec<crate::multiples::Facet> {
             ("calm, feed on, idle reader", r.on_ops_per_sec),
             ("calm, feed on, reader reading", r.on_reading_ops_per_sec),
         ]
-        .map(|(series, y)| crate::multiples::Cell {
-            panel: r.op.to_string(),
-            x_label: "clients".into(),
-            y_label: "operations/s".into(),
-            log_y: false,
-            series: series.into(),
-            x: r.clients as f64,
-            y,
+        .map(|(series, y)| {
+            crate::multiples::Cell::at(
+                r.op.to_string(),
+                ("clients", r.clients as f64),
+                ("operations/s", y),
+                series,
+            )
         })
     });
     crate::multiples::facets_of(cells)

@@ -330,17 +330,16 @@ pub fn plot(report: &ChurnReport, path: &Path) -> Result<(), String> {
     ];
     let cells = figures.iter().flat_map(|(panel, unit, figure)| {
         report.rounds.iter().flat_map(move |round| {
-            round.periods.iter().map(move |p| crate::multiples::Cell {
-                panel: panel.to_string(),
-                x_label: "minutes".into(),
-                y_label: unit.to_string(),
-                log_y: false,
-                series: match round.servers {
-                    1 => "calm, 1 server".into(),
-                    n => format!("calm, {n} servers"),
-                },
-                x: f64::from(p.period) * report.period_s / 60.0,
-                y: figure(p),
+            round.periods.iter().map(move |p| {
+                crate::multiples::Cell::at(
+                    panel.to_string(),
+                    ("minutes", f64::from(p.period) * report.period_s / 60.0),
+                    (unit.to_string(), figure(p)),
+                    match round.servers {
+                        1 => "calm, 1 server".into(),
+                        n => format!("calm, {n} servers"),
+                    },
+                )
             })
         })
     });

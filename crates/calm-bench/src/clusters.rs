@@ -263,13 +263,12 @@ pub fn table(results: &[ClustersResult]) -> Vec<String> {
 
 /// One panel per pass: creates per second over the number of clusters (`--plot`).
 pub fn facets(results: &[ClustersResult]) -> Vec<crate::multiples::Facet> {
-    crate::multiples::facets_of(results.iter().map(|r| crate::multiples::Cell {
-        panel: format!("pass {}", r.pass),
-        x_label: "metadata clusters".into(),
-        y_label: "creates/s".into(),
-        log_y: false,
-        series: "calm".into(),
-        x: r.clusters as f64,
-        y: r.creates_per_second,
+    crate::multiples::facets_of(results.iter().map(|r| {
+        crate::multiples::Cell::at(
+            format!("pass {}", r.pass),
+            ("metadata clusters", r.clusters as f64),
+            ("creates/s", r.creates_per_second),
+            "calm",
+        )
     }))
 }

@@ -603,14 +603,12 @@ pub fn facets(report: &DataReport) -> Vec<crate::multiples::Facet> {
             (None, ops) if r.case.starts_with("small") => (ops.unwrap_or(0.0), "files/s"),
             (None, ops) => (ops.unwrap_or(0.0), "operations/s"),
         };
-        crate::multiples::Cell {
-            panel: r.case.to_string(),
-            x_label: "threads (streams)".into(),
-            y_label: unit.into(),
-            log_y: true,
-            series: r.fs.clone(),
-            x: r.threads as f64,
-            y,
-        }
+        crate::multiples::Cell::at(
+            r.case.to_string(),
+            ("threads (streams)", r.threads as f64),
+            (unit, y),
+            r.fs.clone(),
+        )
+        .log()
     }))
 }

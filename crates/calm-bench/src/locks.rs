@@ -538,18 +538,16 @@ pub fn plot(report: &LocksReport, path: &std::path::Path) -> Result<(), String> 
             "getlk" => ("µs per F_GETLK", r.seconds * 1e6),
             _ => ("seconds for all N", r.seconds),
         };
-        crate::multiples::Cell {
-            panel: match r.case {
+        crate::multiples::Cell::at(
+            match r.case {
                 "getlk" => "conflict test (F_GETLK) among N locks".to_string(),
                 case => format!("N locks set, {case}"),
             },
-            x_label: "N locks on one file".into(),
-            y_label: y_label.into(),
-            log_y: true,
-            series: r.implementation.to_string(),
-            x: r.n as f64,
-            y,
-        }
+            ("N locks on one file", r.n as f64),
+            (y_label, y),
+            r.implementation.to_string(),
+        )
+        .log()
     });
     crate::multiples::small_multiples_svg(
         path,

@@ -724,32 +724,32 @@ pub fn check_costs(results: &[MdtestResult]) -> Vec<CheckCost> {
 /// One panel per operation and directory shape, its rate over clients, one line per mode
 /// (in-process, over gRPC, the kernel's tmpfs), for `--plot`.
 pub fn facets(results: &[MdtestResult]) -> Vec<crate::multiples::Facet> {
-    crate::multiples::facets_of(results.iter().map(|r| crate::multiples::Cell {
-        panel: format!(
-            "{}, {} directory",
-            r.op,
-            if r.dirs == "shared" {
-                "one"
-            } else {
-                "a per-client"
-            }
-        ),
-        x_label: "clients".into(),
-        y_label: "operations/s".into(),
-        log_y: true,
-        series: {
-            let who = match r.mode {
-                "inprocess" => format!("calm in-process ({})", r.store),
-                "grpc" => format!("calm over gRPC ({})", r.store),
-                _ => format!("{} (the kernel)", r.store),
-            };
-            match r.checks {
-                "off" => format!("{who}, no permission checks"),
-                _ => who,
-            }
-        },
-        x: r.clients as f64,
-        y: r.ops_per_sec,
+    crate::multiples::facets_of(results.iter().map(|r| {
+        crate::multiples::Cell::at(
+            format!(
+                "{}, {} directory",
+                r.op,
+                if r.dirs == "shared" {
+                    "one"
+                } else {
+                    "a per-client"
+                }
+            ),
+            ("clients", r.clients as f64),
+            ("operations/s", r.ops_per_sec),
+            {
+                let who = match r.mode {
+                    "inprocess" => format!("calm in-process ({})", r.store),
+                    "grpc" => format!("calm over gRPC ({})", r.store),
+                    _ => format!("{} (the kernel)", r.store),
+                };
+                match r.checks {
+                    "off" => format!("{who}, no permission checks"),
+                    _ => who,
+                }
+            },
+        )
+        .log()
     }))
 }
 

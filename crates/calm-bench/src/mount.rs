@@ -71,19 +71,17 @@ impl MountReport {
                 "small-write" | "small-read" => "files/s",
                 _ => "operations/s",
             };
-            crate::multiples::Cell {
-                panel: r.op.to_string(),
-                x_label: x_label.into(),
-                y_label: unit.into(),
-                log_y: true,
-                series: match r.fs.as_str() {
+            crate::multiples::Cell::at(
+                r.op.to_string(),
+                (x_label, x),
+                (unit, r.ops_per_sec),
+                match r.fs.as_str() {
                     "calm" => "calm, server in the mount's process".to_string(),
                     "calm-remote" => "calm, server over gRPC".to_string(),
                     other => other.to_string(),
                 },
-                x,
-                y: r.ops_per_sec,
-            }
+            )
+            .log()
         }))
     }
 

@@ -281,6 +281,37 @@ pub struct Cell {
     pub y: f64,
 }
 
+impl Cell {
+    /// The point (x, y) of `series` in `panel`, whose axes say what x and y are
+    /// (`(label, value)`), on a linear y axis.
+    pub fn at(
+        panel: impl Into<String>,
+        (x_label, x): (impl Into<String>, f64),
+        (y_label, y): (impl Into<String>, f64),
+        series: impl Into<String>,
+    ) -> Cell {
+        Cell {
+            panel: panel.into(),
+            x_label: x_label.into(),
+            y_label: y_label.into(),
+            log_y: false,
+            series: series.into(),
+            x,
+            y,
+        }
+    }
+
+    /// The same point on a logarithmic y axis (for figures spread over decades).
+    pub fn log(self) -> Cell {
+        self.log_if(true)
+    }
+
+    /// The same point, on a logarithmic y axis when `log`.
+    pub fn log_if(self, log: bool) -> Cell {
+        Cell { log_y: log, ..self }
+    }
+}
+
 /// The panels of `cells`, in the order their first cell comes, each with its series in the
 /// order they come.
 pub fn facets_of(cells: impl IntoIterator<Item = Cell>) -> Vec<Facet> {

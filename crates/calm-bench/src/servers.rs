@@ -700,24 +700,18 @@ pub fn table(report: &ServersReport) -> Vec<String> {
 pub fn facets(report: &ServersReport) -> Vec<crate::multiples::Facet> {
     let cells = report.results.iter().flat_map(|r| {
         [
-            crate::multiples::Cell {
-                panel: format!("{}: rate", r.op),
-                x_label: "servers".into(),
-                y_label: "operations/s".into(),
-                log_y: false,
-                series: "calm".into(),
-                x: r.servers as f64,
-                y: r.ops_per_sec,
-            },
-            crate::multiples::Cell {
-                panel: format!("{}: CPU", r.op),
-                x_label: "servers".into(),
-                y_label: "µs of the servers' CPU per operation".into(),
-                log_y: false,
-                series: "calm".into(),
-                x: r.servers as f64,
-                y: r.cpu_us_per_op,
-            },
+            crate::multiples::Cell::at(
+                format!("{}: rate", r.op),
+                ("servers", r.servers as f64),
+                ("operations/s", r.ops_per_sec),
+                "calm",
+            ),
+            crate::multiples::Cell::at(
+                format!("{}: CPU", r.op),
+                ("servers", r.servers as f64),
+                ("µs of the servers' CPU per operation", r.cpu_us_per_op),
+                "calm",
+            ),
         ]
     });
     crate::multiples::facets_of(cells)

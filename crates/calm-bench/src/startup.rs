@@ -428,14 +428,9 @@ pub fn table(results: &[StartupResult]) -> Vec<String> {
 /// Restart times over the file count, clean and after kill -9, each beside a server that
 /// scans every file at start, as an SVG plot at `path`.
 pub fn plot(results: &[StartupResult], path: &std::path::Path) -> Result<(), String> {
-    let cell = |panel: &str, series: &str, r: &StartupResult, y: f64| crate::multiples::Cell {
-        panel: panel.into(),
-        x_label: "files".into(),
-        y_label: "ms to ready".into(),
-        log_y: true,
-        series: series.into(),
-        x: r.files as f64,
-        y,
+    let cell = |panel: &str, series: &str, r: &StartupResult, y: f64| {
+        crate::multiples::Cell::at(panel, ("files", r.files as f64), ("ms to ready", y), series)
+            .log()
     };
     let cells = results.iter().flat_map(|r| {
         [

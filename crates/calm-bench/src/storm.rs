@@ -444,39 +444,33 @@ pub fn facets(report: &StormReport) -> Vec<crate::multiples::Facet> {
         .mounts
         .iter()
         .filter(|r| r.watcher != "none")
-        .map(|r| crate::multiples::Cell {
-            panel: "mount-table watcher's CPU".into(),
-            x_label: "bind mounts in the storm".into(),
-            y_label: "% of the producer's CPU".into(),
-            log_y: true,
-            series: match r.watcher {
-                "naive" => "re-reading the table per event".to_string(),
-                "budget" => "re-reading it at most once per interval".to_string(),
-                other => other.to_string(),
-            },
-            x: r.mounts as f64,
-            y: 100.0 * r.watcher_share,
+        .map(|r| {
+            crate::multiples::Cell::at(
+                "mount-table watcher's CPU",
+                ("bind mounts in the storm", r.mounts as f64),
+                ("% of the producer's CPU", 100.0 * r.watcher_share),
+                match r.watcher {
+                    "naive" => "re-reading the table per event".to_string(),
+                    "budget" => "re-reading it at most once per interval".to_string(),
+                    other => other.to_string(),
+                },
+            )
+            .log()
         });
     let namespace = report.namespace.iter().flat_map(|r| {
         [
-            crate::multiples::Cell {
-                panel: "creates while watched".into(),
-                x_label: "namespace watchers".into(),
-                y_label: "creates/s".into(),
-                log_y: false,
-                series: "calm".into(),
-                x: r.watchers as f64,
-                y: r.ops_per_sec,
-            },
-            crate::multiples::Cell {
-                panel: "worst delivery lag".into(),
-                x_label: "namespace watchers".into(),
-                y_label: "ms".into(),
-                log_y: false,
-                series: "calm".into(),
-                x: r.watchers as f64,
-                y: r.max_lag_ms,
-            },
+            crate::multiples::Cell::at(
+                "creates while watched",
+                ("namespace watchers", r.watchers as f64),
+                ("creates/s", r.ops_per_sec),
+                "calm",
+            ),
+            crate::multiples::Cell::at(
+                "worst delivery lag",
+                ("namespace watchers", r.watchers as f64),
+                ("ms", r.max_lag_ms),
+                "calm",
+            ),
         ]
     });
     crate::multiples::facets_of(mounts.chain(namespace))

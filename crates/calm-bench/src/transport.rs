@@ -125,14 +125,13 @@ pub fn facets(results: &[TransportResult]) -> Vec<crate::multiples::Facet> {
     crate::multiples::facets_of(results.iter().flat_map(|r| {
         let round = rounds.entry(r.transport).or_default();
         *round += 1;
-        let cell = |panel: &str, y_label: &str, y: f64| crate::multiples::Cell {
-            panel: panel.into(),
-            x_label: "round".into(),
-            y_label: y_label.into(),
-            log_y: false,
-            series: format!("calm over {}", r.transport),
-            x: f64::from(*round),
-            y,
+        let cell = |panel: &str, y_label: &str, y: f64| {
+            crate::multiples::Cell::at(
+                panel,
+                ("round", f64::from(*round)),
+                (y_label, y),
+                format!("calm over {}", r.transport),
+            )
         };
         [
             cell("one stat", "µs", r.stat_us),

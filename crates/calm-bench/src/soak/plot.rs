@@ -10,14 +10,8 @@ use crate::multiples::Cell;
 /// chunk; the memory of the server and of the mounts.
 pub fn plot(report: &SoakReport, path: &Path) -> Result<(), String> {
     let minute = |p: &PeriodFigures| f64::from(p.period) * report.period_s / 60.0;
-    let cell = |panel: &str, y_label: &str, log_y: bool, series: &str, p, y| Cell {
-        panel: panel.into(),
-        x_label: "minutes".into(),
-        y_label: y_label.into(),
-        log_y,
-        series: series.into(),
-        x: minute(p),
-        y,
+    let cell = |panel: &str, y_label: &str, log_y: bool, series: &str, p, y| {
+        Cell::at(panel, ("minutes", minute(p)), (y_label, y), series).log_if(log_y)
     };
     let mut cells = Vec::new();
     type Figure = fn(&WorkloadFigures) -> f64;
