@@ -305,3 +305,46 @@ fn limits_are_enforced_and_named() {
     );
     m.check_consistency().unwrap();
 }
+
+#[test]
+fn a_session_opened_with_fewer_locks_is_held_to_them_and_others_are_not() {
+    let limits = Limits {
+        locks_per_session_max: 8,
+        ..Limits::default()
+    };
+    let mut m = LockManager::new(limits, 1);
+    let small = m.open_session_with(0, LEASE_MS, 3).unwrap();
+    let full = m.open_session(0, LEASE_MS).unwrap();
+    // Never more than the manager's own limit, whatever is asked.
+    let asked_more = m.open_session_with(0, LEASE_MS, 1 << 40).unwrap();
+    granted(&mut m, small, req(1, P1, range(0, 0), LockKind::Write));
+    granted(&mut m, small, req(1, P1, range(2, 2), LockKind::Write));
+    // A set needs room for two more (it may split a lock in three).
+    assert_eq!(
+        m.set(small, req(1, P1, range(4, 4), LockKind::Write), false),
+        Err(LockError::TooManyLocks { limit: 3 })
+    );
+    for i in 0..6 {
+        granted(
+            &mut m,
+            full,
+            req(2, P2, range(2 * i, 2 * i), LockKind::Write),
+        );
+    }
+    for i in 0..7 {
+        granted(
+            &mut m,
+            asked_more,
+            req(3, P3, range(2 * i, 2 * i), LockKind::Write),
+        );
+    }
+    assert_eq!(
+        m.set(
+            asked_more,
+            req(3, P3, range(20, 20), LockKind::Write),
+            false
+        ),
+        Err(LockError::TooManyLocks { limit: 8 })
+    );
+    m.check_consistency().unwrap();
+}

@@ -487,9 +487,25 @@ impl<S: Store> LocksRpc for LockService<S> {
     ) -> Result<Response<pb::SessionReply>, Status> {
         let identity = self.auth.identity(&r)?;
         let lease_ms = r.into_inner().lease_ms;
+        let _reservation = self
+            .auth
+            .sessions
+            .reserve(&identity, |s| self.table.lock().manager.live(s).is_ok())
+            .map_err(|limit| {
+                Status::resource_exhausted(format!(
+                    "{} has {limit} lock sessions open, its limit (sessions per user)",
+                    identity.key()
+                ))
+            })?;
+        let locks_max = match identity.is_trusted() {
+            true => u64::MAX,
+            false => crate::auth::LOCKS_PER_USER_SESSION_MAX,
+        };
         let session = {
             let mut inner = self.table.lock();
-            inner.manager.open_session(self.table.now_ms(), lease_ms)
+            inner
+                .manager
+                .open_session_with(self.table.now_ms(), lease_ms, locks_max)
         }
         .map_err(|error| status_from_lock_failure(&LockFailure::from(&error)))?;
         if let Some(registry) = self.table.registry.clone() {

@@ -58,6 +58,8 @@ struct SessionState {
     deadline_ms: u64,
     owners: BTreeSet<OwnerIdx>,
     locks: u64,
+    /// Most locks it may hold (at most [`Limits::locks_per_session_max`]).
+    locks_max: u64,
     waits: u64,
 }
 
@@ -214,7 +216,7 @@ impl LockManager {
         wait: bool,
     ) -> Result<Outcome, LockError> {
         self.live(session)?;
-        let limit = self.limits.locks_per_session_max;
+        let limit = self.sessions[&session].locks_max;
         // A set can add two locks (splitting one of the other type in three).
         if self.sessions[&session].locks + 2 > limit {
             return Err(LockError::TooManyLocks { limit });
@@ -262,7 +264,7 @@ impl LockManager {
         scope: Scope,
     ) -> Result<(), LockError> {
         self.live(session)?;
-        let limit = self.limits.locks_per_session_max;
+        let limit = self.sessions[&session].locks_max;
         // Unlocking the middle of a lock leaves two.
         if self.sessions[&session].locks + 1 > limit {
             return Err(LockError::TooManyLocks { limit });

@@ -6,6 +6,18 @@ use super::*;
 
 impl LockManager {
     pub fn open_session(&mut self, now_ms: u64, lease_ms: u64) -> Result<SessionId, LockError> {
+        self.open_session_with(now_ms, lease_ms, self.limits.locks_per_session_max)
+    }
+
+    /// [`LockManager::open_session`] for a session that may hold at most `locks_max` locks
+    /// (and never more than [`Limits::locks_per_session_max`]): a client trusted less is
+    /// given less.
+    pub fn open_session_with(
+        &mut self,
+        now_ms: u64,
+        lease_ms: u64,
+        locks_max: u64,
+    ) -> Result<SessionId, LockError> {
         self.check_lease(lease_ms)?;
         if self.sessions.len() >= self.limits.sessions_max {
             return Err(LockError::TooManySessions {
@@ -22,6 +34,7 @@ impl LockManager {
                 deadline_ms,
                 owners: BTreeSet::new(),
                 locks: 0,
+                locks_max: locks_max.min(self.limits.locks_per_session_max),
                 waits: 0,
             },
         );

@@ -542,3 +542,138 @@ for name in ("system.posix_acl_access", "system.posix_acl_default"):
         ]
     );
 }
+
+/// Lock sessions and locks of an unprivileged client, run as that user by the test below:
+/// sessions opened until one is refused, then locks taken in one session until one is.
+#[test]
+#[ignore = "run as another user by an_unprivileged_user_cannot_take_the_lock_managers_memory"]
+fn lock_limits_of_an_unprivileged_client() {
+    let Ok(server) = std::env::var("CALM_ATTEMPT_SERVER") else {
+        return;
+    };
+    use calm_locks::{LockKind, Owner, Range, Request, Scope};
+    use calm_proto::locks::{LOCK_BATCH_OPS_MAX, LockCall, LockCode};
+    let runtime = common::runtime();
+    runtime.block_on(async {
+        let client = calm_client::Client::connect(&server)
+            .await
+            .expect("connect");
+        let sticky = client
+            .lookup(calm_meta::ROOT, b"sticky")
+            .await
+            .expect("sticky")
+            .handle;
+        let file = client
+            .create(sticky, b"mine-to-lock", 0o644)
+            .await
+            .expect("a file of mine")
+            .handle;
+        let mut sessions = Vec::new();
+        let refused = loop {
+            match client.open_lock_session(60_000).await {
+                Ok(session) if sessions.len() < 1000 => sessions.push(session),
+                Ok(_) => break "never".to_string(),
+                Err(e) => break e.to_string(),
+            }
+        };
+        println!("limit sessions {} then refused ({refused})", sessions.len());
+        let session = sessions[0];
+        let (mut held, mut at) = (0u64, 0u64);
+        let refused = 'taking: loop {
+            let calls: Vec<LockCall> = (0..LOCK_BATCH_OPS_MAX as u64 / 4)
+                .map(|i| {
+                    LockCall::Set(Request {
+                        resource: file,
+                        owner: Owner::File { file: 1 },
+                        scope: Scope::Range(Range {
+                            start: 2 * (at + i),
+                            end: 2 * (at + i),
+                        }),
+                        kind: LockKind::Read,
+                    })
+                })
+                .collect();
+            at += calls.len() as u64;
+            let answers = client.lock_batch(session, &calls).await.expect("a batch");
+            for answer in answers {
+                if answer.code != LockCode::Ok {
+                    break 'taking format!("{:?}", answer.code);
+                }
+                held += 1;
+            }
+            if held > 1 << 22 {
+                break "never".to_string();
+            }
+        };
+        println!("limit locks {held} then refused ({refused})");
+    });
+}
+
+#[test]
+fn an_unprivileged_user_cannot_take_the_lock_managers_memory() {
+    use std::os::unix::process::CommandExt;
+    let user = LocalUser::create("l");
+    let mount = Mount::embedded(&["--allow-other"]);
+    let top = mount.mnt.parent().expect("the mount's directory");
+    std::fs::set_permissions(top, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    mount.sh_ok("mkdir sticky && chmod 1777 sticky");
+    let socket = mount.socket.clone().expect("the embedded server's socket");
+    let rss_mib = || -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", mount.pid()))
+            .expect("the server's status");
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS");
+        kib / 1024.0
+    };
+    let before = rss_mib();
+    let out = Command::new(std::env::current_exe().expect("this test binary"))
+        .args([
+            "--exact",
+            "users::lock_limits_of_an_unprivileged_client",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("CALM_ATTEMPT_SERVER", &socket)
+        .uid(user.uid)
+        .gid(user.gid)
+        .output()
+        .expect("run the attempts");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = rss_mib();
+    let said: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.find("limit ").map(|at| &l[at..]))
+        .collect();
+    println!("{said:?}; the server's memory {before:.1} MiB before, {after:.1} MiB after");
+    let sessions = calm_server::auth::SESSIONS_PER_USER_MAX;
+    assert!(
+        said[0].starts_with(&format!("limit sessions {sessions} then refused (")),
+        "{said:?}"
+    );
+    assert!(said[0].contains("sessions per user"), "{said:?}");
+    // A set needs room for two more locks (it may split one in three).
+    let locks = calm_server::auth::LOCKS_PER_USER_SESSION_MAX - 1;
+    assert_eq!(
+        said[1],
+        format!("limit locks {locks} then refused (TooManyLocks)"),
+        "{said:?}"
+    );
+    // A user's sessions and locks cost the server a few MiB, not the 46 MiB half a million
+    // locks took before there was a limit.
+    assert!(
+        after - before < 32.0,
+        "the server grew from {before:.1} to {after:.1} MiB"
+    );
+    // Root and mounts are not held to a user's limits: the mount still locks.
+    mount.sh_ok("python3 -c 'import fcntl; f = open(\"sticky/root-lock\", \"w\"); fcntl.lockf(f, fcntl.LOCK_EX)'");
+}
