@@ -167,13 +167,8 @@ impl InProcessServer {
         let (listener, addr) = calm_server::listen::bind("127.0.0.1:0", None).await?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let info = calm_server::ServerInfo {
-            data_dir: String::new(),
-            started: Instant::now(),
-            ready_ms: 0,
-            watch_limits: calm_watch::Limits::default(),
             data,
-            auth: calm_server::auth::Auth::default(),
-            cluster: None,
+            ..calm_server::ServerInfo::plain()
         };
         let server = calm_server::Server::start(meta, info).await;
         let local = calm_client::InProcess {

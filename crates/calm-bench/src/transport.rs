@@ -89,15 +89,7 @@ pub fn run(
         let (unix, unix_addr) = calm_server::listen::bind(&socket, None).await?;
         let (tcp, tcp_addr) = calm_server::listen::bind("127.0.0.1:0", None).await?;
         let (tls, tls_addr) = calm_server::listen::bind("127.0.0.1:0", Some(tls_server)).await?;
-        let info = calm_server::ServerInfo {
-            data_dir: String::new(),
-            started: Instant::now(),
-            ready_ms: 0,
-            watch_limits: calm_watch::Limits::default(),
-            data: None,
-            auth: calm_server::auth::Auth::default(),
-            cluster: None,
-        };
+        let info = calm_server::ServerInfo::plain();
         let server = calm_server::Server::start(meta.clone(), info).await;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let serving = tokio::spawn(server.serve(vec![unix, tcp, tls], async {

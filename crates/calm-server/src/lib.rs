@@ -101,6 +101,22 @@ pub struct ServerInfo {
     pub cluster: Option<cluster::ClusterOptions>,
 }
 
+impl ServerInfo {
+    /// A server of the namespace alone, started now: no object store (no deleter or
+    /// compactor), the default limits, no root squash, the only server of its store.
+    pub fn plain() -> ServerInfo {
+        ServerInfo {
+            data_dir: String::new(),
+            started: Instant::now(),
+            ready_ms: 0,
+            watch_limits: calm_watch::Limits::default(),
+            data: None,
+            auth: auth::Auth::default(),
+            cluster: None,
+        }
+    }
+}
+
 /// Serves `meta` and its locks on `listener` until `shutdown` completes; then stops
 /// accepting, lets the requests in flight finish, and returns. Locks live in memory: they
 /// end with the server, and the sessions that held them are fenced by the next one.

@@ -31,17 +31,12 @@ async fn fixture() -> Fixture {
     .unwrap();
     let meta = Arc::new(Meta::open(Arc::new(MemStore::new()), MetaOptions::default()).unwrap());
     let info = calm_server::ServerInfo {
-        data_dir: String::new(),
-        started: std::time::Instant::now(),
-        ready_ms: 0,
-        watch_limits: calm_watch::Limits::default(),
         data: Some(calm_server::data::DataOptions {
             objects: objects.clone(),
             delete_delay: Duration::from_secs(3600),
             orphan_claim_grace: Duration::from_secs(60),
         }),
-        auth: calm_server::auth::Auth::default(),
-        cluster: None,
+        ..calm_server::ServerInfo::plain()
     };
     let server = calm_server::Server::start(meta.clone(), info).await;
     Fixture {

@@ -53,15 +53,7 @@ async fn a_request_id_sent_first_by_another_identity_takes_nothing_from_its_clie
     )
     .await
     .unwrap();
-    let info = calm_server::ServerInfo {
-        data_dir: String::new(),
-        started: std::time::Instant::now(),
-        ready_ms: 0,
-        watch_limits: calm_watch::Limits::default(),
-        data: None,
-        auth: calm_server::auth::Auth::default(),
-        cluster: None,
-    };
+    let info = calm_server::ServerInfo::plain();
     let server = calm_server::Server::start(meta.clone(), info).await;
     let service = server.meta_service();
     // The client's id, as a user who watched the other client might have learned it.

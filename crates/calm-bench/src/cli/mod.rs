@@ -2,15 +2,17 @@
 //! with `--json` its report, the table then going to stderr), and an SVG plot with `--plot
 //! FILE`. The binary parses the arguments and prints the [`Output`].
 
-use std::path::{Path, PathBuf};
-
-use crate::multiples::Facet;
+use std::path::PathBuf;
 
 use crate::{activation, changelog, locks, mdtest, mount, startup, storm};
 
+mod output;
 mod servers;
 mod soak;
+
 use clap::Subcommand;
+pub use output::{Output, OutputArgs};
+use output::{calm_exe, panels};
 
 #[derive(Debug, Subcommand)]
 pub enum Bench {
@@ -300,65 +302,6 @@ pub enum Bench {
         #[command(flatten)]
         out: OutputArgs,
     },
-}
-
-/// What a benchmark has to print: its table, and its report as one line of JSON when
-/// `--json` asked for it (the table then goes to stderr).
-#[derive(Debug, Default)]
-pub struct Output {
-    pub table: Vec<String>,
-    pub json: Option<String>,
-}
-
-/// What every benchmark prints and draws besides its table.
-#[derive(Debug, clap::Args)]
-pub struct OutputArgs {
-    /// Print the report as one line of JSON (the table then goes to stderr).
-    #[arg(long)]
-    pub json: bool,
-    /// Draw the figures into this SVG file: one panel per case, each in one unit, calm beside
-    /// its baselines.
-    #[arg(long, value_name = "FILE")]
-    pub plot: Option<PathBuf>,
-}
-
-impl OutputArgs {
-    /// Draws the plot when `--plot` asks for one (`draw` writes it to the path), then gives
-    /// the table, with `report` as JSON when `--json` asks for it.
-    pub fn finish(
-        &self,
-        table: Vec<String>,
-        report: &impl serde::Serialize,
-        draw: impl FnOnce(&Path) -> Result<(), String>,
-    ) -> Result<Output, String> {
-        if let Some(path) = &self.plot {
-            draw(path)?;
-        }
-        Ok(Output {
-            table,
-            json: self
-                .json
-                .then(|| serde_json::to_string(report))
-                .transpose()
-                .map_err(|e| format!("writing the report: {e}"))?,
-        })
-    }
-}
-
-/// A `draw` for [`OutputArgs::finish`]: the panels `facets` makes, under `title`.
-fn panels<'a>(
-    title: &'a str,
-    facets: impl FnOnce() -> Vec<Facet> + 'a,
-) -> impl FnOnce(&Path) -> Result<(), String> + 'a {
-    move |path| crate::multiples::small_multiples_svg(path, title, &facets())
-}
-
-/// The calm executable that runs servers and mounts: `calm` when given, else this one.
-fn calm_exe(calm: Option<PathBuf>) -> Result<PathBuf, String> {
-    match calm {
-        Some(calm) => Ok(calm),
-        None => std::env::current_exe().map_err(|e| format!("finding the calm binary: {e}")),
-    }
 }
 
 /// Runs the benchmark the arguments name.

@@ -1,6 +1,6 @@
 //! `calm bench servers`: the flags, wired to `crate::servers`.
 
-use super::{Output, calm_exe, panels};
+use super::output::{Output, OutputArgs, calm_exe, panels};
 
 type Result<T> = std::result::Result<T, String>;
 #[derive(Debug, clap::Args)]
@@ -35,7 +35,7 @@ pub struct ServersArgs {
     #[arg(long)]
     calm: Option<std::path::PathBuf>,
     #[command(flatten)]
-    out: super::OutputArgs,
+    out: OutputArgs,
 }
 
 /// Runs the benchmark: the table, the report when `--json` asks for it, the plot.
@@ -86,7 +86,7 @@ pub struct ChurnArgs {
     #[arg(long)]
     calm: Option<std::path::PathBuf>,
     #[command(flatten)]
-    out: super::OutputArgs,
+    out: OutputArgs,
     /// Run nothing: read the report of an earlier run (its --json output) and print it, and
     /// draw it with --plot.
     #[arg(long, value_name = "REPORT_JSON")]
@@ -135,7 +135,7 @@ pub struct ClustersArgs {
     #[arg(long, default_value_t = 2)]
     passes: usize,
     #[command(flatten)]
-    out: super::OutputArgs,
+    out: OutputArgs,
 }
 
 /// Runs the clusters benchmark: the table, the results when `--json` asks for them, the plot.

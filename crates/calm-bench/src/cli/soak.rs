@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::{Output, calm_exe, panels};
+use super::output::{Output, OutputArgs, calm_exe, panels};
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -26,7 +26,7 @@ pub struct SoakArgs {
     #[arg(long, default_value = ".")]
     dir: PathBuf,
     #[command(flatten)]
-    out: super::OutputArgs,
+    out: OutputArgs,
     /// Run nothing: read the report of an earlier run (its --json output) and print it, and
     /// draw it with --plot.
     #[arg(long, value_name = "REPORT_JSON")]
@@ -78,7 +78,7 @@ pub struct AppendsArgs {
     #[arg(long, default_value = ".")]
     dir: PathBuf,
     #[command(flatten)]
-    out: super::OutputArgs,
+    out: OutputArgs,
 }
 
 /// Runs the appends benchmark: the table, the report (with `--json`) and the plot.

@@ -301,37 +301,51 @@ fn attempts_of_an_unprivileged_client() {
     });
 }
 
-/// Runs [`attempts_of_an_unprivileged_client`] as `user` against `server`.
-fn attempts_as(user: &LocalUser, server: &str, session: u64, holder: &str, reader: u32) -> String {
+/// Runs the ignored test `test` of this binary as `user`, with `env`, and gives what it
+/// printed after `tag` on each line that has it (it must succeed).
+fn run_as(user: &LocalUser, test: &str, env: &[(&str, String)], tag: &str) -> Vec<String> {
     use std::os::unix::process::CommandExt;
     let out = Command::new(std::env::current_exe().expect("this test binary"))
         .args([
             "--exact",
-            "users::attempts_of_an_unprivileged_client",
+            test,
             "--ignored",
             "--nocapture",
             "--test-threads=1",
         ])
-        .env("CALM_ATTEMPT_SERVER", server)
-        .env("CALM_ATTEMPT_SESSION", session.to_string())
-        .env("CALM_ATTEMPT_HOLDER", holder)
-        .env("CALM_ATTEMPT_READER", reader.to_string())
+        .envs(env.iter().map(|(k, v)| (k, v)))
         // std drops the supplementary groups when it changes the uid as root.
         .uid(user.uid)
         .gid(user.gid)
         .output()
-        .expect("run the attempts");
+        .expect("run the test as the user");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "attempts failed to run:\n{stdout}\n{}",
+        "{test} failed to run:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
         .lines()
-        .filter_map(|l| l.find("attempt ").map(|at| &l[at + "attempt ".len()..]))
-        .collect::<Vec<_>>()
-        .join("\n")
+        .filter_map(|l| l.find(tag).map(|at| l[at + tag.len()..].to_string()))
+        .collect()
+}
+
+/// Runs [`attempts_of_an_unprivileged_client`] as `user` against `server`.
+fn attempts_as(user: &LocalUser, server: &str, session: u64, holder: &str, reader: u32) -> String {
+    let env = [
+        ("CALM_ATTEMPT_SERVER", server.to_string()),
+        ("CALM_ATTEMPT_SESSION", session.to_string()),
+        ("CALM_ATTEMPT_HOLDER", holder.to_string()),
+        ("CALM_ATTEMPT_READER", reader.to_string()),
+    ];
+    run_as(
+        user,
+        "users::attempts_of_an_unprivileged_client",
+        &env,
+        "attempt ",
+    )
+    .join("\n")
 }
 
 #[test]
@@ -611,7 +625,6 @@ fn lock_limits_of_an_unprivileged_client() {
 
 #[test]
 fn an_unprivileged_user_cannot_take_the_lock_managers_memory() {
-    use std::os::unix::process::CommandExt;
     let user = LocalUser::create("l");
     let mount = Mount::embedded(&["--allow-other"]);
     let top = mount.mnt.parent().expect("the mount's directory");
@@ -630,34 +643,17 @@ fn an_unprivileged_user_cannot_take_the_lock_managers_memory() {
         kib / 1024.0
     };
     let before = rss_mib();
-    let out = Command::new(std::env::current_exe().expect("this test binary"))
-        .args([
-            "--exact",
-            "users::lock_limits_of_an_unprivileged_client",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("CALM_ATTEMPT_SERVER", &socket)
-        .uid(user.uid)
-        .gid(user.gid)
-        .output()
-        .expect("run the attempts");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let said = run_as(
+        &user,
+        "users::lock_limits_of_an_unprivileged_client",
+        &[("CALM_ATTEMPT_SERVER", socket.clone())],
+        "limit ",
     );
     let after = rss_mib();
-    let said: Vec<&str> = stdout
-        .lines()
-        .filter_map(|l| l.find("limit ").map(|at| &l[at..]))
-        .collect();
     println!("{said:?}; the server's memory {before:.1} MiB before, {after:.1} MiB after");
     let sessions = calm_server::auth::SESSIONS_PER_USER_MAX;
     assert!(
-        said[0].starts_with(&format!("limit sessions {sessions} then refused (")),
+        said[0].starts_with(&format!("sessions {sessions} then refused (")),
         "{said:?}"
     );
     assert!(said[0].contains("sessions per user"), "{said:?}");
@@ -665,7 +661,7 @@ fn an_unprivileged_user_cannot_take_the_lock_managers_memory() {
     let locks = calm_server::auth::LOCKS_PER_USER_SESSION_MAX - 1;
     assert_eq!(
         said[1],
-        format!("limit locks {locks} then refused (TooManyLocks)"),
+        format!("locks {locks} then refused (TooManyLocks)"),
         "{said:?}"
     );
     // A user's sessions and locks cost the server a few MiB, not the 46 MiB half a million
