@@ -348,3 +348,32 @@ fn a_session_opened_with_fewer_locks_is_held_to_them_and_others_are_not() {
     );
     m.check_consistency().unwrap();
 }
+
+#[test]
+fn locks_in_all_are_bounded_whatever_each_session_may_hold() {
+    let limits = Limits {
+        locks_per_session_max: 100,
+        locks_max: 5,
+        ..Limits::default()
+    };
+    let mut m = LockManager::new(limits, 1);
+    let a = m.open_session(0, LEASE_MS).unwrap();
+    let b = m.open_session(0, LEASE_MS).unwrap();
+    granted(&mut m, a, req(1, P1, range(0, 0), LockKind::Write));
+    granted(&mut m, a, req(1, P1, range(2, 2), LockKind::Write));
+    granted(&mut m, b, req(2, P2, range(0, 0), LockKind::Write));
+    // Three held: a set needs room for two more, which would make five.
+    granted(&mut m, b, req(2, P2, range(2, 2), LockKind::Write));
+    assert_eq!(
+        m.set(b, req(2, P2, range(4, 4), LockKind::Write), false),
+        Err(LockError::TooManyLocks { limit: 5 })
+    );
+    assert_eq!(
+        m.set(a, req(3, P1, range(0, 0), LockKind::Read), false),
+        Err(LockError::TooManyLocks { limit: 5 })
+    );
+    // Room comes back when locks go.
+    m.unlock(a, 1, P1, range(0, 2)).unwrap();
+    granted(&mut m, b, req(2, P2, range(4, 4), LockKind::Write));
+    m.check_consistency().unwrap();
+}

@@ -221,6 +221,11 @@ impl LockManager {
         if self.sessions[&session].locks + 2 > limit {
             return Err(LockError::TooManyLocks { limit });
         }
+        if self.locks + 2 > self.limits.locks_max {
+            return Err(LockError::TooManyLocks {
+                limit: self.limits.locks_max,
+            });
+        }
         let owner = self.owner_of(session, request.owner);
         let outcome = self.set_as(owner, request, wait);
         self.forget_if_idle(owner);
@@ -268,6 +273,11 @@ impl LockManager {
         // Unlocking the middle of a lock leaves two.
         if self.sessions[&session].locks + 1 > limit {
             return Err(LockError::TooManyLocks { limit });
+        }
+        if self.locks + 1 > self.limits.locks_max {
+            return Err(LockError::TooManyLocks {
+                limit: self.limits.locks_max,
+            });
         }
         let Some(&idx) = self.owner_idx.get(&(session, owner)) else {
             return Ok(());

@@ -81,6 +81,9 @@ pub struct Limits {
     pub sessions_max: usize,
     /// Locks one session may hold over all its owners and resources (ENOLCK past it).
     pub locks_per_session_max: u64,
+    /// Locks held in all, over every session: the bound on the manager's memory for locks
+    /// (about 68 bytes each; ENOLCK past it).
+    pub locks_max: u64,
     /// Requests one session may have waiting at once.
     pub waits_per_session_max: u64,
     pub lease_ms_min: u64,
@@ -92,6 +95,7 @@ impl Default for Limits {
         Limits {
             sessions_max: 65_536,
             locks_per_session_max: 1 << 24,
+            locks_max: 1 << 25,
             waits_per_session_max: 65_536,
             lease_ms_min: 100,
             lease_ms_max: 600_000,
