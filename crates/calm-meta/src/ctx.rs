@@ -16,6 +16,7 @@ use crate::changelog::ClState;
 use crate::error::MetaError;
 use crate::layout::{Dentry, Inode, KEY_FILE_BYTES, KEY_INODES, NameHash, inode_key, xattr_range};
 use crate::outcome::Outcome;
+use crate::quota::{QuotaTarget, QuotaUsage, Quotas};
 use crate::types::*;
 
 /// What the mutations of one group commit work with: the transaction, the allocator, the
@@ -40,6 +41,8 @@ pub struct Ctx<'a, T> {
     inodes: HashMap<Handle, Cached>,
     pub(crate) inode_delta: i64,
     pub(crate) file_bytes_delta: i64,
+    /// The quotas this group touched.
+    pub(crate) quota: Quotas,
 }
 
 struct Cached {
@@ -67,6 +70,7 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
             inodes: HashMap::new(),
             inode_delta: 0,
             file_bytes_delta: 0,
+            quota: Quotas::default(),
         }
     }
 
@@ -153,8 +157,136 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
         self.cl.append(self.txn, record)
     }
 
+    /// Writes the inodes the group changed so far into the transaction (they stay in the
+    /// overlay, clean): for a read of the transaction itself, such as counting a tree.
+    pub(crate) fn write_back(&mut self) -> Outcome<()> {
+        for (handle, cached) in self.inodes.iter_mut().filter(|(_, c)| c.dirty) {
+            match &cached.inode {
+                Some(inode) => put_inode(self.txn, inode)?,
+                None => {
+                    self.txn.delete(&inode_key(*handle))?;
+                }
+            }
+            cached.dirty = false;
+        }
+        Ok(())
+    }
+
+    /// The directories with a tree limit among `dir` and the directories above it, nearest
+    /// first (none for 0: an inode with no directory).
+    pub(crate) fn chain(&mut self, dir: Handle) -> Outcome<Vec<Handle>> {
+        if dir == 0 || self.quota.trees(self.txn)? == 0 {
+            return Ok(Vec::new());
+        }
+        if let Some(chain) = self.quota.cached_chain(dir) {
+            return Ok(chain.clone());
+        }
+        let mut chain = Vec::new();
+        let mut at = dir;
+        // A chain longer than every handle ever allocated is a cycle: corruption.
+        for _ in 0..u32::MAX {
+            if let Some(above) = self.quota.cached_chain(at) {
+                chain.extend_from_slice(&above.clone());
+                self.quota.remember_chain(dir, chain.clone());
+                return Ok(chain);
+            }
+            if self.quota.has_tree(self.txn, at)? {
+                chain.push(at);
+            }
+            if at == crate::ROOT {
+                self.quota.remember_chain(dir, chain.clone());
+                return Ok(chain);
+            }
+            at = self.load(at)?.parent;
+        }
+        Err(MetaError::Corrupt(format!(
+            "directory parent chain from {dir} does not reach the root"
+        ))
+        .into())
+    }
+
+    /// Adds `delta` to the usage of the owner `uid`/`gid` and of the trees above directory
+    /// `dir`, refusing growth past a limit (then nothing is changed).
+    pub(crate) fn charge(
+        &mut self,
+        uid: u32,
+        gid: u32,
+        dir: Handle,
+        delta: QuotaUsage,
+    ) -> Outcome<()> {
+        let mut targets = vec![QuotaTarget::user(uid), QuotaTarget::group(gid)];
+        targets.extend(self.chain(dir)?.into_iter().map(QuotaTarget::tree));
+        let (exempt, now) = (self.caller.is_root(), self.now);
+        self.quota.charge(self.txn, &targets, delta, exempt, now)
+    }
+
+    /// Adds `delta` to the usage of the trees above directory `dir` only.
+    pub(crate) fn charge_trees(&mut self, dir: Handle, delta: QuotaUsage) -> Outcome<()> {
+        let targets: Vec<QuotaTarget> = self
+            .chain(dir)?
+            .into_iter()
+            .map(QuotaTarget::tree)
+            .collect();
+        let now = self.now;
+        self.quota.charge(self.txn, &targets, delta, false, now)
+    }
+
+    /// Moves `usage` from the owner `from` to the owner `to` (a chown), refusing it past a
+    /// limit of the new owner.
+    pub(crate) fn charge_owner_change(
+        &mut self,
+        from: (u32, u32),
+        to: (u32, u32),
+        usage: QuotaUsage,
+    ) -> Outcome<()> {
+        let (exempt, now) = (self.caller.is_root(), self.now);
+        let gained: Vec<QuotaTarget> = [
+            (from.0 != to.0).then_some(QuotaTarget::user(to.0)),
+            (from.1 != to.1).then_some(QuotaTarget::group(to.1)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let lost: Vec<QuotaTarget> = [
+            (from.0 != to.0).then_some(QuotaTarget::user(from.0)),
+            (from.1 != to.1).then_some(QuotaTarget::group(from.1)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        self.quota.charge(self.txn, &gained, usage, exempt, now)?;
+        self.quota
+            .charge(self.txn, &lost, usage.negated(), exempt, now)
+    }
+
+    /// Moves `usage` from the trees above directory `from` to those above `to` (a file
+    /// renamed between directories), refusing it past a limit of a tree it enters.
+    pub(crate) fn charge_move(
+        &mut self,
+        from: Handle,
+        to: Handle,
+        usage: QuotaUsage,
+    ) -> Outcome<()> {
+        let (left, entered) = (self.chain(from)?, self.chain(to)?);
+        let gained: Vec<QuotaTarget> = entered
+            .iter()
+            .filter(|d| !left.contains(d))
+            .map(|d| QuotaTarget::tree(*d))
+            .collect();
+        let lost: Vec<QuotaTarget> = left
+            .iter()
+            .filter(|d| !entered.contains(d))
+            .map(|d| QuotaTarget::tree(*d))
+            .collect();
+        let now = self.now;
+        self.quota.charge(self.txn, &gained, usage, false, now)?;
+        self.quota
+            .charge(self.txn, &lost, usage.negated(), false, now)
+    }
+
     /// Writes what the group changed: every dirty inode once, the counters once.
     pub fn flush(self) -> Outcome<()> {
+        self.quota.flush(self.txn)?;
         for (handle, cached) in self.inodes {
             match cached {
                 Cached { dirty: false, .. } => {}

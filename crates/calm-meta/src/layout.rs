@@ -16,6 +16,8 @@
 //! | `J`    | `J` handle:u64be chunk:u64be          | slice records (crate::slices)          |
 //! | `L`    | `L` handle:u64be parent:u64be         | names of a multi-link file there: u32  |
 //! | `R`    | `R` id:u64be                          | records naming the object, when > 1    |
+//! | `A`    | `A` kind:u8 id:u64be                  | quota usage (crate::quota)             |
+//! | `B`    | `B` kind:u8 id:u64be                  | quota limits (crate::quota)            |
 //! | `0xFF` | `0xFF` index:u64be                    | changelog record (calm-changelog)      |
 //!
 //! A name is one key, ordered by a keyed hash of the name ([`NameHash`]): a lookup reads the
@@ -32,9 +34,10 @@ use crate::types::{Handle, Kind};
 /// (`K`, ids with [`crate::slices::INLINE`]); version 6 request records (`Q`); version 7 the
 /// time a request record was written, at the end of its value (a version-6 record, without
 /// it, is read and then swept); version 8 one key per name, by the hash of the name (before,
-/// a name had a second key in a readdir index by creation order). An older store is upgraded
-/// in place when opened for writing (`crate::upgrade`).
-pub const FORMAT_VERSION: u32 = 8;
+/// a name had a second key in a readdir index by creation order); version 9 quotas (`A`
+/// usage, `B` limits, `Nquota_trees`: `crate::quota`), every user's and group's usage kept. An
+/// older store is upgraded in place when opened for writing (`crate::upgrade`).
+pub const FORMAT_VERSION: u32 = 9;
 /// The oldest format this build opens.
 pub const FORMAT_VERSION_MIN: u32 = 1;
 /// First bytes of the format field, so a foreign store is refused rather than misread.

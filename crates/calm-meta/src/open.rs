@@ -11,6 +11,7 @@ impl<S: Store> Meta<S> {
     pub fn open(store: S, options: MetaOptions) -> Result<Self> {
         let store = Arc::new(store);
         upgrade::names(&*store)?;
+        upgrade::usage(&*store)?;
         // A shared store may see another server open at the same moment: run again on a
         // conflict.
         let mut tries = 0;
@@ -246,6 +247,10 @@ fn format_store<T: WriteTxn>(txn: &mut T, place: Option<&place::Place>) -> Resul
         target: Vec::new(),
     };
     txn.put(&inode_key(ROOT), &root.encode())?;
+    let usage = crate::quota::usage_of(Kind::Dir, 0);
+    for owner in [quota::QuotaTarget::user(0), quota::QuotaTarget::group(0)] {
+        txn.put(&quota::usage_key(owner), &quota::encode_usage(&usage))?;
+    }
     txn.add(KEY_INODES, 1)?;
     txn.add(KEY_FILE_BYTES, 0)?;
     Ok(())

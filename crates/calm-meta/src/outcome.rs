@@ -19,6 +19,8 @@ pub enum Done {
     Ids(u64),
     /// The file lost its last name and is kept as an orphan of the caller's session.
     Orphaned(Handle),
+    /// A quota as it is after the mutation.
+    Quota(calm_types::QuotaReport),
 }
 
 /// Why a mutation failed.

@@ -72,8 +72,9 @@ fn encode(done: &Done, now_ns: i64) -> Option<[u8; 17]> {
         Done::Attr(attr) => (1, attr.handle),
         Done::Orphaned(handle) => (2, *handle),
         Done::Ids(first) => (3, *first),
-        // Changelog readers are administration, sent without request ids.
-        Done::User(_) => return None,
+        // Changelog readers and quotas are administration, sent without request ids (setting
+        // a quota twice sets it once).
+        Done::User(_) | Done::Quota(_) => return None,
     };
     let mut bytes = [0u8; 17];
     bytes[0] = kind;

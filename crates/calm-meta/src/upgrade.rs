@@ -1,4 +1,5 @@
-//! Upgrading a store's names to format 8: one key per name, by the hash of the name.
+//! Upgrading a store: its names to format 8 (one key per name, by the hash of the name), and
+//! its users' and groups' usage to format 9 ([`usage`]).
 //!
 //! Up to format 7 a name had two keys: `D parent n name` (child, cookie, kind) and its readdir
 //! index entry `D parent c cookie` (child, kind, name). Format 8 keeps one, `D parent h hash
@@ -128,4 +129,50 @@ fn retry<S: Store, T>(store: &S, mut work: impl FnMut(&mut S::Txn<'_>) -> Result
     Err(MetaError::Busy(
         "upgrading the names: the store kept conflicting with other servers".into(),
     ))
+}
+
+/// Usage records written per transaction on a shared store (one operation each).
+pub const USAGE_PER_TXN_SHARED: usize = 100;
+
+/// Counts every user's and group's usage in a store of format 8 or older and writes it (format
+/// 9 keeps it with every change); does nothing on a new or current store. Returns how many
+/// usage records it wrote. Like the names' upgrade it runs before the server serves anything:
+/// the count is one snapshot's, and a server killed in the middle leaves a store of the old
+/// format, counted again whole by the next opening.
+pub fn usage<S: Store>(store: &S) -> Result<u64> {
+    let snap = store.snapshot()?;
+    let Some(format) = snap.get(KEY_FORMAT)? else {
+        return Ok(0);
+    };
+    if check_format(&format)? >= 9 {
+        return Ok(0);
+    }
+    let counted: Vec<_> = crate::quota::count::everything(&snap)
+        .map_err(MetaError::from)?
+        .into_iter()
+        .collect();
+    drop(snap);
+    let per_txn = if store.shared() {
+        USAGE_PER_TXN_SHARED
+    } else {
+        NAMES_PER_TXN_LOCAL
+    };
+    for batch in counted.chunks(per_txn) {
+        retry(store, |txn| {
+            for (target, usage) in batch {
+                txn.put(
+                    &crate::quota::usage_key(*target),
+                    &crate::quota::encode_usage(usage),
+                )?;
+            }
+            Ok(())
+        })?;
+    }
+    if !counted.is_empty() {
+        tracing::info!(
+            records = counted.len(),
+            "users' and groups' usage counted (format 9)"
+        );
+    }
+    Ok(counted.len() as u64)
 }

@@ -521,7 +521,9 @@ fn run_group(
         .iter()
         .map(|call| match ops::apply(&mut ctx, &to_op(call)) {
             Ok(Done::Attr(attr)) => Ok(Some(attr.handle)),
-            Ok(Done::Nothing | Done::User(_) | Done::Ids(_) | Done::Orphaned(_)) => Ok(None),
+            Ok(
+                Done::Nothing | Done::User(_) | Done::Ids(_) | Done::Orphaned(_) | Done::Quota(_),
+            ) => Ok(None),
             Err(Failure::Meta(error)) => Err(error.errno()),
             Err(Failure::Store(error)) => panic!("store failed: {error}"),
         })

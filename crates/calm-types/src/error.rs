@@ -53,33 +53,37 @@ pub enum MetaError {
     /// between them is refused, as between two file systems.
     #[error("invalid cross-device link: {0}")]
     CrossDevice(String),
+    /// A quota's limit would be passed (its name and figures in the detail).
+    #[error("disk quota exceeded: {0}")]
+    QuotaExceeded(String),
 }
 
 /// `(code, errno, name)` for every variant, in code order. The single source of truth for
 /// the mapping; a test checks that it is one to one.
 pub const CODES: &[(u32, i32, &str)] = &[
-    (1, 2, "NotFound"),       // ENOENT
-    (2, 17, "Exists"),        // EEXIST
-    (3, 20, "NotDir"),        // ENOTDIR
-    (4, 21, "IsDir"),         // EISDIR
-    (5, 39, "NotEmpty"),      // ENOTEMPTY
-    (6, 22, "Invalid"),       // EINVAL
-    (7, 36, "NameTooLong"),   // ENAMETOOLONG
-    (8, 61, "NoData"),        // ENODATA
-    (9, 34, "Range"),         // ERANGE
-    (10, 7, "TooBig"),        // E2BIG
-    (11, 31, "TooManyLinks"), // EMLINK
-    (12, 1, "NotPermitted"),  // EPERM
-    (13, 16, "Busy"),         // EBUSY
-    (14, 28, "NoSpace"),      // ENOSPC
-    (15, 27, "FileTooBig"),   // EFBIG
-    (16, 5, "Io"),            // EIO
-    (17, 30, "ReadOnly"),     // EROFS
-    (18, 116, "Stale"),       // ESTALE
-    (19, 117, "Corrupt"),     // EUCLEAN
-    (20, 13, "Access"),       // EACCES
-    (21, 95, "NotSupported"), // EOPNOTSUPP
-    (22, 18, "CrossDevice"),  // EXDEV
+    (1, 2, "NotFound"),         // ENOENT
+    (2, 17, "Exists"),          // EEXIST
+    (3, 20, "NotDir"),          // ENOTDIR
+    (4, 21, "IsDir"),           // EISDIR
+    (5, 39, "NotEmpty"),        // ENOTEMPTY
+    (6, 22, "Invalid"),         // EINVAL
+    (7, 36, "NameTooLong"),     // ENAMETOOLONG
+    (8, 61, "NoData"),          // ENODATA
+    (9, 34, "Range"),           // ERANGE
+    (10, 7, "TooBig"),          // E2BIG
+    (11, 31, "TooManyLinks"),   // EMLINK
+    (12, 1, "NotPermitted"),    // EPERM
+    (13, 16, "Busy"),           // EBUSY
+    (14, 28, "NoSpace"),        // ENOSPC
+    (15, 27, "FileTooBig"),     // EFBIG
+    (16, 5, "Io"),              // EIO
+    (17, 30, "ReadOnly"),       // EROFS
+    (18, 116, "Stale"),         // ESTALE
+    (19, 117, "Corrupt"),       // EUCLEAN
+    (20, 13, "Access"),         // EACCES
+    (21, 95, "NotSupported"),   // EOPNOTSUPP
+    (22, 18, "CrossDevice"),    // EXDEV
+    (23, 122, "QuotaExceeded"), // EDQUOT
 ];
 
 impl MetaError {
@@ -108,6 +112,7 @@ impl MetaError {
             MetaError::Access(_) => 20,
             MetaError::NotSupported(_) => 21,
             MetaError::CrossDevice(_) => 22,
+            MetaError::QuotaExceeded(_) => 23,
         }
     }
 
@@ -133,7 +138,8 @@ impl MetaError {
             | MetaError::Corrupt(d)
             | MetaError::Access(d)
             | MetaError::NotSupported(d)
-            | MetaError::CrossDevice(d) => d,
+            | MetaError::CrossDevice(d)
+            | MetaError::QuotaExceeded(d) => d,
             _ => "",
         }
     }
@@ -164,6 +170,7 @@ impl MetaError {
             20 => MetaError::Access(d),
             21 => MetaError::NotSupported(d),
             22 => MetaError::CrossDevice(d),
+            23 => MetaError::QuotaExceeded(d),
             _ => return None,
         })
     }

@@ -8,6 +8,7 @@
 pub mod attr;
 pub mod caller;
 pub mod error;
+pub mod quota;
 pub mod request;
 pub mod slices;
 pub mod sync;
@@ -15,5 +16,6 @@ pub mod sync;
 pub use crate::attr::*;
 pub use crate::caller::{Caller, GROUPS_MAX, Groups};
 pub use crate::error::{CODES, MetaError, Result};
+pub use crate::quota::{QuotaKind, QuotaLimits, QuotaReport, QuotaTarget, QuotaUsage};
 pub use crate::request::RequestId;
 pub use crate::slices::FileMap;

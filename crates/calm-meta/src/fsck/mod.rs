@@ -14,6 +14,9 @@
 //!   directories and counts the names gave, and a non-directory's `parent` is one of its
 //!   names' directories (0 only for one made before format 4: below `Sparents_from`).
 //!
+//! - quotas (`A` usage, `B` limits): after the pass, every usage kept is the usage counted from
+//!   the inodes (users, groups) and the names (trees with a limit).
+//!
 //! Memory is about 24 bytes per name. Nothing here
 //! does I/O of its own: the caller passes a snapshot and a progress callback.
 
@@ -29,6 +32,7 @@ mod changelog;
 mod contents;
 mod inodes;
 mod names;
+mod quota;
 
 /// Problems listed in full in a report; beyond it only counted.
 pub const PROBLEMS_LISTED_MAX: usize = 1000;
@@ -268,6 +272,8 @@ impl Checker {
                         .problem(format!("changelog reader key {key:?} does not decode")),
                 }
             }
+            // Quotas: checked against the namespace after this pass (`quota`).
+            crate::quota::TAG_USAGE | crate::quota::TAG_LIMITS => {}
             other => self
                 .report
                 .problem(format!("key with unknown family byte {other:#04x}")),
@@ -431,5 +437,7 @@ pub fn check<R: ReadTxn>(view: &R, progress: &mut dyn FnMut(u64)) -> Result<Fsck
         ControlFlow::Continue(())
     })?;
     progress(checker.report.bytes_read);
-    Ok(checker.finish())
+    let mut report = checker.finish();
+    quota::check(view, &mut report)?;
+    Ok(report)
 }

@@ -62,6 +62,18 @@ pub(crate) fn setattr<T: WriteTxn>(
         }
     }
 
+    // The last checks: the quotas a new owner or size counts in.
+    let owner = (attr.uid.unwrap_or(inode.uid), attr.gid.unwrap_or(inode.gid));
+    let chowned_too = owner != (inode.uid, inode.gid) && attr.size.is_some();
+    // Two charges: the first undone when the second refuses.
+    let before = chowned_too.then(|| ctx.quota.clone());
+    if let Err(refused) = charge_setattr(ctx, &inode, owner, attr.size) {
+        if let Some(before) = before {
+            ctx.quota = before;
+        }
+        return Err(refused);
+    }
+
     // A chown or a truncate of a file drops its file capabilities, as Linux's killpriv does.
     let chowned =
         attr.uid.is_some_and(|u| u != inode.uid) || attr.gid.is_some_and(|g| g != inode.gid);
@@ -101,6 +113,29 @@ pub(crate) fn setattr<T: WriteTxn>(
     ctx.store(inode);
     ctx.record(kind, 0, handle, generation, parent, b"", None)?;
     Ok(Done::Attr(attr))
+}
+
+/// Moves a file's usage to its new owner, and charges its new size.
+fn charge_setattr<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    inode: &crate::layout::Inode,
+    owner: (u32, u32),
+    size: Option<u64>,
+) -> Outcome<()> {
+    if owner != (inode.uid, inode.gid) {
+        let usage = crate::quota::usage_of(inode.kind, inode.size);
+        ctx.charge_owner_change((inode.uid, inode.gid), owner, usage)?;
+    }
+    if let Some(size) = size
+        && size != inode.size
+    {
+        let resized = crate::quota::QuotaUsage {
+            bytes: size as i64 - inode.size as i64,
+            ..Default::default()
+        };
+        ctx.charge(owner.0, owner.1, inode.parent, resized)?;
+    }
+    Ok(())
 }
 
 pub(crate) fn setxattr<T: WriteTxn>(

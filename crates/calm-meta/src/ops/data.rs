@@ -133,6 +133,22 @@ fn load_file<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle) -> Outcome<crate
     }
 }
 
+/// The last check of a write: the bytes a file grows by to reach `end`, in its quotas.
+fn charge_growth<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    inode: &crate::layout::Inode,
+    end: u64,
+) -> Outcome<()> {
+    if end <= inode.size {
+        return Ok(());
+    }
+    let grown = crate::quota::QuotaUsage {
+        bytes: (end - inode.size) as i64,
+        ..Default::default()
+    };
+    ctx.charge(inode.uid, inode.gid, inode.parent, grown)
+}
+
 /// Makes the file at least `end` bytes long and sets its mtime, ctime and size counter (and
 /// takes setuid and setgid away, for a writer who is not the superuser), and appends the
 /// changelog record.
@@ -283,6 +299,7 @@ pub(crate) fn write<T: WriteTxn>(
             return Err(MetaError::Invalid(format!("inline slice {id:#x} exists already")).into());
         }
     }
+    charge_growth(ctx, &inode, end)?;
 
     for (chunk, records) in &merged {
         store_chunk(ctx.txn, handle, *chunk, records)?;
@@ -334,7 +351,7 @@ pub(crate) fn append<T: WriteTxn>(
         off += len;
         placed.push((chunk, records));
     }
-    if let Some(data) = inline {
+    if inline.is_some() {
         // Where appended inline bytes may be (one slice, in one chunk, within the chunk's
         // inline bytes; any chunk: the compactor moves them into an object once the file's
         // end has left the chunk): else the writer sends an object.
@@ -350,9 +367,12 @@ pub(crate) fn append<T: WriteTxn>(
         if ctx.txn.get(&inline_key(id))?.is_some() {
             return Err(MetaError::Invalid(format!("inline slice {id:#x} exists already")).into());
         }
+    }
+    charge_growth(ctx, &inode, end)?;
+
+    if let Some(data) = inline {
         ctx.txn.put(&inline_key(id), data)?;
     }
-
     let parts = placed.len() as i64;
     for (chunk, records) in &placed {
         store_chunk(ctx.txn, handle, *chunk, records)?;

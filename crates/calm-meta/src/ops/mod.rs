@@ -22,6 +22,7 @@ pub mod data;
 pub mod names;
 pub mod op;
 pub mod orphans;
+pub mod quota;
 pub mod read_ahead;
 pub mod remove;
 pub mod rename;
@@ -73,7 +74,8 @@ pub fn record_type(op: &Op) -> Option<RecordType> {
         | Op::AllocSlices { .. }
         | Op::GcDone { .. }
         | Op::ReleaseOrphan { .. }
-        | Op::ClaimOrphans { .. } => return None,
+        | Op::ClaimOrphans { .. }
+        | Op::SetQuota { .. } => return None,
     })
 }
 
@@ -106,6 +108,7 @@ pub fn apply<T: WriteTxn>(ctx: &mut Ctx<'_, T>, op: &Op) -> Outcome<Done> {
             keep,
         } => rename::rename(ctx, *parent, name, *new_parent, new_name, *flags, keep),
         Op::SetAttr { handle, attr } => setattr(ctx, *handle, attr),
+        Op::SetQuota { target, limits } => quota::set_quota(ctx, *target, *limits),
         Op::SetXattr {
             handle,
             name,

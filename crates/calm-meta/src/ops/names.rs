@@ -72,6 +72,8 @@ pub(crate) fn make<T: WriteTxn>(
         Kind::Dir if dir.nlink >= LINK_COUNT_MAX => return Err(MetaError::TooManyLinks.into()),
         _ => {}
     }
+    // The last check: the quotas it counts in (it changes nothing when it refuses).
+    ctx.charge(uid, gid, parent, crate::quota::usage_of(node.kind, 0))?;
 
     // Checks done; writes from here on.
     let handle = ctx.alloc.allocate(ctx.txn)?;
@@ -144,6 +146,12 @@ pub(crate) fn link<T: WriteTxn>(
     crate::perm::may_link(&ctx.caller, &inode.owner())?;
     if inode.nlink >= LINK_COUNT_MAX {
         return Err(MetaError::TooManyLinks.into());
+    }
+    if ctx.chain(inode.parent)? != ctx.chain(parent)? {
+        return Err(MetaError::CrossDevice(
+            "a file's names are all in the trees of the same quotas".into(),
+        )
+        .into());
     }
 
     add_entry(ctx.txn, &ctx.names, &mut dir, name, handle, inode.kind)?;

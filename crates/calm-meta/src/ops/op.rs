@@ -45,6 +45,11 @@ pub enum Op {
         handle: Handle,
         attr: SetAttr,
     },
+    /// Sets a quota's limits (all 0: removes them).
+    SetQuota {
+        target: calm_types::QuotaTarget,
+        limits: calm_types::QuotaLimits,
+    },
     SetXattr {
         handle: Handle,
         name: Vec<u8>,

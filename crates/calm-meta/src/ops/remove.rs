@@ -15,6 +15,18 @@ pub(crate) fn destroy<T: WriteTxn>(ctx: &mut Ctx<'_, T>, inode: &Inode) -> Outco
         ctx.txn.delete(&xattr_key(inode.handle, &name))?;
     }
     ctx.remove(inode.handle);
+    if inode.kind == Kind::Dir && ctx.quota.trees(ctx.txn)? > 0 {
+        // A directory with a tree limit takes it along (it is empty: nothing is counted).
+        let tree = crate::quota::QuotaTarget::tree(inode.handle);
+        if ctx.quota.has_tree(ctx.txn, inode.handle)? {
+            let now = ctx.now;
+            ctx.quota
+                .set(ctx.txn, tree, Default::default(), None, now)?;
+        }
+    }
+    // A directory counts in the trees above it; a file left them with its last name.
+    let usage = crate::quota::usage_of(inode.kind, inode.size).negated();
+    ctx.charge(inode.uid, inode.gid, inode.parent, usage)?;
     if inode.kind == Kind::File {
         ctx.file_bytes_delta -= inode.size as i64;
         crate::ops::data::truncate_chunks(ctx, inode.handle, 0)?;
@@ -33,6 +45,10 @@ pub(crate) fn drop_link<T: WriteTxn>(
 ) -> Outcome<Option<Handle>> {
     debug_assert!(inode.kind != Kind::Dir);
     inode.nlink -= 1;
+    if inode.nlink == 0 && inode.parent != 0 {
+        let usage = crate::quota::usage_of(inode.kind, inode.size).negated();
+        ctx.charge_trees(dir, usage)?;
+    }
     crate::links::removed(ctx.txn, &mut inode, dir)?;
     if inode.nlink == 0 {
         if inode.kind == Kind::File && keep.contains(&inode.handle) {

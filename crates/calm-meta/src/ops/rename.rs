@@ -194,6 +194,20 @@ pub(crate) fn rename<T: WriteTxn>(
     if let Some(dst) = &dst {
         staged.load(ctx, dst.child)?;
     }
+    // The last check: the quotas of the trees a name leaves and enters.
+    if sp != dp && ctx.chain(sp)? != ctx.chain(dp)? {
+        let src_inode = staged.get(src.child).clone();
+        if src_is_dir || exchange || src_inode.nlink > 1 {
+            return Err(MetaError::CrossDevice(
+                "a directory, a file with several names or an exchange moves only between \
+                 directories under the same quotas (copy it, as mv does across file systems)"
+                    .into(),
+            )
+            .into());
+        }
+        let usage = crate::quota::usage_of(src_inode.kind, src_inode.size);
+        ctx.charge_move(sp, dp, usage)?;
+    }
 
     // Checks done; writes from here on.
     let now = ctx.now;

@@ -1,0 +1,204 @@
+//! Counting usage from the namespace itself: a tree when a limit is first set on it, and
+//! everything when `calm quota check` or `calm fsck` compares what is kept with what is there.
+
+use std::collections::{BTreeMap, HashSet};
+use std::ops::ControlFlow;
+
+use calm_store::ReadTxn;
+
+use super::{QuotaKind, QuotaMismatch, QuotaTarget, QuotaUsage, TAG_LIMITS, TAG_USAGE};
+use super::{decode_usage, key_target, usage_of};
+use crate::error::MetaError;
+use crate::layout::{Dentry, Inode, TAG_INODE, entries_range, inode_key, key_handle};
+use crate::outcome::Outcome;
+use crate::types::*;
+
+/// Entries a tree may hold for a limit to be set on it: the count runs inside one commit,
+/// which holds the other writers back while it runs.
+pub const TREE_COUNT_ENTRIES_MAX: u64 = 10_000_000;
+
+fn inode<R: ReadTxn + ?Sized>(view: &R, handle: Handle) -> Outcome<Inode> {
+    match view.get(&inode_key(handle))? {
+        Some(v) => Ok(Inode::decode(handle, &v)?),
+        None => {
+            Err(MetaError::Corrupt(format!("a name leads to inode {handle}, which is gone")).into())
+        }
+    }
+}
+
+/// The usage of everything below directory `dir` (not `dir` itself): each inode once. Refused when a file has names both
+/// inside and outside the tree (it could not count in one tree only), or past
+/// [`TREE_COUNT_ENTRIES_MAX`] entries.
+pub fn tree<R: ReadTxn + ?Sized>(view: &R, dir: Handle) -> Outcome<QuotaUsage> {
+    walk(view, dir, true, &mut |_| Ok(()))
+}
+
+/// Walks the tree below `dir` as [`tree`] counts it. `whole`: refuse a file with names
+/// outside the tree. `enter` is asked before each directory is read (the tree's own first).
+pub fn walk<R: ReadTxn + ?Sized>(
+    view: &R,
+    dir: Handle,
+    whole: bool,
+    enter: &mut dyn FnMut(&Inode) -> Result<(), MetaError>,
+) -> Outcome<QuotaUsage> {
+    enter(&inode(view, dir)?)?;
+    let mut usage = QuotaUsage::default();
+    let mut dirs: HashSet<Handle> = HashSet::from([dir]);
+    let mut todo = vec![dir];
+    let mut linked: Vec<Inode> = Vec::new();
+    let mut counted_links: HashSet<Handle> = HashSet::new();
+    let mut entries = 0u64;
+    while let Some(at) = todo.pop() {
+        let (start, end) = entries_range(at);
+        let mut children: Vec<Dentry> = Vec::new();
+        let mut bad = None;
+        view.visit(&start, &end, &mut |_, value| match Dentry::decode(value) {
+            Ok(dentry) => {
+                children.push(dentry);
+                ControlFlow::Continue(())
+            }
+            Err(error) => {
+                bad = Some(error);
+                ControlFlow::Break(())
+            }
+        })?;
+        if let Some(error) = bad {
+            return Err(error.into());
+        }
+        entries += children.len() as u64;
+        if entries > TREE_COUNT_ENTRIES_MAX {
+            return Err(MetaError::Invalid(format!(
+                "the tree holds more than {TREE_COUNT_ENTRIES_MAX} entries: a limit is set \
+                 on smaller trees only"
+            ))
+            .into());
+        }
+        for dentry in children {
+            let child = inode(view, dentry.child)?;
+            if child.kind == Kind::Dir {
+                enter(&child)?;
+                todo.push(child.handle);
+                dirs.insert(child.handle);
+            } else {
+                if child.nlink > 1 && !counted_links.insert(child.handle) {
+                    continue; // seen already, under another of its names
+                }
+                if whole {
+                    if child.parent == 0 {
+                        // Made before format 4 and never renamed: its directory is not
+                        // known, so no change of it reaches a tree's usage.
+                        continue;
+                    }
+                    if child.nlink > 1 {
+                        linked.push(child.clone());
+                    }
+                }
+            }
+            usage = usage.plus(usage_of(child.kind, child.size));
+        }
+    }
+    for file in linked {
+        for parent in crate::links::parents(view, &file)? {
+            if !dirs.contains(&parent) {
+                return Err(MetaError::Invalid(format!(
+                    "file {} has names inside the tree and outside it (in directory \
+                     {parent}): a file counts in one tree only; remove the outside names \
+                     first",
+                    file.handle
+                ))
+                .into());
+            }
+        }
+    }
+    Ok(usage)
+}
+
+/// Every user's and group's usage counted from the inodes, and every limited tree's from its
+/// names.
+pub fn everything<R: ReadTxn + ?Sized>(view: &R) -> Outcome<BTreeMap<QuotaTarget, QuotaUsage>> {
+    let mut counted: BTreeMap<QuotaTarget, QuotaUsage> = BTreeMap::new();
+    let mut bad = None;
+    view.visit(&[TAG_INODE], &[TAG_INODE + 1], &mut |key, value| {
+        let decoded = key_handle(key)
+            .ok_or_else(|| MetaError::Corrupt(format!("inode key {key:?}")))
+            .and_then(|handle| Inode::decode(handle, value));
+        match decoded {
+            Ok(inode) => {
+                let usage = usage_of(inode.kind, inode.size);
+                for target in [QuotaTarget::user(inode.uid), QuotaTarget::group(inode.gid)] {
+                    let sum = counted.entry(target).or_default();
+                    *sum = sum.plus(usage);
+                }
+                ControlFlow::Continue(())
+            }
+            Err(error) => {
+                bad = Some(error);
+                ControlFlow::Break(())
+            }
+        }
+    })?;
+    if let Some(error) = bad {
+        return Err(error.into());
+    }
+    let mut trees = Vec::new();
+    view.visit(&[TAG_LIMITS], &[TAG_LIMITS + 1], &mut |key, _| {
+        if let Some(target) = key_target(key)
+            && target.kind == QuotaKind::Tree
+        {
+            trees.push(target);
+        }
+        ControlFlow::Continue(())
+    })?;
+    for target in trees {
+        counted.insert(target, tree(view, target.id)?);
+    }
+    Ok(counted)
+}
+
+/// Every usage record kept.
+pub fn kept<R: ReadTxn + ?Sized>(view: &R) -> Outcome<BTreeMap<QuotaTarget, QuotaUsage>> {
+    let mut kept = BTreeMap::new();
+    let mut bad = None;
+    view.visit(
+        &[TAG_USAGE],
+        &[TAG_USAGE + 1],
+        &mut |key, value| match key_target(key)
+            .ok_or_else(|| MetaError::Corrupt(format!("quota usage key {key:?}")))
+            .and_then(|target| Ok((target, decode_usage(value)?)))
+        {
+            Ok((target, usage)) => {
+                kept.insert(target, usage);
+                ControlFlow::Continue(())
+            }
+            Err(error) => {
+                bad = Some(error);
+                ControlFlow::Break(())
+            }
+        },
+    )?;
+    if let Some(error) = bad {
+        return Err(error.into());
+    }
+    Ok(kept)
+}
+
+/// Where the usage kept differs from the usage counted, on one snapshot.
+pub fn check<R: ReadTxn + ?Sized>(view: &R) -> Outcome<Vec<QuotaMismatch>> {
+    let counted = everything(view)?;
+    let kept = kept(view)?;
+    let mut targets: Vec<QuotaTarget> = counted.keys().chain(kept.keys()).copied().collect();
+    targets.sort();
+    targets.dedup();
+    Ok(targets
+        .into_iter()
+        .filter_map(|target| {
+            let kept = kept.get(&target).copied().unwrap_or_default();
+            let counted = counted.get(&target).copied().unwrap_or_default();
+            (kept != counted).then_some(QuotaMismatch {
+                target,
+                kept,
+                counted,
+            })
+        })
+        .collect())
+}

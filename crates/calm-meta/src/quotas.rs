@@ -1,0 +1,132 @@
+//! Quotas as calls: setting limits (through the committer, the superuser only), reading a
+//! quota, listing them, checking the usage kept against the namespace, and a tree's summary.
+
+use super::*;
+use crate::quota::{QuotaKind, QuotaLimits, QuotaMismatch, QuotaReport, QuotaTarget, QuotaUsage};
+
+/// A tree's files, directories and bytes, and how they were had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    pub usage: QuotaUsage,
+    /// The tree has a limit: its usage was read at once, not walked.
+    pub kept: bool,
+}
+
+/// Quota reports one listing returns at most.
+pub const QUOTA_LIST_MAX: usize = 100_000;
+
+impl<S: Store> Meta<S> {
+    /// Sets `target`'s limits (all 0: removes them). A tree limited for the first time is
+    /// counted in the same commit.
+    pub async fn set_quota(
+        &self,
+        caller: Caller,
+        target: QuotaTarget,
+        limits: QuotaLimits,
+    ) -> Result<QuotaReport> {
+        match self
+            .apply_as(caller, Op::SetQuota { target, limits })
+            .await?
+        {
+            Done::Quota(report) => Ok(report),
+            other => unreachable!("a quota's setting answers with its report, not {other:?}"),
+        }
+    }
+
+    /// `target`'s limits and usage: the superuser's for any; a user's for their own uid and
+    /// groups, and for the trees of the directories they may read.
+    pub fn quota(&self, caller: &Caller, target: QuotaTarget) -> Result<QuotaReport> {
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            may_see(&snap, caller, target)?;
+            Ok(crate::quota::report(&snap, target)?)
+        })
+    }
+
+    /// Every quota with a limit the caller may see; `all`: also every user and group that
+    /// owns something, without a limit. At most [`QUOTA_LIST_MAX`].
+    pub fn quotas(&self, caller: &Caller, all: bool) -> Result<Vec<QuotaReport>> {
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            let mut targets = Vec::new();
+            for tag in [crate::quota::TAG_LIMITS, crate::quota::TAG_USAGE] {
+                if tag == crate::quota::TAG_USAGE && !all {
+                    continue;
+                }
+                snap.visit(&[tag], &[tag + 1], &mut |key, _| {
+                    if let Some(target) = crate::quota::key_target(key) {
+                        targets.push(target);
+                    }
+                    ControlFlow::Continue(())
+                })?;
+            }
+            targets.sort();
+            targets.dedup();
+            let mut reports = Vec::new();
+            for target in targets {
+                if may_see(&snap, caller, target).is_err() {
+                    continue;
+                }
+                if reports.len() == QUOTA_LIST_MAX {
+                    break;
+                }
+                reports.push(crate::quota::report(&snap, target)?);
+            }
+            Ok(reports)
+        })
+    }
+
+    /// Where the usage kept differs from the namespace counted, on one snapshot (the
+    /// superuser only: it reads every inode).
+    pub fn quota_check(&self, caller: &Caller) -> Result<Vec<QuotaMismatch>> {
+        if !caller.is_root() {
+            return Err(MetaError::NotPermitted(
+                "only the superuser checks quotas".into(),
+            ));
+        }
+        self.blocking(|| Ok(crate::quota::count::check(&self.store.snapshot()?)?))
+    }
+
+    /// The files, directories and bytes below directory `dir`: read at once when its tree has
+    /// a limit, else walked (the caller must be able to read and search every directory).
+    pub fn summary(&self, caller: &Caller, dir: Handle) -> Result<Summary> {
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            let inode = ops::load_dir(&snap, dir)?;
+            let target = QuotaTarget::tree(dir);
+            if snap.get(&crate::quota::limits_key(target))?.is_some() {
+                perm::permission(caller, &inode.owner(), perm::MAY_READ)?;
+                return Ok(Summary {
+                    usage: crate::quota::read_usage(&snap, target)?,
+                    kept: true,
+                });
+            }
+            let usage = crate::quota::count::walk(&snap, dir, false, &mut |dir| {
+                perm::permission(caller, &dir.owner(), perm::MAY_READ | perm::MAY_EXEC)
+            })?;
+            Ok(Summary { usage, kept: false })
+        })
+    }
+}
+
+/// Whether `caller` may read `target`'s quota.
+fn may_see<R: ReadTxn>(view: &R, caller: &Caller, target: QuotaTarget) -> Result<()> {
+    if caller.is_root() {
+        return Ok(());
+    }
+    let own = match target.kind {
+        QuotaKind::User => target.id == u64::from(caller.uid),
+        QuotaKind::Group => u32::try_from(target.id).is_ok_and(|gid| caller.in_group(gid)),
+        QuotaKind::Tree => {
+            let dir = ops::load_dir(view, target.id)?;
+            return Ok(perm::permission(caller, &dir.owner(), perm::MAY_READ)?);
+        }
+    };
+    if own {
+        Ok(())
+    } else {
+        Err(MetaError::Access(format!(
+            "{target}'s quota is its own or the superuser's"
+        )))
+    }
+}

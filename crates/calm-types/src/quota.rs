@@ -1,0 +1,164 @@
+//! Quotas: how much a user, a group or a directory tree may use, and how much it uses.
+//!
+//! Usage counts inodes (every kind) and bytes (the sizes of regular files). A user's and a
+//! group's usage is that of the inodes they own, over the whole namespace; a tree's is that of
+//! every inode below its directory (not the directory itself, which counts in the trees above
+//! it). A file with several names counts once, in the one tree all its names are in (a link or
+//! a rename that would put its names in two trees is refused).
+
+use std::fmt;
+
+/// What a quota limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum QuotaKind {
+    /// The inodes a uid owns.
+    User,
+    /// The inodes a gid owns.
+    Group,
+    /// The inodes below a directory.
+    Tree,
+}
+
+impl QuotaKind {
+    /// The byte the store and the wire name it by.
+    pub fn tag(self) -> u8 {
+        match self {
+            QuotaKind::User => b'u',
+            QuotaKind::Group => b'g',
+            QuotaKind::Tree => b'd',
+        }
+    }
+
+    pub fn from_tag(tag: u8) -> Option<Self> {
+        Some(match tag {
+            b'u' => QuotaKind::User,
+            b'g' => QuotaKind::Group,
+            b'd' => QuotaKind::Tree,
+            _ => return None,
+        })
+    }
+
+    pub fn word(self) -> &'static str {
+        match self {
+            QuotaKind::User => "user",
+            QuotaKind::Group => "group",
+            QuotaKind::Tree => "tree",
+        }
+    }
+}
+
+/// One quota: a uid, a gid, or a directory's handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QuotaTarget {
+    pub kind: QuotaKind,
+    pub id: u64,
+}
+
+impl QuotaTarget {
+    pub fn user(uid: u32) -> Self {
+        Self {
+            kind: QuotaKind::User,
+            id: u64::from(uid),
+        }
+    }
+
+    pub fn group(gid: u32) -> Self {
+        Self {
+            kind: QuotaKind::Group,
+            id: u64::from(gid),
+        }
+    }
+
+    pub fn tree(dir: u64) -> Self {
+        Self {
+            kind: QuotaKind::Tree,
+            id: dir,
+        }
+    }
+}
+
+impl fmt::Display for QuotaTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            QuotaKind::User => write!(f, "user {}", self.id),
+            QuotaKind::Group => write!(f, "group {}", self.id),
+            QuotaKind::Tree => write!(f, "the tree of directory {}", self.id),
+        }
+    }
+}
+
+/// The limits of one quota; 0 is "no limit". A hard limit is never passed; past a soft
+/// limit, growth goes on for `grace_s` seconds, then is refused as at a hard one until usage
+/// falls back under the soft limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QuotaLimits {
+    pub bytes: u64,
+    pub inodes: u64,
+    pub soft_bytes: u64,
+    pub soft_inodes: u64,
+    pub grace_s: u64,
+}
+
+impl QuotaLimits {
+    /// Whether no limit is set (setting this removes the quota).
+    pub fn is_none(&self) -> bool {
+        self.bytes == 0 && self.inodes == 0 && self.soft_bytes == 0 && self.soft_inodes == 0
+    }
+}
+
+/// What a quota's owner uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QuotaUsage {
+    /// Sum of the sizes of the regular files counted.
+    pub bytes: i64,
+    /// Inodes counted, of every kind.
+    pub inodes: i64,
+    /// Of those, directories (kept for trees only: users and groups report 0).
+    pub dirs: i64,
+}
+
+impl QuotaUsage {
+    pub fn is_zero(&self) -> bool {
+        *self == Self::default()
+    }
+
+    pub fn plus(self, other: QuotaUsage) -> QuotaUsage {
+        QuotaUsage {
+            bytes: self.bytes + other.bytes,
+            inodes: self.inodes + other.inodes,
+            dirs: self.dirs + other.dirs,
+        }
+    }
+
+    pub fn negated(self) -> QuotaUsage {
+        QuotaUsage {
+            bytes: -self.bytes,
+            inodes: -self.inodes,
+            dirs: -self.dirs,
+        }
+    }
+}
+
+/// A quota as `calm quota get` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaReport {
+    pub target: QuotaTarget,
+    pub limits: QuotaLimits,
+    pub usage: QuotaUsage,
+    /// When bytes went past the soft limit (ns since the epoch; 0: they are not past it).
+    pub bytes_over_since_ns: i64,
+    /// When inodes went past the soft limit (ns since the epoch; 0: they are not past it).
+    pub inodes_over_since_ns: i64,
+}
+
+/// A difference `calm quota check` found between the usage kept and the usage counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaMismatch {
+    pub target: QuotaTarget,
+    pub kept: QuotaUsage,
+    pub counted: QuotaUsage,
+}
+
+/// Tree quotas a namespace holds at most (each is looked up on the path of every change below
+/// it).
+pub const TREE_QUOTAS_MAX: u64 = 100_000;
