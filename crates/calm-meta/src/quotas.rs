@@ -119,7 +119,7 @@ fn may_see<R: ReadTxn>(view: &R, caller: &Caller, target: QuotaTarget) -> Result
         QuotaKind::Group => u32::try_from(target.id).is_ok_and(|gid| caller.in_group(gid)),
         QuotaKind::Tree => {
             let dir = ops::load_dir(view, target.id)?;
-            return Ok(perm::permission(caller, &dir.owner(), perm::MAY_READ)?);
+            return perm::permission(caller, &dir.owner(), perm::MAY_READ);
         }
     };
     if own {

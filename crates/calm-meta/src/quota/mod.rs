@@ -255,27 +255,27 @@ pub(crate) struct Quotas {
 
 impl Quotas {
     fn entry<T: ReadTxn>(&mut self, txn: &T, target: QuotaTarget) -> Outcome<&mut Entry> {
-        if !self.entries.contains_key(&target) {
-            let stored = match txn.get(&limits_key(target))? {
-                Some(v) => Some(Stored::decode(&v)?),
-                None => None,
-            };
-            let base = match stored {
-                Some(_) => Some(read_usage(txn, target)?),
-                None => None,
-            };
-            self.entries.insert(
-                target,
-                Entry {
+        use std::collections::hash_map::Entry as Slot;
+        match self.entries.entry(target) {
+            Slot::Occupied(slot) => Ok(slot.into_mut()),
+            Slot::Vacant(slot) => {
+                let stored = match txn.get(&limits_key(target))? {
+                    Some(v) => Some(Stored::decode(&v)?),
+                    None => None,
+                };
+                let base = match stored {
+                    Some(_) => Some(read_usage(txn, target)?),
+                    None => None,
+                };
+                Ok(slot.insert(Entry {
                     stored,
                     base,
                     delta: QuotaUsage::default(),
                     stored_dirty: false,
                     reset: None,
-                },
-            );
+                }))
+            }
         }
-        Ok(self.entries.get_mut(&target).expect("inserted"))
     }
 
     /// How many trees have a limit.
