@@ -16,6 +16,7 @@ pub mod batch;
 pub mod failover;
 pub mod json;
 mod placement;
+pub mod quota_tables;
 pub mod routing;
 mod shadow;
 pub mod tables;
@@ -52,6 +53,8 @@ pub struct DataInfo {
     /// The namespace's identity (32 hex digits): caches of its objects are kept per identity.
     pub namespace_id: String,
 }
+
+pub use calm_types::{QuotaLimits, QuotaTarget};
 
 pub type Result<T, E = MetaError> = std::result::Result<T, E>;
 
@@ -297,6 +300,7 @@ mod connection;
 mod contents;
 mod lock_calls;
 mod namespace;
+mod quota_calls;
 mod tls;
 mod watch;
 use connection::Conn;

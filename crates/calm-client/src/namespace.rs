@@ -306,6 +306,11 @@ impl Client {
             file_bytes: s.file_bytes,
             store_bytes: s.store_bytes,
             name_len_max: s.name_len_max,
+            root_quota: s
+                .root_quota
+                .as_ref()
+                .map(calm_proto::quota::report_from_wire)
+                .transpose()?,
         })
     }
 }

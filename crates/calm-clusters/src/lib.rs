@@ -189,6 +189,16 @@ impl<S: Store> Clusters<S> {
             | Op::Append { handle, .. }
             | Op::Compact { handle, .. }
             | Op::ReleaseOrphan { handle, .. } => self.cluster_of(*handle),
+            // A tree's quota on the cluster of its directory; a user's or a group's counts
+            // on each cluster apart (set it on each).
+            Op::SetQuota { target, .. } if target.kind == calm_meta::quota::QuotaKind::Tree => {
+                if target.id == ROOT && several {
+                    return Err(MetaError::NotSupported(
+                        "a quota on the root of a namespace over several metadata clusters".into(),
+                    ));
+                }
+                self.cluster_of(target.id)
+            }
             Op::ClaimOrphans { handles } => {
                 self.one_cluster(handles.iter().map(|h| cluster_of(*h)), "orphans")
             }
@@ -202,6 +212,7 @@ impl<S: Store> Clusters<S> {
             | Op::ClClear { .. }
             | Op::ClMask { .. }
             | Op::ClGc
+            | Op::SetQuota { .. }
             | Op::ForgetRequests { .. } => match several {
                 false => Ok(0),
                 true => Err(MetaError::Invalid(

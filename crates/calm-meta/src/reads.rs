@@ -161,6 +161,13 @@ impl<S: Store> Meta<S> {
                 file_bytes: counter(&snap, KEY_FILE_BYTES)?,
                 store_bytes: self.store.size_bytes()?,
                 name_len_max: NAME_LEN_MAX as u32,
+                root_quota: {
+                    let root = quota::QuotaTarget::tree(ROOT);
+                    match snap.get(&quota::limits_key(root))? {
+                        Some(_) => Some(quota::report(&snap, root)?),
+                        None => None,
+                    }
+                },
             })
         })
     }

@@ -10,6 +10,7 @@ use calm_types::{Attr, DirEntry, Kind, MetaError, NewNode, SetAttr, SetTime};
 pub mod batch;
 pub mod changelog;
 pub mod locks;
+pub mod quota;
 pub mod targets;
 
 /// The generated messages, client and server.

@@ -425,6 +425,84 @@ impl<S: Store> MetaRpc for MetaService<S> {
             file_bytes: s.file_bytes,
             store_bytes: s.store_bytes,
             name_len_max: s.name_len_max,
+            root_quota: s.root_quota.as_ref().map(calm_proto::quota::report_to_wire),
+        }))
+    }
+
+    async fn set_quota(
+        &self,
+        r: Request<pb::SetQuotaRequest>,
+    ) -> Result<Response<pb::QuotaReport>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let r = r.into_inner();
+        let result = match calm_proto::quota::target_from_wire(r.target.as_ref()) {
+            Ok(target) => {
+                let limits = calm_proto::quota::limits_from_wire(r.limits.as_ref());
+                self.meta.set_quota(caller, target, limits).await
+            }
+            Err(error) => Err(error),
+        };
+        self.mutated(result.map(|report| calm_proto::quota::report_to_wire(&report)))
+    }
+
+    async fn get_quota(
+        &self,
+        r: Request<pb::QuotaTarget>,
+    ) -> Result<Response<pb::QuotaReport>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let result = calm_proto::quota::target_from_wire(Some(r.get_ref()))
+            .and_then(|target| self.meta.quota(&caller, target));
+        self.answer(result.map(|report| calm_proto::quota::report_to_wire(&report)))
+    }
+
+    async fn list_quotas(
+        &self,
+        r: Request<pb::QuotaListRequest>,
+    ) -> Result<Response<pb::QuotaReports>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let result = self.meta.quotas(&caller, r.get_ref().all);
+        self.answer(result.map(|reports| {
+            pb::QuotaReports {
+                reports: reports
+                    .iter()
+                    .map(calm_proto::quota::report_to_wire)
+                    .collect(),
+            }
+        }))
+    }
+
+    async fn check_quotas(
+        &self,
+        r: Request<pb::Empty>,
+    ) -> Result<Response<pb::QuotaCheckReply>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let meta = self.meta.clone();
+        // Reads every inode: off the runtime's threads.
+        let result = tokio::task::spawn_blocking(move || meta.quota_check(&caller))
+            .await
+            .unwrap_or_else(|e| Err(MetaError::Io(format!("the quota check stopped: {e}"))));
+        self.answer(result.map(|mismatches| {
+            pb::QuotaCheckReply {
+                mismatches: mismatches
+                    .iter()
+                    .map(calm_proto::quota::mismatch_to_wire)
+                    .collect(),
+            }
+        }))
+    }
+
+    async fn summary(
+        &self,
+        r: Request<pb::HandleRequest>,
+    ) -> Result<Response<pb::SummaryReply>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let (meta, dir) = (self.meta.clone(), r.get_ref().handle);
+        let result = tokio::task::spawn_blocking(move || meta.summary(&caller, dir))
+            .await
+            .unwrap_or_else(|e| Err(MetaError::Io(format!("the summary stopped: {e}"))));
+        self.answer(result.map(|s| pb::SummaryReply {
+            usage: Some(calm_proto::quota::usage_to_wire(s.usage)),
+            kept: s.kept,
         }))
     }
 

@@ -196,4 +196,6 @@ pub struct StatFs {
     /// Bytes the store occupies.
     pub store_bytes: u64,
     pub name_len_max: u32,
+    /// The root's tree quota, when it has one.
+    pub root_quota: Option<crate::quota::QuotaReport>,
 }

@@ -14,6 +14,7 @@ mod gc;
 mod locks;
 mod mount;
 mod node;
+mod quota;
 mod serve;
 mod status;
 mod watch;
@@ -64,6 +65,24 @@ enum Command {
         server: String,
         #[command(subcommand)]
         command: changelog::ChangelogCommand,
+    },
+    /// Quotas: how much a user, a group or a directory tree may use, and uses.
+    Quota {
+        #[arg(long, default_value = DEFAULT_SERVER, global = true)]
+        server: String,
+        #[command(subcommand)]
+        command: quota::QuotaCommand,
+    },
+    /// The files, directories and bytes below a directory (at once where its tree has a
+    /// quota, else by walking it).
+    Summary {
+        /// A directory: on a calm mount here, or inside the namespace from its root (/dir).
+        path: String,
+        #[arg(long, default_value = DEFAULT_SERVER)]
+        server: String,
+        /// Print JSON instead of a sentence.
+        #[arg(long)]
+        json: bool,
     },
     /// List the locks held on a file and the requests waiting for them.
     Locks {
@@ -256,6 +275,8 @@ fn main() -> ExitCode {
         Command::Status { server, json } => status::run(&server, json),
         Command::Changelog { server, command } => changelog::run(&server, command),
         Command::Locks { path, server, json } => locks::run(&server, &path, json),
+        Command::Quota { server, command } => quota::run(&server, command),
+        Command::Summary { path, server, json } => quota::summary(&server, &path, json),
         Command::Watch {
             path,
             recursive,

@@ -118,18 +118,40 @@ impl CalmFs {
             };
             // Space is the local object store's file system's; a remote store's is not known
             // (reported as large and free).
-            let (blocks, bfree, bavail, bsize) = shared
+            let (mut blocks, mut bfree, mut bavail, bsize) = shared
                 .contents
                 .objects()
                 .local_root()
                 .and_then(statvfs)
                 .unwrap_or((1 << 40, 1 << 40, 1 << 40, 4096));
+            let (mut files, mut ffree) = (figures.inodes.saturating_add(1 << 32), 1 << 32);
+            // A quota on the tree mounted is what df shows, as on a file system of that size.
+            if let Some(quota) = figures.root_quota {
+                let used = quota.usage.bytes.max(0) as u64;
+                let limit = [quota.limits.bytes, quota.limits.soft_bytes]
+                    .into_iter()
+                    .filter(|l| *l > 0)
+                    .min();
+                if let Some(limit) = limit {
+                    blocks = limit.div_ceil(bsize.into());
+                    bfree = limit.saturating_sub(used) / u64::from(bsize);
+                    bavail = bfree.min(bavail);
+                }
+                let inodes = [quota.limits.inodes, quota.limits.soft_inodes]
+                    .into_iter()
+                    .filter(|l| *l > 0)
+                    .min();
+                if let Some(limit) = inodes {
+                    files = limit;
+                    ffree = limit.saturating_sub(quota.usage.inodes.max(0) as u64);
+                }
+            }
             reply.statfs(
                 blocks,
                 bfree,
                 bavail,
-                figures.inodes.saturating_add(1 << 32),
-                1 << 32,
+                files,
+                ffree,
                 bsize,
                 figures.name_len_max,
                 bsize,

@@ -438,6 +438,8 @@ pub fn check<R: ReadTxn>(view: &R, progress: &mut dyn FnMut(u64)) -> Result<Fsck
     })?;
     progress(checker.report.bytes_read);
     let mut report = checker.finish();
-    quota::check(view, &mut report)?;
+    for problem in quota::check(view)? {
+        report.add_problem(problem);
+    }
     Ok(report)
 }

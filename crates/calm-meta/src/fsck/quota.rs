@@ -6,11 +6,12 @@ use std::ops::ControlFlow;
 
 use calm_store::{ReadTxn, decode_counter};
 
-use super::FsckReport;
 use crate::error::Result;
 use crate::quota::{KEY_QUOTA_TREES, QuotaKind, Stored, TAG_LIMITS, count, key_target};
 
-pub(super) fn check<R: ReadTxn>(view: &R, report: &mut FsckReport) -> Result<()> {
+/// The problems found, each a sentence.
+pub(super) fn check<R: ReadTxn>(view: &R) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
     let mut trees = 0u64;
     let mut bad = Vec::new();
     view.visit(&[TAG_LIMITS], &[TAG_LIMITS + 1], &mut |key, value| {
@@ -22,21 +23,21 @@ pub(super) fn check<R: ReadTxn>(view: &R, report: &mut FsckReport) -> Result<()>
         ControlFlow::Continue(())
     })?;
     for problem in bad {
-        report.add_problem(problem);
+        problems.push(problem);
     }
     let kept = match view.get(KEY_QUOTA_TREES)? {
         Some(v) => decode_counter(KEY_QUOTA_TREES, &v)?,
         None => 0,
     };
     if kept != trees {
-        report.add_problem(format!(
+        problems.push(format!(
             "counter Nquota_trees is {kept}, counted {trees} trees with a limit"
         ));
     }
     match count::check(view) {
         Ok(mismatches) => {
             for m in mismatches {
-                report.add_problem(format!(
+                problems.push(format!(
                     "quota of {}: usage kept {} bytes, {} inodes, {} directories; counted {} \
                      bytes, {} inodes, {} directories",
                     m.target,
@@ -49,10 +50,10 @@ pub(super) fn check<R: ReadTxn>(view: &R, report: &mut FsckReport) -> Result<()>
                 ));
             }
         }
-        Err(failure) => report.add_problem(format!(
+        Err(failure) => problems.push(format!(
             "quota usage could not be counted: {}",
             crate::error::MetaError::from(failure)
         )),
     }
-    Ok(())
+    Ok(problems)
 }

@@ -8,16 +8,16 @@ use crate::lines;
 
 /// A local user made for one test (`useradd`), removed when dropped. Users left by a test
 /// that was killed (their name carries the test's pid) are removed by the next one.
-struct LocalUser {
-    name: String,
-    uid: u32,
-    gid: u32,
+pub(crate) struct LocalUser {
+    pub(crate) name: String,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
 }
 
 const USER_PREFIX: &str = "calmt";
 
 impl LocalUser {
-    fn create(tag: &str) -> LocalUser {
+    pub(crate) fn create(tag: &str) -> LocalUser {
         let passwd = std::fs::read_to_string("/etc/passwd").expect("/etc/passwd");
         for name in passwd.lines().filter_map(|l| l.split(':').next()) {
             let Some(pid) = name

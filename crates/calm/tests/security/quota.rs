@@ -1,0 +1,175 @@
+//! Quotas as a user meets them through a mount: a create or a write past a limit answers
+//! EDQUOT and leaves nothing half done, df shows the limit of the tree mounted, only the
+//! superuser sets limits; and usage stays exact through kill -9 of a storm in two trees.
+
+use std::time::Duration;
+
+use crate::common::{self, Mount, calm};
+use crate::users::LocalUser;
+
+fn quota(socket: &str, args: &[&str]) -> String {
+    let mut all = vec!["quota", "--server", socket];
+    all.extend_from_slice(args);
+    let out = calm(&all);
+    assert!(
+        out.status.success(),
+        "calm {all:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+#[test]
+fn a_user_past_a_limit_gets_edquot_and_nothing_half_done() {
+    let user = LocalUser::create("q");
+    let mount = Mount::embedded(&["--allow-other"]);
+    let top = mount.mnt.parent().expect("the mount's directory");
+    std::fs::set_permissions(top, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let socket = mount.socket.clone().expect("the embedded server's socket");
+    mount.sh_ok("mkdir -m 777 proj other");
+    quota(
+        &socket,
+        &["set", "/proj", "--bytes", "1M", "--inodes", "10"],
+    );
+    quota(
+        &socket,
+        &["set", "--user", &user.uid.to_string(), "--inodes", "5"],
+    );
+    let as_user = |script: &str| {
+        mount.sh(&format!(
+            "setpriv --reuid={} --regid={} --clear-groups bash -c '{script}' 2>&1",
+            user.uid, user.gid
+        ))
+    };
+    // Five inodes for the user: the sixth create is refused.
+    let out = as_user("for i in 1 2 3 4 5 6; do touch proj/f$i || echo refused $i; done");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Disk quota exceeded") && text.contains("refused 6"),
+        "{text}"
+    );
+    assert!(!text.contains("refused 5"), "{text}");
+    // 2 MB into a tree of 1 MiB: the write fails with EDQUOT, the file keeps its 0 bytes.
+    let out = as_user("head -c 2000000 /dev/zero > proj/f1; echo rc=$?");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Disk quota exceeded"), "{text}");
+    assert_eq!(mount.sh_ok("stat -c %s proj/f1").trim(), "0");
+    // Up to the limit is fine; the usage is what was written.
+    as_user("head -c 1000000 /dev/zero > proj/f1");
+    assert_eq!(mount.sh_ok("stat -c %s proj/f1").trim(), "1000000");
+    let got = common::calm_json(&["quota", "--server", &socket, "get", "/proj", "--json"]);
+    assert_eq!(got["bytes"], 1_000_000, "{got}");
+    assert_eq!(got["inodes"], 5, "{got}");
+    // A user sets no limit, not even on themself.
+    let out = as_user(&format!(
+        "{} quota --server {socket} set --user {} --inodes 0",
+        common::CALM,
+        user.uid
+    ));
+    assert!(
+        !out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // Moving a file out of the tree moves its bytes; a directory between trees answers
+    // EXDEV, which mv meets by copying.
+    mount.sh_ok("mkdir proj/d && mv proj/f1 other/f1 && mv proj/d other/d");
+    let got = common::calm_json(&["quota", "--server", &socket, "get", "/proj", "--json"]);
+    assert_eq!(
+        (got["bytes"].as_i64(), got["inodes"].as_i64()),
+        (Some(0), Some(4)),
+        "{got}"
+    );
+    // df shows the quota of the tree mounted.
+    quota(&socket, &["set", "/", "--bytes", "3M", "--inodes", "1000"]);
+    let df = mount.sh_ok("df -B1 --output=size,used . | tail -1; df --output=itotal . | tail -1");
+    let figures: Vec<u64> = df
+        .split_whitespace()
+        .map(|n| n.parse().expect("a number"))
+        .collect();
+    assert_eq!(figures[0], 3 << 20, "{df}");
+    assert_eq!(figures[1], 1_000_000_u64.div_ceil(4096) * 4096, "{df}");
+    assert_eq!(figures[2], 1000, "{df}");
+    assert!(quota(&socket, &["check"]).contains("every usage kept"));
+    let summary = common::calm_json(&["summary", "--server", &socket, "/other", "--json"]);
+    assert_eq!(
+        (summary["files"].as_i64(), summary["from"].as_str()),
+        (Some(1), Some("walk"))
+    );
+}
+
+#[test]
+fn usage_stays_exact_through_kill_9_of_a_storm_in_two_trees() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let data_arg = data.to_str().expect("utf-8").to_string();
+    for round in 0..3 {
+        let mount = Mount::start(
+            tempfile::tempdir().expect("tempdir"),
+            &["--embedded", &data_arg],
+            &[],
+        );
+        let socket = mount.socket.clone().expect("socket");
+        if round == 0 {
+            mount.sh_ok("mkdir -p a/x b/y");
+            quota(
+                &socket,
+                &["set", "/a", "--bytes", "1G", "--inodes", "100000"],
+            );
+            quota(&socket, &["set", "/a/x", "--bytes", "1G"]);
+            quota(&socket, &["set", "/b", "--inodes", "100000"]);
+        }
+        // Two writers per tree create, write, append, truncate and remove until killed.
+        let pids = dir.path().join("storm.pids");
+        let pids = pids.to_str().expect("utf-8");
+        let storm = |tree: &str, n: u32| {
+            format!(
+                "( i=0; while :; do i=$((i+1)); f={tree}/s{n}-$((i % 50));
+                   head -c $((i * 97 % 20000)) /dev/zero > $f; echo more >> $f;
+                   [ $((i % 3)) = 0 ] && rm -f {tree}/s{n}-$(((i + 7) % 50));
+                   [ $((i % 5)) = 0 ] && truncate -s $((i % 7000)) $f;
+                   [ $((i % 11)) = 0 ] && mkdir -p {tree}/d$n-$((i % 9)) && rmdir {tree}/d$n-$((i % 9));
+                 done ) >/dev/null 2>&1 & echo $! >> {pids};"
+            )
+        };
+        mount.sh_ok(&format!(
+            "{} {} {} {} sleep 0.1",
+            storm("a/x", round),
+            storm("a", round + 10),
+            storm("b/y", round),
+            storm("b", round + 10)
+        ));
+        std::thread::sleep(Duration::from_millis(2500));
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(mount.pid() as i32, libc::SIGKILL) };
+        drop(mount);
+        // The writers outlive their mount: they go too.
+        for pid in std::fs::read_to_string(pids).unwrap_or_default().lines() {
+            if let Ok(pid) = pid.trim().parse::<i32>() {
+                // SAFETY: kill(2) on a process this test started.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        let _ = std::fs::remove_file(pids);
+        let out = calm(&["fsck", &data_arg]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "round {round}: fsck after kill -9:\n{text}"
+        );
+    }
+    // And the server agrees, online.
+    let mount = Mount::start(
+        tempfile::tempdir().expect("tempdir"),
+        &["--embedded", &data_arg],
+        &[],
+    );
+    let socket = mount.socket.clone().expect("socket");
+    assert!(quota(&socket, &["check"]).contains("every usage kept"));
+    let a = common::calm_json(&["quota", "--server", &socket, "get", "/a", "--json"]);
+    assert!(
+        a["inodes"].as_i64().unwrap_or(0) > 10,
+        "the storm made files: {a}"
+    );
+}
