@@ -127,6 +127,7 @@ pub(crate) fn run<S: Store>(
     let mut batch: Vec<Request> = Vec::with_capacity(options.batch_ops_max);
     let mut results: Vec<Answer> = Vec::with_capacity(options.batch_ops_max);
     let mut cleaned = crate::requests::Cleaned::default();
+    let mut chains = crate::quota::Chains::default();
     loop {
         let first = if cl.purge_pending() {
             match queue.try_recv() {
@@ -155,6 +156,7 @@ pub(crate) fn run<S: Store>(
             alloc: &mut alloc,
             cl: &mut cl,
             cleaned: &mut cleaned,
+            chains: &mut chains,
             opened,
             shared,
             last_index: &last_index,
@@ -310,6 +312,8 @@ struct Group<'c, S: Store> {
     cl: &'c mut ClState,
     /// Up to where each client's request records are deleted (changed after a commit only).
     cleaned: &'c mut crate::requests::Cleaned,
+    /// Which limited trees each directory is in, as the last group committed left them.
+    chains: &'c mut crate::quota::Chains,
     opened: Opened,
     /// Other processes write the store too (see [`Store::shared`]).
     shared: bool,
@@ -369,6 +373,7 @@ impl<S: Store> Group<'_, S> {
                     self.alloc,
                     self.cl,
                     (&*self.cleaned, &mut deleted),
+                    &mut *self.chains,
                     self.opened,
                     self.shared,
                     batch,
@@ -473,6 +478,7 @@ fn commit_batch<S: Store>(
     alloc: &mut HandleAllocator,
     cl: &mut ClState,
     cleaned: (&crate::requests::Cleaned, &mut Vec<(u64, u64)>),
+    chains: &mut crate::quota::Chains,
     opened: Opened,
     shared: bool,
     batch: &[Request],
@@ -519,6 +525,7 @@ fn commit_batch<S: Store>(
         opened.generation,
         opened.names,
     );
+    ctx.quota = crate::quota::Quotas::with_chains(std::mem::take(chains));
     for (request, acked) in batch.iter().zip(&acked) {
         ctx.caller = request.caller.clone();
         let dir_after =
@@ -542,9 +549,11 @@ fn commit_batch<S: Store>(
             Err(Failure::Store(error)) => return Err(error.into()),
         }
     }
+    let kept = ctx.quota.take_chains();
     ctx.flush().map_err(failure)?;
     let purged = cl.purge_step(&mut txn).map_err(failure)?;
     txn.commit()?;
+    *chains = kept;
     stats.cl_purged.fetch_add(purged, Ordering::Relaxed);
     Ok(())
 }

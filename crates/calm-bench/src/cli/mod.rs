@@ -302,6 +302,28 @@ pub enum Bench {
         #[command(flatten)]
         out: OutputArgs,
     },
+    /// What quotas cost: creates, small-file writes and unlinks by an unprivileged caller
+    /// under limits on three ancestors, its user and its group, against no limit, in turn.
+    Quota {
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+        /// Files per round.
+        #[arg(long, default_value_t = 20_000)]
+        files: u64,
+        /// Bytes written to each file, in one write.
+        #[arg(long, default_value_t = 4096)]
+        file_bytes: u32,
+        /// Rounds with the limits and without, in turn.
+        #[arg(long, default_value_t = 4)]
+        pairs: usize,
+        /// The A/A run: both arms have the limits (the cost it shows is noise).
+        #[arg(long)]
+        calibrate: bool,
+        #[arg(long, default_value_os_t = std::env::temp_dir())]
+        dir: PathBuf,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
 }
 
 /// Runs the benchmark the arguments name.
@@ -530,6 +552,36 @@ pub fn run(bench: Bench) -> Result<Output, String> {
         Bench::Clusters(args) => servers::run_clusters(args),
         Bench::Soak(args) => soak::run_soak(args),
         Bench::Appends(args) => soak::run_appends(args),
+        Bench::Quota {
+            clients,
+            files,
+            file_bytes,
+            pairs,
+            calibrate,
+            dir,
+            out,
+        } => {
+            let rows = crate::quota::run(&crate::quota::QuotaBenchOptions {
+                clients,
+                files,
+                file_bytes,
+                pairs,
+                calibrate,
+                dir,
+            })?;
+            out.finish(
+                crate::quota::table(&rows),
+                &serde_json::json!({
+                    "bench": "quota",
+                    "results": rows,
+                    "costs": crate::quota::costs(&rows),
+                }),
+                panels(
+                    "calm bench quota: limits on three ancestors, the user and the group, or none",
+                    || crate::quota::facets(&rows),
+                ),
+            )
+        }
         Bench::Mdtest {
             clients,
             files,

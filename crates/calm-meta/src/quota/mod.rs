@@ -36,6 +36,11 @@ pub const TAG_USAGE: u8 = b'A';
 pub const TAG_LIMITS: u8 = b'B';
 /// Counter: trees with a limit.
 pub const KEY_QUOTA_TREES: &[u8] = b"Nquota_trees";
+/// Counter: how many times a tree limit was set or removed (the only changes of a chain):
+/// chains remembered at one value hold while it stays.
+pub const KEY_QUOTA_GENERATION: &[u8] = b"Nquota_gen";
+/// Directories whose chains the committer remembers between groups at most.
+pub const CHAINS_KEPT_MAX: usize = 65_536;
 
 pub fn usage_key(target: QuotaTarget) -> [u8; 10] {
     key(TAG_USAGE, target)
@@ -243,6 +248,14 @@ struct Entry {
     reset: Option<Option<QuotaUsage>>,
 }
 
+/// The chains of directories, as of one value of [`KEY_QUOTA_GENERATION`]: what the committer
+/// keeps from one group to the next.
+#[derive(Debug, Default, Clone)]
+pub struct Chains {
+    generation: u64,
+    chains: HashMap<Handle, Vec<Handle>>,
+}
+
 /// The quotas of one group commit: each quota it touches, read once, and the chains of the
 /// directories it changed.
 #[derive(Debug, Default, Clone)]
@@ -251,9 +264,34 @@ pub(crate) struct Quotas {
     chains: HashMap<Handle, Vec<Handle>>,
     /// Trees with a limit, once read.
     trees: Option<u64>,
+    /// The generation of chains, once read, and whether this group changed it.
+    generation: Option<u64>,
+    generation_changed: bool,
+    /// The chains the last group left, used once the generation is read and found the same.
+    inherited: Option<Chains>,
 }
 
 impl Quotas {
+    /// A group's quotas, starting from the chains the last group left.
+    pub(crate) fn with_chains(chains: Chains) -> Quotas {
+        Quotas {
+            inherited: Some(chains),
+            ..Quotas::default()
+        }
+    }
+
+    /// The chains to keep for the next group (when this one commits).
+    pub(crate) fn take_chains(&mut self) -> Chains {
+        match self.generation {
+            Some(generation) if self.chains.len() <= CHAINS_KEPT_MAX => Chains {
+                generation,
+                chains: std::mem::take(&mut self.chains),
+            },
+            Some(_) => Chains::default(),
+            None => self.inherited.take().unwrap_or_default(),
+        }
+    }
+
     fn entry<T: ReadTxn>(&mut self, txn: &T, target: QuotaTarget) -> Outcome<&mut Entry> {
         use std::collections::hash_map::Entry as Slot;
         match self.entries.entry(target) {
@@ -283,11 +321,20 @@ impl Quotas {
         if let Some(n) = self.trees {
             return Ok(n);
         }
-        let n = match txn.get(KEY_QUOTA_TREES)? {
-            Some(v) => calm_store::decode_counter(KEY_QUOTA_TREES, &v)?,
-            None => 0,
+        let counter = |key: &[u8]| -> Outcome<u64> {
+            Ok(match txn.get(key)? {
+                Some(v) => calm_store::decode_counter(key, &v)?,
+                None => 0,
+            })
         };
+        let (n, generation) = (counter(KEY_QUOTA_TREES)?, counter(KEY_QUOTA_GENERATION)?);
         self.trees = Some(n);
+        self.generation = Some(generation);
+        if let Some(inherited) = self.inherited.take()
+            && inherited.generation == generation
+        {
+            self.chains = inherited.chains;
+        }
         Ok(n)
     }
 
@@ -374,7 +421,7 @@ impl Quotas {
                 entry.delta = QuotaUsage::default();
                 entry.base = None;
                 self.trees = Some(trees - 1);
-                self.chains.clear();
+                self.chains_changed();
             }
             return Ok(Stored::default().report(target, usage));
         }
@@ -396,13 +443,23 @@ impl Quotas {
         }
         if target.kind == QuotaKind::Tree && !had {
             self.trees = Some(trees + 1);
-            self.chains.clear();
+            self.chains_changed();
         }
         Ok(next.report(target, usage))
     }
 
+    /// A tree limit was set or removed: every chain may differ.
+    fn chains_changed(&mut self) {
+        self.chains.clear();
+        self.generation = Some(self.generation.unwrap_or(0) + 1);
+        self.generation_changed = true;
+    }
+
     /// Writes what the group changed: each usage and limits record once, the tree count.
     pub(crate) fn flush<T: WriteTxn>(self, txn: &mut T) -> Outcome<()> {
+        if let (true, Some(generation)) = (self.generation_changed, self.generation) {
+            txn.put(KEY_QUOTA_GENERATION, &generation.to_le_bytes())?;
+        }
         let trees_before = match txn.get(KEY_QUOTA_TREES)? {
             Some(v) => calm_store::decode_counter(KEY_QUOTA_TREES, &v)?,
             None => 0,
