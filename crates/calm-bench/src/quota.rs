@@ -64,7 +64,11 @@ async fn prepare(
     let mut at = ROOT;
     let mut ancestors = Vec::new();
     for name in ["q1", "q2", "q3"] {
-        at = meta.mkdir(at, name.as_bytes(), 0o777).await.map_err(e)?.handle;
+        at = meta
+            .mkdir(at, name.as_bytes(), 0o777)
+            .await
+            .map_err(e)?
+            .handle;
         ancestors.push(at);
     }
     let mut dirs = Vec::new();
@@ -143,9 +147,15 @@ async fn arm(options: &QuotaBenchOptions, limits: bool) -> Result<[f64; 3], Stri
                 pos: 0,
             };
             let data = vec![b'q'; bytes as usize];
-            m.write(caller(), handle, vec![(0, slice)], u64::from(bytes), vec![(id, data)])
-                .await
-                .map(|_| ())
+            m.write(
+                caller(),
+                handle,
+                vec![(0, slice)],
+                u64::from(bytes),
+                vec![(id, data)],
+            )
+            .await
+            .map(|_| ())
         }
     })
     .await?;

@@ -198,3 +198,113 @@ fn a_server_on_etcd_stops_on_sigterm_in_bounded_time() {
     let took = server.stops_on_sigterm_with_a_mount(STOP_BOUND);
     eprintln!("stopped {took:?} after SIGTERM");
 }
+
+/// Quotas with two servers on one etcd namespace: a tree limit holds across both (creates and
+/// writes sent to either at once never pass it, and exactly the limit's worth succeed), the
+/// usage is exact after one server is killed -9 in the middle (fsck's quota pass and the other
+/// server's check), and a limit set through one server holds at once on the other.
+#[test]
+fn quotas_hold_across_two_servers_on_etcd_and_through_kill_9() {
+    use calm_client::{QuotaLimits, QuotaTarget};
+    let mut private = None;
+    let url = cluster("quota", &mut private);
+    let tmp = tempfile::tempdir().unwrap();
+    let a = Server::start_with(&tmp.path().join("a"), &["--store", &url]);
+    let b = Server::start_with(&tmp.path().join("b"), &["--store", &url]);
+    let rt = runtime();
+    let (dir, cb) = rt.block_on(async {
+        let ca = calm_client::Client::connect(&a.addr).await.unwrap();
+        let cb = calm_client::Client::connect(&b.addr).await.unwrap();
+        let dir = ca.mkdir(ROOT, b"p", 0o755).await.unwrap().handle;
+        let limits = QuotaLimits {
+            inodes: 30,
+            bytes: 10_000,
+            ..QuotaLimits::default()
+        };
+        ca.set_quota(QuotaTarget::tree(dir), limits).await.unwrap();
+        // 80 creates at once, half through each server: exactly 30 are made.
+        let tries: Vec<_> = (0..80)
+            .map(|i| {
+                let client = if i % 2 == 0 { ca.clone() } else { cb.clone() };
+                tokio::spawn(
+                    async move { client.create(dir, format!("f{i}").as_bytes(), 0o644).await },
+                )
+            })
+            .collect();
+        let mut answers = Vec::new();
+        for task in tries {
+            answers.push(task.await.unwrap());
+        }
+        let made: Vec<u64> = answers
+            .iter()
+            .filter_map(|a| a.as_ref().ok().map(|attr| attr.handle))
+            .collect();
+        assert_eq!(made.len(), 30, "{answers:?}");
+        assert!(
+            answers
+                .iter()
+                .filter_map(|a| a.as_ref().err())
+                .all(|e| e.errno() == 122),
+            "{answers:?}"
+        );
+        // Sizes grown through both at once: the bytes never pass 10 000.
+        let grows: Vec<_> = made
+            .iter()
+            .enumerate()
+            .map(|(i, handle)| {
+                let client = if i % 2 == 0 { ca.clone() } else { cb.clone() };
+                let attr = calm_meta::SetAttr {
+                    size: Some(700),
+                    ..calm_meta::SetAttr::default()
+                };
+                let handle = *handle;
+                tokio::spawn(async move { client.setattr(handle, &attr).await })
+            })
+            .collect();
+        let mut grown = 0;
+        for task in grows {
+            grown += usize::from(task.await.unwrap().is_ok());
+        }
+        assert_eq!(grown, 14, "10 000 bytes hold 14 files of 700");
+        let report = cb.quota(QuotaTarget::tree(dir)).await.unwrap();
+        assert_eq!((report.usage.inodes, report.usage.bytes), (30, 9_800));
+        drop(ca);
+        (dir, cb)
+    });
+    // A killed -9 while unlinks and creates go through both.
+    let ca = rt.block_on(calm_client::Client::connect(&a.addr)).unwrap();
+    let storm = rt.spawn({
+        let (ca, cb) = (ca.clone(), cb.clone());
+        async move {
+            for i in 0..200 {
+                let client = if i % 2 == 0 { &ca } else { &cb };
+                let _ = client.unlink(dir, format!("f{}", i % 80).as_bytes()).await;
+                let _ = client.create(dir, format!("g{i}").as_bytes(), 0o644).await;
+            }
+        }
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    a.kill9();
+    let _ = rt.block_on(storm);
+    rt.block_on(async {
+        assert!(cb.check_quotas().await.unwrap().is_empty());
+        // A limit set through B holds at once: no more creates.
+        let full = QuotaLimits {
+            inodes: 1,
+            ..QuotaLimits::default()
+        };
+        let now = cb.quota(QuotaTarget::tree(dir)).await.unwrap().usage.inodes;
+        assert!(now >= 1, "{now}");
+        cb.set_quota(QuotaTarget::tree(dir), full).await.unwrap();
+        let refused = cb.create(dir, b"one-more", 0o644).await.unwrap_err();
+        assert_eq!(refused.errno(), 122);
+    });
+    let out = common::calm(&["fsck", "--store", &url, "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    drop(b);
+}
