@@ -16,7 +16,7 @@ use crate::changelog::ClState;
 use crate::error::MetaError;
 use crate::layout::{Dentry, Inode, KEY_FILE_BYTES, KEY_INODES, NameHash, inode_key, xattr_range};
 use crate::outcome::Outcome;
-use crate::quota::{QuotaTarget, QuotaUsage, Quotas};
+use crate::quota::{Chain, QuotaTarget, QuotaUsage, Quotas};
 use crate::types::*;
 
 /// What the mutations of one group commit work with: the transaction, the allocator, the
@@ -174,35 +174,38 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
 
     /// The directories with a tree limit among `dir` and the directories above it, nearest
     /// first (none for 0: an inode with no directory).
-    pub(crate) fn chain(&mut self, dir: Handle) -> Outcome<Vec<Handle>> {
+    pub(crate) fn chain(&mut self, dir: Handle) -> Outcome<Chain> {
         if dir == 0 || self.quota.trees(self.txn)? == 0 {
-            return Ok(Vec::new());
+            return Ok(Chain::from([]));
         }
         if let Some(chain) = self.quota.cached_chain(dir) {
-            return Ok(chain.clone());
+            return Ok(chain);
         }
         let mut chain = Vec::new();
         let mut at = dir;
         // A chain longer than every handle ever allocated is a cycle: corruption.
         for _ in 0..u32::MAX {
             if let Some(above) = self.quota.cached_chain(at) {
-                chain.extend_from_slice(&above.clone());
-                self.quota.remember_chain(dir, chain.clone());
-                return Ok(chain);
+                chain.extend_from_slice(&above);
+                break;
             }
             if self.quota.has_tree(self.txn, at)? {
                 chain.push(at);
             }
             if at == crate::ROOT {
-                self.quota.remember_chain(dir, chain.clone());
-                return Ok(chain);
+                break;
             }
             at = self.load(at)?.parent;
         }
-        Err(MetaError::Corrupt(format!(
-            "directory parent chain from {dir} does not reach the root"
-        ))
-        .into())
+        if at != crate::ROOT && self.quota.cached_chain(at).is_none() {
+            return Err(MetaError::Corrupt(format!(
+                "directory parent chain from {dir} does not reach the root"
+            ))
+            .into());
+        }
+        let chain = Chain::from(chain);
+        self.quota.remember_chain(dir, chain.clone());
+        Ok(chain)
     }
 
     /// Adds `delta` to the usage of the owner `uid`/`gid` and of the trees above directory
@@ -214,21 +217,18 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
         dir: Handle,
         delta: QuotaUsage,
     ) -> Outcome<()> {
-        let mut targets = vec![QuotaTarget::user(uid), QuotaTarget::group(gid)];
-        targets.extend(self.chain(dir)?.into_iter().map(QuotaTarget::tree));
+        let chain = self.chain(dir)?;
+        let owners = [QuotaTarget::user(uid), QuotaTarget::group(gid)];
         let (exempt, now) = (self.caller.is_root(), self.now);
-        self.quota.charge(self.txn, &targets, delta, exempt, now)
+        self.quota
+            .charge(self.txn, &owners, &chain, delta, exempt, now)
     }
 
     /// Adds `delta` to the usage of the trees above directory `dir` only.
     pub(crate) fn charge_trees(&mut self, dir: Handle, delta: QuotaUsage) -> Outcome<()> {
-        let targets: Vec<QuotaTarget> = self
-            .chain(dir)?
-            .into_iter()
-            .map(QuotaTarget::tree)
-            .collect();
+        let chain = self.chain(dir)?;
         let now = self.now;
-        self.quota.charge(self.txn, &targets, delta, false, now)
+        self.quota.charge(self.txn, &[], &chain, delta, false, now)
     }
 
     /// Moves `usage` from the owner `from` to the owner `to` (a chown), refusing it past a
@@ -254,9 +254,10 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
         .into_iter()
         .flatten()
         .collect();
-        self.quota.charge(self.txn, &gained, usage, exempt, now)?;
         self.quota
-            .charge(self.txn, &lost, usage.negated(), exempt, now)
+            .charge(self.txn, &gained, &[], usage, exempt, now)?;
+        self.quota
+            .charge(self.txn, &lost, &[], usage.negated(), exempt, now)
     }
 
     /// Moves `usage` from the trees above directory `from` to those above `to` (a file
@@ -268,20 +269,21 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
         usage: QuotaUsage,
     ) -> Outcome<()> {
         let (left, entered) = (self.chain(from)?, self.chain(to)?);
-        let gained: Vec<QuotaTarget> = entered
+        let gained: Vec<Handle> = entered
             .iter()
             .filter(|d| !left.contains(d))
-            .map(|d| QuotaTarget::tree(*d))
+            .copied()
             .collect();
-        let lost: Vec<QuotaTarget> = left
+        let lost: Vec<Handle> = left
             .iter()
             .filter(|d| !entered.contains(d))
-            .map(|d| QuotaTarget::tree(*d))
+            .copied()
             .collect();
         let now = self.now;
-        self.quota.charge(self.txn, &gained, usage, false, now)?;
         self.quota
-            .charge(self.txn, &lost, usage.negated(), false, now)
+            .charge(self.txn, &[], &gained, usage, false, now)?;
+        self.quota
+            .charge(self.txn, &[], &lost, usage.negated(), false, now)
     }
 
     /// Writes what the group changed: every dirty inode once, the counters once.

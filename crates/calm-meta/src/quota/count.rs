@@ -6,8 +6,8 @@ use std::ops::ControlFlow;
 
 use calm_store::ReadTxn;
 
-use super::{QuotaKind, QuotaMismatch, QuotaTarget, QuotaUsage, TAG_LIMITS, TAG_USAGE};
-use super::{decode_usage, key_target, usage_of};
+use super::record::{QuotaKind, QuotaMismatch, QuotaTarget, QuotaUsage, TAG_LIMITS, TAG_USAGE};
+use super::record::{decode_usage, key_target, usage_of};
 use crate::error::MetaError;
 use crate::layout::{Dentry, Inode, TAG_INODE, entries_range, inode_key, key_handle};
 use crate::outcome::Outcome;

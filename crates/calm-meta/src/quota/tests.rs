@@ -1,4 +1,5 @@
 use super::*;
+use crate::error::MetaError;
 
 const SEC: i64 = 1_000_000_000;
 
