@@ -111,10 +111,25 @@ pub fn status_lines(server: &str, status: &StatusReply) -> Vec<String> {
         ("ready after", format!("{} ms", status.ready_ms)),
         ("uptime", format!("{:.1} s", status.uptime_ms as f64 / 1e3)),
     ];
-    rows.into_iter()
+    let mut lines: Vec<String> = rows
+        .into_iter()
         .filter(|(_, v)| !v.is_empty())
         .map(|(name, value)| format!("{name:<18} {value}"))
-        .collect()
+        .collect();
+    if !status.nearest.is_empty() {
+        lines.push("nearest their limits:".into());
+        for n in &status.nearest {
+            lines.push(format!(
+                "  {:<32} {:<24} {} of {} ({:.0} %)",
+                n.who,
+                n.what,
+                n.used,
+                n.limit,
+                n.used as f64 * 100.0 / n.limit.max(1) as f64
+            ));
+        }
+    }
+    lines
 }
 
 /// A lock's type as a user names it. A mount cannot tell a POSIX record lock (fcntl, lockf)

@@ -166,6 +166,15 @@ impl SessionOwners {
         owners.insert(session, key.to_string());
     }
 
+    /// Each identity that opened sessions, with the sessions it opened, in order of keys.
+    pub fn by_owner(&self) -> Vec<(String, Vec<u64>)> {
+        let mut by: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+        for (session, key) in self.owners.locked().iter() {
+            by.entry(key.clone()).or_default().push(*session);
+        }
+        by.into_iter().collect()
+    }
+
     /// Who opened `session`, if it is known here.
     pub fn owner(&self, session: u64) -> Option<String> {
         self.owners.locked().get(&session).cloned()

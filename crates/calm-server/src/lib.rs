@@ -37,6 +37,7 @@ pub mod heap;
 pub mod listen;
 pub mod locks;
 mod meta_service;
+pub mod nearest;
 pub mod offline;
 pub mod orphans;
 mod socket_owner;

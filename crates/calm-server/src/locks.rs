@@ -191,6 +191,11 @@ impl LockTable {
         self.lock().manager.stats()
     }
 
+    /// The locks `session` holds and the most it may hold, if it is open.
+    pub fn session_locks(&self, session: u64) -> Option<(u64, u64)> {
+        self.lock().manager.session_locks(session)
+    }
+
     /// Whether `session` is open (not closed, not expired).
     pub fn session_live(&self, session: u64) -> bool {
         self.lock().manager.live(session).is_ok()

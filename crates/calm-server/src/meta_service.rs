@@ -578,6 +578,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
                     value,
                 })
                 .collect(),
+            nearest: crate::nearest::nearest(&self.auth.sessions, &self.locks, &self.meta),
         });
         self.answer(result)
     }

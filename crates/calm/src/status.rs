@@ -70,6 +70,12 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
             .map(|f| (f.name.clone(), serde_json::Value::from(f.value)))
             .collect::<serde_json::Map<_, _>>()
             .into();
+        value["nearest"] = status
+            .nearest
+            .iter()
+            .map(|n| serde_json::json!({"who": n.who, "what": n.what, "used": n.used, "limit": n.limit}))
+            .collect::<Vec<_>>()
+            .into();
         println!("{value}");
     } else {
         for line in calm_client::tables::status_lines(server, &status) {

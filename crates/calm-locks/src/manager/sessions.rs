@@ -89,6 +89,13 @@ impl LockManager {
         expired
     }
 
+    /// The locks `session` holds and the most it may hold, if it is open.
+    pub fn session_locks(&self, session: SessionId) -> Option<(u64, u64)> {
+        self.sessions
+            .get(&session)
+            .map(|state| (state.locks, state.locks_max))
+    }
+
     /// The sessions open now, in order.
     pub fn sessions(&self) -> Vec<SessionId> {
         self.sessions.keys().copied().collect()

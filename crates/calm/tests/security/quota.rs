@@ -92,6 +92,22 @@ fn a_user_past_a_limit_gets_edquot_and_nothing_half_done() {
     assert_eq!(figures[1], 1_000_000_u64.div_ceil(4096) * 4096, "{df}");
     assert_eq!(figures[2], 1000, "{df}");
     assert!(quota(&socket, &["check"]).contains("every usage kept"));
+    // calm status shows the quotas nearest their limits: the user's 5 inodes of 5 first.
+    let status = common::calm_json(&["status", "--server", &socket, "--json"]);
+    let first = &status["nearest"][0];
+    assert_eq!(
+        (
+            first["who"].as_str(),
+            first["what"].as_str(),
+            first["used"].as_u64()
+        ),
+        (
+            Some(format!("user {}", user.uid).as_str()),
+            Some("inodes"),
+            Some(5)
+        ),
+        "{status}"
+    );
     let summary = common::calm_json(&["summary", "--server", &socket, "/other", "--json"]);
     assert_eq!(
         (summary["files"].as_i64(), summary["from"].as_str()),

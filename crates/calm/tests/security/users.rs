@@ -670,6 +670,26 @@ fn an_unprivileged_user_cannot_take_the_lock_managers_memory() {
         after - before < 32.0,
         "the server grew from {before:.1} to {after:.1} MiB"
     );
+    // calm status names the user nearest to both limits (its sessions live on their lease).
+    let status = common::calm_json(&["status", "--server", &socket, "--json"]);
+    let nearest = status["nearest"].as_array().expect("the nearest figures");
+    let theirs = |what: &dyn Fn(&str) -> bool, used: u64| {
+        nearest.iter().any(|n| {
+            n["who"]
+                .as_str()
+                .is_some_and(|w| w.contains(&user.uid.to_string()))
+                && n["what"].as_str().is_some_and(what)
+                && n["used"] == used
+        })
+    };
+    assert!(
+        theirs(&|w| w == "lock sessions", sessions as u64),
+        "{status}"
+    );
+    assert!(
+        theirs(&|w| w.starts_with("locks of session"), locks),
+        "{status}"
+    );
     // Root and mounts are not held to a user's limits: the mount still locks.
     mount.sh_ok("python3 -c 'import fcntl; f = open(\"sticky/root-lock\", \"w\"); fcntl.lockf(f, fcntl.LOCK_EX)'");
 }
