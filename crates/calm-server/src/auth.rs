@@ -100,6 +100,11 @@ pub const SESSIONS_PER_USER_MAX: usize = 16;
 /// server's memory at 68 bytes a lock.
 pub const LOCKS_PER_USER_SESSION_MAX: u64 = 16_384;
 
+/// Files one session of a user identity may keep open after their last name went (orphans:
+/// each keeps its inode and contents until released): a mount's are the files its processes
+/// hold open, bounded by the kernel; a user talking to the server directly is bounded here.
+pub const ORPHANS_PER_USER_SESSION_MAX: usize = 1024;
+
 /// A session of a user identity being opened: counted against [`SESSIONS_PER_USER_MAX`]
 /// until dropped (by then the session is in the owners, or was not opened).
 #[derive(Debug)]

@@ -159,6 +159,34 @@ impl<S: Store> MetaService<S> {
     /// [`MetaService::answer`] for a mutation: the reply carries the changelog index reached
     /// (response metadata [`calm_proto::INDEX_KEY`]), at least the index of the mutation's own
     /// record; a watcher waits for its stream to pass it (own-operation completion).
+    /// Refuses a removal that may keep an orphan for a user identity's session that keeps
+    /// [`crate::auth::ORPHANS_PER_USER_SESSION_MAX`] already (RESOURCE_EXHAUSTED, naming it).
+    fn room_for_orphans<T>(
+        &self,
+        r: &Request<T>,
+        caller: &calm_meta::Caller,
+        keeps: bool,
+    ) -> Result<(), Status> {
+        if !keeps || caller.session == 0 || self.auth.identity(r)?.is_trusted() {
+            return Ok(());
+        }
+        let kept = self
+            .meta
+            .orphans()
+            .map_err(|e| status_from_error(&e))?
+            .iter()
+            .filter(|(_, session)| *session == caller.session)
+            .count();
+        if kept >= crate::auth::ORPHANS_PER_USER_SESSION_MAX {
+            return Err(Status::resource_exhausted(format!(
+                "session {} keeps {kept} files open after their last name went, the most a \
+                 user's session may (orphans per user session): close some first",
+                caller.session
+            )));
+        }
+        Ok(())
+    }
+
     fn mutated<T>(&self, result: Result<T, MetaError>) -> Result<Response<T>, Status> {
         let mut response = self.answer(result)?;
         let index = self.meta.changelog_last();
@@ -288,6 +316,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
     ) -> Result<Response<pb::RemovedReply>, Status> {
         let caller = self.auth.caller(&r)?;
         let id = request_id(&self.auth, &r)?;
+        self.room_for_orphans(&r, &caller, !r.get_ref().keep.is_empty())?;
         let r = r.into_inner();
         let op = Op::Unlink {
             parent: r.parent,
@@ -316,6 +345,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
     ) -> Result<Response<pb::RemovedReply>, Status> {
         let caller = self.auth.caller(&r)?;
         let id = request_id(&self.auth, &r)?;
+        self.room_for_orphans(&r, &caller, !r.get_ref().keep.is_empty())?;
         let r = r.into_inner();
         let op = Op::Rename {
             parent: r.parent,

@@ -623,6 +623,59 @@ fn lock_limits_of_an_unprivileged_client() {
     });
 }
 
+/// Files kept by one session of an unprivileged client after their last name went (orphans),
+/// until one is refused; run as that user by the test below, before its memory is measured
+/// (the files' records touch the store's pages, which are not the lock manager's).
+#[test]
+#[ignore = "run as another user by an_unprivileged_user_cannot_take_the_lock_managers_memory"]
+fn orphan_limit_of_an_unprivileged_client() {
+    let Ok(server) = std::env::var("CALM_ATTEMPT_SERVER") else {
+        return;
+    };
+    let runtime = common::runtime();
+    runtime.block_on(async {
+        let client = calm_client::Client::connect(&server)
+            .await
+            .expect("connect");
+        let sticky = client
+            .lookup(calm_meta::ROOT, b"sticky")
+            .await
+            .expect("sticky")
+            .handle;
+        let session = client.open_lock_session(60_000).await.expect("a session");
+        // SAFETY: getuid(2) and getgid(2) cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let me = client.with_caller(calm_meta::Caller {
+            session,
+            uid,
+            gid,
+            groups: Default::default(),
+        });
+        let mut kept = 0;
+        let refused = loop {
+            let name = format!("orphan-{kept}");
+            let file = me
+                .create(sticky, name.as_bytes(), 0o644)
+                .await
+                .expect("a file to keep")
+                .handle;
+            match me.unlink_keeping(sticky, name.as_bytes(), vec![file]).await {
+                Ok(Some(_)) => kept += 1,
+                Ok(None) => break "not kept".to_string(),
+                Err(e) => break e.to_string(),
+            }
+            if kept > 4 * calm_server::auth::ORPHANS_PER_USER_SESSION_MAX {
+                break "never".to_string();
+            }
+        };
+        println!("limit orphans {kept} then refused ({refused})");
+        client
+            .close_lock_session(session)
+            .await
+            .expect("closing the session");
+    });
+}
+
 #[test]
 fn an_unprivileged_user_cannot_take_the_lock_managers_memory() {
     let user = LocalUser::create("l");
@@ -642,6 +695,18 @@ fn an_unprivileged_user_cannot_take_the_lock_managers_memory() {
             .expect("VmRSS");
         kib / 1024.0
     };
+    let kept = run_as(
+        &user,
+        "users::orphan_limit_of_an_unprivileged_client",
+        &[("CALM_ATTEMPT_SERVER", socket.clone())],
+        "limit ",
+    );
+    let orphans = calm_server::auth::ORPHANS_PER_USER_SESSION_MAX;
+    assert!(
+        kept[0].starts_with(&format!("orphans {orphans} then refused (")),
+        "{kept:?}"
+    );
+    assert!(kept[0].contains("orphans per user session"), "{kept:?}");
     let before = rss_mib();
     let said = run_as(
         &user,
