@@ -22,6 +22,7 @@
 //! Opening a store reads the superblock and bumps the epoch: a constant amount of work,
 //! whatever the number of files. Nothing is ever scanned at start.
 
+pub mod acl;
 pub mod alloc;
 pub mod changelog;
 pub mod commit;
