@@ -13,7 +13,7 @@ use calm_meta::{Caller, Handle, Meta, NewNode, ROOT};
 use calm_store::lmdb::LmdbStore;
 use serde::Serialize;
 
-use crate::mdtest::phase;
+use crate::mdtest::{median, phase};
 
 #[derive(Debug, Clone)]
 pub struct QuotaBenchOptions {
@@ -206,15 +206,6 @@ pub fn run(options: &QuotaBenchOptions) -> Result<Vec<QuotaBenchRow>, String> {
         }
     }
     Ok(rows)
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
 }
 
 /// What the limits cost one operation: the median rates with and without, `1 - on / off` of

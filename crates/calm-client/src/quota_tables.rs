@@ -4,7 +4,6 @@
 
 use std::path::Path;
 
-use calm_types::quota::QuotaMismatch;
 use calm_types::{Handle, QuotaKind, QuotaReport, QuotaUsage, ROOT};
 use serde_json::{Value, json};
 
@@ -111,20 +110,6 @@ pub fn quota_json(name: &str, r: &QuotaReport) -> Value {
         "bytes_over_since_ns": r.bytes_over_since_ns,
         "inodes_over_since_ns": r.inodes_over_since_ns,
     })
-}
-
-pub fn mismatch_line(m: &QuotaMismatch) -> String {
-    format!(
-        "{}: kept {} bytes, {} inodes, {} directories; counted {} bytes, {} inodes, {} \
-         directories",
-        m.target,
-        m.kept.bytes,
-        m.kept.inodes,
-        m.kept.dirs,
-        m.counted.bytes,
-        m.counted.inodes,
-        m.counted.dirs
-    )
 }
 
 pub fn summary_json(path: &str, usage: &QuotaUsage, kept: bool) -> Value {

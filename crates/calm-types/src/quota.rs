@@ -159,6 +159,18 @@ pub struct QuotaMismatch {
     pub counted: QuotaUsage,
 }
 
+impl fmt::Display for QuotaMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (k, c) = (&self.kept, &self.counted);
+        write!(
+            f,
+            "the quota of {}: usage kept {} bytes, {} inodes, {} directories; counted {} bytes, \
+             {} inodes, {} directories",
+            self.target, k.bytes, k.inodes, k.dirs, c.bytes, c.inodes, c.dirs
+        )
+    }
+}
+
 /// Tree quotas a namespace holds at most (each is looked up on the path of every change below
 /// it).
 pub const TREE_QUOTAS_MAX: u64 = 100_000;

@@ -4,9 +4,7 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, anyhow, bail};
-use calm_client::quota_tables::{
-    mismatch_line, parse_size, quota_json, quota_lines, resolve_path, summary_json,
-};
+use calm_client::quota_tables::{parse_size, quota_json, quota_lines, resolve_path, summary_json};
 use calm_client::{Client, QuotaLimits, QuotaTarget};
 use clap::{Args, Subcommand};
 
@@ -172,7 +170,7 @@ pub fn run(server: &str, command: QuotaCommand) -> anyhow::Result<ExitCode> {
                             "counted": [m.counted.bytes, m.counted.inodes, m.counted.dirs]})
                         );
                     } else {
-                        println!("{}", mismatch_line(m));
+                        println!("{m}");
                     }
                 }
                 if !mismatches.is_empty() {

@@ -36,19 +36,7 @@ pub(super) fn check<R: ReadTxn>(view: &R) -> Result<Vec<String>> {
     }
     match count::check(view) {
         Ok(mismatches) => {
-            for m in mismatches {
-                problems.push(format!(
-                    "quota of {}: usage kept {} bytes, {} inodes, {} directories; counted {} \
-                     bytes, {} inodes, {} directories",
-                    m.target,
-                    m.kept.bytes,
-                    m.kept.inodes,
-                    m.kept.dirs,
-                    m.counted.bytes,
-                    m.counted.inodes,
-                    m.counted.dirs
-                ));
-            }
+            problems.extend(mismatches.iter().map(ToString::to_string));
         }
         Err(failure) => problems.push(format!(
             "quota usage could not be counted: {}",

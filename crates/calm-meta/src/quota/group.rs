@@ -280,17 +280,13 @@ impl Quotas {
         if let (true, Some(generation)) = (self.generation_changed, self.generation) {
             txn.put(KEY_QUOTA_GENERATION, &generation.to_le_bytes())?;
         }
-        let trees_before = match txn.get(KEY_QUOTA_TREES)? {
-            Some(v) => calm_store::decode_counter(KEY_QUOTA_TREES, &v)?,
-            None => 0,
-        };
-        if let Some(trees) = self.trees
-            && trees != trees_before
-        {
-            if trees == 0 {
-                txn.delete(KEY_QUOTA_TREES)?;
-            } else {
-                txn.put(KEY_QUOTA_TREES, &trees.to_le_bytes())?;
+        // The count of limited trees changes with the generation, and only then.
+        if let (true, Some(trees)) = (self.generation_changed, self.trees) {
+            match trees {
+                0 => {
+                    txn.delete(KEY_QUOTA_TREES)?;
+                }
+                _ => txn.put(KEY_QUOTA_TREES, &trees.to_le_bytes())?,
             }
         }
         for (target, entry) in self.entries {
