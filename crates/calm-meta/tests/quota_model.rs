@@ -342,3 +342,75 @@ async fn the_edges_of_every_limit() {
     assert_eq!(errno(refused), Err(1));
     w.files.clear();
 }
+
+/// The 100 000th create, write and unlink under three tree limits and a user limit works as
+/// the first did, from 16 tasks at once (so commit groups hold many of them and the committer
+/// keeps its chains across groups), and usage comes back to exactly what it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_creates_writes_and_unlinks_leave_usage_exact() {
+    let w = World::new().await;
+    let meta = Arc::new(w.meta);
+    let (a, b) = (w.dirs[1], w.dirs[2]);
+    let leaf = meta.mkdir(b, b"leaf", 0o777).await.unwrap().handle;
+    for dir in [a, b, leaf] {
+        let limits = limit(1 << 40, 1 << 20);
+        meta.set_quota(root(), QuotaTarget::tree(dir), limits)
+            .await
+            .unwrap();
+    }
+    meta.set_quota(root(), QuotaTarget::user(1000), limit(1 << 40, 1 << 20))
+        .await
+        .unwrap();
+    const ROUNDS: u64 = 100_000 / 16;
+    let tasks: Vec<_> = (0..16u64)
+        .map(|t| {
+            let meta = meta.clone();
+            tokio::spawn(async move {
+                let alice = user(1000);
+                for i in 0..ROUNDS {
+                    let name = format!("t{t}.{}", i % 4).into_bytes();
+                    let op = Op::Make {
+                        parent: leaf,
+                        name: name.clone(),
+                        node: NewNode::file(0o644, 0, 0),
+                        exclusive: true,
+                    };
+                    let handle = match meta.apply_as(alice.clone(), op).await.unwrap() {
+                        ops::Done::Attr(attr) => attr.handle,
+                        other => panic!("{other:?}"),
+                    };
+                    let grow = Op::SetAttr {
+                        handle,
+                        attr: SetAttr {
+                            size: Some(i % 5000),
+                            ..SetAttr::default()
+                        },
+                    };
+                    meta.apply_as(alice.clone(), grow).await.unwrap();
+                    let unlink = Op::Unlink {
+                        parent: leaf,
+                        name,
+                        keep: Vec::new(),
+                    };
+                    meta.apply_as(alice.clone(), unlink).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // What stays below each: b and leaf below a, leaf below b, nothing below leaf.
+    for (dir, dirs) in [(a, 2), (b, 1), (leaf, 0)] {
+        let tree = meta.quota(&root(), QuotaTarget::tree(dir)).unwrap();
+        assert_eq!(
+            (tree.usage.bytes, tree.usage.inodes, tree.usage.dirs),
+            (0, dirs, dirs),
+            "{tree:?}"
+        );
+    }
+    let alice = meta.quota(&root(), QuotaTarget::user(1000)).unwrap();
+    assert_eq!((alice.usage.bytes, alice.usage.inodes), (0, 0), "{alice:?}");
+    let fsck = calm_meta::fsck::check(&w.store.snapshot().unwrap(), &mut |_| {}).unwrap();
+    assert!(fsck.is_clean(), "{:?}", fsck.problems);
+}

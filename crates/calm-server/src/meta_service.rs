@@ -15,6 +15,16 @@ use tonic::{Request, Response, Status};
 use crate::{LockTable, ServerInfo, auth, batch, compactor, data, heap, watch};
 
 /// The attributes a write or an append answered.
+/// Runs `read`, which may walk much of the namespace, on a thread of its own.
+async fn off_runtime<S: Store, T: Send + 'static>(
+    meta: Arc<Meta<S>>,
+    read: impl FnOnce(&Meta<S>) -> Result<T, MetaError> + Send + 'static,
+) -> Result<T, MetaError> {
+    tokio::task::spawn_blocking(move || read(&meta))
+        .await
+        .unwrap_or_else(|e| Err(MetaError::Io(format!("the server stopped the read: {e}"))))
+}
+
 fn done_to_attr(done: calm_meta::Result<Done>) -> calm_meta::Result<calm_meta::Attr> {
     match done? {
         Done::Attr(attr) => Ok(attr),
@@ -506,11 +516,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::Empty>,
     ) -> Result<Response<pb::QuotaCheckReply>, Status> {
         let caller = self.auth.caller(&r)?;
-        let meta = self.meta.clone();
         // Reads every inode: off the runtime's threads.
-        let result = tokio::task::spawn_blocking(move || meta.quota_check(&caller))
-            .await
-            .unwrap_or_else(|e| Err(MetaError::Io(format!("the quota check stopped: {e}"))));
+        let result = off_runtime(self.meta.clone(), move |meta| meta.quota_check(&caller)).await;
         self.answer(result.map(|mismatches| {
             pb::QuotaCheckReply {
                 mismatches: mismatches
@@ -526,10 +533,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::HandleRequest>,
     ) -> Result<Response<pb::SummaryReply>, Status> {
         let caller = self.auth.caller(&r)?;
-        let (meta, dir) = (self.meta.clone(), r.get_ref().handle);
-        let result = tokio::task::spawn_blocking(move || meta.summary(&caller, dir))
-            .await
-            .unwrap_or_else(|e| Err(MetaError::Io(format!("the summary stopped: {e}"))));
+        let dir = r.get_ref().handle;
+        let result = off_runtime(self.meta.clone(), move |meta| meta.summary(&caller, dir)).await;
         self.answer(result.map(|s| pb::SummaryReply {
             usage: Some(calm_proto::quota::usage_to_wire(s.usage)),
             kept: s.kept,

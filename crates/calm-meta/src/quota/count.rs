@@ -17,6 +17,31 @@ use crate::types::*;
 /// which holds the other writers back while it runs.
 pub const TREE_COUNT_ENTRIES_MAX: u64 = 10_000_000;
 
+/// What [`try_visit`] calls for each pair: an error stops it.
+type Each<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), MetaError> + 'a;
+
+/// Calls `each` for every pair with `start <= key < end`, until it fails: its error is the
+/// answer.
+fn try_visit<R: ReadTxn + ?Sized>(
+    view: &R,
+    start: &[u8],
+    end: &[u8],
+    each: &mut Each<'_>,
+) -> Outcome<()> {
+    let mut bad = None;
+    view.visit(start, end, &mut |key, value| match each(key, value) {
+        Ok(()) => ControlFlow::Continue(()),
+        Err(error) => {
+            bad = Some(error);
+            ControlFlow::Break(())
+        }
+    })?;
+    match bad {
+        Some(error) => Err(error.into()),
+        None => Ok(()),
+    }
+}
+
 fn inode<R: ReadTxn + ?Sized>(view: &R, handle: Handle) -> Outcome<Inode> {
     match view.get(&inode_key(handle))? {
         Some(v) => Ok(Inode::decode(handle, &v)?),
@@ -51,20 +76,10 @@ pub fn walk<R: ReadTxn + ?Sized>(
     while let Some(at) = todo.pop() {
         let (start, end) = entries_range(at);
         let mut children: Vec<Dentry> = Vec::new();
-        let mut bad = None;
-        view.visit(&start, &end, &mut |_, value| match Dentry::decode(value) {
-            Ok(dentry) => {
-                children.push(dentry);
-                ControlFlow::Continue(())
-            }
-            Err(error) => {
-                bad = Some(error);
-                ControlFlow::Break(())
-            }
+        try_visit(view, &start, &end, &mut |_, value| {
+            children.push(Dentry::decode(value)?);
+            Ok(())
         })?;
-        if let Some(error) = bad {
-            return Err(error.into());
-        }
         entries += children.len() as u64;
         if entries > TREE_COUNT_ENTRIES_MAX {
             return Err(MetaError::Invalid(format!(
@@ -117,29 +132,17 @@ pub fn walk<R: ReadTxn + ?Sized>(
 /// names.
 pub fn everything<R: ReadTxn + ?Sized>(view: &R) -> Outcome<BTreeMap<QuotaTarget, QuotaUsage>> {
     let mut counted: BTreeMap<QuotaTarget, QuotaUsage> = BTreeMap::new();
-    let mut bad = None;
-    view.visit(&[TAG_INODE], &[TAG_INODE + 1], &mut |key, value| {
-        let decoded = key_handle(key)
-            .ok_or_else(|| MetaError::Corrupt(format!("inode key {key:?}")))
-            .and_then(|handle| Inode::decode(handle, value));
-        match decoded {
-            Ok(inode) => {
-                let usage = usage_of(inode.kind, inode.size);
-                for target in [QuotaTarget::user(inode.uid), QuotaTarget::group(inode.gid)] {
-                    let sum = counted.entry(target).or_default();
-                    *sum = sum.plus(usage);
-                }
-                ControlFlow::Continue(())
-            }
-            Err(error) => {
-                bad = Some(error);
-                ControlFlow::Break(())
-            }
+    try_visit(view, &[TAG_INODE], &[TAG_INODE + 1], &mut |key, value| {
+        let handle =
+            key_handle(key).ok_or_else(|| MetaError::Corrupt(format!("inode key {key:?}")))?;
+        let inode = Inode::decode(handle, value)?;
+        let usage = usage_of(inode.kind, inode.size);
+        for target in [QuotaTarget::user(inode.uid), QuotaTarget::group(inode.gid)] {
+            let sum = counted.entry(target).or_default();
+            *sum = sum.plus(usage);
         }
+        Ok(())
     })?;
-    if let Some(error) = bad {
-        return Err(error.into());
-    }
     let mut trees = Vec::new();
     view.visit(&[TAG_LIMITS], &[TAG_LIMITS + 1], &mut |key, _| {
         if let Some(target) = key_target(key)
@@ -158,27 +161,12 @@ pub fn everything<R: ReadTxn + ?Sized>(view: &R) -> Outcome<BTreeMap<QuotaTarget
 /// Every usage record kept.
 pub fn kept<R: ReadTxn + ?Sized>(view: &R) -> Outcome<BTreeMap<QuotaTarget, QuotaUsage>> {
     let mut kept = BTreeMap::new();
-    let mut bad = None;
-    view.visit(
-        &[TAG_USAGE],
-        &[TAG_USAGE + 1],
-        &mut |key, value| match key_target(key)
-            .ok_or_else(|| MetaError::Corrupt(format!("quota usage key {key:?}")))
-            .and_then(|target| Ok((target, decode_usage(value)?)))
-        {
-            Ok((target, usage)) => {
-                kept.insert(target, usage);
-                ControlFlow::Continue(())
-            }
-            Err(error) => {
-                bad = Some(error);
-                ControlFlow::Break(())
-            }
-        },
-    )?;
-    if let Some(error) = bad {
-        return Err(error.into());
-    }
+    try_visit(view, &[TAG_USAGE], &[TAG_USAGE + 1], &mut |key, value| {
+        let target = key_target(key)
+            .ok_or_else(|| MetaError::Corrupt(format!("quota usage key {key:?}")))?;
+        kept.insert(target, decode_usage(value)?);
+        Ok(())
+    })?;
     Ok(kept)
 }
 

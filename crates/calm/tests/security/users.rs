@@ -557,6 +557,17 @@ for name in ("system.posix_acl_access", "system.posix_acl_default"):
     );
 }
 
+/// A client of `server`, and the sticky directory the tests below work in.
+async fn connect_beside_sticky(server: &str) -> (calm_client::Client, calm_meta::Handle) {
+    let client = calm_client::Client::connect(server).await.expect("connect");
+    let sticky = client
+        .lookup(calm_meta::ROOT, b"sticky")
+        .await
+        .expect("sticky")
+        .handle;
+    (client, sticky)
+}
+
 /// Lock sessions and locks of an unprivileged client, run as that user by the test below:
 /// sessions opened until one is refused, then locks taken in one session until one is.
 #[test]
@@ -569,14 +580,7 @@ fn lock_limits_of_an_unprivileged_client() {
     use calm_proto::locks::{LOCK_BATCH_OPS_MAX, LockCall, LockCode};
     let runtime = common::runtime();
     runtime.block_on(async {
-        let client = calm_client::Client::connect(&server)
-            .await
-            .expect("connect");
-        let sticky = client
-            .lookup(calm_meta::ROOT, b"sticky")
-            .await
-            .expect("sticky")
-            .handle;
+        let (client, sticky) = connect_beside_sticky(&server).await;
         let file = client
             .create(sticky, b"mine-to-lock", 0o644)
             .await
@@ -634,14 +638,7 @@ fn orphan_limit_of_an_unprivileged_client() {
     };
     let runtime = common::runtime();
     runtime.block_on(async {
-        let client = calm_client::Client::connect(&server)
-            .await
-            .expect("connect");
-        let sticky = client
-            .lookup(calm_meta::ROOT, b"sticky")
-            .await
-            .expect("sticky")
-            .handle;
+        let (client, sticky) = connect_beside_sticky(&server).await;
         let session = client.open_lock_session(60_000).await.expect("a session");
         // SAFETY: getuid(2) and getgid(2) cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
