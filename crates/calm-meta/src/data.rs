@@ -303,21 +303,32 @@ impl<S: Store> Meta<S> {
     }
 
     /// Every object the metadata names (see [`referenced_objects`]).
-    pub fn referenced_objects(&self) -> Result<(Vec<(u64, u32)>, u64)> {
+    pub fn referenced_objects(&self) -> Result<Referenced> {
         self.blocking(|| referenced_objects(&self.store.snapshot()?))
     }
 }
 
-/// Every object the metadata names: by a record, or in the deletion queue (`(id, size)`,
-/// sorted by id, once each), and the next slice id (every id ever handed out is below it).
-/// One pass over the chunks: for `calm gc` and `calm fsck --objects`, not for the request
-/// path. Memory: 16 bytes per object.
-pub fn referenced_objects<R: ReadTxn>(snap: &R) -> Result<(Vec<(u64, u32)>, u64)> {
-    let mut ids = Vec::new();
+/// The objects the metadata names, each list `(id, size)` sorted by id, once each.
+#[derive(Debug, Default)]
+pub struct Referenced {
+    /// Named by a file's record: they must be in the store.
+    pub named: Vec<(u64, u32)>,
+    /// Named by the deletion queue only: there, or deleted by a server stopped before it
+    /// cleared their entries.
+    pub queued: Vec<(u64, u32)>,
+    /// The next slice id (every id ever handed out is below it).
+    pub next: u64,
+}
+
+/// Every object the metadata names: by a record, or in the deletion queue. One pass over the
+/// chunks: for `calm gc` and `calm fsck --objects`, not for the request path. Memory: 16
+/// bytes per object.
+pub fn referenced_objects<R: ReadTxn>(snap: &R) -> Result<Referenced> {
+    let mut named = Vec::new();
     let mut bad = None;
     snap.visit(&[TAG_CHUNK], &[TAG_CHUNK + 1], &mut |_, value| {
         match decode_chunk(value) {
-            Ok(slices) => ids.extend(
+            Ok(slices) => named.extend(
                 slices
                     .iter()
                     .filter(|s| crate::slices::is_object(s.id))
@@ -333,19 +344,29 @@ pub fn referenced_objects<R: ReadTxn>(snap: &R) -> Result<(Vec<(u64, u32)>, u64)
     if let Some(error) = bad {
         return Err(error);
     }
+    named.sort_unstable();
+    named.dedup_by_key(|(id, _)| *id);
+    let mut queued = Vec::new();
     snap.visit(&[TAG_GC], GC_END, &mut |key, value| {
         if let (Some((_, id)), Ok(size)) = (gc_key_parts(key), value.try_into()) {
-            ids.push((id, u32::from_le_bytes(size)));
+            // An object both named and queued is fsck's problem to report; here it is named.
+            if named.binary_search_by_key(&id, |(n, _)| *n).is_err() {
+                queued.push((id, u32::from_le_bytes(size)));
+            }
         }
         ControlFlow::Continue(())
     })?;
-    ids.sort_unstable();
-    ids.dedup_by_key(|(id, _)| *id);
+    queued.sort_unstable();
+    queued.dedup_by_key(|(id, _)| *id);
     let next = match snap.get(KEY_SLICE_NEXT)? {
         Some(bytes) => calm_store::decode_counter(KEY_SLICE_NEXT, &bytes)?,
         None => 1,
     };
-    Ok((ids, next))
+    Ok(Referenced {
+        named,
+        queued,
+        next,
+    })
 }
 
 /// The URL of the object store a snapshot's namespace keeps its contents in.

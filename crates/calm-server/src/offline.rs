@@ -50,13 +50,30 @@ fn runtime() -> Result<tokio::runtime::Runtime, OfflineError> {
 pub fn audit_objects<S: Store>(store: &S, grace_ms: i64) -> Result<(Objects, Audit), OfflineError> {
     let snapshot = store.snapshot()?;
     let url = calm_meta::data::objects_url(&snapshot)?.ok_or(OfflineError::NoObjectStore)?;
-    let (referenced, _) = calm_meta::data::referenced_objects(&snapshot)?;
+    let referenced = calm_meta::data::referenced_objects(&snapshot)?;
     drop(snapshot);
+    let referenced = merged(&referenced);
     let objects = Objects::open(&url).map_err(|e| objects_error(&url, e))?;
     let listed = runtime()?
         .block_on(objects.list())
         .map_err(|e| objects_error(&url, format!("listing: {e}")))?;
     Ok((objects, audit(&referenced, &listed, now_ms(), grace_ms)))
+}
+
+/// The named and the queued objects as one list, sorted by id.
+fn merged(referenced: &calm_meta::data::Referenced) -> Vec<calm_data::audit::Referenced> {
+    let entry = |queued_only| {
+        move |&(id, size): &(u64, u32)| calm_data::audit::Referenced {
+            id,
+            size,
+            queued_only,
+        }
+    };
+    let mut all: Vec<_> = (referenced.named.iter().map(entry(false)))
+        .chain(referenced.queued.iter().map(entry(true)))
+        .collect();
+    all.sort_unstable();
+    all
 }
 
 /// The object check's problems, each a sentence: blocks named but missing or of another length.
@@ -97,11 +114,14 @@ impl GcReport {
         let (report, grace_s) = (&self.audit, self.grace_s);
         let mut out = vec![
             format!(
-                "{} objects ({:.1} MB) in {}; {} slices named by the metadata",
+                "{} objects ({:.1} MB) in {}; {} slices named by the metadata, {} of them \
+                 only queued for deletion ({} of their objects gone already)",
                 report.objects,
                 report.bytes as f64 / 1e6,
                 self.url,
-                report.referenced
+                report.referenced,
+                report.queued,
+                report.queued_gone
             ),
             format!(
                 "{} leaked objects ({:.1} MB) older than {grace_s} s; {} younger left alone",

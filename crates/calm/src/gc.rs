@@ -30,6 +30,8 @@ pub fn run(data: &Path, grace_s: u64, delete: bool, json: bool) -> anyhow::Resul
             "objects": audit.objects,
             "bytes": audit.bytes,
             "referenced_slices": audit.referenced,
+            "queued_slices": audit.queued,
+            "queued_gone": audit.queued_gone,
             "leaked": audit.leaked.len(),
             "leaked_bytes": audit.leaked_bytes(),
             "young": audit.young,

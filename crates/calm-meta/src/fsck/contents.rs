@@ -29,6 +29,13 @@ impl Checker {
                         self.report
                             .problem(format!("chunk {chunk} of handle {handle}: {error}"));
                     }
+                    if crate::slices::is_object(slice.id) && self.queued.contains(&slice.id) {
+                        self.report.problem(format!(
+                            "slice {} of chunk {chunk} of handle {handle} is queued for \
+                             deletion: its object may be deleted while the file names it",
+                            slice.id
+                        ));
+                    }
                     if crate::slices::is_inline(slice.id)
                         && self.inline_named.insert(slice.id, slice.size).is_some()
                     {

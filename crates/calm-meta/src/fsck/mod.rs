@@ -142,6 +142,8 @@ struct Checker {
     parents_from: u64,
     /// Inline slices the chunks name, with their length, until their bytes (`K`) are seen.
     inline_named: std::collections::HashMap<u64, u32>,
+    /// Objects of the deletion queue (`G`, before the chunks): none may be named by a record.
+    queued: std::collections::HashSet<u64>,
 }
 
 impl Checker {
@@ -236,12 +238,14 @@ impl Checker {
             }
             // The deletion queue and the shared-object counts name objects, not inodes: they
             // may sit between the names and the inodes, so they leave the phase as it is.
-            TAG_GC => {
-                if gc_key_parts(key).is_none() || value.len() != 4 {
-                    self.report
-                        .problem(format!("deletion queue entry {key:?} does not decode"));
+            TAG_GC => match gc_key_parts(key).filter(|_| value.len() == 4) {
+                Some((_, id)) => {
+                    self.queued.insert(id);
                 }
-            }
+                None => self
+                    .report
+                    .problem(format!("deletion queue entry {key:?} does not decode")),
+            },
             // Before the inodes, so that an orphan's inode (no name) is known to be one.
             TAG_ORPHAN => match key_handle(key).filter(|_| key.len() == 9 && value.len() == 8) {
                 Some(handle) => {
@@ -398,6 +402,7 @@ pub fn check<R: ReadTxn>(view: &R, progress: &mut dyn FnMut(u64)) -> Result<Fsck
         unparented_max: None,
         parents_from: 0,
         inline_named: Default::default(),
+        queued: Default::default(),
     };
     // A store of an older format is upgraded by the first server that opens it: its names
     // are not laid out as this build checks them.
