@@ -632,12 +632,7 @@ pub fn table(results: &[MdtestResult]) -> Vec<String> {
 pub fn check_ns() -> f64 {
     use calm_meta::perm;
     let caller = unprivileged();
-    let dir = perm::Owner {
-        kind: calm_meta::Kind::Dir,
-        mode: 0o2775,
-        uid: 1000,
-        gid: 2015,
-    };
+    let dir = perm::Owner::new(calm_meta::Kind::Dir, 0o2775, 1000, 2015);
     const CALLS: u32 = 1_000_000;
     let started = Instant::now();
     for _ in 0..CALLS {

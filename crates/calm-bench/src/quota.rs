@@ -1,8 +1,9 @@
 //! What quotas cost: creates, small-file writes and unlinks by an unprivileged caller in a
 //! directory with tree limits on its three ancestors (and limits on the caller's user and
 //! group), against the same work on a namespace without any limit, in the same run, the arms
-//! alternating and taking turns to go first (the machine's drift falls on both). In-process on LMDB with its write-ahead
-//! log, as `calm serve` commits: where a quota's cost is least diluted.
+//! alternating and taking turns to go first (the machine's drift falls on both). With
+//! `acls`, the arm with limits has POSIX ACLs deciding every operation too. In-process on
+//! LMDB with its write-ahead log, as `calm serve` commits: where the cost is least diluted.
 
 use std::sync::Arc;
 
@@ -26,6 +27,9 @@ pub struct QuotaBenchOptions {
     pub pairs: usize,
     /// The A/A run: both arms have the limits (the cost it shows is the method's noise).
     pub calibrate: bool,
+    /// ACLs with the limits: each client's directory is root's, opened to the caller by a
+    /// named entry of its access ACL, with a default ACL its files take.
+    pub acls: bool,
     pub dir: std::path::PathBuf,
 }
 
@@ -53,12 +57,30 @@ fn caller() -> Caller {
     }
 }
 
-/// Makes /q1/q2/q3 with a directory per client below, owned by the caller; with `limits`,
-/// a limit on each of q1, q2 and q3 and on the caller's user and group (none reached).
+/// The ACL of a client's directory with `acls`, access and default alike: the caller (uid
+/// 1000) by name may do everything, the owner (root) too, others read and search.
+fn client_acl() -> Vec<u8> {
+    use calm_meta::acl::{Acl, Entry, Tag};
+    let entry = |tag, perm| Entry { tag, perm };
+    Acl::new(vec![
+        entry(Tag::UserObj, 7),
+        entry(Tag::User(1000), 7),
+        entry(Tag::GroupObj, 5),
+        entry(Tag::Mask, 7),
+        entry(Tag::Other, 5),
+    ])
+    .expect("a valid ACL")
+    .encode()
+}
+
+/// Makes /q1/q2/q3 with a directory per client below, owned by the caller (with `acls`,
+/// root's, opened to the caller by ACLs); with `limits`, a limit on each of q1, q2 and q3
+/// and on the caller's user and group (none reached).
 async fn prepare(
     meta: &Meta<LmdbStore>,
     clients: usize,
     limits: bool,
+    acls: bool,
 ) -> Result<Vec<Handle>, String> {
     let e = |e: calm_meta::MetaError| e.to_string();
     let mut at = ROOT;
@@ -79,10 +101,23 @@ async fn prepare(
             node: NewNode::dir(0o755, 0, 0),
             exclusive: true,
         };
-        match meta.apply_as(caller(), op).await.map_err(e)? {
-            Done::Attr(attr) => dirs.push(attr.handle),
+        let maker = if acls { Caller::default() } else { caller() };
+        let dir = match meta.apply_as(maker, op).await.map_err(e)? {
+            Done::Attr(attr) => attr.handle,
             other => return Err(format!("mkdir answered {other:?}")),
+        };
+        if acls {
+            for name in [calm_meta::acl::ACCESS_XATTR, calm_meta::acl::DEFAULT_XATTR] {
+                let op = Op::SetXattr {
+                    handle: dir,
+                    name: name.to_vec(),
+                    value: client_acl(),
+                    flags: 0,
+                };
+                meta.apply_as(Caller::default(), op).await.map_err(e)?;
+            }
         }
+        dirs.push(dir);
     }
     if limits {
         let big = QuotaLimits {
@@ -113,7 +148,7 @@ async fn arm(options: &QuotaBenchOptions, limits: bool) -> Result<[f64; 3], Stri
     let (_work, meta) = crate::mdtest::open_meta_with(&options.dir, true)?;
     let clients = options.clients;
     let per_client = options.files / clients as u64;
-    let dirs = Arc::new(prepare(&meta, clients, limits).await?);
+    let dirs = Arc::new(prepare(&meta, clients, limits, limits && options.acls).await?);
     let (m, d) = (meta.clone(), dirs.clone());
     let create = phase(clients, per_client, move |c, i| {
         let (m, d) = (m.clone(), d.clone());
@@ -249,7 +284,16 @@ pub fn costs(rows: &[QuotaBenchRow]) -> Vec<QuotaCost> {
         .collect()
 }
 
-pub fn table(rows: &[QuotaBenchRow]) -> Vec<String> {
+/// What the arm with limits has, in words.
+pub fn arm_words(acls: bool) -> &'static str {
+    if acls {
+        "limits (three ancestors, the user and the group) and ACLs"
+    } else {
+        "limits (three ancestors, the user and the group)"
+    }
+}
+
+pub fn table(rows: &[QuotaBenchRow], acls: bool) -> Vec<String> {
     let mut lines = vec![format!(
         "{:>6} {:>5} {:>7} {:>8} {:>9} {:>12}",
         "quotas", "pair", "op", "clients", "files", "ops/s"
@@ -261,11 +305,11 @@ pub fn table(rows: &[QuotaBenchRow]) -> Vec<String> {
         ));
     }
     lines.push(String::new());
-    lines.push(
-        "the cost of the limits (three ancestors, the user and the group) against none; with \
-         --calibrate both arms have them, so the costs are the method's noise:"
-            .into(),
-    );
+    lines.push(format!(
+        "the cost of the {} against none; with --calibrate both arms have them, so the costs \
+         are the method's noise:",
+        arm_words(acls)
+    ));
     lines.push(format!(
         "{:>7} {:>14} {:>14} {:>8} {:>12}",
         "op", "limits ops/s", "none ops/s", "cost", "paired cost"
@@ -283,16 +327,16 @@ pub fn table(rows: &[QuotaBenchRow]) -> Vec<String> {
     lines
 }
 
-pub fn facets(rows: &[QuotaBenchRow]) -> Vec<crate::multiples::Facet> {
+pub fn facets(rows: &[QuotaBenchRow], acls: bool) -> Vec<crate::multiples::Facet> {
     crate::multiples::facets_of(rows.iter().map(|r| {
         crate::multiples::Cell::at(
             r.op.to_string(),
             ("pair", r.pair as f64),
             ("operations/s", r.ops_per_sec),
             match r.quotas {
-                "on" => "limits on three ancestors, the user and the group".to_string(),
-                "aa" => "limits again (A/A)".to_string(),
-                _ => "no limit".to_string(),
+                "on" => arm_words(acls).to_string(),
+                "aa" => format!("{} again (A/A)", arm_words(acls)),
+                _ => "none".to_string(),
             },
         )
     }))

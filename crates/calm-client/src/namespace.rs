@@ -56,6 +56,7 @@ impl Client {
             rdev: node.rdev,
             target: node.target.clone(),
             exclusive,
+            umask: node.umask,
         };
         calm_proto::entry_from_wire(self.mutated(batched_call!(
             mutation placed,

@@ -280,6 +280,15 @@ impl Filesystem for CalmFs {
                 "the kernel drops file privileges on writes itself"
             );
         }
+        // POSIX ACLs: the kernel checks them beside the mode bits (the server decides again)
+        // and keeps them with its inodes, dropping them when the mount invalidates an inode;
+        // it passes a new node's mode and umask apart, for the server to apply the umask only
+        // where the directory has no default ACL (which stands in for it).
+        if let Err(missing) =
+            config.add_capabilities(InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK)
+        {
+            tracing::warn!(?missing, "the kernel does not pass POSIX ACLs through");
+        }
         // Listings come with their entries' attributes when the kernel sees they will be
         // looked up (`ls -l`, a tree walk): one request instead of one lookup per name.
         let plus = InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;

@@ -3,8 +3,8 @@
 //! and what a new file or directory takes from its directory's default ACL. Pure: an ACL, a
 //! caller and an owner in, a decision out.
 //!
-//! Not wired into the namespace yet: the server stores no ACL and decides by the mode bits
-//! alone (`crate::perm`); this module is the rule book that wiring will use.
+//! The namespace keeps them and decides by them (`crate::ops::acls`, `crate::perm`); this
+//! module is the rule book.
 
 use crate::Caller;
 use crate::error::MetaError;
@@ -13,6 +13,32 @@ use crate::error::MetaError;
 pub const ACCESS_XATTR: &[u8] = b"system.posix_acl_access";
 /// The xattr holding a directory's default ACL.
 pub const DEFAULT_XATTR: &[u8] = b"system.posix_acl_default";
+
+/// Which ACLs an inode has (`crate::layout::Inode::acls`): an access ACL
+/// ([`ACCESS_XATTR`])...
+pub const ACL_ACCESS: u8 = 1;
+/// ... and a default ACL ([`DEFAULT_XATTR`], directories only).
+pub const ACL_DEFAULT: u8 = 2;
+
+/// Which ACL an xattr name is, if it is one.
+pub fn acl_bit(name: &[u8]) -> Option<u8> {
+    if name == ACCESS_XATTR {
+        Some(ACL_ACCESS)
+    } else if name == DEFAULT_XATTR {
+        Some(ACL_DEFAULT)
+    } else {
+        None
+    }
+}
+
+/// The xattr name of ACL `bit`.
+pub fn acl_name(bit: u8) -> &'static [u8] {
+    if bit == ACL_ACCESS {
+        ACCESS_XATTR
+    } else {
+        DEFAULT_XATTR
+    }
+}
 
 /// Entries an ACL may have (ext4 fits about 500 in a block; 1024 is generous).
 pub const ACL_ENTRIES_MAX: usize = 1024;
@@ -386,7 +412,7 @@ mod tests {
                                                 fu in uid(), fg in uid(), want in 1..8u32) {
             let c = caller(cu, cg, groups);
             let acl = Acl::from_mode(mode);
-            let owner = Owner { kind: Kind::File, mode, uid: fu, gid: fg };
+            let owner = Owner::new(Kind::File, mode, fu, fg);
             prop_assert_eq!(acl.allows(&c, fu, fg, want), permission(&c, &owner, want).is_ok());
             prop_assert_eq!(acl.mode(), mode);
             prop_assert_eq!(acl.chmod(mode), acl.clone());

@@ -43,6 +43,9 @@ pub struct Ctx<'a, T> {
     pub(crate) file_bytes_delta: i64,
     /// The quotas this group touched.
     pub(crate) quota: Quotas,
+    /// Default ACLs of directories this group made nodes in (`None`: the directory has none),
+    /// read once per group (`crate::ops::acls`).
+    pub(crate) default_acls: HashMap<Handle, Option<std::sync::Arc<crate::acl::Acl>>>,
 }
 
 struct Cached {
@@ -71,6 +74,7 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
             inode_delta: 0,
             file_bytes_delta: 0,
             quota: Quotas::default(),
+            default_acls: HashMap::new(),
         }
     }
 
@@ -344,6 +348,39 @@ pub fn load<R: ReadTxn + ?Sized>(view: &R, handle: Handle) -> Outcome<Inode> {
     }
 }
 
+/// The ACL of `handle` kept under `name`, when there is one.
+pub fn read_acl<R: ReadTxn + ?Sized>(
+    view: &R,
+    handle: Handle,
+    name: &[u8],
+) -> Outcome<Option<crate::acl::Acl>> {
+    match view.get(&crate::layout::xattr_key(handle, name))? {
+        Some(bytes) => Ok(Some(crate::acl::Acl::decode(&bytes).map_err(|e| {
+            MetaError::Corrupt(format!("the ACL of inode {handle}: {e}"))
+        })?)),
+        None => Ok(None),
+    }
+}
+
+/// Whether a new xattr `name` fits in `inode`'s listing ([`XATTR_LIST_BYTES_MAX`]).
+pub(crate) fn room_for_xattr_name<R: ReadTxn + ?Sized>(
+    view: &R,
+    inode: &Inode,
+    name: &[u8],
+) -> Outcome<()> {
+    let listed: usize = inode_xattr_names(view, inode)?
+        .iter()
+        .map(|n| n.len() + 1)
+        .sum();
+    if listed + name.len() + 1 > XATTR_LIST_BYTES_MAX {
+        return Err(MetaError::NoSpace(format!(
+            "xattr names of one inode exceed {XATTR_LIST_BYTES_MAX} bytes"
+        ))
+        .into());
+    }
+    Ok(())
+}
+
 pub fn load_dir<R: ReadTxn + ?Sized>(view: &R, handle: Handle) -> Outcome<Inode> {
     let inode = load(view, handle)?;
     if inode.kind != Kind::Dir {
@@ -364,7 +401,19 @@ pub fn get_dentry<R: ReadTxn + ?Sized>(
     }
 }
 
-/// The names of every xattr of `handle`.
+/// The names of every xattr of `inode`, in order: its `X` keys, and its access ACL when it
+/// has one (kept in the record).
+pub fn inode_xattr_names<R: ReadTxn + ?Sized>(view: &R, inode: &Inode) -> Outcome<Vec<Vec<u8>>> {
+    let mut names = xattr_names(view, inode.handle)?;
+    if inode.access_acl.is_some() {
+        let access = crate::acl::ACCESS_XATTR;
+        let at = names.partition_point(|n| n.as_slice() < access);
+        names.insert(at, access.to_vec());
+    }
+    Ok(names)
+}
+
+/// The names of every `X` key of `handle`.
 pub fn xattr_names<R: ReadTxn + ?Sized>(view: &R, handle: Handle) -> Outcome<Vec<Vec<u8>>> {
     let (start, end) = xattr_range(handle);
     let mut names = Vec::new();

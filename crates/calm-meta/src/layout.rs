@@ -35,9 +35,11 @@ use crate::types::{Handle, Kind};
 /// time a request record was written, at the end of its value (a version-6 record, without
 /// it, is read and then swept); version 8 one key per name, by the hash of the name (before,
 /// a name had a second key in a readdir index by creation order); version 9 quotas (`A`
-/// usage, `B` limits, `Nquota_trees`: `crate::quota`), every user's and group's usage kept. An
-/// older store is upgraded in place when opened for writing (`crate::upgrade`).
-pub const FORMAT_VERSION: u32 = 9;
+/// usage, `B` limits, `Nquota_trees`: `crate::quota`), every user's and group's usage kept;
+/// version 10 POSIX ACLs (the `system.posix_acl_*` xattrs, flagged in the inode's mode field
+/// above its 32 bits: [`Inode::acls`]). An older store is upgraded in place when opened for
+/// writing (`crate::upgrade`).
+pub const FORMAT_VERSION: u32 = 10;
 /// The oldest format this build opens.
 pub const FORMAT_VERSION_MIN: u32 = 1;
 /// First bytes of the format field, so a foreign store is refused rather than misread.
@@ -450,7 +452,16 @@ pub struct Inode {
     pub entries: u64,
     /// Symlinks: the target.
     pub target: Vec<u8>,
+    /// Which POSIX ACLs the inode has ([`ACL_ACCESS`], [`ACL_DEFAULT`]). The access ACL is
+    /// `access_acl`, kept in the record (its bit is set exactly when that is `Some`); a
+    /// directory's default ACL is its `system.posix_acl_default` xattr (an `X` key).
+    pub acls: u8,
+    /// The access ACL, part of the record: every permission decision on the inode has it at
+    /// hand, without a read of its own.
+    pub access_acl: Option<std::sync::Arc<crate::acl::Acl>>,
 }
+
+pub use crate::acl::{ACL_ACCESS, ACL_DEFAULT};
 
 /// First byte of a compact inode record: the kind with this bit set (a fixed record's first
 /// byte is the kind alone).
@@ -488,14 +499,19 @@ fn unzigzag(n: u64) -> i64 {
 
 impl Inode {
     /// The compact record (format 8): the kind with [`INODE_COMPACT`], then as LEB128 varints
-    /// mode, uid, gid, nlink, generation, size, rdev, ctime (zigzag), mtime and atime (zigzag
-    /// differences from ctime, usually one byte), parent and entries; then the symlink target.
-    /// About 30 bytes for a file, where the fixed record takes 96.
+    /// mode (from format 10 with [`Inode::acls`] in bits 32 and up), uid, gid, nlink,
+    /// generation, size, rdev, ctime (zigzag), mtime and atime (zigzag differences from
+    /// ctime, usually one byte), parent and entries; then a symlink's target, or another
+    /// node's access ACL in its xattr form (format 10). About 30 bytes for a file, where the
+    /// fixed record takes 96.
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(40 + self.target.len());
+        let acl = self.access_acl.as_ref().map(|acl| acl.encode());
+        let tail = acl.as_deref().unwrap_or(&self.target);
+        let acls = (self.acls & ACL_DEFAULT) | if acl.is_some() { ACL_ACCESS } else { 0 };
+        let mut v = Vec::with_capacity(40 + tail.len());
         v.push(self.kind as u8 | INODE_COMPACT);
         for field in [
-            u64::from(self.mode),
+            u64::from(self.mode) | u64::from(acls) << 32,
             u64::from(self.uid),
             u64::from(self.gid),
             u64::from(self.nlink),
@@ -510,12 +526,13 @@ impl Inode {
         ] {
             put_varint(&mut v, field);
         }
-        v.extend_from_slice(&self.target);
+        v.extend_from_slice(tail);
         v
     }
 
     /// The fixed record of formats 1 to 7 (96 bytes, then the symlink target), which
     /// [`Inode::decode`] still reads: an inode is written compact the next time it changes.
+    /// (Those formats had no ACLs: it keeps none.)
     pub fn encode_fixed(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(INODE_FIXED_LEN + self.target.len());
         v.push(self.kind as u8);
@@ -572,10 +589,25 @@ impl Inode {
         ] = fields;
         let small = |n: u64, what: &str| u32::try_from(n).map_err(|_| corrupt(what));
         let ctime_ns = unzigzag(ctime);
+        let acls = u8::try_from(mode >> 32)
+            .ok()
+            .filter(|a| a & !(ACL_ACCESS | ACL_DEFAULT) == 0)
+            .ok_or_else(|| corrupt("mode over 32 bits"))?;
+        let tail = &value[at..];
+        let (target, access_acl) = if acls & ACL_ACCESS != 0 {
+            if kind == Kind::Symlink {
+                return Err(corrupt("a symlink with an access ACL"));
+            }
+            let acl = crate::acl::Acl::decode(tail)
+                .map_err(|e| corrupt(&format!("its access ACL: {e}")))?;
+            (Vec::new(), Some(std::sync::Arc::new(acl)))
+        } else {
+            (tail.to_vec(), None)
+        };
         Ok(Inode {
             handle,
             kind,
-            mode: small(mode, "mode over 32 bits")?,
+            mode: mode as u32,
             uid: small(uid, "uid over 32 bits")?,
             gid: small(gid, "gid over 32 bits")?,
             nlink: small(nlink, "link count over 32 bits")?,
@@ -587,7 +619,9 @@ impl Inode {
             ctime_ns,
             parent,
             entries,
-            target: value[at..].to_vec(),
+            target,
+            acls,
+            access_acl,
         })
     }
 
@@ -618,16 +652,20 @@ impl Inode {
             parent: u64_at(72),
             entries: u64_at(88),
             target: value[INODE_FIXED_LEN..].to_vec(),
+            acls: 0,
+            access_acl: None,
         })
     }
 
-    /// What a permission check looks at.
+    /// What a permission check looks at: with the access ACL when the inode has one.
     pub fn owner(&self) -> crate::perm::Owner {
+        let acl = self.access_acl.clone();
         crate::perm::Owner {
             kind: self.kind,
             mode: self.mode,
             uid: self.uid,
             gid: self.gid,
+            acl,
         }
     }
 
@@ -671,6 +709,8 @@ mod tests {
             parent: 0,
             entries: 0,
             target: b"a/b".to_vec(),
+            acls: 0,
+            access_acl: None,
         };
         assert_eq!(Inode::decode(42, &inode.encode()).unwrap(), inode);
         assert_eq!(Inode::decode(42, &inode.encode_fixed()).unwrap(), inode);
@@ -690,6 +730,14 @@ mod tests {
                 "cut at {cut}"
             );
         }
+        // Flags past the two ACLs in the mode field: corrupt, not read as a mode.
+        let mut flagged = vec![compact[0]];
+        put_varint(&mut flagged, 0o777 | 4 << 32);
+        flagged.extend_from_slice(&compact[3..]);
+        assert!(matches!(
+            Inode::decode(42, &flagged),
+            Err(MetaError::Corrupt(_))
+        ));
         // An empty file's record: a third of the fixed one.
         let file = Inode {
             kind: Kind::File,
@@ -700,9 +748,34 @@ mod tests {
             ctime_ns: 1_764_000_000_123_456_789,
             parent: 70_000,
             generation: 3,
+            acls: 0,
             ..inode
         };
         assert!(file.encode().len() <= 32, "{} bytes", file.encode().len());
+        // A directory with both ACLs: the access ACL rides in the record.
+        let acl = crate::acl::Acl::from_mode(0o750);
+        let dir = Inode {
+            kind: Kind::Dir,
+            mode: 0o750,
+            acls: ACL_ACCESS | ACL_DEFAULT,
+            access_acl: Some(std::sync::Arc::new(acl)),
+            ..file.clone()
+        };
+        assert_eq!(Inode::decode(42, &dir.encode()).unwrap(), dir);
+        // An access ACL cut short, or one on a symlink, is corrupt.
+        let record = dir.encode();
+        assert!(matches!(
+            Inode::decode(42, &record[..record.len() - 1]),
+            Err(MetaError::Corrupt(_))
+        ));
+        let link = Inode {
+            kind: Kind::Symlink,
+            ..dir
+        };
+        assert!(matches!(
+            Inode::decode(42, &link.encode()),
+            Err(MetaError::Corrupt(_))
+        ));
     }
 
     proptest::proptest! {
@@ -713,10 +786,17 @@ mod tests {
             wide in proptest::array::uniform5(proptest::num::u64::ANY),
             times in proptest::array::uniform3(proptest::num::i64::ANY),
             target in proptest::collection::vec(proptest::num::u8::ANY, 0..8),
+            default in proptest::bool::ANY,
+            access in proptest::option::of(0u32..0o777),
         ) {
+            let kind = Kind::from_u8(kind).unwrap();
+            // A symlink has a target and no access ACL; another node the other way round.
+            let (target, access) = if kind == Kind::Symlink { (target, None) } else { (Vec::new(), access) };
+            let access_acl = access.map(|m| std::sync::Arc::new(crate::acl::Acl::from_mode(m)));
+            let acls = if default { ACL_DEFAULT } else { 0 } | if access.is_some() { ACL_ACCESS } else { 0 };
             let inode = Inode {
                 handle: 9,
-                kind: Kind::from_u8(kind).unwrap(),
+                kind,
                 mode: small[0],
                 uid: small[1],
                 gid: small[2],
@@ -730,9 +810,13 @@ mod tests {
                 parent: wide[3],
                 entries: wide[4],
                 target,
+                acls,
+                access_acl,
             };
             proptest::prop_assert_eq!(Inode::decode(9, &inode.encode()).unwrap(), inode.clone());
-            proptest::prop_assert_eq!(Inode::decode(9, &inode.encode_fixed()).unwrap(), inode);
+            // The fixed record of formats before ACLs keeps none.
+            let plain = Inode { acls: 0, access_acl: None, ..inode };
+            proptest::prop_assert_eq!(Inode::decode(9, &plain.encode_fixed()).unwrap(), plain);
         }
     }
 

@@ -245,6 +245,8 @@ fn format_store<T: WriteTxn>(txn: &mut T, place: Option<&place::Place>) -> Resul
         parent: ROOT,
         entries: 0,
         target: Vec::new(),
+        acls: 0,
+        access_acl: None,
     };
     txn.put(&inode_key(ROOT), &root.encode())?;
     let usage = crate::quota::usage_of(Kind::Dir, 0);

@@ -1,6 +1,6 @@
 //! Linux's permission rules, applied by the server to every operation for the caller it
 //! authenticated (as ext4 and tmpfs apply them in the kernel): owner, group and other bits
-//! with supplementary groups; the superuser (uid 0) passes every check but executing a file
+//! with supplementary groups, or the file's access ACL when it has one (`crate::acl`); the superuser (uid 0) passes every check but executing a file
 //! nobody may execute; sticky directories; a setgid directory's group inherited by what is
 //! made in it; setuid and setgid cleared by writes, truncates and owner changes; who may chmod,
 //! chown and set times; the xattr namespaces. Pure: attributes and a caller in, a decision out.
@@ -43,13 +43,28 @@ pub fn checks() -> bool {
 }
 
 /// What a permission decision looks at of an inode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
     pub kind: Kind,
     /// Permission bits with setuid, setgid and sticky (`0o7777`).
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
+    /// Its access ACL: where it has one, the ACL decides rather than the mode bits.
+    pub acl: Option<std::sync::Arc<crate::acl::Acl>>,
+}
+
+impl Owner {
+    /// An inode without an ACL.
+    pub fn new(kind: Kind, mode: u32, uid: u32, gid: u32) -> Owner {
+        Owner {
+            kind,
+            mode,
+            uid,
+            gid,
+            acl: None,
+        }
+    }
 }
 
 /// Whether the caller owns the inode.
@@ -78,6 +93,15 @@ pub fn permission(caller: &Caller, inode: &Owner, mask: u32) -> Result<(), MetaE
             return Ok(());
         }
         return Err(denied("no one may execute this file"));
+    }
+    if let Some(acl) = &inode.acl
+        && !owns(caller, inode)
+    {
+        return if acl.allows(caller, inode.uid, inode.gid, mask) {
+            Ok(())
+        } else {
+            Err(denied("access ACL"))
+        };
     }
     let bits = if owns(caller, inode) {
         inode.mode >> 6
@@ -276,6 +300,8 @@ enum Space {
     User,
     Trusted,
     Security,
+    /// `system.posix_acl_access` and `system.posix_acl_default`.
+    Acl,
 }
 
 fn space(name: &[u8]) -> Result<Space, MetaError> {
@@ -285,23 +311,35 @@ fn space(name: &[u8]) -> Result<Space, MetaError> {
         Ok(Space::Trusted)
     } else if name.starts_with(b"security.") {
         Ok(Space::Security)
-    } else if name.starts_with(b"system.posix_acl_") {
-        Err(MetaError::NotSupported(
-            "POSIX ACLs are not supported: permissions are the mode bits".into(),
-        ))
+    } else if name == crate::acl::ACCESS_XATTR || name == crate::acl::DEFAULT_XATTR {
+        Ok(Space::Acl)
     } else {
         Err(MetaError::NotSupported(format!(
-            "xattr namespace of {:?}: only user., trusted. and security.",
+            "xattr namespace of {:?}: only user., trusted., security. and the POSIX ACLs",
             String::from_utf8_lossy(name)
         )))
     }
 }
 
+/// Setting or removing an ACL of `inode`: its owner or the superuser; none on a symlink.
+pub fn may_set_acl(caller: &Caller, inode: &Owner) -> Result<(), MetaError> {
+    if inode.kind == Kind::Symlink {
+        return Err(MetaError::NotSupported("ACLs on a symlink".into()));
+    }
+    if caller.is_root() || owns(caller, inode) {
+        Ok(())
+    } else {
+        Err(not_permitted("the ACL of someone else's file"))
+    }
+}
+
 /// Setting or removing the xattr `name` of `inode`: `user.*` by write permission, on regular
 /// files and directories only (and on a sticky directory by its owner only); `trusted.*` and
-/// `security.*` by the superuser; ACLs and other namespaces are not supported.
+/// `security.*` by the superuser; ACLs by [`may_set_acl`]; other namespaces are not
+/// supported.
 pub fn may_set_xattr(caller: &Caller, inode: &Owner, name: &[u8]) -> Result<(), MetaError> {
     match space(name)? {
+        Space::Acl => may_set_acl(caller, inode),
         Space::Trusted | Space::Security if !caller.is_root() => Err(not_permitted(
             "trusted. and security. xattrs are the superuser's",
         )),
@@ -326,11 +364,11 @@ pub fn may_set_xattr(caller: &Caller, inode: &Owner, name: &[u8]) -> Result<(), 
 
 /// Reading the xattr `name` of `inode`: `user.*` by read permission (none on special files:
 /// ENODATA); `trusted.*` only for the superuser (ENODATA for others, as if absent);
-/// `security.*` by anyone.
+/// `security.*` and ACLs by anyone.
 pub fn may_get_xattr(caller: &Caller, inode: &Owner, name: &[u8]) -> Result<(), MetaError> {
     match space(name)? {
         Space::Trusted if !caller.is_root() => Err(MetaError::NoData),
-        Space::Trusted | Space::Security => Ok(()),
+        Space::Trusted | Space::Security | Space::Acl => Ok(()),
         Space::User => {
             if !matches!(inode.kind, Kind::File | Kind::Dir) {
                 return Err(MetaError::NoData);
@@ -360,12 +398,7 @@ mod tests {
     }
 
     fn node(kind: Kind, mode: u32, uid: u32, gid: u32) -> Owner {
-        Owner {
-            kind,
-            mode,
-            uid,
-            gid,
-        }
+        Owner::new(kind, mode, uid, gid)
     }
 
     const ROOT: u32 = 0;
@@ -532,8 +565,15 @@ mod tests {
             may_set_xattr(&alice, &link, b"user.x"),
             Err(MetaError::NotPermitted(_))
         ));
+        // ACLs: their owner's or the superuser's to set, anyone's to read.
+        assert!(may_set_xattr(&alice, &f, b"system.posix_acl_access").is_ok());
         assert!(matches!(
-            may_set_xattr(&root, &f, b"system.posix_acl_access"),
+            may_set_xattr(&bob, &f, b"system.posix_acl_default"),
+            Err(MetaError::NotPermitted(_))
+        ));
+        assert!(may_get_xattr(&bob, &f, b"system.posix_acl_access").is_ok());
+        assert!(matches!(
+            may_set_xattr(&root, &f, b"system.other"),
             Err(MetaError::NotSupported(_))
         ));
         assert!(!lists_xattr(&alice, b"trusted.x"));

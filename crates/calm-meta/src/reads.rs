@@ -12,12 +12,17 @@ impl<S: Store> Meta<S> {
         })
     }
 
-    /// [`Meta::getattr`] on a snapshot that may miss another server's change of the last
-    /// moments ([`Store::snapshot_recent`]): for the lock service's checks, not for answers.
-    pub fn getattr_recent(&self, handle: Handle) -> Result<Attr> {
+    /// What a permission decision on `handle` looks at (its owner, mode and access ACL), on a
+    /// snapshot that may miss another server's change of the last moments when `recent`: for
+    /// the lock service's checks.
+    pub fn owner(&self, handle: Handle, recent: bool) -> Result<crate::perm::Owner> {
         self.blocking(|| {
-            let snap = self.store.snapshot_recent()?;
-            Ok(ops::load(&snap, handle)?.attr())
+            let snap = if recent {
+                self.store.snapshot_recent()?
+            } else {
+                self.store.snapshot()?
+            };
+            Ok(ops::load(&snap, handle)?.owner())
         })
     }
 
@@ -131,6 +136,13 @@ impl<S: Store> Meta<S> {
             let snap = self.store.snapshot()?;
             let inode = ops::load(&snap, handle)?;
             perm::may_get_xattr(caller, &inode.owner(), name)?;
+            if name == crate::acl::ACCESS_XATTR {
+                // Kept in the inode's record.
+                return inode
+                    .access_acl
+                    .map(|acl| acl.encode())
+                    .ok_or(MetaError::NoData);
+            }
             match snap.get(&xattr_key(handle, name))? {
                 Some(value) => Ok(value.into_owned()),
                 None => Err(MetaError::NoData),
@@ -146,8 +158,8 @@ impl<S: Store> Meta<S> {
     pub fn listxattr_as(&self, caller: &Caller, handle: Handle) -> Result<Vec<Vec<u8>>> {
         self.blocking(|| {
             let snap = self.store.snapshot()?;
-            ops::load(&snap, handle)?;
-            let mut names = ops::xattr_names(&snap, handle)?;
+            let inode = ops::load(&snap, handle)?;
+            let mut names = crate::ctx::inode_xattr_names(&snap, &inode)?;
             names.retain(|name| perm::lists_xattr(caller, name));
             Ok(names)
         })

@@ -178,6 +178,7 @@ pub fn node_from_request(r: &pb::MakeRequest) -> Result<NewNode, MetaError> {
         gid: r.gid,
         rdev: r.rdev,
         target: r.target.clone(),
+        umask: r.umask & 0o777,
     })
 }
 

@@ -421,12 +421,10 @@ impl<S: Store> LockService<S> {
         // ago), is confirmed on a fresh one. So an advisory lock may miss only another
         // server's removal of the file or of the caller's permission in the last moments; the
         // namespace checks every access to the contents on a fresh snapshot.
-        self.check_file_on(
-            request,
-            identity,
-            self.meta.getattr_recent(request.resource),
-        )
-        .or_else(|_| self.check_file_on(request, identity, self.meta.getattr(request.resource)))
+        self.check_file_on(request, identity, self.meta.owner(request.resource, true))
+            .or_else(|_| {
+                self.check_file_on(request, identity, self.meta.owner(request.resource, false))
+            })
     }
 
     /// [`LockService::check_file`] against the file's attributes `found`.
@@ -434,10 +432,10 @@ impl<S: Store> LockService<S> {
         &self,
         request: &LockRequest,
         identity: &crate::auth::Identity,
-        found: calm_meta::Result<calm_meta::Attr>,
+        found: calm_meta::Result<calm_meta::perm::Owner>,
     ) -> Result<(), LockFailure> {
         match found {
-            Ok(attr) => {
+            Ok(owner) => {
                 if let crate::auth::Identity::User {
                     uid, gid, groups, ..
                 } = identity
@@ -447,12 +445,6 @@ impl<S: Store> LockService<S> {
                         uid: *uid,
                         gid: *gid,
                         groups: groups.clone(),
-                    };
-                    let owner = calm_meta::perm::Owner {
-                        kind: attr.kind,
-                        mode: attr.mode,
-                        uid: attr.uid,
-                        gid: attr.gid,
                     };
                     let allowed = match request.kind {
                         calm_locks::LockKind::Read => {

@@ -141,6 +141,9 @@ pub struct NewNode {
     pub rdev: u64,
     /// Target, for symlinks.
     pub target: Vec<u8>,
+    /// The creating process's umask, for the server to apply where the directory has no
+    /// default ACL (0 when `mode` has it applied already).
+    pub umask: u32,
 }
 
 impl NewNode {
@@ -164,7 +167,13 @@ impl NewNode {
             gid,
             rdev,
             target: Vec::new(),
+            umask: 0,
         }
+    }
+
+    /// The same node, with `umask` for the server to apply.
+    pub fn with_umask(self, umask: u32) -> Self {
+        Self { umask, ..self }
     }
 }
 

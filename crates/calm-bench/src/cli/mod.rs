@@ -319,6 +319,11 @@ pub enum Bench {
         /// The A/A run: both arms have the limits (the cost it shows is noise).
         #[arg(long)]
         calibrate: bool,
+        /// POSIX ACLs as well, in the arm with limits: each client's directory is root's,
+        /// opened to the caller by a named entry of its access ACL, with a default ACL its
+        /// files take (so every create, write and unlink is decided by an ACL).
+        #[arg(long)]
+        acls: bool,
         #[arg(long, default_value_os_t = std::env::temp_dir())]
         dir: PathBuf,
         #[command(flatten)]
@@ -558,6 +563,7 @@ pub fn run(bench: Bench) -> Result<Output, String> {
             file_bytes,
             pairs,
             calibrate,
+            acls,
             dir,
             out,
         } => {
@@ -567,18 +573,23 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 file_bytes,
                 pairs,
                 calibrate,
+                acls,
                 dir,
             })?;
             out.finish(
-                crate::quota::table(&rows),
+                crate::quota::table(&rows, acls),
                 &serde_json::json!({
                     "bench": "quota",
+                    "acls": acls,
                     "results": rows,
                     "costs": crate::quota::costs(&rows),
                 }),
                 panels(
-                    "calm bench quota: limits on three ancestors, the user and the group, or none",
-                    || crate::quota::facets(&rows),
+                    &format!(
+                        "calm bench quota: {}, or none",
+                        crate::quota::arm_words(acls)
+                    ),
+                    || crate::quota::facets(&rows, acls),
                 ),
             )
         }

@@ -55,13 +55,8 @@ impl CalmFs {
         let Some(kind) = Kind::from_mode(mode) else {
             return reply.error(Errno::EINVAL);
         };
-        let node = NewNode::node(
-            kind,
-            mode & !umask & 0o7777,
-            req.uid(),
-            req.gid(),
-            u64::from(rdev),
-        );
+        let node = NewNode::node(kind, mode & 0o7777, req.uid(), req.gid(), u64::from(rdev))
+            .with_umask(umask);
         self.make_entry(req, parent, name, node, reply);
     }
 
@@ -74,7 +69,7 @@ impl CalmFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let node = NewNode::dir(mode & !umask & 0o7777, req.uid(), req.gid());
+        let node = NewNode::dir(mode & 0o7777, req.uid(), req.gid()).with_umask(umask);
         self.make_entry(req, parent, name, node, reply);
     }
 
@@ -104,7 +99,7 @@ impl CalmFs {
     ) {
         let shared = self.shared.clone();
         let client = shared.caller(req);
-        let node = NewNode::file(mode & !umask & 0o7777, req.uid(), req.gid());
+        let node = NewNode::file(mode & 0o7777, req.uid(), req.gid()).with_umask(umask);
         let name = name.as_bytes().to_vec();
         let exclusive = flags & libc::O_EXCL != 0;
         shared.cache.changed_here(parent.0);

@@ -72,11 +72,14 @@ impl Checker {
         }
     }
 
-    pub(super) fn xattr(&mut self, key: &[u8]) {
+    pub(super) fn xattr(&mut self, key: &[u8], value: &[u8]) {
         let Some(handle) = key_handle(key) else {
             return self.report.problem("xattr key shorter than 9 bytes".into());
         };
         self.report.xattrs += 1;
+        if let Some(bit) = crate::acl::acl_bit(&key[9..]) {
+            self.acl(handle, bit, value);
+        }
         while self.live.get(self.live_at).is_some_and(|h| *h < handle) {
             self.live_at += 1;
         }
@@ -84,6 +87,26 @@ impl Checker {
             self.report.problem(format!(
                 "xattr of handle {handle}, which is not a live inode"
             ));
+        }
+    }
+
+    /// An ACL's `X` key: only a default ACL is one (an access ACL is kept in its inode's
+    /// record), of a directory marked with it, and it decodes.
+    fn acl(&mut self, handle: Handle, bit: u8, value: &[u8]) {
+        if bit == crate::acl::ACL_ACCESS {
+            return self.report.problem(format!(
+                "inode {handle} has an access ACL key: it belongs in the inode's record"
+            ));
+        }
+        if let Err(error) = crate::acl::Acl::decode(value) {
+            self.report
+                .problem(format!("the default ACL of inode {handle}: {error}"));
+        }
+        match self.default_acls.get_mut(&handle) {
+            Some(seen) => *seen = true,
+            None => self.report.problem(format!(
+                "inode {handle} has a default ACL but is not marked with it"
+            )),
         }
     }
 }

@@ -61,6 +61,23 @@ impl Checker {
         };
         self.report.inodes += 1;
         self.live.push(handle);
+        if let Some(acl) = &inode.access_acl
+            && acl.mode() != inode.mode & 0o777
+        {
+            self.report.problem(format!(
+                "the access ACL of inode {handle} gives mode {:o}, the inode has {:o}",
+                acl.mode(),
+                inode.mode & 0o777
+            ));
+        }
+        if inode.acls & crate::acl::ACL_DEFAULT != 0 {
+            if inode.kind != Kind::Dir {
+                self.report.problem(format!(
+                    "inode {handle} is not a directory and is marked with a default ACL"
+                ));
+            }
+            self.default_acls.insert(handle, false);
+        }
         self.max_handle = self.max_handle.max(handle);
         if handle == ROOT {
             self.root_seen = true;

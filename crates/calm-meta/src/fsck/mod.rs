@@ -144,6 +144,8 @@ struct Checker {
     inline_named: std::collections::HashMap<u64, u32>,
     /// Objects of the deletion queue (`G`, before the chunks): none may be named by a record.
     queued: std::collections::HashSet<u64>,
+    /// Directories marked with a default ACL, and whether its `X` key was seen.
+    default_acls: std::collections::BTreeMap<Handle, bool>,
 }
 
 impl Checker {
@@ -222,7 +224,7 @@ impl Checker {
             }
             TAG_XATTR => {
                 self.enter(Phase::After);
-                self.xattr(key);
+                self.xattr(key, value);
             }
             TAG_CHUNK => {
                 self.enter(Phase::After);
@@ -314,6 +316,13 @@ impl Checker {
                 }
             }
         }
+        for (handle, seen) in std::mem::take(&mut self.default_acls) {
+            if !seen {
+                self.report.problem(format!(
+                    "directory {handle} is marked with a default ACL it does not have"
+                ));
+            }
+        }
         let mut missing: Vec<u64> = self.inline_named.keys().copied().collect();
         missing.sort_unstable();
         for id in missing {
@@ -403,6 +412,7 @@ pub fn check<R: ReadTxn>(view: &R, progress: &mut dyn FnMut(u64)) -> Result<Fsck
         parents_from: 0,
         inline_named: Default::default(),
         queued: Default::default(),
+        default_acls: Default::default(),
     };
     // A store of an older format is upgraded by the first server that opens it: its names
     // are not laid out as this build checks them.

@@ -81,6 +81,9 @@ pub(crate) fn setattr<T: WriteTxn>(
     if inode.kind == Kind::File && (chowned || resized) {
         kill_capability(ctx, handle)?;
     }
+    if attr.mode.is_some() {
+        super::acls::chmod(&mut inode, mode);
+    }
     inode.mode = mode & MODE_PERMISSION_MASK;
     if let Some(uid) = attr.uid {
         inode.uid = uid;
@@ -155,6 +158,9 @@ pub(crate) fn setxattr<T: WriteTxn>(
     if value.len() > XATTR_VALUE_LEN_MAX {
         return Err(MetaError::TooBig.into());
     }
+    if let Some(bit) = crate::acl::acl_bit(name) {
+        return super::acls::set_acl(ctx, handle, bit, Some(value), flags);
+    }
     let mut inode = ctx.load(handle)?;
     crate::perm::may_set_xattr(&ctx.caller, &inode.owner(), name)?;
     let key = xattr_key(handle, name);
@@ -166,16 +172,7 @@ pub(crate) fn setxattr<T: WriteTxn>(
         return Err(MetaError::NoData.into());
     }
     if !exists {
-        let listed: usize = xattr_names(ctx.txn, handle)?
-            .iter()
-            .map(|n| n.len() + 1)
-            .sum();
-        if listed + name.len() + 1 > XATTR_LIST_BYTES_MAX {
-            return Err(MetaError::NoSpace(format!(
-                "xattr names of one inode exceed {XATTR_LIST_BYTES_MAX} bytes"
-            ))
-            .into());
-        }
+        room_for_xattr_name(ctx.txn, &inode, name)?;
     }
 
     ctx.txn.put(&key, value)?;
@@ -192,6 +189,9 @@ pub(crate) fn removexattr<T: WriteTxn>(
     name: &[u8],
 ) -> Outcome<Done> {
     check_xattr_name(name)?;
+    if let Some(bit) = crate::acl::acl_bit(name) {
+        return super::acls::set_acl(ctx, handle, bit, None, 0);
+    }
     let mut inode = ctx.load(handle)?;
     crate::perm::may_set_xattr(&ctx.caller, &inode.owner(), name)?;
     let key = xattr_key(handle, name);

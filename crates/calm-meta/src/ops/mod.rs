@@ -17,6 +17,7 @@ use calm_changelog::RecordType;
 
 use crate::types::*;
 
+pub mod acls;
 pub mod attrs;
 pub mod data;
 pub mod names;

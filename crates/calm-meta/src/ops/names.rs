@@ -55,6 +55,8 @@ pub(crate) fn make<T: WriteTxn>(
         node.gid,
         node.mode & MODE_PERMISSION_MASK,
     );
+    let acls = super::acls::for_new_node(ctx, &dir, node.kind, mode, node.umask)?;
+    let mode = acls.mode;
     match node.kind {
         Kind::Symlink => {
             if node.target.is_empty() {
@@ -79,7 +81,7 @@ pub(crate) fn make<T: WriteTxn>(
     let handle = ctx.alloc.allocate(ctx.txn)?;
     let is_dir = node.kind == Kind::Dir;
     let is_device = matches!(node.kind, Kind::CharDevice | Kind::BlockDevice);
-    let inode = Inode {
+    let mut inode = Inode {
         handle,
         kind: node.kind,
         mode,
@@ -104,7 +106,10 @@ pub(crate) fn make<T: WriteTxn>(
         } else {
             Vec::new()
         },
+        acls: 0,
+        access_acl: None,
     };
+    acls.write(ctx, &mut inode)?;
     add_entry(ctx.txn, &ctx.names, &mut dir, name, handle, node.kind)?;
     if is_dir {
         dir.nlink += 1;

@@ -1,6 +1,7 @@
 //! Quotas as a user meets them through a mount: a create or a write past a limit answers
 //! EDQUOT and leaves nothing half done, df shows the limit of the tree mounted, only the
-//! superuser sets limits; and usage stays exact through kill -9 of a storm in two trees.
+//! superuser sets limits; and usage (and the ACLs every file of it takes) stays exact through
+//! kill -9 of a storm in two trees.
 
 use std::time::Duration;
 
@@ -129,6 +130,9 @@ fn usage_stays_exact_through_kill_9_of_a_storm_in_two_trees() {
         let socket = mount.socket.clone().expect("socket");
         if round == 0 {
             mount.sh_ok("mkdir -p a/x b/y");
+            // Default ACLs: every file and directory of the storm takes one, and its chmods
+            // rewrite it (fsck checks both against the modes).
+            mount.sh_ok("setfacl -d -m u:40002:rw a b && setfacl -m u:40002:rwx a/x");
             quota(
                 &socket,
                 &["set", "/a", "--bytes", "1G", "--inodes", "100000"],
@@ -145,6 +149,7 @@ fn usage_stays_exact_through_kill_9_of_a_storm_in_two_trees() {
                    head -c $((i * 97 % 20000)) /dev/zero > $f; echo more >> $f;
                    [ $((i % 3)) = 0 ] && rm -f {tree}/s{n}-$(((i + 7) % 50));
                    [ $((i % 5)) = 0 ] && truncate -s $((i % 7000)) $f;
+                   [ $((i % 7)) = 0 ] && chmod $((600 + i % 2 * 40)) $f;
                    [ $((i % 11)) = 0 ] && mkdir -p {tree}/d$n-$((i % 9)) && rmdir {tree}/d$n-$((i % 9));
                  done ) >/dev/null 2>&1 & echo $! >> {pids};"
             )
@@ -187,5 +192,10 @@ fn usage_stays_exact_through_kill_9_of_a_storm_in_two_trees() {
     assert!(
         a["inodes"].as_i64().unwrap_or(0) > 10,
         "the storm made files: {a}"
+    );
+    let acls = mount.sh_ok("getfacl -n --omit-header -R a b | grep -c '^user:40002:' || true");
+    assert!(
+        acls.trim().parse::<u32>().unwrap_or(0) > 10,
+        "the storm's files took the default ACLs: {acls}"
     );
 }

@@ -226,14 +226,8 @@ fn attempts_of_an_unprivileged_client() {
             outcome(client.create(secret, b"mine", 0o644).await),
         );
         // Devices are the superuser's to make (CAP_MKNOD), even where the user may create.
-        let device = calm_meta::NewNode {
-            kind: calm_meta::Kind::CharDevice,
-            mode: 0o666,
-            uid: 0,
-            gid: 0,
-            rdev: (1 << 8) | 1,
-            target: Vec::new(),
-        };
+        let device =
+            calm_meta::NewNode::node(calm_meta::Kind::CharDevice, 0o666, 0, 0, (1 << 8) | 1);
         say(
             "mknod-char-device-in-sticky-dir",
             outcome(client.make_in_dir(sticky, b"mem", &device, true).await),
@@ -516,45 +510,7 @@ time.sleep(600)' > /dev/null 2>&1 &
 fn permission_cases_give_the_same_results_as_tmpfs_for_root_and_two_users() {
     let mount = Mount::embedded(&["--allow-other"]);
     mount.sh_ok("chmod 755 \"$MNT\"");
-    let (tmpfs, calm) = mount.beside_tmpfs("permissions.py");
-    let (tmpfs, calm) = (tmpfs.as_str(), calm.as_str());
-    assert!(lines(tmpfs).len() >= 3 * 45, "every case ran:\n{tmpfs}");
-    for errno in ["EACCES", "EPERM"] {
-        assert!(tmpfs.contains(errno), "{errno} cases are exercised");
-    }
-    let mut differ = Vec::new();
-    for (t, c) in lines(tmpfs).iter().zip(lines(calm)) {
-        if c != *t {
-            differ.push(format!("tmpfs {t}\ncalm  {c}"));
-        }
-    }
-    assert!(
-        differ.is_empty(),
-        "calm differs from tmpfs:\n{}",
-        differ.join("\n")
-    );
-    assert_eq!(lines(calm).len(), lines(tmpfs).len());
-
-    // POSIX ACLs are refused clearly (tmpfs has them; calm does not check them, so it does
-    // not pretend to keep them).
-    let acl = mount.sh_ok(
-        r#"touch acl && python3 -c 'import errno, os, struct
-acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", t, p, 0xFFFFFFFF)
-      for t, p in ((1, 6), (4, 4), (0x20, 4)))
-for name in ("system.posix_acl_access", "system.posix_acl_default"):
-    try:
-        os.setxattr("acl" if name.endswith("access") else ".", name, acl)
-        print(name, "kept")
-    except OSError as e:
-        print(name, errno.errorcode[e.errno])'"#,
-    );
-    assert_eq!(
-        lines(&acl),
-        [
-            "system.posix_acl_access ENOTSUP",
-            "system.posix_acl_default ENOTSUP"
-        ]
-    );
+    crate::same_as_tmpfs(&mount, "permissions.py", 3 * 45, &["EACCES", "EPERM"]);
 }
 
 /// A client of `server`, and the sticky directory the tests below work in.
