@@ -36,8 +36,8 @@ use crate::types::{Handle, Kind};
 /// it, is read and then swept); version 8 one key per name, by the hash of the name (before,
 /// a name had a second key in a readdir index by creation order); version 9 quotas (`A`
 /// usage, `B` limits, `Nquota_trees`: `crate::quota`), every user's and group's usage kept;
-/// version 10 POSIX ACLs (the `system.posix_acl_*` xattrs, flagged in the inode's mode field
-/// above its 32 bits: [`Inode::acls`]). An older store is upgraded in place when opened for
+/// version 10 POSIX ACLs (flagged in the inode's mode field from bit 16: [`Inode::acls`]; the
+/// access ACL in the inode record, a default ACL as an `X` key). An older store is upgraded in place when opened for
 /// writing (`crate::upgrade`).
 pub const FORMAT_VERSION: u32 = 10;
 /// The oldest format this build opens.
@@ -489,6 +489,69 @@ fn take_varint(value: &[u8], at: &mut usize) -> Option<u64> {
     None
 }
 
+/// The bits of the mode field that are the mode (the permission and set-id bits take 12; the
+/// ACL flags sit above, from bit 16).
+const MODE_BITS: u32 = 0xFFFF;
+
+/// The form of an access ACL in the inode record.
+const ACL_RECORD_VERSION: u8 = 1;
+
+/// An access ACL as the inode record keeps it: a version byte ([`ACL_RECORD_VERSION`]), then
+/// per entry, in order, a byte of its tag (0 owner, 1 named user, 2 owning group, 3 named
+/// group, 4 mask, 5 other) times 8 plus its permissions, and for a named entry its id as a
+/// varint. About 8 bytes for an ACL with one named entry, where the xattr form takes 44: the
+/// record of every file a default ACL gives one stays small.
+fn put_acl(v: &mut Vec<u8>, acl: &crate::acl::Acl) {
+    use crate::acl::Tag;
+    v.push(ACL_RECORD_VERSION);
+    for e in acl.entries() {
+        let (code, id) = match e.tag {
+            Tag::UserObj => (0, None),
+            Tag::User(uid) => (1, Some(uid)),
+            Tag::GroupObj => (2, None),
+            Tag::Group(gid) => (3, Some(gid)),
+            Tag::Mask => (4, None),
+            Tag::Other => (5, None),
+        };
+        v.push(code << 3 | (e.perm & 0o7) as u8);
+        if let Some(id) = id {
+            put_varint(v, u64::from(id));
+        }
+    }
+}
+
+/// The access ACL [`put_acl`] wrote as `tail`: what is wrong with it, if anything.
+fn take_acl(tail: &[u8]) -> std::result::Result<crate::acl::Acl, String> {
+    use crate::acl::{Entry, Tag};
+    if tail.first() != Some(&ACL_RECORD_VERSION) {
+        return Err("not an ACL of a known form".into());
+    }
+    let mut at = 1;
+    let mut entries = Vec::new();
+    while at < tail.len() {
+        let byte = tail[at];
+        at += 1;
+        let mut id = || -> std::result::Result<u32, String> {
+            let n = take_varint(tail, &mut at).ok_or("an id cut short")?;
+            u32::try_from(n).map_err(|_| "an id over 32 bits".to_string())
+        };
+        let tag = match byte >> 3 {
+            0 => Tag::UserObj,
+            1 => Tag::User(id()?),
+            2 => Tag::GroupObj,
+            3 => Tag::Group(id()?),
+            4 => Tag::Mask,
+            5 => Tag::Other,
+            other => return Err(format!("entry tag {other}")),
+        };
+        entries.push(Entry {
+            tag,
+            perm: u32::from(byte & 0o7),
+        });
+    }
+    crate::acl::Acl::new(entries).map_err(|e| e.to_string())
+}
+
 fn zigzag(n: i64) -> u64 {
     ((n << 1) ^ (n >> 63)) as u64
 }
@@ -499,19 +562,22 @@ fn unzigzag(n: u64) -> i64 {
 
 impl Inode {
     /// The compact record (format 8): the kind with [`INODE_COMPACT`], then as LEB128 varints
-    /// mode (from format 10 with [`Inode::acls`] in bits 32 and up), uid, gid, nlink,
+    /// mode (from format 10 with [`Inode::acls`] in bits 16 and up), uid, gid, nlink,
     /// generation, size, rdev, ctime (zigzag), mtime and atime (zigzag differences from
     /// ctime, usually one byte), parent and entries; then a symlink's target, or another
-    /// node's access ACL in its xattr form (format 10). About 30 bytes for a file, where the
-    /// fixed record takes 96.
+    /// node's access ACL ([`put_acl`], format 10). About 30 bytes for a file, where the fixed
+    /// record takes 96.
     pub fn encode(&self) -> Vec<u8> {
-        let acl = self.access_acl.as_ref().map(|acl| acl.encode());
-        let tail = acl.as_deref().unwrap_or(&self.target);
-        let acls = (self.acls & ACL_DEFAULT) | if acl.is_some() { ACL_ACCESS } else { 0 };
-        let mut v = Vec::with_capacity(40 + tail.len());
+        let acls = (self.acls & ACL_DEFAULT)
+            | if self.access_acl.is_some() {
+                ACL_ACCESS
+            } else {
+                0
+            };
+        let mut v = Vec::with_capacity(48 + self.target.len());
         v.push(self.kind as u8 | INODE_COMPACT);
         for field in [
-            u64::from(self.mode) | u64::from(acls) << 32,
+            u64::from(self.mode & MODE_BITS) | u64::from(acls) << 16,
             u64::from(self.uid),
             u64::from(self.gid),
             u64::from(self.nlink),
@@ -526,7 +592,10 @@ impl Inode {
         ] {
             put_varint(&mut v, field);
         }
-        v.extend_from_slice(tail);
+        match &self.access_acl {
+            Some(acl) => put_acl(&mut v, acl),
+            None => v.extend_from_slice(&self.target),
+        }
         v
     }
 
@@ -589,17 +658,17 @@ impl Inode {
         ] = fields;
         let small = |n: u64, what: &str| u32::try_from(n).map_err(|_| corrupt(what));
         let ctime_ns = unzigzag(ctime);
-        let acls = u8::try_from(mode >> 32)
+        // Bits 16 and up of the mode field: the ACL flags (a mode has 12 bits).
+        let acls = u8::try_from(mode >> 16)
             .ok()
             .filter(|a| a & !(ACL_ACCESS | ACL_DEFAULT) == 0)
-            .ok_or_else(|| corrupt("mode over 32 bits"))?;
+            .ok_or_else(|| corrupt("a mode field past its flags"))?;
         let tail = &value[at..];
         let (target, access_acl) = if acls & ACL_ACCESS != 0 {
             if kind == Kind::Symlink {
                 return Err(corrupt("a symlink with an access ACL"));
             }
-            let acl = crate::acl::Acl::decode(tail)
-                .map_err(|e| corrupt(&format!("its access ACL: {e}")))?;
+            let acl = take_acl(tail).map_err(|e| corrupt(&format!("its access ACL: {e}")))?;
             (Vec::new(), Some(std::sync::Arc::new(acl)))
         } else {
             (tail.to_vec(), None)
@@ -607,7 +676,7 @@ impl Inode {
         Ok(Inode {
             handle,
             kind,
-            mode: mode as u32,
+            mode: (mode & u64::from(MODE_BITS)) as u32,
             uid: small(uid, "uid over 32 bits")?,
             gid: small(gid, "gid over 32 bits")?,
             nlink: small(nlink, "link count over 32 bits")?,
@@ -732,7 +801,7 @@ mod tests {
         }
         // Flags past the two ACLs in the mode field: corrupt, not read as a mode.
         let mut flagged = vec![compact[0]];
-        put_varint(&mut flagged, 0o777 | 4 << 32);
+        put_varint(&mut flagged, 0o777 | 4 << 16);
         flagged.extend_from_slice(&compact[3..]);
         assert!(matches!(
             Inode::decode(42, &flagged),
@@ -752,8 +821,18 @@ mod tests {
             ..inode
         };
         assert!(file.encode().len() <= 32, "{} bytes", file.encode().len());
-        // A directory with both ACLs: the access ACL rides in the record.
-        let acl = crate::acl::Acl::from_mode(0o750);
+        // A directory with both ACLs: the access ACL rides in the record, in a few bytes.
+        use crate::acl::{Acl, Entry, Tag};
+        let entry = |tag, perm| Entry { tag, perm };
+        let acl = Acl::new(vec![
+            entry(Tag::UserObj, 7),
+            entry(Tag::User(1000), 6),
+            entry(Tag::GroupObj, 5),
+            entry(Tag::Group(70_000), 4),
+            entry(Tag::Mask, 5),
+            entry(Tag::Other, 0),
+        ])
+        .unwrap();
         let dir = Inode {
             kind: Kind::Dir,
             mode: 0o750,
@@ -762,6 +841,11 @@ mod tests {
             ..file.clone()
         };
         assert_eq!(Inode::decode(42, &dir.encode()).unwrap(), dir);
+        assert!(
+            dir.encode().len() <= file.encode().len() + 14,
+            "{} bytes",
+            dir.encode().len()
+        );
         // An access ACL cut short, or one on a symlink, is corrupt.
         let record = dir.encode();
         assert!(matches!(
@@ -797,7 +881,7 @@ mod tests {
             let inode = Inode {
                 handle: 9,
                 kind,
-                mode: small[0],
+                mode: small[0] & MODE_BITS,
                 uid: small[1],
                 gid: small[2],
                 nlink: small[3],
