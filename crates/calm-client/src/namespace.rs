@@ -56,7 +56,7 @@ impl Client {
             rdev: node.rdev,
             target: node.target.clone(),
             exclusive,
-            umask: node.umask,
+            mode_before_umask: node.mode_before_umask,
         };
         calm_proto::entry_from_wire(self.mutated(batched_call!(
             mutation placed,

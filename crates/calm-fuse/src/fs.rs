@@ -282,8 +282,9 @@ impl Filesystem for CalmFs {
         }
         // POSIX ACLs: the kernel checks them beside the mode bits (the server decides again)
         // and keeps them with its inodes, dropping them when the mount invalidates an inode;
-        // it passes a new node's mode and umask apart, for the server to apply the umask only
-        // where the directory has no default ACL (which stands in for it).
+        // it passes a new node's mode and umask apart, and the mount sends the server both
+        // the mode less the umask and the mode as asked for (a directory's default ACL stands
+        // in for the umask; a server that knows no ACL takes the first).
         if let Err(missing) =
             config.add_capabilities(InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK)
         {

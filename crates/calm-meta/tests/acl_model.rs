@@ -415,7 +415,13 @@ async fn new_nodes_take_the_default_acl_and_the_umask_where_there_is_none() {
     .await
     .unwrap();
     assert_eq!(link.mode, 0o777);
-    // Without a default ACL the server applies the umask.
+    // A client that sends the mode with its umask applied and nothing more (a mount of an
+    // earlier build): the default ACL works with that mode.
+    let masked = make(&meta, &alice, project, "masked", NewNode::file(0o644, 0, 0))
+        .await
+        .unwrap();
+    assert_eq!(masked.mode, 0o640);
+    // Without a default ACL the mode less the umask.
     let plain = make(
         &meta,
         &alice,

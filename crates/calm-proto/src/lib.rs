@@ -178,7 +178,7 @@ pub fn node_from_request(r: &pb::MakeRequest) -> Result<NewNode, MetaError> {
         gid: r.gid,
         rdev: r.rdev,
         target: r.target.clone(),
-        umask: r.umask & 0o777,
+        mode_before_umask: r.mode_before_umask,
     })
 }
 

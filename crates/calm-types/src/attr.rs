@@ -141,9 +141,11 @@ pub struct NewNode {
     pub rdev: u64,
     /// Target, for symlinks.
     pub target: Vec<u8>,
-    /// The creating process's umask, for the server to apply where the directory has no
-    /// default ACL (0 when `mode` has it applied already).
-    pub umask: u32,
+    /// `mode` as asked for, before the creating process's umask took bits from it: what a
+    /// directory's default ACL stands in for the umask with (absent: `mode` is taken).
+    /// `mode` itself has the umask applied, so a server that knows no ACL gives what a
+    /// local file system without ACLs would.
+    pub mode_before_umask: Option<u32>,
 }
 
 impl NewNode {
@@ -167,13 +169,21 @@ impl NewNode {
             gid,
             rdev,
             target: Vec::new(),
-            umask: 0,
+            mode_before_umask: None,
         }
     }
 
-    /// The same node, with `umask` for the server to apply.
+    /// The same node made under `umask`: its mode less the umask's bits, and the mode as
+    /// asked for kept for a default ACL (a symlink's mode is always 0777: none applies).
     pub fn with_umask(self, umask: u32) -> Self {
-        Self { umask, ..self }
+        if self.kind == Kind::Symlink {
+            return self;
+        }
+        Self {
+            mode: self.mode & !(umask & 0o777),
+            mode_before_umask: Some(self.mode),
+            ..self
+        }
     }
 }
 

@@ -139,15 +139,15 @@ fn default_of<T: WriteTxn>(ctx: &mut Ctx<'_, T>, dir: &Inode) -> Outcome<Option<
     Ok(acl)
 }
 
-/// The permission bits and ACLs of a node made in `dir` with `mode` (before the umask)
-/// under `umask`: with a default ACL in `dir`, what it gives (the umask does not apply);
-/// without one, `mode` less the umask. Symlinks take neither.
+/// The permission bits and ACLs of a node made in `dir` with `mode` (the umask applied) or,
+/// as asked for, `before_umask`: with a default ACL in `dir`, what it gives with the mode as
+/// asked for (the umask does not apply); without one, `mode`. Symlinks take neither.
 pub(crate) fn for_new_node<T: WriteTxn>(
     ctx: &mut Ctx<'_, T>,
     dir: &Inode,
     kind: Kind,
     mode: u32,
-    umask: u32,
+    before_umask: Option<u32>,
 ) -> Outcome<NewAcls> {
     if kind == Kind::Symlink {
         return Ok(NewAcls {
@@ -157,7 +157,8 @@ pub(crate) fn for_new_node<T: WriteTxn>(
     }
     Ok(match default_of(ctx, dir)? {
         Some(default) => {
-            let (mode, access, default) = default.inherit(mode, kind == Kind::Dir);
+            let asked = before_umask.unwrap_or(mode);
+            let (mode, access, default) = default.inherit(asked, kind == Kind::Dir);
             NewAcls {
                 mode,
                 access,
@@ -165,7 +166,7 @@ pub(crate) fn for_new_node<T: WriteTxn>(
             }
         }
         None => NewAcls {
-            mode: mode & !(umask & 0o777),
+            mode,
             ..NewAcls::default()
         },
     })

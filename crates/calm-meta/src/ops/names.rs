@@ -55,7 +55,14 @@ pub(crate) fn make<T: WriteTxn>(
         node.gid,
         node.mode & MODE_PERMISSION_MASK,
     );
-    let acls = super::acls::for_new_node(ctx, &dir, node.kind, mode, node.umask)?;
+    // Under a default ACL, the mode as asked for (it stands in for the umask), with the same
+    // owner rules.
+    let before_umask = node.mode_before_umask.map(|asked| {
+        let owner = &dir.owner();
+        let asked = asked & MODE_PERMISSION_MASK;
+        crate::perm::new_owner(&ctx.caller, owner, node.kind, node.uid, node.gid, asked).2
+    });
+    let acls = super::acls::for_new_node(ctx, &dir, node.kind, mode, before_umask)?;
     let mode = acls.mode;
     match node.kind {
         Kind::Symlink => {
