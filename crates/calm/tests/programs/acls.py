@@ -10,24 +10,14 @@ system decides (modes, owners, ACLs as getfacl prints them, errno).
 """
 import errno
 import fcntl
-import json
 import os
-import stat
 import struct
 import subprocess
 import sys
 
+from actors import A, B, GROUP, run_table, st, write
+
 ROOT = sys.argv[1]
-A, B, GROUP = 40001, 40002, 40010
-ACTORS = [("root", 0, 0, []), ("a", A, A, []), ("b", B, B, [GROUP])]
-
-
-def write(path, data=b"data", mode=0o644):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
 
 
 def setfacl(*args):
@@ -75,12 +65,6 @@ def build(top):
     d("project", 0, GROUP, 0o777, default=f"u:{B}:rw,g::rx,o::-")
     d("a-dir", A, A, 0o755)
     os.symlink("a-plain", os.path.join(top, "link"))
-
-
-def st(path):
-    s = os.lstat(path)
-    size = s.st_size if stat.S_ISREG(s.st_mode) else None
-    return {"mode": oct(s.st_mode), "uid": s.st_uid, "gid": s.st_gid, "size": size}
 
 
 def getfacl(path):
@@ -215,40 +199,4 @@ def cases(top):
     ]
 
 
-def run_as(actor, uid, gid, groups, top):
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        try:
-            os.setgroups(groups)
-            os.setgid(gid)
-            os.setuid(uid)
-            os.umask(0o022)
-            out = []
-            for name, fn in cases(top):
-                try:
-                    result = fn()
-                    out.append({"actor": actor, "case": name,
-                                "ok": result if result is not None else True})
-                except OSError as e:
-                    out.append({"actor": actor, "case": name,
-                                "errno": errno.errorcode.get(e.errno, str(e.errno))})
-            os.write(w, "".join(json.dumps(o) + "\n" for o in out).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    data = b""
-    while True:
-        chunk = os.read(r, 65536)
-        if not chunk:
-            break
-        data += chunk
-    os.waitpid(pid, 0)
-    sys.stdout.write(data.decode())
-
-
-for actor, uid, gid, groups in ACTORS:
-    top = os.path.join(ROOT, "acl-" + actor)
-    build(top)
-    run_as(actor, uid, gid, groups, top)
+run_table(ROOT, "acl-", build, cases, umask=0o022)

@@ -8,22 +8,12 @@ one JSON line per case: the actor, the case, and its result or the errno's name.
 only what the file system decides (modes, owners, errno), never inode numbers or times.
 """
 import errno
-import json
 import os
-import stat
 import sys
 
+from actors import A, B, GROUP, run_table, st, write
+
 ROOT = sys.argv[1]
-A, B, GROUP = 40001, 40002, 40010
-ACTORS = [("root", 0, 0, []), ("a", A, A, []), ("b", B, B, [GROUP])]
-
-
-def write(path, data=b"data", mode=0o644):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
 
 
 def build(top):
@@ -68,13 +58,6 @@ def build(top):
     d("sgid", 0, GROUP, 0o2777)
     os.symlink("r644", os.path.join(top, "link"))
     os.setxattr(os.path.join(top, "a644"), "user.k", b"v")
-
-
-def st(path):
-    s = os.lstat(path)
-    # A directory's size is the file system's own choice.
-    size = s.st_size if stat.S_ISREG(s.st_mode) else None
-    return {"mode": oct(s.st_mode), "uid": s.st_uid, "gid": s.st_gid, "size": size}
 
 
 def long_list(path):
@@ -189,39 +172,4 @@ def cases(top):
     ]
 
 
-def run_as(actor, uid, gid, groups, top):
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        try:
-            os.setgroups(groups)
-            os.setgid(gid)
-            os.setuid(uid)
-            out = []
-            for name, fn in cases(top):
-                try:
-                    result = fn()
-                    out.append({"actor": actor, "case": name,
-                                "ok": result if result is not None else True})
-                except OSError as e:
-                    out.append({"actor": actor, "case": name,
-                                "errno": errno.errorcode.get(e.errno, str(e.errno))})
-            os.write(w, "".join(json.dumps(o) + "\n" for o in out).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    data = b""
-    while True:
-        chunk = os.read(r, 65536)
-        if not chunk:
-            break
-        data += chunk
-    os.waitpid(pid, 0)
-    sys.stdout.write(data.decode())
-
-
-for actor, uid, gid, groups in ACTORS:
-    top = os.path.join(ROOT, "perm-" + actor)
-    build(top)
-    run_as(actor, uid, gid, groups, top)
+run_table(ROOT, "perm-", build, cases)
