@@ -466,3 +466,68 @@ async fn new_nodes_take_the_default_acl_and_the_umask_where_there_is_none() {
     assert_eq!(errno(meta.apply_as(alice.clone(), unlink).await), Ok(()));
     fsck_clean(&store);
 }
+
+/// The 100 000th create, chmod, read and unlink under a default ACL, by a user the ACLs
+/// alone let in, from 16 tasks at once (commit groups hold many, and read the directory's
+/// default ACL once each): every one is decided as the first was, each file takes the ACL,
+/// and nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_nodes_under_a_default_acl_are_decided_as_the_first() {
+    let (meta, store) = world().await;
+    let meta = Arc::new(meta);
+    let owner = caller(OWNER, OWNER, &[]);
+    let project = make(&meta, &owner, ROOT, "p", NewNode::dir(0o700, 0, 0))
+        .await
+        .unwrap()
+        .handle;
+    let acl = encode(&[
+        (0x01, 7, UNDEFINED),
+        (0x02, 7, 1001),
+        (0x04, 0, UNDEFINED),
+        (0x10, 7, UNDEFINED),
+        (0x20, 0, UNDEFINED),
+    ]);
+    for name in [ACCESS_XATTR, DEFAULT_XATTR] {
+        assert_eq!(set(&meta, &owner, project, name, acl.clone()).await, Ok(()));
+    }
+    const ROUNDS: u64 = 100_000 / 16;
+    let tasks: Vec<_> = (0..16u64)
+        .map(|t| {
+            let meta = meta.clone();
+            tokio::spawn(async move {
+                let bob = caller(1001, 1001, &[]);
+                let carol = caller(1002, 1002, &[]);
+                for i in 0..ROUNDS {
+                    let name = format!("t{t}.{}", i % 4);
+                    let node = NewNode::file(0o666, 0, 0).with_umask(0o077);
+                    let made = make(&meta, &bob, project, &name, node).await.unwrap();
+                    assert_eq!(made.mode, 0o660, "round {i}");
+                    let chmod = Op::SetAttr {
+                        handle: made.handle,
+                        attr: SetAttr {
+                            mode: Some(0o640),
+                            ..SetAttr::default()
+                        },
+                    };
+                    meta.apply_as(bob.clone(), chmod).await.unwrap();
+                    assert!(meta.read_map_as(&bob, made.handle, 0, 1).is_ok());
+                    assert_eq!(
+                        errno(meta.read_map_as(&carol, made.handle, 0, 1)),
+                        Err(EACCES)
+                    );
+                    let unlink = Op::Unlink {
+                        parent: project,
+                        name: name.into_bytes(),
+                        keep: Vec::new(),
+                    };
+                    meta.apply_as(bob.clone(), unlink).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(meta.readdir(project, 0, 16).unwrap().len(), 0);
+    fsck_clean(&store);
+}

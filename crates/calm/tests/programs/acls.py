@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 
+import actors
 from actors import A, B, GROUP, run_table, st, write
 
 ROOT = sys.argv[1]
@@ -88,17 +89,8 @@ MODE_ONLY = acl_bytes([(1, 6, UNDEFINED), (4, 4, UNDEFINED), (0x20, 4, UNDEFINED
 def cases(top):
     p = lambda name: os.path.join(top, name)
 
-    def read(name):
-        with open(p(name), "rb") as fh:
-            return fh.read().decode()
-
-    def append(name):
-        fd = os.open(p(name), os.O_WRONLY | os.O_APPEND)
-        try:
-            os.write(fd, b"+")
-        finally:
-            os.close(fd)
-        return st(p(name))
+    read = lambda name: actors.read(p(name))
+    append = lambda name: actors.append(p(name))
 
     def create(name, mode=0o666):
         write(p(name), b"", mode)

@@ -24,6 +24,21 @@ def write(path, data=b"data", mode=0o644):
         os.close(fd)
 
 
+def read(path):
+    with open(path, "rb") as fh:
+        return fh.read().decode()
+
+
+def append(path):
+    """One byte appended; the file's attributes after."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, b"+")
+    finally:
+        os.close(fd)
+    return st(path)
+
+
 def st(path):
     s = os.lstat(path)
     # A directory's size is the file system's own choice.
