@@ -9,7 +9,7 @@ use calm_store::ReadTxn;
 use super::record::{QuotaKind, QuotaMismatch, QuotaTarget, QuotaUsage, TAG_LIMITS, TAG_USAGE};
 use super::record::{decode_usage, key_target, usage_of};
 use crate::error::MetaError;
-use crate::layout::{Dentry, Inode, TAG_INODE, entries_range, key_handle};
+use crate::layout::{Dentry, Inode, TAG_INODE, entries_range, inode_key, key_handle};
 use crate::outcome::Outcome;
 use crate::types::*;
 
@@ -42,13 +42,12 @@ fn try_visit<R: ReadTxn + ?Sized>(
     }
 }
 
-/// Inode `handle`, named by an entry (with its access ACL: a walk decides by it).
 fn inode<R: ReadTxn + ?Sized>(view: &R, handle: Handle) -> Outcome<Inode> {
-    match crate::ctx::load(view, handle) {
-        Err(crate::outcome::Failure::Meta(MetaError::NotFound)) => {
+    match view.get(&inode_key(handle))? {
+        Some(v) => Ok(Inode::decode(handle, &v)?),
+        None => {
             Err(MetaError::Corrupt(format!("a name leads to inode {handle}, which is gone")).into())
         }
-        other => other,
     }
 }
 
