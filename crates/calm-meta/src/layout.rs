@@ -467,7 +467,7 @@ pub use crate::acl::{ACL_ACCESS, ACL_DEFAULT};
 /// byte is the kind alone).
 pub const INODE_COMPACT: u8 = 0x80;
 
-fn put_varint(v: &mut Vec<u8>, mut n: u64) {
+pub(crate) fn put_varint(v: &mut Vec<u8>, mut n: u64) {
     while n >= 0x80 {
         v.push(n as u8 | 0x80);
         n >>= 7;
@@ -475,7 +475,7 @@ fn put_varint(v: &mut Vec<u8>, mut n: u64) {
     v.push(n as u8);
 }
 
-fn take_varint(value: &[u8], at: &mut usize) -> Option<u64> {
+pub(crate) fn take_varint(value: &[u8], at: &mut usize) -> Option<u64> {
     let mut n = 0u64;
     for shift in (0..64).step_by(7) {
         let byte = *value.get(*at)?;

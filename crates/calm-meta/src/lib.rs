@@ -29,6 +29,7 @@ pub mod commit;
 pub mod compaction;
 pub(crate) mod ctx;
 pub mod data;
+pub mod dump;
 mod feed;
 pub mod fsck;
 mod housekeeping;
