@@ -7,6 +7,32 @@ impl Client {
         check(meta_call!(self, status, pb::Empty {}))
     }
 
+    /// The server's dump of the whole namespace at one snapshot (an administrator's call),
+    /// written to `out` as it arrives. Returns its length in bytes. Not sent again on another
+    /// server: a dump cut short is an error, and the caller starts it again.
+    pub async fn dump(&self, out: &mut (dyn std::io::Write + Send)) -> Result<u64> {
+        if self.local.is_some() {
+            return Err(MetaError::Invalid(
+                "a dump is asked of a server through its address".into(),
+            ));
+        }
+        let conn = self.conn();
+        let request = self.tagged(pb::Empty {}, None);
+        let mut stream = check(conn.protect.clone().dump(request).await)?;
+        let mut bytes = 0u64;
+        loop {
+            match stream.message().await {
+                Ok(Some(chunk)) => {
+                    out.write_all(&chunk.data)
+                        .map_err(|e| MetaError::Io(format!("writing the dump: {e}")))?;
+                    bytes += chunk.data.len() as u64;
+                }
+                Ok(None) => return Ok(bytes),
+                Err(status) => return Err(error_from_status(&status)),
+            }
+        }
+    }
+
     /// Registers a node's targets (soft state; `complete`: every target the node holds).
     pub async fn register_targets(&self, registration: pb::TargetRegistration) -> Result<()> {
         check(

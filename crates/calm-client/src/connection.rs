@@ -13,6 +13,7 @@ pub(crate) struct Conn {
     pub(crate) changelog: ChangelogClient<Channel>,
     pub(crate) watch: WatchClient<Channel>,
     pub(crate) targets: TargetsClient<Channel>,
+    pub(crate) protect: calm_proto::pb::protect_client::ProtectClient<Channel>,
     /// Namespace calls over the connection, batched (shared by the client's clones).
     pub(crate) batch: Arc<batch::Batcher>,
 }
@@ -32,6 +33,7 @@ impl Conn {
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
             targets: TargetsClient::new(channel.clone()),
+            protect: calm_proto::pb::protect_client::ProtectClient::new(channel.clone()),
             watch: WatchClient::new(channel)
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),

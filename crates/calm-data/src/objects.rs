@@ -48,7 +48,9 @@ type Fetch = futures::future::Shared<futures::future::BoxFuture<'static, Result<
 /// The object store of a namespace.
 #[derive(Debug, Clone)]
 pub struct Objects {
-    store: Arc<dyn ObjectStore>,
+    pub(crate) store: Arc<dyn ObjectStore>,
+    /// Where the namespace's objects begin (the URL's prefix; empty for a local directory).
+    pub(crate) root: Path,
     prefix: Path,
     /// The directory of a local store (objects are files under it).
     local: Option<PathBuf>,
@@ -76,6 +78,7 @@ impl Objects {
                 let store = object_store::local::LocalFileSystem::new_with_prefix(&root)?;
                 Ok(Objects {
                     store: Arc::new(store),
+                    root: Path::default(),
                     prefix: Path::from("chunks"),
                     local: Some(root),
                     url: url.to_string(),
@@ -113,14 +116,11 @@ impl Objects {
                     builder = builder.with_region(region);
                 }
                 let store = builder.build()?;
-                let prefix = if prefix.is_empty() {
-                    Path::from("chunks")
-                } else {
-                    Path::from(format!("{prefix}/chunks"))
-                };
+                let root = Path::from(prefix.as_str());
                 Ok(Objects {
                     store: Arc::new(store),
-                    prefix,
+                    prefix: root.clone().join("chunks"),
+                    root,
                     local: None,
                     url: url.to_string(),
                     cache: Arc::new(std::sync::Mutex::new(BlockCache {

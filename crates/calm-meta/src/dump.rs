@@ -56,7 +56,7 @@ pub const LOAD_ID_GAP: u64 = 1 << 32;
 /// 1.5 MiB per transaction by default).
 pub const LOAD_TXN_SHARED: (usize, usize) = (100, 1 << 20);
 /// Pairs and bytes of one load transaction on a store of one machine.
-pub const LOAD_TXN_LOCAL: (usize, usize) = (16_384, 32 << 20);
+pub const LOAD_TXN_LOCAL: (usize, usize) = (4096, 16 << 20);
 
 const HEADER_LEN: usize = 28;
 const FRAME_TAG: u8 = b'F';
@@ -97,6 +97,9 @@ pub enum DumpError {
 }
 
 pub type DumpResult<T> = std::result::Result<T, DumpError>;
+
+/// What [`DumpReader::next_frame`] calls with each pair (key, value) of a frame, in order.
+pub type PairVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> DumpResult<()> + 'a;
 
 /// What a dump holds, or what a load wrote.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -344,10 +347,7 @@ impl<R: Read> DumpReader<R> {
 
     /// The next frame's pairs, checked, passed to `each` in order; `Ok(false)` once the
     /// trailer was read and checked (and nothing follows it).
-    pub fn next_frame(
-        &mut self,
-        each: &mut dyn FnMut(&[u8], &[u8]) -> DumpResult<()>,
-    ) -> DumpResult<bool> {
+    pub fn next_frame(&mut self, each: &mut PairVisitor<'_>) -> DumpResult<bool> {
         if self.done {
             return Ok(false);
         }
@@ -392,11 +392,7 @@ impl<R: Read> DumpReader<R> {
         result.map(|()| true)
     }
 
-    fn pairs_of(
-        &mut self,
-        frame: &[u8],
-        each: &mut dyn FnMut(&[u8], &[u8]) -> DumpResult<()>,
-    ) -> DumpResult<()> {
+    fn pairs_of(&mut self, frame: &[u8], each: &mut PairVisitor<'_>) -> DumpResult<()> {
         let mut at = 0;
         while at < frame.len() {
             let damaged = |what: &str| {

@@ -210,7 +210,9 @@ fn a_load_stopped_half_way_leaves_a_store_no_server_opens() {
         assert!(!partial.is_empty(), "part of it was written");
         assert!(partial.iter().all(|(k, _)| k != KEY_FORMAT));
         let opened = Meta::open(Arc::new(target), MetaOptions::default());
-        let error = opened.err().expect("refused");
+        let Err(error) = opened else {
+            panic!("a half-loaded store opened")
+        };
         assert!(error.to_string().contains("no calm superblock"), "{error}");
     }
 }

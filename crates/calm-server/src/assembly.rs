@@ -42,6 +42,9 @@ pub struct ServerConfig {
     pub root_squash: bool,
     /// Several servers share the store (etcd): this server's part among them.
     pub shared: Option<SharedConfig>,
+    /// Metadata backups into the object store: every so often, and how many are kept (their
+    /// dump is written in the data directory first).
+    pub backups: Option<(Duration, usize)>,
 }
 
 /// The PEM files of a TLS listener.
@@ -221,6 +224,13 @@ impl<S: Store> Assembled<S> {
             data,
             auth: config.auth(),
             cluster,
+            backups: config
+                .backups
+                .map(|(every, keep)| crate::protect::BackupPolicy {
+                    every,
+                    keep,
+                    staging: data_dir.to_path_buf(),
+                }),
         };
         Ok(Assembled {
             meta: Arc::new(meta),

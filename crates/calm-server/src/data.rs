@@ -43,6 +43,8 @@ pub struct DataTasks {
     pub options: DataOptions,
     pub stats: Arc<DataStats>,
     pub compactor: Arc<Compactor>,
+    /// What the metadata backups did (`crate::protect`).
+    pub backups: Arc<crate::protect::BackupStats>,
     wake_deleter: Arc<Notify>,
 }
 
@@ -66,6 +68,7 @@ impl DataTasks {
             options,
             stats,
             compactor,
+            backups: Arc::default(),
             wake_deleter,
         })
     }

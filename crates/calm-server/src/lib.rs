@@ -40,6 +40,7 @@ mod meta_service;
 pub mod nearest;
 pub mod offline;
 pub mod orphans;
+pub mod protect;
 mod socket_owner;
 pub mod targets;
 pub mod tls;
@@ -100,6 +101,8 @@ pub struct ServerInfo {
     /// With a shared store (etcd): this server's part among the servers of the namespace
     /// (`None`: its locks are its own, as on an embedded store).
     pub cluster: Option<cluster::ClusterOptions>,
+    /// Metadata backups into the object store (`None`: none).
+    pub backups: Option<protect::BackupPolicy>,
 }
 
 impl ServerInfo {
@@ -114,6 +117,7 @@ impl ServerInfo {
             data: None,
             auth: auth::Auth::default(),
             cluster: None,
+            backups: None,
         }
     }
 }
@@ -144,9 +148,12 @@ pub struct Server<S: Store> {
     changelog: Arc<ChangelogService<S>>,
     watch: Arc<WatchService<S>>,
     targets: Arc<targets::TargetRegistry>,
+    protect: Arc<protect::ProtectService<S>>,
     table: Arc<LockTable>,
     leases: tokio::task::JoinHandle<()>,
     sweeper: tokio::task::JoinHandle<()>,
+    /// The metadata backups, when asked for.
+    backups: Option<tokio::task::JoinHandle<()>>,
     /// The membership task, with several servers on one store.
     cluster: Option<tokio::task::JoinHandle<()>>,
 }
@@ -178,6 +185,15 @@ impl<S: Store> Server<S> {
             .clone()
             .map(|options| data::DataTasks::start(meta.clone(), options));
         let sweeper = tokio::spawn(orphans::sweep(meta.clone(), table.clone(), data.clone()));
+        let backups = match (&info.backups, &data) {
+            (Some(policy), Some(data)) => Some(tokio::spawn(protect::run_backups(
+                meta.clone(),
+                data.options.objects.clone(),
+                policy.clone(),
+                data.backups.clone(),
+            ))),
+            _ => None,
+        };
         let auth = Arc::new(info.auth.clone());
         let hub = WatchHub::new(meta.clone(), watch_limits);
         let mut service = MetaService::new(meta.clone(), auth.clone(), table.clone(), info, data);
@@ -188,6 +204,7 @@ impl<S: Store> Server<S> {
             tracing::warn!(%e, "resuming the watch feed");
         }
         Server {
+            protect: Arc::new(protect::ProtectService::new(meta.clone(), auth.clone())),
             meta: service,
             locks,
             changelog: Arc::new(ChangelogService::new(meta, auth.clone())),
@@ -199,6 +216,7 @@ impl<S: Store> Server<S> {
             table,
             leases,
             sweeper,
+            backups,
             cluster,
         }
     }
@@ -238,6 +256,7 @@ impl<S: Store> Server<S> {
         let targets = calm_proto::pb::targets_server::TargetsServer::from_arc(self.targets.clone())
             .max_decoding_message_size(MESSAGE_BYTES_MAX)
             .max_encoding_message_size(MESSAGE_BYTES_MAX);
+        let protect = calm_proto::pb::protect_server::ProtectServer::from_arc(self.protect.clone());
         let changelog = ChangelogServer::from_arc(self.changelog.clone())
             .max_decoding_message_size(MESSAGE_BYTES_MAX)
             .max_encoding_message_size(MESSAGE_BYTES_MAX);
@@ -262,6 +281,7 @@ impl<S: Store> Server<S> {
             .add_service(changelog)
             .add_service(watch)
             .add_service(targets)
+            .add_service(protect)
             .serve_with_incoming_shutdown(incoming, shutdown);
         // Requests in flight get STOP_WAIT_MAX to finish; streams that never end by
         // themselves (a mount's watch, a lock wait) are cut then.
@@ -282,6 +302,9 @@ impl<S: Store> Server<S> {
         }
         self.leases.abort();
         self.sweeper.abort();
+        if let Some(task) = self.backups {
+            task.abort();
+        }
         if let Some(task) = self.cluster {
             // Stop deciding first, then leave: the others take the files over at once rather
             // than after the lease.

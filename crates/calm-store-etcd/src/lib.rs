@@ -355,6 +355,10 @@ impl Store for EtcdStore {
     type Snapshot<'s> = EtcdSnapshot<'s>;
     type Txn<'s> = EtcdTxn<'s>;
 
+    fn hold_reads(&self) -> Result<Option<Box<dyn Send>>> {
+        Ok(Some(Box::new(self.hold_history()?)))
+    }
+
     fn figures(&self) -> Vec<(&'static str, u64)> {
         let stats = &self.inner.stats;
         let load = |n: &AtomicU64| n.load(Ordering::Relaxed);

@@ -350,6 +350,13 @@ pub trait Store: Send + Sync + 'static {
     fn figures(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+
+    /// Keeps the snapshots taken from now readable for as long as the returned guard lives,
+    /// however long a reader takes (a store that drops old versions of its keys, as etcd's
+    /// compaction does, keeps them). `None`: this store never drops what a snapshot reads.
+    fn hold_reads(&self) -> Result<Option<Box<dyn Send>>> {
+        Ok(None)
+    }
 }
 
 /// A shared store is a store: lets a test (or a tool) keep a handle on a store that a
@@ -388,6 +395,10 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn figures(&self) -> Vec<(&'static str, u64)> {
         (**self).figures()
+    }
+
+    fn hold_reads(&self) -> Result<Option<Box<dyn Send>>> {
+        (**self).hold_reads()
     }
 }
 

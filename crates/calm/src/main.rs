@@ -14,6 +14,7 @@ mod gc;
 mod locks;
 mod mount;
 mod node;
+mod protect;
 mod quota;
 mod serve;
 mod status;
@@ -183,6 +184,22 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Write the whole namespace's metadata at one moment into a file: names, attributes,
+    /// xattrs and ACLs, which objects hold each file's bytes, quotas (not locks, sessions or
+    /// the changelog's records). From a running server, a stopped one's data directory, or
+    /// etcd.
+    Dump(protect::DumpArgs),
+    /// Make a new store from a dump (or from the newest backup in the object store), after
+    /// checking the whole file; the store must be new.
+    Load(protect::LoadArgs),
+    /// List the metadata backups servers keep in an object store (--backup-every-hours).
+    Backups {
+        /// The object store of the namespace's file contents (file:///DIR or s3://…).
+        objects: String,
+        /// Print JSON instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
     /// Make a CA and certificates for TLS listeners (--tls-cert) and their clients.
     #[command(subcommand)]
     Certs(certs::Certs),
@@ -203,6 +220,9 @@ impl Command {
                 | Command::Pools { .. }
                 | Command::Fsck { .. }
                 | Command::Gc { .. }
+                | Command::Dump(_)
+                | Command::Load(_)
+                | Command::Backups { .. }
                 | Command::Certs(_)
         )
     }
@@ -324,6 +344,9 @@ fn main() -> ExitCode {
             delete,
             json,
         } => gc::run(&data, grace_s, delete, json),
+        Command::Dump(args) => protect::dump(&args, DEFAULT_SERVER),
+        Command::Load(args) => protect::load(&args),
+        Command::Backups { objects, json } => protect::backups(&objects, json),
         Command::Certs(command) => certs::run(command),
         Command::Bench(which) => run_bench(which),
     };

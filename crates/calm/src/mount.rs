@@ -189,6 +189,7 @@ async fn mount_over(
     )
     .await
     .with_context(|| format!("mounting at {}", mountpoint.display()))?;
+    let stop = crate::serve::shutdown_signal();
     let ms = started.elapsed().as_millis();
     match serving {
         Some(addr) => println!(
@@ -199,7 +200,7 @@ async fn mount_over(
     }
     std::io::stdout().flush()?;
     tokio::select! {
-        _ = crate::serve::shutdown_signal() => {}
+        _ = stop => {}
         _ = mounted.ended() => {}
     }
     mounted

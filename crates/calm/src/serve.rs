@@ -89,6 +89,14 @@ pub struct ServerArgs {
     /// the first --listen address, else the Unix socket).
     #[arg(long)]
     pub advertise: Option<String>,
+    /// Write a dump of the metadata into the object store (under backups/, beside the file
+    /// contents) this often, in hours (fractions allowed); 0: never. `calm load` makes a new
+    /// store from one after the metadata was lost.
+    #[arg(long, default_value_t = 1.0)]
+    pub backup_every_hours: f64,
+    /// Backups kept in the object store; after each new one the oldest beyond this are removed.
+    #[arg(long, default_value_t = 24)]
+    pub backup_keep: usize,
 }
 
 impl ServerArgs {
@@ -135,6 +143,14 @@ impl ServerArgs {
                 _ => None,
             },
             root_squash: self.root_squash,
+            backups: (self.backup_every_hours > 0.0 && self.backup_every_hours.is_finite()).then(
+                || {
+                    (
+                        Duration::from_secs_f64((self.backup_every_hours * 3600.0).max(1.0)),
+                        self.backup_keep.max(1),
+                    )
+                },
+            ),
             shared: shared.then(|| SharedConfig {
                 lease_ms: self.server_lease_ms,
                 grace_ms_max: self.grace_ms_max,
@@ -153,8 +169,12 @@ pub fn run(data: &Path, args: &ServerArgs, started: Instant) -> anyhow::Result<E
     let (_lock, store) = open_embedded(data, |dir| args.open_lmdb(dir))?;
     let name = data.display().to_string();
     let server = runtime.block_on(Assembled::open(store, &config, data, name, started))?;
+    let stop = {
+        let _inside = runtime.enter();
+        shutdown_signal()
+    };
     ready(&server.ready_line())?;
-    let meta = runtime.block_on(server.serve(shutdown_signal()))?;
+    let meta = runtime.block_on(server.serve(stop))?;
     drop(runtime);
     take_store(meta)?.close();
     println!("stopped");
@@ -186,8 +206,12 @@ pub fn run_etcd(
         url.to_string(),
         started,
     ))?;
+    let stop = {
+        let _inside = runtime.enter();
+        shutdown_signal()
+    };
     ready(&server.ready_line())?;
-    let meta = runtime.block_on(server.serve(shutdown_signal()))?;
+    let meta = runtime.block_on(server.serve(stop))?;
     drop(runtime);
     drop(meta);
     println!("stopped");
@@ -201,12 +225,17 @@ fn ready(line: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn shutdown_signal() {
+/// Completes at SIGTERM or SIGINT. The handlers are installed by this call (inside a runtime),
+/// not when the future is first polled: a signal sent as soon as the ready line is read then
+/// stops the process cleanly instead of killing it.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("installing the SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+    async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
     }
 }

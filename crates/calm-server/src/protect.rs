@@ -1,0 +1,341 @@
+//! What protects a namespace from a lost metadata store while it is served: its dump at one
+//! snapshot, streamed to an administrator (`calm dump --server`), and written into the object
+//! store every few hours (`--backup-every-hours`), beside the objects under `backups/`, the
+//! oldest removed past `--backup-keep`. The file format is `calm_meta::dump`'s.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use calm_data::Objects;
+use calm_meta::Meta;
+use calm_meta::dump::{self, DumpError, DumpResult, DumpSummary};
+use calm_proto::pb;
+use calm_store::Store;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::auth;
+
+/// The directory of the object store that holds the metadata backups.
+pub const BACKUP_DIR: &str = "backups";
+/// What a backup's name begins and ends with: `metadata-YYYY-MM-DDTHH-MM-SSZ.calmdump`
+/// (UTC), so that names sort by time.
+pub const BACKUP_PREFIX: &str = "metadata-";
+pub const BACKUP_SUFFIX: &str = ".calmdump";
+/// Bytes of one message of a streamed dump.
+pub const DUMP_CHUNK_BYTES: usize = 1 << 20;
+/// Messages of a streamed dump queued for a slow reader (the dump waits beyond them): what a
+/// dump holds in memory besides its frame.
+const DUMP_CHUNKS_QUEUED: usize = 4;
+
+/// When and how many backups a server makes and keeps.
+#[derive(Debug, Clone)]
+pub struct BackupPolicy {
+    /// Time between two backups (the first one this long after the start).
+    pub every: Duration,
+    /// Backups kept in the object store; older ones are removed after each new one.
+    pub keep: usize,
+    /// A local directory for the dump while it is written, before it is uploaded.
+    pub staging: PathBuf,
+}
+
+/// What the backups did, for status.
+#[derive(Debug, Default)]
+pub struct BackupStats {
+    pub made: AtomicU64,
+    pub failed: AtomicU64,
+    /// When the last one was made (ms since the epoch; 0: none yet).
+    pub last_ms: AtomicU64,
+    pub last_bytes: AtomicU64,
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos().min(i64::MAX as u128) as i64)
+}
+
+/// Writes the dump of the namespace as it is now (one snapshot, held readable for as long as
+/// the dump takes) to `out`.
+pub fn dump_namespace<S: Store>(meta: &Meta<S>, out: &mut dyn Write) -> DumpResult<DumpSummary> {
+    let store = meta.store();
+    let _hold = store.hold_reads()?;
+    let snapshot = store.snapshot()?;
+    dump::dump(&snapshot, out, now_ns(), &mut |_| {})
+}
+
+/// The name of a backup made at `ns` since the epoch.
+pub fn backup_name(ns: i64) -> String {
+    let secs = ns.div_euclid(1_000_000_000);
+    let (days, day_secs) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{BACKUP_PREFIX}{y:04}-{m:02}-{d:02}T{:02}-{:02}-{:02}Z{BACKUP_SUFFIX}",
+        day_secs / 3600,
+        day_secs / 60 % 60,
+        day_secs % 60
+    )
+}
+
+/// The date of a day counted from 1970-01-01 (the proleptic Gregorian calendar).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// Whether `name` is a backup's (what the removal of old ones may touch).
+pub fn is_backup(name: &str) -> bool {
+    name.starts_with(BACKUP_PREFIX) && name.ends_with(BACKUP_SUFFIX)
+}
+
+/// Makes one backup: the dump into a staging file, uploaded as a new backup, then the backups
+/// beyond `policy.keep` removed, oldest first. Returns the new backup's name and what it holds.
+pub async fn backup_once<S: Store>(
+    meta: &Arc<Meta<S>>,
+    objects: &Objects,
+    policy: &BackupPolicy,
+) -> Result<(String, DumpSummary, u64), String> {
+    let name = backup_name(now_ns());
+    let staging = policy.staging.join(format!(".{name}.partial"));
+    let result = backup_through(meta, objects, policy, &name, &staging).await;
+    let _ = std::fs::remove_file(&staging);
+    result
+}
+
+async fn backup_through<S: Store>(
+    meta: &Arc<Meta<S>>,
+    objects: &Objects,
+    policy: &BackupPolicy,
+    name: &str,
+    staging: &Path,
+) -> Result<(String, DumpSummary, u64), String> {
+    let summary = {
+        let meta = meta.clone();
+        let staging = staging.to_path_buf();
+        tokio::task::spawn_blocking(move || write_dump_file(&meta, &staging))
+            .await
+            .map_err(|e| format!("the dump stopped: {e}"))?
+            .map_err(|e| e.to_string())?
+    };
+    let bytes = objects
+        .put_file(BACKUP_DIR, name, staging)
+        .await
+        .map_err(|e| format!("uploading {name}: {e}"))?;
+    let listed = objects
+        .list_files(BACKUP_DIR)
+        .await
+        .map_err(|e| format!("listing the backups: {e}"))?;
+    let backups: Vec<_> = listed.iter().filter(|f| is_backup(&f.name)).collect();
+    let surplus = backups.len().saturating_sub(policy.keep.max(1));
+    for old in &backups[..surplus] {
+        objects
+            .delete_file(BACKUP_DIR, &old.name)
+            .await
+            .map_err(|e| format!("removing the old backup {}: {e}", old.name))?;
+    }
+    Ok((name.to_string(), summary, bytes))
+}
+
+/// Writes the namespace's dump into the file `path`, on the medium when it returns.
+pub fn write_dump_file<S: Store>(meta: &Meta<S>, path: &Path) -> DumpResult<DumpSummary> {
+    let io = |what| move |error| DumpError::Io { what, error };
+    let file = std::fs::File::create(path).map_err(io("creating the dump's file"))?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+    let summary = dump_namespace(meta, &mut out)?;
+    let file = out.into_inner().map_err(|e| DumpError::Io {
+        what: "writing the dump's file",
+        error: e.into_error(),
+    })?;
+    file.sync_all().map_err(io("writing the dump's file"))?;
+    Ok(summary)
+}
+
+/// Makes a new namespace in the empty `store` from the dump file `path` (checked whole first:
+/// a cut or damaged file changes nothing). `progress` gets the entries written so far.
+pub fn load_dump_file<S: Store>(
+    store: &S,
+    path: &Path,
+    progress: &mut dyn FnMut(u64),
+) -> DumpResult<DumpSummary> {
+    let mut open = || {
+        std::fs::File::open(path)
+            .map(|file| std::io::BufReader::with_capacity(1 << 20, file))
+            .map_err(|error| DumpError::Io {
+                what: "opening the dump",
+                error,
+            })
+    };
+    dump::load(store, &mut open, dump::load_txn(store), progress)
+}
+
+/// The backups in the object store `objects_url`, oldest first.
+pub async fn list_backups(objects: &Objects) -> Result<Vec<calm_data::named::NamedFile>, String> {
+    let listed = objects
+        .list_files(BACKUP_DIR)
+        .await
+        .map_err(|e| format!("listing the backups in {}: {e}", objects.url()))?;
+    Ok(listed.into_iter().filter(|f| is_backup(&f.name)).collect())
+}
+
+/// Downloads the backup `name` (the newest when `None`) of `objects` into the file `to`;
+/// returns its name.
+pub async fn fetch_backup(
+    objects: &Objects,
+    name: Option<&str>,
+    to: &Path,
+) -> Result<String, String> {
+    let name = match name {
+        Some(name) => name.to_string(),
+        None => list_backups(objects)
+            .await?
+            .pop()
+            .map(|f| f.name)
+            .ok_or_else(|| format!("{} holds no metadata backup", objects.url()))?,
+    };
+    objects
+        .get_file(BACKUP_DIR, &name, to)
+        .await
+        .map_err(|e| format!("downloading the backup {name} from {}: {e}", objects.url()))?;
+    Ok(name)
+}
+
+/// Makes a backup every `policy.every`, for as long as the task runs.
+pub async fn run_backups<S: Store>(
+    meta: Arc<Meta<S>>,
+    objects: Objects,
+    policy: BackupPolicy,
+    stats: Arc<BackupStats>,
+) {
+    loop {
+        tokio::time::sleep(policy.every).await;
+        match backup_once(&meta, &objects, &policy).await {
+            Ok((name, summary, bytes)) => {
+                stats.made.fetch_add(1, Ordering::Relaxed);
+                stats.last_bytes.store(bytes, Ordering::Relaxed);
+                stats
+                    .last_ms
+                    .store((now_ns() / 1_000_000) as u64, Ordering::Relaxed);
+                tracing::info!(
+                    backup = %name,
+                    inodes = summary.inodes,
+                    bytes,
+                    "metadata backup written to the object store"
+                );
+            }
+            Err(error) => {
+                stats.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%error, "the metadata backup failed; the next one is tried as planned");
+            }
+        }
+    }
+}
+
+/// The protection service (`calm.v1.Protect`).
+#[derive(Debug)]
+pub struct ProtectService<S: Store> {
+    meta: Arc<Meta<S>>,
+    auth: Arc<auth::Auth>,
+}
+
+impl<S: Store> ProtectService<S> {
+    pub fn new(meta: Arc<Meta<S>>, auth: Arc<auth::Auth>) -> Self {
+        ProtectService { meta, auth }
+    }
+}
+
+/// The dump's bytes as messages of [`DUMP_CHUNK_BYTES`] on a bounded channel: a dump that
+/// outruns its reader waits for it.
+struct ChunkSender {
+    tx: mpsc::Sender<Result<pb::DumpChunk, Status>>,
+    buf: Vec<u8>,
+}
+
+impl ChunkSender {
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let data = std::mem::replace(&mut self.buf, Vec::with_capacity(DUMP_CHUNK_BYTES));
+        self.tx
+            .blocking_send(Ok(pb::DumpChunk { data }))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the reader left"))
+    }
+}
+
+impl Write for ChunkSender {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let room = DUMP_CHUNK_BYTES - self.buf.len();
+        let n = bytes.len().min(room);
+        self.buf.extend_from_slice(&bytes[..n]);
+        if self.buf.len() >= DUMP_CHUNK_BYTES {
+            self.send()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send()
+    }
+}
+
+#[tonic::async_trait]
+impl<S: Store> pb::protect_server::Protect for ProtectService<S> {
+    type DumpStream = ReceiverStream<Result<pb::DumpChunk, Status>>;
+
+    async fn dump(&self, r: Request<pb::Empty>) -> Result<Response<Self::DumpStream>, Status> {
+        self.auth.admin(&r, "a dump of the whole namespace")?;
+        let (tx, rx) = mpsc::channel(DUMP_CHUNKS_QUEUED);
+        let meta = self.meta.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut out = ChunkSender {
+                tx: tx.clone(),
+                buf: Vec::with_capacity(DUMP_CHUNK_BYTES),
+            };
+            let done = dump_namespace(&meta, &mut out).and_then(|_| {
+                out.flush().map_err(|error| DumpError::Io {
+                    what: "sending the dump",
+                    error,
+                })
+            });
+            if let Err(error) = done {
+                let _ =
+                    tx.blocking_send(Err(Status::internal(format!("the dump failed: {error}"))));
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backup_names_sort_by_time_and_read_as_dates() {
+        assert_eq!(backup_name(0), "metadata-1970-01-01T00-00-00Z.calmdump");
+        // 2026-11-29 19:01:02 UTC.
+        assert_eq!(
+            backup_name(1_795_978_862 * 1_000_000_000),
+            "metadata-2026-11-29T19-01-02Z.calmdump"
+        );
+        assert_eq!(
+            backup_name(951_782_400 * 1_000_000_000),
+            "metadata-2000-02-29T00-00-00Z.calmdump"
+        );
+        let a = backup_name(1_795_978_862 * 1_000_000_000);
+        let b = backup_name(1_795_978_863 * 1_000_000_000);
+        assert!(a < b && is_backup(&a) && !is_backup("metadata-x.partial"));
+    }
+}

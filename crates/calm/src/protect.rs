@@ -1,0 +1,272 @@
+//! `calm dump`, `calm load` and `calm backups`: the namespace's metadata into one file, a new
+//! store from one, and the backups a server keeps in the object store.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, anyhow, bail};
+use calm_meta::dump::DumpSummary;
+use calm_server::protect;
+use calm_store::lmdb::{LmdbOptions, LmdbStore};
+
+#[derive(Debug, clap::Args)]
+pub struct DumpArgs {
+    /// The file to write (written beside as FILE.partial, renamed when whole).
+    pub file: PathBuf,
+    /// A running server (its Unix socket, or HOST:PORT), asked as an administrator.
+    #[arg(long, conflicts_with_all = ["data", "store"])]
+    pub server: Option<String>,
+    /// The data directory of a stopped server, read without one.
+    #[arg(long, conflicts_with = "store")]
+    pub data: Option<PathBuf>,
+    /// A namespace on etcd (etcd://…), read at one revision while its servers run.
+    #[arg(long)]
+    pub store: Option<String>,
+    /// Print JSON instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LoadArgs {
+    /// The dump to load (a file `calm dump` wrote); or give --from-backups.
+    #[arg(required_unless_present = "from_backups")]
+    pub file: Option<PathBuf>,
+    /// Load the newest backup (or --backup NAME) from this object store (the URL of the
+    /// namespace's file contents: file:///DIR or s3://BUCKET/PREFIX?…).
+    #[arg(long, conflicts_with = "file")]
+    pub from_backups: Option<String>,
+    /// With --from-backups: which backup (as `calm backups` lists them).
+    #[arg(long, requires = "from_backups")]
+    pub backup: Option<String>,
+    /// The data directory of the new store (created; it must hold no store).
+    #[arg(long, conflicts_with = "store", required_unless_present = "store")]
+    pub data: Option<PathBuf>,
+    /// A new namespace on etcd (etcd://…; its prefix must hold nothing).
+    #[arg(long)]
+    pub store: Option<String>,
+    /// Print JSON instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn summary_json(summary: &DumpSummary, bytes: u64, seconds: f64) -> serde_json::Value {
+    serde_json::json!({
+        "format": summary.format,
+        "created_ns": summary.created_ns,
+        "entries": summary.pairs,
+        "inodes": summary.inodes,
+        "bytes": bytes,
+        "changelog_last": summary.changelog_last,
+        "seconds": seconds,
+        "inodes_per_s": summary.inodes as f64 / seconds.max(1e-9),
+    })
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")
+}
+
+/// Writes through `write` into `FILE.partial`, makes it durable and renames it to FILE: a
+/// dump stopped half-way leaves only the partial file (which `calm load` refuses anyway).
+fn into_file(
+    file: &Path,
+    write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> anyhow::Result<()>,
+) -> anyhow::Result<u64> {
+    let mut partial = file.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    let out = std::fs::File::create(&partial)
+        .with_context(|| format!("creating {}", partial.display()))?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, out);
+    write(&mut out)?;
+    out.flush().context("writing the dump")?;
+    let out = out
+        .into_inner()
+        .map_err(|e| anyhow!("writing the dump: {}", e.error()))?;
+    out.sync_all().context("writing the dump")?;
+    let bytes = out.metadata().map(|m| m.len()).unwrap_or(0);
+    std::fs::rename(&partial, file)
+        .with_context(|| format!("renaming {} to {}", partial.display(), file.display()))?;
+    Ok(bytes)
+}
+
+pub fn dump(args: &DumpArgs, default_server: &str) -> anyhow::Result<ExitCode> {
+    let started = std::time::Instant::now();
+    let mut summary = None;
+    let bytes = match (&args.data, &args.store) {
+        (Some(data), _) => {
+            let (store, _) = crate::gc::open_offline(data)?;
+            into_file(&args.file, |out| {
+                let snapshot = calm_store::Store::snapshot(&store)?;
+                summary = Some(calm_meta::dump::dump(
+                    &snapshot,
+                    out,
+                    now_ns(),
+                    &mut |_| {},
+                )?);
+                Ok(())
+            })?
+        }
+        (None, Some(url)) => {
+            let options = calm_store_etcd::EtcdOptions::from_url(url).map_err(|e| anyhow!(e))?;
+            let store = calm_store_etcd::EtcdStore::connect(options)
+                .with_context(|| format!("connecting to {url}"))?;
+            into_file(&args.file, |out| {
+                let _hold = store.hold_history()?;
+                let snapshot = calm_store::Store::snapshot(&store)?;
+                summary = Some(calm_meta::dump::dump(
+                    &snapshot,
+                    out,
+                    now_ns(),
+                    &mut |_| {},
+                )?);
+                Ok(())
+            })?
+        }
+        (None, None) => {
+            let server = args.server.as_deref().unwrap_or(default_server);
+            let runtime = runtime()?;
+            into_file(&args.file, |out| {
+                runtime
+                    .block_on(async {
+                        let client = calm_client::Client::connect(server).await?;
+                        client.dump(out).await
+                    })
+                    .with_context(|| format!("asking {server} for a dump"))?;
+                Ok(())
+            })?
+        }
+    };
+    // What the file holds, read back: a dump received whole says so itself.
+    let summary = match summary {
+        Some(summary) => summary,
+        None => calm_meta::dump::verify(std::io::BufReader::new(
+            std::fs::File::open(&args.file).context("reading the dump back")?,
+        ))
+        .context("checking the dump")?,
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    if args.json {
+        println!("{}", summary_json(&summary, bytes, seconds));
+    } else {
+        println!(
+            "dumped {} inodes ({} entries, {:.1} MB) into {} in {seconds:.1} s",
+            summary.inodes,
+            summary.pairs,
+            bytes as f64 / 1e6,
+            args.file.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos().min(i64::MAX as u128) as i64)
+}
+
+pub fn load(args: &LoadArgs) -> anyhow::Result<ExitCode> {
+    let started = std::time::Instant::now();
+    // A backup is downloaded first, beside the new store's directory (or in the working
+    // directory for etcd), and removed after.
+    let mut downloaded = None;
+    let file = match (&args.file, &args.from_backups) {
+        (Some(file), _) => file.clone(),
+        (None, Some(url)) => {
+            let objects =
+                calm_data::Objects::open(url).map_err(|e| anyhow!("object store {url}: {e}"))?;
+            let dir = match &args.data {
+                Some(data) => data
+                    .parent()
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."))
+                    .to_path_buf(),
+                None => PathBuf::from("."),
+            };
+            let to = dir.join(format!(".calm-backup-{}.partial", std::process::id()));
+            let name = runtime()?
+                .block_on(protect::fetch_backup(&objects, args.backup.as_deref(), &to))
+                .map_err(|e| anyhow!(e))?;
+            if !args.json {
+                eprintln!("loading the backup {name} from {url}");
+            }
+            downloaded = Some(to.clone());
+            to
+        }
+        (None, None) => bail!("give a dump file or --from-backups"),
+    };
+    let bytes = std::fs::metadata(&file).map_or(0, |m| m.len());
+    let result = load_file(args, &file);
+    if let Some(path) = downloaded {
+        let _ = std::fs::remove_file(path);
+    }
+    let summary = result?;
+    let seconds = started.elapsed().as_secs_f64();
+    if args.json {
+        println!("{}", summary_json(&summary, bytes, seconds));
+    } else {
+        let into = match (&args.data, &args.store) {
+            (Some(data), _) => data.display().to_string(),
+            (None, Some(url)) => url.clone(),
+            (None, None) => String::new(),
+        };
+        println!(
+            "loaded {} inodes ({} entries) into {into} in {seconds:.1} s; mounts of the old \
+             store must mount again",
+            summary.inodes, summary.pairs
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn load_file(args: &LoadArgs, file: &Path) -> anyhow::Result<DumpSummary> {
+    let what = || format!("loading {}", file.display());
+    match (&args.data, &args.store) {
+        (Some(data), _) => {
+            let options = LmdbOptions {
+                wal: true,
+                ..LmdbOptions::default()
+            };
+            let (_lock, store) =
+                calm_server::assembly::open_embedded(data, |dir| LmdbStore::open(dir, &options))?;
+            let summary = protect::load_dump_file(&store, file, &mut |_| {}).with_context(what)?;
+            store.close();
+            Ok(summary)
+        }
+        (None, Some(url)) => {
+            let options = calm_store_etcd::EtcdOptions::from_url(url).map_err(|e| anyhow!(e))?;
+            let store = calm_store_etcd::EtcdStore::connect(options)
+                .with_context(|| format!("connecting to {url}"))?;
+            Ok(protect::load_dump_file(&store, file, &mut |_| {}).with_context(what)?)
+        }
+        (None, None) => bail!("give --data DIR or --store URL for the new store"),
+    }
+}
+
+pub fn backups(objects_url: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let objects = calm_data::Objects::open(objects_url)
+        .map_err(|e| anyhow!("object store {objects_url}: {e}"))?;
+    let listed = runtime()?
+        .block_on(protect::list_backups(&objects))
+        .map_err(|e| anyhow!(e))?;
+    if json {
+        let list: Vec<_> = listed
+            .iter()
+            .map(|f| serde_json::json!({"name": f.name, "bytes": f.len, "modified_ms": f.modified_ms}))
+            .collect();
+        println!("{}", serde_json::Value::Array(list));
+    } else if listed.is_empty() {
+        println!("no metadata backup in {objects_url}");
+    } else {
+        for f in &listed {
+            println!("{}  {:.1} MB", f.name, f.len as f64 / 1e6);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,297 @@
+//! Nothing lost with the metadata: a server's dump while it serves, a new store loaded from it,
+//! and the automatic backups in the object store bringing back every file after the metadata
+//! directory is gone, on a local object store and on S3; a cut dump and a stopped load refused.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{Backend, Mount, Server, calm_json_env, python_in};
+
+const PROGRAM_SECONDS_MAX: u32 = 600;
+
+fn tree(mount: &Mount, args: &[&str]) -> String {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let out = python_in(mount, PROGRAM_SECONDS_MAX, "tree.py", &args);
+    assert!(
+        out.status.success(),
+        "tree.py {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn mnt(mount: &Mount) -> &str {
+    mount.mnt.to_str().expect("utf-8")
+}
+
+fn socket(data: &Path) -> String {
+    format!("unix:{}", data.join("calm.sock").display())
+}
+
+fn calm_env(args: &[&str], env: &[(String, String)]) -> std::process::Output {
+    std::process::Command::new(common::CALM)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("run calm")
+}
+
+/// Where the test keeps the file contents: outside the metadata directory, which it loses.
+fn objects_url(backend: &Backend, tmp: &tempfile::TempDir) -> String {
+    match backend {
+        Backend::File => format!("file://{}", tmp.path().join("objects").display()),
+        Backend::S3(s3, prefix) => s3.url(prefix),
+    }
+}
+
+fn backups(url: &str, env: &[(String, String)]) -> Vec<String> {
+    let listed = calm_json_env(&["backups", url, "--json"], env);
+    listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|b| b["name"].as_str().expect("a name").to_string())
+        .collect()
+}
+
+/// A populated namespace whose server writes a backup every 1.8 s (keeping three); the
+/// metadata directory is lost with the server (kill -9); `calm load --from-backups` makes a
+/// new one from the newest backup, and a mount of it holds every file, byte for byte, with its
+/// attributes; fsck with the objects is clean, and the namespace goes on.
+fn a_lost_metadata_directory_comes_back_from_the_newest_backup(backend: Backend) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let env = backend.env();
+    let url = objects_url(&backend, &tmp);
+    let data = tmp.path().join("metadata");
+    let server = Server::start_with_env(
+        &data,
+        &[
+            "--objects",
+            &url,
+            "--backup-every-hours",
+            "0.0005",
+            "--backup-keep",
+            "3",
+        ],
+        &env,
+    );
+    let mount = Mount::remote_env(&server.addr, &[], &env);
+    assert_eq!(
+        tree(&mount, &["make", mnt(&mount), "7", "300"]).trim(),
+        "made 348"
+    );
+    let described = tree(&mount, &["describe", mnt(&mount)]);
+    assert_eq!(described.lines().count(), 348);
+    // A backup begun after the tree was made (names are their UTC start time, to the second).
+    let made = std::time::SystemTime::now();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let newest = loop {
+        let names = backups(&url, &env);
+        assert!(names.len() <= 3, "at most three kept: {names:?}");
+        if let Some(name) = names.last()
+            && calm_server::protect::backup_name(
+                made.duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as i64
+                    + 1_000_000_000,
+            ) <= *name
+        {
+            break name.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no backup after the tree: {names:?}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    drop(mount);
+    server.kill9();
+    std::fs::remove_dir_all(&data).expect("lose the metadata");
+
+    let restored = tmp.path().join("restored");
+    let restored_s = restored.to_str().expect("utf-8");
+    let loaded = calm_json_env(
+        &[
+            "load",
+            "--from-backups",
+            &url,
+            "--data",
+            restored_s,
+            "--json",
+        ],
+        &env,
+    );
+    // The root, 6 directories, 300 files and 24 symlinks (the hard links are names).
+    assert_eq!(loaded["inodes"], 331, "{loaded} from {newest}");
+    let server = Server::start_with_env(&restored, &[], &env);
+    let mount = Mount::remote_env(&server.addr, &[], &env);
+    assert_eq!(tree(&mount, &["describe", mnt(&mount)]), described);
+    // The namespace goes on: new files beside the old ones.
+    mount.sh_ok("echo after > after && cat d0/../after");
+    drop(mount);
+    let (status, rest) = server.terminate();
+    assert!(status.success(), "{rest}");
+    let fsck = calm_json_env(&["fsck", restored_s, "--objects", "--json"], &env);
+    assert_eq!(fsck["clean"], true, "{fsck}");
+}
+
+on_each_store!(
+    a_lost_metadata_directory_comes_back_from_the_newest_backup():
+    a_lost_metadata_directory_comes_back_from_the_newest_backup_on_a_local_directory,
+    a_lost_metadata_directory_comes_back_from_the_newest_backup_on_s3,
+    "backups"
+);
+
+/// A dump taken while files are being made is of one moment: it loads into a store that
+/// fsck calls clean and that holds every file the dump counts. A cut copy of it is refused and
+/// leaves the new store empty, so the whole one then loads there.
+#[test]
+fn a_dump_taken_while_files_are_made_is_of_one_moment() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let server = Server::start(&data);
+    let mount = Mount::remote(&server.addr, &[]);
+    let writer = std::thread::scope(|scope| {
+        let writer = scope.spawn(|| tree(&mount, &["make", mnt(&mount), "3", "1500"]));
+        let mut dumps = Vec::new();
+        for i in 0..5 {
+            std::thread::sleep(Duration::from_millis(400));
+            let file = tmp.path().join(format!("during-{i}.calmdump"));
+            let dumped = common::calm_json(&[
+                "dump",
+                file.to_str().unwrap(),
+                "--server",
+                &socket(&data),
+                "--json",
+            ]);
+            dumps.push((file, dumped));
+        }
+        (writer.join().expect("writer"), dumps)
+    });
+    let (made, dumps) = writer;
+    assert!(made.starts_with("made"));
+    let mut inodes = Vec::new();
+    for (i, (file, dumped)) in dumps.iter().enumerate() {
+        let into = tmp.path().join(format!("loaded-{i}"));
+        let into = into.to_str().unwrap();
+        let loaded = common::calm_json(&["load", file.to_str().unwrap(), "--data", into, "--json"]);
+        assert_eq!(loaded["inodes"], dumped["inodes"]);
+        let fsck = common::calm_json(&["fsck", into, "--json"]);
+        assert_eq!(fsck["clean"], true, "dump {i}: {fsck}");
+        assert_eq!(fsck["inodes"], dumped["inodes"], "dump {i}");
+        inodes.push(dumped["inodes"].as_u64().unwrap());
+    }
+    assert!(
+        inodes.windows(2).any(|w| w[0] < w[1]),
+        "the dumps saw files being made: {inodes:?}"
+    );
+
+    // A copy cut short (a dump stopped half-way) is refused, and the store stays empty.
+    let (whole, _) = &dumps[4];
+    let bytes = std::fs::read(whole).unwrap();
+    let into = tmp.path().join("after-cut");
+    let into_s = into.to_str().unwrap();
+    for cut in [10, bytes.len() / 3, bytes.len() - 5] {
+        let file = tmp.path().join("cut.calmdump");
+        std::fs::write(&file, &bytes[..cut]).unwrap();
+        let out = common::calm(&["load", file.to_str().unwrap(), "--data", into_s]);
+        assert!(!out.status.success(), "a cut dump loaded");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            said.contains("incomplete") || said.contains("not a calm dump"),
+            "{said}"
+        );
+    }
+    let loaded = common::calm_json(&["load", whole.to_str().unwrap(), "--data", into_s, "--json"]);
+    assert!(loaded["inodes"].as_u64().unwrap() > 0);
+    // And a second load into it is refused: load never writes over a store.
+    let again = common::calm(&["load", whole.to_str().unwrap(), "--data", into_s]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"));
+    drop(mount);
+    let (status, rest) = server.terminate();
+    assert!(status.success(), "{rest}");
+}
+
+/// `calm load` killed at moments through its work: each store is then either whole (fsck
+/// clean, a server serves it) or refused by a server and by another load, never a namespace
+/// that looks whole and is not.
+#[test]
+fn a_load_killed_leaves_a_whole_store_or_one_that_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let server = Server::start(&data);
+    let mount = Mount::remote(&server.addr, &[]);
+    tree(&mount, &["make", mnt(&mount), "5", "3000"]);
+    let file = tmp.path().join("full.calmdump");
+    common::calm_json(&[
+        "dump",
+        file.to_str().unwrap(),
+        "--server",
+        &socket(&data),
+        "--json",
+    ]);
+    drop(mount);
+    server.terminate();
+    let (mut whole, mut empty, mut refused) = (0, 0, 0);
+    for (i, delay_ms) in [5u64, 20, 40, 80, 160, 320, 2000].into_iter().enumerate() {
+        let into = tmp.path().join(format!("killed-{i}"));
+        let into_s = into.to_str().unwrap();
+        let mut child = std::process::Command::new(common::CALM)
+            .args(["load", file.to_str().unwrap(), "--data", into_s])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("calm load");
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        if !into.join("data.mdb").exists() {
+            continue; // killed before it made the store
+        }
+        let fsck = calm_env(&["fsck", into_s, "--json"], &[]);
+        if fsck.status.success() {
+            whole += 1;
+            let (status, rest) = Server::start(&into).terminate();
+            assert!(status.success(), "{rest}");
+            continue;
+        }
+        assert!(
+            !status.success(),
+            "a load that ended well left a damaged store"
+        );
+        // Killed before it wrote anything: the store is empty, and a load makes it whole.
+        let again = calm_env(&["load", file.to_str().unwrap(), "--data", into_s], &[]);
+        if again.status.success() {
+            empty += 1;
+            let fsck = calm_json_env(&["fsck", into_s, "--json"], &[]);
+            assert_eq!(fsck["clean"], true, "{fsck}");
+            continue;
+        }
+        refused += 1;
+        let said = String::from_utf8_lossy(&again.stderr);
+        assert!(said.contains("not empty"), "{said}");
+        let serve = calm_env(&["fsck", into_s], &[]);
+        let said = String::from_utf8_lossy(&serve.stdout).to_string()
+            + &String::from_utf8_lossy(&serve.stderr);
+        assert!(
+            !serve.status.success(),
+            "fsck called a half-loaded store clean"
+        );
+        // A server refuses it too (bounded: one that opened it would serve for ever).
+        let serve = std::process::Command::new("timeout")
+            .args(["20", common::CALM, "serve", "--data", into_s])
+            .output()
+            .expect("calm serve");
+        assert!(
+            !serve.status.success(),
+            "a server opened a half-loaded store: {said}"
+        );
+        let said = String::from_utf8_lossy(&serve.stderr);
+        assert!(said.contains("no calm superblock"), "{said}");
+    }
+    assert!(whole > 0, "the longest wait lets a load finish");
+    eprintln!("{whole} whole, {empty} empty, {refused} refused");
+}
