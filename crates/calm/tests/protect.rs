@@ -295,3 +295,58 @@ fn a_load_killed_leaves_a_whole_store_or_one_that_is_refused() {
     assert!(whole > 0, "the longest wait lets a load finish");
     eprintln!("{whole} whole, {empty} empty, {refused} refused");
 }
+
+/// A namespace served from a local directory, dumped while it runs and loaded onto etcd:
+/// servers of the etcd store serve every file byte for byte, fsck of both the etcd store and
+/// its objects is clean, and a dump of the etcd store (read at one revision while its server
+/// runs) loads back into a directory that holds the same tree.
+#[test]
+fn a_namespace_moves_onto_etcd_and_back_by_dump_and_load() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let objects = format!("file://{}", tmp.path().join("objects").display());
+    let server = Server::start_with(&data, &["--objects", &objects]);
+    let mount = Mount::remote(&server.addr, &[]);
+    tree(&mount, &["make", mnt(&mount), "11", "400"]);
+    let described = tree(&mount, &["describe", mnt(&mount)]);
+    let file = tmp.path().join("local.calmdump");
+    let file_s = file.to_str().unwrap();
+    common::calm_json(&["dump", file_s, "--server", &socket(&data), "--json"]);
+    drop(mount);
+    let (status, rest) = server.terminate();
+    assert!(status.success(), "{rest}");
+
+    let mut private = None;
+    let url = common::etcd_url("protect-move", &mut private);
+    let loaded = common::calm_json(&["load", file_s, "--store", &url, "--json"]);
+    // The root, 8 directories, 400 files and 31 symlinks.
+    assert_eq!(loaded["inodes"], 440, "{loaded}");
+    let server = Server::start_with(&tmp.path().join("etcd-server"), &["--store", &url]);
+    let mount = Mount::remote(&server.addr, &[]);
+    assert_eq!(tree(&mount, &["describe", mnt(&mount)]), described);
+    let fsck = common::calm_json(&["fsck", "--store", &url, "--objects", "--json"]);
+    assert_eq!(fsck["clean"], true, "{fsck}");
+
+    // Back into a directory, dumped from etcd while its server runs.
+    let back = tmp.path().join("back.calmdump");
+    common::calm_json(&["dump", back.to_str().unwrap(), "--store", &url, "--json"]);
+    drop(mount);
+    let (status, rest) = server.terminate();
+    assert!(status.success(), "{rest}");
+    let again = tmp.path().join("again");
+    common::calm_json(&[
+        "load",
+        back.to_str().unwrap(),
+        "--data",
+        again.to_str().unwrap(),
+        "--json",
+    ]);
+    let server = Server::start(&again);
+    let mount = Mount::remote(&server.addr, &[]);
+    assert_eq!(tree(&mount, &["describe", mnt(&mount)]), described);
+    drop(mount);
+    let (status, rest) = server.terminate();
+    assert!(status.success(), "{rest}");
+    let fsck = common::calm_json(&["fsck", again.to_str().unwrap(), "--objects", "--json"]);
+    assert_eq!(fsck["clean"], true, "{fsck}");
+}
