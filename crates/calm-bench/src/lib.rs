@@ -38,6 +38,7 @@ pub mod mount;
 pub mod multiples;
 pub mod procs;
 pub mod programs;
+pub mod protect;
 pub mod quota;
 pub mod servers;
 pub mod soak;

@@ -148,7 +148,7 @@ fn dir_name(d: u64) -> Vec<u8> {
 }
 
 /// Creates `files` files (in directories of `files_per_dir`) through the real create path.
-fn populate(data: &Path, files: u64, options: &StartupOptions) -> Result<f64, String> {
+pub(crate) fn populate(data: &Path, files: u64, options: &StartupOptions) -> Result<f64, String> {
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let lmdb = LmdbOptions {
         wal: options.wal,

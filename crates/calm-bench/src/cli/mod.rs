@@ -16,6 +16,24 @@ use output::{calm_exe, panels};
 
 #[derive(Debug, Subcommand)]
 pub enum Bench {
+    /// Dump and load of the metadata at N files (`calm dump`, `calm load` as processes: files
+    /// per second and peak memory), against a plain copy of the store and the creation rate.
+    Protect {
+        /// File counts, comma-separated (e.g. 100000,1000000).
+        #[arg(long, value_delimiter = ',', default_value = "100000")]
+        files: Vec<u64>,
+        /// Where to build the stores.
+        #[arg(long, default_value_os_t = std::env::temp_dir())]
+        dir: PathBuf,
+        /// Files per directory.
+        #[arg(long, default_value_t = 10_000)]
+        files_per_dir: u64,
+        /// Concurrent creators while populating.
+        #[arg(long, default_value_t = 512)]
+        populate_tasks: usize,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
     /// Restart to ready at N files (cold cache, clean and after kill -9), against a server that
     /// reads every file at start to rebuild its list of handles in use.
     Startup {
@@ -511,6 +529,26 @@ pub fn run(bench: Bench) -> Result<Output, String> {
             out.finish(locks::table(&report), &report, |path| {
                 locks::plot(&report, path)
             })
+        }
+        Bench::Protect {
+            files,
+            dir,
+            files_per_dir,
+            populate_tasks,
+            out,
+        } => {
+            let results = crate::protect::run(&crate::protect::ProtectOptions {
+                files,
+                dir,
+                calm_exe: calm_exe(None)?,
+                files_per_dir,
+                populate_tasks,
+            })?;
+            out.finish(
+                crate::protect::table(&results),
+                &serde_json::json!({"bench": "protect", "results": results}),
+                |path| crate::protect::plot(&results, path),
+            )
         }
         Bench::Startup {
             files,
