@@ -71,6 +71,26 @@ pub fn status_lines(server: &str, status: &StatusReply) -> Vec<String> {
             ),
         ),
         (
+            "metadata backups",
+            match status.backup_every_s {
+                0 => "none made (--backup-every-hours 0, or no object store)".to_string(),
+                every => format!(
+                    "every {:.2} h: {} made since start ({} failed){}",
+                    every as f64 / 3600.0,
+                    status.backups_made,
+                    status.backups_failed,
+                    match status.backup_last_ms {
+                        0 => String::new(),
+                        last => format!(
+                            ", the last {:.1} MB, {} s ago",
+                            status.backup_last_bytes as f64 / 1e6,
+                            (now_ms().saturating_sub(last)) / 1000
+                        ),
+                    }
+                ),
+            },
+        ),
+        (
             "compaction",
             format!(
                 "{} chunks compacted since start ({} records replaced, {:.1} MB written, {} \
@@ -225,4 +245,11 @@ pub fn readers_lines(
         ));
     }
     out
+}
+
+/// Milliseconds since the epoch, by this machine's clock.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

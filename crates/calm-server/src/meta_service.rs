@@ -105,6 +105,13 @@ impl<S: Store> MetaService<S> {
 }
 
 impl<S: Store> MetaService<S> {
+    /// A figure of the metadata backups (0 without an object store).
+    fn backup(&self, figure: fn(&crate::protect::BackupStats) -> &AtomicU64) -> u64 {
+        self.data
+            .as_ref()
+            .map_or(0, |d| figure(&d.backups).load(Ordering::Relaxed))
+    }
+
     /// Applies a mutation that adds up to `adding` records to chunks of `handle` (the ones
     /// `chunks` names), and has those chunks compacted: when a chunk is full, the mutation is
     /// refused as busy, so the chunk is compacted now and the mutation tried again, up to
@@ -591,6 +598,14 @@ impl<S: Store> MetaRpc for MetaService<S> {
                 .data
                 .as_ref()
                 .map_or(0, |d| d.stats.deleted.load(Ordering::Relaxed)),
+            backups_made: self.backup(|b| &b.made),
+            backups_failed: self.backup(|b| &b.failed),
+            backup_last_ms: self.backup(|b| &b.last_ms),
+            backup_last_bytes: self.backup(|b| &b.last_bytes),
+            backup_every_s: match (&self.info.backups, &self.data) {
+                (Some(policy), Some(_)) => policy.every.as_secs(),
+                _ => 0,
+            },
             chunks_compacted: compaction(|c| &c.compacted),
             compaction_records_replaced: compaction(|c| &c.records_replaced),
             compaction_bytes: compaction(|c| &c.merged_bytes),

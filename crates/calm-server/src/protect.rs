@@ -211,6 +211,23 @@ pub async fn fetch_backup(
     Ok(name)
 }
 
+/// Removes the staging files of backups a killed server left in `dir`.
+fn remove_stale_staging(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if let Some(rest) = name.strip_prefix('.')
+            && let Some(backup) = rest.strip_suffix(".partial")
+            && is_backup(backup)
+        {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Makes a backup every `policy.every`, for as long as the task runs.
 pub async fn run_backups<S: Store>(
     meta: Arc<Meta<S>>,
@@ -218,6 +235,7 @@ pub async fn run_backups<S: Store>(
     policy: BackupPolicy,
     stats: Arc<BackupStats>,
 ) {
+    remove_stale_staging(&policy.staging);
     loop {
         tokio::time::sleep(policy.every).await;
         match backup_once(&meta, &objects, &policy).await {

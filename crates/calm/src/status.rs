@@ -64,6 +64,11 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
         value["heap_free_bytes"] = status.heap_free_bytes.into();
         value["cached_block_bytes"] = status.cached_block_bytes.into();
         value["cached_header_bytes"] = status.cached_header_bytes.into();
+        value["backups_made"] = status.backups_made.into();
+        value["backups_failed"] = status.backups_failed.into();
+        value["backup_last_ms"] = status.backup_last_ms.into();
+        value["backup_last_bytes"] = status.backup_last_bytes.into();
+        value["backup_every_s"] = status.backup_every_s.into();
         value["store"] = status
             .store
             .iter()

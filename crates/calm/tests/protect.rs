@@ -65,6 +65,10 @@ fn a_lost_metadata_directory_comes_back_from_the_newest_backup(backend: Backend)
     let env = backend.env();
     let url = objects_url(&backend, &tmp);
     let data = tmp.path().join("metadata");
+    // What a server killed during a backup leaves: removed by the next start's backups.
+    std::fs::create_dir_all(&data).unwrap();
+    let stale = data.join(".metadata-2020-01-01T00-00-00Z.calmdump.partial");
+    std::fs::write(&stale, b"half a dump").unwrap();
     let server = Server::start_with_env(
         &data,
         &[
@@ -106,6 +110,11 @@ fn a_lost_metadata_directory_comes_back_from_the_newest_backup(backend: Backend)
         );
         std::thread::sleep(Duration::from_millis(300));
     };
+    let status = calm_json_env(&["status", "--server", &socket(&data), "--json"], &env);
+    assert!(status["backups_made"].as_u64().unwrap() >= 1, "{status}");
+    assert_eq!(status["backups_failed"], 0, "{status}");
+    assert_eq!(status["backup_every_s"], 1, "{status}");
+    assert!(!stale.exists(), "a killed backup's staging file stays");
     drop(mount);
     server.kill9();
     std::fs::remove_dir_all(&data).expect("lose the metadata");
