@@ -7,6 +7,14 @@ impl Client {
         check(meta_call!(self, status, pb::Empty {}))
     }
 
+    /// The objects no file names, older than `grace_s`, found (and with `delete` removed) by
+    /// the server while it serves (an administrator's call).
+    pub async fn gc(&self, grace_s: u64, delete: bool) -> Result<pb::GcReply> {
+        let conn = self.conn();
+        let request = self.tagged(pb::GcRequest { grace_s, delete }, None);
+        check(conn.protect.clone().gc(request).await)
+    }
+
     /// The server's dump of the whole namespace at one snapshot (an administrator's call),
     /// written to `out` as it arrives. Returns its length in bytes. Not sent again on another
     /// server: a dump cut short is an error, and the caller starts it again.

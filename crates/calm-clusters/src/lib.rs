@@ -206,6 +206,10 @@ impl<S: Store> Clusters<S> {
                 entries.iter().map(|(_, id)| cluster_of_slice(*id)),
                 "deleted objects",
             ),
+            Op::Collected { ids, .. } => self.one_cluster(
+                ids.iter().map(|id| cluster_of_slice(*id)),
+                "collected objects",
+            ),
             Op::AllocSlices { .. }
             | Op::ClRegister { .. }
             | Op::ClDeregister { .. }

@@ -256,6 +256,14 @@ impl<S: Store> Meta<S> {
         self.apply_as(Caller::default(), op).await.map(|_| ())
     }
 
+    /// Marks the objects `ids` collected (`on`: no mutation names them from now on) or takes
+    /// the marks away; at most [`crate::ops::data::COLLECTED_PER_OP_MAX`] at once.
+    pub async fn mark_collected(&self, ids: Vec<u64>, on: bool) -> Result<()> {
+        self.apply_as(Caller::default(), Op::Collected { ids, on })
+            .await
+            .map(|_| ())
+    }
+
     /// Hands out `count` new slice ids; returns the first.
     pub async fn alloc_slices(&self, count: u64) -> Result<u64> {
         match self

@@ -38,8 +38,9 @@ use crate::types::{Handle, Kind};
 /// usage, `B` limits, `Nquota_trees`: `crate::quota`), every user's and group's usage kept;
 /// version 10 POSIX ACLs (flagged in the inode's mode field from bit 16: [`Inode::acls`]; the
 /// access ACL in the inode record, a default ACL as an `X` key). An older store is upgraded in place when opened for
-/// writing (`crate::upgrade`).
-pub const FORMAT_VERSION: u32 = 10;
+/// writing (`crate::upgrade`); version 11 objects collected while the namespace is served
+/// (`C`: [`collected_key`]).
+pub const FORMAT_VERSION: u32 = 11;
 /// The oldest format this build opens.
 pub const FORMAT_VERSION_MIN: u32 = 1;
 /// First bytes of the format field, so a foreign store is refused rather than misread.
@@ -84,6 +85,10 @@ pub const TAG_LINKS: u8 = b'L';
 /// Request records (`crate::requests`): client id and sequence number (both u64 BE) → what
 /// the mutation answered (a kind byte and a u64 le).
 pub const TAG_REQUEST: u8 = b'Q';
+/// Objects `calm gc` collected (or is about to) while the namespace was served: id (u64 BE)
+/// → when (i64 le ns). A mutation that names one is refused. Before `J`, so that fsck knows
+/// them when it reads the records.
+pub const TAG_COLLECTED: u8 = b'C';
 
 /// Superblock: the handle high-water mark when the store was upgraded to version 4; a
 /// non-directory below it may have no parent recorded (absent: every one has).
@@ -372,6 +377,11 @@ pub const ORPHAN_END: &[u8] = &[TAG_ORPHAN + 1];
 
 pub fn ref_key(id: u64) -> [u8; 9] {
     handle_prefix(TAG_REF, id)
+}
+
+/// The key that marks object `id` as collected by an online gc.
+pub fn collected_key(id: u64) -> [u8; 9] {
+    handle_prefix(TAG_COLLECTED, id)
 }
 
 /// The key of inline slice `id`'s bytes.

@@ -196,6 +196,7 @@ impl<S: Store> Server<S> {
         };
         let auth = Arc::new(info.auth.clone());
         let hub = WatchHub::new(meta.clone(), watch_limits);
+        let objects = data.as_ref().map(|d| d.options.objects.clone());
         let mut service = MetaService::new(meta.clone(), auth.clone(), table.clone(), info, data);
         service.watch = Some(hub.clone());
         let service = Arc::new(service);
@@ -204,7 +205,11 @@ impl<S: Store> Server<S> {
             tracing::warn!(%e, "resuming the watch feed");
         }
         Server {
-            protect: Arc::new(protect::ProtectService::new(meta.clone(), auth.clone())),
+            protect: Arc::new(protect::ProtectService::new(
+                meta.clone(),
+                auth.clone(),
+                objects,
+            )),
             meta: service,
             locks,
             changelog: Arc::new(ChangelogService::new(meta, auth.clone())),

@@ -61,7 +61,9 @@ pub fn audit_objects<S: Store>(store: &S, grace_ms: i64) -> Result<(Objects, Aud
 }
 
 /// The named and the queued objects as one list, sorted by id.
-fn merged(referenced: &calm_meta::data::Referenced) -> Vec<calm_data::audit::Referenced> {
+pub(crate) fn merged(
+    referenced: &calm_meta::data::Referenced,
+) -> Vec<calm_data::audit::Referenced> {
     let entry = |queued_only| {
         move |&(id, size): &(u64, u32)| calm_data::audit::Referenced {
             id,

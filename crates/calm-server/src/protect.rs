@@ -265,12 +265,95 @@ pub async fn run_backups<S: Store>(
 pub struct ProtectService<S: Store> {
     meta: Arc<Meta<S>>,
     auth: Arc<auth::Auth>,
+    /// The object store, for gc (`None`: a namespace without one).
+    objects: Option<Objects>,
 }
 
 impl<S: Store> ProtectService<S> {
-    pub fn new(meta: Arc<Meta<S>>, auth: Arc<auth::Auth>) -> Self {
-        ProtectService { meta, auth }
+    pub fn new(meta: Arc<Meta<S>>, auth: Arc<auth::Auth>, objects: Option<Objects>) -> Self {
+        ProtectService {
+            meta,
+            auth,
+            objects,
+        }
     }
+}
+
+/// What an online gc found and did.
+#[derive(Debug)]
+pub struct OnlineGc {
+    pub audit: calm_data::audit::Audit,
+    /// Candidates a commit named before the mark reached it: kept, and unmarked.
+    pub named_after_all: u64,
+    pub deleted: u64,
+}
+
+/// The slices the namespace names now (records and the deletion queue), by id.
+async fn referenced_now<S: Store>(
+    meta: &Arc<Meta<S>>,
+) -> Result<Vec<calm_data::audit::Referenced>, String> {
+    let meta = meta.clone();
+    tokio::task::spawn_blocking(move || {
+        let snapshot = meta.store().snapshot().map_err(|e| e.to_string())?;
+        let referenced =
+            calm_meta::data::referenced_objects(&snapshot).map_err(|e| e.to_string())?;
+        Ok(crate::offline::merged(&referenced))
+    })
+    .await
+    .map_err(|e| format!("reading the namespace: {e}"))?
+}
+
+/// Finds the objects no file names, older than `grace_s`, while the namespace is served; with
+/// `delete`, removes them. No commit names an object it removes: the candidates are first
+/// marked collected (from the mark on, a mutation naming one is refused with ESTALE: its
+/// writer uploaded the object longer than the grace ago without naming it), then the names are
+/// read again, and a candidate a commit named before its mark is kept and unmarked.
+pub async fn collect_online<S: Store>(
+    meta: &Arc<Meta<S>>,
+    objects: &Objects,
+    grace_s: u64,
+    delete: bool,
+) -> Result<OnlineGc, String> {
+    let grace_ms = (grace_s.min(i64::MAX as u64 / 1000) * 1000) as i64;
+    let listed = objects
+        .list()
+        .await
+        .map_err(|e| format!("listing {}: {e}", objects.url()))?;
+    let referenced = referenced_now(meta).await?;
+    let now_ms = now_ns() / 1_000_000;
+    let mut audit = calm_data::audit::audit(&referenced, &listed, now_ms, grace_ms);
+    if !delete || audit.leaked.is_empty() {
+        return Ok(OnlineGc {
+            audit,
+            named_after_all: 0,
+            deleted: 0,
+        });
+    }
+    let mut ids: Vec<u64> = audit.leaked.iter().map(|o| o.id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    for part in ids.chunks(calm_meta::ops::data::COLLECTED_PER_OP_MAX) {
+        meta.mark_collected(part.to_vec(), true)
+            .await
+            .map_err(|e| format!("marking objects collected: {e}"))?;
+    }
+    let again: std::collections::HashSet<u64> =
+        referenced_now(meta).await?.iter().map(|r| r.id).collect();
+    let named: Vec<u64> = ids.into_iter().filter(|id| again.contains(id)).collect();
+    for part in named.chunks(calm_meta::ops::data::COLLECTED_PER_OP_MAX) {
+        meta.mark_collected(part.to_vec(), false)
+            .await
+            .map_err(|e| format!("unmarking objects named after all: {e}"))?;
+    }
+    audit.leaked.retain(|o| named.binary_search(&o.id).is_err());
+    let deleted = calm_data::audit::delete_leaked(objects, &audit)
+        .await
+        .map_err(|e| format!("deleting unnamed objects: {e}"))?;
+    Ok(OnlineGc {
+        audit,
+        named_after_all: named.len() as u64,
+        deleted,
+    })
 }
 
 /// The dump's bytes as messages of [`DUMP_CHUNK_BYTES`] on a bounded channel: a dump that
@@ -333,6 +416,30 @@ impl<S: Store> pb::protect_server::Protect for ProtectService<S> {
             }
         });
         Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn gc(&self, r: Request<pb::GcRequest>) -> Result<Response<pb::GcReply>, Status> {
+        self.auth.admin(&r, "collecting unnamed objects")?;
+        let Some(objects) = &self.objects else {
+            return Err(Status::failed_precondition(
+                "this namespace names no object store",
+            ));
+        };
+        let request = r.into_inner();
+        let done = collect_online(&self.meta, objects, request.grace_s, request.delete)
+            .await
+            .map_err(Status::unavailable)?;
+        let audit = &done.audit;
+        Ok(Response::new(pb::GcReply {
+            objects: audit.objects,
+            bytes: audit.bytes,
+            referenced: audit.referenced,
+            leaked: audit.leaked.len() as u64,
+            leaked_bytes: audit.leaked_bytes(),
+            young: audit.young,
+            deleted: done.deleted,
+            named_after_all: done.named_after_all,
+        }))
     }
 }
 

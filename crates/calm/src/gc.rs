@@ -1,6 +1,7 @@
 //! `calm gc DATA_DIR`: the objects no file names any more (calm-server's `offline`), listed and
 //! with `--delete` removed. Offline, as fsck: the store is opened read-only (recovered first if
-//! it was not closed cleanly).
+//! it was not closed cleanly). `calm gc --server ADDR`: the same done by a running server
+//! (calm-server's `protect::collect_online`).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -46,6 +47,59 @@ pub fn run(data: &Path, grace_s: u64, delete: bool, json: bool) -> anyhow::Resul
     } else {
         for line in report.lines() {
             println!("{line}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `calm gc --server ADDR`: the same, by the running server.
+pub fn run_online(
+    server: &str,
+    grace_s: u64,
+    delete: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let reply = runtime
+        .block_on(async {
+            let client = calm_client::Client::connect(server).await?;
+            client.gc(grace_s, delete).await
+        })
+        .with_context(|| format!("asking {server} to collect unnamed objects"))?;
+    if json {
+        let value = serde_json::json!({
+            "objects": reply.objects,
+            "bytes": reply.bytes,
+            "referenced_slices": reply.referenced,
+            "leaked": reply.leaked,
+            "leaked_bytes": reply.leaked_bytes,
+            "young": reply.young,
+            "deleted": reply.deleted,
+            "named_after_all": reply.named_after_all,
+        });
+        println!("{value}");
+    } else {
+        println!(
+            "{} objects ({:.1} MB); {} slices named by the metadata",
+            reply.objects,
+            reply.bytes as f64 / 1e6,
+            reply.referenced
+        );
+        println!(
+            "{} leaked objects ({:.1} MB) older than {grace_s} s; {} younger left alone",
+            reply.leaked,
+            reply.leaked_bytes as f64 / 1e6,
+            reply.young
+        );
+        if delete {
+            println!(
+                "deleted {} objects ({} found named after all, kept)",
+                reply.deleted, reply.named_after_all
+            );
+        } else if reply.leaked > 0 {
+            println!("(calm gc --server {server} --delete removes them)");
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -172,8 +172,13 @@ enum Command {
     /// List (and with --delete remove) the objects no file names any more, left by mounts
     /// killed mid-upload. Offline, on a stopped server's data directory.
     Gc {
-        /// The data directory of the namespace.
-        data: PathBuf,
+        /// The data directory of the namespace (its server stopped); or give --server.
+        #[arg(required_unless_present = "server", conflicts_with = "server")]
+        data: Option<PathBuf>,
+        /// A running server (its Unix socket, or HOST:PORT), asked as an administrator: the
+        /// objects are found, and with --delete removed, while the namespace is served.
+        #[arg(long)]
+        server: Option<String>,
         /// Objects younger than this (in seconds) are left alone: uploads whose commit may be
         /// on its way.
         #[arg(long, default_value_t = 3600)]
@@ -340,10 +345,15 @@ fn main() -> ExitCode {
         },
         Command::Gc {
             data,
+            server,
             grace_s,
             delete,
             json,
-        } => gc::run(&data, grace_s, delete, json),
+        } => match (data, server) {
+            (_, Some(server)) => gc::run_online(&server, grace_s, delete, json),
+            (Some(data), None) => gc::run(&data, grace_s, delete, json),
+            (None, None) => Err(anyhow::anyhow!("name a data directory or --server")),
+        },
         Command::Dump(args) => protect::dump(&args, DEFAULT_SERVER),
         Command::Load(args) => protect::load(&args),
         Command::Backups { objects, json } => protect::backups(&objects, json),

@@ -359,3 +359,101 @@ fn a_namespace_moves_onto_etcd_and_back_by_dump_and_load() {
     let fsck = common::calm_json(&["fsck", again.to_str().unwrap(), "--objects", "--json"]);
     assert_eq!(fsck["clean"], true, "{fsck}");
 }
+
+/// `calm gc --server` while a writer uploads and names objects, with no grace at all (every
+/// upload not yet named is a candidate): planted objects no file names are deleted, and no
+/// object a file names ever is — a write whose upload was marked collected before its commit is
+/// refused (ESTALE) instead, and every write that succeeded reads back whole from another mount;
+/// fsck --objects is clean at the end.
+#[test]
+fn gc_while_serving_never_deletes_what_a_commit_names() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let server = Server::start(&data);
+    let writer_mount = Mount::remote(&server.addr, &[]);
+    // Objects no file names: copies of a real object under ids nothing names.
+    writer_mount.sh_ok("head -c 300000 /dev/urandom > seed && sync");
+    let chunks = data.join("objects").join("chunks");
+    let real = common::walk(&chunks)
+        .into_iter()
+        .next()
+        .expect("the seed's object");
+    let planted: Vec<_> = (0..20u64)
+        .map(|i| {
+            let id = (1u64 << 40) + i;
+            let dir = chunks.join(format!("{:02x}", id & 0xff));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join(format!("{id:016x}-0000"));
+            std::fs::copy(&real, &path).unwrap();
+            path
+        })
+        .collect();
+
+    let (written, collections) = std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            let args: Vec<String> = [mnt(&writer_mount), "300", "150000"]
+                .iter()
+                .map(|a| a.to_string())
+                .collect();
+            let out = python_in(&writer_mount, PROGRAM_SECONDS_MAX, "gc_writer.py", &args);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap()
+        });
+        let mut collections = Vec::new();
+        while !writer.is_finished() {
+            collections.push(common::calm_json(&[
+                "gc",
+                "--server",
+                &socket(&data),
+                "--grace-s",
+                "0",
+                "--delete",
+                "--json",
+            ]));
+        }
+        (writer.join().unwrap(), collections)
+    });
+    assert!(collections.len() >= 2, "gc ran while the writer wrote");
+    assert!(
+        planted.iter().all(|p| !p.exists()),
+        "the planted objects are deleted"
+    );
+    let deleted: u64 = collections
+        .iter()
+        .map(|c| c["deleted"].as_u64().unwrap())
+        .sum();
+    assert!(deleted >= 20, "{collections:?}");
+
+    // Every write that succeeded reads back whole through another mount.
+    let reader = Mount::remote(&server.addr, &[]);
+    let (mut ok, mut refused) = (0, 0);
+    for line in written.lines() {
+        let words: Vec<&str> = line.split(' ').collect();
+        match words[..] {
+            ["ok", name, sha] => {
+                let got = reader.sh_ok(&format!("sha256sum {name} | cut -d' ' -f1"));
+                assert_eq!(got.trim(), sha, "{name}");
+                ok += 1;
+            }
+            ["err", _, errno] => {
+                assert_eq!(errno, "116", "{line}: only ESTALE, a collected upload");
+                refused += 1;
+            }
+            _ => panic!("{line}"),
+        }
+    }
+    assert_eq!(ok + refused, 300);
+    assert!(ok > 0);
+    eprintln!("{ok} writes kept, {refused} refused, {deleted} objects deleted");
+    drop(reader);
+    drop(writer_mount);
+    let (status, rest) = server.terminate();
+    assert!(status.success(), "{rest}");
+    let data_s = data.to_str().unwrap();
+    let fsck = common::calm_json(&["fsck", data_s, "--objects", "--json"]);
+    assert_eq!(fsck["clean"], true, "{fsck}");
+}

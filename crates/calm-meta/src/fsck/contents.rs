@@ -36,6 +36,12 @@ impl Checker {
                             slice.id
                         ));
                     }
+                    if self.collected.contains(&slice.id) {
+                        self.report.problem(format!(
+                            "slice {} of chunk {chunk} of handle {handle} names an object calm gc collected",
+                            slice.id
+                        ));
+                    }
                     if crate::slices::is_inline(slice.id)
                         && self.inline_named.insert(slice.id, slice.size).is_some()
                     {

@@ -144,6 +144,8 @@ struct Checker {
     inline_named: std::collections::HashMap<u64, u32>,
     /// Objects of the deletion queue (`G`, before the chunks): none may be named by a record.
     queued: std::collections::HashSet<u64>,
+    /// Objects an online gc collected (`C`): no record may name one.
+    collected: std::collections::HashSet<u64>,
     /// Directories marked with a default ACL, and whether its `X` key was seen.
     default_acls: std::collections::BTreeMap<Handle, bool>,
 }
@@ -247,6 +249,14 @@ impl Checker {
                 None => self
                     .report
                     .problem(format!("deletion queue entry {key:?} does not decode")),
+            },
+            TAG_COLLECTED => match key_handle(key).filter(|_| key.len() == 9 && value.len() == 8) {
+                Some(id) if crate::slices::is_object(id) => {
+                    self.collected.insert(id);
+                }
+                _ => self
+                    .report
+                    .problem(format!("collected object mark {key:?} does not decode")),
             },
             // Before the inodes, so that an orphan's inode (no name) is known to be one.
             TAG_ORPHAN => match key_handle(key).filter(|_| key.len() == 9 && value.len() == 8) {
@@ -412,6 +422,7 @@ pub fn check<R: ReadTxn>(view: &R, progress: &mut dyn FnMut(u64)) -> Result<Fsck
         parents_from: 0,
         inline_named: Default::default(),
         queued: Default::default(),
+        collected: Default::default(),
         default_acls: Default::default(),
     };
     // A store of an older format is upgraded by the first server that opens it: its names

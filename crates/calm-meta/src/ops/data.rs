@@ -19,7 +19,7 @@ use calm_store::WriteTxn;
 use crate::ctx::Ctx;
 use crate::error::MetaError;
 use crate::layout::{
-    KEY_SLICE_NEXT, chunk_key, chunk_range, gc_key, inline_key, key_chunk, ref_key,
+    KEY_SLICE_NEXT, chunk_key, chunk_range, collected_key, gc_key, inline_key, key_chunk, ref_key,
 };
 use crate::outcome::{Done, Outcome};
 use crate::slices::{
@@ -237,6 +237,7 @@ pub(crate) fn write<T: WriteTxn>(
                 MetaError::Invalid(format!("slice id {} was never handed out", slice.id)).into(),
             );
         }
+        not_collected(ctx.txn, slice.id)?;
         let slice_end = chunk
             .checked_mul(CHUNK_BYTES)
             .and_then(|start| start.checked_add(slice.end()))
@@ -326,6 +327,7 @@ pub(crate) fn append<T: WriteTxn>(
     if !id_ok || size == 0 || u64::from(size) > CHUNK_BYTES {
         return Err(MetaError::Invalid(format!("append of object {id} ({size} bytes)")).into());
     }
+    not_collected(ctx.txn, id)?;
     let at = inode.size;
     let end = at
         .checked_add(u64::from(size))
@@ -424,6 +426,7 @@ pub(crate) fn compact<T: WriteTxn>(
                     MetaError::Invalid(format!("compaction into object {}", slice.id)).into(),
                 );
             }
+            not_collected(ctx.txn, slice.id)?;
             if slice.end() > extent(&read_records) {
                 return Err(MetaError::Invalid(
                     "a compaction reaches past the records it read".into(),
@@ -482,6 +485,42 @@ pub(crate) fn alloc_slices<T: WriteTxn>(ctx: &mut Ctx<'_, T>, count: u64) -> Out
     ctx.txn
         .put(KEY_SLICE_NEXT, &(first + count).to_le_bytes())?;
     Ok(Done::Ids(first))
+}
+
+/// Objects one [`Op::Collected`](crate::ops::Op::Collected) marks at most.
+pub const COLLECTED_PER_OP_MAX: usize = 4096;
+
+/// Marks objects as collected, or takes the marks away.
+pub(crate) fn collected<T: WriteTxn>(ctx: &mut Ctx<'_, T>, ids: &[u64], on: bool) -> Outcome<Done> {
+    if ids.len() > COLLECTED_PER_OP_MAX {
+        return Err(MetaError::Invalid(format!(
+            "{} objects in one mark; at most {COLLECTED_PER_OP_MAX}",
+            ids.len()
+        ))
+        .into());
+    }
+    for &id in ids {
+        if !crate::slices::is_object(id) {
+            return Err(MetaError::Invalid(format!("{id:#x} names no object")).into());
+        }
+        match on {
+            true => ctx.txn.put(&collected_key(id), &ctx.now.to_le_bytes())?,
+            false => {
+                ctx.txn.delete(&collected_key(id))?;
+            }
+        }
+    }
+    Ok(Done::Nothing)
+}
+
+/// Refuses a record naming an object an online gc collected (it may be gone already).
+fn not_collected<T: WriteTxn>(txn: &T, id: u64) -> Outcome<()> {
+    // ESTALE, final: the bytes the mutation names are gone (the writer uploaded them longer
+    // ago than gc's grace and had not named them); its writes are lost, and it is told so.
+    if crate::slices::is_object(id) && txn.get(&collected_key(id))?.is_some() {
+        return Err(MetaError::Stale.into());
+    }
+    Ok(())
 }
 
 pub(crate) fn gc_done<T: WriteTxn>(ctx: &mut Ctx<'_, T>, entries: &[(u64, u64)]) -> Outcome<Done> {

@@ -74,6 +74,7 @@ pub fn record_type(op: &Op) -> Option<RecordType> {
         | Op::Compact { .. }
         | Op::AllocSlices { .. }
         | Op::GcDone { .. }
+        | Op::Collected { .. }
         | Op::ReleaseOrphan { .. }
         | Op::ClaimOrphans { .. }
         | Op::SetQuota { .. } => return None,
@@ -157,6 +158,7 @@ pub fn apply<T: WriteTxn>(ctx: &mut Ctx<'_, T>, op: &Op) -> Outcome<Done> {
         ),
         Op::AllocSlices { count } => data::alloc_slices(ctx, *count),
         Op::GcDone { entries } => data::gc_done(ctx, entries),
+        Op::Collected { ids, on } => data::collected(ctx, ids, *on),
         Op::ReleaseOrphan {
             handle,
             any_session,

@@ -118,6 +118,12 @@ pub enum Op {
     AllocSlices {
         count: u64,
     },
+    /// Marks the objects `ids` as collected (`on`), so that no mutation names them from now
+    /// on, or takes the mark away (an online gc found them named after all).
+    Collected {
+        ids: Vec<u64>,
+        on: bool,
+    },
     /// The objects of these deletion-queue entries `(queued_ns, id)` are deleted.
     GcDone {
         entries: Vec<(u64, u64)>,
