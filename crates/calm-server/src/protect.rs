@@ -70,29 +70,13 @@ pub fn dump_namespace<S: Store>(meta: &Meta<S>, out: &mut dyn Write) -> DumpResu
 
 /// The name of a backup made at `ns` since the epoch.
 pub fn backup_name(ns: i64) -> String {
-    let secs = ns.div_euclid(1_000_000_000);
-    let (days, day_secs) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (y, m, d) = civil_from_days(days);
+    // ("YYYY.MM.DD", "HH:MM:SS.nnnnnnnnn") in UTC.
+    let (date, time) = calm_changelog::text::utc(ns);
     format!(
-        "{BACKUP_PREFIX}{y:04}-{m:02}-{d:02}T{:02}-{:02}-{:02}Z{BACKUP_SUFFIX}",
-        day_secs / 3600,
-        day_secs / 60 % 60,
-        day_secs % 60
+        "{BACKUP_PREFIX}{}T{}Z{BACKUP_SUFFIX}",
+        date.replace('.', "-"),
+        time[..8].replace(':', "-")
     )
-}
-
-/// The date of a day counted from 1970-01-01 (the proleptic Gregorian calendar).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }
 
 /// Whether `name` is a backup's (what the removal of old ones may touch).

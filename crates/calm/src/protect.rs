@@ -100,15 +100,11 @@ pub fn dump(args: &DumpArgs, default_server: &str) -> anyhow::Result<ExitCode> {
     let mut summary = None;
     let bytes = match (&args.data, &args.store) {
         (Some(data), _) => {
-            let (store, _) = crate::gc::open_offline(data)?;
+            let (store, _) = crate::gc::open_offline(data).map_err(|e| {
+                e.context("dumping a stopped server's store (a running one's: --server ADDR)")
+            })?;
             into_file(&args.file, |out| {
-                let snapshot = calm_store::Store::snapshot(&store)?;
-                summary = Some(calm_meta::dump::dump(
-                    &snapshot,
-                    out,
-                    now_ns(),
-                    &mut |_| {},
-                )?);
+                summary = Some(dump_of(&store, out)?);
                 Ok(())
             })?
         }
@@ -117,14 +113,7 @@ pub fn dump(args: &DumpArgs, default_server: &str) -> anyhow::Result<ExitCode> {
             let store = calm_store_etcd::EtcdStore::connect(options)
                 .with_context(|| format!("connecting to {url}"))?;
             into_file(&args.file, |out| {
-                let _hold = store.hold_history()?;
-                let snapshot = calm_store::Store::snapshot(&store)?;
-                summary = Some(calm_meta::dump::dump(
-                    &snapshot,
-                    out,
-                    now_ns(),
-                    &mut |_| {},
-                )?);
+                summary = Some(dump_of(&store, out)?);
                 Ok(())
             })?
         }
@@ -163,6 +152,18 @@ pub fn dump(args: &DumpArgs, default_server: &str) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The dump of `store` at one snapshot, held readable for as long as the dump takes.
+fn dump_of<S: calm_store::Store>(store: &S, out: &mut dyn Write) -> anyhow::Result<DumpSummary> {
+    let _hold = store.hold_reads()?;
+    let snapshot = store.snapshot()?;
+    Ok(calm_meta::dump::dump(
+        &snapshot,
+        out,
+        now_ns(),
+        &mut |_| {},
+    )?)
 }
 
 fn now_ns() -> i64 {
