@@ -59,13 +59,17 @@ fn now_ns() -> i64 {
         .map_or(0, |d| d.as_nanos().min(i64::MAX as u128) as i64)
 }
 
-/// Writes the dump of the namespace as it is now (one snapshot, held readable for as long as
-/// the dump takes) to `out`.
-pub fn dump_namespace<S: Store>(meta: &Meta<S>, out: &mut dyn Write) -> DumpResult<DumpSummary> {
-    let store = meta.store();
+/// Writes the dump of the namespace in `store` as it is now (one snapshot, held readable for
+/// as long as the dump takes) to `out`: a server's, a stopped server's, or etcd's.
+pub fn dump_store<S: Store>(store: &S, out: &mut dyn Write) -> DumpResult<DumpSummary> {
     let _hold = store.hold_reads()?;
     let snapshot = store.snapshot()?;
     dump::dump(&snapshot, out, now_ns(), &mut |_| {})
+}
+
+/// [`dump_store`] of the store `meta` serves.
+pub fn dump_namespace<S: Store>(meta: &Meta<S>, out: &mut dyn Write) -> DumpResult<DumpSummary> {
+    dump_store(meta.store(), out)
 }
 
 /// The name of a backup made at `ns` since the epoch.
@@ -117,11 +121,7 @@ async fn backup_through<S: Store>(
         .put_file(BACKUP_DIR, name, staging)
         .await
         .map_err(|e| format!("uploading {name}: {e}"))?;
-    let listed = objects
-        .list_files(BACKUP_DIR)
-        .await
-        .map_err(|e| format!("listing the backups: {e}"))?;
-    let backups: Vec<_> = listed.iter().filter(|f| is_backup(&f.name)).collect();
+    let backups = list_backups(objects).await?;
     let surplus = backups.len().saturating_sub(policy.keep.max(1));
     for old in &backups[..surplus] {
         objects

@@ -104,7 +104,7 @@ pub fn dump(args: &DumpArgs, default_server: &str) -> anyhow::Result<ExitCode> {
                 e.context("dumping a stopped server's store (a running one's: --server ADDR)")
             })?;
             into_file(&args.file, |out| {
-                summary = Some(dump_of(&store, out)?);
+                summary = Some(protect::dump_store(&store, out)?);
                 Ok(())
             })?
         }
@@ -113,7 +113,7 @@ pub fn dump(args: &DumpArgs, default_server: &str) -> anyhow::Result<ExitCode> {
             let store = calm_store_etcd::EtcdStore::connect(options)
                 .with_context(|| format!("connecting to {url}"))?;
             into_file(&args.file, |out| {
-                summary = Some(dump_of(&store, out)?);
+                summary = Some(protect::dump_store(&store, out)?);
                 Ok(())
             })?
         }
@@ -152,24 +152,6 @@ pub fn dump(args: &DumpArgs, default_server: &str) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The dump of `store` at one snapshot, held readable for as long as the dump takes.
-fn dump_of<S: calm_store::Store>(store: &S, out: &mut dyn Write) -> anyhow::Result<DumpSummary> {
-    let _hold = store.hold_reads()?;
-    let snapshot = store.snapshot()?;
-    Ok(calm_meta::dump::dump(
-        &snapshot,
-        out,
-        now_ns(),
-        &mut |_| {},
-    )?)
-}
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos().min(i64::MAX as u128) as i64)
 }
 
 pub fn load(args: &LoadArgs) -> anyhow::Result<ExitCode> {

@@ -457,3 +457,66 @@ fn gc_while_serving_never_deletes_what_a_commit_names() {
     let fsck = common::calm_json(&["fsck", data_s, "--objects", "--json"]);
     assert_eq!(fsck["clean"], true, "{fsck}");
 }
+
+/// A user who is not an administrator can neither dump the namespace (every user's names) nor
+/// collect objects through the server's socket: both refused as such, nothing deleted.
+#[test]
+fn only_an_administrator_dumps_or_collects() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let server = Server::start(&data);
+    let mount = Mount::remote(&server.addr, &[]);
+    mount.sh_ok("echo secret > private && chmod 600 private && sync");
+    // An object nothing names (gc goes by names and ages, not contents).
+    let chunks = data.join("objects").join("chunks");
+    let planted = chunks
+        .join("ff")
+        .join(format!("{:016x}-0000", (1u64 << 40) + 0xff));
+    std::fs::create_dir_all(planted.parent().unwrap()).unwrap();
+    std::fs::write(&planted, b"unnamed").unwrap();
+    let out_dir = tmp.path().join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    std::process::Command::new("chmod")
+        .args(["777", out_dir.to_str().unwrap()])
+        .status()
+        .unwrap();
+    let dump = out_dir.join("theirs.calmdump");
+    let as_user = |args: &[&str]| {
+        std::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                common::CALM,
+            ])
+            .args(args)
+            .output()
+            .expect("setpriv")
+    };
+    let socket = socket(&data);
+    let refused = as_user(&["dump", dump.to_str().unwrap(), "--server", &socket]);
+    assert!(!refused.status.success(), "a user dumped the namespace");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("needs an administrator"), "{said}");
+    assert!(!dump.exists(), "a refused dump left its file");
+    let refused = as_user(&["gc", "--server", &socket, "--grace-s", "0", "--delete"]);
+    assert!(!refused.status.success(), "a user collected objects");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("needs an administrator"), "{said}");
+    assert!(planted.exists(), "a refused gc deleted an object");
+    // The administrator (root on the socket) may.
+    let gc = common::calm_json(&[
+        "gc",
+        "--server",
+        &socket,
+        "--grace-s",
+        "0",
+        "--delete",
+        "--json",
+    ]);
+    assert_eq!(gc["deleted"], 1, "{gc}");
+    assert!(!planted.exists());
+    drop(mount);
+    let (status, rest) = server.terminate();
+    assert!(status.success(), "{rest}");
+}
