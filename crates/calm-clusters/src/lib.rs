@@ -188,7 +188,9 @@ impl<S: Store> Clusters<S> {
             | Op::Write { handle, .. }
             | Op::Append { handle, .. }
             | Op::Compact { handle, .. }
-            | Op::ReleaseOrphan { handle, .. } => self.cluster_of(*handle),
+            | Op::ReleaseOrphan { handle, .. }
+            | Op::TrashRestore { handle }
+            | Op::TrashPurge { handle, .. } => self.cluster_of(*handle),
             // A tree's quota on the cluster of its directory; a user's or a group's counts
             // on each cluster apart (set it on each).
             Op::SetQuota { target, .. } if target.kind == calm_meta::quota::QuotaKind::Tree => {

@@ -45,6 +45,9 @@ pub struct MetaOptions {
     /// The store's place in a namespace over several metadata clusters (`crate::place`);
     /// `None`: a namespace of this store alone.
     pub place: Option<crate::place::Place>,
+    /// How long removed files and directories stay in the trash (`crate::ops::trash`); zero:
+    /// there is no trash, a removal is final.
+    pub trash_kept: std::time::Duration,
 }
 
 impl Default for MetaOptions {
@@ -58,6 +61,7 @@ impl Default for MetaOptions {
             objects_url_default: None,
             request_records_kept: crate::requests::RECORDS_KEPT_DEFAULT,
             place: None,
+            trash_kept: std::time::Duration::ZERO,
         }
     }
 }
@@ -105,6 +109,8 @@ pub(crate) struct Opened {
     pub generation: u64,
     /// Where names are kept.
     pub names: crate::layout::NameHash,
+    /// Removed files and directories go to the trash (`crate::ops::trash`).
+    pub trash: bool,
 }
 
 /// The committer thread's loop; returns when every sender is gone and the queue is drained.
@@ -526,6 +532,7 @@ fn commit_batch<S: Store>(
         opened.names,
     );
     ctx.quota = crate::quota::Quotas::with_chains(std::mem::take(chains));
+    ctx.trash = opened.trash;
     for (request, acked) in batch.iter().zip(&acked) {
         ctx.caller = request.caller.clone();
         let dir_after =

@@ -14,7 +14,10 @@ use crate::Caller;
 use crate::alloc::HandleAllocator;
 use crate::changelog::ClState;
 use crate::error::MetaError;
-use crate::layout::{Dentry, Inode, KEY_FILE_BYTES, KEY_INODES, NameHash, inode_key, xattr_range};
+use crate::layout::{
+    Dentry, Inode, KEY_FILE_BYTES, KEY_INODES, KEY_TRASH_BYTES, KEY_TRASH_ENTRIES, NameHash,
+    inode_key, orphan_key, xattr_range,
+};
 use crate::outcome::Outcome;
 use crate::quota::{Chain, QuotaTarget, QuotaUsage, Quotas};
 use crate::types::*;
@@ -41,6 +44,10 @@ pub struct Ctx<'a, T> {
     inodes: HashMap<Handle, Cached>,
     pub(crate) inode_delta: i64,
     pub(crate) file_bytes_delta: i64,
+    /// Removed files and directories go to the trash instead of being destroyed.
+    pub trash: bool,
+    pub(crate) trash_entries_delta: i64,
+    pub(crate) trash_bytes_delta: i64,
     /// The quotas this group touched.
     pub(crate) quota: Quotas,
     /// Default ACLs of directories this group made nodes in (`None`: the directory has none),
@@ -73,6 +80,9 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
             inodes: HashMap::new(),
             inode_delta: 0,
             file_bytes_delta: 0,
+            trash: false,
+            trash_entries_delta: 0,
+            trash_bytes_delta: 0,
             quota: Quotas::default(),
             default_acls: HashMap::new(),
         }
@@ -97,12 +107,38 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
         Ok(inode)
     }
 
+    /// A directory, as this group sees it; one in the trash (`nlink` 0) is not found: nothing
+    /// is made in it, nothing moved into or out of it.
     pub(crate) fn load_dir(&mut self, handle: Handle) -> Outcome<Inode> {
         let inode = self.load(handle)?;
         if inode.kind != Kind::Dir {
             return Err(MetaError::NotDir.into());
         }
+        if inode.nlink == 0 {
+            return Err(MetaError::NotFound.into());
+        }
         Ok(inode)
+    }
+
+    /// An inode to be changed (its attributes, xattrs or contents): one in the trash is not,
+    /// for it has to stay as it was removed until it is restored; an orphan (open on the mount
+    /// that removed its name) is.
+    pub(crate) fn load_changeable(&mut self, handle: Handle) -> Outcome<Inode> {
+        let inode = self.load(handle)?;
+        if inode.nlink == 0
+            && (inode.kind == Kind::Dir || self.txn.get(&orphan_key(handle))?.is_none())
+        {
+            return Err(MetaError::Stale.into());
+        }
+        Ok(inode)
+    }
+
+    /// Adds `delta` to the usage of the owner `uid`/`gid` only (not of any tree).
+    pub(crate) fn charge_owners(&mut self, uid: u32, gid: u32, delta: QuotaUsage) -> Outcome<()> {
+        let owners = [QuotaTarget::user(uid), QuotaTarget::group(gid)];
+        let (exempt, now) = (self.caller.is_root(), self.now);
+        self.quota
+            .charge(self.txn, &owners, &[], delta, exempt, now)
     }
 
     /// The attributes of `handle` as the group has them so far, if the group read it.
@@ -309,6 +345,12 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
         }
         if self.file_bytes_delta != 0 {
             self.txn.add(KEY_FILE_BYTES, self.file_bytes_delta)?;
+        }
+        if self.trash_entries_delta != 0 {
+            self.txn.add(KEY_TRASH_ENTRIES, self.trash_entries_delta)?;
+        }
+        if self.trash_bytes_delta != 0 {
+            self.txn.add(KEY_TRASH_BYTES, self.trash_bytes_delta)?;
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! The housekeeping thread: on a timer, it asks the committer for a changelog GC pass (when
-//! idle readers are to be collected) and sweeps the request records older than they are kept
-//! (`requests.rs`). Ends when the namespace stops it or is gone.
+//! idle readers are to be collected), sweeps the request records older than they are kept
+//! (`requests.rs`), and purges the entries of the trash older than it keeps them
+//! (`ops::trash`). Ends when the namespace stops it or is gone.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Weak};
@@ -16,6 +17,10 @@ use crate::requests;
 
 /// Longest pause between two sweeps of the request records.
 const SWEEP_PERIOD_MAX: Duration = Duration::from_secs(60);
+/// Pause between two passes of the trash's expiry (each visits at most
+/// [`crate::ops::trash::EXPIRY_ENTRIES_PER_PASS`] entries): an entry goes at most this long after
+/// it expires, plus one pause for every such number of entries before it.
+pub const TRASH_PASS_EVERY: Duration = Duration::from_secs(10);
 
 /// What the thread does, and how often.
 pub(crate) struct Plan {
@@ -23,6 +28,8 @@ pub(crate) struct Plan {
     pub changelog_every: Option<Duration>,
     /// Request records older than this are deleted (`None`: kept until acknowledged).
     pub records_kept: Option<Duration>,
+    /// Entries of the trash older than this are purged (`None`: no trash).
+    pub trash_kept: Option<Duration>,
 }
 
 impl Plan {
@@ -33,11 +40,16 @@ impl Plan {
                 .then(|| Duration::from_nanos(config.gc_interval_min_ns.max(1_000_000) as u64)),
             records_kept: (!options.request_records_kept.is_zero())
                 .then_some(options.request_records_kept),
+            trash_kept: (!options.trash_kept.is_zero()).then_some(options.trash_kept),
         }
     }
 
     pub fn idle(&self) -> bool {
-        self.changelog_every.is_none() && self.records_kept.is_none()
+        self.changelog_every.is_none() && self.records_kept.is_none() && self.trash_kept.is_none()
+    }
+
+    fn trash_every(&self) -> Option<Duration> {
+        self.trash_kept.map(|kept| kept.min(TRASH_PASS_EVERY))
     }
 
     /// A sweep every quarter of the time records are kept, at most a minute apart.
@@ -57,9 +69,15 @@ pub(crate) fn run<S: Store>(
     let start = Instant::now();
     let mut next_gc = plan.changelog_every.map(|every| start + every);
     let mut next_sweep = plan.sweep_every().map(|every| start + every);
+    let mut next_trash = plan.trash_every().map(|every| start + every);
     let mut cursor: Vec<u8> = requests::key(0, 0).to_vec();
+    let mut trash_from = 0;
     loop {
-        let Some(wake) = [next_gc, next_sweep].into_iter().flatten().min() else {
+        let Some(wake) = [next_gc, next_sweep, next_trash]
+            .into_iter()
+            .flatten()
+            .min()
+        else {
             return;
         };
         match stop.recv_timeout(wake.saturating_duration_since(Instant::now())) {
@@ -89,7 +107,52 @@ pub(crate) fn run<S: Store>(
                 Err(error) => tracing::warn!(%error, "sweeping expired request records"),
             }
         }
+        if let Some(at) = next_trash
+            && at <= now
+        {
+            next_trash = plan.trash_every().map(|every| now + every);
+            let Some(store) = store.upgrade() else { return };
+            let kept = plan.trash_kept.unwrap_or_default();
+            match expire_trash(&store, &queue, trash_from, kept) {
+                Ok(next) => trash_from = next.unwrap_or(0),
+                Err(error) => tracing::warn!(%error, "purging expired entries of the trash"),
+            }
+        }
     }
+}
+
+/// One pass of the trash's expiry from handle `from`; returns where the next pass starts.
+fn expire_trash<S: Store>(
+    store: &Arc<S>,
+    queue: &mpsc::WeakSender<commit::Request>,
+    from: u64,
+    kept: Duration,
+) -> crate::Result<Option<u64>> {
+    let before_ns = now_ns().saturating_sub(i64::try_from(kept.as_nanos()).unwrap_or(i64::MAX));
+    let (old, next) = {
+        let view = store.snapshot()?;
+        crate::ops::trash::expired(&view, from, before_ns)?
+    };
+    let stopped = || crate::MetaError::Io("the committer stopped".into());
+    let mut answers = Vec::with_capacity(old.len());
+    for &(handle, removed_at) in &old {
+        let op = Op::TrashPurge {
+            handle,
+            removed_at: Some(removed_at),
+        };
+        answers.push(submit(queue, op).ok_or_else(stopped)?);
+    }
+    for answer in answers {
+        match answer.blocking_recv().map_err(|_| stopped())? {
+            // Restored or purged meanwhile.
+            Ok(_) | Err(crate::MetaError::NotFound) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    if !old.is_empty() {
+        tracing::info!(entries = old.len(), "purged expired entries of the trash");
+    }
+    Ok(next)
 }
 
 /// Queues `op`; `None` when the committer is gone.

@@ -39,8 +39,8 @@ use crate::types::{Handle, Kind};
 /// version 10 POSIX ACLs (flagged in the inode's mode field from bit 16: [`Inode::acls`]; the
 /// access ACL in the inode record, a default ACL as an `X` key). An older store is upgraded in place when opened for
 /// writing (`crate::upgrade`); version 11 objects collected while the namespace is served
-/// (`C`: [`collected_key`]).
-pub const FORMAT_VERSION: u32 = 11;
+/// (`C`: [`collected_key`]); version 12 the trash (`E`: [`trash_key`], `Ntrash_*`).
+pub const FORMAT_VERSION: u32 = 12;
 /// The oldest format this build opens.
 pub const FORMAT_VERSION_MIN: u32 = 1;
 /// First bytes of the format field, so a foreign store is refused rather than misread.
@@ -89,6 +89,10 @@ pub const TAG_REQUEST: u8 = b'Q';
 /// → when (i64 le ns). A mutation that names one is refused. Before `J`, so that fsck knows
 /// them when it reads the records.
 pub const TAG_COLLECTED: u8 = b'C';
+/// The trash: files and directories removed while the namespace keeps removed things for a
+/// while (`crate::ops::trash`): handle (u64 BE) → [`TrashEntry`]. Their inodes stay, with
+/// `nlink` 0 and no name. Before `I`, so that fsck knows them when it checks the inodes.
+pub const TAG_TRASH: u8 = b'E';
 
 /// Superblock: the handle high-water mark when the store was upgraded to version 4; a
 /// non-directory below it may have no parent recorded (absent: every one has).
@@ -119,6 +123,10 @@ pub const KEY_NAME_HASH: &[u8] = b"Snamehash";
 /// Superblock: the store's place in a namespace over several metadata clusters, its number
 /// and the count (2 bytes; absent: a namespace of one store). See [`crate::place`].
 pub const KEY_PLACE: &[u8] = b"Splace";
+/// Counter: entries in the trash.
+pub const KEY_TRASH_ENTRIES: &[u8] = b"Ntrash_entries";
+/// Counter: bytes of the files in the trash (each file's size when it was removed).
+pub const KEY_TRASH_BYTES: &[u8] = b"Ntrash_bytes";
 /// Counter: the next slice id (ids are never reused; 0 is the hole).
 pub const KEY_SLICE_NEXT: &[u8] = b"Nslice_next";
 /// Counter: the next changelog reader id (ids are never reused).
@@ -382,6 +390,51 @@ pub fn ref_key(id: u64) -> [u8; 9] {
 /// The key that marks object `id` as collected by an online gc.
 pub fn collected_key(id: u64) -> [u8; 9] {
     handle_prefix(TAG_COLLECTED, id)
+}
+
+/// The key of `handle`'s entry in the trash.
+pub fn trash_key(handle: Handle) -> [u8; 9] {
+    handle_prefix(TAG_TRASH, handle)
+}
+
+pub const TRASH_END: &[u8] = &[TAG_TRASH + 1];
+
+/// What the trash keeps of a removed file or directory besides its inode: when it was removed,
+/// its size then, and the directory and name it had. Encoded as `deleted_ns` (i64 le), `size`
+/// (u64 le), `parent` (u64 le), then the name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrashEntry {
+    pub deleted_ns: i64,
+    pub size: u64,
+    pub parent: Handle,
+    pub name: Vec<u8>,
+}
+
+impl TrashEntry {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(24 + self.name.len());
+        out.extend_from_slice(&self.deleted_ns.to_le_bytes());
+        out.extend_from_slice(&self.size.to_le_bytes());
+        out.extend_from_slice(&self.parent.to_le_bytes());
+        out.extend_from_slice(&self.name);
+        out
+    }
+
+    pub fn decode(value: &[u8]) -> Result<TrashEntry> {
+        let word = |at: usize| -> Option<[u8; 8]> { value.get(at..at + 8)?.try_into().ok() };
+        match (word(0), word(8), word(16)) {
+            (Some(deleted), Some(size), Some(parent)) if value.len() > 24 => Ok(TrashEntry {
+                deleted_ns: i64::from_le_bytes(deleted),
+                size: u64::from_le_bytes(size),
+                parent: u64::from_le_bytes(parent),
+                name: value[24..].to_vec(),
+            }),
+            _ => Err(MetaError::Corrupt(format!(
+                "a trash entry of {} bytes",
+                value.len()
+            ))),
+        }
+    }
 }
 
 /// The key of inline slice `id`'s bytes.

@@ -45,6 +45,7 @@ pub mod quota;
 mod quotas;
 mod reads;
 pub mod requests;
+mod trashes;
 pub mod upgrade;
 
 use std::ops::ControlFlow;
@@ -61,6 +62,7 @@ pub use crate::error::{MetaError, Result};
 use crate::layout::*;
 use crate::ops::{Done, Op};
 pub use crate::quotas::{QUOTA_LIST_MAX, Summary};
+pub use crate::trashes::{Restored, TrashListing};
 pub use crate::types::*;
 pub use calm_types::FileMap;
 pub use calm_types::{Caller, Groups, attr as types, error, slices};
@@ -116,6 +118,9 @@ pub struct MetaStatus {
     pub changelog_purged: u64,
     /// What the store counts of its own work (see `Store::figures`).
     pub store_figures: Vec<(&'static str, u64)>,
+    /// Entries of the trash, and the bytes of its files.
+    pub trash_entries: u64,
+    pub trash_bytes: u64,
 }
 
 fn counter<R: ReadTxn>(view: &R, key: &[u8]) -> Result<u64> {
@@ -244,6 +249,8 @@ impl<S: Store> Meta<S> {
             changelog_readers: changelog.users.len() as u64,
             changelog_purged: self.stats.cl_purged.load(Relaxed),
             store_figures: self.store.figures(),
+            trash_entries: counter(&snap, KEY_TRASH_ENTRIES)?,
+            trash_bytes: counter(&snap, KEY_TRASH_BYTES)?,
         })
     }
 

@@ -144,6 +144,7 @@ fn open_txn<S: Store>(
     let opened = commit::Opened {
         generation: epoch,
         names,
+        trash: !options.trash_kept.is_zero(),
     };
     match txn.commit() {
         Ok(()) => Ok(Some((opened, cl))),

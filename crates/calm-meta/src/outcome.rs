@@ -21,6 +21,12 @@ pub enum Done {
     Orphaned(Handle),
     /// A quota as it is after the mutation.
     Quota(calm_types::QuotaReport),
+    /// An entry of the trash named again: its attributes, directory and name.
+    Restored {
+        attr: Attr,
+        parent: Handle,
+        name: Vec<u8>,
+    },
 }
 
 /// Why a mutation failed.

@@ -1,7 +1,9 @@
 //! Model-based test of the namespace: random operations run on the real `Meta` (over the
 //! in-memory store) and on a small, obviously correct tree side by side. Every answer (the
 //! attributes or the errno) must agree; an operation that fails must leave the store byte for
-//! byte unchanged; at the end both trees must be equal and fsck must find nothing.
+//! byte unchanged; at the end both trees must be equal and fsck must find nothing. Half the
+//! cases keep a trash: what loses its last name waits in it, unchangeable, for a restore or a
+//! purge.
 
 use std::collections::BTreeMap;
 
@@ -31,6 +33,8 @@ struct MNode {
 #[derive(Debug, Clone)]
 struct Model {
     nodes: BTreeMap<Handle, MNode>,
+    /// With a trash: what lost its last name, with the directory and name it had.
+    trash: Option<BTreeMap<Handle, (MNode, Handle, Vec<u8>)>>,
 }
 
 type Answer = Result<(), i32>;
@@ -43,16 +47,71 @@ const EINVAL: i32 = 22;
 const ENOTEMPTY: i32 = 39;
 const ENODATA: i32 = 61;
 const EPERM: i32 = 1;
+const ESTALE: i32 = 116;
 
 impl Model {
-    fn new() -> Self {
+    fn new(trash: bool) -> Self {
         let mut nodes = BTreeMap::new();
         nodes.insert(ROOT, MNode::new(Kind::Dir, ROOT));
-        Model { nodes }
+        Model {
+            nodes,
+            trash: trash.then(BTreeMap::new),
+        }
+    }
+
+    fn trashed(&self, h: Handle) -> Option<&MNode> {
+        self.trash.as_ref()?.get(&h).map(|(node, _, _)| node)
+    }
+
+    /// A node that lost its last name: to the trash, or gone.
+    fn gone(&mut self, h: Handle, parent: Handle, name: &[u8]) {
+        let mut node = self.nodes.remove(&h).unwrap();
+        if let Some(trash) = &mut self.trash {
+            node.nlink = 0;
+            trash.insert(h, (node, parent, name.to_vec()));
+        }
+    }
+
+    fn restore(&mut self, h: Handle) -> Answer {
+        let Some((_, parent, name)) = self.trash.as_ref().and_then(|t| t.get(&h)).cloned() else {
+            return Err(ENOENT);
+        };
+        let dir = match self.nodes.get(&parent) {
+            Some(n) if n.kind == Kind::Dir => parent,
+            _ if self.trashed(parent).is_some_and(|n| n.kind == Kind::Dir) => return Err(EINVAL),
+            _ => ROOT,
+        };
+        let mut name = name;
+        if self.nodes[&dir].children.contains_key(&name) {
+            name = calm_meta::ops::trash::restored_name(&name, h);
+            if self.nodes[&dir].children.contains_key(&name) {
+                return Err(EEXIST);
+            }
+        }
+        let (mut node, _, _) = self.trash.as_mut().unwrap().remove(&h).unwrap();
+        let is_dir = node.kind == Kind::Dir;
+        node.nlink = if is_dir { 2 } else { 1 };
+        node.parent = if is_dir { dir } else { 0 };
+        self.nodes.insert(h, node);
+        let d = self.nodes.get_mut(&dir).unwrap();
+        d.children.insert(name, h);
+        if is_dir {
+            d.nlink += 1;
+        }
+        Ok(())
+    }
+
+    fn purge(&mut self, h: Handle) -> Answer {
+        match self.trash.as_mut().and_then(|t| t.remove(&h)) {
+            Some(_) => Ok(()),
+            None => Err(ENOENT),
+        }
     }
 
     fn dir(&self, h: Handle) -> Result<&MNode, i32> {
         match self.nodes.get(&h) {
+            // In the trash: still what it was, but no directory to make names in.
+            None if self.trashed(h).is_some_and(|n| n.kind != Kind::Dir) => Err(ENOTDIR),
             None => Err(ENOENT),
             Some(n) if n.kind != Kind::Dir => Err(ENOTDIR),
             Some(n) => Ok(n),
@@ -106,12 +165,12 @@ impl Model {
             .unwrap();
         let node = self.nodes.get_mut(&h).unwrap();
         if node.kind == Kind::Dir {
-            self.nodes.remove(&h);
+            self.gone(h, parent, name);
             self.nodes.get_mut(&parent).unwrap().nlink -= 1;
         } else {
             node.nlink -= 1;
             if node.nlink == 0 {
-                self.nodes.remove(&h);
+                self.gone(h, parent, name);
             }
         }
     }
@@ -138,6 +197,13 @@ impl Model {
     }
 
     fn link(&mut self, h: Handle, parent: Handle, name: &[u8]) -> Answer {
+        if let Some(node) = self.trashed(h) {
+            return Err(if node.kind == Kind::Dir {
+                EPERM
+            } else {
+                ENOENT
+            });
+        }
         let node = self.nodes.get(&h).ok_or(ENOENT)?;
         if node.kind == Kind::Dir {
             return Err(EPERM);
@@ -233,6 +299,9 @@ impl Model {
     }
 
     fn truncate(&mut self, h: Handle, size: u64) -> Answer {
+        if self.trashed(h).is_some() {
+            return Err(ESTALE);
+        }
         let node = self.nodes.get_mut(&h).ok_or(ENOENT)?;
         match node.kind {
             Kind::Dir => Err(EISDIR),
@@ -245,6 +314,9 @@ impl Model {
     }
 
     fn setxattr(&mut self, h: Handle, name: &[u8], value: &[u8], flags: u32) -> Answer {
+        if self.trashed(h).is_some() {
+            return Err(ESTALE);
+        }
         let node = self.nodes.get_mut(&h).ok_or(ENOENT)?;
         // user.* xattrs belong to regular files and directories (the model's names are all
         // user.*).
@@ -263,6 +335,9 @@ impl Model {
     }
 
     fn removexattr(&mut self, h: Handle, name: &[u8]) -> Answer {
+        if self.trashed(h).is_some() {
+            return Err(ESTALE);
+        }
         let node = self.nodes.get_mut(&h).ok_or(ENOENT)?;
         if !matches!(node.kind, Kind::File | Kind::Dir) {
             return Err(EPERM);
@@ -294,6 +369,8 @@ enum Step {
     Truncate(usize, u64),
     SetXattr(usize, u8, u8, u32),
     RemoveXattr(usize, u8),
+    Restore(usize),
+    Purge(usize),
 }
 
 fn kind() -> impl Strategy<Value = Kind> {
@@ -318,7 +395,9 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (pick.clone(), 0u64..100).prop_map(|(h, s)| Step::Truncate(h, s)),
         1 => (pick.clone(), 0u8..2, any::<u8>(), prop::sample::select(vec![0, XATTR_CREATE, XATTR_REPLACE]))
             .prop_map(|(h, n, v, f)| Step::SetXattr(h, n, v, f)),
-        1 => (pick, 0u8..2).prop_map(|(h, n)| Step::RemoveXattr(h, n)),
+        1 => (pick.clone(), 0u8..2).prop_map(|(h, n)| Step::RemoveXattr(h, n)),
+        2 => pick.clone().prop_map(Step::Restore),
+        1 => pick.prop_map(Step::Purge),
     ]
 }
 
@@ -419,10 +498,25 @@ enum Call {
     Truncate(Handle, u64),
     SetXattr(Handle, Vec<u8>, u8, u32),
     RemoveXattr(Handle, Vec<u8>),
+    Restore(Handle),
+    Purge(Handle),
 }
 
 fn resolve(model: &Model, step: &Step) -> Call {
-    let handles: Vec<Handle> = model.nodes.keys().copied().collect();
+    // Live nodes, and those in the trash (which nothing changes).
+    let handles: Vec<Handle> = model
+        .nodes
+        .keys()
+        .chain(model.trash.iter().flat_map(|t| t.keys()))
+        .copied()
+        .collect();
+    let trashed: Vec<Handle> = model.trash.iter().flat_map(|t| t.keys()).copied().collect();
+    let in_trash = |i: usize| match trashed.len() {
+        // Sometimes a live node, sometimes one long gone.
+        _ if i % 8 == 7 => any_live(model, i),
+        0 => 999_998,
+        n => trashed[i % n],
+    };
     let dirs: Vec<Handle> = model
         .nodes
         .iter()
@@ -450,7 +544,14 @@ fn resolve(model: &Model, step: &Step) -> Call {
         Step::Truncate(h, size) => Call::Truncate(any(h), size),
         Step::SetXattr(h, n, v, f) => Call::SetXattr(any(h), xname(n), v, f),
         Step::RemoveXattr(h, n) => Call::RemoveXattr(any(h), xname(n)),
+        Step::Restore(h) => Call::Restore(in_trash(h)),
+        Step::Purge(h) => Call::Purge(in_trash(h)),
     }
+}
+
+fn any_live(model: &Model, i: usize) -> Handle {
+    let live: Vec<Handle> = model.nodes.keys().copied().collect();
+    live[i % live.len()]
 }
 
 /// The operation a call stands for, for [`ops::apply`].
@@ -501,6 +602,11 @@ fn to_op(call: &Call) -> Op {
             flags,
         },
         Call::RemoveXattr(handle, name) => Op::RemoveXattr { handle, name },
+        Call::Restore(handle) => Op::TrashRestore { handle },
+        Call::Purge(handle) => Op::TrashPurge {
+            handle,
+            removed_at: None,
+        },
     }
 }
 
@@ -509,6 +615,7 @@ fn run_group(
     store: &MemStore,
     alloc: &mut HandleAllocator,
     calls: &[Call],
+    trash: bool,
 ) -> Vec<Result<Option<Handle>, i32>> {
     let mut txn = store.begin().unwrap();
     let mut cl = ClState::load(&txn, ChangelogConfig::default(), false).unwrap();
@@ -517,6 +624,7 @@ fn run_group(
         .expect("the namespace's name hash key");
     let names = calm_meta::layout::NameHash::from_value(&names).unwrap();
     let mut ctx = Ctx::new(&mut txn, alloc, &mut cl, 1_000, 1, names);
+    ctx.trash = trash;
     let answers = calls
         .iter()
         .map(|call| match ops::apply(&mut ctx, &to_op(call)) {
@@ -524,6 +632,7 @@ fn run_group(
             Ok(
                 Done::Nothing | Done::User(_) | Done::Ids(_) | Done::Orphaned(_) | Done::Quota(_),
             ) => Ok(None),
+            Ok(Done::Restored { attr, .. }) => Ok(Some(attr.handle)),
             Err(Failure::Meta(error)) => Err(error.errno()),
             Err(Failure::Store(error)) => panic!("store failed: {error}"),
         })
@@ -559,6 +668,12 @@ async fn run_real(meta: &Meta<Arc<MemStore>>, call: Call) -> Result<Option<Handl
         }
         Call::SetXattr(h, n, v, f) => unit(meta.setxattr(h, &n, &[v], f).await),
         Call::RemoveXattr(h, n) => unit(meta.removexattr(h, &n).await),
+        Call::Restore(h) => attr(
+            meta.trash_restore(Caller::default(), h)
+                .await
+                .map(|r| r.attr),
+        ),
+        Call::Purge(h) => unit(meta.trash_purge(Caller::default(), h).await),
     }
 }
 
@@ -588,6 +703,8 @@ fn run_model(model: &mut Model, call: &Call, real: Result<Option<Handle>, i32>) 
         Call::Truncate(h, size) => model.truncate(*h, *size),
         Call::SetXattr(h, n, v, f) => model.setxattr(*h, n, &[*v], *f),
         Call::RemoveXattr(h, n) => model.removexattr(*h, n),
+        Call::Restore(h) => model.restore(*h),
+        Call::Purge(h) => model.purge(*h),
     }
 }
 
@@ -598,19 +715,20 @@ proptest! {
     /// group is applied in one transaction through one `Ctx` (one inode overlay, one flush),
     /// exactly what the committer does with the calls it finds queued together.
     #[test]
-    fn namespace_matches_the_model(groups in prop::collection::vec(prop::collection::vec(step(), 1..6), 1..30)) {
+    fn namespace_matches_the_model(groups in prop::collection::vec(prop::collection::vec(step(), 1..6), 1..30), trash in any::<bool>()) {
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let store = Arc::new(MemStore::new());
-        let meta = Meta::open(store.clone(), MetaOptions { handle_chunk: 5, ..MetaOptions::default() }).unwrap();
+        let trash_kept = if trash { std::time::Duration::from_secs(3600) } else { std::time::Duration::ZERO };
+        let meta = Meta::open(store.clone(), MetaOptions { handle_chunk: 5, trash_kept, ..MetaOptions::default() }).unwrap();
         let mut alloc = HandleAllocator::new(3);
-        let mut model = Model::new();
+        let mut model = Model::new(trash);
         for group in groups {
             let before = store.dump();
             let calls: Vec<Call> = group.iter().map(|s| resolve(&model, s)).collect();
             let answers = if calls.len() == 1 {
                 vec![rt.block_on(run_real(&meta, calls[0].clone()))]
             } else {
-                run_group(&store, &mut alloc, &calls)
+                run_group(&store, &mut alloc, &calls, trash)
             };
             for (call, real) in calls.iter().zip(&answers) {
                 let expected = run_model(&mut model, call, *real);
@@ -630,6 +748,10 @@ proptest! {
         prop_assert_eq!(real, model_tree(&model));
         let report = fsck::check(&store.snapshot().unwrap(), &mut |_| {}).unwrap();
         prop_assert!(report.is_clean(), "fsck: {:?}", report.problems);
-        prop_assert_eq!(report.inodes as usize, model.nodes.len());
+        let in_trash = model.trash.as_ref().map_or(0, |t| t.len());
+        prop_assert_eq!(report.inodes as usize, model.nodes.len() + in_trash);
+        let listed: Vec<(Handle, u64)> = meta.trash_list(&Caller::default(), 0, 10_000).unwrap().iter().map(|l| (l.listed.handle, l.listed.entry.size)).collect();
+        let expected: Vec<(Handle, u64)> = model.trash.iter().flatten().map(|(h, (n, _, _))| (*h, if n.kind == Kind::File { n.size } else { 0 })).collect();
+        prop_assert_eq!(listed, expected);
     }
 }

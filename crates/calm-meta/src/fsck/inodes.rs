@@ -90,6 +90,40 @@ impl Checker {
                 ));
             }
         }
+        let trashed = match self.trashed.get_mut(&handle) {
+            Some((size, seen)) => {
+                *seen = true;
+                Some(*size)
+            }
+            None => None,
+        };
+        if let Some(size) = trashed {
+            if inode.nlink != 0 || !links.is_empty() || count.entries != 0 {
+                self.report.problem(format!(
+                    "inode {handle} is in the trash but has nlink {}, {} names, {} entries",
+                    inode.nlink,
+                    links.len(),
+                    count.entries
+                ));
+            }
+            if inode.kind == Kind::File && size != inode.size {
+                self.report.problem(format!(
+                    "file {handle} is in the trash with size {size}, its inode says {}",
+                    inode.size
+                ));
+            }
+            if self.orphans.contains_key(&handle) {
+                self.report
+                    .problem(format!("inode {handle} is both in the trash and an orphan"));
+            }
+            if inode.kind == Kind::File {
+                self.file_bytes += inode.size;
+            }
+            if inode.kind == Kind::Dir {
+                self.report.directories += 1;
+            }
+            return;
+        }
         if inode.kind == Kind::Dir {
             self.report.directories += 1;
             let expected_links = if handle == ROOT { 0 } else { 1 };

@@ -59,6 +59,9 @@ pub struct FsckReport {
     pub handle_high_water: u64,
     /// Files kept open on a mount after their last name went.
     pub orphans: u64,
+    /// Entries of the trash, and the bytes of its files.
+    pub trash_entries: u64,
+    pub trash_bytes: u64,
     /// The first [`PROBLEMS_LISTED_MAX`] problems, each a sentence.
     pub problems: Vec<String>,
     /// All problems found, listed or not.
@@ -133,6 +136,8 @@ struct Checker {
     handle_clusters: std::collections::BTreeSet<usize>,
     /// Orphan records (`H`), and whether their inode was seen.
     orphans: std::collections::BTreeMap<Handle, bool>,
+    /// Entries of the trash (`E`): each one's size then, and whether its inode was seen.
+    trashed: std::collections::BTreeMap<Handle, (u64, bool)>,
     /// The `L` keys the names of multi-link files call for, `(handle, directory, count)` in
     /// key order, and the merge cursor into them.
     links_expected: Vec<(Handle, Handle, u32)>,
@@ -259,13 +264,29 @@ impl Checker {
                     .problem(format!("collected object mark {key:?} does not decode")),
             },
             // Before the inodes, so that an orphan's inode (no name) is known to be one.
-            TAG_ORPHAN => match key_handle(key).filter(|_| key.len() == 9 && value.len() == 8) {
+            TAG_ORPHAN => match key_handle(key)
+                .filter(|_| key.len() == 9 && (value.len() == 8 || value.len() > 16))
+            {
                 Some(handle) => {
                     self.orphans.insert(handle, false);
                 }
                 None => self
                     .report
                     .problem(format!("orphan record {key:?} does not decode")),
+            },
+            // Before the inodes too: an entry's inode has no name.
+            TAG_TRASH => match (
+                key_handle(key).filter(|_| key.len() == 9),
+                TrashEntry::decode(value),
+            ) {
+                (Some(handle), Ok(entry)) => {
+                    self.report.trash_entries += 1;
+                    self.report.trash_bytes += entry.size;
+                    self.trashed.insert(handle, (entry.size, false));
+                }
+                _ => self
+                    .report
+                    .problem(format!("trash entry {key:?} does not decode")),
             },
             TAG_REQUEST => {
                 if key.len() != 17 || crate::requests::decode(value).is_none() {
@@ -346,6 +367,13 @@ impl Checker {
                 ));
             }
         }
+        for (handle, (_, seen)) in &self.trashed {
+            if !seen {
+                self.report.problem(format!(
+                    "trash entry of handle {handle}, which is not an inode"
+                ));
+            }
+        }
         for &(h, p, n) in &self.links_expected[self.links_at..] {
             self.report.problem(format!(
                 "inode {h} has {n} names in directory {p} but no links key there"
@@ -374,13 +402,17 @@ impl Checker {
         let expected = [
             (KEY_INODES, self.report.inodes),
             (KEY_FILE_BYTES, self.file_bytes),
+            (KEY_TRASH_ENTRIES, self.report.trash_entries),
+            (KEY_TRASH_BYTES, self.report.trash_bytes),
         ];
         for (key, counted) in expected {
             let stored = self
                 .counters
                 .iter()
                 .find(|(k, _)| k == key)
-                .map(|(_, n)| *n);
+                .map(|(_, n)| *n)
+                // A store that never had a trash has no trash counters.
+                .or((key.starts_with(b"Ntrash") && counted == 0).then_some(0));
             if stored != Some(counted) {
                 self.report.problem(format!(
                     "counter {} is {stored:?}, counted {counted}",
@@ -409,6 +441,7 @@ pub fn check<R: ReadTxn>(view: &R, progress: &mut dyn FnMut(u64)) -> Result<Fsck
         live: Vec::new(),
         live_at: 0,
         orphans: Default::default(),
+        trashed: Default::default(),
         max_handle: 0,
         file_bytes: 0,
         counters: Vec::new(),

@@ -29,7 +29,7 @@ pub(crate) fn set_acl<T: WriteTxn>(
     value: Option<&[u8]>,
     flags: u32,
 ) -> Outcome<Done> {
-    let mut inode = ctx.load(handle)?;
+    let mut inode = ctx.load_changeable(handle)?;
     crate::perm::may_set_acl(&ctx.caller, &inode.owner())?;
     // An empty value removes, as setxattr(2) of a zero-length ACL does.
     let acl = match value.filter(|v| !v.is_empty()) {

@@ -44,7 +44,7 @@ pub(crate) fn setattr<T: WriteTxn>(
         )
         .into());
     }
-    let mut inode = ctx.load(handle)?;
+    let mut inode = ctx.load_changeable(handle)?;
     if *attr == SetAttr::default() {
         // Nothing to change (as utimensat with both times omitted): the attributes as they
         // are, with no new change time and no record.
@@ -161,7 +161,7 @@ pub(crate) fn setxattr<T: WriteTxn>(
     if let Some(bit) = crate::acl::acl_bit(name) {
         return super::acls::set_acl(ctx, handle, bit, Some(value), flags);
     }
-    let mut inode = ctx.load(handle)?;
+    let mut inode = ctx.load_changeable(handle)?;
     crate::perm::may_set_xattr(&ctx.caller, &inode.owner(), name)?;
     let key = xattr_key(handle, name);
     let exists = ctx.txn.get(&key)?.is_some();
@@ -192,7 +192,7 @@ pub(crate) fn removexattr<T: WriteTxn>(
     if let Some(bit) = crate::acl::acl_bit(name) {
         return super::acls::set_acl(ctx, handle, bit, None, 0);
     }
-    let mut inode = ctx.load(handle)?;
+    let mut inode = ctx.load_changeable(handle)?;
     crate::perm::may_set_xattr(&ctx.caller, &inode.owner(), name)?;
     let key = xattr_key(handle, name);
     if ctx.txn.get(&key)?.is_none() {

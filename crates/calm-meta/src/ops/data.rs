@@ -124,8 +124,17 @@ pub(crate) fn truncate_chunks<T: WriteTxn>(
     Ok(())
 }
 
-fn load_file<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle) -> Outcome<crate::layout::Inode> {
-    let inode = ctx.load(handle)?;
+/// A regular file; with `change`, one whose contents may change (not in the trash).
+fn load_file<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    handle: Handle,
+    change: bool,
+) -> Outcome<crate::layout::Inode> {
+    let inode = if change {
+        ctx.load_changeable(handle)?
+    } else {
+        ctx.load(handle)?
+    };
     match inode.kind {
         Kind::File => Ok(inode),
         Kind::Dir => Err(MetaError::IsDir.into()),
@@ -223,7 +232,7 @@ pub(crate) fn write<T: WriteTxn>(
     end: u64,
     inline: &[(u64, Vec<u8>)],
 ) -> Outcome<Done> {
-    let inode = load_file(ctx, handle)?;
+    let inode = load_file(ctx, handle, true)?;
     crate::perm::may_write_contents(&ctx.caller, &inode.owner())?;
     let next = slice_next(ctx.txn)?;
     let mut end = end;
@@ -318,7 +327,7 @@ pub(crate) fn append<T: WriteTxn>(
     size: u32,
     inline: Option<&[u8]>,
 ) -> Outcome<Done> {
-    let inode = load_file(ctx, handle)?;
+    let inode = load_file(ctx, handle, true)?;
     crate::perm::may_write_contents(&ctx.caller, &inode.owner())?;
     let id_ok = id != HOLE
         && id & !INLINE < slice_next(ctx.txn)?
@@ -397,7 +406,7 @@ pub(crate) fn compact<T: WriteTxn>(
     slice: Option<&Slice>,
     inline: Option<&[u8]>,
 ) -> Outcome<Done> {
-    load_file(ctx, handle)?;
+    load_file(ctx, handle, false)?;
     let read_records = decode_chunk(read)?;
     // Checks first: what is kept was read, in order; what goes is the rest.
     let mut dropped = Vec::with_capacity(read_records.len());

@@ -27,6 +27,7 @@ pub mod quota;
 pub mod read_ahead;
 pub mod remove;
 pub mod rename;
+pub mod trash;
 
 pub use op::Op;
 
@@ -77,6 +78,9 @@ pub fn record_type(op: &Op) -> Option<RecordType> {
         | Op::Collected { .. }
         | Op::ReleaseOrphan { .. }
         | Op::ClaimOrphans { .. }
+        | Op::TrashPurge { .. }
+        // A restore makes room for the record of its node's kind itself.
+        | Op::TrashRestore { .. }
         | Op::SetQuota { .. } => return None,
     })
 }
@@ -164,6 +168,8 @@ pub fn apply<T: WriteTxn>(ctx: &mut Ctx<'_, T>, op: &Op) -> Outcome<Done> {
             any_session,
         } => orphans::release(ctx, *handle, *any_session),
         Op::ClaimOrphans { handles } => orphans::claim(ctx, handles),
+        Op::TrashRestore { handle } => trash::restore(ctx, *handle),
+        Op::TrashPurge { handle, removed_at } => trash::purge(ctx, *handle, *removed_at),
         Op::ClGc => {
             let now = ctx.now;
             ctx.cl.gc_idle(ctx.txn, now).map(|_| Done::Nothing)

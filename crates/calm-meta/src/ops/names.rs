@@ -5,7 +5,7 @@ use calm_store::WriteTxn;
 
 use calm_changelog::{RecordType, flags as cl_flags};
 
-use super::remove::{destroy, drop_link};
+use super::remove::{drop_link, removed};
 use crate::ctx::*;
 use crate::error::MetaError;
 use crate::layout::Inode;
@@ -215,7 +215,7 @@ pub(crate) fn unlink<T: WriteTxn>(
         0
     };
     let (target, generation) = (inode.handle, inode.generation);
-    let orphan = drop_link(ctx, inode, parent, keep)?;
+    let orphan = drop_link(ctx, inode, parent, name, keep)?;
     ctx.record(
         RecordType::Unlink,
         flags,
@@ -254,13 +254,14 @@ pub(crate) fn rmdir<T: WriteTxn>(
     dir.nlink -= 1;
     touch(&mut dir, ctx.now);
     ctx.store(dir);
-    destroy(ctx, &child)?;
+    let (target, generation) = (child.handle, child.generation);
+    removed(ctx, child, parent, name)?;
     let flags = cl_flags::LAST_LINK;
     ctx.record(
         RecordType::Rmdir,
         flags,
-        child.handle,
-        child.generation,
+        target,
+        generation,
         parent,
         name,
         None,

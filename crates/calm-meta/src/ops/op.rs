@@ -139,4 +139,14 @@ pub enum Op {
     ClaimOrphans {
         handles: Vec<Handle>,
     },
+    /// Names entry `handle` of the trash again (`crate::ops::trash`).
+    TrashRestore {
+        handle: Handle,
+    },
+    /// Destroys entry `handle` of the trash; with `removed_at`, only if it was removed then
+    /// (the expiry's purge).
+    TrashPurge {
+        handle: Handle,
+        removed_at: Option<i64>,
+    },
 }

@@ -1,8 +1,10 @@
 //! Orphans: regular files that lost their last name while the mount that removed it still had
 //! them open. As on a local file system, such a file stays whole (readable, writable, its
 //! objects kept) until its last close: the unlink (or the rename over it) keeps the inode with
-//! `nlink` 0 and writes `H handle → session` in the same transaction, naming the mount's lock
-//! session. The file is destroyed (its objects queued for deletion) when that mount closes it
+//! `nlink` 0 and writes `H handle → session, directory, name` in the same transaction, naming
+//! the mount's lock session and where the file's last name was. The file is destroyed (its
+//! objects queued for deletion), or moved to the trash when the namespace keeps one
+//! (`super::trash`), when that mount closes it
 //! ([`Op::ReleaseOrphan`](crate::ops::Op::ReleaseOrphan)), or when the session ends without
 //! doing so (the server's sweeper: a mount killed, or its lease lost). A mount that opens a new
 //! session after losing its old one (a restarted server) claims its orphans back.
@@ -13,7 +15,7 @@
 
 use calm_store::{ReadTxn, WriteTxn};
 
-use super::remove::destroy;
+use super::remove::{destroy, removed};
 use crate::ctx::Ctx;
 use crate::error::{MetaError, Result};
 use crate::layout::{ORPHAN_END, TAG_ORPHAN, key_handle, orphan_key};
@@ -23,10 +25,30 @@ use crate::types::Handle;
 /// Orphans one claim may name.
 pub const CLAIM_HANDLES_MAX: usize = 65_536;
 
+/// An orphan record's value: the session (u64 le), then the directory of the file's last name
+/// (u64 le) and that name (both absent in a record written before format 12).
+pub(crate) fn encode(session: u64, dir: Handle, name: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + name.len());
+    out.extend_from_slice(&session.to_le_bytes());
+    out.extend_from_slice(&dir.to_le_bytes());
+    out.extend_from_slice(name);
+    out
+}
+
 fn decode_session(value: &[u8]) -> Result<u64> {
-    Ok(u64::from_le_bytes(value.try_into().map_err(|_| {
-        MetaError::Corrupt(format!("an orphan record of {} bytes", value.len()))
-    })?))
+    match value.get(..8).map(|b| b.try_into().expect("8 bytes")) {
+        Some(bytes) if value.len() == 8 || value.len() > 16 => Ok(u64::from_le_bytes(bytes)),
+        _ => Err(MetaError::Corrupt(format!(
+            "an orphan record of {} bytes",
+            value.len()
+        ))),
+    }
+}
+
+/// Where an orphan's last name was (`None`: not recorded).
+fn decode_place(value: &[u8]) -> Option<(Handle, &[u8])> {
+    let dir = u64::from_le_bytes(value.get(8..16)?.try_into().ok()?);
+    Some((dir, value.get(16..).filter(|name| !name.is_empty())?))
 }
 
 /// Destroys orphan `handle` if it is the caller's session's (or, with `any_session`, whoever's).
@@ -37,7 +59,7 @@ pub(crate) fn release<T: WriteTxn>(
     any_session: bool,
 ) -> Outcome<Done> {
     let key = orphan_key(handle);
-    let Some(value) = ctx.txn.get(&key)? else {
+    let Some(value) = ctx.txn.get(&key)?.map(|v| v.into_owned()) else {
         return Ok(Done::Nothing);
     };
     if !any_session && decode_session(&value)? != ctx.caller.session {
@@ -47,7 +69,10 @@ pub(crate) fn release<T: WriteTxn>(
     }
     let inode = ctx.load(handle)?;
     ctx.txn.delete(&key)?;
-    destroy(ctx, &inode)?;
+    match decode_place(&value) {
+        Some((dir, name)) => removed(ctx, inode, dir, name)?,
+        None => destroy(ctx, &inode)?,
+    }
     Ok(Done::Nothing)
 }
 
@@ -65,8 +90,9 @@ pub(crate) fn claim<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handles: &[Handle]) -> Ou
     }
     for handle in handles {
         let key = orphan_key(*handle);
-        if ctx.txn.get(&key)?.is_some() {
-            ctx.txn.put(&key, &session.to_le_bytes())?;
+        if let Some(mut value) = ctx.txn.get(&key)?.map(|v| v.into_owned()) {
+            value[..8].copy_from_slice(&session.to_le_bytes());
+            ctx.txn.put(&key, &value)?;
         }
     }
     Ok(Done::Nothing)

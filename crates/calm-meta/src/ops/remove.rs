@@ -1,5 +1,6 @@
-//! How a node leaves the namespace: one of its links dropped, the inode and its xattrs and
-//! chunks destroyed with its last, or kept as an orphan of the caller's session while the
+//! How a node leaves the namespace: one of its links dropped, and with its last either the
+//! inode and its xattrs and chunks destroyed, or the node moved to the trash (`super::trash`)
+//! when the namespace keeps one, or kept as an orphan of the caller's session while the
 //! caller's mount has it open (`super::orphans`).
 
 use calm_store::WriteTxn;
@@ -9,14 +10,11 @@ use crate::layout::{Inode, orphan_key, xattr_key};
 use crate::outcome::Outcome;
 use crate::types::*;
 
-/// Removes an inode and its xattrs.
-pub(crate) fn destroy<T: WriteTxn>(ctx: &mut Ctx<'_, T>, inode: &Inode) -> Outcome<()> {
-    for name in xattr_names(ctx.txn, inode.handle)? {
-        ctx.txn.delete(&xattr_key(inode.handle, &name))?;
-    }
-    ctx.remove(inode.handle);
+/// Takes what an inode counts in its owners' quotas (and, for a directory, in the trees above
+/// it: a file left them with its last name) away, and a directory's own tree limit with it (it
+/// is empty: nothing is counted).
+pub(crate) fn uncharge<T: WriteTxn>(ctx: &mut Ctx<'_, T>, inode: &Inode) -> Outcome<()> {
     if inode.kind == Kind::Dir && ctx.quota.trees(ctx.txn)? > 0 {
-        // A directory with a tree limit takes it along (it is empty: nothing is counted).
         let tree = crate::quota::QuotaTarget::tree(inode.handle);
         if ctx.quota.has_tree(ctx.txn, inode.handle)? {
             let now = ctx.now;
@@ -24,9 +22,21 @@ pub(crate) fn destroy<T: WriteTxn>(ctx: &mut Ctx<'_, T>, inode: &Inode) -> Outco
                 .set(ctx.txn, tree, Default::default(), None, now)?;
         }
     }
-    // A directory counts in the trees above it; a file left them with its last name.
     let usage = crate::quota::usage_of(inode.kind, inode.size).negated();
-    ctx.charge(inode.uid, inode.gid, inode.parent, usage)?;
+    if inode.kind == Kind::Dir {
+        ctx.charge(inode.uid, inode.gid, inode.parent, usage)
+    } else {
+        ctx.charge_owners(inode.uid, inode.gid, usage)
+    }
+}
+
+/// Removes an inode with its xattrs and chunks (its objects queued for deletion), its quota
+/// usage already taken away.
+pub(crate) fn erase<T: WriteTxn>(ctx: &mut Ctx<'_, T>, inode: &Inode) -> Outcome<()> {
+    for name in xattr_names(ctx.txn, inode.handle)? {
+        ctx.txn.delete(&xattr_key(inode.handle, &name))?;
+    }
+    ctx.remove(inode.handle);
     if inode.kind == Kind::File {
         ctx.file_bytes_delta -= inode.size as i64;
         crate::ops::data::truncate_chunks(ctx, inode.handle, 0)?;
@@ -34,13 +44,35 @@ pub(crate) fn destroy<T: WriteTxn>(ctx: &mut Ctx<'_, T>, inode: &Inode) -> Outco
     Ok(())
 }
 
-/// Drops one link of a non-directory, its name in `dir`; destroys it when none is left, unless
-/// it is a file the caller's mount has open (one of `keep`): then it is kept as an orphan of
-/// the caller's session, and its handle returned.
+/// Removes an inode and its xattrs, and what it counted in the quotas.
+pub(crate) fn destroy<T: WriteTxn>(ctx: &mut Ctx<'_, T>, inode: &Inode) -> Outcome<()> {
+    uncharge(ctx, inode)?;
+    erase(ctx, inode)
+}
+
+/// A node that lost its last name (`name` in `dir`): to the trash when the namespace keeps
+/// one, else destroyed.
+pub(crate) fn removed<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    inode: Inode,
+    dir: Handle,
+    name: &[u8],
+) -> Outcome<()> {
+    if ctx.trash {
+        super::trash::put(ctx, inode, dir, name)
+    } else {
+        destroy(ctx, &inode)
+    }
+}
+
+/// Drops one link of a non-directory, its `name` in `dir`; removes it ([`removed`]) when none is
+/// left, unless it is a file the caller's mount has open (one of `keep`): then it is kept as an
+/// orphan of the caller's session, and its handle returned.
 pub(crate) fn drop_link<T: WriteTxn>(
     ctx: &mut Ctx<'_, T>,
     mut inode: Inode,
     dir: Handle,
+    name: &[u8],
     keep: &[Handle],
 ) -> Outcome<Option<Handle>> {
     debug_assert!(inode.kind != Kind::Dir);
@@ -52,9 +84,9 @@ pub(crate) fn drop_link<T: WriteTxn>(
     crate::links::removed(ctx.txn, &mut inode, dir)?;
     if inode.nlink == 0 {
         if inode.kind == Kind::File && keep.contains(&inode.handle) {
-            return keep_orphan(ctx, inode);
+            return keep_orphan(ctx, inode, dir, name);
         }
-        destroy(ctx, &inode)?;
+        removed(ctx, inode, dir, name)?;
     } else {
         inode.ctime_ns = ctx.now;
         ctx.store(inode);
@@ -62,20 +94,26 @@ pub(crate) fn drop_link<T: WriteTxn>(
     Ok(None)
 }
 
-/// Keeps `inode` (no name left, `nlink` 0) as an orphan of the caller's session.
+/// Keeps `inode` (no name left, `nlink` 0, its last name `name` in `dir`) as an orphan of the
+/// caller's session.
 pub(crate) fn keep_orphan<T: WriteTxn>(
     ctx: &mut Ctx<'_, T>,
     mut inode: Inode,
+    dir: Handle,
+    name: &[u8],
 ) -> Outcome<Option<Handle>> {
     let session = ctx.caller.session;
     if session == 0 {
         // No session to end it: nothing would ever release it.
-        destroy(ctx, &inode)?;
+        removed(ctx, inode, dir, name)?;
         return Ok(None);
     }
     let handle = inode.handle;
     inode.ctime_ns = ctx.now;
     ctx.store(inode);
-    ctx.txn.put(&orphan_key(handle), &session.to_le_bytes())?;
+    ctx.txn.put(
+        &orphan_key(handle),
+        &super::orphans::encode(session, dir, name),
+    )?;
     Ok(Some(handle))
 }

@@ -9,7 +9,7 @@ use calm_store::WriteTxn;
 use calm_changelog::record::RenameRef;
 use calm_changelog::{RecordType, flags as cl_flags};
 
-use super::remove::{destroy, drop_link};
+use super::remove::{drop_link, removed};
 use crate::ctx::*;
 use crate::error::MetaError;
 use crate::layout::Inode;
@@ -107,9 +107,14 @@ pub(crate) fn rename<T: WriteTxn>(
     }
     let mut staged = Staged::new();
     for dir in [sp, dp] {
-        let dir = staged.load(ctx, dir)?.owner();
+        let inode = staged.load(ctx, dir)?;
+        let (dir, in_trash) = (inode.owner(), inode.nlink == 0);
         if dir.kind != Kind::Dir {
             return Err(MetaError::NotDir.into());
+        }
+        if in_trash {
+            // In the trash: nothing moves into or out of it.
+            return Err(MetaError::NotFound.into());
         }
         crate::perm::may_lookup(&ctx.caller, &dir)?;
     }
@@ -270,9 +275,9 @@ pub(crate) fn rename<T: WriteTxn>(
         } else {
             let replaced = staged.inodes.remove(&dst.child).expect("staged");
             if dst_is_dir {
-                destroy(ctx, &replaced)?;
+                removed(ctx, replaced, dp, dname)?;
             } else {
-                orphan = drop_link(ctx, replaced, dp, keep)?;
+                orphan = drop_link(ctx, replaced, dp, dname, keep)?;
             }
         }
     }

@@ -9,7 +9,9 @@ use calm_store::ReadTxn;
 use super::record::{QuotaKind, QuotaMismatch, QuotaTarget, QuotaUsage, TAG_LIMITS, TAG_USAGE};
 use super::record::{decode_usage, key_target, usage_of};
 use crate::error::MetaError;
-use crate::layout::{Dentry, Inode, TAG_INODE, entries_range, inode_key, key_handle};
+use crate::layout::{
+    Dentry, Inode, TAG_INODE, TAG_TRASH, TRASH_END, entries_range, inode_key, key_handle,
+};
 use crate::outcome::Outcome;
 use crate::types::*;
 
@@ -128,13 +130,23 @@ pub fn walk<R: ReadTxn + ?Sized>(
     Ok(usage)
 }
 
-/// Every user's and group's usage counted from the inodes, and every limited tree's from its
-/// names.
+/// Every user's and group's usage counted from the inodes (but those in the trash, which count
+/// in no quota), and every limited tree's from its names.
 pub fn everything<R: ReadTxn + ?Sized>(view: &R) -> Outcome<BTreeMap<QuotaTarget, QuotaUsage>> {
     let mut counted: BTreeMap<QuotaTarget, QuotaUsage> = BTreeMap::new();
+    let mut trashed = HashSet::new();
+    try_visit(view, &[TAG_TRASH], TRASH_END, &mut |key, _| {
+        trashed.insert(
+            key_handle(key).ok_or_else(|| MetaError::Corrupt(format!("trash key {key:?}")))?,
+        );
+        Ok(())
+    })?;
     try_visit(view, &[TAG_INODE], &[TAG_INODE + 1], &mut |key, value| {
         let handle =
             key_handle(key).ok_or_else(|| MetaError::Corrupt(format!("inode key {key:?}")))?;
+        if trashed.contains(&handle) {
+            return Ok(());
+        }
         let inode = Inode::decode(handle, value)?;
         let usage = usage_of(inode.kind, inode.size);
         for target in [QuotaTarget::user(inode.uid), QuotaTarget::group(inode.gid)] {

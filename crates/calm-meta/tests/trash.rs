@@ -1,0 +1,419 @@
+//! The trash: what loses its last name (unlink, rmdir, a rename over it, an orphan's release)
+//! is kept out of the namespace and of the quotas, nothing in it changes, a restore names it
+//! again (under a new name when the old is taken, after its directory), a purge or the expiry
+//! destroys it and queues its objects. fsck is clean at every step.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use calm_meta::ops::Op;
+use calm_meta::quota::{QuotaLimits, QuotaTarget};
+use calm_meta::slices::Slice;
+use calm_meta::*;
+use calm_store::Store;
+use calm_store::mem::MemStore;
+
+const EPERM: i32 = 1;
+const ENOENT: i32 = 2;
+const EDQUOT: i32 = 122;
+const ESTALE: i32 = 116;
+
+fn options(kept: Duration) -> MetaOptions {
+    MetaOptions {
+        trash_kept: kept,
+        ..MetaOptions::default()
+    }
+}
+
+fn user(uid: u32) -> Caller {
+    Caller {
+        uid,
+        gid: uid,
+        ..Caller::default()
+    }
+}
+
+fn fsck_clean(store: &MemStore) -> fsck::FsckReport {
+    let report = fsck::check(&store.snapshot().unwrap(), &mut |_| {}).unwrap();
+    assert!(report.is_clean(), "fsck: {:?}", report.problems);
+    report
+}
+
+fn queued(meta: &Meta<Arc<MemStore>>) -> Vec<u64> {
+    meta.garbage(u64::MAX, usize::MAX)
+        .unwrap()
+        .iter()
+        .map(|g| g.id)
+        .collect()
+}
+
+/// A file of `size` bytes in one object; returns its handle and the object's id.
+async fn file_with_object(
+    meta: &Meta<Arc<MemStore>>,
+    parent: Handle,
+    name: &[u8],
+    size: u32,
+) -> (Handle, u64) {
+    let handle = meta.create(parent, name, 0o644).await.unwrap().handle;
+    let id = meta.alloc_slices(1).await.unwrap();
+    let slice = Slice {
+        id,
+        size,
+        off: 0,
+        len: size,
+        pos: 0,
+    };
+    meta.write(Caller::default(), handle, vec![(0, slice)], 0, Vec::new())
+        .await
+        .unwrap();
+    (handle, id)
+}
+
+fn made(done: ops::Done) -> Handle {
+    match done {
+        ops::Done::Attr(attr) => attr.handle,
+        other => panic!("a make answered {other:?}"),
+    }
+}
+
+fn listed(meta: &Meta<Arc<MemStore>>, caller: &Caller) -> Vec<(Handle, String)> {
+    meta.trash_list(caller, 0, 10_000)
+        .unwrap()
+        .into_iter()
+        .map(|l| {
+            (
+                l.listed.handle,
+                String::from_utf8(l.path).expect("utf-8 path"),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_removed_file_waits_in_the_trash_and_comes_back_whole() {
+    let store = Arc::new(MemStore::new());
+    let meta = Meta::open(store.clone(), options(Duration::from_secs(3600))).unwrap();
+    let dir = meta.mkdir(ROOT, b"d", 0o755).await.unwrap().handle;
+    let (file, id) = file_with_object(&meta, dir, b"f", 1000).await;
+    let before = meta.getattr(file).unwrap();
+    meta.unlink(dir, b"f").await.unwrap();
+
+    // Out of the namespace, its objects kept, in the trash with its path.
+    assert_eq!(meta.lookup(dir, b"f").unwrap_err().errno(), ENOENT);
+    assert!(queued(&meta).is_empty(), "nothing queued for deletion");
+    assert_eq!(listed(&meta, &user(0)), vec![(file, "/d/f".to_string())]);
+    let status = meta.status().unwrap();
+    assert_eq!((status.trash_entries, status.trash_bytes), (1, 1000));
+    let report = fsck_clean(&store);
+    assert_eq!((report.trash_entries, report.trash_bytes), (1, 1000));
+
+    // Nothing in the trash changes.
+    let attr = SetAttr {
+        size: Some(0),
+        ..SetAttr::default()
+    };
+    assert_eq!(meta.setattr(file, attr).await.unwrap_err().errno(), ESTALE);
+
+    // Restored under its name, as it was.
+    let restored = meta.trash_restore(user(0), file).await.unwrap();
+    assert_eq!(
+        (restored.parent, restored.name.as_slice()),
+        (dir, &b"f"[..])
+    );
+    let after = meta.lookup(dir, b"f").unwrap();
+    assert_eq!((after.handle, after.size, after.nlink), (file, 1000, 1));
+    assert_eq!(after.mtime_ns, before.mtime_ns);
+    let map = meta.read_map(file, 0, 100).unwrap();
+    assert!(format!("{map:?}").contains(&format!("id: {id}")), "{map:?}");
+    assert!(listed(&meta, &user(0)).is_empty());
+    let report = fsck_clean(&store);
+    assert_eq!((report.trash_entries, report.trash_bytes), (0, 0));
+
+    // Removed again, its name taken meanwhile: restored beside it.
+    meta.unlink(dir, b"f").await.unwrap();
+    let (other, _) = file_with_object(&meta, dir, b"f", 10).await;
+    let restored = meta.trash_restore(user(0), file).await.unwrap();
+    assert_eq!(
+        String::from_utf8(restored.name).unwrap(),
+        format!("f.restored-{file}")
+    );
+    assert_eq!(meta.lookup(dir, b"f").unwrap().handle, other);
+    fsck_clean(&store);
+
+    // Purged: destroyed, its object queued.
+    meta.unlink(dir, format!("f.restored-{file}").as_bytes())
+        .await
+        .unwrap();
+    meta.trash_purge(user(0), file).await.unwrap();
+    assert_eq!(queued(&meta), vec![id]);
+    assert_eq!(meta.getattr(file).unwrap_err().errno(), ENOENT);
+    let status = meta.status().unwrap();
+    assert_eq!((status.trash_entries, status.trash_bytes), (0, 0));
+    fsck_clean(&store);
+}
+
+#[tokio::test]
+async fn a_removed_tree_comes_back_directories_first() {
+    let store = Arc::new(MemStore::new());
+    let meta = Meta::open(store.clone(), options(Duration::from_secs(3600))).unwrap();
+    let top = meta.mkdir(ROOT, b"top", 0o755).await.unwrap().handle;
+    let sub = meta.mkdir(top, b"sub", 0o755).await.unwrap().handle;
+    let (a, _) = file_with_object(&meta, sub, b"a", 5).await;
+    let (b, _) = file_with_object(&meta, top, b"b", 7).await;
+    // rm -rf top: the files, then the directories, deepest first.
+    meta.unlink(sub, b"a").await.unwrap();
+    meta.rmdir(top, b"sub").await.unwrap();
+    meta.unlink(top, b"b").await.unwrap();
+    meta.rmdir(ROOT, b"top").await.unwrap();
+    let mut paths = listed(&meta, &user(0));
+    paths.sort();
+    let mut expected = vec![
+        (top, "/top".to_string()),
+        (sub, "/top/sub".to_string()),
+        (a, "/top/sub/a".to_string()),
+        (b, "/top/b".to_string()),
+    ];
+    expected.sort();
+    assert_eq!(paths, expected);
+    assert_eq!(meta.statfs().unwrap().inodes, 5, "the root and the trash");
+    fsck_clean(&store);
+
+    // Nothing is made in a directory in the trash; a file waits for its directory.
+    assert_eq!(
+        meta.create(sub, b"x", 0o644).await.unwrap_err().errno(),
+        ENOENT
+    );
+    let refused = meta.trash_restore(user(0), a).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("restore it first"),
+        "{refused}"
+    );
+    for handle in [top, sub, a, b] {
+        meta.trash_restore(user(0), handle).await.unwrap();
+    }
+    assert_eq!(meta.lookup(ROOT, b"top").unwrap().nlink, 3);
+    assert_eq!(meta.lookup(sub, b"a").unwrap().handle, a);
+    assert_eq!(meta.lookup(top, b"b").unwrap().size, 7);
+    fsck_clean(&store);
+
+    // A file whose directory was purged comes back in the root.
+    meta.unlink(sub, b"a").await.unwrap();
+    meta.rmdir(top, b"sub").await.unwrap();
+    meta.trash_purge(user(0), sub).await.unwrap();
+    let restored = meta.trash_restore(user(0), a).await.unwrap();
+    assert_eq!(
+        (restored.parent, restored.name.as_slice()),
+        (ROOT, &b"a"[..])
+    );
+    fsck_clean(&store);
+}
+
+#[tokio::test]
+async fn the_trash_counts_in_no_quota_and_is_each_owners() {
+    let store = Arc::new(MemStore::new());
+    let meta = Meta::open(store.clone(), options(Duration::from_secs(3600))).unwrap();
+    let shared = meta.mkdir(ROOT, b"shared", 0o777).await.unwrap().handle;
+    let limits = QuotaLimits {
+        bytes: 1500,
+        ..QuotaLimits::default()
+    };
+    meta.set_quota(user(0), QuotaTarget::user(1000), limits)
+        .await
+        .unwrap();
+    let mine = made(
+        meta.apply_as(
+            user(1000),
+            Op::Make {
+                parent: shared,
+                name: b"mine".to_vec(),
+                node: NewNode::file(0o644, 1000, 1000),
+                exclusive: true,
+            },
+        )
+        .await
+        .unwrap(),
+    );
+    let grow = |size| SetAttr {
+        size: Some(size),
+        ..SetAttr::default()
+    };
+    meta.apply_as(
+        user(1000),
+        Op::SetAttr {
+            handle: mine,
+            attr: grow(1000),
+        },
+    )
+    .await
+    .unwrap();
+    meta.apply_as(
+        user(1000),
+        Op::Unlink {
+            parent: shared,
+            name: b"mine".to_vec(),
+            keep: vec![],
+        },
+    )
+    .await
+    .unwrap();
+    let usage = meta.quota(&user(0), QuotaTarget::user(1000)).unwrap().usage;
+    assert_eq!(
+        (usage.bytes, usage.inodes),
+        (0, 0),
+        "the trash counts in no quota"
+    );
+    assert!(
+        quota::count::check(&store.snapshot().unwrap())
+            .unwrap()
+            .is_empty()
+    );
+
+    // Another user sees nothing of it and cannot take it; its owner can.
+    assert!(listed(&meta, &user(2000)).is_empty());
+    assert_eq!(listed(&meta, &user(1000)).len(), 1);
+    let refused = meta.trash_restore(user(2000), mine).await.unwrap_err();
+    assert_eq!(refused.errno(), EPERM, "{refused}");
+    assert_eq!(
+        meta.trash_purge(user(2000), mine)
+            .await
+            .unwrap_err()
+            .errno(),
+        EPERM
+    );
+
+    // A restore counts again, and is refused past the limit (changing nothing).
+    let big = made(
+        meta.apply_as(
+            user(1000),
+            Op::Make {
+                parent: shared,
+                name: b"big".to_vec(),
+                node: NewNode::file(0o644, 1000, 1000),
+                exclusive: true,
+            },
+        )
+        .await
+        .unwrap(),
+    );
+    meta.apply_as(
+        user(1000),
+        Op::SetAttr {
+            handle: big,
+            attr: grow(1000),
+        },
+    )
+    .await
+    .unwrap();
+    let before = store.dump();
+    let refused = meta.trash_restore(user(1000), mine).await.unwrap_err();
+    assert_eq!(refused.errno(), EDQUOT, "{refused}");
+    assert_eq!(store.dump(), before, "a refused restore changes nothing");
+    meta.apply_as(
+        user(1000),
+        Op::SetAttr {
+            handle: big,
+            attr: grow(0),
+        },
+    )
+    .await
+    .unwrap();
+    meta.trash_restore(user(1000), mine).await.unwrap();
+    let usage = meta.quota(&user(0), QuotaTarget::user(1000)).unwrap().usage;
+    assert_eq!(usage.bytes, 1000);
+    assert!(
+        quota::count::check(&store.snapshot().unwrap())
+            .unwrap()
+            .is_empty()
+    );
+    fsck_clean(&store);
+}
+
+#[tokio::test]
+async fn a_file_replaced_by_a_rename_and_an_orphan_go_to_the_trash() {
+    let store = Arc::new(MemStore::new());
+    let meta = Meta::open(store.clone(), options(Duration::from_secs(3600))).unwrap();
+    let (old, _) = file_with_object(&meta, ROOT, b"config", 10).await;
+    let (new, _) = file_with_object(&meta, ROOT, b"config.tmp", 20).await;
+    meta.rename(ROOT, b"config.tmp", ROOT, b"config", 0)
+        .await
+        .unwrap();
+    assert_eq!(listed(&meta, &user(0)), vec![(old, "/config".to_string())]);
+
+    // Open on the remover's mount: an orphan until closed, then in the trash.
+    let session = Caller {
+        session: 7,
+        ..Caller::default()
+    };
+    meta.apply_as(
+        session.clone(),
+        Op::Unlink {
+            parent: ROOT,
+            name: b"config".to_vec(),
+            keep: vec![new],
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(meta.orphans().unwrap().len(), 1);
+    // Still changeable while open.
+    let attr = SetAttr {
+        size: Some(30),
+        ..SetAttr::default()
+    };
+    meta.apply_as(session.clone(), Op::SetAttr { handle: new, attr })
+        .await
+        .unwrap();
+    meta.apply_as(
+        session,
+        Op::ReleaseOrphan {
+            handle: new,
+            any_session: false,
+        },
+    )
+    .await
+    .unwrap();
+    assert!(meta.orphans().unwrap().is_empty());
+    let mut paths = listed(&meta, &user(0));
+    paths.sort();
+    assert_eq!(
+        paths,
+        vec![(old, "/config".to_string()), (new, "/config".to_string())]
+    );
+    assert_eq!(meta.status().unwrap().trash_bytes, 40);
+    fsck_clean(&store);
+}
+
+#[tokio::test]
+async fn expired_entries_are_purged_in_the_background() {
+    let store = Arc::new(MemStore::new());
+    let meta = Meta::open(store.clone(), options(Duration::from_millis(300))).unwrap();
+    let mut ids = Vec::new();
+    for i in 0..50 {
+        let name = format!("f{i}");
+        let (_, id) = file_with_object(&meta, ROOT, name.as_bytes(), 100).await;
+        meta.unlink(ROOT, name.as_bytes()).await.unwrap();
+        ids.push(id);
+    }
+    assert_eq!(meta.status().unwrap().trash_entries, 50);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while meta.status().unwrap().trash_entries > 0 {
+        assert!(std::time::Instant::now() < deadline, "not expired in 20 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut gone = queued(&meta);
+    gone.sort();
+    assert_eq!(gone, ids, "every object queued for deletion");
+    let report = fsck_clean(&store);
+    assert_eq!((report.inodes, report.trash_entries), (1, 0));
+}
+
+#[tokio::test]
+async fn without_a_trash_a_removal_is_final() {
+    let store = Arc::new(MemStore::new());
+    let meta = Meta::open(store.clone(), MetaOptions::default()).unwrap();
+    let (_, id) = file_with_object(&meta, ROOT, b"f", 100).await;
+    meta.unlink(ROOT, b"f").await.unwrap();
+    assert_eq!(queued(&meta), vec![id]);
+    assert!(listed(&meta, &user(0)).is_empty());
+    fsck_clean(&store);
+}
