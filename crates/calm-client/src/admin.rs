@@ -41,6 +41,28 @@ impl Client {
         }
     }
 
+    /// Entries of the trash with a handle above `after`, at most `max`: every one for an
+    /// administrator, the caller's own for anyone else.
+    pub async fn trash_list(&self, after: u64, max: u32) -> Result<Vec<pb::TrashEntry>> {
+        let conn = self.conn();
+        let request = self.tagged(pb::TrashListRequest { after, max }, None);
+        Ok(check(conn.protect.clone().trash_list(request).await)?.entries)
+    }
+
+    /// Names entry `handle` of the trash again; answers where and under which name.
+    pub async fn trash_restore(&self, handle: u64) -> Result<pb::TrashRestoreReply> {
+        let conn = self.conn();
+        let request = self.tagged(pb::HandleRequest { handle }, None);
+        check(conn.protect.clone().trash_restore(request).await)
+    }
+
+    /// Destroys entry `handle` of the trash.
+    pub async fn trash_purge(&self, handle: u64) -> Result<()> {
+        let conn = self.conn();
+        let request = self.tagged(pb::HandleRequest { handle }, None);
+        check(conn.protect.clone().trash_purge(request).await).map(|_| ())
+    }
+
     /// Registers a node's targets (soft state; `complete`: every target the node holds).
     pub async fn register_targets(&self, registration: pb::TargetRegistration) -> Result<()> {
         check(

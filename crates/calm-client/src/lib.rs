@@ -20,6 +20,7 @@ pub mod quota_tables;
 pub mod routing;
 mod shadow;
 pub mod tables;
+pub mod trash;
 
 use calm_changelog::{Record, User, UserId};
 use calm_locks::{Holder, Request as LockRequest, SessionId};

@@ -91,6 +91,18 @@ pub fn status_lines(server: &str, status: &StatusReply) -> Vec<String> {
             },
         ),
         (
+            "trash",
+            match status.trash_kept_s {
+                0 => "none: a removal is final (--trash-hours 0)".to_string(),
+                kept => format!(
+                    "{} entries, {:.1} MB, each kept {:.2} h",
+                    status.trash_entries,
+                    status.trash_bytes as f64 / 1e6,
+                    kept as f64 / 3600.0
+                ),
+            },
+        ),
+        (
             "compaction",
             format!(
                 "{} chunks compacted since start ({} records replaced, {:.1} MB written, {} \

@@ -88,6 +88,8 @@ pub struct Meta<S: Store> {
     names: layout::NameHash,
     /// The store is shared with other servers (reads cross the network).
     shared: bool,
+    /// How long the trash keeps what is removed (zero: no trash).
+    trash_kept: std::time::Duration,
 }
 
 impl<S: Store> std::fmt::Debug for Meta<S> {
@@ -252,6 +254,11 @@ impl<S: Store> Meta<S> {
             trash_entries: counter(&snap, KEY_TRASH_ENTRIES)?,
             trash_bytes: counter(&snap, KEY_TRASH_BYTES)?,
         })
+    }
+
+    /// How long the trash keeps what is removed (zero: there is no trash).
+    pub fn trash_kept(&self) -> std::time::Duration {
+        self.trash_kept
     }
 
     // ----- mutations (durable when they return) -----

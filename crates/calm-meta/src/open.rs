@@ -31,6 +31,7 @@ impl<S: Store> Meta<S> {
         let last_sender = Arc::new(commit::LastIndex::new(cl.last));
         let stats = Arc::new(CommitStats::default());
         let plan = housekeeping::Plan::new(&options);
+        let trash_kept = options.trash_kept;
         // Another server's records: a follower publishes the last index they reach.
         let commits = store.watch_commits()?;
         let shared = store.shared();
@@ -76,6 +77,7 @@ impl<S: Store> Meta<S> {
             epoch: opened.generation,
             names: opened.names,
             shared,
+            trash_kept,
         })
     }
 }

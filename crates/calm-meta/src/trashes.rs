@@ -81,9 +81,8 @@ fn path_of<R: ReadTxn>(
         if at == ROOT {
             break;
         }
-        if !names.contains_key(&at) {
-            let found = name_of(snap, at)?;
-            names.insert(at, found);
+        if let std::collections::hash_map::Entry::Vacant(slot) = names.entry(at) {
+            slot.insert(name_of(snap, at)?);
         }
         match &names[&at] {
             Some((parent, name)) => {

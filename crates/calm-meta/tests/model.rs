@@ -34,8 +34,11 @@ struct MNode {
 struct Model {
     nodes: BTreeMap<Handle, MNode>,
     /// With a trash: what lost its last name, with the directory and name it had.
-    trash: Option<BTreeMap<Handle, (MNode, Handle, Vec<u8>)>>,
+    trash: Option<BTreeMap<Handle, Trashed>>,
 }
+
+/// A node in the model's trash, with the directory and name it had.
+type Trashed = (MNode, Handle, Vec<u8>);
 
 type Answer = Result<(), i32>;
 

@@ -45,6 +45,8 @@ pub struct ServerConfig {
     /// Metadata backups into the object store: every so often, and how many are kept (their
     /// dump is written in the data directory first).
     pub backups: Option<(Duration, usize)>,
+    /// How long what is removed stays in the trash (zero: no trash, a removal is final).
+    pub trash_kept: Duration,
 }
 
 /// The PEM files of a TLS listener.
@@ -117,6 +119,7 @@ impl ServerConfig {
             },
             objects_url: self.objects.clone(),
             objects_url_default: Some(calm_data::ObjectsUrl::file(&dir.join("objects"))),
+            trash_kept: self.trash_kept,
             ..MetaOptions::default()
         })
     }

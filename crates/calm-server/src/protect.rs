@@ -425,6 +425,65 @@ impl<S: Store> pb::protect_server::Protect for ProtectService<S> {
             named_after_all: done.named_after_all,
         }))
     }
+
+    async fn trash_list(
+        &self,
+        r: Request<pb::TrashListRequest>,
+    ) -> Result<Response<pb::TrashListReply>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let request = r.into_inner();
+        let meta = self.meta.clone();
+        let listed = tokio::task::spawn_blocking(move || {
+            meta.trash_list(&caller, request.after, request.max as usize)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("listing the trash: {e}")))?
+        .map_err(|e| calm_proto::status_from_error(&e))?;
+        let entries = listed
+            .into_iter()
+            .map(|l| pb::TrashEntry {
+                handle: l.listed.handle,
+                deleted_ns: l.listed.entry.deleted_ns,
+                size: l.listed.entry.size,
+                parent: l.listed.entry.parent,
+                name: l.listed.entry.name,
+                path: l.path,
+                kind: l.listed.kind as u32,
+                uid: l.listed.uid,
+                gid: l.listed.gid,
+            })
+            .collect();
+        Ok(Response::new(pb::TrashListReply { entries }))
+    }
+
+    async fn trash_restore(
+        &self,
+        r: Request<pb::HandleRequest>,
+    ) -> Result<Response<pb::TrashRestoreReply>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let restored = self
+            .meta
+            .trash_restore(caller, r.into_inner().handle)
+            .await
+            .map_err(|e| calm_proto::status_from_error(&e))?;
+        Ok(Response::new(pb::TrashRestoreReply {
+            attr: Some((&restored.attr).into()),
+            parent: restored.parent,
+            name: restored.name,
+        }))
+    }
+
+    async fn trash_purge(
+        &self,
+        r: Request<pb::HandleRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let caller = self.auth.caller(&r)?;
+        self.meta
+            .trash_purge(caller, r.into_inner().handle)
+            .await
+            .map_err(|e| calm_proto::status_from_error(&e))?;
+        Ok(Response::new(pb::Empty {}))
+    }
 }
 
 #[cfg(test)]

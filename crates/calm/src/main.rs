@@ -18,6 +18,7 @@ mod protect;
 mod quota;
 mod serve;
 mod status;
+mod trash;
 mod watch;
 
 /// The server a command talks to when --server is not given: the Unix socket of the default
@@ -197,6 +198,14 @@ enum Command {
     /// Make a new store from a dump (or from the newest backup in the object store), after
     /// checking the whole file; the store must be new.
     Load(protect::LoadArgs),
+    /// The trash: what was removed, kept for a while (calm serve --trash-hours): list,
+    /// restore, purge.
+    Trash {
+        #[arg(long, default_value = DEFAULT_SERVER, global = true)]
+        server: String,
+        #[command(subcommand)]
+        command: trash::TrashCommand,
+    },
     /// List the metadata backups servers keep in an object store (--backup-every-hours).
     Backups {
         /// The object store of the namespace's file contents (file:///DIR or s3://…).
@@ -228,6 +237,7 @@ impl Command {
                 | Command::Dump(_)
                 | Command::Load(_)
                 | Command::Backups { .. }
+                | Command::Trash { .. }
                 | Command::Certs(_)
         )
     }
@@ -357,6 +367,7 @@ fn main() -> ExitCode {
         Command::Dump(args) => protect::dump(&args, DEFAULT_SERVER),
         Command::Load(args) => protect::load(&args),
         Command::Backups { objects, json } => protect::backups(&objects, json),
+        Command::Trash { server, command } => trash::run(&server, command),
         Command::Certs(command) => certs::run(command),
         Command::Bench(which) => run_bench(which),
     };

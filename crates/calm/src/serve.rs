@@ -97,6 +97,11 @@ pub struct ServerArgs {
     /// Backups kept in the object store; after each new one the oldest beyond this are removed.
     #[arg(long, default_value_t = 24)]
     pub backup_keep: usize,
+    /// Keep what is removed (unlinked, replaced by a rename, rmdir'd) in a trash this many
+    /// hours (fractions allowed) before it is destroyed; `calm trash` lists, restores and
+    /// purges it. What is in the trash counts in no quota. 0: no trash, a removal is final.
+    #[arg(long, default_value_t = 24.0)]
+    pub trash_hours: f64,
 }
 
 impl ServerArgs {
@@ -151,6 +156,11 @@ impl ServerArgs {
                     )
                 },
             ),
+            trash_kept: if self.trash_hours > 0.0 && self.trash_hours.is_finite() {
+                Duration::from_secs_f64((self.trash_hours * 3600.0).max(0.001))
+            } else {
+                Duration::ZERO
+            },
             shared: shared.then(|| SharedConfig {
                 lease_ms: self.server_lease_ms,
                 grace_ms_max: self.grace_ms_max,

@@ -69,6 +69,9 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
         value["backup_last_ms"] = status.backup_last_ms.into();
         value["backup_last_bytes"] = status.backup_last_bytes.into();
         value["backup_every_s"] = status.backup_every_s.into();
+        value["trash_entries"] = status.trash_entries.into();
+        value["trash_bytes"] = status.trash_bytes.into();
+        value["trash_kept_s"] = status.trash_kept_s.into();
         value["store"] = status
             .store
             .iter()

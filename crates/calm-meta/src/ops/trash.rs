@@ -228,17 +228,17 @@ pub fn list<R: ReadTxn + ?Sized>(
     Ok(out)
 }
 
+/// One expiry pass's finds: entries removed before the limit (handle, when removed), and the
+/// handle the next pass starts at (`None`: the end of the trash was reached).
+pub type Expired = (Vec<(Handle, i64)>, Option<Handle>);
+
 /// Entries to visit per expiry pass.
 pub const EXPIRY_ENTRIES_PER_PASS: usize = 4096;
 
 /// One pass of the expiry: of up to [`EXPIRY_ENTRIES_PER_PASS`] entries with a handle from
 /// `from` on, those removed before `before_ns` (handle, when removed); and where the next pass
 /// starts (`None`: the end of the trash was reached).
-pub fn expired<R: ReadTxn + ?Sized>(
-    view: &R,
-    from: Handle,
-    before_ns: i64,
-) -> Result<(Vec<(Handle, i64)>, Option<Handle>)> {
+pub fn expired<R: ReadTxn + ?Sized>(view: &R, from: Handle, before_ns: i64) -> Result<Expired> {
     let mut old = Vec::new();
     let mut seen = 0usize;
     let mut next = None;
