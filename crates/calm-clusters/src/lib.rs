@@ -190,6 +190,8 @@ impl<S: Store> Clusters<S> {
             | Op::Compact { handle, .. }
             | Op::ReleaseOrphan { handle, .. }
             | Op::TrashRestore { handle }
+            | Op::Clone { src: handle, .. }
+            | Op::CloneEntries { src: handle, .. }
             | Op::TrashPurge { handle, .. } => self.cluster_of(*handle),
             // A tree's quota on the cluster of its directory; a user's or a group's counts
             // on each cluster apart (set it on each).

@@ -62,7 +62,7 @@ pub use crate::error::{MetaError, Result};
 use crate::layout::*;
 use crate::ops::{Done, Op};
 pub use crate::quotas::{QUOTA_LIST_MAX, Summary};
-pub use crate::trashes::{Restored, TrashListing};
+pub use crate::trashes::{ClonedEntries, Restored, TrashListing};
 pub use crate::types::*;
 pub use calm_types::FileMap;
 pub use calm_types::{Caller, Groups, attr as types, error, slices};

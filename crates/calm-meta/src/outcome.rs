@@ -21,6 +21,13 @@ pub enum Done {
     Orphaned(Handle),
     /// A quota as it is after the mutation.
     Quota(calm_types::QuotaReport),
+    /// Entries of a directory cloned: the subdirectories made (source, copy), where to go on
+    /// (the last source name key done; `None`: the directory is done), and how many.
+    Cloned {
+        dirs: Vec<(Handle, Handle)>,
+        next: Option<Vec<u8>>,
+        entries: u64,
+    },
     /// An entry of the trash named again: its attributes, directory and name.
     Restored {
         attr: Attr,

@@ -74,7 +74,9 @@ fn encode(done: &Done, now_ns: i64) -> Option<[u8; 17]> {
         Done::Ids(first) => (3, *first),
         // Changelog readers and quotas are administration, sent without request ids (setting
         // a quota twice sets it once).
-        Done::User(_) | Done::Quota(_) | Done::Restored { .. } => return None,
+        Done::User(_) | Done::Quota(_) | Done::Restored { .. } | Done::Cloned { .. } => {
+            return None;
+        }
     };
     let mut bytes = [0u8; 17];
     bytes[0] = kind;

@@ -1,5 +1,5 @@
-//! The trash as calls (`crate::ops::trash`): listing it with the path each entry had, restoring
-//! an entry, purging one.
+//! What protects from a mistake, as calls: the trash (`crate::ops::trash`: listing it with the
+//! path each entry had, restoring an entry, purging one) and clones (`crate::ops::clone`).
 
 use std::collections::HashMap;
 
@@ -136,4 +136,70 @@ fn name_of<R: ReadTxn>(snap: &R, dir: Handle) -> Result<Option<(Handle, Vec<u8>)
         return Err(e);
     }
     Ok(found.map(|name| (inode.parent, name)))
+}
+
+/// What one request of a tree's clone did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClonedEntries {
+    /// Subdirectories made, each with its source: to be cloned in turn.
+    pub dirs: Vec<(Handle, Handle)>,
+    /// Where the next request goes on in the source directory (`None`: it is done).
+    pub next: Option<Vec<u8>>,
+    pub entries: u64,
+}
+
+impl<S: Store> Meta<S> {
+    /// Clones node `src` as `name` in `parent` (a directory empty: [`Meta::clone_entries`]
+    /// fills it), sharing its objects (`crate::ops::clone` says who may and who owns it).
+    pub async fn clone_node(
+        &self,
+        caller: Caller,
+        src: Handle,
+        parent: Handle,
+        name: &[u8],
+    ) -> Result<Attr> {
+        let op = Op::Clone {
+            src,
+            parent,
+            name: name.to_vec(),
+        };
+        match self.apply_as(caller, op).await? {
+            Done::Attr(attr) => Ok(attr),
+            other => unreachable!("a clone answers with the copy's attributes, not {other:?}"),
+        }
+    }
+
+    /// Clones up to `max` entries of directory `src` (after its name key `after`) into `dst`;
+    /// fewer on a shared store, whose transactions are small.
+    pub async fn clone_entries(
+        &self,
+        caller: Caller,
+        src: Handle,
+        dst: Handle,
+        after: Vec<u8>,
+        max: usize,
+    ) -> Result<ClonedEntries> {
+        let limit = match self.shared {
+            true => crate::ops::clone::CLONE_ENTRIES_SHARED_MAX,
+            false => crate::ops::clone::CLONE_ENTRIES_MAX,
+        };
+        let op = Op::CloneEntries {
+            src,
+            dst,
+            after,
+            max: max.clamp(1, limit) as u32,
+        };
+        match self.apply_as(caller, op).await? {
+            Done::Cloned {
+                dirs,
+                next,
+                entries,
+            } => Ok(ClonedEntries {
+                dirs,
+                next,
+                entries,
+            }),
+            other => unreachable!("a clone of entries answers what it made, not {other:?}"),
+        }
+    }
 }

@@ -636,6 +636,7 @@ fn run_group(
                 Done::Nothing | Done::User(_) | Done::Ids(_) | Done::Orphaned(_) | Done::Quota(_),
             ) => Ok(None),
             Ok(Done::Restored { attr, .. }) => Ok(Some(attr.handle)),
+            Ok(Done::Cloned { .. }) => Ok(None),
             Err(Failure::Meta(error)) => Err(error.errno()),
             Err(Failure::Store(error)) => panic!("store failed: {error}"),
         })

@@ -19,6 +19,7 @@ use crate::types::*;
 
 pub mod acls;
 pub mod attrs;
+pub mod clone;
 pub mod data;
 pub mod names;
 pub mod op;
@@ -44,6 +45,7 @@ use names::{link, make, make_record_type, rmdir, unlink};
 pub fn changed_dir(op: &Op) -> Option<Handle> {
     match op {
         Op::Make { parent, .. }
+        | Op::Clone { parent, .. }
         | Op::Link { parent, .. }
         | Op::Unlink { parent, .. }
         | Op::Rmdir { parent, .. } => Some(*parent),
@@ -79,6 +81,9 @@ pub fn record_type(op: &Op) -> Option<RecordType> {
         | Op::ReleaseOrphan { .. }
         | Op::ClaimOrphans { .. }
         | Op::TrashPurge { .. }
+        // A clone makes room for the records of its nodes' kinds itself.
+        | Op::Clone { .. }
+        | Op::CloneEntries { .. }
         // A restore makes room for the record of its node's kind itself.
         | Op::TrashRestore { .. }
         | Op::SetQuota { .. } => return None,
@@ -169,6 +174,13 @@ pub fn apply<T: WriteTxn>(ctx: &mut Ctx<'_, T>, op: &Op) -> Outcome<Done> {
         } => orphans::release(ctx, *handle, *any_session),
         Op::ClaimOrphans { handles } => orphans::claim(ctx, handles),
         Op::TrashRestore { handle } => trash::restore(ctx, *handle),
+        Op::Clone { src, parent, name } => clone::node(ctx, *src, *parent, name),
+        Op::CloneEntries {
+            src,
+            dst,
+            after,
+            max,
+        } => clone::entries(ctx, *src, *dst, after, *max as usize),
         Op::TrashPurge { handle, removed_at } => trash::purge(ctx, *handle, *removed_at),
         Op::ClGc => {
             let now = ctx.now;

@@ -139,6 +139,20 @@ pub enum Op {
     ClaimOrphans {
         handles: Vec<Handle>,
     },
+    /// Clones node `src` as `name` in `parent` (a directory empty: `CloneEntries` fills it),
+    /// sharing its objects (`crate::ops::clone`).
+    Clone {
+        src: Handle,
+        parent: Handle,
+        name: Vec<u8>,
+    },
+    /// Clones up to `max` entries of directory `src`, after its name key `after`, into `dst`.
+    CloneEntries {
+        src: Handle,
+        dst: Handle,
+        after: Vec<u8>,
+        max: u32,
+    },
     /// Names entry `handle` of the trash again (`crate::ops::trash`).
     TrashRestore {
         handle: Handle,

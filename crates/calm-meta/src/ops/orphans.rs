@@ -25,16 +25,6 @@ use crate::types::Handle;
 /// Orphans one claim may name.
 pub const CLAIM_HANDLES_MAX: usize = 65_536;
 
-/// An orphan record's value: the session (u64 le), then the directory of the file's last name
-/// (u64 le) and that name (both absent in a record written before format 12).
-pub(crate) fn encode(session: u64, dir: Handle, name: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(16 + name.len());
-    out.extend_from_slice(&session.to_le_bytes());
-    out.extend_from_slice(&dir.to_le_bytes());
-    out.extend_from_slice(name);
-    out
-}
-
 fn decode_session(value: &[u8]) -> Result<u64> {
     match value.get(..8).map(|b| b.try_into().expect("8 bytes")) {
         Some(bytes) if value.len() == 8 || value.len() > 16 => Ok(u64::from_le_bytes(bytes)),

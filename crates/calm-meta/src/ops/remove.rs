@@ -6,7 +6,7 @@
 use calm_store::WriteTxn;
 
 use crate::ctx::*;
-use crate::layout::{Inode, orphan_key, xattr_key};
+use crate::layout::{Inode, TrashEntry, orphan_key, trash_key, xattr_key};
 use crate::outcome::Outcome;
 use crate::types::*;
 
@@ -59,7 +59,7 @@ pub(crate) fn removed<T: WriteTxn>(
     name: &[u8],
 ) -> Outcome<()> {
     if ctx.trash {
-        super::trash::put(ctx, inode, dir, name)
+        to_trash(ctx, inode, dir, name)
     } else {
         destroy(ctx, &inode)
     }
@@ -111,9 +111,45 @@ pub(crate) fn keep_orphan<T: WriteTxn>(
     let handle = inode.handle;
     inode.ctime_ns = ctx.now;
     ctx.store(inode);
-    ctx.txn.put(
-        &orphan_key(handle),
-        &super::orphans::encode(session, dir, name),
-    )?;
+    ctx.txn
+        .put(&orphan_key(handle), &orphan_value(session, dir, name))?;
     Ok(Some(handle))
+}
+
+/// Moves `inode`, whose last name was `name` in `dir` (already removed, with its usage of the
+/// trees above that directory), to the trash.
+pub(crate) fn to_trash<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    mut inode: Inode,
+    dir: Handle,
+    name: &[u8],
+) -> Outcome<()> {
+    uncharge(ctx, &inode)?;
+    let entry = TrashEntry {
+        deleted_ns: ctx.now,
+        size: if inode.kind == Kind::File {
+            inode.size
+        } else {
+            0
+        },
+        parent: dir,
+        name: name.to_vec(),
+    };
+    ctx.txn.put(&trash_key(inode.handle), &entry.encode())?;
+    ctx.trash_entries_delta += 1;
+    ctx.trash_bytes_delta += entry.size as i64;
+    inode.nlink = 0;
+    inode.ctime_ns = ctx.now;
+    ctx.store(inode);
+    Ok(())
+}
+
+/// An orphan record's value: the session (u64 le), then the directory of the file's last name
+/// (u64 le) and that name (both absent in a record written before format 12).
+pub(crate) fn orphan_value(session: u64, dir: Handle, name: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + name.len());
+    out.extend_from_slice(&session.to_le_bytes());
+    out.extend_from_slice(&dir.to_le_bytes());
+    out.extend_from_slice(name);
+    out
 }

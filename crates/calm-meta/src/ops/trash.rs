@@ -28,34 +28,6 @@ use crate::types::*;
 /// Entries one listing answers at most (the caller goes on from the last handle).
 pub const LIST_ENTRIES_MAX: usize = 10_000;
 
-/// Moves `inode`, whose last name was `name` in `dir` (already removed, with its usage of the
-/// trees above that directory), to the trash.
-pub(crate) fn put<T: WriteTxn>(
-    ctx: &mut Ctx<'_, T>,
-    mut inode: Inode,
-    dir: Handle,
-    name: &[u8],
-) -> Outcome<()> {
-    super::remove::uncharge(ctx, &inode)?;
-    let entry = TrashEntry {
-        deleted_ns: ctx.now,
-        size: if inode.kind == Kind::File {
-            inode.size
-        } else {
-            0
-        },
-        parent: dir,
-        name: name.to_vec(),
-    };
-    ctx.txn.put(&trash_key(inode.handle), &entry.encode())?;
-    ctx.trash_entries_delta += 1;
-    ctx.trash_bytes_delta += entry.size as i64;
-    inode.nlink = 0;
-    inode.ctime_ns = ctx.now;
-    ctx.store(inode);
-    Ok(())
-}
-
 fn entry<R: ReadTxn + ?Sized>(view: &R, handle: Handle) -> Outcome<Option<TrashEntry>> {
     match view.get(&trash_key(handle))? {
         Some(value) => Ok(Some(TrashEntry::decode(&value)?)),

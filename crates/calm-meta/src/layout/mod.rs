@@ -27,6 +27,9 @@
 use crate::error::{MetaError, Result};
 use crate::types::{Handle, Kind};
 
+mod trash;
+pub use trash::TrashEntry;
+
 /// The format this build writes. Version 2 added the changelog (`0xFF`, `U`, `Ncl_*`);
 /// version 3 the file contents (`J` chunks, `G` deletion queue, `R` shared objects,
 /// `Sobjects`, `Nslice_next`); version 4 the parents of non-directories (their inode's
@@ -398,44 +401,6 @@ pub fn trash_key(handle: Handle) -> [u8; 9] {
 }
 
 pub const TRASH_END: &[u8] = &[TAG_TRASH + 1];
-
-/// What the trash keeps of a removed file or directory besides its inode: when it was removed,
-/// its size then, and the directory and name it had. Encoded as `deleted_ns` (i64 le), `size`
-/// (u64 le), `parent` (u64 le), then the name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TrashEntry {
-    pub deleted_ns: i64,
-    pub size: u64,
-    pub parent: Handle,
-    pub name: Vec<u8>,
-}
-
-impl TrashEntry {
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(24 + self.name.len());
-        out.extend_from_slice(&self.deleted_ns.to_le_bytes());
-        out.extend_from_slice(&self.size.to_le_bytes());
-        out.extend_from_slice(&self.parent.to_le_bytes());
-        out.extend_from_slice(&self.name);
-        out
-    }
-
-    pub fn decode(value: &[u8]) -> Result<TrashEntry> {
-        let word = |at: usize| -> Option<[u8; 8]> { value.get(at..at + 8)?.try_into().ok() };
-        match (word(0), word(8), word(16)) {
-            (Some(deleted), Some(size), Some(parent)) if value.len() > 24 => Ok(TrashEntry {
-                deleted_ns: i64::from_le_bytes(deleted),
-                size: u64::from_le_bytes(size),
-                parent: u64::from_le_bytes(parent),
-                name: value[24..].to_vec(),
-            }),
-            _ => Err(MetaError::Corrupt(format!(
-                "a trash entry of {} bytes",
-                value.len()
-            ))),
-        }
-    }
-}
 
 /// The key of inline slice `id`'s bytes.
 pub fn inline_key(id: u64) -> [u8; 9] {
