@@ -63,6 +63,47 @@ impl Client {
         check(conn.protect.clone().trash_purge(request).await).map(|_| ())
     }
 
+    /// Clones node `src` as `name` in `parent` (a directory empty: [`Client::clone_entries`]
+    /// fills it).
+    pub async fn clone_node(&self, src: u64, parent: u64, name: &[u8]) -> Result<Attr> {
+        let conn = self.conn();
+        let request = pb::CloneRequest {
+            src,
+            parent,
+            name: name.to_vec(),
+        };
+        let attr = check(
+            conn.protect
+                .clone()
+                .clone_node(self.tagged(request, None))
+                .await,
+        )?;
+        Attr::try_from(attr)
+    }
+
+    /// Clones up to `max` entries of directory `src` (after `after`) into `dst`.
+    pub async fn clone_entries(
+        &self,
+        src: u64,
+        dst: u64,
+        after: Vec<u8>,
+        max: u32,
+    ) -> Result<pb::CloneEntriesReply> {
+        let conn = self.conn();
+        let request = pb::CloneEntriesRequest {
+            src,
+            dst,
+            after,
+            max,
+        };
+        check(
+            conn.protect
+                .clone()
+                .clone_entries(self.tagged(request, None))
+                .await,
+        )
+    }
+
     /// Registers a node's targets (soft state; `complete`: every target the node holds).
     pub async fn register_targets(&self, registration: pb::TargetRegistration) -> Result<()> {
         check(

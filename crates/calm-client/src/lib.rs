@@ -13,6 +13,7 @@
 //! to the server deciding each file, `placement` sends mutations to one server.
 
 pub mod batch;
+pub mod clone;
 pub mod failover;
 pub mod json;
 mod placement;

@@ -125,7 +125,9 @@ async fn a_removed_file_waits_in_the_trash_and_comes_back_whole() {
     assert_eq!(after.mtime_ns, before.mtime_ns);
     let map = meta.read_map(file, 0, 100).unwrap();
     assert!(
-        map.chunks.iter().any(|(_, slices)| slices.iter().any(|s| s.id == id)),
+        map.chunks
+            .iter()
+            .any(|(_, slices)| slices.iter().any(|s| s.id == id)),
         "{map:?}"
     );
     assert!(listed(&meta, &user(0)).is_empty());

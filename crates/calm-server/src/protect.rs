@@ -473,6 +473,41 @@ impl<S: Store> pb::protect_server::Protect for ProtectService<S> {
         }))
     }
 
+    async fn clone_node(&self, r: Request<pb::CloneRequest>) -> Result<Response<pb::Attr>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let request = r.into_inner();
+        let attr = self
+            .meta
+            .clone_node(caller, request.src, request.parent, &request.name)
+            .await
+            .map_err(|e| calm_proto::status_from_error(&e))?;
+        Ok(Response::new((&attr).into()))
+    }
+
+    async fn clone_entries(
+        &self,
+        r: Request<pb::CloneEntriesRequest>,
+    ) -> Result<Response<pb::CloneEntriesReply>, Status> {
+        let caller = self.auth.caller(&r)?;
+        let request = r.into_inner();
+        let max = request.max as usize;
+        let done = self
+            .meta
+            .clone_entries(caller, request.src, request.dst, request.after, max)
+            .await
+            .map_err(|e| calm_proto::status_from_error(&e))?;
+        Ok(Response::new(pb::CloneEntriesReply {
+            dirs: done
+                .dirs
+                .iter()
+                .map(|&(src, dst)| pb::ClonedDir { src, dst })
+                .collect(),
+            more: done.next.is_some(),
+            next: done.next.unwrap_or_default(),
+            entries: done.entries,
+        }))
+    }
+
     async fn trash_purge(
         &self,
         r: Request<pb::HandleRequest>,

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod certs;
 mod changelog;
+mod clone;
 
 mod fsck;
 mod gc;
@@ -198,6 +199,18 @@ enum Command {
     /// Make a new store from a dump (or from the newest backup in the object store), after
     /// checking the whole file; the store must be new.
     Load(protect::LoadArgs),
+    /// Copy a file or a whole tree as a clone: the copy shares the source's bytes (nothing is
+    /// copied but metadata, a request per directory), and a later write to either never
+    /// changes the other. You need to read SRC and write DST's directory, as for cp -r; the
+    /// superuser's copies keep their owners (as cp -a), anyone else owns theirs.
+    Clone {
+        /// What to copy: a path on a calm mount here, or inside the namespace (/dir/file).
+        src: String,
+        /// The copy's path, which must not exist (its directory on the same namespace).
+        dst: String,
+        #[arg(long, default_value = DEFAULT_SERVER)]
+        server: String,
+    },
     /// The trash: what was removed, kept for a while (calm serve --trash-hours): list,
     /// restore, purge.
     Trash {
@@ -238,6 +251,7 @@ impl Command {
                 | Command::Load(_)
                 | Command::Backups { .. }
                 | Command::Trash { .. }
+                | Command::Clone { .. }
                 | Command::Certs(_)
         )
     }
@@ -368,6 +382,7 @@ fn main() -> ExitCode {
         Command::Load(args) => protect::load(&args),
         Command::Backups { objects, json } => protect::backups(&objects, json),
         Command::Trash { server, command } => trash::run(&server, command),
+        Command::Clone { src, dst, server } => clone::run(&server, &src, &dst),
         Command::Certs(command) => certs::run(command),
         Command::Bench(which) => run_bench(which),
     };

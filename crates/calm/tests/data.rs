@@ -186,6 +186,9 @@ fn an_unlinked_open_file_lives_until_its_last_close() {
         "0",
         "--orphan-claim-grace-s",
         "4",
+        // Objects go at the last close, not into a trash (tests/protect.rs has the trash).
+        "--trash-hours",
+        "0",
     ];
     let server = Server::start_with(&data, &args);
     let lease = ["--lock-lease-ms", "1000", OBJECTS_ONLY[0], OBJECTS_ONLY[1]];
@@ -286,7 +289,7 @@ fn removed_contents_are_deleted_and_small_overwrites_are_compacted() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = common::data_dir(&tmp);
     let objects = data.join("objects");
-    let server = Server::start_with(&data, &["--delete-delay-s", "0"]);
+    let server = Server::start_with(&data, &["--delete-delay-s", "0", "--trash-hours", "0"]);
     let mount = Mount::remote(&server.addr, &OBJECTS_ONLY);
     mount.sh_ok("head -c 9000000 /dev/urandom > big && head -c 5000 /dev/urandom > small");
     assert_eq!(object_files(&objects), 4, "3 blocks of big, 1 of small");
@@ -452,7 +455,7 @@ fn a_reader_with_an_old_map_reads_the_new_contents_not_an_error() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = common::data_dir(&tmp);
     let objects = data.join("objects");
-    let server = Server::start_with(&data, &["--delete-delay-s", "0"]);
+    let server = Server::start_with(&data, &["--delete-delay-s", "0", "--trash-hours", "0"]);
     let a = Mount::remote(&server.addr, &[]);
     let b = Mount::remote(&server.addr, &[]);
     a.sh_ok("head -c 100000 /dev/urandom > f");
@@ -487,7 +490,7 @@ fn a_file_removed_through_another_mount_is_stale_where_it_is_open() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = common::data_dir(&tmp);
     let objects = data.join("objects");
-    let server = Server::start_with(&data, &["--delete-delay-s", "0"]);
+    let server = Server::start_with(&data, &["--delete-delay-s", "0", "--trash-hours", "0"]);
     let a = Mount::remote(&server.addr, &OBJECTS_ONLY);
     let b = Mount::remote(&server.addr, &OBJECTS_ONLY);
     a.sh_ok("head -c 9000000 /dev/urandom > f");
@@ -716,7 +719,7 @@ fn small_files_live_in_the_metadata_and_leave_nothing_behind() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = common::data_dir(&tmp);
     let objects = data.join("objects");
-    let server = Server::start_with(&data, &["--delete-delay-s", "0"]);
+    let server = Server::start_with(&data, &["--delete-delay-s", "0", "--trash-hours", "0"]);
     let a = Mount::remote(&server.addr, &[]);
     let b = Mount::remote(&server.addr, &[]);
     // Sizes up to the limit of one commit (64 KiB), each file written and closed.
@@ -780,7 +783,7 @@ print(open('s0', 'rb').read() == made(0, 1), open('s1', 'rb').read() == made(1, 
         report["inline_slices"], 7,
         "five files, the overwrite and the append: {report}"
     );
-    let server = Server::start_with(&data, &["--delete-delay-s", "0"]);
+    let server = Server::start_with(&data, &["--delete-delay-s", "0", "--trash-hours", "0"]);
     let a = Mount::remote(&server.addr, &[]);
     let b = Mount::remote(&server.addr, &[]);
     assert_eq!(b.sh_ok(modified), "True True True True True True\n");
