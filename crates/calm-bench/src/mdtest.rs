@@ -220,10 +220,28 @@ pub(crate) fn open_meta_objects(
     open_meta_store(dir, true, objects)
 }
 
+/// [`open_meta`] with the write-ahead log, keeping what is removed in a trash for `trash_kept`
+/// (zero: no trash).
+pub(crate) fn open_meta_trash(
+    dir: &std::path::Path,
+    trash_kept: std::time::Duration,
+) -> Result<(tempfile::TempDir, Arc<Meta<LmdbStore>>), String> {
+    open_meta_options(dir, true, None, trash_kept)
+}
+
 fn open_meta_store(
     dir: &std::path::Path,
     wal: bool,
     objects: Option<&str>,
+) -> Result<(tempfile::TempDir, Arc<Meta<LmdbStore>>), String> {
+    open_meta_options(dir, wal, objects, std::time::Duration::ZERO)
+}
+
+fn open_meta_options(
+    dir: &std::path::Path,
+    wal: bool,
+    objects: Option<&str>,
+    trash_kept: std::time::Duration,
 ) -> Result<(tempfile::TempDir, Arc<Meta<LmdbStore>>), String> {
     let work = tempfile::Builder::new()
         .prefix("calm-bench-mdtest-")
@@ -242,6 +260,7 @@ fn open_meta_store(
         store,
         MetaOptions {
             objects_url_default: Some(objects),
+            trash_kept,
             ..MetaOptions::default()
         },
     )

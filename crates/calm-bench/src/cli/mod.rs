@@ -31,6 +31,23 @@ pub enum Bench {
         /// Concurrent creators while populating.
         #[arg(long, default_value_t = 512)]
         populate_tasks: usize,
+        /// Through a mount: trees of these many files (comma-separated) cloned with `calm
+        /// clone` against `cp -r` (none: skipped).
+        #[arg(long, value_delimiter = ',')]
+        clone_files: Vec<u64>,
+        /// The size of each file of those trees.
+        #[arg(long, default_value_t = 16 << 10)]
+        clone_file_bytes: u64,
+        /// Through a mount: unlinks of this many files with the trash kept against without one
+        /// (0: skipped).
+        #[arg(long, default_value_t = 0)]
+        unlink_files: u64,
+        /// Writers, copiers and unlinkers through the mount.
+        #[arg(long, default_value_t = 8)]
+        threads: usize,
+        /// Rounds of the unlinks with and without the trash (alternating).
+        #[arg(long, default_value_t = 2)]
+        rounds: usize,
         #[command(flatten)]
         out: OutputArgs,
     },
@@ -535,18 +552,33 @@ pub fn run(bench: Bench) -> Result<Output, String> {
             dir,
             files_per_dir,
             populate_tasks,
+            clone_files,
+            clone_file_bytes,
+            unlink_files,
+            threads,
+            rounds,
             out,
         } => {
+            // Mounts vanish with a private namespace, however the run ends (before any thread).
+            let private_namespace = crate::enter_private_namespace();
             let results = crate::protect::run(&crate::protect::ProtectOptions {
                 files,
-                dir,
+                dir: dir.clone(),
                 calm_exe: calm_exe(None)?,
                 files_per_dir,
                 populate_tasks,
             })?;
+            let clones = crate::mistakes::clones(&dir, &clone_files, clone_file_bytes, threads)?;
+            let trash = match unlink_files {
+                0 => None,
+                n => Some(crate::mistakes::trash_cost(&dir, n, threads, rounds)?),
+            };
+            let mut table = crate::protect::table(&results);
+            table.extend(crate::mistakes::table(&clones, trash.as_ref()));
             out.finish(
-                crate::protect::table(&results),
-                &serde_json::json!({"bench": "protect", "results": results}),
+                table,
+                &serde_json::json!({"bench": "protect", "results": results, "clones": clones,
+                    "trash": trash, "private_namespace": private_namespace}),
                 |path| crate::protect::plot(&results, path),
             )
         }
