@@ -530,6 +530,63 @@ for what, call in [('read', lambda: os.pread(fd, 4096, 8000000)),
     );
 }
 
+/// With the trash (the default), a file removed through one mount while open on another stays
+/// readable there (its records and objects are kept), and a write to it is refused with ESTALE
+/// (what is in the trash does not change), its object deleted.
+#[test]
+fn a_file_removed_into_the_trash_reads_on_where_it_is_open() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let objects = data.join("objects");
+    let server = Server::start_with(&data, &["--delete-delay-s", "0"]);
+    let a = Mount::remote(&server.addr, &OBJECTS_ONLY);
+    let b = Mount::remote(&server.addr, &OBJECTS_ONLY);
+    a.sh_ok("head -c 9000000 /dev/urandom > f && sha256sum < f > /tmp/calm-trash-read.sum");
+    let sum = std::fs::read_to_string("/tmp/calm-trash-read.sum").unwrap_or_default();
+    let _ = std::fs::remove_file("/tmp/calm-trash-read.sum");
+    let stored = object_files(&objects);
+    let go = tmp.path().join("go");
+    let program = format!(
+        "import os, time, hashlib
+fd = os.open(os.path.join(os.environ['MNT'], 'f'), os.O_RDWR)
+os.pread(fd, 4096, 0)
+print('open', flush=True)
+while not os.path.exists('{}'):
+    time.sleep(0.05)
+data = b''
+while True:
+    piece = os.pread(fd, 1 << 20, len(data))
+    if not piece:
+        break
+    data += piece
+print(hashlib.sha256(data).hexdigest() + '  -', flush=True)
+try:
+    os.pwrite(fd, b'x' * 70000, 100)
+    os.fsync(fd)
+    print('fsync ok', flush=True)
+except OSError as e:
+    print('fsync', e.errno, flush=True)
+",
+        go.display()
+    );
+    let (mut reader, mut lines) = spawn_in(&b, &program);
+    assert_eq!(lines.next().expect("a line").expect("read"), "open");
+    a.sh_ok("rm f");
+    // Past the deleter's delay (0 s): nothing of it is deleted.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert_eq!(object_files(&objects), stored);
+    std::fs::write(&go, b"").expect("go");
+    let mut next = || lines.next().expect("a line").expect("read");
+    assert_eq!(format!("{}\n", next()), sum, "read whole from the trash");
+    assert_eq!(next(), format!("fsync {}", libc::ESTALE));
+    let _ = reader.wait();
+    assert_eq!(
+        object_files(&objects),
+        stored,
+        "the refused write's object is gone"
+    );
+}
+
 /// A file replaced by rename on one mount (as editors, package managers and sqlite's journal
 /// do) is opened by its name on another mount, again and again while it is replaced every few
 /// milliseconds: the name always holds a file, so no open may answer ENOENT, though the other
