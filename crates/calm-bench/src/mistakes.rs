@@ -22,6 +22,8 @@ const FILES_PER_DIR: u64 = 1000;
 pub struct CloneResult {
     pub files: u64,
     pub file_bytes: u64,
+    /// The files' bytes were kept in the metadata (inline), not in objects.
+    pub inline: bool,
     /// Making the tree through the mount (`threads` writers).
     pub populate_s: f64,
     /// `cp -r` of the tree on the same mount (the baseline).
@@ -64,7 +66,9 @@ struct Mounted {
     point: PathBuf,
 }
 
-fn mount(dir: &Path, trash_kept: Duration) -> Result<Mounted, String> {
+/// A namespace in `dir` mounted; `inline`: small files' bytes kept in the metadata (else every
+/// file's bytes are an object).
+fn mount(dir: &Path, trash_kept: Duration, inline: bool) -> Result<Mounted, String> {
     let runtime = crate::runtime()?;
     let (work, meta) = crate::mdtest::open_meta_trash(dir, trash_kept)?;
     let point = work.path().join("mnt");
@@ -76,7 +80,11 @@ fn mount(dir: &Path, trash_kept: Duration) -> Result<Mounted, String> {
         allow_other: false,
         cache_dir: None,
         cache_bytes: 0,
-        inline_bytes_max: calm_meta::slices::INLINE_WRITE_BYTES_MAX,
+        inline_bytes_max: if inline {
+            calm_meta::slices::INLINE_WRITE_BYTES_MAX
+        } else {
+            0
+        },
         append_through_cache: false,
     };
     let (server, mounted) = runtime.block_on(async {
@@ -187,10 +195,11 @@ pub fn clones(
     counts: &[u64],
     file_bytes: u64,
     threads: usize,
+    inline: bool,
 ) -> Result<Vec<CloneResult>, String> {
     let mut results = Vec::new();
     for &files in counts {
-        let m = mount(dir, Duration::ZERO)?;
+        let m = mount(dir, Duration::ZERO, inline)?;
         let measured = (|| {
             let src = m.point.join("src");
             let started = Instant::now();
@@ -229,6 +238,7 @@ pub fn clones(
             Ok(CloneResult {
                 files,
                 file_bytes,
+                inline,
                 populate_s,
                 cp_s,
                 cp_files_per_s: files as f64 / cp_s.max(1e-9),
@@ -262,7 +272,7 @@ pub fn trash_cost(
         } else {
             Duration::ZERO
         };
-        let m = mount(dir, kept)?;
+        let m = mount(dir, kept, true)?;
         let result = (|| {
             make_tree(&m.point, files, 0, threads)?;
             let started = Instant::now();

@@ -242,7 +242,11 @@ pub fn table(results: &[ProtectResult]) -> Vec<String> {
 
 /// Seconds to protect the namespace (a dump, a plain copy of the store) and to rebuild it (a
 /// load, the creation it stands in for), by files.
-pub fn plot(results: &[ProtectResult], path: &Path) -> Result<(), String> {
+pub fn plot(
+    results: &[ProtectResult],
+    clones: &[crate::mistakes::CloneResult],
+    path: &Path,
+) -> Result<(), String> {
     let cell = |panel: &str, series: &str, r: &ProtectResult, y: f64| {
         crate::multiples::Cell::at(panel, ("files", r.files as f64), ("seconds", y), series).log()
     };
@@ -259,9 +263,17 @@ pub fn plot(results: &[ProtectResult], path: &Path) -> Result<(), String> {
             ),
         ]
     });
+    let copies = clones.iter().flat_map(|c| {
+        let at = |series: &str, y: f64| {
+            let panel = "copying a tree through the mount";
+            crate::multiples::Cell::at(panel, ("files", c.files as f64), ("seconds", y), series)
+                .log()
+        };
+        [at("calm clone", c.clone_s), at("cp -r", c.cp_s)]
+    });
     crate::multiples::small_multiples_svg(
         path,
-        "calm bench protect: dump and load of the metadata",
-        &crate::multiples::facets_of(cells),
+        "calm bench protect: dump and load of the metadata, clones",
+        &crate::multiples::facets_of(cells.chain(copies)),
     )
 }

@@ -93,6 +93,9 @@ fn listed(meta: &Meta<Arc<MemStore>>, caller: &Caller) -> Vec<(Handle, String)> 
 async fn a_removed_file_waits_in_the_trash_and_comes_back_whole() {
     let store = Arc::new(MemStore::new());
     let meta = Meta::open(store.clone(), options(Duration::from_secs(3600))).unwrap();
+    meta.changelog_register("follower", calm_changelog::Mask::all())
+        .await
+        .unwrap();
     let dir = meta.mkdir(ROOT, b"d", 0o755).await.unwrap().handle;
     let (file, id) = file_with_object(&meta, dir, b"f", 1000).await;
     let before = meta.getattr(file).unwrap();
@@ -133,6 +136,24 @@ async fn a_removed_file_waits_in_the_trash_and_comes_back_whole() {
     assert!(listed(&meta, &user(0)).is_empty());
     let report = fsck_clean(&store);
     assert_eq!((report.trash_entries, report.trash_bytes), (0, 0));
+    // The changelog: the unlink as always, the restore as a create.
+    let records = meta
+        .changelog_read(0, usize::MAX, usize::MAX, None)
+        .unwrap();
+    let last: Vec<_> = records
+        .iter()
+        .rev()
+        .take(2)
+        .map(|r| (r.kind, r.target, r.parent, r.name.clone()))
+        .collect();
+    use calm_changelog::RecordType;
+    assert_eq!(
+        last,
+        vec![
+            (RecordType::Create, file, dir, b"f".to_vec()),
+            (RecordType::Unlink, file, dir, b"f".to_vec()),
+        ]
+    );
 
     // Removed again, its name taken meanwhile: restored beside it.
     meta.unlink(dir, b"f").await.unwrap();

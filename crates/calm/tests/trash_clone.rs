@@ -217,3 +217,94 @@ fn a_clone_is_a_copy_that_shares_its_bytes() {
     assert!(status.success());
     fsck_clean(&data);
 }
+
+/// On etcd: an `rm -rf` restored through a kill -9 of the server, a clone (a few entries per
+/// request, etcd's transactions being small), and the expiry purging what is older than the
+/// trash keeps; fsck of the cluster clean.
+#[test]
+fn the_trash_and_clones_on_etcd() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut private = None;
+    let url = common::etcd_url("trash-clone", &mut private);
+    let data = tmp.path().join("server");
+    let args = ["--store", url.as_str()];
+    let server = Server::start_with(&data, &args);
+    let mount = Mount::remote(&server.addr, &[]);
+    mount.sh_ok(TREE);
+    let before = described(&mount, "proj");
+    mount.sh_ok("rm -rf proj");
+    let top = trash_entries(&data)
+        .into_iter()
+        .find(|e| e["path"] == "/proj")
+        .expect("/proj in the trash");
+    let mut restore = std::process::Command::new(common::CALM)
+        .args(["trash", "restore", &top["id"].to_string(), "--server"])
+        .arg(socket(&data))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("calm trash restore");
+    std::thread::sleep(Duration::from_millis(300));
+    drop(mount);
+    server.kill9();
+    let _ = restore.wait();
+    let fsck = common::calm_json(&["fsck", "--store", &url, "--json"]);
+    assert_eq!(fsck["clean"], true, "{fsck}");
+
+    let server = Server::start_with(&data, &args);
+    let mount = Mount::remote(&server.addr, &[]);
+    loop {
+        let left = trash_entries(&data);
+        let Some(first) = left.first() else { break };
+        let out = common::calm(&[
+            "trash",
+            "restore",
+            &first["id"].to_string(),
+            "--server",
+            &socket(&data),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(described(&mount, "proj"), before);
+    let calm = common::CALM;
+    let out = mount.sh_ok(&format!(
+        "{calm} clone proj copy --server {}",
+        socket(&data)
+    ));
+    assert!(out.starts_with("cloned proj as copy: 256 entries"), "{out}");
+    assert_eq!(described(&mount, "copy"), before);
+    drop(mount);
+    let (status, _) = server.terminate();
+    assert!(status.success());
+
+    // A trash kept about a second: what is removed is purged by the server itself.
+    let server = Server::start_with(&data, &["--store", url.as_str(), "--trash-hours", "0.0003"]);
+    let mount = Mount::remote(&server.addr, &[]);
+    mount.sh_ok("rm -rf copy/d1");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = common::calm_json(&["status", "--json", "--server", &socket(&data)]);
+        if status["trash_entries"] == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not expired: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(
+        described(&mount, "proj"),
+        before,
+        "the source kept every byte"
+    );
+    drop(mount);
+    let (status, _) = server.terminate();
+    assert!(status.success());
+    let fsck = common::calm_json(&["fsck", "--store", &url, "--json"]);
+    assert_eq!(fsck["clean"], true, "{fsck}");
+}

@@ -38,6 +38,10 @@ pub enum Bench {
         /// The size of each file of those trees.
         #[arg(long, default_value_t = 16 << 10)]
         clone_file_bytes: u64,
+        /// Keep those files' bytes in the metadata when they are small enough (inline), as a
+        /// mount does by default; without it every file is an object, as large files are.
+        #[arg(long)]
+        clone_inline: bool,
         /// Through a mount: unlinks of this many files with the trash kept against without one
         /// (0: skipped).
         #[arg(long, default_value_t = 0)]
@@ -554,6 +558,7 @@ pub fn run(bench: Bench) -> Result<Output, String> {
             populate_tasks,
             clone_files,
             clone_file_bytes,
+            clone_inline,
             unlink_files,
             threads,
             rounds,
@@ -568,7 +573,13 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 files_per_dir,
                 populate_tasks,
             })?;
-            let clones = crate::mistakes::clones(&dir, &clone_files, clone_file_bytes, threads)?;
+            let clones = crate::mistakes::clones(
+                &dir,
+                &clone_files,
+                clone_file_bytes,
+                threads,
+                clone_inline,
+            )?;
             let trash = match unlink_files {
                 0 => None,
                 n => Some(crate::mistakes::trash_cost(&dir, n, threads, rounds)?),
@@ -579,7 +590,7 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 table,
                 &serde_json::json!({"bench": "protect", "results": results, "clones": clones,
                     "trash": trash, "private_namespace": private_namespace}),
-                |path| crate::protect::plot(&results, path),
+                |path| crate::protect::plot(&results, &clones, path),
             )
         }
         Bench::Startup {
