@@ -19,6 +19,12 @@ pub mod pb {
     tonic::include_proto!("calm.v1");
 }
 
+/// Every method of the protocol, as `package.Service/Method` (a request's path without its
+/// first `/`).
+pub mod methods {
+    include!(concat!(env!("OUT_DIR"), "/methods.rs"));
+}
+
 /// Largest gRPC message either side accepts, in bytes. The largest legitimate request is a
 /// setxattr of 64 KiB; a readdir reply of 4096 entries of 255-byte names is about 1.1 MiB.
 pub const MESSAGE_BYTES_MAX: usize = 4 << 20;

@@ -47,6 +47,8 @@ pub struct ServerConfig {
     pub backups: Option<(Duration, usize)>,
     /// How long what is removed stays in the trash (zero: no trash, a removal is final).
     pub trash_kept: Duration,
+    /// Where to serve Prometheus's metrics (`HOST:PORT`; `None`: not served).
+    pub metrics: Option<String>,
 }
 
 /// The PEM files of a TLS listener.
@@ -191,6 +193,8 @@ pub struct Assembled<S: Store> {
     listeners: Vec<Listener>,
     /// The addresses served, as clients name them (the Unix socket first).
     pub addrs: Vec<String>,
+    /// The metrics endpoint's listener, bound at the opening.
+    metrics: Option<std::net::TcpListener>,
 }
 
 impl<S: Store> Assembled<S> {
@@ -235,11 +239,19 @@ impl<S: Store> Assembled<S> {
                     staging: data_dir.to_path_buf(),
                 }),
         };
+        let metrics = match &config.metrics {
+            Some(addr) => Some(calm_metrics::bind(addr).map_err(|e| ServerError::Listen {
+                addr: format!("{addr} (--metrics)"),
+                reason: e.to_string(),
+            })?),
+            None => None,
+        };
         Ok(Assembled {
             meta: Arc::new(meta),
             info,
             listeners,
             addrs,
+            metrics,
         })
     }
 
@@ -251,8 +263,27 @@ impl<S: Store> Assembled<S> {
     /// Starts every service and task, and returns them with the listeners to serve on (for a
     /// caller that also calls the services in its own process, as an embedded mount does).
     pub async fn start(self) -> (Server<S>, Vec<Listener>, Arc<Meta<S>>) {
-        let server = Server::start(self.meta.clone(), self.info).await;
+        let mut server = Server::start(self.meta.clone(), self.info).await;
+        if let Some(listener) = self.metrics {
+            let registry = calm_metrics::Registry::new();
+            server = match server.with_metrics(&registry) {
+                Ok(server) => server,
+                Err(error) => panic!("the metrics' families are fixed and unique: {error}"),
+            };
+            match calm_metrics::serve(listener, registry) {
+                Ok(endpoint) => {
+                    tracing::info!("metrics at http://{}/metrics", endpoint.addr);
+                    server.keep(endpoint);
+                }
+                Err(error) => tracing::warn!(%error, "serving the metrics"),
+            }
+        }
         (server, self.listeners, self.meta)
+    }
+
+    /// Where the metrics are served, if they are.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// Serves until `shutdown` completes, then returns the namespace (see [`close`]).

@@ -66,25 +66,38 @@ async fn one<S: Store>(service: &MetaService<S>, origin: &Origin, call: pb::Call
         ));
     };
     let metadata = call.metadata;
-    // Each arm: the call's request, then the very handler its own request would have reached.
+    let started = std::time::Instant::now();
+    // Each arm: the call's request, then the very handler its own request would have reached;
+    // and the method the call stands for, which the metrics count it as.
     macro_rules! handled {
-        ($message:expr, $handler:ident) => {
-            match origin.request($message, metadata) {
-                Ok(request) => call_reply(service.$handler(request).await),
-                Err(status) => failed_reply(&status),
-            }
+        ($message:expr, $handler:ident, $method:literal) => {
+            (
+                concat!("calm.v1.Meta/", $method),
+                match origin.request($message, metadata) {
+                    Ok(request) => call_reply(service.$handler(request).await),
+                    Err(status) => failed_reply(&status),
+                },
+            )
         };
     }
-    match op {
-        Op::Lookup(m) => handled!(m, lookup),
-        Op::GetAttr(m) => handled!(m, get_attr),
-        Op::SetAttr(m) => handled!(m, set_attr),
-        Op::Make(m) => handled!(m, make),
-        Op::Link(m) => handled!(m, link),
-        Op::Unlink(m) => handled!(m, unlink),
-        Op::Rmdir(m) => handled!(m, rmdir),
-        Op::Rename(m) => handled!(m, rename),
-        Op::ReadMap(m) => handled!(m, read_map),
-        Op::Write(m) => handled!(m, write),
+    let (method, reply) = match op {
+        Op::Lookup(m) => handled!(m, lookup, "Lookup"),
+        Op::GetAttr(m) => handled!(m, get_attr, "GetAttr"),
+        Op::SetAttr(m) => handled!(m, set_attr, "SetAttr"),
+        Op::Make(m) => handled!(m, make, "Make"),
+        Op::Link(m) => handled!(m, link, "Link"),
+        Op::Unlink(m) => handled!(m, unlink, "Unlink"),
+        Op::Rmdir(m) => handled!(m, rmdir, "Rmdir"),
+        Op::Rename(m) => handled!(m, rename, "Rename"),
+        Op::ReadMap(m) => handled!(m, read_map, "ReadMap"),
+        Op::Write(m) => handled!(m, write, "Write"),
+    };
+    if let Some(requests) = service.metrics.get() {
+        let timed = requests.op(method);
+        if reply.code != 0 {
+            timed.failed(crate::metrics::error_index(reply.calm_code as usize));
+        }
+        timed.observe(started.elapsed().as_secs_f64());
     }
+    reply
 }

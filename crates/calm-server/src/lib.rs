@@ -37,6 +37,7 @@ pub mod heap;
 pub mod listen;
 pub mod locks;
 mod meta_service;
+pub mod metrics;
 pub mod nearest;
 pub mod offline;
 pub mod orphans;
@@ -156,6 +157,10 @@ pub struct Server<S: Store> {
     backups: Option<tokio::task::JoinHandle<()>>,
     /// The membership task, with several servers on one store.
     cluster: Option<tokio::task::JoinHandle<()>>,
+    /// Counts and times the requests, when metrics are served.
+    requests: Option<metrics::RequestsLayer>,
+    /// The metrics endpoint, served as long as the server.
+    endpoint: Option<calm_metrics::Endpoint>,
 }
 
 impl<S: Store> Server<S> {
@@ -223,7 +228,28 @@ impl<S: Store> Server<S> {
             sweeper,
             backups,
             cluster,
+            requests: None,
+            endpoint: None,
         }
+    }
+
+    /// Keeps the metrics endpoint running as long as the server serves.
+    pub fn keep(&mut self, endpoint: calm_metrics::Endpoint) {
+        self.endpoint = Some(endpoint);
+    }
+
+    /// Shows this server's figures in `registry`: its requests counted and timed by method as
+    /// they are served, and what `calm status` shows, read at each scrape.
+    pub fn with_metrics(mut self, registry: &calm_metrics::Registry) -> Result<Self, String> {
+        let requests = metrics::RequestsLayer::new(registry)?;
+        // Calls in batches are counted where the batch dispatches them.
+        let _ = self.meta.metrics.set(requests.set.clone());
+        self.requests = Some(requests);
+        let scrape = calm_metrics::Scrape::new(registry)
+            .map_err(|e| format!("registering the server's figures: {e}"))?;
+        let service = self.meta.clone();
+        metrics::scrape_status(&scrape, move || service.status_now().ok());
+        Ok(self)
     }
 
     /// The namespace service, for a client in this process.
@@ -281,6 +307,7 @@ impl<S: Store> Server<S> {
             .concurrency_limit_per_connection(STREAMS_PER_CONNECTION_MAX)
             .http2_keepalive_interval(Some(listen::KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(listen::KEEPALIVE_TIMEOUT))
+            .layer(tower::util::option_layer(self.requests.clone()))
             .add_service(service)
             .add_service(locks)
             .add_service(changelog)

@@ -67,9 +67,98 @@ pub struct MetaService<S: Store> {
     /// `Meta.Batch` requests, and the calls they carried.
     pub(crate) batches: AtomicU64,
     pub(crate) batched_calls: AtomicU64,
+    /// The batched calls' counters, when metrics are served.
+    pub(crate) metrics: std::sync::OnceLock<calm_metrics::TimedSet>,
 }
 
 impl<S: Store> MetaService<S> {
+    /// What `calm status` shows, as of now (also what the metrics read at each scrape).
+    pub fn status_now(&self) -> Result<pb::StatusReply, MetaError> {
+        let locks = self.locks.stats();
+        let watch = self.watch.as_ref().map(|w| w.stats()).unwrap_or_default();
+        let heap = heap::figures();
+        let cached = self
+            .data
+            .as_ref()
+            .map_or((0, 0), |d| d.options.objects.cached_bytes());
+        let compaction = |figure: fn(&compactor::CompactStats) -> &AtomicU64| {
+            self.data
+                .as_ref()
+                .map_or(0, |d| figure(&d.compactor.stats).load(Ordering::Relaxed))
+        };
+        self.meta.status().map(|s| pb::StatusReply {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            data_dir: self.info.data_dir.clone(),
+            epoch: s.epoch,
+            inodes: s.inodes,
+            file_bytes: s.file_bytes,
+            handle_high_water: s.handle_high_water,
+            store_bytes: s.store_bytes,
+            commits: s.commits,
+            ops_committed: s.ops_committed,
+            failed_commits: s.failed_commits,
+            largest_batch: s.largest_batch,
+            commit_ns_total: s.commit_ns_total,
+            uptime_ms: self.info.started.elapsed().as_millis() as u64,
+            ready_ms: self.info.ready_ms,
+            requests: self.requests.load(Ordering::Relaxed),
+            request_errors: self.request_errors.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+            batched_calls: self.batched_calls.load(Ordering::Relaxed),
+            lock_sessions: locks.sessions as u64,
+            locks: locks.locks,
+            lock_waits: locks.waits as u64,
+            locked_files: locks.resources as u64,
+            changelog_last: s.changelog_last,
+            changelog_first: s.changelog_first,
+            changelog_readers: s.changelog_readers,
+            changelog_purged: s.changelog_purged,
+            objects_url: self.meta.objects_url().ok().flatten().unwrap_or_default(),
+            objects_queued: self
+                .meta
+                .garbage(u64::MAX, 1_000_000)
+                .map_or(0, |g| g.len() as u64),
+            objects_deleted: self
+                .data
+                .as_ref()
+                .map_or(0, |d| d.stats.deleted.load(Ordering::Relaxed)),
+            backups_made: self.backup(|b| &b.made),
+            backups_failed: self.backup(|b| &b.failed),
+            backup_last_ms: self.backup(|b| &b.last_ms),
+            backup_last_bytes: self.backup(|b| &b.last_bytes),
+            backup_every_s: match (&self.info.backups, &self.data) {
+                (Some(policy), Some(_)) => policy.every.as_secs(),
+                _ => 0,
+            },
+            trash_entries: s.trash_entries,
+            trash_bytes: s.trash_bytes,
+            trash_kept_s: self.meta.trash_kept().as_secs(),
+            chunks_compacted: compaction(|c| &c.compacted),
+            compaction_records_replaced: compaction(|c| &c.records_replaced),
+            compaction_bytes: compaction(|c| &c.merged_bytes),
+            compaction_failures: compaction(|c| &c.failed),
+            room_waits: compaction(|c| &c.room_waits),
+            room_waiting: compaction(|c| &c.room_waiting),
+            room_wait_ms_max: compaction(|c| &c.room_wait_ms_max),
+            chunk_records_max: compaction(|c| &c.chunk_records_max),
+            watchers: watch.watchers as u64,
+            watch_resyncs: watch.resyncs,
+            heap_in_use_bytes: heap.in_use,
+            heap_free_bytes: heap.free,
+            cached_block_bytes: cached.0,
+            cached_header_bytes: cached.1,
+            store: s
+                .store_figures
+                .into_iter()
+                .map(|(name, value)| pb::StoreFigure {
+                    name: name.to_string(),
+                    value,
+                })
+                .collect(),
+            nearest: crate::nearest::nearest(&self.auth.sessions, &self.locks, &self.meta),
+        })
+    }
+
     pub fn new(
         meta: Arc<Meta<S>>,
         auth: Arc<auth::Auth>,
@@ -88,6 +177,7 @@ impl<S: Store> MetaService<S> {
             request_errors: AtomicU64::new(0),
             batches: AtomicU64::new(0),
             batched_calls: AtomicU64::new(0),
+            metrics: std::sync::OnceLock::new(),
         }
     }
 
@@ -550,89 +640,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
 
     async fn status(&self, r: Request<pb::Empty>) -> Result<Response<pb::StatusReply>, Status> {
         self.auth.identity(&r)?;
-        let locks = self.locks.stats();
-        let watch = self.watch.as_ref().map(|w| w.stats()).unwrap_or_default();
-        let heap = heap::figures();
-        let cached = self
-            .data
-            .as_ref()
-            .map_or((0, 0), |d| d.options.objects.cached_bytes());
-        let compaction = |figure: fn(&compactor::CompactStats) -> &AtomicU64| {
-            self.data
-                .as_ref()
-                .map_or(0, |d| figure(&d.compactor.stats).load(Ordering::Relaxed))
-        };
-        let result = self.meta.status().map(|s| pb::StatusReply {
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            data_dir: self.info.data_dir.clone(),
-            epoch: s.epoch,
-            inodes: s.inodes,
-            file_bytes: s.file_bytes,
-            handle_high_water: s.handle_high_water,
-            store_bytes: s.store_bytes,
-            commits: s.commits,
-            ops_committed: s.ops_committed,
-            failed_commits: s.failed_commits,
-            largest_batch: s.largest_batch,
-            commit_ns_total: s.commit_ns_total,
-            uptime_ms: self.info.started.elapsed().as_millis() as u64,
-            ready_ms: self.info.ready_ms,
-            requests: self.requests.load(Ordering::Relaxed),
-            request_errors: self.request_errors.load(Ordering::Relaxed),
-            batches: self.batches.load(Ordering::Relaxed),
-            batched_calls: self.batched_calls.load(Ordering::Relaxed),
-            lock_sessions: locks.sessions as u64,
-            locks: locks.locks,
-            lock_waits: locks.waits as u64,
-            locked_files: locks.resources as u64,
-            changelog_last: s.changelog_last,
-            changelog_first: s.changelog_first,
-            changelog_readers: s.changelog_readers,
-            changelog_purged: s.changelog_purged,
-            objects_url: self.meta.objects_url().ok().flatten().unwrap_or_default(),
-            objects_queued: self
-                .meta
-                .garbage(u64::MAX, 1_000_000)
-                .map_or(0, |g| g.len() as u64),
-            objects_deleted: self
-                .data
-                .as_ref()
-                .map_or(0, |d| d.stats.deleted.load(Ordering::Relaxed)),
-            backups_made: self.backup(|b| &b.made),
-            backups_failed: self.backup(|b| &b.failed),
-            backup_last_ms: self.backup(|b| &b.last_ms),
-            backup_last_bytes: self.backup(|b| &b.last_bytes),
-            backup_every_s: match (&self.info.backups, &self.data) {
-                (Some(policy), Some(_)) => policy.every.as_secs(),
-                _ => 0,
-            },
-            trash_entries: s.trash_entries,
-            trash_bytes: s.trash_bytes,
-            trash_kept_s: self.meta.trash_kept().as_secs(),
-            chunks_compacted: compaction(|c| &c.compacted),
-            compaction_records_replaced: compaction(|c| &c.records_replaced),
-            compaction_bytes: compaction(|c| &c.merged_bytes),
-            compaction_failures: compaction(|c| &c.failed),
-            room_waits: compaction(|c| &c.room_waits),
-            room_waiting: compaction(|c| &c.room_waiting),
-            room_wait_ms_max: compaction(|c| &c.room_wait_ms_max),
-            chunk_records_max: compaction(|c| &c.chunk_records_max),
-            watchers: watch.watchers as u64,
-            watch_resyncs: watch.resyncs,
-            heap_in_use_bytes: heap.in_use,
-            heap_free_bytes: heap.free,
-            cached_block_bytes: cached.0,
-            cached_header_bytes: cached.1,
-            store: s
-                .store_figures
-                .into_iter()
-                .map(|(name, value)| pb::StoreFigure {
-                    name: name.to_string(),
-                    value,
-                })
-                .collect(),
-            nearest: crate::nearest::nearest(&self.auth.sessions, &self.locks, &self.meta),
-        });
+        let result = self.status_now();
         self.answer(result)
     }
 

@@ -102,6 +102,11 @@ pub struct ServerArgs {
     /// purges it. What is in the trash counts in no quota. 0: no trash, a removal is final.
     #[arg(long, default_value_t = 24.0)]
     pub trash_hours: f64,
+    /// Serve Prometheus's metrics at http://ADDR/metrics (HOST:PORT; port 0: one the kernel
+    /// picks, said in the log): requests by method with their latency and errors, commits,
+    /// locks, the changelog, watchers, the deletion queue, the trash, backups.
+    #[arg(long)]
+    pub metrics: Option<String>,
 }
 
 impl ServerArgs {
@@ -161,6 +166,7 @@ impl ServerArgs {
             } else {
                 Duration::ZERO
             },
+            metrics: self.metrics.clone(),
             shared: shared.then(|| SharedConfig {
                 lease_ms: self.server_lease_ms,
                 grace_ms_max: self.grace_ms_max,

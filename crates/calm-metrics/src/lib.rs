@@ -1,0 +1,31 @@
+//! `calm-metrics`: what a server or a mount counts, in Prometheus's text exposition format.
+//!
+//! The library is Prometheus's Rust client (`prometheus`, TiKV's): its counters and histograms
+//! are atomics, so counting takes no lock; a family's child is looked up (a read lock) once,
+//! when a [`Timed`] set is made, never per event. Figures a component keeps already (the
+//! committer's, the lock manager's) are read at scrape time by a [`Scrape`] instead of being
+//! counted twice. The endpoint ([`serve`]) answers `GET /metrics` over HTTP/1.1.
+//!
+//! Names follow Prometheus's conventions: `calm_` then the part, base units (`_seconds`,
+//! `_bytes`), `_total` on counters; labels take bounded values only (a method of the protocol,
+//! an operation's kind, an error's name), never a path, a handle or a user's id.
+
+mod endpoint;
+mod timed;
+
+pub use endpoint::{Endpoint, bind, serve};
+pub use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder, core::Collector, proto::MetricFamily,
+};
+pub use timed::{LATENCY_BUCKETS, Scrape, Timed, TimedSet, counter_family, gauge_family};
+
+/// The registry's families in the text exposition format.
+pub fn encode(registry: &Registry) -> String {
+    let mut out = Vec::new();
+    // Encoding into memory cannot fail but for a family the registry refused already.
+    if let Err(error) = TextEncoder::new().encode(&registry.gather(), &mut out) {
+        tracing::warn!(%error, "encoding the metrics");
+    }
+    String::from_utf8(out).unwrap_or_default()
+}

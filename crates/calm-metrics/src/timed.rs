@@ -1,0 +1,259 @@
+//! Operations counted and timed where they happen ([`TimedSet`]: every child looked up once,
+//! when the set is made), and figures read when Prometheus scrapes ([`Scrape`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use prometheus::proto::{self, MetricFamily, MetricType};
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry,
+};
+
+/// Latency buckets, in seconds: 50 µs to 10 s, about three per decade.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 10.0,
+];
+
+/// One operation's counters: how many, how long, and how many failed, by error. Each child is
+/// made at its first use (a series appears once something happened), then found with one
+/// atomic load.
+#[derive(Debug, Clone)]
+pub struct Timed {
+    family: Arc<Family>,
+    op: &'static str,
+    seconds: Arc<OnceLock<Histogram>>,
+    errors: Arc<[OnceLock<IntCounter>]>,
+}
+
+#[derive(Debug)]
+struct Family {
+    seconds: HistogramVec,
+    failed: IntCounterVec,
+    errors: Vec<&'static str>,
+}
+
+impl Timed {
+    /// One operation done in `seconds` (its count is the histogram's).
+    pub fn observe(&self, seconds: f64) {
+        self.seconds
+            .get_or_init(|| self.family.seconds.with_label_values(&[self.op]))
+            .observe(seconds);
+    }
+
+    /// One operation failed with error number `error` of the set's list (past the list: the
+    /// last, "other").
+    pub fn failed(&self, error: usize) {
+        let at = error.min(self.errors.len().saturating_sub(1));
+        if let (Some(slot), Some(name)) = (self.errors.get(at), self.family.errors.get(at)) {
+            slot.get_or_init(|| self.family.failed.with_label_values(&[self.op, name]))
+                .inc();
+        }
+    }
+}
+
+/// A family of operations with a bounded list of names and of errors: `PREFIX_seconds{op}` (a
+/// histogram, whose `_count` is the operations done) and `PREFIX_errors_total{op, error}`.
+#[derive(Debug, Clone)]
+pub struct TimedSet {
+    ops: Arc<HashMap<&'static str, Timed>>,
+    other: Timed,
+}
+
+impl TimedSet {
+    /// Registers the two families in `registry`: `ops` are the operations' names (one more,
+    /// "other", takes any name not listed), `errors` the errors' (the last should be "other").
+    pub fn new(
+        registry: &Registry,
+        prefix: &str,
+        what: &str,
+        ops: &[&'static str],
+        errors: &[&'static str],
+    ) -> prometheus::Result<TimedSet> {
+        let seconds = HistogramVec::new(
+            HistogramOpts::new(
+                format!("{prefix}_seconds"),
+                format!("How long {what} took, by operation (its count: how many were done)."),
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["op"],
+        )?;
+        let failed = IntCounterVec::new(
+            Opts::new(
+                format!("{prefix}_errors_total"),
+                format!("{what} that failed, by operation and error."),
+            ),
+            &["op", "error"],
+        )?;
+        registry.register(Box::new(seconds.clone()))?;
+        registry.register(Box::new(failed.clone()))?;
+        let family = Arc::new(Family {
+            seconds,
+            failed,
+            errors: errors.to_vec(),
+        });
+        let make = |op: &'static str| Timed {
+            family: family.clone(),
+            op,
+            seconds: Arc::new(OnceLock::new()),
+            errors: errors.iter().map(|_| OnceLock::new()).collect(),
+        };
+        let table = ops.iter().map(|op| (*op, make(op))).collect();
+        Ok(TimedSet {
+            ops: Arc::new(table),
+            other: make("other"),
+        })
+    }
+
+    /// The counters of operation `op` (an unlisted name: "other's").
+    pub fn op(&self, op: &str) -> &Timed {
+        self.ops.get(op).unwrap_or(&self.other)
+    }
+}
+
+type Figures = dyn Fn() -> Vec<MetricFamily> + Send + Sync;
+
+/// Figures read when Prometheus scrapes, from closures each part registers: what a part
+/// keeps already (in atomics of its own) is not counted a second time.
+#[derive(Clone, Default)]
+pub struct Scrape {
+    parts: Arc<std::sync::RwLock<Vec<Box<Figures>>>>,
+}
+
+impl std::fmt::Debug for Scrape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scrape").finish_non_exhaustive()
+    }
+}
+
+impl Scrape {
+    /// A scrape registered in `registry` (one per registry).
+    pub fn new(registry: &Registry) -> prometheus::Result<Scrape> {
+        let scrape = Scrape::default();
+        registry.register(Box::new(scrape.clone()))?;
+        Ok(scrape)
+    }
+
+    /// Adds a part's figures.
+    pub fn add(&self, figures: impl Fn() -> Vec<MetricFamily> + Send + Sync + 'static) {
+        if let Ok(mut parts) = self.parts.write() {
+            parts.push(Box::new(figures));
+        }
+    }
+}
+
+impl prometheus::core::Collector for Scrape {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        Vec::new()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        match self.parts.read() {
+            Ok(parts) => parts.iter().flat_map(|figures| figures()).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+fn family(name: &str, help: &str, kind: MetricType, metrics: Vec<proto::Metric>) -> MetricFamily {
+    let mut family = MetricFamily::default();
+    family.set_name(name.to_string());
+    family.set_help(help.to_string());
+    family.set_field_type(kind);
+    family.set_metric(metrics);
+    family
+}
+
+fn labelled(labels: &[(&str, &str)]) -> proto::Metric {
+    let mut metric = proto::Metric::default();
+    metric.set_label(
+        labels
+            .iter()
+            .map(|(name, value)| {
+                let mut pair = proto::LabelPair::default();
+                pair.set_name(name.to_string());
+                pair.set_value(value.to_string());
+                pair
+            })
+            .collect(),
+    );
+    metric
+}
+
+/// A gauge family: each value with its labels.
+pub fn gauge_family(name: &str, help: &str, values: &[(&[(&str, &str)], f64)]) -> MetricFamily {
+    let metrics = values
+        .iter()
+        .map(|(labels, value)| {
+            let mut metric = labelled(labels);
+            let mut gauge = proto::Gauge::default();
+            gauge.set_value(*value);
+            metric.set_gauge(gauge);
+            metric
+        })
+        .collect();
+    family(name, help, MetricType::GAUGE, metrics)
+}
+
+/// A counter family (`name` ends in `_total`): each value with its labels.
+pub fn counter_family(name: &str, help: &str, values: &[(&[(&str, &str)], f64)]) -> MetricFamily {
+    let metrics = values
+        .iter()
+        .map(|(labels, value)| {
+            let mut metric = labelled(labels);
+            let mut counter = proto::Counter::default();
+            counter.set_value(*value);
+            metric.set_counter(counter);
+            metric
+        })
+        .collect();
+    family(name, help, MetricType::COUNTER, metrics)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counted_operations_and_scraped_figures_read_back_in_the_text_format() {
+        let registry = Registry::new();
+        let set = TimedSet::new(
+            &registry,
+            "calm_test_requests",
+            "Requests",
+            &["Lookup", "Make"],
+            &["not_found", "other"],
+        )
+        .unwrap();
+        set.op("Make").observe(0.002);
+        set.op("Make").observe(0.003);
+        set.op("Lookup").failed(0);
+        set.op("Nonsense").failed(7);
+        let scrape = Scrape::new(&registry).unwrap();
+        scrape.add(|| {
+            vec![gauge_family(
+                "calm_test_held",
+                "Things held now.",
+                &[(&[("kind", "a")], 3.0)],
+            )]
+        });
+        let text = crate::encode(&registry);
+        assert!(
+            text.contains("calm_test_requests_seconds_count{op=\"Make\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("calm_test_requests_errors_total{error=\"not_found\",op=\"Lookup\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("calm_test_requests_errors_total{error=\"other\",op=\"other\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("calm_test_held{kind=\"a\"} 3"), "{text}");
+        assert!(
+            text.contains("# HELP calm_test_held Things held now."),
+            "{text}"
+        );
+    }
+}

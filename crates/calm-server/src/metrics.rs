@@ -1,0 +1,307 @@
+//! What a server shows Prometheus (`calm serve --metrics ADDR`): every gRPC request counted
+//! and timed by method, its failures by calm's error name, where it is answered (a tower layer
+//! around the services: atomics only, the method's counters found in a table made at start),
+//! and each call of a batch (`Meta.Batch`, how mounts send most calls) as the method it stands
+//! for; and at each scrape what `calm status` shows, read from the counters the parts keep.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use calm_metrics::{Registry, Scrape, TimedSet, counter_family, gauge_family};
+use calm_proto::pb;
+use tonic::codegen::http;
+
+/// Error names a failed request is counted under: calm's errors by their stable code, then a
+/// refusal without a calm code (a transport, decoding or identity failure), then anything
+/// else.
+fn error_names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = calm_types::error::CODES
+        .iter()
+        .map(|(_, _, name)| *name)
+        .collect();
+    names.extend(["Refused", "other"]);
+    names
+}
+
+/// The error index of a response: 0-based calm code, then "Refused" for a gRPC status without
+/// one; `None`: it succeeded.
+fn failure_of(headers: &http::HeaderMap) -> Option<usize> {
+    let status = headers.get("grpc-status")?.to_str().ok()?;
+    if status == "0" {
+        return None;
+    }
+    let code = headers
+        .get(calm_proto::ERROR_CODE_KEY)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    Some(error_index(code.unwrap_or(0)))
+}
+
+/// The error index of calm code `code` (0: none, a refusal without a calm code).
+pub(crate) fn error_index(code: usize) -> usize {
+    let codes = calm_types::error::CODES.len();
+    match code {
+        1.. if code <= codes => code - 1,
+        _ => codes,
+    }
+}
+
+/// Counts and times the requests of the services it wraps.
+#[derive(Debug, Clone)]
+pub struct RequestsLayer {
+    pub(crate) set: TimedSet,
+}
+
+impl RequestsLayer {
+    pub fn new(registry: &Registry) -> Result<RequestsLayer, String> {
+        let set = TimedSet::new(
+            registry,
+            "calm_server_requests",
+            "Requests the server answered",
+            calm_proto::methods::METHODS,
+            &error_names(),
+        )
+        .map_err(|e| format!("registering the request metrics: {e}"))?;
+        Ok(RequestsLayer { set })
+    }
+}
+
+impl<S> tower::Layer<S> for RequestsLayer {
+    type Service = Requests<S>;
+
+    fn layer(&self, inner: S) -> Requests<S> {
+        Requests {
+            inner,
+            set: self.set.clone(),
+        }
+    }
+}
+
+/// The service [`RequestsLayer`] makes.
+#[derive(Debug, Clone)]
+pub struct Requests<S> {
+    inner: S,
+    set: TimedSet,
+}
+
+impl<S, B, R> tower::Service<http::Request<B>> for Requests<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+    S::Error: 'static,
+    R: 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let timed = self
+            .set
+            .op(request.uri().path().trim_start_matches('/'))
+            .clone();
+        let started = Instant::now();
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let answer = answer.await;
+            match &answer {
+                Ok(response) => {
+                    if let Some(error) = failure_of(response.headers()) {
+                        timed.failed(error);
+                    }
+                }
+                Err(_) => timed.failed(usize::MAX),
+            }
+            timed.observe(started.elapsed().as_secs_f64());
+            answer
+        })
+    }
+}
+
+/// What `status` shows, as metric families.
+pub fn status_families(s: &pb::StatusReply) -> Vec<calm_metrics::MetricFamily> {
+    let none: &[(&str, &str)] = &[];
+    let gauge =
+        |name: &str, help: &str, value: u64| gauge_family(name, help, &[(none, value as f64)]);
+    let counter =
+        |name: &str, help: &str, value: u64| counter_family(name, help, &[(none, value as f64)]);
+    let mut out = vec![
+        gauge(
+            "calm_inodes",
+            "Inodes in the namespace (the trash's included).",
+            s.inodes,
+        ),
+        gauge(
+            "calm_file_bytes",
+            "Bytes of the namespace's regular files.",
+            s.file_bytes,
+        ),
+        gauge(
+            "calm_store_bytes",
+            "Bytes the metadata store takes.",
+            s.store_bytes,
+        ),
+        counter(
+            "calm_commits_total",
+            "Commit groups written since start.",
+            s.commits,
+        ),
+        counter(
+            "calm_committed_operations_total",
+            "Mutations those commit groups carried.",
+            s.ops_committed,
+        ),
+        counter(
+            "calm_commit_failures_total",
+            "Commit groups the store refused (their mutations were answered with the error).",
+            s.failed_commits,
+        ),
+        counter_family(
+            "calm_commit_seconds_total",
+            "Time spent writing commit groups.",
+            &[(none, s.commit_ns_total as f64 / 1e9)],
+        ),
+        gauge(
+            "calm_commit_group_operations_max",
+            "The largest commit group since start.",
+            s.largest_batch,
+        ),
+        gauge(
+            "calm_lock_sessions",
+            "Lock sessions open (a mount has one).",
+            s.lock_sessions,
+        ),
+        gauge(
+            "calm_locks_held",
+            "Byte-range and whole-file locks held.",
+            s.locks,
+        ),
+        gauge("calm_lock_waits", "Lock requests waiting.", s.lock_waits),
+        gauge(
+            "calm_locked_files",
+            "Files with a lock or a waiter.",
+            s.locked_files,
+        ),
+        gauge(
+            "calm_changelog_last_index",
+            "Index of the last changelog record.",
+            s.changelog_last,
+        ),
+        gauge(
+            "calm_changelog_first_index",
+            "Index of the first changelog record still kept (readers behind it lost records).",
+            s.changelog_first,
+        ),
+        gauge(
+            "calm_changelog_readers",
+            "Registered changelog readers.",
+            s.changelog_readers,
+        ),
+        counter(
+            "calm_changelog_purged_records_total",
+            "Changelog records purged since start.",
+            s.changelog_purged,
+        ),
+        gauge(
+            "calm_deletion_queue_objects",
+            "Objects waiting to be deleted.",
+            s.objects_queued,
+        ),
+        counter(
+            "calm_objects_deleted_total",
+            "Objects deleted since start.",
+            s.objects_deleted,
+        ),
+        counter(
+            "calm_chunks_compacted_total",
+            "Chunks compacted since start.",
+            s.chunks_compacted,
+        ),
+        counter(
+            "calm_compaction_failures_total",
+            "Compactions that failed (the object store's error).",
+            s.compaction_failures,
+        ),
+        gauge(
+            "calm_watchers",
+            "Watch streams open (every mount has one).",
+            s.watchers,
+        ),
+        counter(
+            "calm_watch_resyncs_total",
+            "Times a watcher fell behind and was told to resync.",
+            s.watch_resyncs,
+        ),
+        gauge(
+            "calm_heap_bytes",
+            "The server's heap: bytes allocated now.",
+            s.heap_in_use_bytes,
+        ),
+        gauge(
+            "calm_block_cache_bytes",
+            "Blocks of a remote object store kept in memory.",
+            s.cached_block_bytes,
+        ),
+        counter(
+            "calm_backups_total",
+            "Metadata backups written since start.",
+            s.backups_made,
+        ),
+        counter(
+            "calm_backup_failures_total",
+            "Metadata backups that failed since start.",
+            s.backups_failed,
+        ),
+        gauge(
+            "calm_backup_last_timestamp_seconds",
+            "When the last metadata backup was written (0: none yet).",
+            s.backup_last_ms / 1000,
+        ),
+        gauge(
+            "calm_trash_entries",
+            "Files and directories in the trash.",
+            s.trash_entries,
+        ),
+        gauge(
+            "calm_trash_bytes",
+            "Bytes of the files in the trash.",
+            s.trash_bytes,
+        ),
+        gauge(
+            "calm_uptime_seconds",
+            "Seconds since the server started.",
+            s.uptime_ms / 1000,
+        ),
+    ];
+    if !s.store.is_empty() {
+        let values: Vec<(Vec<(&str, &str)>, f64)> = s
+            .store
+            .iter()
+            .map(|f| (vec![("figure", f.name.as_str())], f.value as f64))
+            .collect();
+        let values: Vec<(&[(&str, &str)], f64)> =
+            values.iter().map(|(l, v)| (l.as_slice(), *v)).collect();
+        out.push(counter_family(
+            "calm_store_figures_total",
+            "What a shared store counts of its own work (etcd requests, retries), by figure.",
+            &values,
+        ));
+    }
+    out
+}
+
+/// Registers the server's figures, read from `status` at each scrape.
+pub fn scrape_status(
+    scrape: &Scrape,
+    status: impl Fn() -> Option<pb::StatusReply> + Send + Sync + 'static,
+) {
+    let status = Arc::new(status);
+    scrape.add(move || status().map(|s| status_families(&s)).unwrap_or_default());
+}

@@ -1,0 +1,176 @@
+//! Prometheus's metrics of a server (`calm serve --metrics`): promtool accepts what the
+//! endpoint serves, the requests a mount sends are counted by method with their failures, and
+//! a real Prometheus scraping the server answers a rate the test caused.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Mount, Server};
+
+fn free_port() -> u16 {
+    let socket = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    socket.local_addr().expect("addr").port()
+}
+
+/// `GET path` on `addr`; the body.
+fn get(addr: &str, path: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("a head and a body");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}
+
+/// The value of the sample `series` (name and labels exactly) in `text`.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
+fn promtool_accepts(text: &str) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (scripts/setup installs prometheus)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_server_s_metrics_count_what_its_mounts_ask() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let server = Server::start_with(&data, &["--metrics", &metrics]);
+    let mount = Mount::remote(&server.addr, &[]);
+    mount.sh_ok("for i in $(seq 50); do : > f$i; done; ls missing 2>/dev/null || true");
+    let text = get(&metrics, "/metrics");
+    promtool_accepts(&text);
+    let made = sample(
+        &text,
+        "calm_server_requests_seconds_count{op=\"calm.v1.Meta/Make\"}",
+    )
+    .or_else(|| {
+        sample(
+            &text,
+            "calm_server_requests_seconds_count{op=\"calm.v1.Meta/Batch\"}",
+        )
+    })
+    .unwrap_or(0.0);
+    assert!(made >= 1.0, "creates counted:\n{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("calm_server_requests_errors_total")
+                && l.contains("error=\"NotFound\"")),
+        "the lookups of missing names counted as NotFound:\n{text}"
+    );
+    assert_eq!(sample(&text, "calm_inodes"), Some(51.0), "{text}");
+    assert!(
+        sample(&text, "calm_lock_sessions").unwrap_or(0.0) >= 1.0,
+        "{text}"
+    );
+    // Anything but /metrics: 404.
+    let mut stream = std::net::TcpStream::connect(&metrics).unwrap();
+    write!(
+        stream,
+        "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+}
+
+/// A real Prometheus scrapes the server every second; creates through a mount show in the
+/// rate its HTTP API answers.
+#[test]
+fn prometheus_scrapes_a_server_and_answers_a_rate_the_test_caused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let server = Server::start_with(&data, &["--metrics", &metrics]);
+    let mount = Mount::remote(&server.addr, &[]);
+    let web = format!("127.0.0.1:{}", free_port());
+    let config = tmp.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
+             - job_name: calm\n    static_configs:\n      - targets: ['{metrics}']\n"
+        ),
+    )
+    .unwrap();
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _prometheus = Stop(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                tmp.path().join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address={web}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus (scripts/setup installs it)"),
+    );
+    // Creates for a few seconds, while it scrapes.
+    mount.sh_ok("for i in $(seq 400); do : > f$i; done");
+    let query = "sum(rate(calm_server_requests_seconds_count[30s]))";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let encoded: String = query
+            .chars()
+            .map(|c| match c {
+                'a'..='z' | 'A'..='Z' | '0'..='9' | '_' => c.to_string(),
+                other => format!("%{:02X}", other as u32),
+            })
+            .collect();
+        let path = format!("/api/v1/query?query={encoded}");
+        let answer = std::net::TcpStream::connect(&web)
+            .ok()
+            .map(|_| get(&web, &path))
+            .unwrap_or_default();
+        if let Ok(json) = serde_json::from_str::<serde_json::Value>(&answer)
+            && let Some(value) = json["data"]["result"][0]["value"][1].as_str()
+            && value.parse::<f64>().unwrap_or(0.0) > 0.0
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus answered no rate of requests in 60 s: {answer}"
+        );
+        mount.sh_ok("for i in $(seq 50); do : > g$i; rm g$i; done");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
