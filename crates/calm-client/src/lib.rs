@@ -20,6 +20,7 @@ mod placement;
 pub mod quota_tables;
 pub mod routing;
 mod shadow;
+pub mod stats;
 pub mod tables;
 pub mod trash;
 

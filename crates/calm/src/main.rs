@@ -18,6 +18,7 @@ mod node;
 mod protect;
 mod quota;
 mod serve;
+mod stats;
 mod status;
 mod trash;
 mod watch;
@@ -59,6 +60,22 @@ enum Command {
         #[arg(long, default_value = DEFAULT_SERVER)]
         server: String,
         /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A running server's figures every interval, as rates (mutations, commit groups and their
+    /// time, requests, errors, deletions) and levels (locks, sessions, the deletion queue,
+    /// inodes, heap): one line each, a header every 20, no colour; or JSON lines.
+    Stats {
+        #[arg(long, default_value = DEFAULT_SERVER)]
+        server: String,
+        /// Seconds between two samples.
+        #[arg(long, default_value_t = 1.0)]
+        interval_s: f64,
+        /// Stop after this many lines (default: until interrupted).
+        #[arg(long)]
+        count: Option<u64>,
+        /// JSON lines instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -241,6 +258,7 @@ impl Command {
         matches!(
             self,
             Command::Status { .. }
+                | Command::Stats { .. }
                 | Command::Changelog { .. }
                 | Command::Locks { .. }
                 | Command::Watch { .. }
@@ -322,6 +340,12 @@ fn main() -> ExitCode {
         },
         Command::Mount(args) => mount::run(&args, started),
         Command::Status { server, json } => status::run(&server, json),
+        Command::Stats {
+            server,
+            interval_s,
+            count,
+            json,
+        } => stats::run(&server, interval_s, count, json),
         Command::Changelog { server, command } => changelog::run(&server, command),
         Command::Locks { path, server, json } => locks::run(&server, &path, json),
         Command::Quota { server, command } => quota::run(&server, command),

@@ -174,3 +174,60 @@ fn prometheus_scrapes_a_server_and_answers_a_rate_the_test_caused() {
         std::thread::sleep(Duration::from_millis(500));
     }
 }
+
+/// `calm stats` while a mount makes files: the JSON lines show the mutations' rate, the table
+/// has its header and one line per interval.
+#[test]
+fn calm_stats_shows_the_rate_a_mount_causes() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let server = Server::start(&data);
+    let mount = Mount::remote(&server.addr, &[]);
+    let socket = format!("unix:{}", data.join("calm.sock").display());
+    let stats = Command::new(common::CALM)
+        .args([
+            "stats",
+            "--server",
+            &socket,
+            "--interval-s",
+            "0.5",
+            "--count",
+            "6",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("calm stats");
+    mount.sh_ok("for i in $(seq 300); do : > f$i; done");
+    let out = stats.wait_with_output().expect("calm stats");
+    assert!(out.status.success());
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 6);
+    let most = lines
+        .iter()
+        .map(|l| l["ops_per_s"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!(most > 0.0, "no mutation seen: {lines:?}");
+    assert!(lines.iter().all(|l| l["lock_sessions"] == 1), "{lines:?}");
+
+    let table = common::calm(&[
+        "stats",
+        "--server",
+        &socket,
+        "--interval-s",
+        "0.2",
+        "--count",
+        "2",
+    ]);
+    let text = String::from_utf8(table.stdout).unwrap();
+    let rows: Vec<&str> = text.lines().collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    assert!(
+        rows[0].contains("ops/s") && !text.contains('\u{1b}'),
+        "{text}"
+    );
+}
