@@ -43,9 +43,15 @@ pub struct MdtestOptions {
     pub check_cost: bool,
     /// Rounds with and without the checks (each a pair, in turn).
     pub check_pairs: usize,
-    /// The A/A run of `check_cost`: the checks stay on in both arms (the second arm's rows
-    /// say "aa"), so the cost it reports is the method's noise.
+    /// The A/A run of `check_cost` or `metrics_cost`: what is measured stays on in both arms
+    /// (the second arm's rows say "aa"), so the cost it reports is the method's noise.
     pub check_calibrate: bool,
+    /// Measure what the server's metrics cost: calm's LMDB modes `check_pairs` times with a
+    /// server counting its requests (`calm serve --metrics`) and without, alternately (rows
+    /// "on" and "off"); the in-process mode, which no metrics count, is the control.
+    pub metrics_cost: bool,
+    /// The gRPC server of this arm counts its requests.
+    pub server_metrics: bool,
 }
 
 /// The unprivileged caller of `--check-cost`.
@@ -157,10 +163,27 @@ impl InProcessServer {
         InProcessServer::start_with_data(meta, None).await
     }
 
+    /// A server that counts its requests for Prometheus when `metrics` (`calm serve
+    /// --metrics`; nothing scrapes them: what is measured is the counting).
+    pub async fn start_counting<S: Store>(
+        meta: Arc<Meta<S>>,
+        metrics: bool,
+    ) -> Result<InProcessServer, String> {
+        InProcessServer::start_full(meta, None, metrics).await
+    }
+
     /// A server that also runs the data tasks (deleter, compactor) as `calm serve` does.
     pub async fn start_with_data<S: Store>(
         meta: Arc<Meta<S>>,
         data: Option<calm_server::data::DataOptions>,
+    ) -> Result<InProcessServer, String> {
+        InProcessServer::start_full(meta, data, false).await
+    }
+
+    async fn start_full<S: Store>(
+        meta: Arc<Meta<S>>,
+        data: Option<calm_server::data::DataOptions>,
+        metrics: bool,
     ) -> Result<InProcessServer, String> {
         // Loopback TCP: the benchmark runs as root, whose connections a plain TCP listener
         // takes.
@@ -170,7 +193,10 @@ impl InProcessServer {
             data,
             ..calm_server::ServerInfo::plain()
         };
-        let server = calm_server::Server::start(meta, info).await;
+        let mut server = calm_server::Server::start(meta, info).await;
+        if metrics {
+            server = server.with_metrics(&calm_metrics::Registry::new())?;
+        }
         let local = calm_client::InProcess {
             meta: server.meta_service(),
             locks: server.lock_service(),
@@ -379,7 +405,7 @@ async fn grpc<S: Store>(
     (store, meta): (&'static str, Arc<Meta<S>>),
     caller: &Caller,
 ) -> Result<Vec<MdtestResult>, String> {
-    let server = InProcessServer::start(meta.clone()).await?;
+    let server = InProcessServer::start_counting(meta.clone(), options.server_metrics).await?;
     let addr = server.addr.clone();
     let mut conns = Vec::new();
     let mut dirs = Vec::new();
@@ -549,7 +575,28 @@ pub fn run(options: &MdtestOptions) -> Result<Vec<MdtestResult>, String> {
         }
         let lmdb_stores = [("lmdb", true), ("lmdb-sync", false)];
         let root = Caller::default();
-        if options.check_cost {
+        if options.metrics_cost {
+            // With the server's metrics and without, alternately.
+            let arms = (0..options.check_pairs.max(1)).flat_map(|_| [true, false]);
+            for on in arms {
+                let (metrics, label) = match (on, options.check_calibrate) {
+                    (true, _) => (true, "on"),
+                    (false, false) => (false, "off"),
+                    (false, true) => (true, "aa"),
+                };
+                let arm = MdtestOptions {
+                    server_metrics: metrics,
+                    ..options.clone()
+                };
+                let open = || open_meta_with(&options.dir, true);
+                let rows =
+                    runtime.block_on(both_modes(&arm, clients, per_client, "lmdb", open, &root));
+                for mut row in rows? {
+                    row.checks = label;
+                    results.push(row);
+                }
+            }
+        } else if options.check_cost {
             // With and without the checks, alternately (the machine's drift falls on both).
             let user = unprivileged();
             let arms = (0..options.check_pairs.max(1)).flat_map(|_| [true, false]);
@@ -596,7 +643,7 @@ pub fn run(options: &MdtestOptions) -> Result<Vec<MdtestResult>, String> {
 /// The table of `results`: one row each, with its rate against the kernel's in the same
 /// round; then, with `--check-cost`, what the checks cost each mode and operation (the median
 /// of the rounds without them against the median of the rounds with them).
-pub fn table(results: &[MdtestResult]) -> Vec<String> {
+pub fn table(results: &[MdtestResult], measured: &str) -> Vec<String> {
     let mut lines = vec![format!(
         "{:>13} {:>8} {:>7} {:>7} {:>6} {:>8} {:>9} {:>12} {:>14}",
         "mode", "store", "op", "dirs", "checks", "clients", "files", "ops/s", "vs tmpfs"
@@ -614,20 +661,22 @@ pub fn table(results: &[MdtestResult]) -> Vec<String> {
     let costs = check_costs(results);
     if !costs.is_empty() {
         lines.push(String::new());
-        lines.push(format!(
-            "the checks of one create (search + write permission, new owner), timed alone: \
-             {:.1} ns",
-            check_ns()
-        ));
+        if measured == "checks" {
+            lines.push(format!(
+                "the checks of one create (search + write permission, new owner), timed alone: \
+                 {:.1} ns",
+                check_ns()
+            ));
+        }
         lines.push(format!(
             "{:>13} {:>7} {:>8} {:>14} {:>14} {:>8} {:>12}",
-            "mode", "op", "clients", "checks ops/s", "without ops/s", "cost", "paired cost"
+            "mode", "op", "clients", "with ops/s", "without ops/s", "cost", "paired cost"
         ));
-        lines.push(
-            "(medians of the rounds, and the median of each pair's own ratio; with \
-             --check-calibrate both arms check, so the costs are the method's noise)"
-                .into(),
-        );
+        lines.push(format!(
+            "(what the {measured} cost: medians of the rounds, and the median of each pair's own \
+             ratio; with --check-calibrate both arms have them, so the costs are the method's \
+             noise)"
+        ));
         for c in costs {
             lines.push(format!(
                 "{:>13} {:>7} {:>8} {:>14.0} {:>14.0} {:>7.1}% {:>11.1}%",
@@ -796,7 +845,11 @@ mod tests {
         // Faster with the checks: a negative cost (noise), reported as it is.
         assert!((costs[1].cost + 0.25).abs() < 1e-9);
         assert!(check_costs(&results[8..]).is_empty());
-        assert!(table(&results).iter().any(|l| l.contains("10.0%")));
+        assert!(
+            table(&results, "checks")
+                .iter()
+                .any(|l| l.contains("10.0%"))
+        );
         // An A/A run's second arm counts as the "without".
         let aa = [
             r("grpc", "create", "on", 100.0),

@@ -335,9 +335,15 @@ pub enum Bench {
         /// Rounds with the checks and without, in turn, for --check-cost.
         #[arg(long, default_value_t = 4)]
         check_pairs: usize,
-        /// The A/A run of --check-cost: both arms check (the cost it shows is noise).
-        #[arg(long, requires = "check_cost")]
+        /// The A/A run of --check-cost or --metrics-cost: both arms have what is measured (the
+        /// cost it shows is noise).
+        #[arg(long)]
         check_calibrate: bool,
+        /// Measure what the server's Prometheus metrics cost (`calm serve --metrics`): calm's
+        /// modes with a server counting its requests and without, alternately (--check-pairs
+        /// rounds of each; the in-process mode, which nothing counts, is the control).
+        #[arg(long, conflicts_with_all = ["no_wal", "check_cost"])]
+        metrics_cost: bool,
         #[command(flatten)]
         out: OutputArgs,
     },
@@ -685,8 +691,13 @@ pub fn run(bench: Bench) -> Result<Output, String> {
             check_cost,
             check_pairs,
             check_calibrate,
+            metrics_cost,
             out,
         } => {
+            if check_calibrate && !check_cost && !metrics_cost {
+                return Err("--check-calibrate goes with --check-cost or --metrics-cost".into());
+            }
+            let measured = if metrics_cost { "metrics" } else { "checks" };
             let results = mdtest::run(&mdtest::MdtestOptions {
                 clients,
                 files,
@@ -698,9 +709,11 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 check_cost,
                 check_pairs,
                 check_calibrate,
+                metrics_cost,
+                server_metrics: false,
             })?;
             out.finish(
-                mdtest::table(&results),
+                mdtest::table(&results, measured),
                 &serde_json::json!({"bench": "mdtest", "results": results}),
                 panels(
                     "calm bench mdtest: the namespace in-process, over gRPC, and tmpfs",
