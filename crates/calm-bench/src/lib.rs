@@ -34,6 +34,7 @@ pub mod data;
 pub mod heap;
 pub mod locks;
 pub mod mdtest;
+pub mod mdtest_report;
 pub mod mistakes;
 pub mod mount;
 pub mod multiples;

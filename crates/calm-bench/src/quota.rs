@@ -14,7 +14,8 @@ use calm_meta::{Caller, Handle, Meta, NewNode, ROOT};
 use calm_store::lmdb::LmdbStore;
 use serde::Serialize;
 
-use crate::mdtest::{median, phase};
+use crate::mdtest::phase;
+use crate::mdtest_report::median;
 
 #[derive(Debug, Clone)]
 pub struct QuotaBenchOptions {

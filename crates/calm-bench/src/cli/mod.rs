@@ -713,11 +713,11 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 server_metrics: false,
             })?;
             out.finish(
-                mdtest::table(&results, measured),
+                crate::mdtest_report::table(&results, measured),
                 &serde_json::json!({"bench": "mdtest", "results": results}),
                 panels(
                     "calm bench mdtest: the namespace in-process, over gRPC, and tmpfs",
-                    || mdtest::facets(&results),
+                    || crate::mdtest_report::facets(&results),
                 ),
             )
         }
