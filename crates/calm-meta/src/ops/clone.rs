@@ -26,13 +26,13 @@ use super::names::make_record_type;
 use crate::ctx::*;
 use crate::error::MetaError;
 use crate::layout::{
-    Dentry, Inode, KEY_SLICE_NEXT, chunk_key, chunk_range, entries_range, entry_key_parts,
-    inline_key, key_chunk, ref_key, xattr_key,
+    Dentry, Inode, KEY_SLICE_NEXT, chunk_key, entries_range, entry_key_parts, inline_key, ref_key,
+    xattr_key,
 };
 use crate::outcome::{Done, Outcome};
 use crate::perm::{MAY_EXEC, MAY_READ, S_ISGID, S_ISUID};
 use crate::quota::QuotaUsage;
-use crate::slices::{HOLE, INLINE, Slice, decode_chunk, encode_chunk, is_inline};
+use crate::slices::{HOLE, INLINE, encode_chunk, is_inline};
 use crate::types::*;
 
 /// Entries one request clones at most on a local store.
@@ -276,24 +276,7 @@ fn copy<T: WriteTxn>(
 /// Copies `src`'s slice records to `dst`: each object named once more, inline bytes under new
 /// ids.
 fn copy_records<T: WriteTxn>(ctx: &mut Ctx<'_, T>, src: Handle, dst: Handle) -> Outcome<()> {
-    let (start, end) = chunk_range(src);
-    let mut chunks: Vec<(u64, Vec<Slice>)> = Vec::new();
-    let mut bad = None;
-    ctx.txn.visit(&start, &end, &mut |key, value| {
-        match (key_chunk(key), decode_chunk(value)) {
-            (Some(chunk), Ok(slices)) => chunks.push((chunk, slices)),
-            (None, _) => bad = Some(MetaError::Corrupt(format!("chunk key {key:?}"))),
-            (_, Err(e)) => bad = Some(e),
-        }
-        if bad.is_some() {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        }
-    })?;
-    if let Some(e) = bad {
-        return Err(e.into());
-    }
+    let chunks = super::data::chunks_from(ctx.txn, src, 0)?;
     let mut named: BTreeMap<u64, i64> = BTreeMap::new();
     for (chunk, mut slices) in chunks {
         for slice in &mut slices {
@@ -308,10 +291,7 @@ fn copy_records<T: WriteTxn>(ctx: &mut Ctx<'_, T>, src: Handle, dst: Handle) -> 
                         MetaError::Corrupt(format!("inline slice {:#x} has no bytes", slice.id))
                     })?
                     .into_owned();
-                let next = match ctx.txn.get(KEY_SLICE_NEXT)? {
-                    Some(v) => calm_store::decode_counter(KEY_SLICE_NEXT, &v)?.max(1),
-                    None => 1,
-                };
+                let next = super::data::slice_next(ctx.txn)?;
                 ctx.txn.put(KEY_SLICE_NEXT, &(next + 1).to_le_bytes())?;
                 slice.id = next | INLINE;
                 ctx.txn.put(&inline_key(slice.id), &bytes)?;

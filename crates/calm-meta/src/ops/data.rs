@@ -52,7 +52,7 @@ fn store_chunk<T: WriteTxn>(
 }
 
 /// The next slice id not yet handed out.
-fn slice_next<T: WriteTxn>(txn: &T) -> Outcome<u64> {
+pub(crate) fn slice_next<T: WriteTxn>(txn: &T) -> Outcome<u64> {
     Ok(match txn.get(KEY_SLICE_NEXT)? {
         Some(bytes) => calm_store::decode_counter(KEY_SLICE_NEXT, &bytes)?.max(1),
         None => 1,
@@ -88,18 +88,17 @@ fn release<T: WriteTxn>(ctx: &mut Ctx<'_, T>, dropped: &[Slice]) -> Outcome<()> 
     Ok(())
 }
 
-/// Cuts `handle`'s contents to `size` bytes: chunks wholly past it go, the chunk across it is
-/// clipped, and the objects no record names any more are queued for deletion.
-pub(crate) fn truncate_chunks<T: WriteTxn>(
-    ctx: &mut Ctx<'_, T>,
+/// The records of `handle`'s chunks from chunk `first` on, in order.
+pub(crate) fn chunks_from<T: WriteTxn>(
+    txn: &T,
     handle: Handle,
-    size: u64,
-) -> Outcome<()> {
+    first: u64,
+) -> Outcome<Vec<(u64, Vec<Slice>)>> {
     let (_, end) = chunk_range(handle);
-    let start = chunk_key(handle, size / CHUNK_BYTES);
+    let start = chunk_key(handle, first);
     let mut chunks: Vec<(u64, Vec<Slice>)> = Vec::new();
     let mut bad = None;
-    ctx.txn.visit(&start, &end, &mut |key, value| {
+    txn.visit(&start, &end, &mut |key, value| {
         match (key_chunk(key), decode_chunk(value)) {
             (Some(chunk), Ok(slices)) => chunks.push((chunk, slices)),
             (None, _) => bad = Some(MetaError::Corrupt(format!("chunk key {key:?}"))),
@@ -111,10 +110,20 @@ pub(crate) fn truncate_chunks<T: WriteTxn>(
             ControlFlow::Continue(())
         }
     })?;
-    if let Some(error) = bad {
-        return Err(error.into());
+    match bad {
+        Some(error) => Err(error.into()),
+        None => Ok(chunks),
     }
-    for (chunk, slices) in chunks {
+}
+
+/// Cuts `handle`'s contents to `size` bytes: chunks wholly past it go, the chunk across it is
+/// clipped, and the objects no record names any more are queued for deletion.
+pub(crate) fn truncate_chunks<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    handle: Handle,
+    size: u64,
+) -> Outcome<()> {
+    for (chunk, slices) in chunks_from(ctx.txn, handle, size / CHUNK_BYTES)? {
         let chunk_start = chunk * CHUNK_BYTES;
         let keep = size.saturating_sub(chunk_start).min(CHUNK_BYTES) as u32;
         let (kept, dropped) = crate::slices::clip(&slices, keep);
