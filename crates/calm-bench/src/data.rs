@@ -394,6 +394,8 @@ impl Calm {
             cache_bytes: 0,
             inline_bytes_max,
             append_through_cache: false,
+            metrics: None,
+            count_requests: true,
         };
         let (server, mounted) = runtime.block_on(async {
             // The deleter and the compactor run, as under `calm serve` (with its defaults):

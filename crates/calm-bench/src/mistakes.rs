@@ -86,6 +86,8 @@ fn mount(dir: &Path, trash_kept: Duration, inline: bool) -> Result<Mounted, Stri
             0
         },
         append_through_cache: false,
+        metrics: None,
+        count_requests: true,
     };
     let (server, mounted) = runtime.block_on(async {
         let server = InProcessServer::start(Arc::clone(&meta)).await?;

@@ -191,6 +191,8 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
         cache_bytes: 0,
         inline_bytes_max: calm_meta::slices::INLINE_WRITE_BYTES_MAX,
         append_through_cache: false,
+        metrics: None,
+        count_requests: true,
     };
     let (server, mounted, mounted_second) = runtime.block_on(async {
         let server = crate::mdtest::InProcessServer::start(Arc::clone(&meta)).await?;

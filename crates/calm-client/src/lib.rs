@@ -16,6 +16,7 @@ pub mod batch;
 pub mod clone;
 pub mod failover;
 pub mod json;
+pub mod mount_stats;
 mod placement;
 pub mod quota_tables;
 pub mod routing;

@@ -25,6 +25,7 @@ pub mod error;
 pub mod file;
 pub mod local;
 pub mod memory;
+pub mod meter;
 pub mod named;
 pub mod objects;
 pub mod url;

@@ -10,7 +10,7 @@ use calm_types::sync::Locked;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
@@ -21,6 +21,7 @@ use crate::block;
 use crate::cache::DiskCache;
 use crate::error::DataError;
 use crate::memory::{BlockCache, RecentReads};
+use crate::meter::{Found, Kind, Meter};
 use crate::url::ObjectsUrl;
 use calm_types::slices::{BLOCK_BYTES, blocks};
 
@@ -65,6 +66,8 @@ pub struct Objects {
     inflight: Arc<std::sync::Mutex<HashMap<(u64, u32), Fetch>>>,
     /// Whole block objects of a remote store on local disk, when the mount keeps them.
     disk: Option<Arc<DiskCache>>,
+    /// The requests made and how reads were served, for the metrics.
+    meter: Arc<Meter>,
 }
 
 impl Objects {
@@ -87,6 +90,7 @@ impl Objects {
                     headers: header_cache(),
                     inflight: Arc::default(),
                     disk: None,
+                    meter: Arc::default(),
                 })
             }
             ObjectsUrl::S3 {
@@ -131,6 +135,7 @@ impl Objects {
                     headers: header_cache(),
                     inflight: Arc::default(),
                     disk: None,
+                    meter: Arc::default(),
                 })
             }
         }
@@ -143,6 +148,11 @@ impl Objects {
         let blocks = self.cache.locked().bytes;
         let headers = self.headers.locked().bytes;
         (blocks, headers)
+    }
+
+    /// What this handle and its clones counted (requests by kind, where reads were found).
+    pub fn meter(&self) -> &Meter {
+        &self.meter
     }
 
     /// Sets the bytes of whole blocks kept in memory for a remote store (0: none).
@@ -197,6 +207,13 @@ impl Objects {
 
     /// Writes block `block` of slice `id`. The object appears whole or not at all.
     pub async fn put_block(&self, id: u64, block: u32, data: Bytes) -> Result<(), DataError> {
+        let (started, bytes) = (Instant::now(), data.len() as u64);
+        let put = self.put_block_unmetered(id, block, data).await;
+        self.meter.request(Kind::Put, started, bytes, put.is_ok());
+        put
+    }
+
+    async fn put_block_unmetered(&self, id: u64, block: u32, data: Bytes) -> Result<(), DataError> {
         let header = block::header(&data);
         if let Some(root) = &self.local {
             let path = self.local_path(root, id, block);
@@ -287,6 +304,7 @@ impl Objects {
             }
         }
         if let Some(whole) = self.cache.locked().get((id, b)) {
+            self.meter.found(Found::Memory);
             return Ok(whole.slice(from as usize..to as usize));
         }
         let whole = self.fetch_whole(id, b, block_len).await?;
@@ -327,8 +345,12 @@ impl Objects {
             None => None,
         };
         let whole = match on_disk {
-            Some(whole) => whole,
+            Some(whole) => {
+                self.meter.found(Found::Disk);
+                whole
+            }
             None => {
+                self.meter.found(Found::Store);
                 let (header, whole) = self
                     .read_block_ranges(id, b, block_len, 0, block_len)
                     .await?;
@@ -346,6 +368,23 @@ impl Objects {
     /// The header and bytes `[from, to)` of block `b` of slice `id`, fetched and checked piece
     /// by piece.
     async fn read_block_ranges(
+        &self,
+        id: u64,
+        b: u32,
+        block_len: u32,
+        from: u32,
+        to: u32,
+    ) -> Result<(Bytes, Bytes), DataError> {
+        let started = Instant::now();
+        let read = self
+            .read_block_ranges_unmetered(id, b, block_len, from, to)
+            .await;
+        let bytes = read.as_ref().map_or(0, |(_, data)| data.len() as u64);
+        self.meter.request(Kind::Get, started, bytes, read.is_ok());
+        read
+    }
+
+    async fn read_block_ranges_unmetered(
         &self,
         id: u64,
         b: u32,
@@ -473,20 +512,21 @@ impl Objects {
         // A slice is at least one block (an empty object still has a header).
         let count = blocks(size).count().max(1) as u32;
         for b in 0..count {
-            match self.store.delete(&self.path(id, b)).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
+            self.delete_block(id, b).await?;
         }
         Ok(())
     }
 
     /// Deletes one block object (gone already is no error).
     pub async fn delete_block(&self, id: u64, block: u32) -> Result<(), DataError> {
-        match self.store.delete(&self.path(id, block)).await {
+        let started = Instant::now();
+        let deleted = match self.store.delete(&self.path(id, block)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
-        }
+        };
+        self.meter
+            .request(Kind::Delete, started, 0, deleted.is_ok());
+        deleted
     }
 
     /// Writes of a local store that died before their rename (staging files), which no
@@ -517,6 +557,13 @@ impl Objects {
 
     /// Every object in the store, as `(id, block, length, modified)`.
     pub async fn list(&self) -> Result<Vec<Listed>, DataError> {
+        let started = Instant::now();
+        let listed = self.list_unmetered().await;
+        self.meter.request(Kind::List, started, 0, listed.is_ok());
+        listed
+    }
+
+    async fn list_unmetered(&self) -> Result<Vec<Listed>, DataError> {
         let mut stream = self.store.list(Some(&self.prefix));
         let mut out = Vec::new();
         while let Some(meta) = stream.next().await {

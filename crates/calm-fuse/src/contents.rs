@@ -129,6 +129,12 @@ impl Contents {
         &self.objects
     }
 
+    /// Bytes written and not committed yet, and the most that are buffered before a write
+    /// waits.
+    pub fn buffered(&self) -> (u64, u64) {
+        (self.buffered.load(Ordering::Relaxed), self.buffer_max)
+    }
+
     fn file(&self, handle: Handle) -> File {
         self.files.locked().entry(handle).or_default().clone()
     }

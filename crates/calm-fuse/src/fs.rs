@@ -81,6 +81,12 @@ pub struct MountOptions {
     /// then cuts a write at every page it has not read: appends of several mounts may tear.
     /// Only for measuring what the default (direct I/O: `fs::data::append_direct`) costs.
     pub append_through_cache: bool,
+    /// Where the mount's metrics are registered (a server's in the same process, or one
+    /// `calm mount --metrics` serves); `None`: a registry of its own, read only through
+    /// [`crate::metrics::METRICS_XATTR`].
+    pub metrics: Option<calm_metrics::Registry>,
+    /// Count and time the kernel's requests (false only to measure what counting costs).
+    pub count_requests: bool,
 }
 
 /// Where a mount keeps a remote store's blocks when not told: `$XDG_CACHE_HOME/calm/blocks`,
@@ -136,6 +142,9 @@ impl CalmFs {
         options: &MountOptions,
         runtime: Runtime,
     ) -> std::io::Result<CalmFs> {
+        let registry = options.metrics.clone().unwrap_or_default();
+        let metrics = crate::metrics::MountMetrics::new(registry, options.count_requests)
+            .map_err(std::io::Error::other)?;
         let shared = Arc::new(Shared {
             client,
             contents: Contents::new(
@@ -150,7 +159,13 @@ impl CalmFs {
             cache: crate::cache::Coherence::new(options.ttl),
             shm: crate::shm::SharedMemoryFiles::default(),
             append_through_cache: options.append_through_cache,
+            metrics,
         });
+        let figures = Arc::downgrade(&shared);
+        shared
+            .metrics
+            .scrape(move || figures.upgrade().map(|s| s.figures()).unwrap_or_default())
+            .map_err(std::io::Error::other)?;
         runtime.spawn(Shared::claim_orphans(
             Arc::downgrade(&shared),
             shared.locks.clone(),

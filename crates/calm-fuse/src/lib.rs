@@ -7,6 +7,7 @@
 //!   buffered writes uploaded and committed, reads over the file's map;
 //! - [`locks`]: fcntl (POSIX, OFD) and flock locks forwarded to the server's lock manager, in
 //!   one lock session per mount, with signal-interruptible waits;
+//! - [`metrics`]: the kernel's requests counted and timed by kind, and what the mount holds;
 //! - [`mount`]: mount and orderly unmount;
 //! - [`fs`]: the `fuser::Filesystem` implementation: every namespace operation, attribute and
 //!   entry caching, sizes and times kept in the metadata server;
@@ -22,6 +23,7 @@ mod convert;
 pub mod fs;
 pub mod groups;
 pub mod locks;
+pub mod metrics;
 pub mod mount;
 mod shared;
 pub mod shm;

@@ -79,6 +79,7 @@ pub async fn mount(
             return Err(e);
         }
     };
+    session.set_reply_observer(shared.metrics.clone());
     // The changes are followed from before the kernel's first request: nothing it caches can
     // miss its invalidation. Without epochs (Linux < 6.16) the cache could not be dropped as
     // a whole after the mount fell behind, so it is not made long-lived at all.

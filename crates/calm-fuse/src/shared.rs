@@ -9,6 +9,8 @@ use calm_client::Client;
 use calm_types::{Attr, Caller, Handle, Kind};
 use fuser::{Errno, FileHandle, INodeNo, Request};
 
+use calm_metrics::{counter_family, gauge_family};
+
 use crate::contents::Contents;
 use crate::locks::LockForwarder;
 
@@ -79,6 +81,8 @@ pub(crate) struct Shared {
     pub(crate) shm: crate::shm::SharedMemoryFiles,
     /// `MountOptions::append_through_cache`.
     pub(crate) append_through_cache: bool,
+    /// The mount's counters (the FUSE session reports each reply to them).
+    pub(crate) metrics: Arc<crate::metrics::MountMetrics>,
 }
 
 impl Shared {
@@ -86,6 +90,57 @@ impl Shared {
     /// kept consistent between awaits, and a panic never leaves it half-changed).
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         self.state.locked()
+    }
+
+    /// Files and directories this mount has open.
+    pub(crate) fn open_files(&self) -> usize {
+        self.state().files.len()
+    }
+
+    /// What the mount holds, as Prometheus is shown it at each scrape: invalidations, writes
+    /// buffered, caches, open files, the object store's requests.
+    pub(crate) fn figures(&self) -> Vec<calm_metrics::MetricFamily> {
+        let cache = self.cache.stats();
+        let (buffered, buffer_max) = self.contents.buffered();
+        let (blocks, headers) = self.contents.objects().cached_bytes();
+        let objects = self.contents.objects().meter().families("mount");
+        let mut families = vec![
+            counter_family(
+                "calm_mount_invalidations_total",
+                "Names, attributes and pages the mount told the kernel to forget because another client changed them.",
+                &[(&[], cache.invalidations as f64)],
+            ),
+            counter_family(
+                "calm_mount_cache_drops_total",
+                "Times the mount dropped the kernel's whole cache (it fell behind the server's changes, or lost their stream).",
+                &[(&[], cache.dropped_all as f64)],
+            ),
+            gauge_family(
+                "calm_mount_buffered_bytes",
+                "Bytes written to the mount and not committed yet.",
+                &[(&[], buffered as f64)],
+            ),
+            gauge_family(
+                "calm_mount_buffered_max_bytes",
+                "Most bytes the mount buffers before a write waits (--write-buffer-mib).",
+                &[(&[], buffer_max as f64)],
+            ),
+            gauge_family(
+                "calm_mount_block_cache_bytes",
+                "Bytes kept in memory of a remote object store: whole blocks, and verified block headers.",
+                &[
+                    (&[("kind", "blocks")], blocks as f64),
+                    (&[("kind", "headers")], headers as f64),
+                ],
+            ),
+            gauge_family(
+                "calm_mount_open_files",
+                "Files and directories the mount has open.",
+                &[(&[], self.open_files() as f64)],
+            ),
+        ];
+        families.extend(objects);
+        families
     }
 
     /// The client acting for the process behind `req`: its uid, gid and supplementary groups

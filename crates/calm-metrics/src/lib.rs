@@ -11,14 +11,43 @@
 //! an operation's kind, an error's name), never a path, a handle or a user's id.
 
 mod endpoint;
+mod latency;
 mod timed;
 
 pub use endpoint::{Endpoint, bind, serve};
+pub use latency::{Latency, histogram_family};
 pub use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
     Registry, TextEncoder, core::Collector, proto::MetricFamily,
 };
 pub use timed::{LATENCY_BUCKETS, Scrape, Timed, TimedSet, counter_family, gauge_family};
+
+/// The registry's samples without comments and histogram buckets: each line
+/// `NAME{LABELS} VALUE` (a histogram keeps its `_count` and `_sum`). What `calm stats` reads of
+/// a mount, which hands it out in one extended attribute ([`parse_samples`] reads it back).
+pub fn samples(registry: &Registry) -> String {
+    encode(registry)
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter(|line| {
+            let name = line.split(['{', ' ']).next().unwrap_or_default();
+            !name.ends_with("_bucket")
+        })
+        .map(|line| format!("{line}\n"))
+        .collect()
+}
+
+/// The samples of [`samples`] (or of a whole exposition), by their name with labels; lines
+/// that are not samples are skipped.
+pub fn parse_samples(text: &str) -> std::collections::BTreeMap<String, f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (key, value) = line.trim().rsplit_once(' ')?;
+            Some((key.to_string(), value.parse::<f64>().ok()?))
+        })
+        .collect()
+}
 
 /// The registry's families in the text exposition format.
 pub fn encode(registry: &Registry) -> String {

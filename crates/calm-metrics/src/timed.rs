@@ -81,7 +81,7 @@ impl TimedSet {
         let failed = IntCounterVec::new(
             Opts::new(
                 format!("{prefix}_errors_total"),
-                format!("{what} that failed, by operation and error."),
+                format!("{} that failed, by operation and error.", capitalized(what)),
             ),
             &["op", "error"],
         )?;
@@ -111,13 +111,25 @@ impl TimedSet {
     }
 }
 
+/// `what` with its first letter in upper case.
+fn capitalized(what: &str) -> String {
+    let mut chars = what.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
 type Figures = dyn Fn() -> Vec<MetricFamily> + Send + Sync;
 
 /// Figures read when Prometheus scrapes, from closures each part registers: what a part
 /// keeps already (in atomics of its own) is not counted a second time.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Scrape {
     parts: Arc<std::sync::RwLock<Vec<Box<Figures>>>>,
+    /// What the registry knows this scrape by (one per part: a server and a mount in one
+    /// process each have theirs).
+    desc: Arc<prometheus::core::Desc>,
 }
 
 impl std::fmt::Debug for Scrape {
@@ -127,9 +139,18 @@ impl std::fmt::Debug for Scrape {
 }
 
 impl Scrape {
-    /// A scrape registered in `registry` (one per registry).
-    pub fn new(registry: &Registry) -> prometheus::Result<Scrape> {
-        let scrape = Scrape::default();
+    /// A scrape of `part` (`server`, `mount`) registered in `registry` (one per part).
+    pub fn new(registry: &Registry, part: &str) -> prometheus::Result<Scrape> {
+        let desc = prometheus::core::Desc::new(
+            format!("calm_{part}_scraped"),
+            format!("The figures of the {part} read at each scrape."),
+            Vec::new(),
+            HashMap::new(),
+        )?;
+        let scrape = Scrape {
+            parts: Arc::default(),
+            desc: Arc::new(desc),
+        };
         registry.register(Box::new(scrape.clone()))?;
         Ok(scrape)
     }
@@ -144,7 +165,7 @@ impl Scrape {
 
 impl prometheus::core::Collector for Scrape {
     fn desc(&self) -> Vec<&prometheus::core::Desc> {
-        Vec::new()
+        vec![&self.desc]
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
@@ -155,7 +176,12 @@ impl prometheus::core::Collector for Scrape {
     }
 }
 
-fn family(name: &str, help: &str, kind: MetricType, metrics: Vec<proto::Metric>) -> MetricFamily {
+pub(crate) fn family(
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    metrics: Vec<proto::Metric>,
+) -> MetricFamily {
     let mut family = MetricFamily::default();
     family.set_name(name.to_string());
     family.set_help(help.to_string());
@@ -164,7 +190,7 @@ fn family(name: &str, help: &str, kind: MetricType, metrics: Vec<proto::Metric>)
     family
 }
 
-fn labelled(labels: &[(&str, &str)]) -> proto::Metric {
+pub(crate) fn labelled(labels: &[(&str, &str)]) -> proto::Metric {
     let mut metric = proto::Metric::default();
     metric.set_label(
         labels
@@ -220,7 +246,7 @@ mod tests {
         let set = TimedSet::new(
             &registry,
             "calm_test_requests",
-            "Requests",
+            "requests",
             &["Lookup", "Make"],
             &["not_found", "other"],
         )
@@ -229,7 +255,7 @@ mod tests {
         set.op("Make").observe(0.003);
         set.op("Lookup").failed(0);
         set.op("Nonsense").failed(7);
-        let scrape = Scrape::new(&registry).unwrap();
+        let scrape = Scrape::new(&registry, "test").unwrap();
         scrape.add(|| {
             vec![gauge_family(
                 "calm_test_held",
@@ -251,6 +277,17 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("calm_test_held{kind=\"a\"} 3"), "{text}");
+        let samples = crate::parse_samples(&crate::samples(&registry));
+        assert_eq!(
+            samples["calm_test_requests_seconds_count{op=\"Make\"}"],
+            2.0
+        );
+        assert!((samples["calm_test_requests_seconds_sum{op=\"Make\"}"] - 0.005).abs() < 1e-9);
+        assert_eq!(samples["calm_test_held{kind=\"a\"}"], 3.0);
+        assert!(
+            samples.keys().all(|k| !k.contains("_bucket")),
+            "{samples:?}"
+        );
         assert!(
             text.contains("# HELP calm_test_held Things held now."),
             "{text}"

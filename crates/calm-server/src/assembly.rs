@@ -193,8 +193,8 @@ pub struct Assembled<S: Store> {
     listeners: Vec<Listener>,
     /// The addresses served, as clients name them (the Unix socket first).
     pub addrs: Vec<String>,
-    /// The metrics endpoint's listener, bound at the opening.
-    metrics: Option<std::net::TcpListener>,
+    /// The metrics endpoint's listener, bound at the opening, and the registry it serves.
+    metrics: Option<(std::net::TcpListener, calm_metrics::Registry)>,
 }
 
 impl<S: Store> Assembled<S> {
@@ -240,10 +240,13 @@ impl<S: Store> Assembled<S> {
                 }),
         };
         let metrics = match &config.metrics {
-            Some(addr) => Some(calm_metrics::bind(addr).map_err(|e| ServerError::Listen {
-                addr: format!("{addr} (--metrics)"),
-                reason: e.to_string(),
-            })?),
+            Some(addr) => Some((
+                calm_metrics::bind(addr).map_err(|e| ServerError::Listen {
+                    addr: format!("{addr} (--metrics)"),
+                    reason: e.to_string(),
+                })?,
+                calm_metrics::Registry::new(),
+            )),
             None => None,
         };
         Ok(Assembled {
@@ -264,8 +267,7 @@ impl<S: Store> Assembled<S> {
     /// caller that also calls the services in its own process, as an embedded mount does).
     pub async fn start(self) -> (Server<S>, Vec<Listener>, Arc<Meta<S>>) {
         let mut server = Server::start(self.meta.clone(), self.info).await;
-        if let Some(listener) = self.metrics {
-            let registry = calm_metrics::Registry::new();
+        if let Some((listener, registry)) = self.metrics {
             server = match server.with_metrics(&registry) {
                 Ok(server) => server,
                 Err(error) => panic!("the metrics' families are fixed and unique: {error}"),
@@ -283,7 +285,13 @@ impl<S: Store> Assembled<S> {
 
     /// Where the metrics are served, if they are.
     pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
-        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
+        self.metrics.as_ref().and_then(|(l, _)| l.local_addr().ok())
+    }
+
+    /// The registry the metrics endpoint serves, if there is one: a mount in the same process
+    /// shows its figures beside the server's.
+    pub fn registry(&self) -> Option<calm_metrics::Registry> {
+        self.metrics.as_ref().map(|(_, registry)| registry.clone())
     }
 
     /// Serves until `shutdown` completes, then returns the namespace (see [`close`]).

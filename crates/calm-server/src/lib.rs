@@ -245,10 +245,15 @@ impl<S: Store> Server<S> {
         // Calls in batches are counted where the batch dispatches them.
         let _ = self.meta.metrics.set(requests.set.clone());
         self.requests = Some(requests);
-        let scrape = calm_metrics::Scrape::new(registry)
+        let scrape = calm_metrics::Scrape::new(registry, "server")
             .map_err(|e| format!("registering the server's figures: {e}"))?;
         let service = self.meta.clone();
         metrics::scrape_status(&scrape, move || service.status_now().ok());
+        // The server's own requests to the object store (deletions, compactions, backups).
+        if let Some(data) = &self.meta.data {
+            let objects = data.options.objects.clone();
+            scrape.add(move || objects.meter().families("server"));
+        }
         Ok(self)
     }
 

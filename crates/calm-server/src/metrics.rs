@@ -60,7 +60,7 @@ impl RequestsLayer {
         let set = TimedSet::new(
             registry,
             "calm_server_requests",
-            "Requests the server answered",
+            "requests the server answered",
             calm_proto::methods::METHODS,
             &error_names(),
         )

@@ -65,9 +65,14 @@ enum Command {
     },
     /// A running server's figures every interval, as rates (mutations, commit groups and their
     /// time, requests, errors, deletions) and levels (locks, sessions, the deletion queue,
-    /// inodes, heap): one line each, a header every 20, no colour; or JSON lines.
+    /// inodes, heap); or a mount's (MOUNTPOINT): the kernel's requests with their latency, the
+    /// busiest kinds, invalidations, writes buffered, the object store's throughput, the block
+    /// cache's hit ratio. One line each, a header every 20, no colour; or JSON lines.
     Stats {
-        #[arg(long, default_value = DEFAULT_SERVER)]
+        /// A mount's own figures instead of a server's: the kernel's requests by kind with
+        /// their latency, the object store's throughput, the block cache's hit ratio.
+        mountpoint: Option<std::path::PathBuf>,
+        #[arg(long, default_value = DEFAULT_SERVER, conflicts_with = "mountpoint")]
         server: String,
         /// Seconds between two samples.
         #[arg(long, default_value_t = 1.0)]
@@ -341,10 +346,18 @@ fn main() -> ExitCode {
         Command::Mount(args) => mount::run(&args, started),
         Command::Status { server, json } => status::run(&server, json),
         Command::Stats {
+            mountpoint: Some(mountpoint),
+            interval_s,
+            count,
+            json,
+            ..
+        } => stats::run_mount(&mountpoint, interval_s, count, json),
+        Command::Stats {
             server,
             interval_s,
             count,
             json,
+            ..
         } => stats::run(&server, interval_s, count, json),
         Command::Changelog { server, command } => changelog::run(&server, command),
         Command::Locks { path, server, json } => locks::run(&server, &path, json),

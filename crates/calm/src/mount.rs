@@ -69,6 +69,10 @@ pub struct MountArgs {
     /// appends (for measuring what atomic appends cost; `calm bench appends`).
     #[arg(long, hide = true)]
     pub append_through_cache: bool,
+    /// Count nothing of the kernel's requests (for measuring what counting costs; `calm bench
+    /// mount --metrics-cost`).
+    #[arg(long, hide = true)]
+    pub count_nothing: bool,
     #[command(flatten)]
     pub changelog: crate::serve::ServerArgs,
 }
@@ -85,7 +89,7 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
     }
     // The block cache holds file contents: readable by this user alone.
     calm_server::private_files();
-    let options = MountOptions {
+    let mut options = MountOptions {
         write_buffer_bytes: args.write_buffer_mib.saturating_mul(1 << 20),
         ttl: Duration::from_millis(args.ttl_ms),
         lease_ms: args.lock_lease_ms,
@@ -94,10 +98,28 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
         cache_bytes: args.cache_size_mib.saturating_mul(1 << 20),
         inline_bytes_max: args.inline_bytes_max,
         append_through_cache: args.append_through_cache,
+        metrics: None,
+        count_requests: !args.count_nothing,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     match &args.embedded {
         None => {
+            // The mount's own metrics, when asked for: bound before anything starts (a
+            // mistake in the address stops the mount), served once it runs.
+            let endpoint = match &args.changelog.metrics {
+                Some(addr) => {
+                    let listener = calm_metrics::bind(addr)
+                        .with_context(|| format!("listening on {addr} (--metrics)"))?;
+                    let registry = calm_metrics::Registry::new();
+                    options.metrics = Some(registry.clone());
+                    let _runtime = runtime.enter();
+                    Some(
+                        calm_metrics::serve(listener, registry)
+                            .with_context(|| format!("serving the metrics on {addr}"))?,
+                    )
+                }
+                None => None,
+            };
             let server = args.server.as_deref().expect("checked above");
             let tls = match (&args.tls_ca, &args.tls_client_cert, &args.tls_client_key) {
                 (Some(ca), Some(cert), Some(key)) => Some(calm_client::ClientTls {
@@ -116,6 +138,7 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
                 started,
                 None,
             ))?;
+            drop(endpoint);
         }
         Some(dir) => {
             let config = args.changelog.config(false);
@@ -126,6 +149,7 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
             let assembled =
                 runtime.block_on(Assembled::open(store, &config, dir, name, started))?;
             let addrs = assembled.addrs.clone();
+            options.metrics = assembled.registry();
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             let (server, listeners, meta) = runtime.block_on(assembled.start());
             // The mount calls the namespace and the locks in this process; other clients

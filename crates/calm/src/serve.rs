@@ -103,8 +103,10 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = 24.0)]
     pub trash_hours: f64,
     /// Serve Prometheus's metrics at http://ADDR/metrics (HOST:PORT; port 0: one the kernel
-    /// picks, said in the log): requests by method with their latency and errors, commits,
-    /// locks, the changelog, watchers, the deletion queue, the trash, backups.
+    /// picks, said in the log): a server's requests by method with their latency and errors,
+    /// commits, locks, the changelog, watchers, the deletion queue, the trash, backups; a
+    /// mount's requests from the kernel by kind with their latency and errors, its object
+    /// store requests, caches and buffered writes.
     #[arg(long)]
     pub metrics: Option<String>,
 }

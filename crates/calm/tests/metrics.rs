@@ -1,6 +1,7 @@
-//! Prometheus's metrics of a server (`calm serve --metrics`): promtool accepts what the
-//! endpoint serves, the requests a mount sends are counted by method with their failures, and
-//! a real Prometheus scraping the server answers a rate the test caused.
+//! Prometheus's metrics of a server (`calm serve --metrics`) and of a mount (`calm mount
+//! --metrics`): promtool accepts what each endpoint serves, the requests a mount sends are
+//! counted by method with their failures, the kernel's requests to a mount by kind with
+//! theirs, and a real Prometheus scraping both answers rates the test caused.
 
 mod common;
 
@@ -104,22 +105,96 @@ fn a_server_s_metrics_count_what_its_mounts_ask() {
     assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
 }
 
-/// A real Prometheus scrapes the server every second; creates through a mount show in the
-/// rate its HTTP API answers.
+/// A mount's own endpoint: the kernel's requests counted by kind with their failures by errno,
+/// the object store's requests with their bytes; `calm stats MOUNTPOINT` shows the creates'
+/// rate.
 #[test]
-fn prometheus_scrapes_a_server_and_answers_a_rate_the_test_caused() {
+fn a_mount_s_metrics_count_the_kernel_s_requests() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let server = Server::start(&data);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mount = Mount::remote(&server.addr, &["--metrics", &metrics]);
+    mount.sh_ok(
+        "for i in $(seq 50); do : > f$i; done
+         python3 -c \"import os
+for _ in range(5):
+    try: os.getxattr('f1', 'user.unset')
+    except OSError: pass\"
+         head -c 5242880 /dev/urandom > big; sync big
+         dd if=big of=/dev/null bs=1M iflag=direct status=none",
+    );
+    let text = get(&metrics, "/metrics");
+    promtool_accepts(&text);
+    let at = |series: &str| sample(&text, series).unwrap_or(0.0);
+    assert!(
+        at("calm_mount_requests_seconds_count{op=\"create\"}") >= 51.0,
+        "{text}"
+    );
+    assert!(
+        at("calm_mount_requests_errors_total{error=\"ENODATA\",op=\"getxattr\"}") >= 5.0,
+        "{text}"
+    );
+    assert!(
+        at("calm_objects_requests_seconds_count{kind=\"put\",part=\"mount\"}") >= 2.0,
+        "5 MiB: two blocks at least\n{text}"
+    );
+    assert!(
+        at("calm_objects_bytes_total{kind=\"put\",part=\"mount\"}") >= 5242880.0,
+        "{text}"
+    );
+    assert!(
+        at("calm_objects_bytes_total{kind=\"get\",part=\"mount\"}") >= 5242880.0,
+        "the direct read went to the store:\n{text}"
+    );
+    assert!(
+        text.contains("# HELP calm_mount_requests_seconds How long"),
+        "{text}"
+    );
+
+    // `calm stats MOUNTPOINT` while the mount makes files.
+    let stats = mount.sh_ok(&format!(
+        "for i in $(seq 2000); do : > g$i; done & maker=$!
+         '{calm}' stats \"$MNT\" --interval-s 0.3 --count 3 --json
+         wait $maker",
+        calm = common::CALM
+    ));
+    let lines: Vec<serde_json::Value> = stats
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 3, "{stats}");
+    let creates = lines
+        .iter()
+        .map(|l| l["ops"]["create"]["per_s"].as_f64().unwrap_or(0.0))
+        .fold(0.0, f64::max);
+    assert!(creates > 0.0, "no create seen: {stats}");
+    // Outside a calm mount's root: a clear error.
+    let out = common::calm(&["stats", tmp.path().to_str().unwrap(), "--count", "1"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not a calm mount"),
+        "{out:?}"
+    );
+}
+
+/// A real Prometheus scrapes the server and a mount every second; creates through the mount
+/// show in the rates its HTTP API answers, of the server's requests and of the mount's.
+#[test]
+fn prometheus_scrapes_a_server_and_a_mount_and_answers_rates_the_test_caused() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = common::data_dir(&tmp);
     let metrics = format!("127.0.0.1:{}", free_port());
     let server = Server::start_with(&data, &["--metrics", &metrics]);
-    let mount = Mount::remote(&server.addr, &[]);
+    let mount_metrics = format!("127.0.0.1:{}", free_port());
+    let mount = Mount::remote(&server.addr, &["--metrics", &mount_metrics]);
     let web = format!("127.0.0.1:{}", free_port());
     let config = tmp.path().join("prometheus.yml");
     std::fs::write(
         &config,
         format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
-             - job_name: calm\n    static_configs:\n      - targets: ['{metrics}']\n"
+             - job_name: calm\n    static_configs:\n      - targets: ['{metrics}', '{mount_metrics}']\n"
         ),
     )
     .unwrap();
@@ -145,7 +220,17 @@ fn prometheus_scrapes_a_server_and_answers_a_rate_the_test_caused() {
     );
     // Creates for a few seconds, while it scrapes.
     mount.sh_ok("for i in $(seq 400); do : > f$i; done");
-    let query = "sum(rate(calm_server_requests_seconds_count[30s]))";
+    for query in [
+        "sum(rate(calm_server_requests_seconds_count[30s]))",
+        "sum(rate(calm_mount_requests_seconds_count{op=\"create\"}[30s]))",
+    ] {
+        rate_answered(&web, query, &mount);
+    }
+}
+
+/// Asks the Prometheus at `web` for `query` until it answers a value above zero (at most a
+/// minute), making and removing files on `mount` meanwhile.
+fn rate_answered(web: &str, query: &str, mount: &Mount) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let encoded: String = query
@@ -156,9 +241,9 @@ fn prometheus_scrapes_a_server_and_answers_a_rate_the_test_caused() {
             })
             .collect();
         let path = format!("/api/v1/query?query={encoded}");
-        let answer = std::net::TcpStream::connect(&web)
+        let answer = std::net::TcpStream::connect(web)
             .ok()
-            .map(|_| get(&web, &path))
+            .map(|_| get(web, &path))
             .unwrap_or_default();
         if let Ok(json) = serde_json::from_str::<serde_json::Value>(&answer)
             && let Some(value) = json["data"]["result"][0]["value"][1].as_str()
@@ -168,7 +253,7 @@ fn prometheus_scrapes_a_server_and_answers_a_rate_the_test_caused() {
         }
         assert!(
             Instant::now() < deadline,
-            "Prometheus answered no rate of requests in 60 s: {answer}"
+            "Prometheus answered no rate for {query} in 60 s: {answer}"
         );
         mount.sh_ok("for i in $(seq 50); do : > g$i; rm g$i; done");
         std::thread::sleep(Duration::from_millis(500));

@@ -2,6 +2,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
+use std::time::Instant;
 
 use nix::errno::Errno;
 
@@ -9,8 +10,19 @@ use crate::dev_fuse::DevFuse;
 use crate::passthrough::BackingId;
 
 /// A raw communication channel to the FUSE kernel driver
+/// calm: with the observer its replies are reported to, if any.
 #[derive(Debug, Clone)]
-pub(crate) struct Channel(Arc<DevFuse>);
+pub(crate) struct Channel(Arc<DevFuse>, Option<Observer>);
+
+/// calm: the observer of a session's replies (see [`crate::ReplyObserver`]).
+#[derive(Clone)]
+pub(crate) struct Observer(pub(crate) Arc<dyn crate::ReplyObserver>);
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
+}
 
 impl AsFd for Channel {
     fn as_fd(&self) -> BorrowedFd<'_> {
@@ -23,7 +35,13 @@ impl Channel {
     /// given path. The kernel driver will delegate filesystem operations of
     /// the given path to the channel.
     pub(crate) fn new(device: Arc<DevFuse>) -> Self {
-        Self(device)
+        Self(device, None)
+    }
+
+    /// calm: reports every reply sent through this channel (and its clones made after) to
+    /// `observer`.
+    pub(crate) fn observe(&mut self, observer: Arc<dyn crate::ReplyObserver>) {
+        self.1 = Some(Observer(observer));
     }
 
     /// Receives data up to the capacity of the given buffer (can block).
@@ -53,7 +71,11 @@ impl Channel {
     pub(crate) fn sender(&self) -> ChannelSender {
         // Since write/writev syscalls are threadsafe, we can simply create
         // a sender by using the same file and use it in other threads.
-        ChannelSender(self.0.clone())
+        ChannelSender {
+            device: self.0.clone(),
+            observer: self.1.clone(),
+            request: None,
+        }
     }
 
     /// Clone the FUSE device fd using FUSE_DEV_IOC_CLONE ioctl.
@@ -75,28 +97,51 @@ impl Channel {
             crate::ll::ioctl::fuse_dev_ioc_clone(new_dev.as_raw_fd(), &mut source_fd)?;
         }
 
-        Ok(Channel::new(Arc::new(new_dev)))
+        Ok(Channel(Arc::new(new_dev), self.1.clone()))
     }
 }
 
+/// calm: with the observer of replies and, for a request's reply, its opcode and when it was
+/// read.
 #[derive(Clone, Debug)]
-pub(crate) struct ChannelSender(Arc<DevFuse>);
+pub(crate) struct ChannelSender {
+    device: Arc<DevFuse>,
+    observer: Option<Observer>,
+    request: Option<(u32, Instant)>,
+}
 
 impl ChannelSender {
+    /// calm: the sender of the reply to a request of `opcode` read at `started`.
+    pub(crate) fn for_request(self, opcode: u32, started: Instant) -> ChannelSender {
+        ChannelSender {
+            request: self.observer.is_some().then_some((opcode, started)),
+            ..self
+        }
+    }
+
     pub(crate) fn send(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<()> {
-        let rc = nix::sys::uio::writev(&self.0, bufs)?;
+        let rc = nix::sys::uio::writev(&self.device, bufs)?;
         // writev is atomic, so do not need to check how many bytes are written.
         // libfuse does not do it either
         // https://github.com/libfuse/libfuse/blob/6278995cca991978abd25ebb2c20ebd3fc9e8a13/lib/fuse_lowlevel.c#L267
         debug_assert_eq!(bufs.iter().map(|b| b.len()).sum::<usize>(), rc);
+        if let (Some(observer), Some((opcode, started))) = (&self.observer, self.request) {
+            // The reply's header: its length, then the error (minus an errno, or 0).
+            let error = bufs
+                .first()
+                .and_then(|header| header.get(4..8))
+                .and_then(|bytes| bytes.try_into().ok())
+                .map_or(0, i32::from_ne_bytes);
+            observer.0.replied(opcode, started, error.saturating_neg());
+        }
         Ok(())
     }
 
     pub(crate) fn open_backing(&self, fd: BorrowedFd<'_>) -> std::io::Result<BackingId> {
-        BackingId::create(&self.0, fd)
+        BackingId::create(&self.device, fd)
     }
 
     pub(crate) unsafe fn wrap_backing(&self, id: u32) -> BackingId {
-        unsafe { BackingId::wrap_raw(&self.0, id) }
+        unsafe { BackingId::wrap_raw(&self.device, id) }
     }
 }

@@ -390,6 +390,15 @@ impl KernelConfig {
     }
 }
 
+/// calm: told of every reply a session sends to a request, once it is sent: the request's
+/// opcode (as the kernel numbers it), when the request was read, and the reply's errno (0 for
+/// success). Requests without a reply (forget, interrupt) are not told. Set with
+/// [`Session::set_reply_observer`].
+pub trait ReplyObserver: Send + Sync + 'static {
+    /// A reply was sent.
+    fn replied(&self, opcode: u32, started: std::time::Instant, errno: i32);
+}
+
 /// Filesystem trait.
 ///
 /// This trait must be implemented to provide a userspace filesystem via FUSE.

@@ -49,6 +49,9 @@ impl<'a> RequestWithSender<'a> {
             }
         };
 
+        // calm: the reply reports the request's opcode and how long it took, when the
+        // session has an observer.
+        let ch = ch.for_request(request.opcode(), std::time::Instant::now());
         Some(Self { ch, request })
     }
 

@@ -226,6 +226,11 @@ impl<FS: Filesystem> Session<FS> {
         Ok(session)
     }
 
+    /// calm: reports every reply to a request from now on to `observer`.
+    pub fn set_reply_observer(&mut self, observer: Arc<dyn crate::ReplyObserver>) {
+        self.ch.observe(observer);
+    }
+
     /// Run the session loop in a background thread. If the returned handle is dropped,
     /// the filesystem is unmounted and the given session ends.
     pub fn spawn(self) -> io::Result<BackgroundSession> {

@@ -2147,6 +2147,11 @@ impl<'a> AnyRequest<'a> {
         INodeNo(self.header.nodeid)
     }
 
+    /// calm: the request's opcode as the kernel sent it.
+    pub(crate) fn opcode(&self) -> u32 {
+        self.header.opcode
+    }
+
     /// Returns the UID that the process that triggered this request runs under.
     pub(crate) fn uid(&self) -> Uid {
         Uid::from_raw(self.header.uid)
