@@ -396,6 +396,7 @@ impl Calm {
             append_through_cache: false,
             metrics: None,
             count_requests: true,
+            job_variable: None,
         };
         let (server, mounted) = runtime.block_on(async {
             // The deleter and the compactor run, as under `calm serve` (with its defaults):

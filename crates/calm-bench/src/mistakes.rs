@@ -88,6 +88,7 @@ fn mount(dir: &Path, trash_kept: Duration, inline: bool) -> Result<Mounted, Stri
         append_through_cache: false,
         metrics: None,
         count_requests: true,
+        job_variable: None,
     };
     let (server, mounted) = runtime.block_on(async {
         let server = InProcessServer::start(Arc::clone(&meta)).await?;

@@ -193,6 +193,7 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
         append_through_cache: false,
         metrics: None,
         count_requests: true,
+        job_variable: None,
     };
     let (server, mounted, mounted_second) = runtime.block_on(async {
         let server = crate::mdtest::InProcessServer::start(Arc::clone(&meta)).await?;

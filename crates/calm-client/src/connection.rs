@@ -108,6 +108,7 @@ impl Client {
             failover: None,
             placement: Arc::new(placement::Placement::new(false, None)),
             caller: None,
+            job: None,
             reached: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -250,6 +251,13 @@ impl Client {
         }
     }
 
+    /// The same client, its requests naming `job` as the caller's job (letters, digits and
+    /// `._:-` only, at most `calm_metrics::LOAD_KEY_BYTES_MAX` bytes: a mount sanitizes
+    /// what it reads from a process).
+    pub fn with_job(self, job: Option<Arc<str>>) -> Client {
+        Client { job, ..self }
+    }
+
     /// The highest changelog index a mutation or a lock answer of this client (or a clone)
     /// carried: once a watch stream has passed it, every change this client made, and every
     /// change made before a lock it was granted, is in the stream.
@@ -294,6 +302,13 @@ impl Client {
                 calm_proto::REQUEST_KEY,
                 id.to_text().parse().expect("hex digits are valid metadata"),
             );
+        }
+        if let Some(job) = &self.job
+            && let Ok(value) = job.parse()
+        {
+            request
+                .metadata_mut()
+                .insert(calm_proto::changelog::JOB_KEY, value);
         }
         if let Some(caller) = &self.caller {
             let metadata = request.metadata_mut();

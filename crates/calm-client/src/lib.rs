@@ -243,6 +243,9 @@ pub struct Client {
     placement: Arc<placement::Placement>,
     /// Sent with every mutation, for its changelog record.
     caller: Option<Caller>,
+    /// The job of the calling process, sent with every request (the server counts its load
+    /// per job).
+    job: Option<Arc<str>>,
     /// The highest changelog index a mutation of this client (or its clones) answered with.
     reached: Arc<AtomicU64>,
 }

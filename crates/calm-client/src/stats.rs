@@ -3,7 +3,7 @@
 //! terminal and a pipe read it alike (no colour, no cursor movement), its header again every
 //! [`HEADER_EVERY`] lines; or one JSON object per line for scripts.
 
-use calm_proto::pb::StatusReply;
+use calm_proto::pb::{self, StatusReply};
 
 /// Lines between two headers.
 pub const HEADER_EVERY: usize = 20;
@@ -144,6 +144,82 @@ pub fn json(unix_ms: u64, i: &Interval) -> String {
     .to_string()
 }
 
+/// One user's or job's requests over an interval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadRate {
+    pub key: String,
+    pub requests_per_s: f64,
+    /// The average time the server spent on one of its requests.
+    pub avg_ms: f64,
+    /// Server time spent on its requests per second of the interval (1000: one request
+    /// being answered at every moment).
+    pub busy_ms_per_s: f64,
+}
+
+/// The users' (or jobs') rates between two samples `seconds` apart: those with requests in
+/// the interval, the busiest first, "other" last.
+pub fn load_interval(before: &[pb::Load], after: &[pb::Load], seconds: f64) -> Vec<LoadRate> {
+    let seconds = seconds.max(1e-9);
+    let mut rates: Vec<LoadRate> = after
+        .iter()
+        .filter_map(|now| {
+            let then = before.iter().find(|b| b.key == now.key);
+            let requests = now.requests.saturating_sub(then.map_or(0, |b| b.requests));
+            let ns = now
+                .seconds_ns
+                .saturating_sub(then.map_or(0, |b| b.seconds_ns));
+            (requests > 0).then(|| LoadRate {
+                key: now.key.clone(),
+                requests_per_s: requests as f64 / seconds,
+                avg_ms: ns as f64 / requests as f64 / 1e6,
+                busy_ms_per_s: ns as f64 / 1e6 / seconds,
+            })
+        })
+        .collect();
+    rates.sort_by(|a, b| {
+        (a.key == "other")
+            .cmp(&(b.key == "other"))
+            .then(b.requests_per_s.total_cmp(&a.requests_per_s))
+            .then(a.key.cmp(&b.key))
+    });
+    rates
+}
+
+/// The lines of one interval of [`load_interval`] by `by` (`uid`, `job`), stamped `time`: a
+/// header, then one line per key.
+pub fn load_lines(time: &str, by: &str, rates: &[LoadRate]) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{:>8} {:<24} {:>9} {:>8} {:>11}",
+        time, by, "reqs/s", "avg ms", "server ms/s"
+    )];
+    if rates.is_empty() {
+        lines.push(format!("{:>8} {:<24}", "", "(no requests)"));
+    }
+    for r in rates {
+        lines.push(format!(
+            "{:>8} {:<24} {:>9.0} {:>8.3} {:>11.1}",
+            "", r.key, r.requests_per_s, r.avg_ms, r.busy_ms_per_s
+        ));
+    }
+    lines
+}
+
+/// One interval of [`load_interval`] as a JSON object, stamped with the Unix time in ms.
+pub fn load_json(unix_ms: u64, by: &str, rates: &[LoadRate]) -> String {
+    let loads: Vec<serde_json::Value> = rates
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "key": r.key,
+                "requests_per_s": r.requests_per_s,
+                "avg_ms": r.avg_ms,
+                "busy_ms_per_s": r.busy_ms_per_s,
+            })
+        })
+        .collect();
+    serde_json::json!({ "unix_ms": unix_ms, "by": by, "loads": loads }).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,5 +255,42 @@ mod tests {
         assert_eq!(interval(&after, &before, 1.0).ops_per_s, 0.0);
         assert_eq!(header().split_whitespace().count(), 17);
         assert_eq!(line("12:00:00", &i).split_whitespace().count(), 15);
+    }
+
+    #[test]
+    fn a_user_s_rate_is_the_difference_of_its_counts() {
+        let load = |key: &str, requests: u64, ms: u64| pb::Load {
+            key: key.to_string(),
+            requests,
+            seconds_ns: ms * 1_000_000,
+        };
+        let before = [load("1000", 100, 50), load("other", 5, 5)];
+        let after = [
+            load("1000", 300, 250),
+            load("2000", 40, 80),
+            load("other", 15, 15),
+            load("3000", 0, 0),
+        ];
+        let rates = load_interval(&before, &after, 2.0);
+        let keys: Vec<&str> = rates.iter().map(|r| r.key.as_str()).collect();
+        assert_eq!(keys, ["1000", "2000", "other"]);
+        assert_eq!(rates[0].requests_per_s, 100.0);
+        assert_eq!(rates[0].avg_ms, 1.0);
+        assert_eq!(rates[0].busy_ms_per_s, 100.0);
+        assert_eq!(rates[1].avg_ms, 2.0);
+        // A key swept out (its counts now under "other") gives no negative rate.
+        assert!(
+            load_interval(&after, &before, 1.0)
+                .iter()
+                .all(|r| r.requests_per_s >= 0.0)
+        );
+        let lines = load_lines("12:00:00", "uid", &rates);
+        assert_eq!(lines.len(), 4);
+        assert!(
+            lines[1].contains("1000") && lines[1].contains("100"),
+            "{lines:?}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&load_json(7, "uid", &rates)).unwrap();
+        assert_eq!(json["loads"][1]["key"], "2000");
     }
 }

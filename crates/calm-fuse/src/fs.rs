@@ -87,6 +87,9 @@ pub struct MountOptions {
     pub metrics: Option<calm_metrics::Registry>,
     /// Count and time the kernel's requests (false only to measure what counting costs).
     pub count_requests: bool,
+    /// The environment variable naming a calling process's job (`SLURM_JOB_ID`, …): sent with
+    /// its requests, so that the server counts its load per job. `None`: no job is sent.
+    pub job_variable: Option<String>,
 }
 
 /// Where a mount keeps a remote store's blocks when not told: `$XDG_CACHE_HOME/calm/blocks`,
@@ -156,6 +159,7 @@ impl CalmFs {
             state: Mutex::new(State::default()),
             released: tokio::sync::Notify::new(),
             groups: crate::groups::CallerGroups::default(),
+            jobs: crate::jobs::CallerJobs::new(options.job_variable.as_deref()),
             cache: crate::cache::Coherence::new(options.ttl),
             shm: crate::shm::SharedMemoryFiles::default(),
             append_through_cache: options.append_through_cache,

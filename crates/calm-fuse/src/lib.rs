@@ -12,7 +12,7 @@
 //! - [`fs`]: the `fuser::Filesystem` implementation: every namespace operation, attribute and
 //!   entry caching, sizes and times kept in the metadata server;
 //! - `shared`: what request tasks share of the mount's state; `convert`: between calm's and
-//!   the kernel's shapes; [`groups`]: callers' supplementary groups.
+//!   the kernel's shapes; [`groups`]: callers' supplementary groups; [`jobs`]: their jobs.
 //!
 //! Every request is answered from a task on the tokio runtime, so a slow server or a lock
 //! wait never holds up the FUSE reader.
@@ -22,6 +22,7 @@ pub mod contents;
 mod convert;
 pub mod fs;
 pub mod groups;
+pub mod jobs;
 pub mod locks;
 pub mod metrics;
 pub mod mount;

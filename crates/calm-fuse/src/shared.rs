@@ -75,6 +75,8 @@ pub(crate) struct Shared {
     pub(crate) released: tokio::sync::Notify,
     /// The supplementary groups of the processes calling.
     pub(crate) groups: crate::groups::CallerGroups,
+    /// The jobs of the processes calling (when the mount sends them).
+    pub(crate) jobs: crate::jobs::CallerJobs,
     /// What the kernel holds, and the TTL of each reply.
     pub(crate) cache: Arc<crate::cache::Coherence>,
     /// sqlite's shared-memory files, which another mount may not use at the same time.
@@ -146,12 +148,14 @@ impl Shared {
     /// The client acting for the process behind `req`: its uid, gid and supplementary groups
     /// (the server decides what it may do).
     pub(crate) fn caller(&self, req: &Request) -> Client {
-        self.client.with_caller(Caller {
-            session: self.locks.session(),
-            uid: req.uid(),
-            gid: req.gid(),
-            groups: self.groups.of(req.pid()),
-        })
+        self.client
+            .with_caller(Caller {
+                session: self.locks.session(),
+                uid: req.uid(),
+                gid: req.gid(),
+                groups: self.groups.of(req.pid()),
+            })
+            .with_job(self.jobs.of(req.pid()))
     }
 
     /// The regular files open here that the server must keep if `parent/name` is the last

@@ -12,10 +12,12 @@
 
 mod endpoint;
 mod latency;
+mod load;
 mod timed;
 
 pub use endpoint::{Endpoint, bind, serve};
 pub use latency::{Latency, histogram_family};
+pub use load::{LOAD_KEY_BYTES_MAX, LOAD_SLOTS, Load, Loaded};
 pub use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
     Registry, TextEncoder, core::Collector, proto::MetricFamily,

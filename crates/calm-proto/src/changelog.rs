@@ -13,6 +13,9 @@ pub const GID_KEY: &str = "calm-gid";
 /// The caller's supplementary groups, decimal, comma-separated (at most
 /// `calm_types::GROUPS_MAX`).
 pub const GROUPS_KEY: &str = "calm-groups";
+/// The job the calling process belongs to, as its mount read it from the process's
+/// environment (`calm mount --job-variable`): what the server's load per job is counted by.
+pub const JOB_KEY: &str = "calm-job";
 
 /// Longest a follow read may wait, in ms.
 pub const CL_WAIT_MS_MAX: u32 = 60_000;

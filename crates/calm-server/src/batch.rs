@@ -66,6 +66,10 @@ async fn one<S: Store>(service: &MetaService<S>, origin: &Origin, call: pb::Call
         ));
     };
     let metadata = call.metadata;
+    let who = (
+        metadata.get(calm_proto::changelog::UID_KEY).cloned(),
+        metadata.get(calm_proto::changelog::JOB_KEY).cloned(),
+    );
     let started = std::time::Instant::now();
     // Each arm: the call's request, then the very handler its own request would have reached;
     // and the method the call stands for, which the metrics count it as.
@@ -92,6 +96,9 @@ async fn one<S: Store>(service: &MetaService<S>, origin: &Origin, call: pb::Call
         Op::ReadMap(m) => handled!(m, read_map, "ReadMap"),
         Op::Write(m) => handled!(m, write, "Write"),
     };
+    service
+        .loads
+        .count(who.0.as_deref(), who.1.as_deref(), started.elapsed());
     if let Some(requests) = service.metrics.get() {
         let timed = requests.op(method);
         if reply.code != 0 {

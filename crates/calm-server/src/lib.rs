@@ -35,6 +35,7 @@ pub mod data;
 pub mod data_dir;
 pub mod heap;
 pub mod listen;
+pub mod load;
 pub mod locks;
 mod meta_service;
 pub mod metrics;
@@ -153,6 +154,8 @@ pub struct Server<S: Store> {
     table: Arc<LockTable>,
     leases: tokio::task::JoinHandle<()>,
     sweeper: tokio::task::JoinHandle<()>,
+    /// Sweeps idle users and jobs out of the load tables.
+    load_sweeper: tokio::task::JoinHandle<()>,
     /// The metadata backups, when asked for.
     backups: Option<tokio::task::JoinHandle<()>>,
     /// The membership task, with several servers on one store.
@@ -205,6 +208,7 @@ impl<S: Store> Server<S> {
         let mut service = MetaService::new(meta.clone(), auth.clone(), table.clone(), info, data);
         service.watch = Some(hub.clone());
         let service = Arc::new(service);
+        let load_sweeper = tokio::spawn(service.loads.clone().sweep());
         let locks = Arc::new(LockService::new(meta.clone(), table.clone(), auth.clone()));
         if let Err(e) = hub.resume().await {
             tracing::warn!(%e, "resuming the watch feed");
@@ -226,6 +230,7 @@ impl<S: Store> Server<S> {
             table,
             leases,
             sweeper,
+            load_sweeper,
             backups,
             cluster,
             requests: None,
@@ -313,6 +318,9 @@ impl<S: Store> Server<S> {
             .http2_keepalive_interval(Some(listen::KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(listen::KEEPALIVE_TIMEOUT))
             .layer(tower::util::option_layer(self.requests.clone()))
+            .layer(load::LoadLayer {
+                loads: self.meta.loads.clone(),
+            })
             .add_service(service)
             .add_service(locks)
             .add_service(changelog)
@@ -339,6 +347,7 @@ impl<S: Store> Server<S> {
         }
         self.leases.abort();
         self.sweeper.abort();
+        self.load_sweeper.abort();
         if let Some(task) = self.backups {
             task.abort();
         }

@@ -69,6 +69,8 @@ pub struct MetaService<S: Store> {
     pub(crate) batched_calls: AtomicU64,
     /// The batched calls' counters, when metrics are served.
     pub(crate) metrics: std::sync::OnceLock<calm_metrics::TimedSet>,
+    /// Requests and time per uid and per job.
+    pub(crate) loads: Arc<crate::load::Loads>,
 }
 
 impl<S: Store> MetaService<S> {
@@ -77,6 +79,7 @@ impl<S: Store> MetaService<S> {
         let locks = self.locks.stats();
         let watch = self.watch.as_ref().map(|w| w.stats()).unwrap_or_default();
         let heap = heap::figures();
+        let (by_uid, by_job) = self.loads.status();
         let cached = self
             .data
             .as_ref()
@@ -133,6 +136,8 @@ impl<S: Store> MetaService<S> {
             trash_entries: s.trash_entries,
             trash_bytes: s.trash_bytes,
             trash_kept_s: self.meta.trash_kept().as_secs(),
+            by_uid,
+            by_job,
             chunks_compacted: compaction(|c| &c.compacted),
             compaction_records_replaced: compaction(|c| &c.records_replaced),
             compaction_bytes: compaction(|c| &c.merged_bytes),
@@ -178,6 +183,7 @@ impl<S: Store> MetaService<S> {
             batches: AtomicU64::new(0),
             batched_calls: AtomicU64::new(0),
             metrics: std::sync::OnceLock::new(),
+            loads: Arc::default(),
         }
     }
 

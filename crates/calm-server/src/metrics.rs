@@ -303,5 +303,13 @@ pub fn scrape_status(
     status: impl Fn() -> Option<pb::StatusReply> + Send + Sync + 'static,
 ) {
     let status = Arc::new(status);
-    scrape.add(move || status().map(|s| status_families(&s)).unwrap_or_default());
+    scrape.add(move || {
+        status()
+            .map(|s| {
+                let mut families = status_families(&s);
+                families.extend(crate::load::families(&s));
+                families
+            })
+            .unwrap_or_default()
+    });
 }

@@ -74,6 +74,11 @@ enum Command {
         mountpoint: Option<std::path::PathBuf>,
         #[arg(long, default_value = DEFAULT_SERVER, conflicts_with = "mountpoint")]
         server: String,
+        /// Who loads the server: each user's (uid) or job's requests per second and the
+        /// server's time spent on them, the busiest first (jobs as mounts name them:
+        /// `calm mount --job-variable`).
+        #[arg(long, value_parser = ["uid", "job"], conflicts_with = "mountpoint")]
+        by: Option<String>,
         /// Seconds between two samples.
         #[arg(long, default_value_t = 1.0)]
         interval_s: f64,
@@ -357,8 +362,9 @@ fn main() -> ExitCode {
             interval_s,
             count,
             json,
+            by,
             ..
-        } => stats::run(&server, interval_s, count, json),
+        } => stats::run(&server, by.as_deref(), interval_s, count, json),
         Command::Changelog { server, command } => changelog::run(&server, command),
         Command::Locks { path, server, json } => locks::run(&server, &path, json),
         Command::Quota { server, command } => quota::run(&server, command),

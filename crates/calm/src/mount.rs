@@ -73,6 +73,11 @@ pub struct MountArgs {
     /// mount --metrics-cost`).
     #[arg(long, hide = true)]
     pub count_nothing: bool,
+    /// The environment variable that names a calling process's job (e.g. SLURM_JOB_ID): the
+    /// mount reads it once per process and sends it with its requests, so that the server
+    /// counts who loads it per job (`calm stats --by job`).
+    #[arg(long)]
+    pub job_variable: Option<String>,
     #[command(flatten)]
     pub changelog: crate::serve::ServerArgs,
 }
@@ -100,6 +105,7 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
         append_through_cache: args.append_through_cache,
         metrics: None,
         count_requests: !args.count_nothing,
+        job_variable: args.job_variable.clone(),
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     match &args.embedded {

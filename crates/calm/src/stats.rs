@@ -8,10 +8,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use calm_client::mount_stats::{mount_header, mount_interval, mount_json, mount_line};
-use calm_client::stats::{HEADER_EVERY, header, interval, json, line};
+use calm_client::stats::{
+    HEADER_EVERY, header, interval, json, line, load_interval, load_json, load_lines,
+};
 
 pub fn run(
     server: &str,
+    by: Option<&str>,
     every_s: f64,
     count: Option<u64>,
     as_json: bool,
@@ -40,11 +43,30 @@ pub fn run(
                 .await
                 .with_context(|| format!("asking {server} for its figures"))?;
             let now = Instant::now();
-            let figures = interval(&before, &after, now.duration_since(at).as_secs_f64());
+            let seconds = now.duration_since(at).as_secs_f64();
+            let figures = interval(&before, &after, seconds);
             let unix_ns = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as i64);
-            if as_json {
+            if let Some(by) = by {
+                let (then, now) = match by {
+                    "job" => (&before.by_job, &after.by_job),
+                    _ => (&before.by_uid, &after.by_uid),
+                };
+                let rates = load_interval(then, now, seconds);
+                if as_json {
+                    writeln!(
+                        out,
+                        "{}",
+                        load_json((unix_ns / 1_000_000) as u64, by, &rates)
+                    )?;
+                } else {
+                    let (_, time) = calm_changelog::text::utc(unix_ns);
+                    for row in load_lines(&time[..8], by, &rates) {
+                        writeln!(out, "{row}")?;
+                    }
+                }
+            } else if as_json {
                 writeln!(out, "{}", json((unix_ns / 1_000_000) as u64, &figures))?;
             } else {
                 if shown.is_multiple_of(HEADER_EVERY as u64) {

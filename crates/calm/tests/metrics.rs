@@ -316,3 +316,88 @@ fn calm_stats_shows_the_rate_a_mount_causes() {
         "{text}"
     );
 }
+
+/// Who loads the server: requests counted per uid and per job (the job read by the mount from
+/// each process's environment), shown as metrics and by `calm stats --by`; a flood of job ids
+/// keeps the table to its bound.
+#[test]
+fn the_server_counts_its_load_per_user_and_per_job() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let server = Server::start_with(&data, &["--metrics", &metrics]);
+    let mount = Mount::remote(
+        &server.addr,
+        &["--allow-other", "--job-variable", "CALM_TEST_JOB"],
+    );
+    mount.sh_ok(
+        "mkdir -m 777 shared
+         for i in $(seq 200); do CALM_TEST_JOB=train-7 touch shared/a$i; done
+         for i in $(seq 40); do CALM_TEST_JOB='b;7 x' touch shared/b$i; done
+         for i in $(seq 60); do
+             setpriv --reuid=65534 --regid=65534 --clear-groups touch shared/n$i
+         done",
+    );
+    let text = get(&metrics, "/metrics");
+    promtool_accepts(&text);
+    let at = |series: &str| sample(&text, series).unwrap_or(0.0);
+    let train = at("calm_server_job_requests_total{job=\"train-7\"}");
+    // A job id keeps letters, digits and ._:- only.
+    let other_job = at("calm_server_job_requests_total{job=\"b7x\"}");
+    assert!(train >= 200.0 && other_job >= 40.0, "{text}");
+    assert!(train > other_job, "{text}");
+    assert!(
+        at("calm_server_uid_requests_total{uid=\"65534\"}") >= 60.0,
+        "{text}"
+    );
+    assert!(
+        at("calm_server_uid_requests_total{uid=\"0\"}") >= 240.0,
+        "{text}"
+    );
+    assert!(
+        at("calm_server_uid_seconds_total{uid=\"0\"}") > 0.0,
+        "time is counted too:\n{text}"
+    );
+
+    // `calm stats --by job` while one job makes files: it comes first.
+    let socket = format!("unix:{}", data.join("calm.sock").display());
+    let stats = Command::new(common::CALM)
+        .args([
+            "stats",
+            "--server",
+            &socket,
+            "--by",
+            "job",
+            "--interval-s",
+            "0.5",
+            "--count",
+            "4",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("calm stats");
+    mount.sh_ok("for i in $(seq 600); do CALM_TEST_JOB=busy-1 touch shared/c$i; done");
+    let out = stats.wait_with_output().expect("calm stats");
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let firsts: Vec<String> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
+        .filter_map(|l| l["loads"][0]["key"].as_str().map(str::to_string))
+        .collect();
+    assert!(firsts.iter().any(|k| k == "busy-1"), "{text}");
+
+    // A flood of job ids: the metrics name at most the busiest 20 and "other".
+    mount.sh_ok("for i in $(seq 300); do CALM_TEST_JOB=flood-$i touch shared/f$i; done");
+    let text = get(&metrics, "/metrics");
+    let jobs = text
+        .lines()
+        .filter(|l| l.starts_with("calm_server_job_requests_total{"))
+        .count();
+    assert!(jobs <= 21, "{jobs} job series:\n{text}");
+    assert!(
+        sample(&text, "calm_server_job_requests_total{job=\"other\"}").unwrap_or(0.0) >= 100.0,
+        "{text}"
+    );
+}

@@ -1,0 +1,170 @@
+//! Who loads the server: every request counted, with the time spent answering it, by the
+//! caller's uid and by its job (the `calm-job` metadata a mount sends, read from the calling
+//! process's environment), in bounded tables ([`calm_metrics::Load`]). Counted always (a hash
+//! and two atomic additions per request: `calm stats --by uid|job` needs no metrics endpoint);
+//! a batch's calls each as their own caller. A task sweeps the idle keys out every
+//! [`LOAD_SWEEP_EVERY`].
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use calm_metrics::{Load, counter_family};
+use calm_proto::changelog::{JOB_KEY, UID_KEY};
+use calm_proto::pb;
+use tonic::codegen::http;
+
+/// Keys each table shows by name (`calm status`, the metrics); the rest are "other".
+pub const LOAD_SHOWN: usize = 20;
+
+/// How often keys idle since the last sweep leave the tables.
+pub const LOAD_SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// The key of requests that name no uid or no job.
+const NONE: &str = "none";
+
+/// Requests and time per uid and per job.
+#[derive(Debug, Default)]
+pub struct Loads {
+    uid: Load,
+    job: Load,
+}
+
+impl Loads {
+    /// One request of `uid` and `job` that took `took`.
+    pub fn count(&self, uid: Option<&str>, job: Option<&str>, took: Duration) {
+        let nanos = took.as_nanos() as u64;
+        self.uid.count(uid.unwrap_or(NONE), nanos);
+        self.job.count(job.unwrap_or(NONE), nanos);
+    }
+
+    /// Sweeps the idle keys out every [`LOAD_SWEEP_EVERY`], for ever.
+    pub async fn sweep(self: Arc<Self>) {
+        let mut every = tokio::time::interval(LOAD_SWEEP_EVERY);
+        every.tick().await;
+        loop {
+            every.tick().await;
+            self.uid.sweep();
+            self.job.sweep();
+        }
+    }
+
+    /// The busiest uids and jobs, as `status` answers them.
+    pub fn status(&self) -> (Vec<pb::Load>, Vec<pb::Load>) {
+        let wire = |load: &Load| {
+            load.top(LOAD_SHOWN)
+                .into_iter()
+                .map(|l| pb::Load {
+                    key: l.key,
+                    requests: l.requests,
+                    seconds_ns: l.nanos,
+                })
+                .collect()
+        };
+        (wire(&self.uid), wire(&self.job))
+    }
+}
+
+/// The families of the busiest uids and jobs.
+pub fn families(status: &pb::StatusReply) -> Vec<calm_metrics::MetricFamily> {
+    let mut out = Vec::new();
+    for (by, loads, who) in [
+        ("uid", &status.by_uid, "user"),
+        ("job", &status.by_job, "job"),
+    ] {
+        let labels: Vec<[(&str, &str); 1]> = loads.iter().map(|l| [(by, l.key.as_str())]).collect();
+        let requests: Vec<(&[(&str, &str)], f64)> = labels
+            .iter()
+            .zip(loads)
+            .map(|(l, load)| (&l[..], load.requests as f64))
+            .collect();
+        let seconds: Vec<(&[(&str, &str)], f64)> = labels
+            .iter()
+            .zip(loads)
+            .map(|(l, load)| (&l[..], load.seconds_ns as f64 / 1e9))
+            .collect();
+        out.push(counter_family(
+            &format!("calm_server_{by}_requests_total"),
+            &format!(
+                "Requests the server answered per {who}: the {LOAD_SHOWN} sending the most, then \"other\" (\"none\": requests naming no {who})."
+            ),
+            &requests,
+        ));
+        out.push(counter_family(
+            &format!("calm_server_{by}_seconds_total"),
+            &format!(
+                "Time the server spent answering each {who}'s requests (a mutation's includes its commit), for the same {who}s."
+            ),
+            &seconds,
+        ));
+    }
+    out
+}
+
+/// Counts every request by its caller's uid and job (a batch's calls are counted where the
+/// batch dispatches them).
+#[derive(Debug, Clone)]
+pub struct LoadLayer {
+    pub(crate) loads: Arc<Loads>,
+}
+
+impl<S> tower::Layer<S> for LoadLayer {
+    type Service = Loaded<S>;
+
+    fn layer(&self, inner: S) -> Loaded<S> {
+        Loaded {
+            inner,
+            loads: self.loads.clone(),
+        }
+    }
+}
+
+/// The service [`LoadLayer`] makes.
+#[derive(Debug, Clone)]
+pub struct Loaded<S> {
+    inner: S,
+    loads: Arc<Loads>,
+}
+
+fn header<'a>(request: &'a http::HeaderMap, key: &str) -> Option<&'a str> {
+    request.get(key).and_then(|v| v.to_str().ok())
+}
+
+impl<S, B, R> tower::Service<http::Request<B>> for Loaded<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+    S::Error: 'static,
+    R: 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let batch = request.uri().path() == "/calm.v1.Meta/Batch";
+        let who = (!batch).then(|| {
+            let headers = request.headers();
+            (
+                header(headers, UID_KEY).map(str::to_string),
+                header(headers, JOB_KEY).map(str::to_string),
+            )
+        });
+        let loads = self.loads.clone();
+        let started = Instant::now();
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let answer = answer.await;
+            if let Some((uid, job)) = who {
+                loads.count(uid.as_deref(), job.as_deref(), started.elapsed());
+            }
+            answer
+        })
+    }
+}
