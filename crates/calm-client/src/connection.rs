@@ -251,6 +251,14 @@ impl Client {
         }
     }
 
+    /// Times this client (and its clones) moved to another server of its namespace because
+    /// the one in use stopped answering.
+    pub fn server_moves(&self) -> u64 {
+        self.failover
+            .as_ref()
+            .map_or(0, |f| f.moves.load(Ordering::Relaxed))
+    }
+
     /// The same client, its requests naming `job` as the caller's job (letters, digits and
     /// `._:-` only, at most `calm_metrics::LOAD_KEY_BYTES_MAX` bytes: a mount sanitizes
     /// what it reads from a process).

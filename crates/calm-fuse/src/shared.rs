@@ -135,6 +135,11 @@ impl Shared {
                     (&[("kind", "headers")], headers as f64),
                 ],
             ),
+            counter_family(
+                "calm_mount_server_moves_total",
+                "Times the mount moved to another server of its namespace because the one in use stopped answering.",
+                &[(&[], self.client.server_moves() as f64)],
+            ),
             gauge_family(
                 "calm_mount_open_files",
                 "Files and directories the mount has open.",

@@ -254,6 +254,15 @@ impl<S: Store> Server<S> {
             .map_err(|e| format!("registering the server's figures: {e}"))?;
         let service = self.meta.clone();
         metrics::scrape_status(&scrape, move || service.status_now().ok());
+        // Quotas near or past their limits, for alerts (at most the listing's bound).
+        let meta = self.meta.meta.clone();
+        scrape.add(move || {
+            let root = calm_types::Caller::default();
+            match meta.quotas(&root, false) {
+                Ok(quotas) => metrics::quota_families(&quotas),
+                Err(_) => Vec::new(),
+            }
+        });
         // The server's own requests to the object store (deletions, compactions, backups).
         if let Some(data) = &self.meta.data {
             let objects = data.options.objects.clone();

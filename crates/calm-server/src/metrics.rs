@@ -297,6 +297,52 @@ pub fn status_families(s: &pb::StatusReply) -> Vec<calm_metrics::MetricFamily> {
     out
 }
 
+/// Share of a hard limit past which a quota counts as near it.
+pub const QUOTA_NEAR: f64 = 0.9;
+
+/// How many quotas are near their hard limit (bytes or inodes at [`QUOTA_NEAR`] of it or
+/// more) and past their soft limit, by kind of quota.
+pub fn quota_families(quotas: &[calm_types::QuotaReport]) -> Vec<calm_metrics::MetricFamily> {
+    let kinds = ["user", "group", "tree"];
+    let mut near = [0u64; 3];
+    let mut over_soft = [0u64; 3];
+    for q in quotas {
+        let kind = match q.target.kind {
+            calm_types::QuotaKind::User => 0,
+            calm_types::QuotaKind::Group => 1,
+            calm_types::QuotaKind::Tree => 2,
+        };
+        let (l, u) = (&q.limits, &q.usage);
+        let near_of = |limit: u64, used: i64| limit > 0 && used as f64 >= QUOTA_NEAR * limit as f64;
+        if near_of(l.bytes, u.bytes) || near_of(l.inodes, u.inodes) {
+            near[kind] += 1;
+        }
+        if q.bytes_over_since_ns != 0 || q.inodes_over_since_ns != 0 {
+            over_soft[kind] += 1;
+        }
+    }
+    let labels: Vec<[(&str, &str); 1]> = kinds.iter().map(|k| [("kind", *k)]).collect();
+    let values = |counts: &[u64; 3]| -> Vec<(&[(&str, &str)], f64)> {
+        labels
+            .iter()
+            .zip(counts)
+            .map(|(l, c)| (&l[..], *c as f64))
+            .collect()
+    };
+    vec![
+        gauge_family(
+            "calm_quotas_near_limit",
+            "Quotas whose bytes or inodes reached 90 % of their hard limit, by kind (user, group, tree).",
+            &values(&near),
+        ),
+        gauge_family(
+            "calm_quotas_over_soft_limit",
+            "Quotas past their soft limit (in their grace period, or past it), by kind.",
+            &values(&over_soft),
+        ),
+    ]
+}
+
 /// Registers the server's figures, read from `status` at each scrape.
 pub fn scrape_status(
     scrape: &Scrape,

@@ -401,3 +401,69 @@ fn the_server_counts_its_load_per_user_and_per_job() {
         "{text}"
     );
 }
+
+/// The alert rules in docs/: promtool accepts them and its unit tests of them pass, and every
+/// metric they name is one a server or a mount serves.
+#[test]
+fn the_alert_rules_check_and_name_metrics_calm_serves() {
+    let rules = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations");
+    for args in [
+        &["check", "rules", "alerts.yml"][..],
+        &["test", "rules", "alerts_test.yml"][..],
+    ] {
+        let out = Command::new("promtool")
+            .args(args)
+            .current_dir(&rules)
+            .output()
+            .expect("promtool (scripts/setup installs prometheus)");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let server = Server::start_with(&data, &["--metrics", &metrics]);
+    let mount_metrics = format!("127.0.0.1:{}", free_port());
+    let mount = Mount::remote(
+        &server.addr,
+        &["--metrics", &mount_metrics, "--allow-other"],
+    );
+    // A failure, so that the errors' family has a series.
+    mount.sh_ok(": > f; python3 -c \"import os\ntry: os.getxattr('f', 'user.unset')\nexcept OSError: pass\"");
+    // A user quota at 95 % of its inodes: counted as near its limit.
+    let socket = format!("unix:{}", data.join("calm.sock").display());
+    mount.sh_ok("mkdir -m 777 q; for i in $(seq 19); do setpriv --reuid=4242 --regid=4242 --clear-groups touch q/f$i; done");
+    let set = common::calm(&[
+        "quota", "set", "--server", &socket, "--user", "4242", "--inodes", "20",
+    ]);
+    assert!(set.status.success(), "{set:?}");
+    let served = get(&metrics, "/metrics") + &get(&mount_metrics, "/metrics");
+    assert_eq!(
+        sample(&served, "calm_quotas_near_limit{kind=\"user\"}"),
+        Some(1.0),
+        "{served}"
+    );
+    assert_eq!(
+        sample(&served, "calm_quotas_near_limit{kind=\"group\"}"),
+        Some(0.0),
+        "{served}"
+    );
+    let text = std::fs::read_to_string(rules.join("alerts.yml")).unwrap();
+    let mut named: Vec<&str> = text
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|word| word.starts_with("calm_") && word.len() > 5)
+        .collect();
+    named.sort_unstable();
+    named.dedup();
+    assert!(named.len() >= 10, "{named:?}");
+    for name in named {
+        assert!(
+            served.contains(&format!("# TYPE {name} ")),
+            "alerts.yml names {name}, which no endpoint serves"
+        );
+    }
+}
