@@ -37,6 +37,7 @@ pub mod mdtest;
 pub mod mdtest_report;
 pub mod mistakes;
 pub mod mount;
+pub mod mount_cost;
 pub mod multiples;
 pub mod procs;
 pub mod programs;

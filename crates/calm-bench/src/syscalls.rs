@@ -50,7 +50,7 @@ pub fn result(
 
 /// Runs `op(thread, index)` for every index below `n`, spread over `threads` (thread `t` takes
 /// `t`, `t + threads`, …); returns the seconds taken.
-fn spread(
+pub(crate) fn spread(
     n: u64,
     threads: usize,
     op: impl Fn(usize, u64) -> Result<(), String> + Sync,

@@ -199,6 +199,17 @@ pub enum Bench {
         /// of the write-ahead log every calm server and embedded mount uses by default.
         #[arg(long)]
         no_wal: bool,
+        /// Measure instead what metrics cost through a mount: creates, stats and unlinks of
+        /// --files files by the largest of --threads through a mount of a server over gRPC,
+        /// both counting (`--metrics` on each) or neither, --check-pairs rounds of each in turn.
+        #[arg(long)]
+        metrics_cost: bool,
+        /// Rounds of each arm of --metrics-cost.
+        #[arg(long, default_value_t = 4)]
+        check_pairs: usize,
+        /// The A/A run of --metrics-cost: both arms count (the method's own noise).
+        #[arg(long)]
+        check_calibrate: bool,
         #[command(flatten)]
         out: OutputArgs,
     },
@@ -482,8 +493,23 @@ pub fn run(bench: Bench) -> Result<Output, String> {
             sqlite_rows,
             tar_files,
             no_wal,
+            metrics_cost,
+            check_pairs,
+            check_calibrate,
             out,
         } => {
+            if metrics_cost {
+                let report = crate::mount_cost::run(&crate::mount_cost::MountCostOptions {
+                    files,
+                    threads: threads.iter().copied().max().unwrap_or(16),
+                    pairs: check_pairs,
+                    calibrate: check_calibrate,
+                    dir,
+                })?;
+                return out.finish(crate::mount_cost::table(&report), &report, |_| {
+                    Err("--metrics-cost draws no plot".into())
+                });
+            }
             let report = mount::run(&mount::MountBenchOptions {
                 wal: !no_wal,
                 ttl: std::time::Duration::from_millis(ttl_ms),
