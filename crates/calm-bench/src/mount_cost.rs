@@ -220,11 +220,7 @@ fn one_arm(
     Ok((measured?, work))
 }
 
-fn creates_stats_unlinks(
-    root: &Path,
-    threads: usize,
-    n: u64,
-) -> Result<Rates, String> {
+fn creates_stats_unlinks(root: &Path, threads: usize, n: u64) -> Result<Rates, String> {
     let own = |t: usize| root.join(format!("t{t}"));
     for t in 0..threads {
         std::fs::create_dir(own(t)).map_err(|e| format!("{}: {e}", own(t).display()))?;

@@ -20,8 +20,8 @@ mod treap;
 
 pub use flock::FlockTable;
 pub use manager::{
-    Event, Holder, Limits, LockError, LockManager, Outcome, Owner, Request, ResourceId, Scope,
-    SessionId, Stats, WaitId, Waiting,
+    Counts, Event, Holder, Limits, LockError, LockManager, Outcome, Owner, Request, ResourceId,
+    Scope, SessionId, Stats, WaitId, Waiting,
 };
 pub use range::{LockKind, OFFSET_MAX, Range, RangeError};
 pub use ranges::{Lock, RangeLocks};

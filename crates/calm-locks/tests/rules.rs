@@ -377,3 +377,34 @@ fn locks_in_all_are_bounded_whatever_each_session_may_hold() {
     granted(&mut m, b, req(2, P2, range(4, 4), LockKind::Write));
     m.check_consistency().unwrap();
 }
+
+#[test]
+fn requests_are_counted_by_how_they_ended() {
+    let (mut m, s) = manager();
+    granted(&mut m, s, req(1, P1, range(0, 0), LockKind::Write));
+    granted(&mut m, s, req(1, P2, range(1, 1), LockKind::Write));
+    assert!(matches!(
+        m.set(s, req(1, P3, range(0, 0), LockKind::Write), false),
+        Err(LockError::Conflict(_))
+    ));
+    waits(&mut m, s, req(1, P1, range(1, 1), LockKind::Write));
+    assert_eq!(
+        m.set(s, req(1, P2, range(0, 0), LockKind::Write), true),
+        Err(LockError::Deadlock)
+    );
+    m.release(s, P2, None).unwrap();
+    // A session of a 100 ms lease, never renewed, expires; the test's own (10 s) does not.
+    let t = m.open_session(0, 100).unwrap();
+    assert_eq!(m.expire(1_000), vec![t]);
+    let counts = m.counts();
+    assert_eq!(
+        (
+            counts.granted,
+            counts.granted_after_wait,
+            counts.conflicts,
+            counts.deadlocks,
+            counts.expired
+        ),
+        (2, 1, 1, 1, 1)
+    );
+}

@@ -254,6 +254,15 @@ impl<S: Store> Server<S> {
             .map_err(|e| format!("registering the server's figures: {e}"))?;
         let service = self.meta.clone();
         metrics::scrape_status(&scrape, move || service.status_now().ok());
+        // Lock requests by how they ended.
+        let table = self.table.clone();
+        scrape.add(move || metrics::lock_families(&table.counts()));
+        // Each changelog reader's lag (the laggiest, at most READERS_SHOWN).
+        let meta = self.meta.meta.clone();
+        scrape.add(move || match meta.changelog_users() {
+            Ok(users) => metrics::reader_families(&users),
+            Err(_) => Vec::new(),
+        });
         // Quotas near or past their limits, for alerts (at most the listing's bound).
         let meta = self.meta.meta.clone();
         scrape.add(move || {

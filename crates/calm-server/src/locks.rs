@@ -191,6 +191,11 @@ impl LockTable {
         self.lock().manager.stats()
     }
 
+    /// Lock requests by how they ended, and sessions expired, since the server started.
+    pub fn counts(&self) -> calm_locks::Counts {
+        self.lock().manager.counts()
+    }
+
     /// The locks `session` holds and the most it may hold, if it is open.
     pub fn session_locks(&self, session: u64) -> Option<(u64, u64)> {
         self.lock().manager.session_locks(session)

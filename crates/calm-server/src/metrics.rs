@@ -297,6 +297,60 @@ pub fn status_families(s: &pb::StatusReply) -> Vec<calm_metrics::MetricFamily> {
     out
 }
 
+/// Lock requests by how they ended, and sessions ended by their lease.
+pub fn lock_families(c: &calm_locks::Counts) -> Vec<calm_metrics::MetricFamily> {
+    vec![
+        counter_family(
+            "calm_lock_grants_total",
+            "Locks granted, when asked (waited=\"no\") or after waiting (waited=\"yes\").",
+            &[
+                (&[("waited", "no")], c.granted as f64),
+                (&[("waited", "yes")], c.granted_after_wait as f64),
+            ],
+        ),
+        counter_family(
+            "calm_lock_refusals_total",
+            "Lock requests refused: for a conflicting lock (a request that would not wait), or because waiting would have deadlocked.",
+            &[
+                (&[("reason", "conflict")], c.conflicts as f64),
+                (&[("reason", "deadlock")], c.deadlocks as f64),
+            ],
+        ),
+        counter_family(
+            "calm_lock_sessions_expired_total",
+            "Lock sessions ended because their lease ran out (a mount that died or lost the server): their locks were released.",
+            &[(&[], c.expired as f64)],
+        ),
+    ]
+}
+
+/// Changelog readers shown by name in the metrics: the ones furthest behind.
+pub const READERS_SHOWN: usize = 64;
+
+/// How far each changelog reader is behind the last record (the furthest behind first, at
+/// most [`READERS_SHOWN`]).
+pub fn reader_families(users: &calm_meta::ChangelogUsers) -> Vec<calm_metrics::MetricFamily> {
+    let mut lags: Vec<(String, u64)> = users
+        .users
+        .iter()
+        .map(|u| (format!("cl{}", u.id), users.last.saturating_sub(u.cleared)))
+        .collect();
+    lags.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    lags.truncate(READERS_SHOWN);
+    let labels: Vec<[(&str, &str); 1]> =
+        lags.iter().map(|(r, _)| [("reader", r.as_str())]).collect();
+    let values: Vec<(&[(&str, &str)], f64)> = labels
+        .iter()
+        .zip(&lags)
+        .map(|(l, (_, lag))| (&l[..], *lag as f64))
+        .collect();
+    vec![gauge_family(
+        "calm_changelog_reader_lag_records",
+        "Changelog records each registered reader has not cleared yet (the 64 furthest behind).",
+        &values,
+    )]
+}
+
 /// Share of a hard limit past which a quota counts as near it.
 pub const QUOTA_NEAR: f64 = 0.9;
 

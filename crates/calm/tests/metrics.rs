@@ -441,7 +441,26 @@ fn the_alert_rules_check_and_name_metrics_calm_serves() {
         "quota", "set", "--server", &socket, "--user", "4242", "--inodes", "20",
     ]);
     assert!(set.status.success(), "{set:?}");
+    // A changelog reader that reads nothing, and a lock refused for a conflict.
+    let register = common::calm(&["changelog", "register", "--server", &socket]);
+    assert!(register.status.success(), "{register:?}");
+    mount.sh_ok(
+        "for i in $(seq 30); do : > r$i; done
+         exec 3>l; flock -n 3; (exec 4>l; flock -n 4) && exit 1; exec 3>&-",
+    );
     let served = get(&metrics, "/metrics") + &get(&mount_metrics, "/metrics");
+    assert!(
+        sample(&served, "calm_changelog_reader_lag_records{reader=\"cl1\"}").unwrap_or(0.0) >= 30.0,
+        "{served}"
+    );
+    assert!(
+        sample(&served, "calm_lock_grants_total{waited=\"no\"}").unwrap_or(0.0) >= 1.0,
+        "{served}"
+    );
+    assert!(
+        sample(&served, "calm_lock_refusals_total{reason=\"conflict\"}").unwrap_or(0.0) >= 1.0,
+        "{served}"
+    );
     assert_eq!(
         sample(&served, "calm_quotas_near_limit{kind=\"user\"}"),
         Some(1.0),

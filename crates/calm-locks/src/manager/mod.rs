@@ -146,6 +146,7 @@ pub struct LockManager {
     /// Waiting requests to look at again, in arrival order.
     work: BTreeSet<WaitId>,
     events: Vec<Event>,
+    counts: Counts,
 }
 
 impl LockManager {
@@ -167,6 +168,7 @@ impl LockManager {
             locks: 0,
             work: BTreeSet::new(),
             events: Vec::new(),
+            counts: Counts::default(),
         }
     }
 
@@ -181,6 +183,11 @@ impl LockManager {
             locks: self.locks,
             waits: self.waits.len(),
         }
+    }
+
+    /// Lock requests by how they ended, and sessions expired, since the manager was made.
+    pub fn counts(&self) -> Counts {
+        self.counts
     }
 
     /// What happened to waiting requests since the last call, in order.
@@ -242,9 +249,11 @@ impl LockManager {
         let resource = self.resources.entry(request.resource).or_default();
         if let Some(conflict) = resource.conflict(owner, request.scope, request.kind) {
             if !wait {
+                self.counts.conflicts += 1;
                 return Err(LockError::Conflict(self.holder(conflict, request.scope)));
             }
             if self.would_deadlock(owner, request) {
+                self.counts.deadlocks += 1;
                 return Err(LockError::Deadlock);
             }
             return self.enqueue(owner, request).map(Outcome::Waiting);
@@ -256,6 +265,7 @@ impl LockManager {
             return self.enqueue(owner, request).map(Outcome::Waiting);
         }
         self.apply(owner, request);
+        self.counts.granted += 1;
         self.run();
         Ok(Outcome::Granted)
     }

@@ -84,6 +84,7 @@ impl LockManager {
                 break;
             }
             self.end_session(session, LockError::Fenced(session));
+            self.counts.expired += 1;
             expired.push(session);
         }
         expired

@@ -196,3 +196,19 @@ pub struct Stats {
     pub locks: u64,
     pub waits: usize,
 }
+
+/// Lock requests by how they ended, and sessions ended by their lease, since the manager was
+/// made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Granted when asked.
+    pub granted: u64,
+    /// Granted after waiting.
+    pub granted_after_wait: u64,
+    /// Refused at once for a conflicting lock (a request that does not wait).
+    pub conflicts: u64,
+    /// Refused because waiting would have deadlocked.
+    pub deadlocks: u64,
+    /// Sessions ended because their lease ran out.
+    pub expired: u64,
+}

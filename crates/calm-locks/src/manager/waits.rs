@@ -129,6 +129,7 @@ impl LockManager {
             }
             self.unqueue(wait);
             self.apply(waiter.owner, request);
+            self.counts.granted_after_wait += 1;
             self.events.push(Event::Granted(wait));
         }
     }
