@@ -71,17 +71,8 @@ impl Default for MetaOptions {
 /// transaction. (A group over the store's limits is cut in halves anyway.)
 pub const SHARED_BATCH_OPS_MAX: usize = 16;
 
-/// Figures of the committer, read by status.
-#[derive(Debug, Default)]
-pub struct CommitStats {
-    pub commits: AtomicU64,
-    pub ops: AtomicU64,
-    pub failed_commits: AtomicU64,
-    pub largest_batch: AtomicU64,
-    pub commit_ns_total: AtomicU64,
-    /// Changelog records purged.
-    pub cl_purged: AtomicU64,
-}
+use crate::commit_stats::{COMMIT_NS_BOUNDS, GROUP_SIZE_BOUNDS, bucket};
+pub use crate::commit_stats::{CommitDistributions, CommitStats};
 
 pub(crate) struct Request {
     pub op: Op,
@@ -425,9 +416,11 @@ impl<S: Store> Group<'_, S> {
                 stats
                     .largest_batch
                     .fetch_max(batch.len() as u64, Ordering::Relaxed);
-                stats
-                    .commit_ns_total
-                    .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                let ns = started.elapsed().as_nanos() as u64;
+                stats.commit_ns_total.fetch_add(ns, Ordering::Relaxed);
+                stats.group_sizes[bucket(&GROUP_SIZE_BOUNDS, batch.len() as u64)]
+                    .fetch_add(1, Ordering::Relaxed);
+                stats.commit_ns[bucket(&COMMIT_NS_BOUNDS, ns)].fetch_add(1, Ordering::Relaxed);
                 for (request, result) in batch.drain(..).zip(results.drain(..)) {
                     // A caller that went away no longer needs its answer; the work is durable.
                     let _ = request.reply.send(result);

@@ -26,6 +26,7 @@ pub mod acl;
 pub mod alloc;
 pub mod changelog;
 pub mod commit;
+pub mod commit_stats;
 pub mod compaction;
 pub(crate) mod ctx;
 pub mod data;
@@ -57,6 +58,7 @@ use calm_store::{ReadTxn, Store, WriteTxn, decode_counter};
 use tokio::sync::{mpsc, oneshot};
 
 pub use crate::commit::{CommitStats, FOLLOWERS_WAITING_MAX, MetaOptions, SHARED_BATCH_OPS_MAX};
+pub use crate::commit_stats::CommitDistributions;
 pub use crate::data::{Garbage, MAP_RECORDS_MAX};
 pub use crate::error::{MetaError, Result};
 use crate::layout::*;
@@ -230,6 +232,11 @@ impl<S: Store> Meta<S> {
     }
 
     // ----- reads -----
+
+    /// The distributions of commit groups' sizes and durations since the store was opened.
+    pub fn commit_distributions(&self) -> CommitDistributions {
+        self.stats.distributions()
+    }
 
     pub fn status(&self) -> Result<MetaStatus> {
         use std::sync::atomic::Ordering::Relaxed;

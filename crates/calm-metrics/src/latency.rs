@@ -66,6 +66,35 @@ impl Latency {
     }
 }
 
+/// A histogram family of one distribution kept elsewhere: `bounds` (upper bounds, ascending),
+/// `cumulative` counts (one per bound, then one more: every observation) and their sum.
+pub fn histogram_of(
+    name: &str,
+    help: &str,
+    bounds: &[f64],
+    cumulative: &[u64],
+    sum: f64,
+) -> MetricFamily {
+    let mut metric = labelled(&[]);
+    let mut histogram = proto::Histogram::default();
+    histogram.set_bucket(
+        bounds
+            .iter()
+            .zip(cumulative)
+            .map(|(bound, count)| {
+                let mut bucket = proto::Bucket::default();
+                bucket.set_upper_bound(*bound);
+                bucket.set_cumulative_count(*count);
+                bucket
+            })
+            .collect(),
+    );
+    histogram.set_sample_count(cumulative.last().copied().unwrap_or(0));
+    histogram.set_sample_sum(sum);
+    metric.set_histogram(histogram);
+    family(name, help, MetricType::HISTOGRAM, vec![metric])
+}
+
 /// A histogram family (`name` ends in `_seconds`): each distribution with its labels.
 pub fn histogram_family(
     name: &str,

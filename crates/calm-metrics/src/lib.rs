@@ -16,7 +16,7 @@ mod load;
 mod timed;
 
 pub use endpoint::{Endpoint, bind, serve};
-pub use latency::{Latency, histogram_family};
+pub use latency::{Latency, histogram_family, histogram_of};
 pub use load::{LOAD_KEY_BYTES_MAX, LOAD_SLOTS, Load, Loaded};
 pub use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,

@@ -254,6 +254,9 @@ impl<S: Store> Server<S> {
             .map_err(|e| format!("registering the server's figures: {e}"))?;
         let service = self.meta.clone();
         metrics::scrape_status(&scrape, move || service.status_now().ok());
+        // Commit groups' sizes and durations.
+        let meta = self.meta.meta.clone();
+        scrape.add(move || metrics::commit_families(&meta.commit_distributions()));
         // Lock requests by how they ended.
         let table = self.table.clone();
         scrape.add(move || metrics::lock_families(&table.counts()));

@@ -297,6 +297,29 @@ pub fn status_families(s: &pb::StatusReply) -> Vec<calm_metrics::MetricFamily> {
     out
 }
 
+/// The distributions of commit groups: mutations per group, seconds per group.
+pub fn commit_families(d: &calm_meta::CommitDistributions) -> Vec<calm_metrics::MetricFamily> {
+    use calm_meta::commit_stats::{COMMIT_NS_BOUNDS, GROUP_SIZE_BOUNDS};
+    let sizes: Vec<f64> = GROUP_SIZE_BOUNDS.iter().map(|b| *b as f64).collect();
+    let seconds: Vec<f64> = COMMIT_NS_BOUNDS.iter().map(|b| *b as f64 / 1e9).collect();
+    vec![
+        calm_metrics::histogram_of(
+            "calm_commit_group_operations",
+            "Mutations per commit group (each group is one durable write of the store).",
+            &sizes,
+            &d.sizes,
+            d.ops as f64,
+        ),
+        calm_metrics::histogram_of(
+            "calm_commit_group_seconds",
+            "How long commit groups took to be written and made durable.",
+            &seconds,
+            &d.durations,
+            d.ns as f64 / 1e9,
+        ),
+    ]
+}
+
 /// Lock requests by how they ended, and sessions ended by their lease.
 pub fn lock_families(c: &calm_locks::Counts) -> Vec<calm_metrics::MetricFamily> {
     vec![

@@ -89,6 +89,18 @@ fn a_server_s_metrics_count_what_its_mounts_ask() {
         "the lookups of missing names counted as NotFound:\n{text}"
     );
     assert_eq!(sample(&text, "calm_inodes"), Some(51.0), "{text}");
+    // Commit groups as distributions: every create was in one.
+    let groups = sample(&text, "calm_commit_group_operations_count").unwrap_or(0.0);
+    assert!(groups >= 1.0, "{text}");
+    assert!(
+        sample(&text, "calm_commit_group_operations_sum").unwrap_or(0.0) >= 50.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "calm_commit_group_seconds_bucket{le=\"+Inf\"}"),
+        sample(&text, "calm_commit_group_seconds_count"),
+        "{text}"
+    );
     assert!(
         sample(&text, "calm_lock_sessions").unwrap_or(0.0) >= 1.0,
         "{text}"
