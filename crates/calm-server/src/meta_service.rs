@@ -148,6 +148,8 @@ impl<S: Store> MetaService<S> {
             chunk_records_max: compaction(|c| &c.chunk_records_max),
             watchers: watch.watchers as u64,
             watch_resyncs: watch.resyncs,
+            watch_queued: watch.queued,
+            watch_queued_max: watch.queued_max,
             heap_in_use_bytes: heap.in_use,
             heap_free_bytes: heap.free,
             cached_block_bytes: cached.0,

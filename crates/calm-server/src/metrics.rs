@@ -240,6 +240,16 @@ pub fn status_families(s: &pb::StatusReply) -> Vec<calm_metrics::MetricFamily> {
             s.watch_resyncs,
         ),
         gauge(
+            "calm_watch_queued_changes",
+            "Changes queued for watchers (mounts' caches, watch streams) now, in all.",
+            s.watch_queued,
+        ),
+        gauge(
+            "calm_watch_queued_changes_max",
+            "Changes queued for the watcher furthest behind now (past its queue's bound it is told to resync).",
+            s.watch_queued_max,
+        ),
+        gauge(
             "calm_heap_bytes",
             "The server's heap: bytes allocated now.",
             s.heap_in_use_bytes,

@@ -108,6 +108,9 @@ pub struct FanoutStats {
     pub matched: u64,
     pub coalesced: u64,
     pub resyncs: u64,
+    /// Changes queued for their watchers now, in all, and in the fullest queue.
+    pub queued: u64,
+    pub queued_max: u64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -455,11 +458,16 @@ impl Fanout {
             matched: self.matched,
             coalesced: self.gone.coalesced,
             resyncs: self.gone.resyncs,
+            queued: 0,
+            queued_max: 0,
         };
         for watcher in self.watchers.values() {
             let q = watcher.queue.stats();
             stats.coalesced += q.coalesced;
             stats.resyncs += q.resyncs;
+            let len = watcher.queue.len() as u64;
+            stats.queued += len;
+            stats.queued_max = stats.queued_max.max(len);
         }
         stats
     }

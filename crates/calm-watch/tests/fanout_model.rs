@@ -326,3 +326,29 @@ fn limits_are_named() {
         "too many watchers (limit 1)"
     );
 }
+
+#[test]
+fn the_changes_queued_for_watchers_are_counted_until_taken() {
+    let mut fanout = Fanout::new(Limits::default(), 0);
+    let dir = |handle| Target::Dir {
+        handle,
+        recursive: false,
+    };
+    let (busy, _) = fanout.watch(dir(2), 1).unwrap();
+    let (other, _) = fanout.watch(dir(3), 1).unwrap();
+    for i in 1..=4 {
+        let c = change(i, 10 + i, 2);
+        let ancestors = ancestors(&c);
+        fanout.publish(c, &ancestors);
+    }
+    let c = change(5, 30, 3);
+    let ancestors_of = ancestors(&c);
+    fanout.publish(c, &ancestors_of);
+    let stats = fanout.stats();
+    assert_eq!((stats.queued, stats.queued_max), (5, 4));
+    assert_eq!(fanout.take(busy, 10, false).unwrap().len(), 4);
+    let stats = fanout.stats();
+    assert_eq!((stats.queued, stats.queued_max), (1, 1));
+    fanout.take(other, 10, false).unwrap();
+    assert_eq!(fanout.stats().queued, 0);
+}

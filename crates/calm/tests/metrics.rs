@@ -89,6 +89,11 @@ fn a_server_s_metrics_count_what_its_mounts_ask() {
         "the lookups of missing names counted as NotFound:\n{text}"
     );
     assert_eq!(sample(&text, "calm_inodes"), Some(51.0), "{text}");
+    // The mount's watch stream: its queue is there, empty or nearly.
+    assert!(
+        sample(&text, "calm_watch_queued_changes_max").is_some_and(|q| q <= 4096.0),
+        "{text}"
+    );
     // Commit groups as distributions: every create was in one.
     let groups = sample(&text, "calm_commit_group_operations_count").unwrap_or(0.0);
     assert!(groups >= 1.0, "{text}");
