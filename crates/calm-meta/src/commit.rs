@@ -71,8 +71,8 @@ impl Default for MetaOptions {
 /// transaction. (A group over the store's limits is cut in halves anyway.)
 pub const SHARED_BATCH_OPS_MAX: usize = 16;
 
-use crate::commit_stats::{COMMIT_NS_BOUNDS, GROUP_SIZE_BOUNDS, bucket};
 pub use crate::commit_stats::{CommitDistributions, CommitStats};
+use crate::commit_stats::{GROUP_SIZE_BOUNDS, bucket};
 
 pub(crate) struct Request {
     pub op: Op,
@@ -420,7 +420,7 @@ impl<S: Store> Group<'_, S> {
                 stats.commit_ns_total.fetch_add(ns, Ordering::Relaxed);
                 stats.group_sizes[bucket(&GROUP_SIZE_BOUNDS, batch.len() as u64)]
                     .fetch_add(1, Ordering::Relaxed);
-                stats.commit_ns[bucket(&COMMIT_NS_BOUNDS, ns)].fetch_add(1, Ordering::Relaxed);
+                stats.commit_ns.observe(ns);
                 for (request, result) in batch.drain(..).zip(results.drain(..)) {
                     // A caller that went away no longer needs its answer; the work is durable.
                     let _ = request.reply.send(result);

@@ -7,22 +7,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Upper bounds of the buckets of commit groups' sizes, in mutations (the last bucket: more).
 pub const GROUP_SIZE_BOUNDS: [u64; 11] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
 
-/// Upper bounds of the buckets of commit groups' durations, in ns (the last bucket: more).
-pub const COMMIT_NS_BOUNDS: [u64; 12] = [
-    50_000,
-    100_000,
-    250_000,
-    500_000,
-    1_000_000,
-    2_500_000,
-    5_000_000,
-    10_000_000,
-    25_000_000,
-    100_000_000,
-    1_000_000_000,
-    10_000_000_000,
-];
-
 /// Figures of the committer, read by status.
 #[derive(Debug, Default)]
 pub struct CommitStats {
@@ -33,9 +17,9 @@ pub struct CommitStats {
     pub commit_ns_total: AtomicU64,
     /// Changelog records purged.
     pub cl_purged: AtomicU64,
-    /// Commit groups by size ([`GROUP_SIZE_BOUNDS`]) and by duration ([`COMMIT_NS_BOUNDS`]).
+    /// Commit groups by size ([`GROUP_SIZE_BOUNDS`]) and by duration.
     pub group_sizes: [AtomicU64; GROUP_SIZE_BOUNDS.len() + 1],
-    pub commit_ns: [AtomicU64; COMMIT_NS_BOUNDS.len() + 1],
+    pub commit_ns: calm_store::latency::LatencyCounts,
 }
 
 /// The bucket of `value` among `bounds` (past the last: one more).
@@ -44,7 +28,8 @@ pub(crate) fn bucket(bounds: &[u64], value: u64) -> usize {
 }
 
 /// The distributions of commit groups: counts per bucket (cumulative, as Prometheus wants
-/// them, the last being every group) of their sizes and durations.
+/// them, the last being every group) of their sizes, and of their durations (the buckets of
+/// [`calm_store::latency::LATENCY_NS_BOUNDS`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitDistributions {
     pub sizes: Vec<u64>,
@@ -56,7 +41,7 @@ pub struct CommitDistributions {
 impl CommitStats {
     /// The distributions as of now.
     pub fn distributions(&self) -> CommitDistributions {
-        let cumulative = |buckets: &[AtomicU64]| {
+        let cumulative = |buckets: &[AtomicU64]| -> Vec<u64> {
             buckets
                 .iter()
                 .scan(0, |sum, b| {
@@ -65,11 +50,12 @@ impl CommitStats {
                 })
                 .collect()
         };
+        let durations = self.commit_ns.read();
         CommitDistributions {
             sizes: cumulative(&self.group_sizes),
             ops: self.ops.load(Ordering::Relaxed),
-            durations: cumulative(&self.commit_ns),
-            ns: self.commit_ns_total.load(Ordering::Relaxed),
+            durations: durations.cumulative,
+            ns: durations.sum_ns,
         }
     }
 }

@@ -233,6 +233,12 @@ impl<S: Store> Meta<S> {
 
     // ----- reads -----
 
+    /// How long the requests to a shared store's cluster took (`None`: a store in this
+    /// process).
+    pub fn store_latencies(&self) -> Option<calm_store::latency::Latencies> {
+        self.store.request_latencies()
+    }
+
     /// The distributions of commit groups' sizes and durations since the store was opened.
     pub fn commit_distributions(&self) -> CommitDistributions {
         self.stats.distributions()

@@ -254,9 +254,15 @@ impl<S: Store> Server<S> {
             .map_err(|e| format!("registering the server's figures: {e}"))?;
         let service = self.meta.clone();
         metrics::scrape_status(&scrape, move || service.status_now().ok());
-        // Commit groups' sizes and durations.
+        // Commit groups' sizes and durations, and a shared store's requests.
         let meta = self.meta.meta.clone();
-        scrape.add(move || metrics::commit_families(&meta.commit_distributions()));
+        scrape.add(move || {
+            let mut families = metrics::commit_families(&meta.commit_distributions());
+            if let Some(latencies) = meta.store_latencies() {
+                families.push(metrics::store_request_family(&latencies));
+            }
+            families
+        });
         // Lock requests by how they ended.
         let table = self.table.clone();
         scrape.add(move || metrics::lock_families(&table.counts()));

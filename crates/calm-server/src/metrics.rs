@@ -309,9 +309,12 @@ pub fn status_families(s: &pb::StatusReply) -> Vec<calm_metrics::MetricFamily> {
 
 /// The distributions of commit groups: mutations per group, seconds per group.
 pub fn commit_families(d: &calm_meta::CommitDistributions) -> Vec<calm_metrics::MetricFamily> {
-    use calm_meta::commit_stats::{COMMIT_NS_BOUNDS, GROUP_SIZE_BOUNDS};
+    use calm_meta::commit_stats::GROUP_SIZE_BOUNDS;
     let sizes: Vec<f64> = GROUP_SIZE_BOUNDS.iter().map(|b| *b as f64).collect();
-    let seconds: Vec<f64> = COMMIT_NS_BOUNDS.iter().map(|b| *b as f64 / 1e9).collect();
+    let seconds: Vec<f64> = calm_store::latency::LATENCY_NS_BOUNDS
+        .iter()
+        .map(|b| *b as f64 / 1e9)
+        .collect();
     vec![
         calm_metrics::histogram_of(
             "calm_commit_group_operations",
@@ -328,6 +331,21 @@ pub fn commit_families(d: &calm_meta::CommitDistributions) -> Vec<calm_metrics::
             d.ns as f64 / 1e9,
         ),
     ]
+}
+
+/// How long the requests to a shared store's cluster (etcd) took.
+pub fn store_request_family(l: &calm_store::latency::Latencies) -> calm_metrics::MetricFamily {
+    let bounds: Vec<f64> = calm_store::latency::LATENCY_NS_BOUNDS
+        .iter()
+        .map(|ns| *ns as f64 / 1e9)
+        .collect();
+    calm_metrics::histogram_of(
+        "calm_store_requests_seconds",
+        "How long each request to the shared store's cluster (etcd) took, answered or not (a request sent again counts each time; the retries: calm_store_figures_total{figure=\"retries\"}).",
+        &bounds,
+        &l.cumulative,
+        l.sum_ns as f64 / 1e9,
+    )
 }
 
 /// Lock requests by how they ended, and sessions ended by their lease.

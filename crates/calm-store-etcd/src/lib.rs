@@ -113,6 +113,8 @@ pub struct EtcdStats {
     pub conflicts: AtomicU64,
     /// Requests sent again after the cluster did not answer.
     pub retries: AtomicU64,
+    /// How long each attempt of a request took, answered or not.
+    pub latencies: calm_store::latency::LatencyCounts,
     /// Compactions of the cluster's history this store made.
     pub compactions: AtomicU64,
     /// The revision history was last compacted to, by this store or another (0: not yet).
@@ -357,6 +359,10 @@ impl Store for EtcdStore {
 
     fn hold_reads(&self) -> Result<Option<Box<dyn Send>>> {
         Ok(Some(Box::new(self.hold_history()?)))
+    }
+
+    fn request_latencies(&self) -> Option<calm_store::latency::Latencies> {
+        Some(self.inner.stats.latencies.read())
     }
 
     fn figures(&self) -> Vec<(&'static str, u64)> {

@@ -159,10 +159,18 @@ where
         let (used, client) = inner.endpoints.client().await;
         let outcome = match client {
             Err(error) => Err(error),
-            Ok(client) => match tokio::time::timeout(budget, request(client)).await {
-                Ok(outcome) => outcome,
-                Err(_) => Err(timed_out()),
-            },
+            Ok(client) => {
+                let sent = Instant::now();
+                let outcome = match tokio::time::timeout(budget, request(client)).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => Err(timed_out()),
+                };
+                inner
+                    .stats
+                    .latencies
+                    .observe(sent.elapsed().as_nanos() as u64);
+                outcome
+            }
         };
         match outcome {
             Err(error) if transient(&error) && Instant::now() < deadline => {

@@ -25,6 +25,7 @@ use std::ops::ControlFlow;
 pub mod conformance;
 pub mod fault;
 #[cfg(feature = "lmdb")]
+pub mod latency;
 pub mod lmdb;
 pub mod mem;
 #[cfg(feature = "lmdb")]
@@ -351,6 +352,12 @@ pub trait Store: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// How long the requests to a shared store's cluster took (each attempt), since the store
+    /// was opened. `None` for a store in this process.
+    fn request_latencies(&self) -> Option<latency::Latencies> {
+        None
+    }
+
     /// Keeps the snapshots taken from now readable for as long as the returned guard lives,
     /// however long a reader takes (a store that drops old versions of its keys, as etcd's
     /// compaction does, keeps them). `None`: this store never drops what a snapshot reads.
@@ -395,6 +402,10 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn figures(&self) -> Vec<(&'static str, u64)> {
         (**self).figures()
+    }
+
+    fn request_latencies(&self) -> Option<latency::Latencies> {
+        (**self).request_latencies()
     }
 
     fn hold_reads(&self) -> Result<Option<Box<dyn Send>>> {

@@ -308,3 +308,33 @@ fn quotas_hold_across_two_servers_on_etcd_and_through_kill_9() {
     );
     drop(b);
 }
+
+/// A server on etcd shows how long its requests to the cluster took, as a histogram promtool
+/// accepts.
+#[test]
+fn a_server_on_etcd_shows_its_requests_to_the_cluster() {
+    let mut private = None;
+    let url = cluster("metrics", &mut private);
+    let tmp = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics = format!("127.0.0.1:{port}");
+    let server = Server::start_with(
+        &tmp.path().join("a"),
+        &["--store", &url, "--metrics", &metrics],
+    );
+    let mount = common::Mount::remote(&server.addr, &[]);
+    mount.sh_ok("mkdir m && for i in $(seq 20); do : > m/f$i; done");
+    let text = common::http_get(&metrics, "/metrics");
+    let count = text
+        .lines()
+        .find_map(|l| l.strip_prefix("calm_store_requests_seconds_count "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(count >= 20.0, "{text}");
+    let check = common::promtool_check_metrics(&text);
+    assert!(check.status.success(), "{check:?}");
+}

@@ -18,17 +18,7 @@ fn free_port() -> u16 {
 
 /// `GET path` on `addr`; the body.
 fn get(addr: &str, path: &str) -> String {
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).expect("read");
-    let (head, body) = answer.split_once("\r\n\r\n").expect("a head and a body");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    body.to_string()
+    common::http_get(addr, path)
 }
 
 /// The value of the sample `series` (name and labels exactly) in `text`.
@@ -38,20 +28,7 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 }
 
 fn promtool_accepts(text: &str) {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (scripts/setup installs prometheus)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::promtool_check_metrics(text);
     assert!(
         out.status.success(),
         "promtool check metrics: {}{}",

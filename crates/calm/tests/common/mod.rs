@@ -4,6 +4,10 @@
 
 #![allow(dead_code)] // each test file uses a part of this
 
+mod metrics;
+#[allow(unused_imports)]
+pub use metrics::{http_get, promtool_check_metrics};
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Output, Stdio};

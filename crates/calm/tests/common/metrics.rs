@@ -1,0 +1,38 @@
+//! Reading a metrics endpoint in tests: `GET` over HTTP/1.1 and promtool's check.
+
+use std::io::{Read, Write};
+use std::process::{Command, Output, Stdio};
+
+/// `GET path` on `addr` (HOST:PORT); the body of a 200 answer.
+pub fn http_get(addr: &str, path: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("a head and a body");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}
+
+/// `promtool check metrics` of `text` (Debian's prometheus package, which `scripts/setup`
+/// installs).
+pub fn promtool_check_metrics(text: &str) -> Output {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (scripts/setup installs prometheus)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
