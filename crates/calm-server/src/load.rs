@@ -67,6 +67,17 @@ impl Loads {
     }
 }
 
+/// What `identity` may see of the tables: mounts and administrators every key; a user only
+/// its own uid's figures, and no job (which jobs are its own is not known here), so that one
+/// user cannot watch what another does.
+pub fn visible_to(identity: &crate::auth::Identity, status: &mut pb::StatusReply) {
+    if let crate::auth::Identity::User { uid, .. } = identity {
+        let own = uid.to_string();
+        status.by_uid.retain(|l| l.key == own);
+        status.by_job.clear();
+    }
+}
+
 /// The families of the busiest uids and jobs.
 pub fn families(status: &pb::StatusReply) -> Vec<calm_metrics::MetricFamily> {
     let mut out = Vec::new();
@@ -103,6 +114,10 @@ pub fn families(status: &pb::StatusReply) -> Vec<calm_metrics::MetricFamily> {
     out
 }
 
+fn text(value: &Option<http::HeaderValue>) -> Option<&str> {
+    value.as_ref().and_then(|v| v.to_str().ok())
+}
+
 /// Counts every request by its caller's uid and job (a batch's calls are counted where the
 /// batch dispatches them).
 #[derive(Debug, Clone)]
@@ -128,10 +143,6 @@ pub struct Loaded<S> {
     loads: Arc<Loads>,
 }
 
-fn header<'a>(request: &'a http::HeaderMap, key: &str) -> Option<&'a str> {
-    request.get(key).and_then(|v| v.to_str().ok())
-}
-
 impl<S, B, R> tower::Service<http::Request<B>> for Loaded<S>
 where
     S: tower::Service<http::Request<B>, Response = http::Response<R>>,
@@ -149,12 +160,10 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let batch = request.uri().path() == "/calm.v1.Meta/Batch";
+        // The values are shared with the request (no copy): read once it is answered.
         let who = (!batch).then(|| {
             let headers = request.headers();
-            (
-                header(headers, UID_KEY).map(str::to_string),
-                header(headers, JOB_KEY).map(str::to_string),
-            )
+            (headers.get(UID_KEY).cloned(), headers.get(JOB_KEY).cloned())
         });
         let loads = self.loads.clone();
         let started = Instant::now();
@@ -162,9 +171,43 @@ where
         Box::pin(async move {
             let answer = answer.await;
             if let Some((uid, job)) = who {
-                loads.count(uid.as_deref(), job.as_deref(), started.elapsed());
+                loads.count(text(&uid), text(&job), started.elapsed());
             }
             answer
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_user_sees_only_its_own_load_and_no_job() {
+        let loads = Loads::default();
+        for (uid, job) in [("1000", "a"), ("2000", "b"), ("2000", "b")] {
+            loads.count(Some(uid), Some(job), Duration::from_micros(10));
+        }
+        let (by_uid, by_job) = loads.status();
+        let status = pb::StatusReply {
+            by_uid,
+            by_job,
+            ..Default::default()
+        };
+        let user = crate::auth::Identity::User {
+            key: "uid 1000".into(),
+            uid: 1000,
+            gid: 1000,
+            groups: Default::default(),
+        };
+        let mut seen = status.clone();
+        visible_to(&user, &mut seen);
+        let keys: Vec<&str> = seen.by_uid.iter().map(|l| l.key.as_str()).collect();
+        assert_eq!(keys, ["1000"]);
+        assert!(seen.by_job.is_empty());
+        let admin = crate::auth::Identity::Admin { key: "root".into() };
+        let mut all = status.clone();
+        visible_to(&admin, &mut all);
+        assert_eq!(all, status);
     }
 }

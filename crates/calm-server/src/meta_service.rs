@@ -647,8 +647,11 @@ impl<S: Store> MetaRpc for MetaService<S> {
     }
 
     async fn status(&self, r: Request<pb::Empty>) -> Result<Response<pb::StatusReply>, Status> {
-        self.auth.identity(&r)?;
-        let result = self.status_now();
+        let identity = self.auth.identity(&r)?;
+        let result = self.status_now().map(|mut status| {
+            crate::load::visible_to(&identity, &mut status);
+            status
+        });
         self.answer(result)
     }
 
