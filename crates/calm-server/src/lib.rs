@@ -31,6 +31,7 @@ mod batch;
 pub mod changelog;
 pub mod cluster;
 pub mod compactor;
+pub mod connections;
 pub mod data;
 pub mod data_dir;
 pub mod heap;
@@ -162,6 +163,8 @@ pub struct Server<S: Store> {
     cluster: Option<tokio::task::JoinHandle<()>>,
     /// Counts and times the requests, when metrics are served.
     requests: Option<metrics::RequestsLayer>,
+    /// Connections and their requests by listener and identity kind, refusals by limit.
+    connections: Arc<connections::Connections>,
     /// The metrics endpoint, served as long as the server.
     endpoint: Option<calm_metrics::Endpoint>,
 }
@@ -234,6 +237,7 @@ impl<S: Store> Server<S> {
             backups,
             cluster,
             requests: None,
+            connections: Arc::default(),
             endpoint: None,
         }
     }
@@ -263,6 +267,9 @@ impl<S: Store> Server<S> {
             }
             families
         });
+        // Connections by listener and identity kind, refusals by limit.
+        let connections = self.connections.clone();
+        scrape.add(move || connections.families());
         // Lock requests by how they ended.
         let table = self.table.clone();
         scrape.add(move || metrics::lock_families(&table.counts()));
@@ -331,7 +338,7 @@ impl<S: Store> Server<S> {
         // Each connection comes with its peer (listen.rs; TCP with TCP_NODELAY: replies are
         // small and latency-bound, and Nagle's algorithm would hold one back until the
         // client's delayed ACK whenever a previous segment is unacknowledged).
-        let (incoming, accepting) = listen::incoming(listeners);
+        let (incoming, accepting) = listen::incoming(listeners, self.connections.clone());
         let asked = Arc::new(tokio::sync::Notify::new());
         let shutdown = {
             let asked = asked.clone();
@@ -347,6 +354,7 @@ impl<S: Store> Server<S> {
             .layer(tower::util::option_layer(self.requests.clone()))
             .layer(load::LoadLayer {
                 loads: self.meta.loads.clone(),
+                connections: self.connections.clone(),
             })
             .add_service(service)
             .add_service(locks)

@@ -28,6 +28,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, UnixListener};
 use tonic::transport::server::Connected;
 
+use crate::connections::{Connections, Refusal};
+
 /// Connections open at once, in all.
 pub const CONNECTIONS_MAX: usize = 4096;
 /// Connections open at once from one peer (uid, certificate or address).
@@ -70,6 +72,19 @@ pub enum Peer {
 }
 
 impl Peer {
+    /// The listener and identity kind of the peer, as indexes of
+    /// [`crate::connections::LISTENERS`] and [`crate::connections::IDENTITIES`].
+    pub fn kind(&self) -> (usize, usize) {
+        match self {
+            Peer::Local { uid: 0, .. } => (0, 1),
+            Peer::Local { .. } => (0, 0),
+            Peer::LoopbackRoot => (1, 1),
+            Peer::Certificate { .. } => (2, 2),
+            // Only plain TCP refuses a peer on each request (a user's loopback socket).
+            Peer::Refused { .. } => (1, 3),
+        }
+    }
+
     /// What the per-peer connection limit counts by.
     fn key(&self) -> String {
         match self {
@@ -254,10 +269,14 @@ struct Counts {
 struct Counted {
     counts: Arc<Mutex<Counts>>,
     key: String,
+    /// The connections' figures, and the peer's kind in them.
+    figures: Arc<Connections>,
+    kind: (usize, usize),
 }
 
 impl Drop for Counted {
     fn drop(&mut self) {
+        self.figures.closed(self.kind);
         let mut counts = self.counts.locked();
         counts.total -= 1;
         if let Some(n) = counts.per_peer.get_mut(&self.key) {
@@ -269,18 +288,27 @@ impl Drop for Counted {
     }
 }
 
-fn count(counts: &Arc<Mutex<Counts>>, peer: &Peer) -> Option<Counted> {
+fn count(counts: &Arc<Mutex<Counts>>, figures: &Arc<Connections>, peer: &Peer) -> Option<Counted> {
     let key = peer.key();
+    let kind = peer.kind();
     let mut c = counts.locked();
     let mine = c.per_peer.get(&key).copied().unwrap_or(0);
     if c.total >= CONNECTIONS_MAX || mine >= CONNECTIONS_PER_PEER_MAX {
+        let why = match c.total >= CONNECTIONS_MAX {
+            true => Refusal::Connections,
+            false => Refusal::ConnectionsPerPeer,
+        };
+        figures.refused(kind.0, why);
         return None;
     }
     c.total += 1;
     *c.per_peer.entry(key.clone()).or_default() += 1;
+    figures.opened(kind);
     Some(Counted {
         counts: counts.clone(),
         key,
+        figures: figures.clone(),
+        kind,
     })
 }
 
@@ -329,6 +357,7 @@ pub async fn bind(
 /// The connections accepted on every listener, each with its peer, as tonic takes them.
 pub fn incoming(
     listeners: Vec<Listener>,
+    figures: Arc<Connections>,
 ) -> (
     tokio_stream::wrappers::ReceiverStream<std::io::Result<Conn>>,
     Vec<tokio::task::JoinHandle<()>>,
@@ -337,7 +366,14 @@ pub fn incoming(
     let counts = Arc::new(Mutex::new(Counts::default()));
     let tasks = listeners
         .into_iter()
-        .map(|listener| tokio::spawn(accept_loop(listener, tx.clone(), counts.clone())))
+        .map(|listener| {
+            tokio::spawn(accept_loop(
+                listener,
+                tx.clone(),
+                counts.clone(),
+                figures.clone(),
+            ))
+        })
         .collect();
     (tokio_stream::wrappers::ReceiverStream::new(rx), tasks)
 }
@@ -346,12 +382,19 @@ async fn accept_loop(
     listener: Listener,
     tx: tokio::sync::mpsc::Sender<std::io::Result<Conn>>,
     counts: Arc<Mutex<Counts>>,
+    figures: Arc<Connections>,
 ) {
     let identifying = Arc::new(tokio::sync::Semaphore::new(IDENTIFYING_MAX));
+    let listener_index = match &listener {
+        Listener::Unix(_) => 0,
+        Listener::Tcp(_) => 1,
+        Listener::Tls(..) => 2,
+    };
     // A place among the connections being identified, or None (the connection is dropped).
     let place = |addr: SocketAddr| {
         let place = identifying.clone().try_acquire_owned().ok();
         if place.is_none() {
+            figures.refused(listener_index, Refusal::Identifying);
             tracing::warn!(%addr, "too many connections being identified: closed");
         }
         place
@@ -376,7 +419,7 @@ async fn accept_loop(
                     let Some(place) = place(addr) else {
                         continue;
                     };
-                    let (tx, counts) = (tx.clone(), counts.clone());
+                    let (tx, counts, figures) = (tx.clone(), counts.clone(), figures.clone());
                     tokio::spawn(async move {
                         let _place = place;
                         let local = stream.local_addr();
@@ -390,9 +433,10 @@ async fn accept_loop(
                             Err(_) => None,
                         };
                         let Some(peer) = peer else {
+                            figures.refused(1, Refusal::Unidentified);
                             return;
                         };
-                        match count(&counts, &peer) {
+                        match count(&counts, &figures, &peer) {
                             Some(counted) => {
                                 let conn = Conn::new(Box::pin(stream), peer, counted, accepted);
                                 let _ = tx.send(Ok(conn)).await;
@@ -412,21 +456,28 @@ async fn accept_loop(
                     let Some(place) = place(addr) else {
                         continue;
                     };
-                    let (tls, tx, counts) = (tls.clone(), tx.clone(), counts.clone());
+                    let (tls, tx, counts, figures) =
+                        (tls.clone(), tx.clone(), counts.clone(), figures.clone());
                     tokio::spawn(async move {
                         let _place = place;
                         match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
                             Ok(Ok((io, name))) => {
                                 let peer = Peer::Certificate { name };
-                                if let Some(counted) = count(&counts, &peer) {
+                                if let Some(counted) = count(&counts, &figures, &peer) {
                                     let conn = Conn::new(Box::pin(io), peer, counted, accepted);
                                     let _ = tx.send(Ok(conn)).await;
                                 } else {
                                     tracing::warn!(%addr, "TLS connection over the limits");
                                 }
                             }
-                            Ok(Err(e)) => tracing::info!(%addr, %e, "TLS client refused"),
-                            Err(_) => tracing::info!(%addr, "TLS handshake timed out"),
+                            Ok(Err(e)) => {
+                                figures.refused(2, Refusal::Handshake);
+                                tracing::info!(%addr, %e, "TLS client refused")
+                            }
+                            Err(_) => {
+                                figures.refused(2, Refusal::Handshake);
+                                tracing::info!(%addr, "TLS handshake timed out")
+                            }
                         }
                     });
                     continue;
@@ -435,7 +486,7 @@ async fn accept_loop(
             },
         };
         match accepted {
-            Ok(Some((io, peer))) => match count(&counts, &peer) {
+            Ok(Some((io, peer))) => match count(&counts, &figures, &peer) {
                 Some(counted) => {
                     let conn = Conn::new(io, peer, counted, tokio::time::Instant::now());
                     if tx.send(Ok(conn)).await.is_err() {
@@ -444,7 +495,7 @@ async fn accept_loop(
                 }
                 None => tracing::warn!(?peer, "connection over the limits closed"),
             },
-            Ok(None) => {}
+            Ok(None) => figures.refused(listener_index, Refusal::Unidentified),
             Err(e) => {
                 // EMFILE and the like: wait a little rather than spin.
                 tracing::warn!(%e, "accepting a connection");
@@ -513,6 +564,7 @@ mod tests {
     #[test]
     fn connections_are_counted_per_peer() {
         let counts = Arc::new(Mutex::new(Counts::default()));
+        let figures = Arc::new(Connections::default());
         let peer = Peer::Local {
             uid: 7,
             gid: 7,
@@ -520,17 +572,23 @@ mod tests {
             groups: calm_meta::Groups::default(),
         };
         let held: Vec<Counted> = (0..CONNECTIONS_PER_PEER_MAX)
-            .map(|_| count(&counts, &peer).expect("under the limit"))
+            .map(|_| count(&counts, &figures, &peer).expect("under the limit"))
             .collect();
         assert!(
-            count(&counts, &peer).is_none(),
+            count(&counts, &figures, &peer).is_none(),
             "one over the per-peer limit"
         );
         assert!(
-            count(&counts, &Peer::LoopbackRoot).is_some(),
+            count(&counts, &figures, &Peer::LoopbackRoot).is_some(),
             "another peer"
         );
+        assert_eq!(figures.open(0, 0), CONNECTIONS_PER_PEER_MAX as i64);
+        assert_eq!(figures.refusals(0, Refusal::ConnectionsPerPeer), 1);
         drop(held);
-        assert!(count(&counts, &peer).is_some(), "given back when closed");
+        assert_eq!(figures.open(0, 0), 0, "closed");
+        assert!(
+            count(&counts, &figures, &peer).is_some(),
+            "given back when closed"
+        );
     }
 }

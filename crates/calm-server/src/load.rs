@@ -123,6 +123,7 @@ fn text(value: &Option<http::HeaderValue>) -> Option<&str> {
 #[derive(Debug, Clone)]
 pub struct LoadLayer {
     pub(crate) loads: Arc<Loads>,
+    pub(crate) connections: Arc<crate::connections::Connections>,
 }
 
 impl<S> tower::Layer<S> for LoadLayer {
@@ -132,6 +133,7 @@ impl<S> tower::Layer<S> for LoadLayer {
         Loaded {
             inner,
             loads: self.loads.clone(),
+            connections: self.connections.clone(),
         }
     }
 }
@@ -141,6 +143,7 @@ impl<S> tower::Layer<S> for LoadLayer {
 pub struct Loaded<S> {
     inner: S,
     loads: Arc<Loads>,
+    connections: Arc<crate::connections::Connections>,
 }
 
 impl<S, B, R> tower::Service<http::Request<B>> for Loaded<S>
@@ -159,6 +162,9 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if let Some(peer) = request.extensions().get::<crate::listen::Peer>() {
+            self.connections.request(peer.kind());
+        }
         let batch = request.uri().path() == "/calm.v1.Meta/Batch";
         // The values are shared with the request (no copy): read once it is answered.
         let who = (!batch).then(|| {

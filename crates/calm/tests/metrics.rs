@@ -87,6 +87,21 @@ fn a_server_s_metrics_count_what_its_mounts_ask() {
         sample(&text, "calm_lock_sessions").unwrap_or(0.0) >= 1.0,
         "{text}"
     );
+    // The mount's connection (plain TCP on loopback, as root) and its requests.
+    let tcp_root = "{listener=\"tcp\",identity=\"superuser\"}";
+    assert!(
+        sample(&text, &format!("calm_server_connections{tcp_root}")).unwrap_or(0.0) >= 1.0,
+        "{text}"
+    );
+    assert!(
+        sample(
+            &text,
+            &format!("calm_server_connection_requests_total{tcp_root}")
+        )
+        .unwrap_or(0.0)
+            >= made,
+        "{text}"
+    );
     // Anything but /metrics: 404.
     let mut stream = std::net::TcpStream::connect(&metrics).unwrap();
     write!(
@@ -442,6 +457,23 @@ fn the_alert_rules_check_and_name_metrics_calm_serves() {
         "for i in $(seq 30); do : > r$i; done
          exec 3>l; flock -n 3; (exec 4>l; flock -n 4) && exit 1; exec 3>&-",
     );
+    // Connections from one peer past its limit (the superuser holds the mount's already):
+    // the ones over it are closed as they come, and counted.
+    let refused =
+        "calm_server_connections_refused_total{listener=\"unix\",reason=\"connections_per_peer\"}";
+    let held: Vec<std::os::unix::net::UnixStream> = (0..260)
+        .map(|_| std::os::unix::net::UnixStream::connect(data.join("calm.sock")).expect("connect"))
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while sample(&get(&metrics, "/metrics"), refused).unwrap_or(0.0) < 4.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            get(&metrics, "/metrics")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    drop(held);
     let served = get(&metrics, "/metrics") + &get(&mount_metrics, "/metrics");
     assert!(
         sample(&served, "calm_changelog_reader_lag_records{reader=\"cl1\"}").unwrap_or(0.0) >= 30.0,
