@@ -239,6 +239,11 @@ impl<S: Store> Meta<S> {
         self.store.request_latencies()
     }
 
+    /// What the store's own write-ahead log counts (`None`: a store without one).
+    pub fn store_log(&self) -> Option<calm_store::latency::LogFigures> {
+        self.store.log_figures()
+    }
+
     /// The distributions of commit groups' sizes and durations since the store was opened.
     pub fn commit_distributions(&self) -> CommitDistributions {
         self.stats.distributions()

@@ -265,6 +265,9 @@ impl<S: Store> Server<S> {
             if let Some(latencies) = meta.store_latencies() {
                 families.push(metrics::store_request_family(&latencies));
             }
+            if let Some(log) = meta.store_log() {
+                families.extend(metrics::store_log_families(&log));
+            }
             families
         });
         // Connections by listener and identity kind, refusals by limit.

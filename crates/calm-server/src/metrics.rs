@@ -333,19 +333,49 @@ pub fn commit_families(d: &calm_meta::CommitDistributions) -> Vec<calm_metrics::
     ]
 }
 
-/// How long the requests to a shared store's cluster (etcd) took.
-pub fn store_request_family(l: &calm_store::latency::Latencies) -> calm_metrics::MetricFamily {
+/// A distribution of durations as a histogram in seconds.
+fn seconds_family(
+    name: &str,
+    help: &str,
+    l: &calm_store::latency::Latencies,
+) -> calm_metrics::MetricFamily {
     let bounds: Vec<f64> = calm_store::latency::LATENCY_NS_BOUNDS
         .iter()
         .map(|ns| *ns as f64 / 1e9)
         .collect();
-    calm_metrics::histogram_of(
+    calm_metrics::histogram_of(name, help, &bounds, &l.cumulative, l.sum_ns as f64 / 1e9)
+}
+
+/// How long the requests to a shared store's cluster (etcd) took.
+pub fn store_request_family(l: &calm_store::latency::Latencies) -> calm_metrics::MetricFamily {
+    seconds_family(
         "calm_store_requests_seconds",
         "How long each request to the shared store's cluster (etcd) took, answered or not (a request sent again counts each time; the retries: calm_store_figures_total{figure=\"retries\"}).",
-        &bounds,
-        &l.cumulative,
-        l.sum_ns as f64 / 1e9,
+        l,
     )
+}
+
+/// What the embedded store's write-ahead log counts: its syncs, bytes and checkpoints.
+pub fn store_log_families(
+    log: &calm_store::latency::LogFigures,
+) -> Vec<calm_metrics::MetricFamily> {
+    vec![
+        seconds_family(
+            "calm_store_wal_sync_seconds",
+            "How long each commit group's write-ahead log record took to reach the disk (its fdatasync alone; the whole group: calm_commit_group_seconds).",
+            &log.syncs,
+        ),
+        counter_family(
+            "calm_store_wal_written_bytes_total",
+            "Bytes written to the write-ahead log (records with their headers).",
+            &[(&[], log.bytes as f64)],
+        ),
+        seconds_family(
+            "calm_store_checkpoint_seconds",
+            "How long each checkpoint took (the metadata file made durable so that the write-ahead log can start again; one every 4 MiB of changes).",
+            &log.checkpoints,
+        ),
+    ]
 }
 
 /// Lock requests by how they ended, and sessions ended by their lease.

@@ -59,6 +59,34 @@ impl LatencyCounts {
     }
 }
 
+/// What a store's own write-ahead log counts: how long each commit's sync took, the bytes
+/// written to it, and how long each checkpoint (the data file made durable) took.
+#[derive(Debug, Default)]
+pub struct LogCounts {
+    pub syncs: LatencyCounts,
+    pub checkpoints: LatencyCounts,
+    pub bytes: AtomicU64,
+}
+
+/// [`LogCounts`] as read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogFigures {
+    pub syncs: Latencies,
+    pub checkpoints: Latencies,
+    pub bytes: u64,
+}
+
+impl LogCounts {
+    /// The figures as of now.
+    pub fn read(&self) -> LogFigures {
+        LogFigures {
+            syncs: self.syncs.read(),
+            checkpoints: self.checkpoints.read(),
+            bytes: self.bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -358,6 +358,12 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// What the store's own write-ahead log counts (each commit's sync, bytes written,
+    /// checkpoints), since the store was opened. `None` for a store without one.
+    fn log_figures(&self) -> Option<latency::LogFigures> {
+        None
+    }
+
     /// Keeps the snapshots taken from now readable for as long as the returned guard lives,
     /// however long a reader takes (a store that drops old versions of its keys, as etcd's
     /// compaction does, keeps them). `None`: this store never drops what a snapshot reads.
@@ -406,6 +412,10 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn request_latencies(&self) -> Option<latency::Latencies> {
         (**self).request_latencies()
+    }
+
+    fn log_figures(&self) -> Option<latency::LogFigures> {
+        (**self).log_figures()
     }
 
     fn hold_reads(&self) -> Result<Option<Box<dyn Send>>> {

@@ -40,9 +40,11 @@ use std::path::Path;
 
 use heed::{Env, RoTxn, WithoutTls};
 
+use crate::latency::LogCounts;
 use crate::reclog::{Bounds, LogOp, RecordLog, SEGMENT_RECORDS_DEFAULT};
 use crate::{Result, StoreError};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// Bytes of B-tree changes (puts and deletes, as logged) after which a commit checkpoints.
 /// Bounds what recovery replays into LMDB, and the pages a checkpoint writes back. The
@@ -524,6 +526,8 @@ pub(crate) struct Wal {
     log: Arc<RecordLog>,
     /// Bytes of record log operations in the active segment (not B-tree changes).
     log_bytes: u64,
+    /// Sync times, bytes written and checkpoint times, read by the store's figures.
+    counts: Arc<LogCounts>,
 }
 
 impl Wal {
@@ -539,6 +543,7 @@ impl Wal {
         recovered: Recovered,
         pin: RoTxn<'static, WithoutTls>,
         log: Arc<RecordLog>,
+        counts: Arc<LogCounts>,
     ) -> Result<Wal> {
         let data_path = dir.join("data.mdb");
         let data = OpenOptions::new()
@@ -574,6 +579,7 @@ impl Wal {
             // The replayed records' log appends are not told apart: the next checkpoint
             // may come early, never late.
             log_bytes: 0,
+            counts,
         };
         if fresh {
             wal.checkpoint()?;
@@ -622,7 +628,14 @@ impl Wal {
         segment
             .write_all_at(&record, at)
             .map_err(|e| io("writing", &path, e))?;
+        let started = std::time::Instant::now();
         segment.sync_data().map_err(|e| io("syncing", &path, e))?;
+        self.counts
+            .syncs
+            .observe(started.elapsed().as_nanos() as u64);
+        self.counts
+            .bytes
+            .fetch_add(record.len() as u64, Ordering::Relaxed);
         Ok(at)
     }
 
@@ -651,6 +664,16 @@ impl Wal {
     /// snapshot, copy its meta pages, `fdatasync` the data file, write the slot, then switch
     /// segments and let the previous pin go. Called with no write transaction open.
     pub(crate) fn checkpoint(&mut self) -> Result<()> {
+        let started = std::time::Instant::now();
+        self.checkpoint_now()?;
+        self.counts
+            .checkpoints
+            .observe(started.elapsed().as_nanos() as u64);
+        Ok(())
+    }
+
+    /// [`Wal::checkpoint`], untimed.
+    fn checkpoint_now(&mut self) -> Result<()> {
         let data_path = self.dir.join("data.mdb");
         let pin = self
             .env

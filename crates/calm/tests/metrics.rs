@@ -83,6 +83,19 @@ fn a_server_s_metrics_count_what_its_mounts_ask() {
         sample(&text, "calm_commit_group_seconds_count"),
         "{text}"
     );
+    // Each group's write-ahead log record was synced once, timed apart from the group's whole
+    // time (a few commits of the server's own, at start, are not in groups).
+    let syncs = sample(&text, "calm_store_wal_sync_seconds_count").unwrap_or(0.0);
+    assert!(syncs >= groups && syncs <= groups + 5.0, "{text}");
+    assert!(
+        sample(&text, "calm_store_wal_sync_seconds_sum").unwrap_or(f64::MAX)
+            <= sample(&text, "calm_commit_group_seconds_sum").unwrap_or(0.0),
+        "{text}"
+    );
+    assert!(
+        sample(&text, "calm_store_wal_written_bytes_total").unwrap_or(0.0) >= 50.0 * 24.0,
+        "{text}"
+    );
     assert!(
         sample(&text, "calm_lock_sessions").unwrap_or(0.0) >= 1.0,
         "{text}"

@@ -93,6 +93,8 @@ pub struct LmdbStore {
     /// The record log in segment files (with the write-ahead log, or read-only on a store that
     /// was last written with it); `None`: records are keys.
     log: Option<Arc<RecordLog>>,
+    /// What the write-ahead log counts (its syncs, bytes, checkpoints), when there is one.
+    log_counts: Option<Arc<crate::latency::LogCounts>>,
 }
 
 impl std::fmt::Debug for LmdbStore {
@@ -216,6 +218,7 @@ impl LmdbStore {
             wtxn.commit().map_err(map_err)?;
             db
         };
+        let mut log_counts = None;
         let (wal, log) = match recovered {
             Some(recovered) => {
                 // The checkpointed snapshot (what `data.mdb` holds now) stays pinned while the
@@ -256,7 +259,9 @@ impl LmdbStore {
                 let log = Arc::new(RecordLog::open(dir, bounds, segment_records, true)?);
                 let written = log.write(&log_ops)?;
                 log.publish(written, || Ok(()))?;
-                let wal = Wal::start(dir, env.clone(), recovered, pin, log.clone())?;
+                let counts = Arc::new(crate::latency::LogCounts::default());
+                log_counts = Some(counts.clone());
+                let wal = Wal::start(dir, env.clone(), recovered, pin, log.clone(), counts)?;
                 (Some(Mutex::new(wal)), Some(log))
             }
             None if options.read_only => {
@@ -279,6 +284,7 @@ impl LmdbStore {
             poisoned: AtomicBool::new(false),
             wal,
             log,
+            log_counts,
         };
         if let Some(leaving) = leaving {
             store.log_into_keys(dir, leaving.log)?;
@@ -478,5 +484,9 @@ impl Store for LmdbStore {
             None => 0,
         };
         Ok(self.env.real_disk_size().map_err(map_err)? + log)
+    }
+
+    fn log_figures(&self) -> Option<crate::latency::LogFigures> {
+        self.log_counts.as_ref().map(|counts| counts.read())
     }
 }
