@@ -109,6 +109,24 @@ pub enum Effect {
     ReadHolders(Vec<ServerId>),
 }
 
+/// What a server's cluster state counted since it started: its placement's changes and
+/// its takeovers' grace periods, by how each ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClusterCounts {
+    /// Views of the servers applied after the first (a server came or went: files moved).
+    pub views_changed: u64,
+    /// Takeovers begun: files came to this server from others.
+    pub takeovers: u64,
+    /// Takeovers whose clients all reported their reclaims done.
+    pub ended_reclaimed: u64,
+    /// Takeovers that waited their longest grace out.
+    pub ended_deadline: u64,
+    /// Takeovers given up because this server left the view.
+    pub ended_left: u64,
+    /// Milliseconds of grace of the takeovers ended, from their start to their end.
+    pub grace_ms: u64,
+}
+
 #[derive(Debug, Clone)]
 struct Takeover {
     /// The view before the change: a file whose owner in it was another server is in grace.
@@ -127,6 +145,8 @@ struct Takeover {
     /// The identities among `owners`: those may reclaim here.
     reclaimers: BTreeSet<Owner>,
     deadline_ms: u64,
+    /// When it began.
+    started_ms: u64,
 }
 
 impl Takeover {
@@ -152,6 +172,7 @@ pub struct Cluster {
     acks: BTreeMap<ServerId, Vec<ServerId>>,
     /// Sessions that reported their reclaim done under the current view.
     done: BTreeSet<SessionId>,
+    counts: ClusterCounts,
 }
 
 fn normalized(mut servers: Vec<ServerId>) -> Vec<ServerId> {
@@ -171,7 +192,29 @@ impl Cluster {
             takeovers: Vec::new(),
             acks: BTreeMap::new(),
             done: BTreeSet::new(),
+            counts: ClusterCounts::default(),
         }
+    }
+
+    /// What was counted since the start.
+    pub fn counts(&self) -> ClusterCounts {
+        self.counts
+    }
+
+    /// Forgets the takeovers complete at `now_ms`, counting how each ended.
+    fn forget_complete(&mut self, now_ms: u64) {
+        let counts = &mut self.counts;
+        self.takeovers.retain(|t| {
+            if !t.complete(now_ms) {
+                return true;
+            }
+            match t.holders.as_ref().is_some_and(|h| h.is_empty()) {
+                true => counts.ended_reclaimed += 1,
+                false => counts.ended_deadline += 1,
+            }
+            counts.grace_ms += now_ms.saturating_sub(t.started_ms);
+            false
+        });
     }
 
     pub fn me(&self) -> ServerId {
@@ -208,6 +251,7 @@ impl Cluster {
             return Vec::new();
         }
         let previous = if self.joined {
+            self.counts.views_changed += 1;
             std::mem::replace(&mut self.view, servers)
         } else {
             // The first view: whatever is there besides this server decided every file before.
@@ -224,7 +268,10 @@ impl Cluster {
         if self.view.binary_search(&self.me).is_err() {
             // Not a member: decide nothing until a view with this server is confirmed.
             self.valid_until_ms = 0;
-            self.takeovers.clear();
+            for t in self.takeovers.drain(..) {
+                self.counts.ended_left += 1;
+                self.counts.grace_ms += now_ms.saturating_sub(t.started_ms);
+            }
             return effects;
         }
         effects.push(Effect::Ack(self.view.clone()));
@@ -253,7 +300,9 @@ impl Cluster {
                 owners: BTreeMap::new(),
                 reclaimers: BTreeSet::new(),
                 deadline_ms: u64::MAX,
+                started_ms: now_ms,
             });
+            self.counts.takeovers += 1;
         }
         effects.extend(self.advance(now_ms));
         effects
@@ -304,7 +353,7 @@ impl Cluster {
                 effects.push(Effect::ReadHolders(takeover.losers.clone()));
             }
         }
-        self.takeovers.retain(|t| !t.complete(now_ms));
+        self.forget_complete(now_ms);
         effects
     }
 
@@ -328,7 +377,7 @@ impl Cluster {
                 takeover.holders = Some(pending);
             }
         }
-        self.takeovers.retain(|t| !t.complete(now_ms));
+        self.forget_complete(now_ms);
     }
 
     /// Client `owner` reports that `sessions` (all of its own, on every server) reclaimed
@@ -369,7 +418,7 @@ impl Cluster {
                 }
             }
         }
-        self.takeovers.retain(|t| !t.complete(now_ms));
+        self.forget_complete(now_ms);
         true
     }
 

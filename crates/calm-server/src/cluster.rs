@@ -51,7 +51,44 @@ pub struct ClusterOptions {
     pub grace_ms_max: u64,
 }
 
+/// What a server among several shows of its lock placement (metrics).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterFigures {
+    /// Servers in the view this server decides by.
+    pub servers: usize,
+    /// Whether this server's membership is confirmed (it decides its files' locks).
+    pub deciding: bool,
+    /// Takeovers whose grace is not over.
+    pub takeovers_active: usize,
+    pub counts: calm_locks::cluster::ClusterCounts,
+    /// Lock requests refused by [`crate::placement::REFUSALS`].
+    pub refused: [u64; 3],
+    /// Locks and waiting requests dropped because their file moved to another server.
+    pub locks_moved: u64,
+}
+
 impl LockTable {
+    /// What the lock placement counted, with several servers (`None` alone).
+    pub fn cluster_figures(&self) -> Option<ClusterFigures> {
+        if !self.clustered() {
+            return None;
+        }
+        let now_ms = self.now_ms();
+        let (refused, locks_moved) = self.placement.read();
+        let mut figures = ClusterFigures {
+            refused,
+            locks_moved,
+            ..ClusterFigures::default()
+        };
+        if let Some(cluster) = &self.lock().cluster {
+            figures.servers = cluster.view().len();
+            figures.deciding = cluster.valid(now_ms);
+            figures.takeovers_active = cluster.takeovers_active(now_ms);
+            figures.counts = cluster.counts();
+        }
+        Some(figures)
+    }
+
     /// The view this server decides by, for clients.
     pub(crate) fn members_reply(&self) -> pb::MembersReply {
         if !self.clustered() {
@@ -107,6 +144,7 @@ impl LockTable {
                 }
             }
             inner.deliver();
+            self.placement.moved(dropped);
             if dropped > 0 {
                 tracing::info!(
                     dropped,

@@ -43,6 +43,7 @@ pub mod metrics;
 pub mod nearest;
 pub mod offline;
 pub mod orphans;
+pub mod placement;
 pub mod protect;
 mod socket_owner;
 pub mod targets;
@@ -275,7 +276,13 @@ impl<S: Store> Server<S> {
         scrape.add(move || connections.families());
         // Lock requests by how they ended.
         let table = self.table.clone();
-        scrape.add(move || metrics::lock_families(&table.counts()));
+        scrape.add(move || {
+            let mut families = metrics::lock_families(&table.counts());
+            if let Some(figures) = table.cluster_figures() {
+                families.extend(metrics::cluster_families(&figures));
+            }
+            families
+        });
         // Each changelog reader's lag (the laggiest, at most READERS_SHOWN).
         let meta = self.meta.meta.clone();
         scrape.add(move || match meta.changelog_users() {

@@ -108,6 +108,8 @@ pub struct LockTable {
     /// several servers, a lock's previous holder may have committed through another server,
     /// whose commits this one may not have seen yet.
     client_index: AtomicU64,
+    /// Requests refused for where their file is decided, locks dropped as files moved.
+    pub(crate) placement: crate::placement::Placement,
 }
 
 impl LockTable {
@@ -127,6 +129,7 @@ impl LockTable {
             members: Mutex::new(Vec::new()),
             me: epoch,
             client_index: AtomicU64::new(0),
+            placement: Default::default(),
             inner: Mutex::new(Inner {
                 cluster: None,
                 manager: LockManager::new(limits, (epoch << 32) | 1),
@@ -165,6 +168,7 @@ impl LockTable {
             Some(cluster) => cluster.route(resource, self.now_ms(), reclaim),
             None => Route::Lapsed,
         };
+        self.placement.routed(route, release);
         match route {
             Route::Mine => Ok(()),
             Route::Grace if release => Ok(()),

@@ -26,22 +26,32 @@ use common::etcd_url as cluster;
 
 /// Three servers of one namespace, with a short membership lease, once each sees all three.
 fn three_servers(url: &str, tmp: &std::path::Path, lease_ms: u64) -> Vec<Server> {
+    three_servers_with(url, tmp, lease_ms, &[&[], &[], &[]])
+}
+
+/// [`three_servers`], each with its own extra arguments.
+fn three_servers_with(
+    url: &str,
+    tmp: &std::path::Path,
+    lease_ms: u64,
+    extra: &[&[&str]; 3],
+) -> Vec<Server> {
     let objects = format!("file://{}", tmp.join("objects").display());
     let lease = lease_ms.to_string();
     let servers: Vec<Server> = ["a", "b", "c"]
         .iter()
-        .map(|name| {
-            Server::start_with(
-                &tmp.join(name),
-                &[
-                    "--store",
-                    url,
-                    "--objects",
-                    &objects,
-                    "--server-lease-ms",
-                    &lease,
-                ],
-            )
+        .zip(extra)
+        .map(|(name, extra)| {
+            let mut args = vec![
+                "--store",
+                url,
+                "--objects",
+                &objects,
+                "--server-lease-ms",
+                &lease,
+            ];
+            args.extend_from_slice(extra);
+            Server::start_with(&tmp.join(name), &args)
         })
         .collect();
     let rt = runtime();
@@ -518,6 +528,8 @@ struct Moving {
     _private: Option<calm_store_etcd::cluster::LocalCluster>,
     _tmp: tempfile::TempDir,
     servers: Vec<Server>,
+    /// Each server's metrics endpoint.
+    metrics: Vec<String>,
     moving: Mount,
     other: Mount,
     path: String,
@@ -532,7 +544,19 @@ impl Moving {
         let mut private = None;
         let url = cluster(tag, &mut private);
         let tmp = tempfile::tempdir().unwrap();
-        let servers = three_servers(&url, tmp.path(), lease_ms);
+        let metrics: Vec<String> = (0..3)
+            .map(|_| format!("127.0.0.1:{}", common::free_port()))
+            .collect();
+        let servers = three_servers_with(
+            &url,
+            tmp.path(),
+            lease_ms,
+            &[
+                &["--metrics", &metrics[0]],
+                &["--metrics", &metrics[1]],
+                &["--metrics", &metrics[2]],
+            ],
+        );
         let list = servers
             .iter()
             .map(|s| s.addr.clone())
@@ -546,6 +570,7 @@ impl Moving {
             _private: private,
             _tmp: tmp,
             servers,
+            metrics,
             moving,
             other,
             path,
@@ -566,6 +591,7 @@ fn a_mount_of_three_servers_moves_on_when_its_server_dies_and_keeps_its_locks() 
         moving,
         other,
         path,
+        metrics,
     } = Moving::start("mountmove");
     let mut held = keeper(&moving, &path);
     assert_eq!(other.sh_ok(&try_lock(&path)), "refused 11\n");
@@ -588,6 +614,49 @@ fn a_mount_of_three_servers_moves_on_when_its_server_dies_and_keeps_its_locks() 
         other.sh_ok("ls d | sort | tr '\\n' ' '"),
         "f0 f1 f10 f11 f12 f13 f14 f2 f3 f4 f5 f6 f7 f8 f9 renamed sub "
     );
+    // The survivors' metrics: the view changed to two servers, both decide, and each took over
+    // the dead server's files (besides its own joining takeover); every takeover ends.
+    for endpoint in &metrics[1..] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let text = loop {
+            let text = common::http_get(endpoint, "/metrics");
+            let at = |series: &str| common::sample(&text, series).unwrap_or(-1.0);
+            let ended: f64 = ["reclaimed", "deadline", "left"]
+                .iter()
+                .map(|how| {
+                    at(&format!(
+                        "calm_cluster_takeovers_ended_total{{how=\"{how}\"}}"
+                    ))
+                })
+                .sum();
+            if at("calm_cluster_takeovers_in_grace") == 0.0
+                && ended == at("calm_cluster_takeovers_total")
+            {
+                break text;
+            }
+            assert!(Instant::now() < deadline, "takeovers never ended:\n{text}");
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        let out = common::promtool_check_metrics(&text);
+        assert!(out.status.success(), "{out:?}");
+        let at = |series: &str| common::sample(&text, series).unwrap_or(-1.0);
+        assert_eq!(at("calm_cluster_servers"), 2.0, "{text}");
+        assert_eq!(at("calm_cluster_deciding"), 1.0, "{text}");
+        assert!(at("calm_cluster_view_changes_total") >= 1.0, "{text}");
+        assert!(at("calm_cluster_takeovers_total") >= 2.0, "{text}");
+        assert!(at("calm_cluster_grace_seconds_total") > 0.0, "{text}");
+        // What the alert rules in docs/operations/ read of several servers.
+        let rules = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/operations/alerts.yml"
+        ))
+        .unwrap();
+        for word in rules.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if word.starts_with("calm_cluster_") {
+                assert!(text.contains(&format!("# TYPE {word} ")), "{word}:\n{text}");
+            }
+        }
+    }
 }
 
 /// A server stopped with SIGTERM hands its files over at once instead of leaving them until its
@@ -608,6 +677,7 @@ fn a_server_stopped_by_sigterm_hands_its_files_over_before_its_lease_runs_out() 
         moving,
         other,
         path,
+        ..
     } = Moving::start_with_lease("sigtermmove", LEASE.as_millis() as u64);
     let mut held = keeper(&moving, &path);
     assert_eq!(other.sh_ok(&try_lock(&path)), "refused 11\n");
@@ -648,6 +718,7 @@ fn a_lock_wait_through_the_deciders_own_mount_outlives_the_decider() {
         moving,
         other,
         path,
+        ..
     } = Moving::start("waitmove");
     let mut held = keeper(&other, &path);
     let mut waiter = Command::new("nsenter")

@@ -108,6 +108,17 @@ fn a_dead_servers_files_are_in_grace_until_its_sessions_reclaimed() {
     assert!(c.reclaim_done(&[s2b, 77], &[3, 1], "bob", 500));
     assert_eq!(c.route(moving, 500, None), Route::Mine);
     assert_eq!(c.takeovers_active(500), 0);
+    assert_eq!(
+        c.counts(),
+        // Its joining takeover (over at once) and 2's files (400 ms of grace).
+        ClusterCounts {
+            views_changed: 1,
+            takeovers: 2,
+            ended_reclaimed: 2,
+            grace_ms: 400,
+            ..ClusterCounts::default()
+        }
+    );
 }
 
 #[test]
@@ -126,6 +137,16 @@ fn a_grace_ends_at_its_limits_without_acknowledgements_or_reports() {
     assert_eq!(c.route(moving, 6_099, None), Route::Grace);
     assert_eq!(c.next_deadline(), Some(6_100));
     assert_eq!(c.route(moving, 6_100, None), Route::Mine);
+    assert!(c.tick(6_100).is_empty());
+    assert_eq!(
+        c.counts(),
+        ClusterCounts {
+            takeovers: 1,
+            ended_deadline: 1,
+            grace_ms: 6_000,
+            ..ClusterCounts::default()
+        }
+    );
 }
 
 #[test]

@@ -36,3 +36,15 @@ pub fn promtool_check_metrics(text: &str) -> Output {
         .unwrap();
     child.wait_with_output().unwrap()
 }
+
+/// A TCP port on loopback free now (for a metrics endpoint).
+pub fn free_port() -> u16 {
+    let socket = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    socket.local_addr().expect("addr").port()
+}
+
+/// The value of the sample `series` (name and labels exactly) in `text`.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}

@@ -6,7 +6,7 @@
 
 mod metrics;
 #[allow(unused_imports)]
-pub use metrics::{http_get, promtool_check_metrics};
+pub use metrics::{free_port, http_get, promtool_check_metrics, sample};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
