@@ -20,6 +20,9 @@ pub struct Interval {
     /// Requests answered per second (a batch counts once), and those that failed.
     pub requests_per_s: f64,
     pub errors_per_s: f64,
+    /// The average time the server took to answer a namespace call of the interval (a
+    /// batch's calls each), in ms; 0 without any.
+    pub call_ms: f64,
     /// Calls carried by batches per second.
     pub batched_calls_per_s: f64,
     pub locks: u64,
@@ -44,6 +47,10 @@ pub fn interval(before: &StatusReply, after: &StatusReply, seconds: f64) -> Inte
     let commits = after.commits.saturating_sub(before.commits);
     let ops = after.ops_committed.saturating_sub(before.ops_committed);
     let commit_ns = after.commit_ns_total.saturating_sub(before.commit_ns_total);
+    let calls = after.namespace_calls.saturating_sub(before.namespace_calls);
+    let call_ns = after
+        .namespace_ns_total
+        .saturating_sub(before.namespace_ns_total);
     Interval {
         seconds,
         ops_per_s: per_s(before.ops_committed, after.ops_committed, seconds),
@@ -60,6 +67,11 @@ pub fn interval(before: &StatusReply, after: &StatusReply, seconds: f64) -> Inte
         },
         requests_per_s: per_s(before.requests, after.requests, seconds),
         errors_per_s: per_s(before.request_errors, after.request_errors, seconds),
+        call_ms: if calls == 0 {
+            0.0
+        } else {
+            call_ns as f64 / calls as f64 / 1e6
+        },
         batched_calls_per_s: per_s(before.batched_calls, after.batched_calls, seconds),
         locks: after.locks,
         lock_waits: after.lock_waits,
@@ -77,7 +89,7 @@ pub fn interval(before: &StatusReply, after: &StatusReply, seconds: f64) -> Inte
 /// The header of [`line`]'s columns.
 pub fn header() -> String {
     format!(
-        "{:>8} {:>8} {:>7} {:>7} {:>9} {:>8} {:>8} {:>6} {:>6} {:>6} {:>8} {:>7} {:>7} {:>10} {:>7}",
+        "{:>8} {:>8} {:>7} {:>7} {:>9} {:>8} {:>8} {:>7} {:>6} {:>6} {:>6} {:>8} {:>7} {:>7} {:>10} {:>7}",
         "time",
         "ops/s",
         "groups",
@@ -85,6 +97,7 @@ pub fn header() -> String {
         "commit ms",
         "reqs/s",
         "calls/s",
+        "call ms",
         "errs",
         "locks",
         "waits",
@@ -99,7 +112,7 @@ pub fn header() -> String {
 /// One interval as a line under [`header`], stamped `time` (HH:MM:SS).
 pub fn line(time: &str, i: &Interval) -> String {
     format!(
-        "{:>8} {:>8.0} {:>7.0} {:>7.1} {:>9.3} {:>8.0} {:>8.0} {:>6.0} {:>6} {:>6} {:>8} {:>7.0} {:>7} {:>10} {:>7.1}",
+        "{:>8} {:>8.0} {:>7.0} {:>7.1} {:>9.3} {:>8.0} {:>8.0} {:>7.3} {:>6.0} {:>6} {:>6} {:>8} {:>7.0} {:>7} {:>10} {:>7.1}",
         time,
         i.ops_per_s,
         i.commits_per_s,
@@ -107,6 +120,7 @@ pub fn line(time: &str, i: &Interval) -> String {
         i.commit_ms,
         i.requests_per_s,
         i.batched_calls_per_s,
+        i.call_ms,
         i.errors_per_s,
         i.locks,
         i.lock_waits,
@@ -130,6 +144,7 @@ pub fn json(unix_ms: u64, i: &Interval) -> String {
         "requests_per_s": i.requests_per_s,
         "batched_calls_per_s": i.batched_calls_per_s,
         "errors_per_s": i.errors_per_s,
+        "call_ms": i.call_ms,
         "locks": i.locks,
         "lock_waits": i.lock_waits,
         "lock_sessions": i.sessions,
@@ -231,6 +246,8 @@ mod tests {
             ops_committed: 100,
             commit_ns_total: 10_000_000,
             requests: 50,
+            namespace_calls: 40,
+            namespace_ns_total: 8_000_000,
             locks: 3,
             ..StatusReply::default()
         };
@@ -239,6 +256,8 @@ mod tests {
             ops_committed: 300,
             commit_ns_total: 50_000_000,
             requests: 250,
+            namespace_calls: 240,
+            namespace_ns_total: 108_000_000,
             request_errors: 4,
             locks: 7,
             ..StatusReply::default()
@@ -250,11 +269,13 @@ mod tests {
         assert_eq!(i.commit_ms, 2.0);
         assert_eq!(i.requests_per_s, 100.0);
         assert_eq!(i.errors_per_s, 2.0);
+        // 200 calls took 100 ms in all.
+        assert_eq!(i.call_ms, 0.5);
         assert_eq!(i.locks, 7);
         // A restarted server (counters back to 0) gives no negative rate.
         assert_eq!(interval(&after, &before, 1.0).ops_per_s, 0.0);
-        assert_eq!(header().split_whitespace().count(), 17);
-        assert_eq!(line("12:00:00", &i).split_whitespace().count(), 15);
+        assert_eq!(header().split_whitespace().count(), 19);
+        assert_eq!(line("12:00:00", &i).split_whitespace().count(), 16);
     }
 
     #[test]

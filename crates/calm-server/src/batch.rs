@@ -98,7 +98,7 @@ async fn one<S: Store>(service: &MetaService<S>, origin: &Origin, call: pb::Call
     };
     service
         .loads
-        .count(who.0.as_deref(), who.1.as_deref(), started.elapsed());
+        .count(who.0.as_deref(), who.1.as_deref(), started.elapsed(), true);
     if let Some(requests) = service.metrics.get() {
         let timed = requests.op(method);
         if reply.code != 0 {

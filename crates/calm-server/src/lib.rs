@@ -35,6 +35,7 @@ pub mod connections;
 pub mod data;
 pub mod data_dir;
 pub mod heap;
+pub mod in_process;
 pub mod listen;
 pub mod load;
 pub mod locks;
@@ -314,6 +315,21 @@ impl<S: Store> Server<S> {
     /// The lock service, for a client in this process.
     pub fn lock_service(&self) -> Arc<LockService<S>> {
         self.locks.clone()
+    }
+
+    /// The namespace service for a client in this process, each call counted in the request
+    /// metrics and the load as a request from a connection is.
+    pub fn counted_meta_service(&self) -> Arc<in_process::CountedMeta<S>> {
+        Arc::new(in_process::CountedMeta::new(self.meta.clone()))
+    }
+
+    /// The lock service for a client in this process, each call counted as a request from a
+    /// connection is.
+    pub fn counted_lock_service(&self) -> Arc<in_process::CountedLocks<S>> {
+        Arc::new(in_process::CountedLocks::new(
+            self.locks.clone(),
+            self.meta.clone(),
+        ))
     }
 
     /// The watch service, for a client in this process.

@@ -8,6 +8,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -30,14 +31,31 @@ const NONE: &str = "none";
 pub struct Loads {
     uid: Load,
     job: Load,
+    /// Namespace calls answered (a batch's calls each, not the batch) and the time spent
+    /// answering them: the average latency of `calm stats`. Lock calls are not among them (a
+    /// blocking one waits as long as the lock is held).
+    namespace_calls: AtomicU64,
+    namespace_ns: AtomicU64,
 }
 
 impl Loads {
-    /// One request of `uid` and `job` that took `took`.
-    pub fn count(&self, uid: Option<&str>, job: Option<&str>, took: Duration) {
+    /// One request of `uid` and `job` that took `took`; `namespace`: a namespace call.
+    pub fn count(&self, uid: Option<&str>, job: Option<&str>, took: Duration, namespace: bool) {
         let nanos = took.as_nanos() as u64;
         self.uid.count(uid.unwrap_or(NONE), nanos);
         self.job.count(job.unwrap_or(NONE), nanos);
+        if namespace {
+            self.namespace_calls.fetch_add(1, Ordering::Relaxed);
+            self.namespace_ns.fetch_add(nanos, Ordering::Relaxed);
+        }
+    }
+
+    /// Namespace calls answered since start, and the nanoseconds they took in all.
+    pub fn namespace_time(&self) -> (u64, u64) {
+        (
+            self.namespace_calls.load(Ordering::Relaxed),
+            self.namespace_ns.load(Ordering::Relaxed),
+        )
     }
 
     /// Sweeps the idle keys out every [`LOAD_SWEEP_EVERY`], for ever.
@@ -165,7 +183,9 @@ where
         if let Some(peer) = request.extensions().get::<crate::listen::Peer>() {
             self.connections.request(peer.kind());
         }
-        let batch = request.uri().path() == "/calm.v1.Meta/Batch";
+        let path = request.uri().path();
+        let batch = path == "/calm.v1.Meta/Batch";
+        let namespace = path.starts_with("/calm.v1.Meta/");
         // The values are shared with the request (no copy): read once it is answered.
         let who = (!batch).then(|| {
             let headers = request.headers();
@@ -177,7 +197,7 @@ where
         Box::pin(async move {
             let answer = answer.await;
             if let Some((uid, job)) = who {
-                loads.count(text(&uid), text(&job), started.elapsed());
+                loads.count(text(&uid), text(&job), started.elapsed(), namespace);
             }
             answer
         })
@@ -192,8 +212,11 @@ mod tests {
     fn a_user_sees_only_its_own_load_and_no_job() {
         let loads = Loads::default();
         for (uid, job) in [("1000", "a"), ("2000", "b"), ("2000", "b")] {
-            loads.count(Some(uid), Some(job), Duration::from_micros(10));
+            loads.count(Some(uid), Some(job), Duration::from_micros(10), true);
         }
+        // A lock call: in the user's load, not in the namespace calls' time.
+        loads.count(Some("1000"), Some("a"), Duration::from_secs(5), false);
+        assert_eq!(loads.namespace_time(), (3, 30_000));
         let (by_uid, by_job) = loads.status();
         let status = pb::StatusReply {
             by_uid,

@@ -80,6 +80,7 @@ impl<S: Store> MetaService<S> {
         let watch = self.watch.as_ref().map(|w| w.stats()).unwrap_or_default();
         let heap = heap::figures();
         let (by_uid, by_job) = self.loads.status();
+        let (namespace_calls, namespace_ns_total) = self.loads.namespace_time();
         let cached = self
             .data
             .as_ref()
@@ -105,6 +106,8 @@ impl<S: Store> MetaService<S> {
             uptime_ms: self.info.started.elapsed().as_millis() as u64,
             ready_ms: self.info.ready_ms,
             requests: self.requests.load(Ordering::Relaxed),
+            namespace_calls,
+            namespace_ns_total,
             request_errors: self.request_errors.load(Ordering::Relaxed),
             batches: self.batches.load(Ordering::Relaxed),
             batched_calls: self.batched_calls.load(Ordering::Relaxed),

@@ -161,8 +161,8 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
             // The mount calls the namespace and the locks in this process; other clients
             // reach the same services on the listener.
             let local = calm_client::InProcess {
-                meta: server.meta_service(),
-                locks: server.lock_service(),
+                meta: server.counted_meta_service(),
+                locks: server.counted_lock_service(),
                 watch: server.watch_service(),
             };
             let server = runtime.spawn(server.serve(listeners, async move {

@@ -19,35 +19,27 @@ pub fn run(
     count: Option<u64>,
     as_json: bool,
 ) -> anyhow::Result<ExitCode> {
-    if !(every_s.is_finite() && every_s >= 0.1) {
-        bail!("--interval-s must be at least 0.1");
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    check_interval(every_s)?;
+    // A worker of its own keeps the connection answered while this thread sleeps.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .build()?;
-    runtime.block_on(async {
-        let client = calm_client::Client::connect(server)
-            .await
-            .with_context(|| format!("connecting to {server}"))?;
-        let mut before = client
-            .status()
-            .await
-            .with_context(|| format!("asking {server} for its figures"))?;
-        let mut at = Instant::now();
-        let mut shown = 0u64;
-        let mut out = std::io::stdout();
-        while count.is_none_or(|c| shown < c) {
-            tokio::time::sleep(Duration::from_secs_f64(every_s)).await;
-            let after = client
-                .status()
-                .await
-                .with_context(|| format!("asking {server} for its figures"))?;
-            let now = Instant::now();
-            let seconds = now.duration_since(at).as_secs_f64();
-            let figures = interval(&before, &after, seconds);
-            let unix_ns = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as i64);
+    let client = runtime
+        .block_on(calm_client::Client::connect(server))
+        .with_context(|| format!("connecting to {server}"))?;
+    let status = || {
+        runtime
+            .block_on(client.status())
+            .with_context(|| format!("asking {server} for its figures"))
+    };
+    every(
+        every_s,
+        count,
+        status,
+        |out, shown, unix_ns, before, after, seconds| {
+            let unix_ms = (unix_ns / 1_000_000) as u64;
+            let (_, time) = calm_changelog::text::utc(unix_ns);
             if let Some(by) = by {
                 let (then, now) = match by {
                     "job" => (&before.by_job, &after.by_job),
@@ -55,32 +47,62 @@ pub fn run(
                 };
                 let rates = load_interval(then, now, seconds);
                 if as_json {
-                    writeln!(
-                        out,
-                        "{}",
-                        load_json((unix_ns / 1_000_000) as u64, by, &rates)
-                    )?;
+                    writeln!(out, "{}", load_json(unix_ms, by, &rates))?;
                 } else {
-                    let (_, time) = calm_changelog::text::utc(unix_ns);
                     for row in load_lines(&time[..8], by, &rates) {
                         writeln!(out, "{row}")?;
                     }
                 }
-            } else if as_json {
-                writeln!(out, "{}", json((unix_ns / 1_000_000) as u64, &figures))?;
+                return Ok(());
+            }
+            let figures = interval(before, after, seconds);
+            if as_json {
+                writeln!(out, "{}", json(unix_ms, &figures))?;
             } else {
                 if shown.is_multiple_of(HEADER_EVERY as u64) {
                     writeln!(out, "{}", header())?;
                 }
-                let (_, time) = calm_changelog::text::utc(unix_ns);
                 writeln!(out, "{}", line(&time[..8], &figures))?;
             }
-            out.flush()?;
-            shown += 1;
-            (before, at) = (after, now);
-        }
-        Ok(ExitCode::SUCCESS)
-    })
+            Ok(())
+        },
+    )
+}
+
+fn check_interval(every_s: f64) -> anyhow::Result<()> {
+    if !(every_s.is_finite() && every_s >= 0.1) {
+        bail!("--interval-s must be at least 0.1");
+    }
+    Ok(())
+}
+
+/// Takes a `sample` every `every_s` seconds, `count` times (for ever without), and has `show`
+/// print each interval: the lines shown so far, the time (Unix ns), the samples at its start
+/// and end, and its length in seconds.
+fn every<T>(
+    every_s: f64,
+    count: Option<u64>,
+    mut sample: impl FnMut() -> anyhow::Result<T>,
+    mut show: impl FnMut(&mut std::io::Stdout, u64, i64, &T, &T, f64) -> anyhow::Result<()>,
+) -> anyhow::Result<ExitCode> {
+    let mut before = sample()?;
+    let mut at = Instant::now();
+    let mut shown = 0u64;
+    let mut out = std::io::stdout();
+    while count.is_none_or(|c| shown < c) {
+        std::thread::sleep(Duration::from_secs_f64(every_s));
+        let after = sample()?;
+        let now = Instant::now();
+        let unix_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
+        let seconds = now.duration_since(at).as_secs_f64();
+        show(&mut out, shown, unix_ns, &before, &after, seconds)?;
+        out.flush()?;
+        shown += 1;
+        (before, at) = (after, now);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Where a mount hands out its figures (`calm_fuse::metrics::METRICS_XATTR`).
@@ -122,37 +144,28 @@ pub fn run_mount(
     count: Option<u64>,
     as_json: bool,
 ) -> anyhow::Result<ExitCode> {
-    if !(every_s.is_finite() && every_s >= 0.1) {
-        bail!("--interval-s must be at least 0.1");
-    }
-    let mut before = mount_samples(mountpoint)?;
-    let mut at = Instant::now();
-    let mut shown = 0u64;
-    let mut out = std::io::stdout();
-    while count.is_none_or(|c| shown < c) {
-        std::thread::sleep(Duration::from_secs_f64(every_s));
-        let after = mount_samples(mountpoint)?;
-        let now = Instant::now();
-        let figures = mount_interval(&before, &after, now.duration_since(at).as_secs_f64());
-        let unix_ns = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as i64);
-        if as_json {
-            writeln!(
-                out,
-                "{}",
-                mount_json((unix_ns / 1_000_000) as u64, &figures)
-            )?;
-        } else {
-            if shown.is_multiple_of(HEADER_EVERY as u64) {
-                writeln!(out, "{}", mount_header())?;
+    check_interval(every_s)?;
+    let sample = || mount_samples(mountpoint);
+    every(
+        every_s,
+        count,
+        sample,
+        |out, shown, unix_ns, before, after, seconds| {
+            let figures = mount_interval(before, after, seconds);
+            if as_json {
+                writeln!(
+                    out,
+                    "{}",
+                    mount_json((unix_ns / 1_000_000) as u64, &figures)
+                )?;
+            } else {
+                if shown.is_multiple_of(HEADER_EVERY as u64) {
+                    writeln!(out, "{}", mount_header())?;
+                }
+                let (_, time) = calm_changelog::text::utc(unix_ns);
+                writeln!(out, "{}", mount_line(&time[..8], &figures))?;
             }
-            let (_, time) = calm_changelog::text::utc(unix_ns);
-            writeln!(out, "{}", mount_line(&time[..8], &figures))?;
-        }
-        out.flush()?;
-        shown += 1;
-        (before, at) = (after, now);
-    }
-    Ok(ExitCode::SUCCESS)
+            Ok(())
+        },
+    )
 }

@@ -308,6 +308,12 @@ fn calm_stats_shows_the_rate_a_mount_causes() {
         .map(|l| l["ops_per_s"].as_f64().unwrap())
         .fold(0.0, f64::max);
     assert!(most > 0.0, "no mutation seen: {lines:?}");
+    // The server's time per namespace call: some, and less than a second.
+    let call_ms = lines
+        .iter()
+        .map(|l| l["call_ms"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!(call_ms > 0.0 && call_ms < 1000.0, "{lines:?}");
     assert!(lines.iter().all(|l| l["lock_sessions"] == 1), "{lines:?}");
 
     let table = common::calm(&[
@@ -409,6 +415,47 @@ fn the_server_counts_its_load_per_user_and_per_job() {
     assert!(jobs <= 21, "{jobs} job series:\n{text}");
     assert!(
         sample(&text, "calm_server_job_requests_total{job=\"other\"}").unwrap_or(0.0) >= 100.0,
+        "{text}"
+    );
+}
+
+/// An embedded mount calls its server in the same process, without a connection: its calls
+/// are counted as a connection's requests are, by method and failure, and by uid and job.
+#[test]
+fn an_embedded_mount_s_calls_are_counted_by_its_server() {
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mount = Mount::embedded(&["--metrics", &metrics, "--job-variable", "CALM_TEST_JOB"]);
+    mount.sh_ok(
+        "for i in $(seq 50); do CALM_TEST_JOB=embedded-1 touch f$i; done
+         ls missing 2>/dev/null || true
+         python3 -c \"import fcntl
+f = open('f1', 'r+')
+for _ in range(10):
+    fcntl.lockf(f, fcntl.LOCK_EX)
+    fcntl.lockf(f, fcntl.LOCK_UN)\"",
+    );
+    let text = get(&metrics, "/metrics");
+    promtool_accepts(&text);
+    let at = |series: &str| sample(&text, series).unwrap_or(0.0);
+    assert!(
+        at("calm_server_requests_seconds_count{op=\"calm.v1.Meta/Make\"}") >= 50.0,
+        "{text}"
+    );
+    assert!(
+        at("calm_server_requests_errors_total{error=\"NotFound\",op=\"calm.v1.Meta/Lookup\"}")
+            >= 1.0,
+        "{text}"
+    );
+    assert!(
+        at("calm_server_requests_seconds_count{op=\"calm.v1.Locks/Apply\"}") >= 10.0,
+        "{text}"
+    );
+    assert!(
+        at("calm_server_job_requests_total{job=\"embedded-1\"}") >= 50.0,
+        "{text}"
+    );
+    assert!(
+        at("calm_server_uid_requests_total{uid=\"0\"}") >= 70.0,
         "{text}"
     );
 }
