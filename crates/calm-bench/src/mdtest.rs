@@ -76,6 +76,10 @@ pub struct MdtestResult {
     pub files: u64,
     pub seconds: f64,
     pub ops_per_sec: f64,
+    /// Processor time of this whole process (clients, server, the kernel's work for them)
+    /// per operation, in µs: less noisy than the rate on a shared machine, where another
+    /// tenant's load slows the rate but is not this process's processor time.
+    pub cpu_us_per_op: f64,
     /// With `--check-cost`: "on" or "off" (the permission checks); otherwise "on" (the
     /// caller is the superuser, whose checks pass at once).
     pub checks: &'static str,
@@ -98,6 +102,40 @@ fn dirs_label(options: &MdtestOptions) -> &'static str {
 
 fn dir_count(options: &MdtestOptions, clients: usize) -> usize {
     if options.unique_dir { clients } else { 1 }
+}
+
+/// How long a phase took, and the processor time this process spent meanwhile.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Took {
+    pub seconds: f64,
+    pub cpu: std::time::Duration,
+}
+
+impl Took {
+    /// Times `work`, wall-clock and processor.
+    pub(crate) fn of<T>(work: impl FnOnce() -> T) -> (T, std::time::Duration) {
+        let cpu = crate::procs::own_cpu();
+        let done = work();
+        (done, crate::procs::own_cpu().saturating_sub(cpu))
+    }
+}
+
+/// [`phase`], with the processor time this process spent during it.
+pub(crate) async fn timed_phase<F, Fut>(
+    clients: usize,
+    per_client: u64,
+    op: F,
+) -> Result<Took, String>
+where
+    F: Fn(usize, u64) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<(), MetaError>> + Send,
+{
+    let cpu = crate::procs::own_cpu();
+    let seconds = phase(clients, per_client, op).await?;
+    Ok(Took {
+        seconds,
+        cpu: crate::procs::own_cpu().saturating_sub(cpu),
+    })
 }
 
 /// Runs `op(client, i)` for i in 0..per_client on `clients` concurrent tasks; returns seconds.
@@ -134,8 +172,9 @@ pub(crate) fn row(
     dirs: &'static str,
     clients: usize,
     files: u64,
-    seconds: f64,
+    took: Took,
 ) -> MdtestResult {
+    let Took { seconds, cpu } = took;
     MdtestResult {
         mode,
         store,
@@ -145,6 +184,7 @@ pub(crate) fn row(
         files,
         seconds,
         ops_per_sec: files as f64 / seconds.max(1e-9),
+        cpu_us_per_op: cpu.as_secs_f64() * 1e6 / files.max(1) as f64,
         checks: "on",
     }
 }
@@ -198,8 +238,8 @@ impl InProcessServer {
             server = server.with_metrics(&calm_metrics::Registry::new())?;
         }
         let local = calm_client::InProcess {
-            meta: server.meta_service(),
-            locks: server.lock_service(),
+            meta: server.counted_meta_service(),
+            locks: server.counted_lock_service(),
             watch: server.watch_service(),
         };
         let task = tokio::spawn(server.serve(vec![listener], async {
@@ -353,7 +393,7 @@ async fn inprocess<S: Store>(
     let dirs = Arc::new(dirs);
     let files = per_client * clients as u64;
     let (m, d, who) = (meta.clone(), dirs.clone(), caller.clone());
-    let create = phase(clients, per_client, move |c, i| {
+    let create = timed_phase(clients, per_client, move |c, i| {
         let (m, d, who) = (m.clone(), d.clone(), who.clone());
         async move {
             make_as(&m, &who, d[c % d.len()], name(c, i), (false, 0o644))
@@ -363,13 +403,13 @@ async fn inprocess<S: Store>(
     })
     .await?;
     let (m, d, who) = (meta.clone(), dirs.clone(), caller.clone());
-    let stat = phase(clients, per_client, move |c, i| {
+    let stat = timed_phase(clients, per_client, move |c, i| {
         let (m, d, who) = (m.clone(), d.clone(), who.clone());
         async move { m.lookup_as(&who, d[c % d.len()], &name(c, i)).map(|_| ()) }
     })
     .await?;
     let (m, d, who) = (meta.clone(), dirs.clone(), caller.clone());
-    let unlink = phase(clients, per_client, move |c, i| {
+    let unlink = timed_phase(clients, per_client, move |c, i| {
         let (m, d, who) = (m.clone(), d.clone(), who.clone());
         async move {
             let op = Op::Unlink {
@@ -431,7 +471,7 @@ async fn grpc<S: Store>(
     let (conns, dirs) = (Arc::new(conns), Arc::new(dirs));
     let files = per_client * clients as u64;
     let (k, d) = (conns.clone(), dirs.clone());
-    let create = phase(clients, per_client, move |c, i| {
+    let create = timed_phase(clients, per_client, move |c, i| {
         let (k, d) = (k.clone(), d.clone());
         async move {
             k[c].create(d[c % d.len()], &name(c, i), 0o644)
@@ -441,13 +481,13 @@ async fn grpc<S: Store>(
     })
     .await?;
     let (k, d) = (conns.clone(), dirs.clone());
-    let stat = phase(clients, per_client, move |c, i| {
+    let stat = timed_phase(clients, per_client, move |c, i| {
         let (k, d) = (k.clone(), d.clone());
         async move { k[c].lookup(d[c % d.len()], &name(c, i)).await.map(|_| ()) }
     })
     .await?;
     let (k, d) = (conns.clone(), dirs.clone());
-    let unlink = phase(clients, per_client, move |c, i| {
+    let unlink = timed_phase(clients, per_client, move |c, i| {
         let (k, d) = (k.clone(), d.clone());
         async move { k[c].unlink(d[c % d.len()], &name(c, i)).await }
     })
@@ -477,26 +517,32 @@ fn kernel(
     for d in &dirs {
         std::fs::create_dir(d).map_err(|e| e.to_string())?;
     }
-    let run = |op: fn(&std::path::Path) -> std::io::Result<()>| -> Result<f64, String> {
+    let run = |op: fn(&std::path::Path) -> std::io::Result<()>| -> Result<Took, String> {
         let started = Instant::now();
-        std::thread::scope(|scope| {
-            let threads: Vec<_> = (0..clients)
-                .map(|c| {
-                    let d = &dirs[c % dirs.len()];
-                    scope.spawn(move || {
-                        for i in 0..per_client {
-                            op(&d.join(format!("file.{c}.{i}")))?;
-                        }
-                        Ok::<_, std::io::Error>(())
+        let (ran, cpu) = Took::of(|| {
+            std::thread::scope(|scope| {
+                let threads: Vec<_> = (0..clients)
+                    .map(|c| {
+                        let d = &dirs[c % dirs.len()];
+                        scope.spawn(move || {
+                            for i in 0..per_client {
+                                op(&d.join(format!("file.{c}.{i}")))?;
+                            }
+                            Ok::<_, std::io::Error>(())
+                        })
                     })
-                })
-                .collect();
-            for t in threads {
-                t.join().expect("thread").map_err(|e| e.to_string())?;
-            }
-            Ok::<_, String>(())
-        })?;
-        Ok(started.elapsed().as_secs_f64())
+                    .collect();
+                for t in threads {
+                    t.join().expect("thread").map_err(|e| e.to_string())?;
+                }
+                Ok::<_, String>(())
+            })
+        });
+        ran?;
+        Ok(Took {
+            seconds: started.elapsed().as_secs_f64(),
+            cpu,
+        })
     };
     let create = run(|p| std::fs::File::create_new(p).map(|_| ()))?;
     let stat = run(|p| std::fs::symlink_metadata(p).map(|_| ()))?;

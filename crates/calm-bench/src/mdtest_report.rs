@@ -35,24 +35,39 @@ pub fn table(results: &[MdtestResult], measured: &str) -> Vec<String> {
             ));
         }
         lines.push(format!(
-            "{:>13} {:>7} {:>8} {:>14} {:>14} {:>8} {:>12}",
-            "mode", "op", "clients", "with ops/s", "without ops/s", "cost", "paired cost"
+            "{:>13} {:>7} {:>8} {:>14} {:>14} {:>8} {:>12} {:>9} {:>11} {:>9} {:>11}",
+            "mode",
+            "op",
+            "clients",
+            "with ops/s",
+            "without ops/s",
+            "cost",
+            "paired cost",
+            "with µs",
+            "without µs",
+            "cpu cost",
+            "paired cpu"
         ));
         lines.push(format!(
             "(what the {measured} cost: medians of the rounds, and the median of each pair's own \
-             ratio; with --check-calibrate both arms have them, so the costs are the method's \
-             noise)"
+             ratio; then the same of processor µs per operation, this whole process's; with \
+             --check-calibrate both arms have them, so the costs are the method's noise)"
         ));
         for c in costs {
             lines.push(format!(
-                "{:>13} {:>7} {:>8} {:>14.0} {:>14.0} {:>7.1}% {:>11.1}%",
+                "{:>13} {:>7} {:>8} {:>14.0} {:>14.0} {:>7.1}% {:>11.1}% {:>9.1} {:>11.1} {:>8.1}% \
+                 {:>10.1}%",
                 c.mode,
                 c.op,
                 c.clients,
                 c.with,
                 c.without,
                 c.cost * 100.0,
-                c.paired_cost * 100.0
+                c.paired_cost * 100.0,
+                c.with_cpu_us,
+                c.without_cpu_us,
+                c.cpu_cost * 100.0,
+                c.paired_cpu_cost * 100.0
             ));
         }
     }
@@ -95,6 +110,12 @@ pub struct CheckCost {
     /// The median over the pairs (a round with the checks and the round without that follows
     /// it) of `1 - with / without`: the machine's drift between pairs falls out.
     pub paired_cost: f64,
+    /// Median processor µs per operation of the rounds with, and without.
+    pub with_cpu_us: f64,
+    pub without_cpu_us: f64,
+    /// `with / without - 1` of the processor time's medians, and the median over the pairs.
+    pub cpu_cost: f64,
+    pub paired_cpu_cost: f64,
 }
 
 pub(crate) fn median(mut values: Vec<f64>) -> f64 {
@@ -117,21 +138,21 @@ pub fn check_costs(results: &[MdtestResult]) -> Vec<CheckCost> {
         {
             continue;
         }
-        let rates = |arm: &dyn Fn(&str) -> bool| -> Vec<f64> {
+        let figures = |arm: &dyn Fn(&str) -> bool, of: fn(&MdtestResult) -> f64| -> Vec<f64> {
             results
                 .iter()
                 .filter(|x| x.mode == r.mode && x.op == r.op && x.clients == r.clients)
                 .filter(|x| arm(x.checks))
-                .map(|x| x.ops_per_sec)
+                .map(of)
                 .collect()
         };
-        let (on, off) = (rates(&|c| c == "on"), rates(&second));
-        let pairs = on
-            .iter()
-            .zip(&off)
-            .map(|(on, off)| 1.0 - on / off)
-            .collect();
-        let (with, without) = (median(on), median(off));
+        let on_off = |of: fn(&MdtestResult) -> f64| {
+            let (on, off) = (figures(&|c| c == "on", of), figures(&second, of));
+            let pairs = on.iter().zip(&off).map(|(on, off)| on / off).collect();
+            (median(on), median(off), median(pairs))
+        };
+        let (with, without, paired) = on_off(|x| x.ops_per_sec);
+        let (with_cpu, without_cpu, paired_cpu) = on_off(|x| x.cpu_us_per_op);
         costs.push(CheckCost {
             mode: r.mode,
             op: r.op,
@@ -139,7 +160,11 @@ pub fn check_costs(results: &[MdtestResult]) -> Vec<CheckCost> {
             with,
             without,
             cost: 1.0 - with / without,
-            paired_cost: median(pairs),
+            paired_cost: 1.0 - paired,
+            with_cpu_us: with_cpu,
+            without_cpu_us: without_cpu,
+            cpu_cost: with_cpu / without_cpu - 1.0,
+            paired_cpu_cost: paired_cpu - 1.0,
         });
     }
     costs
@@ -185,19 +210,37 @@ mod tests {
     fn r(mode: &'static str, op: &'static str, checks: &'static str, rate: f64) -> MdtestResult {
         MdtestResult {
             checks,
-            ..row(mode, "lmdb", op, "shared", 4, rate as u64, 1.0)
+            ..row(
+                mode,
+                "lmdb",
+                op,
+                "shared",
+                4,
+                rate as u64,
+                crate::mdtest::Took {
+                    seconds: 1.0,
+                    cpu: std::time::Duration::ZERO,
+                },
+            )
+        }
+    }
+
+    fn cpu(row: MdtestResult, cpu_us_per_op: f64) -> MdtestResult {
+        MdtestResult {
+            cpu_us_per_op,
+            ..row
         }
     }
 
     #[test]
     fn the_cost_of_the_checks_is_the_median_without_against_the_median_with() {
         let results = [
-            r("inprocess", "create", "on", 90.0),
-            r("inprocess", "create", "off", 100.0),
-            r("inprocess", "create", "on", 94.0),
-            r("inprocess", "create", "off", 100.0),
-            r("inprocess", "create", "on", 10.0),
-            r("inprocess", "create", "off", 500.0),
+            cpu(r("inprocess", "create", "on", 90.0), 110.0),
+            cpu(r("inprocess", "create", "off", 100.0), 100.0),
+            cpu(r("inprocess", "create", "on", 94.0), 104.0),
+            cpu(r("inprocess", "create", "off", 100.0), 100.0),
+            cpu(r("inprocess", "create", "on", 10.0), 20.0),
+            cpu(r("inprocess", "create", "off", 500.0), 10.0),
             r("grpc", "stat", "on", 50.0),
             r("grpc", "stat", "off", 40.0),
             r("kernel-tmpfs", "stat", "on", 1000.0),
@@ -209,6 +252,13 @@ mod tests {
         assert!((costs[0].cost - 0.10).abs() < 1e-9);
         // Pairs: 1 - 90/100, 1 - 94/100, 1 - 10/500 → 0.10, 0.06, 0.98: the median is 0.10.
         assert!((costs[0].paired_cost - 0.10).abs() < 1e-9);
+        // Processor µs per operation: medians 104 against 100; pairs 1.10, 1.04, 2.0.
+        assert_eq!(
+            (costs[0].with_cpu_us, costs[0].without_cpu_us),
+            (104.0, 100.0)
+        );
+        assert!((costs[0].cpu_cost - 0.04).abs() < 1e-9);
+        assert!((costs[0].paired_cpu_cost - 0.10).abs() < 1e-9);
         // Faster with the checks: a negative cost (noise), reported as it is.
         assert!((costs[1].cost + 0.25).abs() < 1e-9);
         assert!(check_costs(&results[8..]).is_empty());

@@ -32,6 +32,9 @@ pub struct ArmRate {
     pub round: usize,
     pub op: &'static str,
     pub ops_per_s: f64,
+    /// Processor time of this whole process (mount, server, the calling threads, and the
+    /// kernel's work for them) per operation, in µs.
+    pub cpu_us_per_op: f64,
 }
 
 /// One operation's cost: the arms' medians and the median of each round's own ratio.
@@ -44,6 +47,15 @@ pub struct OpCost {
     pub cost: f64,
     /// The median of each round's `1 - with / without`.
     pub paired_cost: f64,
+    /// The arms' median processor µs per operation.
+    pub with_cpu_us: f64,
+    pub without_cpu_us: f64,
+    /// `with / without - 1` of the processor time's medians: the share of processor time
+    /// the counting adds (less noisy than the rate on a shared machine: another tenant's load
+    /// slows the rate but is not this process's processor time).
+    pub cpu_cost: f64,
+    /// The median of each round's `with / without - 1` of processor time.
+    pub paired_cpu_cost: f64,
 }
 
 /// The run: every arm's rates, and the costs.
@@ -88,8 +100,8 @@ fn counting_ns(threads: usize) -> Result<f64, String> {
 
 const OPS: [&str; 3] = ["create", "stat", "unlink"];
 
-/// Each operation's rate in one arm.
-type Rates = Vec<(&'static str, f64)>;
+/// Each operation's rate in one arm, and its processor µs per operation.
+type Rates = Vec<(&'static str, f64, f64)>;
 
 /// Runs the arms in turn.
 pub fn run(options: &MountCostOptions) -> Result<MountCostReport, String> {
@@ -119,12 +131,13 @@ pub fn run(options: &MountCostOptions) -> Result<MountCostReport, String> {
             let on = counting || options.calibrate;
             let (measured, work) = one_arm(&runtime, options, on)?;
             works.push(work);
-            for (op, ops_per_s) in measured {
+            for (op, ops_per_s, cpu_us_per_op) in measured {
                 rates.push(ArmRate {
                     arm,
                     round,
                     op,
                     ops_per_s,
+                    cpu_us_per_op,
                 });
             }
         }
@@ -132,34 +145,7 @@ pub fn run(options: &MountCostOptions) -> Result<MountCostReport, String> {
     drop(runtime);
     drop(works);
     let second = if options.calibrate { "aa" } else { "off" };
-    let costs = OPS
-        .iter()
-        .map(|op| {
-            let of = |arm: &str| -> Vec<&ArmRate> {
-                rates
-                    .iter()
-                    .filter(|r| r.arm == arm && r.op == *op)
-                    .collect()
-            };
-            let (with, without) = (of("on"), of(second));
-            let with_median = median(with.iter().map(|r| r.ops_per_s).collect());
-            let without_median = median(without.iter().map(|r| r.ops_per_s).collect());
-            let paired = with
-                .iter()
-                .filter_map(|w| {
-                    let o = without.iter().find(|o| o.round == w.round)?;
-                    Some(1.0 - w.ops_per_s / o.ops_per_s)
-                })
-                .collect();
-            OpCost {
-                op,
-                with_ops_per_s: with_median,
-                without_ops_per_s: without_median,
-                cost: 1.0 - with_median / without_median,
-                paired_cost: median(paired),
-            }
-        })
-        .collect();
+    let costs = costs(&rates, second);
     Ok(MountCostReport {
         files: options.files,
         threads: options.threads,
@@ -169,6 +155,49 @@ pub fn run(options: &MountCostOptions) -> Result<MountCostReport, String> {
         count_ns_one_thread: counting_ns(1)?,
         count_ns_all_threads: counting_ns(options.threads)?,
     })
+}
+
+/// Each operation's cost from the arms' `rates`: `second` is the arm set against "on" ("off",
+/// or "aa" in an A/A run).
+fn costs(rates: &[ArmRate], second: &str) -> Vec<OpCost> {
+    OPS.iter()
+        .map(|op| {
+            let of = |arm: &str| -> Vec<&ArmRate> {
+                rates
+                    .iter()
+                    .filter(|r| r.arm == arm && r.op == *op)
+                    .collect()
+            };
+            let (with, without) = (of("on"), of(second));
+            let medians = |of: fn(&ArmRate) -> f64| {
+                (
+                    median(with.iter().map(|r| of(r)).collect()),
+                    median(without.iter().map(|r| of(r)).collect()),
+                )
+            };
+            // Each round's `with / without` of one figure.
+            let paired = |of: fn(&ArmRate) -> f64| {
+                let ratios = with.iter().filter_map(|w| {
+                    let o = without.iter().find(|o| o.round == w.round)?;
+                    Some(of(w) / of(o))
+                });
+                median(ratios.collect())
+            };
+            let (with_rate, without_rate) = medians(|r| r.ops_per_s);
+            let (with_cpu, without_cpu) = medians(|r| r.cpu_us_per_op);
+            OpCost {
+                op,
+                with_ops_per_s: with_rate,
+                without_ops_per_s: without_rate,
+                cost: 1.0 - with_rate / without_rate,
+                paired_cost: 1.0 - paired(|r| r.ops_per_s),
+                with_cpu_us: with_cpu,
+                without_cpu_us: without_cpu,
+                cpu_cost: with_cpu / without_cpu - 1.0,
+                paired_cpu_cost: paired(|r| r.cpu_us_per_op) - 1.0,
+            }
+        })
+        .collect()
 }
 
 /// One arm: a fresh namespace, a server and a mount counting or not; the rates of each
@@ -227,7 +256,14 @@ fn creates_stats_unlinks(root: &Path, threads: usize, n: u64) -> Result<Rates, S
     }
     let name = |t: usize, i: u64| own(t).join(format!("f{i:08}"));
     let failed = |path: &Path, e: std::io::Error| format!("{}: {e}", path.display());
-    let create = crate::syscalls::spread(n, threads, |t, i| {
+    // Each phase's seconds and the processor time this process took meanwhile.
+    let timed = |phase: &(dyn Fn(usize, u64) -> Result<(), String> + Sync)| {
+        let cpu = crate::procs::own_cpu();
+        let seconds = crate::syscalls::spread(n, threads, phase)?;
+        let cpu_us = (crate::procs::own_cpu() - cpu).as_secs_f64() * 1e6;
+        Ok::<_, String>((n as f64 / seconds, cpu_us / n as f64))
+    };
+    let create = timed(&|t, i| {
         let path = name(t, i);
         std::fs::OpenOptions::new()
             .write(true)
@@ -236,20 +272,20 @@ fn creates_stats_unlinks(root: &Path, threads: usize, n: u64) -> Result<Rates, S
             .map(drop)
             .map_err(|e| failed(&path, e))
     })?;
-    let stat = crate::syscalls::spread(n, threads, |t, i| {
+    let stat = timed(&|t, i| {
         let path = name(t, i);
         std::fs::metadata(&path)
             .map(drop)
             .map_err(|e| failed(&path, e))
     })?;
-    let unlink = crate::syscalls::spread(n, threads, |t, i| {
+    let unlink = timed(&|t, i| {
         let path = name(t, i);
         std::fs::remove_file(&path).map_err(|e| failed(&path, e))
     })?;
     Ok(vec![
-        ("create", n as f64 / create),
-        ("stat", n as f64 / stat),
-        ("unlink", n as f64 / unlink),
+        ("create", create.0, create.1),
+        ("stat", stat.0, stat.1),
+        ("unlink", unlink.0, unlink.1),
     ])
 }
 
@@ -273,12 +309,16 @@ pub fn table(report: &MountCostReport) -> Vec<String> {
             }
         ),
         format!(
-            "{:<8} {:>14} {:>14} {:>8} {:>12}",
+            "{:<8} {:>14} {:>14} {:>8} {:>12} {:>10} {:>12} {:>9} {:>12}",
             "op",
             "on ops/s",
             format!("{second} ops/s"),
             "cost",
-            "paired cost"
+            "paired cost",
+            "on cpu µs",
+            format!("{} cpu µs", if report.calibrate { "again" } else { "off" }),
+            "cpu cost",
+            "paired cpu"
         ),
     ];
     lines.insert(
@@ -290,13 +330,54 @@ pub fn table(report: &MountCostReport) -> Vec<String> {
     );
     for c in &report.costs {
         lines.push(format!(
-            "{:<8} {:>14.0} {:>14.0} {:>7.1}% {:>11.1}%",
+            "{:<8} {:>14.0} {:>14.0} {:>7.1}% {:>11.1}% {:>10.1} {:>12.1} {:>8.1}% {:>11.1}%",
             c.op,
             c.with_ops_per_s,
             c.without_ops_per_s,
             c.cost * 100.0,
-            c.paired_cost * 100.0
+            c.paired_cost * 100.0,
+            c.with_cpu_us,
+            c.without_cpu_us,
+            c.cpu_cost * 100.0,
+            c.paired_cpu_cost * 100.0
         ));
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rate(arm: &'static str, round: usize, ops_per_s: f64, cpu_us_per_op: f64) -> ArmRate {
+        ArmRate {
+            arm,
+            round,
+            op: "create",
+            ops_per_s,
+            cpu_us_per_op,
+        }
+    }
+
+    #[test]
+    fn costs_set_each_round_against_the_same_rounds_other_arm() {
+        let rates = [
+            rate("on", 0, 90.0, 110.0),
+            rate("off", 0, 100.0, 100.0),
+            rate("off", 1, 50.0, 100.0),
+            rate("on", 1, 49.0, 102.0),
+            rate("on", 2, 100.0, 300.0),
+            rate("off", 2, 100.0, 100.0),
+        ];
+        let create = &costs(&rates, "off")[0];
+        assert_eq!(create.op, "create");
+        // Medians: rates 90 against 100, processor time 110 against 100.
+        assert!((create.cost - 0.10).abs() < 1e-9, "{create:?}");
+        assert!((create.cpu_cost - 0.10).abs() < 1e-9, "{create:?}");
+        // Rounds: rates 0.90, 0.98, 1.0; processor time 1.10, 1.02, 3.0.
+        assert!((create.paired_cost - 0.02).abs() < 1e-9, "{create:?}");
+        assert!((create.paired_cpu_cost - 0.10).abs() < 1e-9, "{create:?}");
+        // No "aa" arm in this run: nothing to set against.
+        assert!(costs(&rates, "aa")[0].cost.is_nan());
+    }
 }

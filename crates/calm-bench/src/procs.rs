@@ -189,6 +189,25 @@ pub fn cpu_us(pid: u32) -> u64 {
     (ticks(11) + ticks(12)) * 1_000_000 / hz
 }
 
+/// Processor time (user + system) of this process so far, all its threads.
+pub fn own_cpu() -> Duration {
+    rusage_cpu(libc::RUSAGE_SELF)
+}
+
+/// Processor time (user + system) of this process's waited-for children so far.
+pub fn children_cpu() -> Duration {
+    rusage_cpu(libc::RUSAGE_CHILDREN)
+}
+
+fn rusage_cpu(who: libc::c_int) -> Duration {
+    // SAFETY: rusage is plain data; getrusage(2) fills it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage(2) into a valid rusage.
+    unsafe { libc::getrusage(who, &mut usage) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
 /// VmRSS of process `pid`, in bytes (0 when it cannot be read).
 pub fn rss_bytes(pid: u32) -> u64 {
     status_bytes(pid, "VmRSS:")

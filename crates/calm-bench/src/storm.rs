@@ -82,16 +82,6 @@ fn unmount(target: &Path) {
     unsafe { libc::umount2(c(target).as_ptr(), libc::MNT_DETACH) };
 }
 
-/// CPU time (user + system) of this process's waited-for children so far.
-fn children_cpu() -> Duration {
-    // SAFETY: rusage is plain data; getrusage(2) fills it.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage(2) into a valid rusage.
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(usage.ru_utime) + tv(usage.ru_stime)
-}
-
 type Key = (u32, u32, PathBuf);
 
 fn keys(mounts: &[Mount]) -> BTreeSet<Key> {
@@ -127,7 +117,7 @@ fn mounts_run(dir: &Path, n: usize, watcher: &'static str) -> Result<MountsResul
     };
     let cpu_before = w.as_ref().map_or(Duration::ZERO, |w| w.stats().cpu);
     let started = Instant::now();
-    let children0 = children_cpu();
+    let children0 = crate::procs::children_cpu();
     // The seed's producer: one `mount --bind` process per mount.
     for t in &targets {
         let status = std::process::Command::new("mount")
@@ -140,7 +130,7 @@ fn mounts_run(dir: &Path, n: usize, watcher: &'static str) -> Result<MountsResul
             return Err(format!("mount --bind on {}: {status}", t.display()));
         }
     }
-    let producer_cpu = children_cpu() - children0;
+    let producer_cpu = crate::procs::children_cpu() - children0;
     let producer = started.elapsed();
     let (exact, settle, watcher_cpu) = match &w {
         None => (true, Duration::ZERO, Duration::ZERO),
