@@ -80,6 +80,11 @@ fn number<T: std::str::FromStr + Default>(metadata: &MetadataMap, key: &str) -> 
         .unwrap_or_default()
 }
 
+/// The calm error code a failed call's status carries (0: none, a refusal without one).
+pub fn calm_code(status: &Status) -> u32 {
+    number(status.metadata(), ERROR_CODE_KEY)
+}
+
 /// What the server sends back for one call: its reply with the `calm-index` it answered
 /// with, or its status with the `calm-code`.
 pub fn call_reply<T: Replied>(result: Result<Response<T>, Status>) -> pb::CallReply {
@@ -98,7 +103,7 @@ pub fn failed_reply(status: &Status) -> pb::CallReply {
     pb::CallReply {
         code: status.code() as u32,
         message: status.message().to_string(),
-        calm_code: number(status.metadata(), ERROR_CODE_KEY),
+        calm_code: calm_code(status),
         ..pb::CallReply::default()
     }
 }

@@ -100,11 +100,8 @@ async fn one<S: Store>(service: &MetaService<S>, origin: &Origin, call: pb::Call
         .loads
         .count(who.0.as_deref(), who.1.as_deref(), started.elapsed(), true);
     if let Some(requests) = service.metrics.get() {
-        let timed = requests.op(method);
-        if reply.code != 0 {
-            timed.failed(crate::metrics::error_index(reply.calm_code as usize));
-        }
-        timed.observe(started.elapsed().as_secs_f64());
+        let failed = (reply.code != 0).then_some(reply.calm_code);
+        crate::metrics::count_call(requests, method, failed, started.elapsed());
     }
     reply
 }

@@ -58,27 +58,25 @@ where
     S: Store,
     F: Future<Output = Result<Response<R>, Status>>,
 {
-    let header = |key: &str| {
-        let value = request.metadata().get(key)?.to_str().ok()?;
-        Some(value.to_string())
-    };
+    // The values are shared with the request (no copy): read once it is answered.
+    let header = |key: &str| request.metadata().get(key).cloned();
     let who = (!batch).then(|| (header(UID_KEY), header(JOB_KEY)));
     let started = Instant::now();
     let answer = handle(request).await;
     if let Some((uid, job)) = who {
         let namespace = method.starts_with("calm.v1.Meta/");
         meta.loads
-            .count(uid.as_deref(), job.as_deref(), started.elapsed(), namespace);
+            .count(text(&uid), text(&job), started.elapsed(), namespace);
     }
     if let Some(requests) = meta.metrics.get() {
-        let timed = requests.op(method);
-        if let Err(status) = &answer {
-            let code = calm_proto::batch::failed_reply(status).calm_code;
-            timed.failed(crate::metrics::error_index(code as usize));
-        }
-        timed.observe(started.elapsed().as_secs_f64());
+        let failed = answer.as_ref().err().map(calm_proto::batch::calm_code);
+        crate::metrics::count_call(requests, method, failed, started.elapsed());
     }
     answer
+}
+
+fn text(value: &Option<tonic::metadata::AsciiMetadataValue>) -> Option<&str> {
+    value.as_ref().and_then(|v| v.to_str().ok())
 }
 
 /// The trait's impl (whole, so that `async_trait` sees its methods), each method a counted

@@ -49,6 +49,22 @@ pub(crate) fn error_index(code: usize) -> usize {
     }
 }
 
+/// Counts one call answered without a request of its own (a batch's call, a call of a mount in
+/// this process) under `method`: its time, and its failure by calm code (`None`: it
+/// succeeded; `Some(0)`: refused without a calm code).
+pub(crate) fn count_call(
+    requests: &TimedSet,
+    method: &str,
+    failed: Option<u32>,
+    took: std::time::Duration,
+) {
+    let timed = requests.op(method);
+    if let Some(code) = failed {
+        timed.failed(error_index(code as usize));
+    }
+    timed.observe(took.as_secs_f64());
+}
+
 /// Counts and times the requests of the services it wraps.
 #[derive(Debug, Clone)]
 pub struct RequestsLayer {
