@@ -193,7 +193,7 @@ impl fuser::ReplyObserver for MountMetrics {
             return;
         }
         let timed = self.by_opcode.get(opcode as usize).unwrap_or(&self.other);
-        timed.observe(started.elapsed().as_secs_f64());
+        timed.observe(started.elapsed());
         if errno != 0 {
             timed.failed(errno_index(errno));
         }

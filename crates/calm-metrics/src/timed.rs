@@ -3,11 +3,12 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use prometheus::proto::{self, MetricFamily, MetricType};
-use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry,
-};
+use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+
+use crate::latency::{Latency, histogram_family};
 
 /// Latency buckets, in seconds: 50 µs to 10 s, about three per decade.
 pub const LATENCY_BUCKETS: &[f64] = &[
@@ -15,30 +16,28 @@ pub const LATENCY_BUCKETS: &[f64] = &[
     1.0, 2.5, 10.0,
 ];
 
-/// One operation's counters: how many, how long, and how many failed, by error. Each child is
-/// made at its first use (a series appears once something happened), then found with one
-/// atomic load.
+/// One operation's counters: how many, how long, and how many failed, by error. The time is a
+/// [`Latency`] of atomics (counting takes no lock and no compare-and-swap loop); each error
+/// counter is made at its first use (a series appears once something happened), then found
+/// with one atomic load.
 #[derive(Debug, Clone)]
 pub struct Timed {
     family: Arc<Family>,
     op: &'static str,
-    seconds: Arc<OnceLock<Histogram>>,
+    seconds: Arc<Latency>,
     errors: Arc<[OnceLock<IntCounter>]>,
 }
 
 #[derive(Debug)]
 struct Family {
-    seconds: HistogramVec,
     failed: IntCounterVec,
     errors: Vec<&'static str>,
 }
 
 impl Timed {
-    /// One operation done in `seconds` (its count is the histogram's).
-    pub fn observe(&self, seconds: f64) {
-        self.seconds
-            .get_or_init(|| self.family.seconds.with_label_values(&[self.op]))
-            .observe(seconds);
+    /// One operation done in `took` (its count is the histogram's).
+    pub fn observe(&self, took: Duration) {
+        self.seconds.observe(took);
     }
 
     /// One operation failed with error number `error` of the set's list (past the list: the
@@ -70,14 +69,6 @@ impl TimedSet {
         ops: &[&'static str],
         errors: &[&'static str],
     ) -> prometheus::Result<TimedSet> {
-        let seconds = HistogramVec::new(
-            HistogramOpts::new(
-                format!("{prefix}_seconds"),
-                format!("How long {what} took, by operation (its count: how many were done)."),
-            )
-            .buckets(LATENCY_BUCKETS.to_vec()),
-            &["op"],
-        )?;
         let failed = IntCounterVec::new(
             Opts::new(
                 format!("{prefix}_errors_total"),
@@ -85,29 +76,83 @@ impl TimedSet {
             ),
             &["op", "error"],
         )?;
-        registry.register(Box::new(seconds.clone()))?;
-        registry.register(Box::new(failed.clone()))?;
         let family = Arc::new(Family {
-            seconds,
-            failed,
+            failed: failed.clone(),
             errors: errors.to_vec(),
         });
         let make = |op: &'static str| Timed {
             family: family.clone(),
             op,
-            seconds: Arc::new(OnceLock::new()),
+            seconds: Arc::default(),
             errors: errors.iter().map(|_| OnceLock::new()).collect(),
         };
-        let table = ops.iter().map(|op| (*op, make(op))).collect();
+        let table: HashMap<_, _> = ops.iter().map(|op| (*op, make(op))).collect();
+        let other = make("other");
+        let seconds = TimedSeconds::new(
+            format!("{prefix}_seconds"),
+            format!("How long {what} took, by operation (its count: how many were done)."),
+            table
+                .values()
+                .chain([&other])
+                .map(|t| (t.op, t.seconds.clone())),
+        )?;
+        registry.register(Box::new(seconds))?;
+        registry.register(Box::new(failed))?;
         Ok(TimedSet {
             ops: Arc::new(table),
-            other: make("other"),
+            other,
         })
     }
 
     /// The counters of operation `op` (an unlisted name: "other's").
     pub fn op(&self, op: &str) -> &Timed {
         self.ops.get(op).unwrap_or(&self.other)
+    }
+}
+
+/// The `PREFIX_seconds{op}` histograms of a [`TimedSet`], read at each scrape: the operations
+/// done at least once, in the order of their names.
+struct TimedSeconds {
+    desc: prometheus::core::Desc,
+    help: String,
+    ops: Vec<(&'static str, Arc<Latency>)>,
+}
+
+impl TimedSeconds {
+    fn new(
+        name: String,
+        help: String,
+        ops: impl Iterator<Item = (&'static str, Arc<Latency>)>,
+    ) -> prometheus::Result<TimedSeconds> {
+        let desc = prometheus::core::Desc::new(
+            name,
+            help.clone(),
+            vec!["op".to_string()],
+            HashMap::new(),
+        )?;
+        let mut ops: Vec<_> = ops.collect();
+        ops.sort_by_key(|(op, _)| *op);
+        Ok(TimedSeconds { desc, help, ops })
+    }
+}
+
+impl prometheus::core::Collector for TimedSeconds {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        vec![&self.desc]
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let done: Vec<_> = self.ops.iter().filter(|(_, l)| l.count() > 0).collect();
+        if done.is_empty() {
+            return Vec::new();
+        }
+        let labels: Vec<[(&str, &str); 1]> = done.iter().map(|(op, _)| [("op", *op)]).collect();
+        let values: Vec<(&[(&str, &str)], &Latency)> = labels
+            .iter()
+            .zip(&done)
+            .map(|(labels, (_, latency))| (labels.as_slice(), latency.as_ref()))
+            .collect();
+        vec![histogram_family(&self.desc.fq_name, &self.help, &values)]
     }
 }
 
@@ -251,8 +296,8 @@ mod tests {
             &["not_found", "other"],
         )
         .unwrap();
-        set.op("Make").observe(0.002);
-        set.op("Make").observe(0.003);
+        set.op("Make").observe(Duration::from_millis(2));
+        set.op("Make").observe(Duration::from_millis(3));
         set.op("Lookup").failed(0);
         set.op("Nonsense").failed(7);
         let scrape = Scrape::new(&registry, "test").unwrap();
@@ -266,6 +311,15 @@ mod tests {
         let text = crate::encode(&registry);
         assert!(
             text.contains("calm_test_requests_seconds_count{op=\"Make\"} 2"),
+            "{text}"
+        );
+        // A series appears once its operation was done: Lookup only failed.
+        assert!(
+            !text.contains("calm_test_requests_seconds_count{op=\"Lookup\"}"),
+            "{text}"
+        );
+        assert!(
+            text.contains("calm_test_requests_seconds_bucket{op=\"Make\",le=\"0.0025\"} 1"),
             "{text}"
         );
         assert!(

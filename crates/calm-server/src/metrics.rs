@@ -62,7 +62,7 @@ pub(crate) fn count_call(
     if let Some(code) = failed {
         timed.failed(error_index(code as usize));
     }
-    timed.observe(took.as_secs_f64());
+    timed.observe(took);
 }
 
 /// Counts and times the requests of the services it wraps.
@@ -135,7 +135,7 @@ where
                 }
                 Err(_) => timed.failed(usize::MAX),
             }
-            timed.observe(started.elapsed().as_secs_f64());
+            timed.observe(started.elapsed());
             answer
         })
     }
