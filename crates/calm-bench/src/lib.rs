@@ -23,6 +23,9 @@
 //!   cost one mount, against appends through the page cache.
 //! - [`servers`]: 1, 2 and 3 servers of one namespace on etcd; [`churn`]: creates and unlinks
 //!   on them for N minutes, the rate and etcd's database size per minute.
+//! - [`mount_cost`], [`server_cost`]: what metrics cost through a mount and to a server's
+//!   clients, the arms in turn or at the same time ([`side_by_side`]: rates and each arm's
+//!   processor time in the same windows).
 
 pub mod activation;
 pub mod appends;
@@ -43,7 +46,9 @@ pub mod procs;
 pub mod programs;
 pub mod protect;
 pub mod quota;
+pub mod server_cost;
 pub mod servers;
+pub mod side_by_side;
 pub mod soak;
 pub mod startup;
 pub mod storm;

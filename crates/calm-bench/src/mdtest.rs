@@ -360,7 +360,7 @@ async fn make_as<S: Store>(
 }
 
 /// The superuser's directory `top` (0777), where every caller may make its directories.
-async fn shared_top<S: Store>(meta: &Meta<S>) -> Result<Handle, String> {
+pub(crate) async fn shared_top<S: Store>(meta: &Meta<S>) -> Result<Handle, String> {
     make_as(
         meta,
         &Caller::default(),

@@ -8,21 +8,17 @@
 //! (an A/A run: the method's own noise). Beside it, what counting one reply takes by itself
 //! (the mount's counters told of a reply a million times, by one thread and by `threads` at
 //! once on the same kind), to set against the time of a request.
+//!
+//! With `--side-by-side` ([`run_side_by_side`]) the two arms run at the same time instead, each
+//! with its own namespace, server and mount on threads of its own (`crate::side_by_side`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::mdtest_report::median;
-
-/// What `calm bench mount --metrics-cost` is asked.
-#[derive(Debug, Clone)]
-pub struct MountCostOptions {
-    pub files: u64,
-    pub threads: usize,
-    pub pairs: usize,
-    pub calibrate: bool,
-    pub dir: PathBuf,
-}
+use crate::side_by_side::{
+    ArmThreads, CostOptions, RaceArm, SideBySideReport, Window, race, rounds,
+};
 
 /// One arm's rate of one operation.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -104,7 +100,7 @@ const OPS: [&str; 3] = ["create", "stat", "unlink"];
 type Rates = Vec<(&'static str, f64, f64)>;
 
 /// Runs the arms in turn.
-pub fn run(options: &MountCostOptions) -> Result<MountCostReport, String> {
+pub fn run(options: &CostOptions) -> Result<MountCostReport, String> {
     if options.files == 0 || options.threads == 0 {
         return Err("--files and --threads must be positive".into());
     }
@@ -157,6 +153,54 @@ pub fn run(options: &MountCostOptions) -> Result<MountCostReport, String> {
     })
 }
 
+/// Both arms at once (`crate::side_by_side`), each on a runtime of its own: `pairs` rounds,
+/// each with two fresh namespaces, servers and mounts, `threads` threads on each; creates and
+/// unlinks.
+pub fn run_side_by_side(options: &CostOptions) -> Result<SideBySideReport, String> {
+    crate::enter_private_namespace();
+    let windows = rounds::<Arm>(options, &|arms, _, threads| {
+        let roots = [arms[0].mountpoint.clone(), arms[1].mountpoint.clone()];
+        race_phases(&roots, options, threads)
+    })?;
+    Ok(SideBySideReport::new(
+        "calm bench mount --metrics-cost --side-by-side",
+        "threads on each of two mounts",
+        options,
+        windows,
+    ))
+}
+
+/// Creates, then unlinks, of `files` files by `threads` threads on each of the two mounts at
+/// once; each phase's window. (A stat through a mount is answered from the kernel's cache:
+/// its window would last milliseconds.)
+fn race_phases(
+    roots: &[PathBuf; 2],
+    options: &CostOptions,
+    arms: &ArmThreads,
+) -> Result<Vec<(&'static str, Window)>, String> {
+    let (threads, n, burn_ns) = (options.threads, options.files, options.burn_ns);
+    let own = |arm: usize, t: usize| roots[arm].join(format!("t{t}"));
+    for (arm, t) in (0..2).flat_map(|arm| (0..threads).map(move |t| (arm, t))) {
+        std::fs::create_dir(own(arm, t)).map_err(|e| format!("{}: {e}", own(arm, t).display()))?;
+    }
+    let name = |arm: usize, t: usize, i: u64| own(arm, t).join(format!("f{i:08}"));
+    let failed = |path: &Path, e: std::io::Error| format!("{}: {e}", path.display());
+    let create = race(n, threads, burn_ns, arms, |arm, t, i| {
+        let path = name(arm, t, i);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map(drop)
+            .map_err(|e| failed(&path, e))
+    })?;
+    let unlink = race(n, threads, burn_ns, arms, |arm, t, i| {
+        let path = name(arm, t, i);
+        std::fs::remove_file(&path).map_err(|e| failed(&path, e))
+    })?;
+    Ok(vec![("create", create), ("unlink", unlink)])
+}
+
 /// Each operation's cost from the arms' `rates`: `second` is the arm set against "on" ("off",
 /// or "aa" in an A/A run).
 fn costs(rates: &[ArmRate], second: &str) -> Vec<OpCost> {
@@ -200,52 +244,107 @@ fn costs(rates: &[ArmRate], second: &str) -> Vec<OpCost> {
         .collect()
 }
 
+/// One arm's namespace, server and mount, counting or not.
+struct Arm {
+    work: tempfile::TempDir,
+    meta: Arc<calm_meta::Meta<calm_store::lmdb::LmdbStore>>,
+    server: crate::mdtest::InProcessServer,
+    mounted: calm_fuse::Mounted,
+    mountpoint: PathBuf,
+}
+
+impl RaceArm for Arm {
+    fn start(
+        runtime: &tokio::runtime::Runtime,
+        options: &CostOptions,
+        counting: bool,
+    ) -> Result<Arm, String> {
+        Arm::start_in(runtime, &options.dir, counting)
+    }
+
+    fn stop(self, runtime: &tokio::runtime::Runtime) -> Result<tempfile::TempDir, String> {
+        self.stopped(runtime)
+    }
+}
+
+impl Arm {
+    /// A fresh namespace, served over gRPC on loopback by a server on `runtime` and mounted.
+    fn start_in(
+        runtime: &tokio::runtime::Runtime,
+        dir: &Path,
+        counting: bool,
+    ) -> Result<Arm, String> {
+        let (work, meta) = crate::mdtest::open_meta_with(dir, true)?;
+        let mountpoint = work.path().join("mnt");
+        std::fs::create_dir(&mountpoint).map_err(|e| e.to_string())?;
+        let fuse_options = calm_fuse::MountOptions {
+            write_buffer_bytes: calm_fuse::contents::WRITE_BUFFER_BYTES_DEFAULT,
+            ttl: calm_fuse::fs::TTL_DEFAULT,
+            lease_ms: calm_fuse::locks::LEASE_MS_DEFAULT,
+            allow_other: false,
+            cache_dir: None,
+            cache_bytes: 0,
+            inline_bytes_max: calm_meta::slices::INLINE_WRITE_BYTES_MAX,
+            append_through_cache: false,
+            metrics: counting.then(calm_metrics::Registry::new),
+            count_requests: counting,
+            job_variable: None,
+        };
+        let (server, mounted) = runtime.block_on(async {
+            let server =
+                crate::mdtest::InProcessServer::start_counting(Arc::clone(&meta), counting).await?;
+            let client = calm_client::Client::connect(&server.addr)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mounted = calm_fuse::mount(
+                client,
+                &mountpoint,
+                &fuse_options,
+                tokio::runtime::Handle::current(),
+            )
+            .await
+            .map_err(|e| format!("mounting at {}: {e}", mountpoint.display()))?;
+            Ok::<_, String>((server, mounted))
+        })?;
+        Ok(Arm {
+            work,
+            meta,
+            server,
+            mounted,
+            mountpoint,
+        })
+    }
+
+    /// Unmounts and stops the server; the directory, to remove once the runtime has let go of
+    /// the namespace (its store closes as the runtime's last tasks end).
+    fn stopped(self, runtime: &tokio::runtime::Runtime) -> Result<tempfile::TempDir, String> {
+        let Arm {
+            work,
+            meta,
+            server,
+            mounted,
+            ..
+        } = self;
+        runtime.block_on(async {
+            let unmounted = mounted.unmount().await.map_err(|e| e.to_string());
+            let stopped = server.stop().await;
+            unmounted.and(stopped)
+        })?;
+        drop(meta);
+        Ok(work)
+    }
+}
+
 /// One arm: a fresh namespace, a server and a mount counting or not; the rates of each
 /// operation.
 fn one_arm(
     runtime: &tokio::runtime::Runtime,
-    options: &MountCostOptions,
+    options: &CostOptions,
     counting: bool,
 ) -> Result<(Rates, tempfile::TempDir), String> {
-    let (work, meta) = crate::mdtest::open_meta_with(&options.dir, true)?;
-    let mountpoint = work.path().join("mnt");
-    std::fs::create_dir(&mountpoint).map_err(|e| e.to_string())?;
-    let fuse_options = calm_fuse::MountOptions {
-        write_buffer_bytes: calm_fuse::contents::WRITE_BUFFER_BYTES_DEFAULT,
-        ttl: calm_fuse::fs::TTL_DEFAULT,
-        lease_ms: calm_fuse::locks::LEASE_MS_DEFAULT,
-        allow_other: false,
-        cache_dir: None,
-        cache_bytes: 0,
-        inline_bytes_max: calm_meta::slices::INLINE_WRITE_BYTES_MAX,
-        append_through_cache: false,
-        metrics: counting.then(calm_metrics::Registry::new),
-        count_requests: counting,
-        job_variable: None,
-    };
-    let (server, mounted) = runtime.block_on(async {
-        let server =
-            crate::mdtest::InProcessServer::start_counting(Arc::clone(&meta), counting).await?;
-        let client = calm_client::Client::connect(&server.addr)
-            .await
-            .map_err(|e| e.to_string())?;
-        let mounted = calm_fuse::mount(
-            client,
-            &mountpoint,
-            &fuse_options,
-            tokio::runtime::Handle::current(),
-        )
-        .await
-        .map_err(|e| format!("mounting at {}: {e}", mountpoint.display()))?;
-        Ok::<_, String>((server, mounted))
-    })?;
-    let measured = creates_stats_unlinks(&mountpoint, options.threads, options.files);
-    runtime.block_on(async {
-        let unmounted = mounted.unmount().await.map_err(|e| e.to_string());
-        let stopped = server.stop().await;
-        unmounted.and(stopped)
-    })?;
-    drop(meta);
+    let arm = Arm::start_in(runtime, &options.dir, counting)?;
+    let measured = creates_stats_unlinks(&arm.mountpoint, options.threads, options.files);
+    let work = arm.stopped(runtime)?;
     Ok((measured?, work))
 }
 

@@ -210,6 +210,15 @@ pub enum Bench {
         /// The A/A run of --metrics-cost: both arms count (the method's own noise).
         #[arg(long)]
         check_calibrate: bool,
+        /// Run --metrics-cost's two arms at the same time, each on a mount of its own, instead
+        /// of in turn: both meet the machine's other load alike, and the cost is the counting
+        /// arm's rate and processor time per operation against the other's in the same window.
+        #[arg(long, requires = "metrics_cost")]
+        side_by_side: bool,
+        /// With --side-by-side: busy the counting arm's threads for this many nanoseconds
+        /// after each operation, a known cost to check that the method measures one.
+        #[arg(long, default_value_t = 0, requires = "side_by_side")]
+        burn_ns: u64,
         #[command(flatten)]
         out: OutputArgs,
     },
@@ -355,6 +364,15 @@ pub enum Bench {
         /// rounds of each; the in-process mode, which nothing counts, is the control).
         #[arg(long, conflicts_with_all = ["no_wal", "check_cost"])]
         metrics_cost: bool,
+        /// Run --metrics-cost's two arms at the same time, each with a server and clients of
+        /// its own, instead of in turn (creates and unlinks by the first of --clients, in
+        /// --unique-dir directories; --check-pairs rounds).
+        #[arg(long, requires = "metrics_cost", conflicts_with = "store")]
+        side_by_side: bool,
+        /// With --side-by-side: busy the counting arm's calling threads for this many
+        /// nanoseconds after each operation, a known cost to check that the method measures one.
+        #[arg(long, default_value_t = 0, requires = "side_by_side")]
+        burn_ns: u64,
         #[command(flatten)]
         out: OutputArgs,
     },
@@ -496,16 +514,26 @@ pub fn run(bench: Bench) -> Result<Output, String> {
             metrics_cost,
             check_pairs,
             check_calibrate,
+            side_by_side,
+            burn_ns,
             out,
         } => {
+            let options = crate::side_by_side::CostOptions {
+                files,
+                threads: threads.iter().copied().max().unwrap_or(16),
+                pairs: check_pairs,
+                calibrate: check_calibrate,
+                dir: dir.clone(),
+                burn_ns,
+            };
+            if side_by_side {
+                let report = crate::mount_cost::run_side_by_side(&options)?;
+                return out.finish(report.table(), &report, |_| {
+                    Err("--side-by-side draws no plot".into())
+                });
+            }
             if metrics_cost {
-                let report = crate::mount_cost::run(&crate::mount_cost::MountCostOptions {
-                    files,
-                    threads: threads.iter().copied().max().unwrap_or(16),
-                    pairs: check_pairs,
-                    calibrate: check_calibrate,
-                    dir,
-                })?;
+                let report = crate::mount_cost::run(&options)?;
                 return out.finish(crate::mount_cost::table(&report), &report, |_| {
                     Err("--metrics-cost draws no plot".into())
                 });
@@ -718,10 +746,25 @@ pub fn run(bench: Bench) -> Result<Output, String> {
             check_pairs,
             check_calibrate,
             metrics_cost,
+            side_by_side,
+            burn_ns,
             out,
         } => {
             if check_calibrate && !check_cost && !metrics_cost {
                 return Err("--check-calibrate goes with --check-cost or --metrics-cost".into());
+            }
+            if side_by_side {
+                let report = crate::server_cost::run(&crate::side_by_side::CostOptions {
+                    files,
+                    threads: clients.first().copied().unwrap_or(16),
+                    pairs: check_pairs,
+                    calibrate: check_calibrate,
+                    dir,
+                    burn_ns,
+                })?;
+                return out.finish(report.table(), &report, |_| {
+                    Err("--side-by-side draws no plot".into())
+                });
             }
             let measured = if metrics_cost { "metrics" } else { "checks" };
             let results = mdtest::run(&mdtest::MdtestOptions {
