@@ -7,7 +7,13 @@ use std::time::Duration;
 
 use prometheus::proto::{self, MetricFamily, MetricType};
 
-use crate::timed::{LATENCY_BUCKETS, family, labelled};
+use crate::scrape::{family, labelled};
+
+/// Latency buckets, in seconds: 50 µs to 10 s, about three per decade.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 10.0,
+];
 
 /// How long things took: counts per bucket of [`LATENCY_BUCKETS`] (the last: beyond them),
 /// their sum and count, in atomics (counting takes no lock).

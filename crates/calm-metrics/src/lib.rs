@@ -1,8 +1,9 @@
 //! `calm-metrics`: what a server or a mount counts, in Prometheus's text exposition format.
 //!
-//! The library is Prometheus's Rust client (`prometheus`, TiKV's): its counters and histograms
-//! are atomics, so counting takes no lock; a family's child is looked up (a read lock) once,
-//! when a [`Timed`] set is made, never per event. Figures a component keeps already (the
+//! The library is Prometheus's Rust client (`prometheus`, TiKV's): its counters are atomics, so
+//! counting takes no lock; a family's child is looked up (a read lock) once, at its first use,
+//! never per event. Operations' latencies are counted in calm's own atomics ([`Latency`]) and
+//! read into the library's histograms when Prometheus scrapes. Figures a component keeps already (the
 //! committer's, the lock manager's) are read at scrape time by a [`Scrape`] instead of being
 //! counted twice. The endpoint ([`serve`]) answers `GET /metrics` over HTTP/1.1.
 //!
@@ -13,16 +14,18 @@
 mod endpoint;
 mod latency;
 mod load;
+mod scrape;
 mod timed;
 
 pub use endpoint::{Endpoint, bind, serve};
-pub use latency::{Latency, histogram_family, histogram_of};
+pub use latency::{LATENCY_BUCKETS, Latency, histogram_family, histogram_of};
 pub use load::{LOAD_KEY_BYTES_MAX, LOAD_SLOTS, Load, Loaded};
 pub use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
     Registry, TextEncoder, core::Collector, proto::MetricFamily,
 };
-pub use timed::{LATENCY_BUCKETS, Scrape, Timed, TimedSet, counter_family, gauge_family};
+pub use scrape::{Scrape, counter_family, gauge_family};
+pub use timed::{Timed, TimedSet};
 
 /// The registry's samples without comments and histogram buckets: each line
 /// `NAME{LABELS} VALUE` (a histogram keeps its `_count` and `_sum`). What `calm stats` reads of

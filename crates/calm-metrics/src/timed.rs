@@ -1,21 +1,14 @@
-//! Operations counted and timed where they happen ([`TimedSet`]: every child looked up once,
-//! when the set is made), and figures read when Prometheus scrapes ([`Scrape`]).
+//! Operations counted and timed where they happen ([`TimedSet`]: every error counter looked up
+//! once, when first used).
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use prometheus::proto::{self, MetricFamily, MetricType};
+use prometheus::proto::MetricFamily;
 use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 
 use crate::latency::{Latency, histogram_family};
-
-/// Latency buckets, in seconds: 50 µs to 10 s, about three per decade.
-pub const LATENCY_BUCKETS: &[f64] = &[
-    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-    1.0, 2.5, 10.0,
-];
-
 /// One operation's counters: how many, how long, and how many failed, by error. The time is a
 /// [`Latency`] of atomics (counting takes no lock and no compare-and-swap loop); each error
 /// counter is made at its first use (a series appears once something happened), then found
@@ -165,125 +158,10 @@ fn capitalized(what: &str) -> String {
     }
 }
 
-type Figures = dyn Fn() -> Vec<MetricFamily> + Send + Sync;
-
-/// Figures read when Prometheus scrapes, from closures each part registers: what a part
-/// keeps already (in atomics of its own) is not counted a second time.
-#[derive(Clone)]
-pub struct Scrape {
-    parts: Arc<std::sync::RwLock<Vec<Box<Figures>>>>,
-    /// What the registry knows this scrape by (one per part: a server and a mount in one
-    /// process each have theirs).
-    desc: Arc<prometheus::core::Desc>,
-}
-
-impl std::fmt::Debug for Scrape {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scrape").finish_non_exhaustive()
-    }
-}
-
-impl Scrape {
-    /// A scrape of `part` (`server`, `mount`) registered in `registry` (one per part).
-    pub fn new(registry: &Registry, part: &str) -> prometheus::Result<Scrape> {
-        let desc = prometheus::core::Desc::new(
-            format!("calm_{part}_scraped"),
-            format!("The figures of the {part} read at each scrape."),
-            Vec::new(),
-            HashMap::new(),
-        )?;
-        let scrape = Scrape {
-            parts: Arc::default(),
-            desc: Arc::new(desc),
-        };
-        registry.register(Box::new(scrape.clone()))?;
-        Ok(scrape)
-    }
-
-    /// Adds a part's figures.
-    pub fn add(&self, figures: impl Fn() -> Vec<MetricFamily> + Send + Sync + 'static) {
-        if let Ok(mut parts) = self.parts.write() {
-            parts.push(Box::new(figures));
-        }
-    }
-}
-
-impl prometheus::core::Collector for Scrape {
-    fn desc(&self) -> Vec<&prometheus::core::Desc> {
-        vec![&self.desc]
-    }
-
-    fn collect(&self) -> Vec<MetricFamily> {
-        match self.parts.read() {
-            Ok(parts) => parts.iter().flat_map(|figures| figures()).collect(),
-            Err(_) => Vec::new(),
-        }
-    }
-}
-
-pub(crate) fn family(
-    name: &str,
-    help: &str,
-    kind: MetricType,
-    metrics: Vec<proto::Metric>,
-) -> MetricFamily {
-    let mut family = MetricFamily::default();
-    family.set_name(name.to_string());
-    family.set_help(help.to_string());
-    family.set_field_type(kind);
-    family.set_metric(metrics);
-    family
-}
-
-pub(crate) fn labelled(labels: &[(&str, &str)]) -> proto::Metric {
-    let mut metric = proto::Metric::default();
-    metric.set_label(
-        labels
-            .iter()
-            .map(|(name, value)| {
-                let mut pair = proto::LabelPair::default();
-                pair.set_name(name.to_string());
-                pair.set_value(value.to_string());
-                pair
-            })
-            .collect(),
-    );
-    metric
-}
-
-/// A gauge family: each value with its labels.
-pub fn gauge_family(name: &str, help: &str, values: &[(&[(&str, &str)], f64)]) -> MetricFamily {
-    let metrics = values
-        .iter()
-        .map(|(labels, value)| {
-            let mut metric = labelled(labels);
-            let mut gauge = proto::Gauge::default();
-            gauge.set_value(*value);
-            metric.set_gauge(gauge);
-            metric
-        })
-        .collect();
-    family(name, help, MetricType::GAUGE, metrics)
-}
-
-/// A counter family (`name` ends in `_total`): each value with its labels.
-pub fn counter_family(name: &str, help: &str, values: &[(&[(&str, &str)], f64)]) -> MetricFamily {
-    let metrics = values
-        .iter()
-        .map(|(labels, value)| {
-            let mut metric = labelled(labels);
-            let mut counter = proto::Counter::default();
-            counter.set_value(*value);
-            metric.set_counter(counter);
-            metric
-        })
-        .collect();
-    family(name, help, MetricType::COUNTER, metrics)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scrape::{Scrape, gauge_family};
 
     #[test]
     fn counted_operations_and_scraped_figures_read_back_in_the_text_format() {
