@@ -98,32 +98,20 @@ fn race_phases(
     threads: &ArmThreads,
 ) -> Result<Vec<(&'static str, crate::side_by_side::Window)>, String> {
     let (clients, n, burn_ns) = (options.threads, options.files, options.burn_ns);
-    let per_client = n / clients as u64;
-    // Thread `t` of an arm calls through its client `t`.
-    let create = race(
-        per_client * clients as u64,
-        clients,
-        burn_ns,
-        threads,
-        |a, t, i| {
-            let (client, dir) = &arms[a].clients[t];
-            runtimes[a]
-                .block_on(client.create(*dir, &name(t, i), 0o644))
-                .map(drop)
-                .map_err(|e| format!("create: {e}"))
-        },
-    )?;
-    let unlink = race(
-        per_client * clients as u64,
-        clients,
-        burn_ns,
-        threads,
-        |a, t, i| {
-            let (client, dir) = &arms[a].clients[t];
-            runtimes[a]
-                .block_on(client.unlink(*dir, &name(t, i)))
-                .map_err(|e| format!("unlink: {e}"))
-        },
-    )?;
+    // Each client the same share; thread `t` of an arm calls through its client `t`.
+    let total = n / clients as u64 * clients as u64;
+    let create = race(total, clients, burn_ns, threads, |a, t, i| {
+        let (client, dir) = &arms[a].clients[t];
+        runtimes[a]
+            .block_on(client.create(*dir, &name(t, i), 0o644))
+            .map(drop)
+            .map_err(|e| format!("create: {e}"))
+    })?;
+    let unlink = race(total, clients, burn_ns, threads, |a, t, i| {
+        let (client, dir) = &arms[a].clients[t];
+        runtimes[a]
+            .block_on(client.unlink(*dir, &name(t, i)))
+            .map_err(|e| format!("unlink: {e}"))
+    })?;
     Ok(vec![("create", create), ("unlink", unlink)])
 }
