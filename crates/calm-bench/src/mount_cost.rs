@@ -19,6 +19,7 @@ use crate::mdtest_report::median;
 use crate::side_by_side::{
     ArmThreads, CostOptions, RaceArm, SideBySideReport, Window, race, rounds,
 };
+use crate::syscalls::create_empty;
 
 /// One arm's rate of one operation.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -186,13 +187,7 @@ fn race_phases(
     let name = |arm: usize, t: usize, i: u64| own(arm, t).join(format!("f{i:08}"));
     let failed = |path: &Path, e: std::io::Error| format!("{}: {e}", path.display());
     let create = race(n, threads, burn_ns, arms, |arm, t, i| {
-        let path = name(arm, t, i);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map(drop)
-            .map_err(|e| failed(&path, e))
+        create_empty(&name(arm, t, i))
     })?;
     let unlink = race(n, threads, burn_ns, arms, |arm, t, i| {
         let path = name(arm, t, i);
@@ -362,15 +357,7 @@ fn creates_stats_unlinks(root: &Path, threads: usize, n: u64) -> Result<Rates, S
         let cpu_us = (crate::procs::own_cpu() - cpu).as_secs_f64() * 1e6;
         Ok::<_, String>((n as f64 / seconds, cpu_us / n as f64))
     };
-    let create = timed(&|t, i| {
-        let path = name(t, i);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map(drop)
-            .map_err(|e| failed(&path, e))
-    })?;
+    let create = timed(&|t, i| create_empty(&name(t, i)))?;
     let stat = timed(&|t, i| {
         let path = name(t, i);
         std::fs::metadata(&path)

@@ -78,6 +78,17 @@ pub(crate) fn spread(
     Ok(started.elapsed().as_secs_f64())
 }
 
+/// Creates `path` as an empty file, failing if it exists (what a create of the metadata
+/// benchmarks is).
+pub(crate) fn create_empty(path: &Path) -> Result<(), String> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map(drop)
+        .map_err(|e| failed(path, e))
+}
+
 fn failed(path: &Path, e: std::io::Error) -> String {
     format!("{}: {e}", path.display())
 }
@@ -102,15 +113,7 @@ pub fn metadata_ops(
     let renamed = |t: usize, i: u64| own(t).join(format!("f{i:08}.renamed"));
     let mut push = |op, seconds| results.push(result(fs, op, threads, n, n, seconds));
 
-    let seconds = spread(n, threads, |t, i| {
-        let path = name(t, i);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map(drop)
-            .map_err(|e| failed(&path, e))
-    })?;
+    let seconds = spread(n, threads, |t, i| create_empty(&name(t, i)))?;
     push("create", seconds);
     let stat = |t: usize, i: u64| {
         let path = name(t, i);
