@@ -48,12 +48,32 @@ const RETRY_EVERY: Duration = Duration::from_millis(1);
 /// is being made again, or the server does not let this client watch).
 pub const TTL_UNFOLLOWED: Duration = Duration::from_secs(1);
 /// The extended attribute the kernel asks for before a write(2) to a file whose attributes it
-/// fetched since its last write (whether the write must drop file capabilities): its absence is kept per file, see
-/// [`Coherence::lacks_capability`].
+/// fetched since its last write (whether the write must drop file capabilities).
 pub const CAPABILITY_XATTR: &[u8] = b"security.capability";
-/// Files whose absence of [`CAPABILITY_XATTR`] the mount keeps, at most (beyond, the kernel's
-/// questions about other files go to the server).
-pub const NO_CAPABILITY_MAX: usize = 1 << 16;
+/// The extended attributes the kernel asks for on its own, not because a program did: file
+/// capabilities before a write, and the POSIX ACLs it checks a caller's permission with
+/// (access) and gives a new file (default) whenever the caller is not the owner. Their absence
+/// is kept per file, see [`Coherence::lacks`].
+pub const KERNEL_XATTRS: [&[u8]; 3] = [
+    CAPABILITY_XATTR,
+    b"system.posix_acl_access",
+    b"system.posix_acl_default",
+];
+/// Absences of one of [`KERNEL_XATTRS`] on one file the mount keeps, at most (beyond, the
+/// kernel's questions about other files go to the server).
+pub const ABSENT_XATTRS_MAX: usize = 1 << 16;
+
+/// Which of [`KERNEL_XATTRS`] `name` is, if any.
+pub fn kernel_xattr(name: &[u8]) -> Option<KernelXattr> {
+    KERNEL_XATTRS
+        .iter()
+        .position(|kept| *kept == name)
+        .map(|at| KernelXattr(at as u8))
+}
+
+/// One of [`KERNEL_XATTRS`], by its place there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KernelXattr(u8);
 /// Directories whose attributes the mount keeps from the answers to its own changes of their
 /// names, at most (beyond, the kernel's questions about other directories go to the server).
 pub const DIR_ATTRS_MAX: usize = 1 << 14;
@@ -173,8 +193,9 @@ pub struct Coherence {
     applied: AtomicU64,
     /// Woken whenever `applied` moves (see [`Coherence::wait_passed`]).
     applied_moved: tokio::sync::Notify,
-    /// Files the server said have no [`CAPABILITY_XATTR`], with no change of them seen since.
-    no_capability: Mutex<HashSet<Handle>>,
+    /// Which of [`KERNEL_XATTRS`] the server said files have not, with no change of them seen
+    /// since.
+    absent_xattrs: Mutex<HashSet<(Handle, KernelXattr)>>,
     /// Directories' attributes as the server's answer to this mount's last change of their
     /// names gave them, with no change of them seen since ([`Coherence::dir_attr`]).
     dir_attrs: Mutex<HashMap<Handle, Attr>>,
@@ -205,7 +226,7 @@ impl Coherence {
             dropped_all: AtomicU64::new(0),
             applied: AtomicU64::new(0),
             applied_moved: tokio::sync::Notify::new(),
-            no_capability: Mutex::new(HashSet::new()),
+            absent_xattrs: Mutex::new(HashSet::new()),
             dir_attrs: Mutex::new(HashMap::new()),
             dirs_changed: AtomicU64::new(0),
         })
@@ -311,7 +332,7 @@ impl Coherence {
                 *count = count.saturating_sub(lookups);
                 if *count == 0 {
                     held.remove(&handle);
-                    self.no_capability.locked().remove(&handle);
+                    self.forget_absent_xattrs(&[handle]);
                     self.dir_attrs.locked().remove(&handle);
                     return true;
                 }
@@ -331,11 +352,8 @@ impl Coherence {
         for s in stale {
             self.changed[slot(s.handle())].store(now, Ordering::SeqCst);
         }
-        let mut no_capability = self.no_capability.locked();
-        for s in stale {
-            no_capability.remove(&s.handle());
-        }
-        drop(no_capability);
+        let handles: Vec<Handle> = stale.iter().map(Stale::handle).collect();
+        self.forget_absent_xattrs(&handles);
         let mut dir_attrs = self.dir_attrs.locked();
         for s in stale {
             dir_attrs.remove(&s.handle());
@@ -346,35 +364,50 @@ impl Coherence {
     fn mark_all(&self) {
         let now = self.changes.fetch_add(1, Ordering::SeqCst) + 1;
         self.all_changed.store(now, Ordering::SeqCst);
-        self.no_capability.locked().clear();
+        self.absent_xattrs.locked().clear();
         self.dir_attrs.locked().clear();
     }
 
-    /// Whether `handle` is known to have no [`CAPABILITY_XATTR`], so the mount answers the
-    /// kernel's question itself. The kernel asks before a write whenever it fetched the file's
-    /// attributes since its last one (and a write makes the next fstat fetch them), which cost
-    /// a database several round trips to the server per transaction. Exact as the kernel's attributes are: any change of the file by another
-    /// client drops the knowledge when the change stream brings it, as does any change this
-    /// mount makes to the file's extended attributes ([`Coherence::changed_here`]).
-    pub fn lacks_capability(&self, handle: Handle) -> bool {
-        self.follows() && self.no_capability.locked().contains(&handle)
+    fn forget_absent_xattrs(&self, handles: &[Handle]) {
+        let mut absent = self.absent_xattrs.locked();
+        if absent.is_empty() {
+            return;
+        }
+        for handle in handles {
+            for at in 0..KERNEL_XATTRS.len() {
+                absent.remove(&(*handle, KernelXattr(at as u8)));
+            }
+        }
     }
 
-    /// The server answered a request that began at `ticket` that `handle` has no
-    /// [`CAPABILITY_XATTR`]: kept unless the file changed since the request began (the answer
-    /// may predate the change) or the changes are not followed.
-    pub fn no_capability(&self, ticket: Ticket, handle: Handle) {
+    /// Whether `handle` is known to have no `xattr`, so the mount answers the kernel's
+    /// question itself. The kernel asks for file capabilities before a write whenever it
+    /// fetched the file's attributes since its last one (and a write makes the next fstat fetch
+    /// them), and for the ACLs of each directory on a path and of the file each time a caller
+    /// that is not their owner goes through them after their attributes were refreshed: both
+    /// cost a database several round trips to the server per transaction. Exact as the kernel's
+    /// attributes are: any change of the file by another client drops the knowledge when the
+    /// change stream brings it, as does any change this mount makes to the file's attributes or
+    /// extended attributes ([`Coherence::changed_here`]).
+    pub fn lacks(&self, handle: Handle, xattr: KernelXattr) -> bool {
+        self.follows() && self.absent_xattrs.locked().contains(&(handle, xattr))
+    }
+
+    /// The server answered a request that began at `ticket` that `handle` has no `xattr`: kept
+    /// unless the file changed since the request began (the answer may predate the change) or
+    /// the changes are not followed.
+    pub fn absent(&self, ticket: Ticket, handle: Handle, xattr: KernelXattr) {
         if !ticket.follows || self.reply_ttl(ticket, handle).is_zero() || !self.follows() {
             return;
         }
-        let mut no_capability = self.no_capability.locked();
-        if no_capability.len() < NO_CAPABILITY_MAX {
-            no_capability.insert(handle);
+        let mut absent = self.absent_xattrs.locked();
+        if absent.len() < ABSENT_XATTRS_MAX {
+            absent.insert((handle, xattr));
         }
-        drop(no_capability);
+        drop(absent);
         // A change noted while inserting: undo (the mark may have run before the insert).
         if self.reply_ttl(ticket, handle).is_zero() {
-            self.no_capability.locked().remove(&handle);
+            self.absent_xattrs.locked().remove(&(handle, xattr));
         }
     }
 
@@ -928,72 +961,74 @@ mod tests {
         assert!(!runtime().block_on(cache.wait_passed(3, Duration::from_secs(30))));
     }
     #[test]
-    fn a_files_known_lack_of_capabilities_lasts_until_anything_changes_it() {
+    fn a_files_known_lack_of_kernel_xattrs_lasts_until_anything_changes_it() {
         let cache = Coherence::new(Duration::from_secs(60));
+        let cap = kernel_xattr(CAPABILITY_XATTR).expect("kept");
         let (sender, _receiver) = std::sync::mpsc::channel();
         *cache.work.locked() = Some(sender);
-        cache.no_capability(cache.ticket(), 10);
-        assert!(!cache.lacks_capability(10), "not kept while not followed");
+        cache.absent(cache.ticket(), 10, cap);
+        assert!(!cache.lacks(10, cap), "not kept while not followed");
 
         cache.follows.store(true, Ordering::SeqCst);
-        cache.no_capability(cache.ticket(), 10);
-        assert!(cache.lacks_capability(10));
-        assert!(!cache.lacks_capability(11));
+        cache.absent(cache.ticket(), 10, cap);
+        assert!(cache.lacks(10, cap));
+        assert!(!cache.lacks(11, cap));
+        let acl = kernel_xattr(b"system.posix_acl_access").expect("kept");
+        assert!(!cache.lacks(10, acl), "only what the server said");
+        cache.absent(cache.ticket(), 10, acl);
+        assert!(cache.lacks(10, acl));
+        assert_eq!(kernel_xattr(b"user.note"), None, "a program's own question");
 
         // Another client's change of the file (any: its extended attributes are among them).
         let mut other = record(RecordType::Xattr, 10, 0, b"");
         other.session = 8;
         apply(&cache, &[WatchEvent::Change(other.clone())], 7, &|_| {});
-        assert!(!cache.lacks_capability(10), "changed by another client");
+        assert!(!cache.lacks(10, cap), "changed by another client");
+        assert!(!cache.lacks(10, acl), "every kind goes");
 
         // An answer to a request that began before a change is not kept.
         let before = cache.ticket();
         apply(&cache, &[WatchEvent::Change(other.clone())], 7, &|_| {});
-        cache.no_capability(before, 10);
-        assert!(
-            !cache.lacks_capability(10),
-            "the answer may predate the change"
-        );
+        cache.absent(before, 10, cap);
+        assert!(!cache.lacks(10, cap), "the answer may predate the change");
 
         // This mount's own change of its extended attributes.
-        cache.no_capability(cache.ticket(), 10);
+        cache.absent(cache.ticket(), 10, cap);
         let during = cache.ticket();
         cache.changed_here(10);
-        assert!(!cache.lacks_capability(10), "changed here");
-        cache.no_capability(during, 10);
-        assert!(
-            !cache.lacks_capability(10),
-            "asked while this mount changed it"
-        );
+        assert!(!cache.lacks(10, cap), "changed here");
+        cache.absent(during, 10, cap);
+        assert!(!cache.lacks(10, cap), "asked while this mount changed it");
 
         // A resync, and the kernel forgetting the file.
-        cache.no_capability(cache.ticket(), 10);
-        cache.no_capability(cache.ticket(), 12);
+        cache.absent(cache.ticket(), 10, cap);
+        cache.absent(cache.ticket(), 12, cap);
         apply(&cache, &[WatchEvent::Resync { from: 5 }], 7, &|_| {});
-        assert!(!cache.lacks_capability(10) && !cache.lacks_capability(12));
+        assert!(!cache.lacks(10, cap) && !cache.lacks(12, cap));
         let ticket = cache.ticket();
         cache.entered(ticket, 12);
-        cache.no_capability(ticket, 12);
-        assert!(cache.lacks_capability(12));
+        cache.absent(ticket, 12, cap);
+        assert!(cache.lacks(12, cap));
         assert!(cache.forget(12, 1));
-        assert!(!cache.lacks_capability(12), "forgotten by the kernel");
+        assert!(!cache.lacks(12, cap), "forgotten by the kernel");
 
         // Known while followed only.
-        cache.no_capability(cache.ticket(), 13);
+        cache.absent(cache.ticket(), 13, cap);
         cache.follows.store(false, Ordering::SeqCst);
-        assert!(!cache.lacks_capability(13));
+        assert!(!cache.lacks(13, cap));
     }
 
     #[test]
-    fn what_is_known_of_capabilities_is_bounded() {
+    fn what_is_known_of_kernel_xattrs_is_bounded() {
         let cache = Coherence::new(Duration::from_secs(60));
+        let cap = kernel_xattr(CAPABILITY_XATTR).expect("kept");
         cache.follows.store(true, Ordering::SeqCst);
         let ticket = cache.ticket();
-        for handle in 100..100 + NO_CAPABILITY_MAX as u64 + 10 {
-            cache.no_capability(ticket, handle);
+        for handle in 100..100 + ABSENT_XATTRS_MAX as u64 + 10 {
+            cache.absent(ticket, handle, cap);
         }
-        assert_eq!(cache.no_capability.locked().len(), NO_CAPABILITY_MAX);
-        assert!(cache.lacks_capability(100));
-        assert!(!cache.lacks_capability(100 + NO_CAPABILITY_MAX as u64));
+        assert_eq!(cache.absent_xattrs.locked().len(), ABSENT_XATTRS_MAX);
+        assert!(cache.lacks(100, cap));
+        assert!(!cache.lacks(100 + ABSENT_XATTRS_MAX as u64, cap));
     }
 }

@@ -292,7 +292,7 @@ impl Filesystem for CalmFs {
         // The server drops setuid, setgid and file capabilities on write, truncate and chown
         // (calm-meta's perm and ops): the kernel need not ask for it. (It still asks whether a
         // file has capabilities before a write whenever it fetched the file's attributes since
-        // the last: the mount answers that itself, `cache::Coherence::lacks_capability`.)
+        // the last: the mount answers that itself, `cache::Coherence::lacks`.)
         if let Err(missing) = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
             tracing::warn!(
                 ?missing,

@@ -332,3 +332,35 @@ for i in range(200):
         );
     }
 }
+
+/// A user who owns neither the directories on a path nor the file makes the kernel check each
+/// one's ACL, whenever their attributes were refreshed: the mount answers that there is none
+/// itself (the server said so and nothing changed them since), where each walk used to ask the
+/// server once per directory; an ACL set through another mount is seen all the same.
+#[test]
+fn an_unprivileged_users_path_walks_ask_the_server_nothing_of_acls_nobody_set() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &["--allow-other"]);
+    let b = Mount::remote(&server.addr, &[]);
+    a.sh_ok("chmod 755 \"$MNT\" && mkdir -p d/e && echo x > d/e/f && chmod 600 d/e/f");
+    let as_user = "setpriv --reuid 40003 --regid 40003 --clear-groups";
+    // Each walk's stat refreshes the attributes (a change through the other mount drops them:
+    // after a write, the kernel asks again as a database's fstat makes it).
+    let walk = format!("for i in $(seq 200); do {as_user} stat -c %s d/e/f > /dev/null; done");
+    a.sh_ok(&walk);
+    let asked = requests_during(&server.addr, || {
+        a.sh_ok(&walk);
+    });
+    assert!(
+        asked < 20,
+        "200 walks asked the server {asked} times (one is the count itself)"
+    );
+    let read = format!("{as_user} cat d/e/f");
+    assert!(
+        !a.sh(&read).status.success(),
+        "the mode alone lets the user in"
+    );
+    b.sh_ok("setfacl -m u:40003:r d/e/f");
+    until(&a, &read, "an ACL set through the other mount");
+}

@@ -194,16 +194,20 @@ impl CalmFs {
             return xattr_reply(reply, size, figures.as_bytes());
         }
         let cache = self.shared.cache.clone();
-        let capability = name == crate::cache::CAPABILITY_XATTR;
-        if capability && cache.lacks_capability(ino.0) {
+        let kept = crate::cache::kernel_xattr(&name);
+        if let Some(xattr) = kept
+            && cache.lacks(ino.0, xattr)
+        {
             return reply.error(Errno::ENODATA);
         }
         let client = self.shared.caller(req);
         let ticket = cache.ticket();
         let value = async move {
             let value = client.getxattr(ino.0, &name).await;
-            if capability && matches!(value, Err(MetaError::NoData)) {
-                cache.no_capability(ticket, ino.0);
+            if let Some(xattr) = kept
+                && matches!(value, Err(MetaError::NoData))
+            {
+                cache.absent(ticket, ino.0, xattr);
             }
             value
         };
