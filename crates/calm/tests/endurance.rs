@@ -6,7 +6,12 @@
 
 mod common;
 
-use common::{Backend, Mount, Server, all_at_once, calm_json_env, python_in};
+use std::os::unix::fs::PermissionsExt;
+
+use common::{
+    Backend, Mount, Server, UNPRIVILEGED_UID, all_at_once, calm_json_env, python_in,
+    python_unprivileged_in,
+};
 
 /// The most records a chunk keeps once the compactor has caught up
 /// (`calm_meta::compaction::CHUNK_SLICES_COMPACT_ALWAYS`).
@@ -157,52 +162,62 @@ on_each_store!(
     "fsync"
 );
 
-/// Transactions of the sqlite tests, in all: a transaction through a mount costs about 10 ms
-/// in this unoptimized build, so the tests run 5 000 (about a minute); the 20 000 a site would
-/// want checked take `CALM_ENDURANCE_SQLITE_TRANSACTIONS=20000` (the recorded runs:
-/// docs/benchmarks/).
-fn sqlite_transactions() -> usize {
-    std::env::var("CALM_ENDURANCE_SQLITE_TRANSACTIONS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(5_000)
-}
-
 /// A sqlite database with a rollback journal, written by one process on each of two mounts
 /// (fcntl locks between them), `total` transactions in all: every row there, once, and
-/// integrity_check ok.
+/// integrity_check ok. The writers are an unprivileged user's, as a site's databases are (the
+/// kernel then checks their permission on each path it walks, with the directories' ACLs).
 fn sqlite_takes_transactions(backend: Backend, total: usize) {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (server, a, b) = backend.two_mounts(&tmp);
+    let (server, a, b) = backend.two_mounts_with(&tmp, &["--allow-other"]);
+    let mounts = [&a, &b];
+    for mount in mounts {
+        // sqlite looks at each directory on the database's path.
+        let parent = mount.mnt.parent().expect("a mount point's directory");
+        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    a.sh_ok(&format!(
+        "mkdir db && chown {UNPRIVILEGED_UID}:{UNPRIVILEGED_UID} db"
+    ));
+    let as_user = |mount: &Mount, words: &[&str]| {
+        let out = python_unprivileged_in(mount, PROGRAM_SECONDS_MAX, "endurance.py", &args(words));
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "endurance.py {words:?} as an unprivileged user ({}):\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout.trim_end().to_string()
+    };
     assert_eq!(
-        endurance(&a, &args(&["sqlite-init", &path(&a, "app.db")])),
+        as_user(&a, &["sqlite-init", &path(&a, "db/app.db")]),
         "created"
     );
-    let mounts = [&a, &b];
     let per_writer = (total / 2).to_string();
     let outs = all_at_once(vec![0usize, 1], |w| {
-        endurance(
-            mounts[w],
-            &args(&[
+        let mount = mounts[w];
+        as_user(
+            mount,
+            &[
                 "sqlite",
-                &path(mounts[w], "app.db"),
+                &path(mount, "db/app.db"),
                 &format!("w{w}"),
                 &per_writer,
-            ]),
+            ],
         )
     });
     for out in outs {
         assert_eq!(out, format!("committed {per_writer}"));
     }
     for mount in mounts {
-        let out = endurance(
+        let out = as_user(
             mount,
-            &args(&[
+            &[
                 "check-sqlite",
-                &path(mount, "app.db"),
+                &path(mount, "db/app.db"),
                 &format!("w0:{per_writer}"),
                 &format!("w1:{per_writer}"),
-            ]),
+            ],
         );
         assert_eq!(
             out,
@@ -213,9 +228,9 @@ fn sqlite_takes_transactions(backend: Backend, total: usize) {
 }
 
 on_each_store!(
-    sqlite_takes_transactions(sqlite_transactions()):
-    sqlite_takes_many_transactions_from_two_mounts_on_a_local_directory,
-    sqlite_takes_many_transactions_from_two_mounts_on_s3,
+    sqlite_takes_transactions(20_000):
+    sqlite_takes_20_000_transactions_from_two_mounts_on_a_local_directory,
+    sqlite_takes_20_000_transactions_from_two_mounts_on_s3,
     "sqlite"
 );
 

@@ -539,6 +539,34 @@ pub fn python_in(
         .unwrap_or_else(|e| panic!("run {program}: {e}"))
 }
 
+/// The user an unprivileged program runs as (`nobody` on Debian).
+pub const UNPRIVILEGED_UID: u32 = 65534;
+
+/// Runs `program` of the test programs as [`UNPRIVILEGED_UID`], with no supplementary groups,
+/// in `mount`'s namespace (which needs `--allow-other`, and a path to it others may go
+/// through), ended after `timeout_s` seconds. The program is read from its standard input (the
+/// checkout may be closed to other users) by the system's python3 (a python of root's own may
+/// be too).
+pub fn python_unprivileged_in(
+    mount: &Mount,
+    timeout_s: u32,
+    program: &str,
+    args: &[String],
+) -> std::process::Output {
+    let source = std::fs::File::open(format!("{PROGRAMS}/{program}"))
+        .unwrap_or_else(|e| panic!("open {program}: {e}"));
+    let id = UNPRIVILEGED_UID.to_string();
+    std::process::Command::new("timeout")
+        .arg(timeout_s.to_string())
+        .args(["nsenter", "-t", &mount.pid().to_string(), "-m", "--"])
+        .args(["setpriv", "--reuid", &id, "--regid", &id, "--clear-groups"])
+        .args(["/usr/bin/python3", "-"])
+        .args(args)
+        .stdin(source)
+        .output()
+        .unwrap_or_else(|e| panic!("run {program}: {e}"))
+}
+
 /// The URL of a fresh prefix on scripts/test's etcd cluster, or on a private one (kept in
 /// `private` until the test ends) when the test runs alone.
 pub fn etcd_url(
@@ -593,6 +621,15 @@ impl Backend {
 
     /// A server on a fresh store in `tmp`, and two mounts of it.
     pub fn two_mounts(&self, tmp: &tempfile::TempDir) -> (Server, Mount, Mount) {
+        self.two_mounts_with(tmp, &[])
+    }
+
+    /// [`Backend::two_mounts`], each mount with `extra` arguments.
+    pub fn two_mounts_with(
+        &self,
+        tmp: &tempfile::TempDir,
+        extra: &[&str],
+    ) -> (Server, Mount, Mount) {
         let data = data_dir(tmp);
         let server = match self {
             Backend::File => Server::start(&data),
@@ -600,8 +637,8 @@ impl Backend {
                 Server::start_with_env(&data, &["--objects", &s3.url(prefix)], &s3.env)
             }
         };
-        let a = Mount::remote_env(&server.addr, &[], &self.env());
-        let b = Mount::remote_env(&server.addr, &[], &self.env());
+        let a = Mount::remote_env(&server.addr, extra, &self.env());
+        let b = Mount::remote_env(&server.addr, extra, &self.env());
         (server, a, b)
     }
 }
