@@ -22,10 +22,21 @@ const PROGRAM_SECONDS_MAX: u32 = 600;
 
 fn endurance(mount: &Mount, args: &[String]) -> String {
     let out = python_in(mount, PROGRAM_SECONDS_MAX, "endurance.py", args);
+    succeeded(out, args, "")
+}
+
+/// [`endurance`] as an unprivileged user (the mount needs `--allow-other`).
+fn endurance_unprivileged(mount: &Mount, args: &[String]) -> String {
+    let out = python_unprivileged_in(mount, PROGRAM_SECONDS_MAX, "endurance.py", args);
+    succeeded(out, args, " as an unprivileged user")
+}
+
+/// The line a program printed, once it succeeded.
+fn succeeded(out: std::process::Output, args: &[String], how: &str) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "endurance.py {args:?} ({}):\n{stdout}\n{}",
+        "endurance.py {args:?}{how} ({}):\n{stdout}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
@@ -178,17 +189,7 @@ fn sqlite_takes_transactions(backend: Backend, total: usize) {
     a.sh_ok(&format!(
         "mkdir db && chown {UNPRIVILEGED_UID}:{UNPRIVILEGED_UID} db"
     ));
-    let as_user = |mount: &Mount, words: &[&str]| {
-        let out = python_unprivileged_in(mount, PROGRAM_SECONDS_MAX, "endurance.py", &args(words));
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "endurance.py {words:?} as an unprivileged user ({}):\n{stdout}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        stdout.trim_end().to_string()
-    };
+    let as_user = |mount: &Mount, words: &[&str]| endurance_unprivileged(mount, &args(words));
     assert_eq!(
         as_user(&a, &["sqlite-init", &path(&a, "db/app.db")]),
         "created"
