@@ -387,8 +387,8 @@ impl Coherence {
     /// that is not their owner goes through them after their attributes were refreshed: both
     /// cost a database several round trips to the server per transaction. Exact as the kernel's
     /// attributes are: any change of the file by another client drops the knowledge when the
-    /// change stream brings it, as does any change this mount makes to the file's attributes or
-    /// extended attributes ([`Coherence::changed_here`]).
+    /// change stream brings it, as does this mount's own change of the file's extended
+    /// attributes ([`Coherence::changed_here`]; a chmod adds no ACL to a file that has none).
     pub fn lacks(&self, handle: Handle, xattr: KernelXattr) -> bool {
         self.follows() && self.absent_xattrs.locked().contains(&(handle, xattr))
     }
