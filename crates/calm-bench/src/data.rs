@@ -386,17 +386,8 @@ impl Calm {
             std::fs::create_dir(m).map_err(|e| err(m, e))?;
         }
         let options = calm_fuse::MountOptions {
-            write_buffer_bytes: calm_fuse::contents::WRITE_BUFFER_BYTES_DEFAULT,
-            ttl: calm_fuse::fs::TTL_DEFAULT,
-            lease_ms: calm_fuse::locks::LEASE_MS_DEFAULT,
-            allow_other: false,
-            cache_dir: None,
-            cache_bytes: 0,
             inline_bytes_max,
-            append_through_cache: false,
-            metrics: None,
-            count_requests: true,
-            job_variable: None,
+            ..Default::default()
         };
         let (server, mounted) = runtime.block_on(async {
             // The deleter and the compactor run, as under `calm serve` (with its defaults):

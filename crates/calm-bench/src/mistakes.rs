@@ -74,21 +74,13 @@ fn mount(dir: &Path, trash_kept: Duration, inline: bool) -> Result<Mounted, Stri
     let point = work.path().join("mnt");
     std::fs::create_dir(&point).map_err(|e| e.to_string())?;
     let options = calm_fuse::MountOptions {
-        write_buffer_bytes: calm_fuse::contents::WRITE_BUFFER_BYTES_DEFAULT,
         ttl: Duration::from_secs(1),
-        lease_ms: calm_fuse::locks::LEASE_MS_DEFAULT,
-        allow_other: false,
-        cache_dir: None,
-        cache_bytes: 0,
         inline_bytes_max: if inline {
             calm_meta::slices::INLINE_WRITE_BYTES_MAX
         } else {
             0
         },
-        append_through_cache: false,
-        metrics: None,
-        count_requests: true,
-        job_variable: None,
+        ..Default::default()
     };
     let (server, mounted) = runtime.block_on(async {
         let server = InProcessServer::start(Arc::clone(&meta)).await?;

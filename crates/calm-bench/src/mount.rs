@@ -183,17 +183,8 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
     let second = work.path().join("mnt2");
     std::fs::create_dir(&second).map_err(|e| e.to_string())?;
     let fuse_options = calm_fuse::MountOptions {
-        write_buffer_bytes: calm_fuse::contents::WRITE_BUFFER_BYTES_DEFAULT,
         ttl: options.ttl,
-        lease_ms: calm_fuse::locks::LEASE_MS_DEFAULT,
-        allow_other: false,
-        cache_dir: None,
-        cache_bytes: 0,
-        inline_bytes_max: calm_meta::slices::INLINE_WRITE_BYTES_MAX,
-        append_through_cache: false,
-        metrics: None,
-        count_requests: true,
-        job_variable: None,
+        ..Default::default()
     };
     let (server, mounted, mounted_second) = runtime.block_on(async {
         let server = crate::mdtest::InProcessServer::start(Arc::clone(&meta)).await?;

@@ -273,17 +273,9 @@ impl Arm {
         let mountpoint = work.path().join("mnt");
         std::fs::create_dir(&mountpoint).map_err(|e| e.to_string())?;
         let fuse_options = calm_fuse::MountOptions {
-            write_buffer_bytes: calm_fuse::contents::WRITE_BUFFER_BYTES_DEFAULT,
-            ttl: calm_fuse::fs::TTL_DEFAULT,
-            lease_ms: calm_fuse::locks::LEASE_MS_DEFAULT,
-            allow_other: false,
-            cache_dir: None,
-            cache_bytes: 0,
-            inline_bytes_max: calm_meta::slices::INLINE_WRITE_BYTES_MAX,
-            append_through_cache: false,
             metrics: counting.then(calm_metrics::Registry::new),
             count_requests: counting,
-            job_variable: None,
+            ..Default::default()
         };
         let (server, mounted) = runtime.block_on(async {
             let server =

@@ -92,6 +92,27 @@ pub struct MountOptions {
     pub job_variable: Option<String>,
 }
 
+impl Default for MountOptions {
+    /// The mount's defaults: for its user alone, small writes inline, appends whole, requests
+    /// counted in a registry of its own; and no disk cache (`calm mount` keeps one for a
+    /// remote store unless told not to).
+    fn default() -> MountOptions {
+        MountOptions {
+            write_buffer_bytes: crate::contents::WRITE_BUFFER_BYTES_DEFAULT,
+            ttl: TTL_DEFAULT,
+            lease_ms: crate::locks::LEASE_MS_DEFAULT,
+            allow_other: false,
+            cache_dir: None,
+            cache_bytes: 0,
+            inline_bytes_max: calm_types::slices::INLINE_WRITE_BYTES_MAX,
+            append_through_cache: false,
+            metrics: None,
+            count_requests: true,
+            job_variable: None,
+        }
+    }
+}
+
 /// Where a mount keeps a remote store's blocks when not told: `$XDG_CACHE_HOME/calm/blocks`,
 /// or `~/.cache/calm/blocks`.
 pub fn default_cache_dir() -> Option<std::path::PathBuf> {
