@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::listings::Listings;
 use calm_changelog::{Record, RecordType};
 use calm_client::{Client, WatchEvent, WatchWhat};
 use calm_types::{Attr, Handle, ROOT};
@@ -80,6 +81,8 @@ pub const DIR_ATTRS_MAX: usize = 1 << 14;
 /// Wait before a broken watch is made again, growing to [`REWATCH_MAX`].
 const REWATCH_FIRST: Duration = Duration::from_millis(50);
 const REWATCH_MAX: Duration = Duration::from_secs(2);
+
+mod listed;
 
 /// What a change makes stale in a kernel's cache.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -168,6 +171,8 @@ pub struct CacheStats {
     pub invalidations: u64,
     /// Times the whole cache was dropped (the stream fell behind or broke).
     pub dropped_all: u64,
+    /// Lookups of names not there answered by the mount (`Coherence::known_absent`).
+    pub absences_known: u64,
 }
 
 /// The mount's side of the kernel's cache.
@@ -203,6 +208,11 @@ pub struct Coherence {
     /// was not a directory's: which directories' attributes that changed is not known here,
     /// so none is kept from answers to requests begun before.
     dirs_changed: AtomicU64,
+    /// Directories whose every name this mount knows (it made them, and nothing but this
+    /// mount changed their names since): a lookup of a name not there is answered here.
+    listings: Mutex<Listings>,
+    /// Lookups answered that way.
+    absences_known: AtomicU64,
 }
 
 fn slot(handle: Handle) -> usize {
@@ -229,6 +239,8 @@ impl Coherence {
             absent_xattrs: Mutex::new(HashSet::new()),
             dir_attrs: Mutex::new(HashMap::new()),
             dirs_changed: AtomicU64::new(0),
+            listings: Mutex::new(Listings::default()),
+            absences_known: AtomicU64::new(0),
         })
     }
 
@@ -236,6 +248,7 @@ impl Coherence {
         CacheStats {
             invalidations: self.invalidations.load(Ordering::Relaxed),
             dropped_all: self.dropped_all.load(Ordering::Relaxed),
+            absences_known: self.absences_known.load(Ordering::Relaxed),
         }
     }
 
@@ -334,6 +347,7 @@ impl Coherence {
                     held.remove(&handle);
                     self.forget_absent_xattrs(&[handle]);
                     self.dir_attrs.locked().remove(&handle);
+                    self.listings.locked().forget(handle);
                     return true;
                 }
                 false
@@ -366,6 +380,7 @@ impl Coherence {
         self.all_changed.store(now, Ordering::SeqCst);
         self.absent_xattrs.locked().clear();
         self.dir_attrs.locked().clear();
+        self.listings.locked().clear();
     }
 
     fn forget_absent_xattrs(&self, handles: &[Handle]) {
@@ -716,6 +731,9 @@ fn apply(
     stale.retain(|s| seen.insert(s.clone()));
     if !stale.is_empty() {
         cache.mark(&stale);
+        // After the mark: a directory made here and kept meanwhile is undone by its maker's
+        // second look (`Coherence::made_dir_here`).
+        cache.others_changed(&stale);
         for s in &stale {
             if let Stale::Contents(handle) = s {
                 contents_changed(Some(*handle));

@@ -278,9 +278,16 @@ impl CalmFs {
         shared.cache.changed_here(parent.0);
         let ticket = shared.cache.ticket();
         self.entry_task(reply, async move {
-            let (attr, dir) = call(client, name).await.map_err(|e| errno(&e))?;
+            let made = call(client, name.clone()).await;
+            let outcome = crate::listings::Outcome::of_make(&made);
+            shared.cache.name_added_here(parent.0, &name, outcome);
+            let (attr, dir) = made.map_err(|e| errno(&e))?;
             if let Some(dir) = dir {
                 shared.cache.dir_changed(ticket, dir);
+            }
+            if attr.kind == Kind::Dir {
+                // A directory made here is empty: its names are known from now.
+                shared.cache.made_dir_here(ticket, attr.handle);
             }
             Ok(attr)
         });

@@ -23,6 +23,7 @@ mod convert;
 pub mod fs;
 pub mod groups;
 pub mod jobs;
+pub mod listings;
 pub mod locks;
 pub mod metrics;
 pub mod mount;

@@ -364,3 +364,76 @@ fn an_unprivileged_users_path_walks_ask_the_server_nothing_of_acls_nobody_set() 
     b.sh_ok("setfacl -m u:40003:r d/e/f");
     until(&a, &read, "an ACL set through the other mount");
 }
+
+/// A directory this mount made has no names but those this mount gave it, until another
+/// client changes it: the kernel's lookup before each create is answered by the mount (a
+/// create and an unlink cost two requests, not three), and a name made there through another
+/// mount, in any way, is seen all the same; this mount's own renames, exchanges and removals
+/// are seen at once.
+#[test]
+fn lookups_in_a_directory_this_mount_made_are_answered_here_and_other_mounts_names_are_seen() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &[]);
+    let b = Mount::remote(&server.addr, &[]);
+    a.sh_ok("mkdir d");
+    let made = requests_during(&server.addr, || {
+        a.sh_ok(
+            "python3 -c \"import os
+for i in range(200):
+    os.close(os.open('d/f%d' % i, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    os.unlink('d/f%d' % i)\"",
+        );
+    });
+    assert!(
+        made <= 2 * 200 + 10,
+        "200 creates and unlinks through A made {made} requests"
+    );
+
+    // This mount's own changes, seen at once (renames within and across directories it made,
+    // an exchange, a removal, a directory made in one).
+    let own = [
+        "mkdir k k2 && : > k/x && mv k/x k/y && [ ! -e k/x ] && [ -e k/y ]",
+        "mv k/y k2/y && [ ! -e k/y ] && [ -e k2/y ] && : > k/z",
+        "python3 -c \"import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.renameat2(-100, b'k/z', -100, b'k2/y', 2) != 0:
+    raise OSError(ctypes.get_errno(), 'renameat2')\" && [ -e k/z ] && [ -e k2/y ]",
+        "rm k/z && [ ! -e k/z ] && ln k2/y k/l && [ -e k/l ] && rm k/l k2/y",
+        "mkdir k/s && [ -d k/s ] && : > k/s/f && [ -e k/s/f ] && rm k/s/f && rmdir k/s && \
+         [ ! -e k/s ]",
+        "ln -s y k/sym && [ -L k/sym ] && mkfifo k/p && [ -p k/p ] && rm k/sym k/p",
+        // A name that is there is found, a refused make changes nothing.
+        ": > k/e && ! mkdir k/e 2> /dev/null && [ -f k/e ] && rm k/e && [ ! -e k/e ]",
+    ];
+    for step in own {
+        a.sh_ok(step);
+    }
+
+    // Another mount's names in a directory A made, each kind in a fresh one, A having looked
+    // the name up (and been told it is not there) right before.
+    let steps = [
+        ("create", "echo new > D/n"),
+        ("mkdir", "mkdir D/n"),
+        ("symlink", "ln -s elsewhere D/n"),
+        ("mknod", "mkfifo D/n"),
+        ("hard link", "echo x > D/../h-D && ln D/../h-D D/n"),
+        ("rename into it", "echo r > D/../r-D && mv D/../r-D D/n"),
+    ];
+    for round in 0..5 {
+        for (at, (what, change)) in steps.iter().enumerate() {
+            let dir = format!("m{round}-{at}");
+            a.sh_ok(&format!(
+                "mkdir {dir} && for _ in 1 2 3; do [ -e {dir}/n ] || [ -L {dir}/n ] && exit 1; \
+                 done; true"
+            ));
+            b.sh_ok(&change.replace('D', &dir));
+            until(&a, &format!("[ -e {dir}/n ] || [ -L {dir}/n ]"), what);
+        }
+    }
+    // A name removed through the other mount and made again through A's.
+    a.sh_ok("mkdir g && : > g/x");
+    b.sh_ok("rm g/x");
+    until(&a, "[ ! -e g/x ]", "unlink through B");
+    a.sh_ok(": > g/x && [ -e g/x ]");
+}

@@ -3,6 +3,7 @@
 //! last name).
 
 use super::*;
+use crate::listings::Outcome;
 
 impl CalmFs {
     pub(super) fn handle_lookup(
@@ -12,10 +13,18 @@ impl CalmFs {
         name: &OsStr,
         reply: ReplyEntry,
     ) {
+        let ticket = self.shared.cache.ticket();
+        // A name not in a directory whose every name this mount knows: no question to ask.
+        if let Some(ttl) = self
+            .shared
+            .cache
+            .known_absent(ticket, parent.0, name.as_bytes())
+        {
+            return reply.entry(&ttl, &plain_attr(0, Kind::File), Generation(0));
+        }
         let client = self.shared.caller(req);
         let name = name.as_bytes().to_vec();
         let shared = self.shared.clone();
-        let ticket = shared.cache.ticket();
         let task = async move {
             match client.lookup(parent.0, &name).await {
                 Ok(attr) => {
@@ -105,7 +114,11 @@ impl CalmFs {
         shared.cache.changed_here(parent.0);
         let ticket = shared.cache.ticket();
         self.spawn(async move {
-            let attr = match client.make_in_dir(parent.0, &name, &node, exclusive).await {
+            let made = client.make_in_dir(parent.0, &name, &node, exclusive).await;
+            shared
+                .cache
+                .name_added_here(parent.0, &name, Outcome::of_make(&made));
+            let attr = match made {
                 Ok((attr, dir)) => {
                     if let Some(dir) = dir {
                         shared.cache.dir_changed(ticket, dir);
@@ -171,10 +184,11 @@ impl CalmFs {
         let ticket = shared.cache.ticket();
         self.empty_task(reply, async move {
             let keep = shared.keep_for(&client, parent.0, &name).await;
-            let (orphan, dir) = client
-                .unlink_in_dir(parent.0, &name, keep)
-                .await
-                .map_err(|e| errno(&e))?;
+            let unlinked = client.unlink_in_dir(parent.0, &name, keep).await;
+            shared
+                .cache
+                .name_removed_here(parent.0, &name, Outcome::of_removal(&unlinked));
+            let (orphan, dir) = unlinked.map_err(|e| errno(&e))?;
             if let Some(dir) = dir {
                 shared.cache.dir_changed(ticket, dir);
             }
@@ -196,7 +210,11 @@ impl CalmFs {
         shared.cache.changed_here(parent.0);
         shared.cache.dirs_changed_here();
         self.empty_task(reply, async move {
-            let removed = client.rmdir(parent.0, &name).await.map_err(|e| errno(&e));
+            let removed = client.rmdir(parent.0, &name).await;
+            shared
+                .cache
+                .name_removed_here(parent.0, &name, Outcome::of_removal(&removed));
+            let removed = removed.map_err(|e| errno(&e));
             shared.cache.changed_here(parent.0);
             shared.cache.dirs_changed_here();
             removed
@@ -231,6 +249,16 @@ impl CalmFs {
             let renamed = client
                 .rename_in_dir(parent.0, &name, newparent.0, &newname, flags, keep)
                 .await;
+            let outcome = match renamed {
+                Ok(_) => Outcome::Known,
+                Err(_) => Outcome::Unknown,
+            };
+            shared.cache.renamed_here(
+                (parent.0, &name),
+                (newparent.0, &newname),
+                flags & libc::RENAME_EXCHANGE != 0,
+                outcome,
+            );
             let (orphan, dir) = match renamed {
                 Ok(answer) => answer,
                 Err(e) => {
