@@ -20,6 +20,9 @@ use etcd_client::{GetOptions, PutOptions, WatchOptions};
 
 use crate::Inner;
 
+/// How the etcd client library words a keep-alive of a lease that ran out.
+const LEASE_NOT_FOUND: &str = "lease not found";
+
 #[derive(Debug, Default, Clone, Copy)]
 struct Joined {
     id: u64,
@@ -102,7 +105,15 @@ impl EtcdRegistry {
     /// Renews `lease` once; whether it was still alive.
     fn keep_alive(&self, lease: i64) -> Result<bool> {
         let ttl = self.once(move |mut client| async move {
-            let (mut keeper, mut stream) = client.lease_keep_alive(lease).await?;
+            let (mut keeper, mut stream) = match client.lease_keep_alive(lease).await {
+                Ok(kept) => kept,
+                // The cluster answered that the lease ran out (a TTL of 0), which the client
+                // library reports as this error: an answer, not a failure to reach it.
+                Err(etcd_client::Error::LeaseKeepAliveError(e)) if e == LEASE_NOT_FOUND => {
+                    return Ok(0);
+                }
+                Err(e) => return Err(e),
+            };
             keeper.keep_alive().await?;
             Ok(stream.message().await?.map_or(0, |r| r.ttl()))
         })?;
