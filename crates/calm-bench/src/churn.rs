@@ -32,6 +32,8 @@ pub struct ChurnOptions {
     pub threads: usize,
     /// The servers' membership lease.
     pub lease_ms: u64,
+    /// The servers' `--trash-hours` (None: their default).
+    pub trash_hours: Option<f64>,
     /// An etcd cluster to use instead of a fresh local one per round.
     pub etcd: Option<String>,
     /// The `calm` binary to start servers with.
@@ -74,6 +76,10 @@ pub struct ChurnReport {
     pub bench: String,
     pub threads: usize,
     pub period_s: f64,
+    /// The servers' `--trash-hours`, when the run set it (reports of earlier runs: their
+    /// default, 24 hours, or no trash before there was one).
+    #[serde(default)]
+    pub trash_hours: Option<f64>,
     pub rounds: Vec<ChurnRound>,
 }
 
@@ -115,6 +121,7 @@ pub fn run(options: &ChurnOptions) -> Result<ChurnReport, String> {
         bench: "churn".into(),
         threads: options.threads,
         period_s: options.period.as_secs_f64(),
+        trash_hours: options.trash_hours,
         rounds,
     })
 }
@@ -141,19 +148,24 @@ async fn round(
 ) -> Result<Vec<ChurnPeriod>, String> {
     let objects = format!("file://{}", dir.join("objects").display());
     let lease = options.lease_ms.to_string();
+    let mut args = vec![
+        "--store".to_string(),
+        url.to_string(),
+        "--objects".to_string(),
+        objects,
+        "--server-lease-ms".to_string(),
+        lease,
+    ];
+    if let Some(hours) = options.trash_hours {
+        args.extend(["--trash-hours".to_string(), hours.to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut servers = Vec::new();
     for i in 0..count {
         servers.push(ServerProcess::start(
             &options.calm,
             &dir.join(format!("server-{i}")),
-            &[
-                "--store",
-                url,
-                "--objects",
-                &objects,
-                "--server-lease-ms",
-                &lease,
-            ],
+            &args,
         )?);
     }
     let addrs: Vec<&str> = servers.iter().map(|s| s.addr.as_str()).collect();
@@ -312,6 +324,13 @@ pub fn table(report: &ChurnReport) -> Vec<String> {
             ));
         }
     }
+    match report.trash_hours {
+        Some(hours) if hours > 0.0 => lines.push(format!(
+            "the servers kept unlinked files in the trash for {hours} hours"
+        )),
+        Some(_) => lines.push("the servers kept no trash: the namespace stayed its size".into()),
+        None => {}
+    }
     lines
 }
 
@@ -381,6 +400,7 @@ mod tests {
             bench: "churn".into(),
             threads: 16,
             period_s: 60.0,
+            trash_hours: None,
             rounds: vec![ChurnRound {
                 servers: 2,
                 periods: vec![period(1, 400.0, 10.0), period(2, 300.0, 20.0)],

@@ -79,6 +79,11 @@ pub struct ChurnArgs {
     /// The servers' membership lease, in milliseconds.
     #[arg(long, default_value_t = 2_000)]
     lease_ms: u64,
+    /// How long the servers keep unlinked files in the trash, in hours (the servers' own
+    /// default when not given: every file of the round stays in the namespace for its whole
+    /// length; 0: no trash, the namespace stays the same size).
+    #[arg(long)]
+    trash_hours: Option<f64>,
     /// An etcd cluster (etcd://HOST:PORT,...) instead of a fresh local 3-member one per round.
     #[arg(long)]
     store: Option<String>,
@@ -105,6 +110,7 @@ pub fn run_churn(args: ChurnArgs) -> Result<Output> {
                 period: std::time::Duration::from_secs(args.period_s.max(1)),
                 threads: args.threads,
                 lease_ms: args.lease_ms,
+                trash_hours: args.trash_hours,
                 etcd: args.store,
                 calm: calm_exe(args.calm)?,
             };
