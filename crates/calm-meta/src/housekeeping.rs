@@ -18,8 +18,8 @@ use crate::requests;
 /// Longest pause between two sweeps of the request records.
 const SWEEP_PERIOD_MAX: Duration = Duration::from_secs(60);
 /// Pause between two passes of the trash's expiry (each visits at most
-/// [`crate::ops::trash::EXPIRY_ENTRIES_PER_PASS`] entries): an entry goes at most this long after
-/// it expires, plus one pause for every such number of entries before it.
+/// [`crate::ops::trash::EXPIRY_ENTRIES_PER_PASS`] entries) when the last found nothing
+/// expired; a pass that purged entries is followed at once.
 pub const TRASH_PASS_EVERY: Duration = Duration::from_secs(10);
 
 /// What the thread does, and how often.
@@ -114,20 +114,30 @@ pub(crate) fn run<S: Store>(
             let Some(store) = store.upgrade() else { return };
             let kept = plan.trash_kept.unwrap_or_default();
             match expire_trash(&store, &queue, trash_from, kept) {
-                Ok(next) => trash_from = next.unwrap_or(0),
+                Ok((next, purged)) => {
+                    trash_from = next.unwrap_or(0);
+                    // Entries expire as fast as files are removed: while a pass finds some,
+                    // the next goes at once (from the start again after the last page), so
+                    // the expiry keeps up with any rate of removals instead of one page per
+                    // pause. Only a pass that found nothing expired waits.
+                    if purged > 0 {
+                        next_trash = Some(now);
+                    }
+                }
                 Err(error) => tracing::warn!(%error, "purging expired entries of the trash"),
             }
         }
     }
 }
 
-/// One pass of the trash's expiry from handle `from`; returns where the next pass starts.
+/// One pass of the trash's expiry from handle `from`; returns where the next pass starts and
+/// how many entries it purged.
 fn expire_trash<S: Store>(
     store: &Arc<S>,
     queue: &mpsc::WeakSender<commit::Request>,
     from: u64,
     kept: Duration,
-) -> crate::Result<Option<u64>> {
+) -> crate::Result<(Option<u64>, usize)> {
     let before_ns = now_ns().saturating_sub(i64::try_from(kept.as_nanos()).unwrap_or(i64::MAX));
     let (old, next) = {
         let view = store.snapshot()?;
@@ -152,7 +162,7 @@ fn expire_trash<S: Store>(
     if !old.is_empty() {
         tracing::info!(entries = old.len(), "purged expired entries of the trash");
     }
-    Ok(next)
+    Ok((next, old.len()))
 }
 
 /// Queues `op`; `None` when the committer is gone.

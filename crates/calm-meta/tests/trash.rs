@@ -443,3 +443,46 @@ async fn without_a_trash_a_removal_is_final() {
     assert!(listed(&meta, &user(0)).is_empty());
     fsck_clean(&store);
 }
+
+/// The expiry keeps up with removals: a pass that purged entries is followed at once, not after
+/// the pause, so a trash whose entries have all expired is emptied at the next pass, whatever
+/// its size. (One page of entries per pause, four pages took three pauses more: a trash under
+/// removals faster than a page per pause grew for ever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_expiry_keeps_up_with_removals_faster_than_a_page_per_pause() {
+    // The pause between passes is `kept` here (at most 10 s).
+    let kept = Duration::from_secs(10);
+    let store = Arc::new(MemStore::new());
+    let meta = Arc::new(Meta::open(store.clone(), options(kept)).unwrap());
+    let entries = 4 * calm_meta::ops::trash::EXPIRY_ENTRIES_PER_PASS as u64;
+    let tasks: Vec<_> = (0..64)
+        .map(|t| {
+            let meta = meta.clone();
+            tokio::spawn(async move {
+                for i in (t..entries).step_by(64) {
+                    let name = format!("f{i}");
+                    meta.create(ROOT, name.as_bytes(), 0o644).await.unwrap();
+                    meta.unlink(ROOT, name.as_bytes()).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // Every entry has expired from here on; the next pass comes within one pause.
+    let all_expired = std::time::Instant::now() + kept;
+    let trash = || meta.status().unwrap().trash_entries;
+    while trash() > 0 {
+        let now = std::time::Instant::now();
+        assert!(
+            now < all_expired + 2 * kept,
+            "{} entries still in the trash {:?} after the last expired",
+            trash(),
+            now.saturating_duration_since(all_expired)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let report = fsck_clean(&store);
+    assert_eq!((report.inodes, report.trash_entries), (1, 0));
+}
