@@ -45,7 +45,7 @@ enum Command {
         data: PathBuf,
         /// Keep the metadata on an etcd cluster instead of in --data:
         /// etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?txn-ops-max=N&request-bytes-max=N&history-s=N]
-        /// (calm compacts the cluster's history older than history-s, 300 by default; 0: never), or
+        /// (calm compacts the cluster's history older than history-s, 60 by default; 0: never), or
         /// etcd+https://… with tls-ca=F[&tls-cert=F&tls-key=F] and user=NAME&password-file=F
         /// (or CALM_ETCD_PASSWORD). Several servers may serve one namespace from the same URL.
         #[arg(long)]
