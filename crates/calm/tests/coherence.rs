@@ -437,3 +437,23 @@ if libc.renameat2(-100, b'k/z', -100, b'k2/y', 2) != 0:
     until(&a, "[ ! -e g/x ]", "unlink through B");
     a.sh_ok(": > g/x && [ -e g/x ]");
 }
+
+/// A lookup the mount answers itself is still refused to a user who may not search the
+/// directory: the name's absence is not told to them.
+#[test]
+fn a_lookup_answered_by_the_mount_is_refused_to_a_user_who_may_not_search_the_directory() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &["--allow-other"]);
+    a.sh_ok("chmod 755 \"$MNT\" && mkdir p && chmod 700 p && : > p/there");
+    let as_user = "setpriv --reuid 40004 --regid 40004 --clear-groups";
+    for _ in 0..20 {
+        let out = a.sh(&format!("{as_user} stat p/missing"));
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && said.contains("Permission denied"),
+            "an unprivileged user was told: {said}"
+        );
+        a.sh_ok("! stat p/missing 2> /dev/null && [ -e p/there ]");
+    }
+}
