@@ -18,9 +18,9 @@
 //! What it deliberately does not know: which store each cluster is on (any [`Store`]), the
 //! wire, and how servers share the work.
 
-use calm_meta::layout::{COOKIE_GROUP_BITS, NameHash};
+use calm_meta::layout::NameHash;
 use calm_meta::ops::{Done, Op};
-use calm_meta::place::{CLUSTERS_MAX, Place, cluster_of, cluster_of_slice};
+use calm_meta::place::{CLUSTERS_MAX, Place, cluster_of, cluster_of_slice, root_cluster};
 use calm_meta::requests::RequestId;
 use calm_meta::{
     Attr, Caller, DirEntry, Handle, Meta, MetaError, MetaOptions, READDIR_ENTRIES_MAX, ROOT,
@@ -120,7 +120,7 @@ impl<S: Store> Clusters<S> {
     /// The cluster of a name in the root. The hash is the namespace's name hash, so the
     /// choice never changes while the namespace lives (its clusters are fixed when it is made).
     fn root_cluster(&self, name: &[u8]) -> usize {
-        ((self.names.hash(name) >> COOKIE_GROUP_BITS) % self.metas.len() as u64) as usize
+        root_cluster(self.names.hash(name), self.metas.len())
     }
 
     /// Applies a mutation on the one cluster it touches.

@@ -10,7 +10,7 @@
 use calm_store::ReadTxn;
 
 use crate::error::{MetaError, Result};
-use crate::layout::{KEY_NAME_HASH, KEY_NAMESPACE_ID, KEY_PLACE, NameHash};
+use crate::layout::{COOKIE_GROUP_BITS, KEY_NAME_HASH, KEY_NAMESPACE_ID, KEY_PLACE, NameHash};
 use crate::types::{Handle, ROOT};
 
 /// Most clusters in one namespace: a handle's or slice id's top byte names its cluster, and a
@@ -87,6 +87,12 @@ pub fn cluster_of(handle: Handle) -> usize {
     (handle >> CLUSTER_SHIFT) as usize
 }
 
+/// The cluster of `count` holding a name of the root whose hash (the namespace's name hash) is
+/// `hash`. Fixed for the namespace's life: its key and its count of clusters never change.
+pub fn root_cluster(hash: u64, count: usize) -> usize {
+    ((hash >> COOKIE_GROUP_BITS) % count.max(1) as u64) as usize
+}
+
 /// The cluster a slice id was handed out by.
 pub fn cluster_of_slice(id: u64) -> usize {
     ((id & !crate::slices::INLINE) >> CLUSTER_SHIFT) as usize
@@ -101,7 +107,7 @@ pub fn describe(stored: &[u8]) -> String {
 }
 
 /// The namespace's name hash key and identity, as the superblock of `snap` holds them.
-pub(crate) fn namespace_keys<R: ReadTxn + ?Sized>(snap: &R) -> Result<NamespaceKeys> {
+pub fn namespace_keys<R: ReadTxn + ?Sized>(snap: &R) -> Result<NamespaceKeys> {
     let field = |key: &[u8]| -> Result<[u8; 16]> {
         snap.get(key)?
             .and_then(|value| <[u8; 16]>::try_from(value.as_ref()).ok())

@@ -224,6 +224,19 @@ impl CheckReport {
 
     /// The report as text for a terminal.
     pub fn lines(&self) -> Vec<String> {
+        let mut out = self.findings();
+        if let Some((index, count)) = self.fsck.membership.cluster() {
+            out.push(format!(
+                "this store is cluster {index} of {count} of its namespace, checked alone: give \
+                 every cluster's store, cluster 0 first, to check them as one namespace"
+            ));
+        }
+        out.extend(self.verdict());
+        out
+    }
+
+    /// What was read and counted.
+    fn findings(&self) -> Vec<String> {
         let report = &self.fsck;
         let mut out = vec![
             format!(
@@ -262,6 +275,13 @@ impl CheckReport {
                 audit.referenced
             ));
         }
+        out
+    }
+
+    /// "clean", or the problems.
+    fn verdict(&self) -> Vec<String> {
+        let report = &self.fsck;
+        let mut out = Vec::new();
         if report.is_clean() {
             out.push("clean".to_string());
         } else {
@@ -307,5 +327,76 @@ pub fn check<S: Store>(
         audit,
         store_bytes,
         seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// What `calm fsck` found in a namespace over several clusters' stores: each cluster's report,
+/// and the problems of the clusters as one namespace (`calm_meta::fsck::check_clusters`).
+#[derive(Debug)]
+pub struct ClustersReport {
+    pub clusters: Vec<CheckReport>,
+    pub problems: Vec<String>,
+}
+
+impl ClustersReport {
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty() && self.clusters.iter().all(CheckReport::is_clean)
+    }
+
+    /// The namespace's inodes and names: every cluster's, the root once.
+    pub fn inodes_and_names(&self) -> (u64, u64) {
+        let reports = self.clusters.iter().map(|c| &c.fsck);
+        let inodes: u64 = reports.clone().map(|r| r.inodes).sum();
+        let names = reports.map(|r| r.dentries).sum();
+        let roots = self.clusters.len().saturating_sub(1) as u64;
+        (inodes.saturating_sub(roots), names)
+    }
+
+    /// The report as text for a terminal.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (index, cluster) in self.clusters.iter().enumerate() {
+            out.push(format!("cluster {index}:"));
+            let lines = cluster.findings().into_iter().chain(cluster.verdict());
+            out.extend(lines.map(|line| format!("  {line}")));
+        }
+        let (inodes, names) = self.inodes_and_names();
+        out.push(format!(
+            "namespace over {} clusters: {inodes} inodes, {names} names",
+            self.clusters.len()
+        ));
+        if self.is_clean() {
+            out.push("clean".to_string());
+        } else {
+            let damaged = self.clusters.iter().filter(|c| !c.is_clean()).count();
+            out.push(format!(
+                "DAMAGED: {damaged} of {} clusters, and {} problems of the clusters as one \
+                 namespace",
+                self.clusters.len(),
+                self.problems.len()
+            ));
+            out.extend(self.problems.iter().map(|p| format!("  - {p}")));
+        }
+        out
+    }
+}
+
+/// Checks each of `stores`, the clusters of one namespace given cluster 0 first, as [`check`]
+/// does one store (`progress` gets the cluster and the bytes read of it so far), then the
+/// clusters as one namespace. Each cluster is read at a moment of its own: nothing refers from
+/// one cluster to another, and what is compared between them never changes.
+pub fn check_clusters<S: Store>(
+    stores: &[S],
+    objects: bool,
+    progress: &mut dyn FnMut(usize, u64),
+) -> Result<ClustersReport, OfflineError> {
+    let mut clusters = Vec::with_capacity(stores.len());
+    for (index, store) in stores.iter().enumerate() {
+        clusters.push(check(store, objects, &mut |read| progress(index, read))?);
+    }
+    let members: Vec<_> = clusters.iter().map(|c| c.fsck.membership.clone()).collect();
+    Ok(ClustersReport {
+        problems: fsck::check_clusters(&members),
+        clusters,
     })
 }

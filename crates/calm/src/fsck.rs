@@ -3,7 +3,8 @@
 //! the store cannot be read. A data directory's store is opened read-only, offline; one whose
 //! write-ahead log holds commits after its last checkpoint (an unclean close) is recovered
 //! first, as its next server would. A namespace on etcd is checked while its servers run: the
-//! snapshot is every key at one revision of the cluster.
+//! snapshot is every key at one revision of the cluster. A namespace over several metadata
+//! clusters (`--store` once per cluster) is checked cluster by cluster, then as one namespace.
 
 use std::path::Path;
 
@@ -21,21 +22,31 @@ pub fn run(data: &Path, objects: bool, json: bool) -> anyhow::Result<ExitCode> {
     check(&store, objects, json)
 }
 
-/// `calm fsck --store URL`: the namespace on an etcd cluster, servers running or not.
-pub fn run_etcd(url: &str, objects: bool, json: bool) -> anyhow::Result<ExitCode> {
-    let options = calm_store_etcd::EtcdOptions::from_url(url).map_err(|e| anyhow!(e))?;
-    let store = calm_store_etcd::EtcdStore::connect(options)
-        .with_context(|| format!("connecting to {url}"))?;
-    // The servers compact history older than a few minutes; the check reads one revision for
-    // as long as it takes.
-    let _hold = store
-        .hold_history()
-        .with_context(|| format!("holding the history of {url} for the check"))?;
-    check(&store, objects, json)
+/// `calm fsck --store URL …`: the namespace on an etcd cluster, or over several (one URL per
+/// cluster, cluster 0 first), servers running or not.
+pub fn run_etcd(urls: &[String], objects: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let mut stores = Vec::with_capacity(urls.len());
+    let mut holds = Vec::with_capacity(urls.len());
+    for url in urls {
+        let options = calm_store_etcd::EtcdOptions::from_url(url).map_err(|e| anyhow!(e))?;
+        let store = calm_store_etcd::EtcdStore::connect(options)
+            .with_context(|| format!("connecting to {url}"))?;
+        // The servers compact history older than a minute; the check reads one revision of
+        // each cluster for as long as it takes.
+        holds.push(
+            store
+                .hold_history()
+                .with_context(|| format!("holding the history of {url} for the check"))?,
+        );
+        stores.push(store);
+    }
+    match stores.as_slice() {
+        [store] => check(store, objects, json),
+        _ => check_clusters(&stores, objects, json),
+    }
 }
 
-fn check<S: Store>(store: &S, objects: bool, json: bool) -> anyhow::Result<ExitCode> {
-    let store_bytes = store.size_bytes()?;
+fn bar(store_bytes: u64) -> ProgressBar {
     let bar = ProgressBar::new(store_bytes);
     bar.set_style(
         ProgressStyle::with_template(
@@ -43,35 +54,64 @@ fn check<S: Store>(store: &S, objects: bool, json: bool) -> anyhow::Result<ExitC
         )
         .expect("valid template"),
     );
+    bar
+}
+
+fn exit_code(clean: bool) -> ExitCode {
+    if clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn check<S: Store>(store: &S, objects: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let store_bytes = store.size_bytes()?;
+    let bar = bar(store_bytes);
     let checked = calm_server::offline::check(store, objects, &mut |read| {
         bar.set_position(read.min(store_bytes))
     })?;
     bar.finish_and_clear();
     if json {
-        let report = &checked.fsck;
-        let audit = checked.audit.as_ref();
+        println!("{}", report_json(&checked));
+    } else {
+        for line in checked.lines() {
+            println!("{line}");
+        }
+    }
+    Ok(exit_code(checked.is_clean()))
+}
+
+/// Every cluster's store checked, then the clusters as one namespace; each cluster's bar in
+/// turn.
+fn check_clusters<S: Store>(stores: &[S], objects: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let sizes = stores
+        .iter()
+        .map(|s| s.size_bytes())
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut current: Option<(usize, ProgressBar)> = None;
+    let checked = calm_server::offline::check_clusters(stores, objects, &mut |cluster, read| {
+        if current.as_ref().is_none_or(|(at, _)| *at != cluster) {
+            if let Some((_, done)) = current.take() {
+                done.finish_and_clear();
+            }
+            current = Some((cluster, bar(sizes[cluster])));
+        }
+        if let Some((_, bar)) = &current {
+            bar.set_position(read.min(sizes[cluster]));
+        }
+    })?;
+    if let Some((_, done)) = current.take() {
+        done.finish_and_clear();
+    }
+    if json {
+        let (inodes, names) = checked.inodes_and_names();
         let value = serde_json::json!({
-            "clean": report.is_clean(),
-            "keys": report.keys,
-            "inodes": report.inodes,
-            "directories": report.directories,
-            "dentries": report.dentries,
-            "xattrs": report.xattrs,
-            "changelog_records": report.changelog_records,
-            "changelog_readers": report.changelog_readers,
-            "handle_high_water": report.handle_high_water,
-            "bytes_read": report.bytes_read,
-            "store_bytes": checked.store_bytes,
-            "seconds": checked.seconds,
-            "mb_per_s": checked.mb_per_s(),
-            "problem_count": report.problem_count,
-            "problems": report.problems,
-            "chunks": report.chunks,
-            "slice_records": report.slice_records,
-            "slice_records_per_chunk_max": report.slice_records_per_chunk_max,
-            "inline_slices": report.inline_slices,
-            "objects": audit.map(|a| a.objects),
-            "objects_named": audit.map(|a| a.referenced),
+            "clean": checked.is_clean(),
+            "inodes": inodes,
+            "dentries": names,
+            "clusters": checked.clusters.iter().map(report_json).collect::<Vec<_>>(),
+            "problems": checked.problems,
         });
         println!("{value}");
     } else {
@@ -79,9 +119,34 @@ fn check<S: Store>(store: &S, objects: bool, json: bool) -> anyhow::Result<ExitC
             println!("{line}");
         }
     }
-    Ok(if checked.is_clean() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
+    Ok(exit_code(checked.is_clean()))
+}
+
+/// One store's report as JSON.
+fn report_json(checked: &calm_server::offline::CheckReport) -> serde_json::Value {
+    let report = &checked.fsck;
+    let audit = checked.audit.as_ref();
+    serde_json::json!({
+        "clean": report.is_clean(),
+        "keys": report.keys,
+        "inodes": report.inodes,
+        "directories": report.directories,
+        "dentries": report.dentries,
+        "xattrs": report.xattrs,
+        "changelog_records": report.changelog_records,
+        "changelog_readers": report.changelog_readers,
+        "handle_high_water": report.handle_high_water,
+        "bytes_read": report.bytes_read,
+        "store_bytes": checked.store_bytes,
+        "seconds": checked.seconds,
+        "mb_per_s": checked.mb_per_s(),
+        "problem_count": report.problem_count,
+        "problems": report.problems,
+        "chunks": report.chunks,
+        "slice_records": report.slice_records,
+        "slice_records_per_chunk_max": report.slice_records_per_chunk_max,
+        "inline_slices": report.inline_slices,
+        "objects": audit.map(|a| a.objects),
+        "objects_named": audit.map(|a| a.referenced),
     })
 }

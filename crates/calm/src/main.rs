@@ -188,9 +188,11 @@ enum Command {
         #[arg(required_unless_present = "store", conflicts_with = "store")]
         data: Option<PathBuf>,
         /// Check the namespace on this etcd cluster instead (the URL `calm serve --store`
-        /// takes); its servers may be running.
+        /// takes); its servers may be running. A namespace over several metadata clusters:
+        /// give --store once per cluster, cluster 0 first, to check each and all of them as
+        /// one namespace.
         #[arg(long)]
-        store: Option<String>,
+        store: Vec<String>,
         /// Also check that every object the metadata names is in the object store, whole.
         #[arg(long)]
         objects: bool,
@@ -405,10 +407,10 @@ fn main() -> ExitCode {
             store,
             objects,
             json,
-        } => match (data, store) {
-            (_, Some(url)) => fsck::run_etcd(&url, objects, json),
-            (Some(data), None) => fsck::run(&data, objects, json),
-            (None, None) => Err(anyhow::anyhow!("name a data directory or --store")),
+        } => match (data, store.is_empty()) {
+            (_, false) => fsck::run_etcd(&store, objects, json),
+            (Some(data), true) => fsck::run(&data, objects, json),
+            (None, true) => Err(anyhow::anyhow!("name a data directory or --store")),
         },
         Command::Gc {
             data,

@@ -176,6 +176,161 @@ fn fsck_checks_a_namespace_on_etcd_while_its_servers_run() {
     drop((a, b));
 }
 
+/// `calm fsck` over a namespace of two metadata clusters (two key prefixes of one etcd
+/// cluster): each cluster checked and the two as one namespace; the stores given in the wrong
+/// order, and one cluster alone, said so; a root name kept on the cluster its hash does not
+/// place it on, and a root whose mode differs on one cluster, found.
+#[test]
+fn fsck_checks_a_namespace_over_two_clusters_as_one() {
+    use calm_meta::ops::{Done, Op};
+    use calm_meta::{Caller, MetaOptions, NewNode, SetAttr};
+    use calm_store_etcd::cluster::{shared_url, unique_prefix};
+    let mut private = None;
+    let first = cluster("fsck-clusters", &mut private);
+    let second = match &private {
+        Some(local) => local.url(&unique_prefix("fsck-clusters")),
+        None => shared_url(&unique_prefix("fsck-clusters")).expect("the shared cluster"),
+    };
+    let connect = |url: &str| {
+        calm_store_etcd::EtcdStore::connect(calm_store_etcd::EtcdOptions::from_url(url).unwrap())
+            .unwrap()
+    };
+    let make = |parent, name: &str, node| Op::Make {
+        parent,
+        name: name.as_bytes().to_vec(),
+        node,
+        exclusive: true,
+    };
+    let rt = runtime();
+    let stores = vec![connect(&first), connect(&second)];
+    let ns = calm_clusters::Clusters::open(stores, MetaOptions::default()).unwrap();
+    // Twelve top-level trees, placed on the clusters by their names' hashes, a file in each.
+    let mut on = [0; 2];
+    rt.block_on(async {
+        for i in 0..12 {
+            let name = format!("top{i}");
+            on[ns.cluster_of_name(ROOT, name.as_bytes()).unwrap()] += 1;
+            let dir = match ns
+                .apply_as(
+                    Caller::default(),
+                    make(ROOT, &name, NewNode::dir(0o755, 0, 0)),
+                )
+                .await
+                .unwrap()
+            {
+                Done::Attr(attr) => attr.handle,
+                other => panic!("mkdir answered {other:?}"),
+            };
+            let file = make(dir, "f", NewNode::file(0o644, 0, 0));
+            ns.apply_as(Caller::default(), file).await.unwrap();
+        }
+    });
+    assert!(on.iter().all(|n| *n > 0), "12 names spread as {on:?}");
+    let fsck = |urls: &[&str], json: bool| {
+        let mut args = vec!["fsck"];
+        for url in urls {
+            args.extend(["--store", url]);
+        }
+        if json {
+            args.push("--json");
+        }
+        let out = common::calm(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(
+            out.status.code(),
+            Some(2),
+            "the check did not run: {stderr}"
+        );
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, text) = fsck(&[&first, &second], true);
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["clean"], true, "{report}");
+    // One root, 12 directories, 12 files; 24 names.
+    assert_eq!(report["inodes"], 25, "{report}");
+    assert_eq!(report["dentries"], 24, "{report}");
+    let clusters = report["clusters"].as_array().unwrap();
+    assert_eq!(clusters.len(), 2);
+    for (index, cluster) in clusters.iter().enumerate() {
+        assert_eq!(cluster["clean"], true, "{report}");
+        assert_eq!(cluster["inodes"], 1 + 2 * on[index], "{report}");
+    }
+    let (code, text) = fsck(&[&first, &second], false);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("namespace over 2 clusters: 25 inodes, 24 names"),
+        "{text}"
+    );
+    assert!(text.trim_end().ends_with("clean"), "{text}");
+
+    // In the wrong order: each store is named with the cluster it is.
+    let (code, text) = fsck(&[&second, &first], false);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("given as cluster 0 is cluster 1 of 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("given as cluster 1 is cluster 0 of 2"),
+        "{text}"
+    );
+    // One cluster alone: clean, and said to be one of two.
+    let (code, text) = fsck(&[&second], false);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("cluster 1 of 2 of its namespace, checked alone"),
+        "{text}"
+    );
+
+    // Behind the namespace's back: a root name made on the cluster its hash does not place it
+    // on (lookups would never find it), and cluster 1's root made private.
+    let stray = (0..)
+        .map(|i| format!("stray{i}"))
+        .find(|name| ns.cluster_of_name(ROOT, name.as_bytes()).unwrap() == 0)
+        .unwrap();
+    rt.block_on(async {
+        let wrong = make(ROOT, &stray, NewNode::dir(0o755, 0, 0));
+        ns.meta(1).apply_as(Caller::default(), wrong).await.unwrap();
+        let chmod = Op::SetAttr {
+            handle: ROOT,
+            attr: SetAttr {
+                mode: Some(0o700),
+                ..SetAttr::default()
+            },
+        };
+        ns.meta(1).apply_as(Caller::default(), chmod).await.unwrap();
+    });
+    let (code, text) = fsck(&[&first, &second], true);
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(code, Some(1), "{report}");
+    assert_eq!(report["clean"], false, "{report}");
+    let clusters = report["clusters"].as_array().unwrap();
+    assert_eq!(clusters[0]["clean"], true, "{report}");
+    let misplaced = format!("name /{stray} is on cluster 1, but its hash places it on cluster 0");
+    assert!(
+        clusters[1]["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p.as_str().unwrap().contains(&misplaced)),
+        "{report}"
+    );
+    let problems = report["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{report}");
+    assert!(
+        problems[0]
+            .as_str()
+            .unwrap()
+            .contains("mode 700, on cluster 0 0:0 and mode 755"),
+        "{report}"
+    );
+    drop(ns);
+}
+
 /// A server on etcd stops on SIGTERM within `STOP_BOUND` with a mount of it open and a lock
 /// held through it (it used to wait for ever for the thread following the servers' registry,
 /// and for the mount's streams); its new namespace's objects are in its --data directory (they

@@ -81,6 +81,11 @@ impl Checker {
         self.max_handle = self.max_handle.max(handle);
         if handle == ROOT {
             self.root_seen = true;
+            self.report.membership.root = Some(RootOwner {
+                uid: inode.uid,
+                gid: inode.gid,
+                mode: inode.mode,
+            });
         }
         for link in links {
             if link.kind != inode.kind {

@@ -29,10 +29,13 @@ use crate::layout::*;
 use crate::types::{Handle, Kind, ROOT};
 
 mod changelog;
+mod clusters;
 mod contents;
 mod inodes;
 mod names;
 mod quota;
+
+pub use clusters::{Membership, RootOwner, check_clusters};
 
 /// Problems listed in full in a report; beyond it only counted.
 pub const PROBLEMS_LISTED_MAX: usize = 1000;
@@ -66,6 +69,8 @@ pub struct FsckReport {
     pub problems: Vec<String>,
     /// All problems found, listed or not.
     pub problem_count: u64,
+    /// What the store says of its namespace, for the check over several clusters.
+    pub membership: Membership,
 }
 
 impl FsckReport {
@@ -320,6 +325,7 @@ impl Checker {
     fn finish(mut self) -> FsckReport {
         self.enter(Phase::After);
         self.check_changelog();
+        self.report.membership.place = self.place.clone();
         let own = match self.place.as_deref() {
             None => Some(0),
             Some([index, count]) if index < count => Some(usize::from(*index)),
@@ -470,6 +476,10 @@ pub fn check<R: ReadTxn>(view: &R, progress: &mut dyn FnMut(u64)) -> Result<Fsck
         ));
         return Ok(checker.report);
     }
+    // The store's place, for the names of its root (a cluster's are those its hash places
+    // there); `Splace` comes after the names in key order.
+    checker.place = view.get(KEY_PLACE)?.map(|v| v.to_vec());
+    checker.report.membership.keys = crate::place::namespace_keys(view).ok();
     match view.get(KEY_NAME_HASH)?.map(|v| NameHash::from_value(&v)) {
         Some(Ok(names)) => checker.names = Some(names),
         Some(Err(e)) => checker.report.problem(e.to_string()),
