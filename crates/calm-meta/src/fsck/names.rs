@@ -28,6 +28,20 @@ impl Checker {
                 String::from_utf8_lossy(name)
             ));
         }
+        if parent == ROOT
+            && let Some(&[index, count]) = self.place.as_deref()
+            && index < count
+        {
+            // A cluster holds the root's names its hash places there; a lookup of a name
+            // kept on another cluster asks the cluster its hash picks, and never finds it.
+            let placed = crate::place::root_cluster(hash, usize::from(count));
+            if placed != usize::from(index) {
+                self.report.problem(format!(
+                    "name /{} is on cluster {index}, but its hash places it on cluster {placed}",
+                    String::from_utf8_lossy(name)
+                ));
+            }
+        }
         self.name_entry(parent, value);
     }
 
