@@ -95,7 +95,7 @@ impl Client {
                 .map(|(id, data)| pb::InlineBytes { id, data })
                 .collect(),
         };
-        self.mutated(batched_call!(mutation self, write, Write, request))?
+        self.mutated(batched_call!(mutation placed, self, write, Write, request))?
             .try_into()
     }
 
@@ -114,7 +114,7 @@ impl Client {
             size,
             inline,
         };
-        self.mutated(meta_call!(mutation self, append, request))?
+        self.mutated(meta_call!(mutation placed, self, append, request))?
             .try_into()
     }
 

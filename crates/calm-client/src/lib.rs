@@ -158,6 +158,19 @@ macro_rules! meta_call {
             false
         )
     };
+    // Sent to the member that commits (`placement.rs`).
+    (mutation placed, $client:expr, $method:ident, $message:expr) => {
+        rpc_call!(
+            $client,
+            meta,
+            tagged,
+            |conn, request| conn.rpc.clone().$method(request).await,
+            $method,
+            $message,
+            $client.next_request(),
+            true
+        )
+    };
 }
 
 /// [`meta_call`] for the namespace calls a batch may carry (`Meta.Batch`): over the

@@ -24,7 +24,7 @@ impl Client {
 
     pub async fn setattr(&self, handle: Handle, attr: &SetAttr) -> Result<Attr> {
         let request = calm_proto::setattr_to_wire(handle, attr);
-        self.mutated(batched_call!(mutation self, set_attr, SetAttr, request))?
+        self.mutated(batched_call!(mutation placed, self, set_attr, SetAttr, request))?
             .try_into()
     }
 
@@ -275,7 +275,7 @@ impl Client {
             value: value.to_vec(),
             flags,
         };
-        self.mutated(meta_call!(mutation self, set_xattr, request))
+        self.mutated(meta_call!(mutation placed, self, set_xattr, request))
             .map(|_| ())
     }
 
@@ -296,7 +296,7 @@ impl Client {
             handle,
             name: name.to_vec(),
         };
-        self.mutated(meta_call!(mutation self, remove_xattr, request))
+        self.mutated(meta_call!(mutation placed, self, remove_xattr, request))
             .map(|_| ())
     }
 

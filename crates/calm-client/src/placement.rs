@@ -1,12 +1,12 @@
-//! Where a client sends a namespace mutation when several servers share the namespace: to
-//! the one member that commits them all, the server that decides the root directory's locks
-//! (`calm_locks::cluster::owner_of` over the servers' view). Every commit on the store
+//! Where a client sends a mutation (of names, contents or attributes) when several servers
+//! share the namespace: to the one member that commits them all, the server that decides the
+//! root directory's locks (`calm_locks::cluster::owner_of` over the servers' view). Every commit on the store
 //! rewrites its commit key (`docs/design/etcd.md`), so commits are serialized whichever
 //! server makes them: two servers committing at once conflict, and the loser runs its whole
 //! group again. Sent to one member, the mutations of every client are grouped by one
 //! committer instead. This is placement only, never correctness: the store serializes every
-//! commit wherever it is sent, so a stale view costs a conflict at worst. Reads stay on the
-//! client's own server.
+//! commit wherever it is sent, so a stale view costs a conflict at worst. Reads, and the
+//! orphans of the client's own session, stay on the client's own server.
 //!
 //! The view is asked of the client's server at the first mutation and again, in the
 //! background, when it is older than [`VIEW_REFRESH_MS`]. A client of a server alone on its

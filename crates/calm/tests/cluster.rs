@@ -18,6 +18,8 @@ use calm_client::{COMMITTER_OF, Client};
 use calm_locks::cluster::owner_of;
 use calm_locks::{LockKind, OFFSET_MAX, Owner, Range, Request, Scope};
 use calm_meta::ROOT;
+use calm_meta::SetAttr;
+use calm_meta::slices::{INLINE, Slice};
 use calm_proto::locks::{LockCall, LockCode};
 use calm_store_etcd::cluster::{LocalCluster, unique_prefix};
 use common::{Mount, Server, all_at_once, python_in, runtime};
@@ -1132,10 +1134,11 @@ fn etcd_failures_through_mounts_of_three_servers() {
     assert_eq!(listed, "300\n1\n300\nafter\n", "{listed}");
 }
 
-/// A client sends every mutation to the one server that commits the namespace's mutations
-/// (the decider of the root directory), so that one committer groups them (commits of several
-/// servers conflict on the store's commit key and run again); when that server dies, a client
-/// with a list of servers sends them to its own server instead, and nothing is applied twice.
+/// A client sends every mutation (names, contents, attributes) to the one server that commits
+/// the namespace's mutations (the decider of the root directory), so that one committer groups
+/// them (commits of several servers conflict on the store's commit key and run again); when
+/// that server dies, a client with a list of servers sends them to its own server instead, and
+/// nothing is applied twice or lost.
 #[test]
 fn mutations_go_to_the_server_that_commits_them() {
     let mut private = None;
@@ -1176,21 +1179,62 @@ fn mutations_go_to_the_server_that_commits_them() {
             let name = format!("f{i}");
             client.create(dir, name.as_bytes(), 0o644).await.unwrap();
         }
+        // Contents and attributes too: 20 files written (a small write, kept inline), made
+        // longer, changed mode, given and rid of an attribute; 100 commits.
+        let first = client.alloc_slices(20).await.unwrap();
+        for i in 0..20u64 {
+            let file = client
+                .lookup(dir, format!("f{i}").as_bytes())
+                .await
+                .unwrap()
+                .handle;
+            write_inline(&client, file, first + i, format!("bytes of f{i}")).await;
+            client.write(file, &[], 4096, Vec::new()).await.unwrap();
+            let mode = SetAttr {
+                mode: Some(0o600),
+                ..SetAttr::default()
+            };
+            client.setattr(file, &mode).await.unwrap();
+            client.setxattr(file, b"user.k", b"v", 0).await.unwrap();
+            client.removexattr(file, b"user.k").await.unwrap();
+        }
         let mut after = Vec::new();
         for addr in &addrs {
             after.push(ops_committed(addr.clone()).await);
         }
         let grew: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
         assert!(
-            grew[owner] >= 100,
+            grew[owner] >= 200,
             "the committing server committed them: {grew:?}"
         );
         assert!(grew[own] < 10, "the client's own server did not: {grew:?}");
+        for i in 0..20u64 {
+            let attr = client
+                .lookup(dir, format!("f{i}").as_bytes())
+                .await
+                .unwrap();
+            assert_eq!((attr.size, attr.mode & 0o7777), (4096, 0o600), "f{i}");
+        }
         // The committing server dies under the client's placed connection.
         servers.remove(owner).kill9();
         for i in 100..150 {
             let name = format!("f{i}");
-            client.create(dir, name.as_bytes(), 0o644).await.unwrap();
+            let file = client
+                .create(dir, name.as_bytes(), 0o644)
+                .await
+                .unwrap()
+                .handle;
+            let id = client.alloc_slices(1).await.unwrap();
+            write_inline(&client, file, id, format!("bytes of {name}")).await;
+        }
+        for i in 100..150 {
+            let name = format!("f{i}");
+            let file = client.lookup(dir, name.as_bytes()).await.unwrap().handle;
+            let map = client.read_map(file).await.unwrap();
+            let expected = format!("bytes of {name}").into_bytes();
+            assert_eq!(map.attr.size, expected.len() as u64, "{name}");
+            assert_eq!(map.inline.len(), 1, "{name}");
+            assert_eq!(map.inline[0].1, expected, "{name}");
         }
         let mut names: Vec<String> = client
             .readdir(dir, 0, 1000)
@@ -1204,6 +1248,23 @@ fn mutations_go_to_the_server_that_commits_them() {
         expected.sort();
         assert_eq!(names, expected, "every create once, none lost");
     });
+}
+
+/// Writes `bytes` at the start of `file` as one inline slice `id`.
+async fn write_inline(client: &Client, file: u64, id: u64, bytes: String) {
+    let len = bytes.len() as u32;
+    let slice = Slice {
+        id: id | INLINE,
+        size: len,
+        off: 0,
+        len,
+        pos: 0,
+    };
+    let inline = vec![(id | INLINE, bytes.into_bytes())];
+    client
+        .write(file, &[(0, slice)], u64::from(len), inline)
+        .await
+        .unwrap();
 }
 
 /// A lock's check of its file reads what its server has followed of the store, without a
