@@ -146,7 +146,11 @@ macro_rules! meta_call {
             false
         )
     };
-    (mutation $client:expr, $method:ident, $message:expr) => {
+    (mutation placed, $client:expr, $method:ident, $message:expr) => {
+        meta_call!(mutation placed if true, $client, $method, $message)
+    };
+    // `$placed`: whether the mutation is sent to the member that commits (`placement.rs`).
+    (mutation placed if $placed:expr, $client:expr, $method:ident, $message:expr) => {
         rpc_call!(
             $client,
             meta,
@@ -155,21 +159,11 @@ macro_rules! meta_call {
             $method,
             $message,
             $client.next_request(),
-            false
+            $placed
         )
     };
-    // Sent to the member that commits (`placement.rs`).
-    (mutation placed, $client:expr, $method:ident, $message:expr) => {
-        rpc_call!(
-            $client,
-            meta,
-            tagged,
-            |conn, request| conn.rpc.clone().$method(request).await,
-            $method,
-            $message,
-            $client.next_request(),
-            true
-        )
+    (mutation $client:expr, $method:ident, $message:expr) => {
+        meta_call!(mutation placed if false, $client, $method, $message)
     };
 }
 

@@ -1,8 +1,9 @@
 # fsync'd 4 KiB writes through two mounts of a namespace on etcd served by two servers:
 # MODE one: both mounts on server A; MODE two: mount 1 on A, mount 2 on B.
 # Each run on a fresh 3-member etcd cluster (scripts/etcd-cluster of this repository).
-# usage (private mount ns): writes.sh BIN ETCD_CLUSTER_SCRIPT THREADS SECONDS MODE
-BIN=$1; EC=$2; T=$3; S=$4; MODE=$5; D=$(mktemp -d /tmp/wr.XXXX)
+# With a sixth argument `db`, etcd's revision and database size are printed before it stops.
+# usage (private mount ns): writes.sh BIN ETCD_CLUSTER_SCRIPT THREADS SECONDS MODE [db]
+BIN=$1; EC=$2; T=$3; S=$4; MODE=$5; DB=${6:-}; D=$(mktemp -d /tmp/wr.XXXX)
 URL=$($EC start $D/etcd) || exit 1
 NS="$URL/wr"
 start() { # name
@@ -40,5 +41,8 @@ print("fsyncs/s mount1 %.0f mount2 %.0f total %.0f" % (sum(counts[:T])/el, sum(c
 PY
 echo "--- status a"; $BIN status --server $A 2>&1 | grep -i "conflict\|commits\b" | head -5
 echo "--- status b"; $BIN status --server $B 2>&1 | grep -i "conflict\|commits\b" | head -5
+if [ "$DB" = db ]; then
+  EP=${URL#etcd://}; EP=${EP%%,*}; ETCDCTL_API=3 etcdctl --endpoints $EP endpoint status -w json | python3 -c "import json,sys; h=json.load(sys.stdin)[0][\"Status\"]; print(\"etcd revision\", h[\"header\"][\"revision\"], \"db bytes\", h[\"dbSize\"])"
+fi
 umount $D/m1 $D/m2; kill $(cat $D/a.pid) $(cat $D/b.pid); sleep 1
 $EC stop $D/etcd; rm -rf $D
