@@ -18,8 +18,8 @@ use calm_client::{COMMITTER_OF, Client};
 use calm_locks::cluster::owner_of;
 use calm_locks::{LockKind, OFFSET_MAX, Owner, Range, Request, Scope};
 use calm_meta::ROOT;
-use calm_meta::SetAttr;
 use calm_meta::slices::{INLINE, Slice};
+use calm_meta::{Caller, MetaError, SetAttr};
 use calm_proto::locks::{LockCall, LockCode};
 use calm_store_etcd::cluster::{LocalCluster, unique_prefix};
 use common::{Mount, Server, all_at_once, python_in, runtime};
@@ -1215,6 +1215,25 @@ fn mutations_go_to_the_server_that_commits_them() {
                 .unwrap();
             assert_eq!((attr.size, attr.mode & 0o7777), (4096, 0o600), "f{i}");
         }
+        // The committer decides as the caller: a user who does not own the file is refused.
+        let stranger = client.with_caller(Caller {
+            uid: 40004,
+            gid: 40004,
+            ..Caller::default()
+        });
+        let file = client.lookup(dir, b"f0").await.unwrap().handle;
+        let chmod = SetAttr {
+            mode: Some(0o666),
+            ..SetAttr::default()
+        };
+        let refused = stranger.setattr(file, &chmod).await;
+        assert!(
+            matches!(refused, Err(MetaError::NotPermitted(_))),
+            "{refused:?}"
+        );
+        let refused = stranger.setxattr(file, b"user.k", b"v", 0).await;
+        assert!(matches!(refused, Err(MetaError::Access(_))), "{refused:?}");
+        assert_eq!(client.getattr(file).await.unwrap().mode & 0o7777, 0o600);
         // The committing server dies under the client's placed connection.
         servers.remove(owner).kill9();
         for i in 100..150 {

@@ -216,7 +216,7 @@ impl Checker {
                         Err(e) => self.report.problem(format!("high-water mark: {e}")),
                     }
                 } else if key == KEY_PLACE {
-                    self.place = Some(value.to_vec());
+                    // Read before the scan (`check`): the names of the root need it.
                 } else if key == KEY_PARENTS_FROM {
                     match decode_counter(key, value) {
                         Ok(n) => self.parents_from = n,
