@@ -83,6 +83,28 @@ impl Client {
         end: u64,
         inline: Vec<(u64, Vec<u8>)>,
     ) -> Result<Attr> {
+        self.write_held(None, handle, records, end, inline).await
+    }
+
+    /// A request id for a mutation its caller may have to send again in later calls
+    /// ([`Client::write_held`]); `None` for a client that sends none (one calling the server
+    /// in its own process, whose answers are never lost).
+    pub fn hold_request(&self) -> Option<crate::failover::HeldRequest> {
+        self.failover.clone().map(crate::failover::HeldRequest::new)
+    }
+
+    /// [`Client::write`] with the request id `held` (a fresh one when `None`): a write whose
+    /// answer never came, sent again with the same id, is answered as the server answered it
+    /// the first time if it applied it (also across a restart of the server), and applied now
+    /// if it did not.
+    pub async fn write_held(
+        &self,
+        held: Option<&crate::failover::HeldRequest>,
+        handle: Handle,
+        records: &[(u64, calm_types::slices::Slice)],
+        end: u64,
+        inline: Vec<(u64, Vec<u8>)>,
+    ) -> Result<Attr> {
         let request = pb::WriteRequest {
             handle,
             records: records
@@ -95,8 +117,17 @@ impl Client {
                 .map(|(id, data)| pb::InlineBytes { id, data })
                 .collect(),
         };
-        self.mutated(batched_call!(mutation placed, self, write, Write, request))?
-            .try_into()
+        let reply = match held {
+            Some(held) => batched_call!(
+                mutation placed held Some(held.id()),
+                self,
+                write,
+                Write,
+                request
+            ),
+            None => batched_call!(mutation placed, self, write, Write, request),
+        };
+        self.mutated(reply)?.try_into()
     }
 
     /// Places the whole of object `id` at the end of the file; with `inline`, the bytes of

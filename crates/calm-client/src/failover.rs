@@ -21,6 +21,11 @@ use crate::ClientTls;
 /// Longest a call keeps looking for a server that answers, in milliseconds: past it, the call
 /// fails with the last error.
 pub const FAILOVER_MS_MAX: u64 = 60_000;
+/// Longest a call waits for its answer, in milliseconds, whether its server is gone or holds
+/// the connection without answering (stopped, or stuck): past it, the call fails as if the
+/// connection were lost. A lock wait, and the calls that read the whole namespace, are not
+/// bounded (a signal ends a lock wait).
+pub const ANSWER_MS_MAX: u64 = FAILOVER_MS_MAX;
 /// Pause after every server of the list was tried without an answer.
 const ROUND_PAUSE_MS: u64 = 100;
 /// Longest one connection attempt waits.
@@ -88,6 +93,33 @@ impl Failover {
     /// The mutation `id` was answered (or will not be sent again).
     pub(crate) fn answered(&self, id: RequestId) {
         self.in_flight.locked().remove(&id.seq);
+    }
+}
+
+/// A request id a caller keeps across calls: a mutation whose answer never came is sent
+/// again with the same id however many calls it takes (a server that applied it answers as it
+/// did the first time, also after a restart), and the id stays unacknowledged until the
+/// holder drops it, so that no server deletes its record meanwhile.
+#[derive(Debug)]
+pub struct HeldRequest {
+    failover: Arc<Failover>,
+    id: RequestId,
+}
+
+impl HeldRequest {
+    pub(crate) fn new(failover: Arc<Failover>) -> HeldRequest {
+        let id = failover.next_request();
+        HeldRequest { failover, id }
+    }
+
+    pub fn id(&self) -> RequestId {
+        self.id
+    }
+}
+
+impl Drop for HeldRequest {
+    fn drop(&mut self) {
+        self.failover.answered(self.id);
     }
 }
 
@@ -166,6 +198,27 @@ impl Default for Budget {
 impl Budget {
     pub fn left(&self) -> bool {
         Instant::now() < self.deadline
+    }
+
+    /// `call`'s answer; with `bounded`, an unavailable status when the budget ran out
+    /// before it came (a status without a server's error code: the connection counts as
+    /// lost).
+    pub(crate) async fn bound<T>(
+        &self,
+        bounded: bool,
+        call: impl std::future::Future<Output = Result<T, tonic::Status>>,
+    ) -> Result<T, tonic::Status> {
+        if !bounded {
+            return call.await;
+        }
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, call).await {
+            Ok(answer) => answer,
+            Err(_) => Err(tonic::Status::unavailable(format!(
+                "the server did not answer within {} s",
+                ANSWER_MS_MAX / 1000
+            ))),
+        }
     }
 }
 

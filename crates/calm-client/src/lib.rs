@@ -92,10 +92,30 @@ impl std::fmt::Debug for InProcess {
 /// request id is sent again to the client's own server (one without is answered the error:
 /// it may have been applied).
 macro_rules! rpc_call {
-    ($client:expr, $local:ident, $make:ident, |$conn:ident, $request:ident| $remote:expr, $method:ident, $message:expr, $id:expr, $placed:expr) => {{
+    ($client:expr, $local:ident, $make:ident, |$conn:ident, $request:ident| $remote:expr, $method:ident, $message:expr, $id:expr, $placed:expr) => {
+        rpc_call!(
+            $client,
+            $local,
+            $make,
+            |$conn, $request| $remote,
+            $method,
+            $message,
+            $id,
+            $placed,
+            true,
+            true
+        )
+    };
+    // `$fresh`: the request id was made for this call, which marks it answered when it ends
+    // (else its holder does: `failover::HeldRequest`). `$bounded`: the call gives up when no
+    // answer came within `failover::ANSWER_MS_MAX` (a server that stopped answering without
+    // closing its connection); only a lock wait and the calls that read the whole namespace
+    // are not.
+    ($client:expr, $local:ident, $make:ident, |$conn:ident, $request:ident| $remote:expr, $method:ident, $message:expr, $id:expr, $placed:expr, $fresh:expr, $bounded:expr) => {{
         let message = $message;
         let id = $id;
-        let _in_flight = crate::failover::InFlight::new($client.failover.clone(), id);
+        let _in_flight =
+            crate::failover::InFlight::new($client.failover.clone().filter(|_| $fresh), id);
         let mut placing: bool = $placed;
         let mut budget = crate::failover::Budget::default();
         let reply = loop {
@@ -110,7 +130,7 @@ macro_rules! rpc_call {
                     $request.extensions_mut().insert(calm_proto::InProcess);
                     local.$local.$method($request).await
                 }
-                None => $remote,
+                None => budget.bound($bounded, async { $remote }).await,
             };
             if let Err(status) = &reply {
                 if placed.is_some() && crate::failover::connection_lost(status) {
@@ -143,6 +163,21 @@ macro_rules! meta_call {
             $method,
             $message,
             None,
+            false
+        )
+    };
+    // A call that reads the whole namespace: as long as it takes.
+    (unbounded $client:expr, $method:ident, $message:expr) => {
+        rpc_call!(
+            $client,
+            meta,
+            tagged,
+            |conn, request| conn.rpc.clone().$method(request).await,
+            $method,
+            $message,
+            None,
+            false,
+            true,
             false
         )
     };
@@ -207,6 +242,25 @@ macro_rules! batched_call {
     (mutation $client:expr, $method:ident, $op:ident, $message:expr) => {
         batched_call!(mutation placed if false, $client, $method, $op, $message)
     };
+    // A mutation sent to the member that commits with a request id its caller holds
+    // (`failover::HeldRequest`): the same id however many times the caller sends it.
+    (mutation placed held $id:expr, $client:expr, $method:ident, $op:ident, $message:expr) => {
+        rpc_call!(
+            $client,
+            meta,
+            tagged,
+            |conn, request| conn
+                .batch
+                .call(request, calm_proto::pb::call::Op::$op)
+                .await,
+            $method,
+            $message,
+            $id,
+            true,
+            false,
+            true
+        )
+    };
 }
 
 /// [`meta_call`] for the lock service.
@@ -232,6 +286,21 @@ macro_rules! locks_call {
             $method,
             $message,
             None,
+            false
+        )
+    };
+    // A lock wait: as long as it takes (a signal cancels it).
+    (indexed unbounded $client:expr, $method:ident, $message:expr) => {
+        rpc_call!(
+            $client,
+            locks,
+            with_index,
+            |conn, request| conn.locks.clone().$method(request).await,
+            $method,
+            $message,
+            None,
+            false,
+            true,
             false
         )
     };

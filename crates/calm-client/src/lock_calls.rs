@@ -54,7 +54,7 @@ impl Client {
             tag,
             op: Some(LockCall::Set(request).to_wire()),
         };
-        let reply = locks_call!(indexed self, wait, wait);
+        let reply = locks_call!(indexed unbounded self, wait, wait);
         self.note_index(&reply);
         let reply = check_lock(reply)?;
         Ok(LockAnswer::from_wire(&reply))

@@ -31,14 +31,14 @@ impl Client {
 
     /// Where the usage the server keeps differs from the namespace counted.
     pub async fn check_quotas(&self) -> Result<Vec<QuotaMismatch>> {
-        let reply = check(meta_call!(self, check_quotas, pb::Empty {}))?;
+        let reply = check(meta_call!(unbounded self, check_quotas, pb::Empty {}))?;
         reply.mismatches.iter().map(mismatch_from_wire).collect()
     }
 
     /// The files, directories and bytes below `dir`, and whether they were read from its
     /// quota (else walked).
     pub async fn summary(&self, dir: Handle) -> Result<(QuotaUsage, bool)> {
-        let reply = check(meta_call!(self, summary, pb::HandleRequest { handle: dir }))?;
+        let reply = check(meta_call!(unbounded self, summary, pb::HandleRequest { handle: dir }))?;
         Ok((usage_from_wire(reply.usage.as_ref()), reply.kept))
     }
 }

@@ -55,6 +55,8 @@ pub struct Pending {
     blocks: Vec<Block>,
     /// No more writes go into it (a commit is taking it).
     sealed: bool,
+    /// Who wrote its bytes (the caller's tags, each once): told when a commit of it fails.
+    writers: Vec<u64>,
 }
 
 impl Pending {
@@ -284,10 +286,17 @@ impl FileData {
         }
     }
 
-    /// Buffers `data` at file offset `offset`, giving the new slices it starts the ids of
-    /// `ids` in order. Returns the blocks filled, to upload; `None`, with nothing changed,
-    /// when `ids` holds fewer than [`FileData::slices_needed`].
-    pub fn write(&mut self, offset: u64, data: &[u8], ids: &[u64]) -> Option<Vec<Upload>> {
+    /// Buffers `data` at file offset `offset`, written by `writer` (a tag of the caller's:
+    /// [`FileData::writers`] names it while the bytes are pending), giving the new slices it
+    /// starts the ids of `ids` in order. Returns the blocks filled, to upload; `None`, with
+    /// nothing changed, when `ids` holds fewer than [`FileData::slices_needed`].
+    pub fn write(
+        &mut self,
+        offset: u64,
+        data: &[u8],
+        ids: &[u64],
+        writer: u64,
+    ) -> Option<Vec<Upload>> {
         let pieces = split(offset, data.len() as u64);
         if ids.len() < self.new_slices(&pieces) {
             return None;
@@ -303,6 +312,9 @@ impl FileData {
                 Some(last) if extends => {
                     let before = last.len;
                     last.put(pos - last.pos, piece, &mut uploads);
+                    if !last.writers.contains(&writer) {
+                        last.writers.push(writer);
+                    }
                     u64::from(last.len - before)
                 }
                 _ => {
@@ -318,6 +330,7 @@ impl FileData {
                         len: 0,
                         blocks: Vec::new(),
                         sealed: false,
+                        writers: vec![writer],
                     };
                     slice.put(0, piece, &mut uploads);
                     let len = u64::from(slice.len);
@@ -335,20 +348,41 @@ impl FileData {
     pub fn seal(&mut self) -> (usize, Vec<Upload>) {
         let mut uploads = Vec::new();
         for slice in &mut self.pending {
-            if !slice.sealed {
-                slice.sealed = true;
-                for b in 0..slice.blocks.len() {
-                    slice.freeze(b, &mut uploads);
-                }
+            // Also a slice an inline commit closed without handing out its blocks.
+            slice.sealed = true;
+            for b in 0..slice.blocks.len() {
+                slice.freeze(b, &mut uploads);
             }
         }
         (self.pending.len(), uploads)
     }
 
+    /// Seals the first `n` pending slices without handing out their blocks (an inline commit
+    /// takes them): later writes start new slices.
+    pub fn close_first(&mut self, n: usize) {
+        for slice in self.pending.iter_mut().take(n) {
+            slice.sealed = true;
+        }
+    }
+
+    /// Who wrote the bytes of the first `n` pending slices, each once.
+    pub fn writers(&self, n: usize) -> Vec<u64> {
+        let mut writers: Vec<u64> = Vec::new();
+        for slice in self.pending.iter().take(n) {
+            for writer in &slice.writers {
+                if !writers.contains(writer) {
+                    writers.push(*writer);
+                }
+            }
+        }
+        writers
+    }
+
     /// Every pending write as inline slices, when all of them can be: none has a block handed
     /// out for upload, each lies below [`INLINE_FILE_BYTES_MAX`] and holds at most
     /// [`INLINE_SLICE_BYTES_MAX`], and together they hold at most `bytes_max` (0: never).
-    /// Nothing changes until [`FileData::committed_inline`].
+    /// Nothing changes until [`FileData::committed_inline`] (seal them with
+    /// [`FileData::close_first`] while the commit is on its way).
     pub fn inline_commit(&self, bytes_max: u64) -> Option<InlineCommit> {
         if self.pending.is_empty() || self.pending_bytes > bytes_max {
             return None;
@@ -411,10 +445,27 @@ impl FileData {
         self.size = self.size.max(size);
     }
 
-    /// Drops every pending write (the file is gone, or its commit failed for good).
+    /// Drops every pending write (the file is gone).
     pub fn discard_pending(&mut self) -> Vec<(u64, u32)> {
-        self.pending_bytes = 0;
-        self.pending.drain(..).map(|p| (p.id, p.len)).collect()
+        self.discard_first(self.pending.len())
+    }
+
+    /// Drops the first `n` pending writes (their commit failed for good); later ones stay.
+    /// Returns the objects they were to become: `(id, length)`.
+    pub fn discard_first(&mut self, n: usize) -> Vec<(u64, u32)> {
+        let n = n.min(self.pending.len());
+        self.pending
+            .drain(..n)
+            .map(|p| {
+                self.pending_bytes -= u64::from(p.len);
+                (p.id, p.len)
+            })
+            .collect()
+    }
+
+    /// Bytes the first `n` pending writes hold.
+    pub fn pending_bytes_of(&self, n: usize) -> u64 {
+        self.pending.iter().take(n).map(|p| u64::from(p.len)).sum()
     }
 
     /// The records of chunk `chunk` as committed.
@@ -577,11 +628,11 @@ mod tests {
                         let ids: Vec<u64> = (next + 1..=next + needed as u64).collect();
                         next += needed as u64;
                         prop_assert!(
-                            file.write(at, &data, &ids[..needed.saturating_sub(1)])
+                            file.write(at, &data, &ids[..needed.saturating_sub(1)], 7)
                                 .is_none()
                                 || needed == 0
                         );
-                        for up in file.write(at, &data, &ids).expect("ids enough") {
+                        for up in file.write(at, &data, &ids, 7).expect("ids enough") {
                             objects.insert((up.id, up.block), up.data);
                         }
                     }
@@ -644,7 +695,7 @@ mod tests {
         let mut uploaded = 0;
         for i in 0..9u64 {
             ids += file.slices_needed(i << 20, mb.len() as u64);
-            uploaded += file.write(i << 20, &mb, &[1]).expect("an id").len();
+            uploaded += file.write(i << 20, &mb, &[1], 7).expect("an id").len();
         }
         assert_eq!(ids, 1, "one slice");
         assert_eq!(uploaded, 2, "two full blocks handed out while writing");
@@ -655,11 +706,11 @@ mod tests {
         assert_eq!(file.slices_needed(9 << 20, 1), 1);
         let before = file.pending_bytes();
         assert!(
-            file.write(9 << 20, b"x", &[]).is_none(),
+            file.write(9 << 20, b"x", &[], 7).is_none(),
             "no id, nothing written"
         );
         assert_eq!(file.pending_bytes(), before);
-        file.write(9 << 20, b"x", &[2]).expect("an id");
+        file.write(9 << 20, b"x", &[2], 7).expect("an id");
         assert_eq!(file.records(2).len(), 2);
     }
 }

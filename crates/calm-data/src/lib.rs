@@ -32,6 +32,6 @@ pub mod url;
 
 pub use cache::DiskCache;
 pub use error::DataError;
-pub use file::{FileData, Part, Upload};
+pub use file::{FileData, InlineCommit, Part, Upload};
 pub use objects::Objects;
 pub use url::ObjectsUrl;

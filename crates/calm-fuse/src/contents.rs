@@ -54,7 +54,12 @@ pub const WRITE_BUFFER_BYTES_DEFAULT: u64 = 256 << 20;
 /// writer (or this mount) changed it.
 type Version = (i64, i64, u64);
 
+mod commit;
 mod read;
+
+pub(crate) use commit::Failed;
+pub use commit::IN_DOUBT_MS_MAX;
+use commit::{final_refusal, sync_objects, wait_uploads};
 
 fn version(attr: &Attr) -> Version {
     (attr.mtime_ns, attr.ctime_ns, attr.size)
@@ -84,6 +89,17 @@ struct FileState {
     /// descriptor) makes them durable, and so does the background sync that follows the last
     /// close. At most [`UNSYNCED_OBJECTS_MAX`].
     unsynced: Vec<(u64, u32)>,
+    /// A commit whose answer never came: sent again, as it was, before anything newer.
+    in_doubt: Option<commit::Sent>,
+}
+
+/// Errors owed to open files (by FUSE file handle) whose writes a refused commit dropped,
+/// each told once, at the file's next fsync, close or write.
+#[derive(Debug, Default)]
+struct Owed {
+    /// The open files of regular files (only those may be owed an error).
+    open: HashSet<u64>,
+    errors: HashMap<u64, i32>,
 }
 
 type File = Arc<tokio::sync::Mutex<FileState>>;
@@ -107,6 +123,7 @@ pub struct Contents {
     buffer_max: u64,
     /// Most bytes one commit sends inline (0: never).
     inline_bytes_max: u64,
+    owed: Mutex<Owed>,
 }
 
 impl Contents {
@@ -122,6 +139,7 @@ impl Contents {
             uploads: Arc::new(Semaphore::new(UPLOADS_IN_FLIGHT_MAX)),
             buffered: AtomicU64::new(0),
             buffer_max: write_buffer_bytes.max(1 << 20),
+            owed: Mutex::new(Owed::default()),
         }
     }
 
@@ -252,6 +270,50 @@ impl Contents {
         state.opens += 1;
     }
 
+    /// `fh` is an open file of a regular file: a refused commit of bytes written through it
+    /// is owed to it.
+    pub fn opened_as(&self, fh: u64) {
+        self.owed.locked().open.insert(fh);
+    }
+
+    /// The error owed to the open file `fh` (a refused commit dropped bytes written through
+    /// it), if any: told once.
+    pub fn take_error(&self, fh: u64) -> Option<i32> {
+        let mut owed = self.owed.locked();
+        if owed.errors.is_empty() {
+            return None;
+        }
+        owed.errors.remove(&fh)
+    }
+
+    /// Owes `errno` to the open files of `writers` but `told` (which the caller answers).
+    fn owe(&self, writers: &[u64], errno: i32, told: Option<u64>) -> usize {
+        let mut owed = self.owed.locked();
+        let mut count = 0;
+        for writer in writers {
+            if Some(*writer) != told && owed.open.contains(writer) {
+                owed.errors.entry(*writer).or_insert(errno);
+                count += 1;
+            }
+        }
+        if let Some(told) = told {
+            owed.errors.remove(&told);
+        }
+        count
+    }
+
+    /// The open file `fh` of `handle` was released (the kernel's last reference to it): what
+    /// it was owed goes with it, and at the file's last close on this mount its state is
+    /// forgotten when the mount keeps too many.
+    pub async fn released(&self, handle: Handle, fh: u64) {
+        {
+            let mut owed = self.owed.locked();
+            owed.open.remove(&fh);
+            owed.errors.remove(&fh);
+        }
+        self.closed(handle).await
+    }
+
     /// The last close on this mount of an open file: forgets the file's state when the mount
     /// keeps too many.
     pub async fn closed(&self, handle: Handle) {
@@ -321,13 +383,14 @@ impl Contents {
         state.cached = Some(version(attr));
     }
 
-    /// Buffers a write at `offset`.
+    /// Buffers a write at `offset` through the open file `fh`.
     pub async fn write(
         &self,
         client: &Client,
         handle: Handle,
         offset: u64,
         data: &[u8],
+        fh: u64,
     ) -> Result<(), i32> {
         if offset.saturating_add(data.len() as u64) > calm_types::FILE_SIZE_MAX {
             return Err(libc::EFBIG);
@@ -339,13 +402,14 @@ impl Contents {
         let file = self.file(handle);
         let mut state = file.lock().await;
         if state.data.wants_commit(self.buffer_max / 4) {
-            self.commit_locked(client, handle, &mut state, false)
-                .await?;
+            self.commit_locked(client, handle, &mut state, false, Some(fh))
+                .await
+                .map_err(Failed::errno)?;
         }
         // Enough ids for the slices this write may start (one per chunk it touches).
         let chunks = calm_types::slices::split(offset, data.len() as u64).len() as u64;
         let ids = self.next_ids(chunks, client).await?;
-        self.buffer(handle, &mut state, offset, data, ids)?;
+        self.buffer(handle, &mut state, offset, data, ids, fh)?;
         Ok(())
     }
 
@@ -353,7 +417,7 @@ impl Contents {
     /// (no commit running on the file, the buffers under their bounds, slice ids at hand):
     /// `data` is copied once, into the buffer. False: nothing was done; go through
     /// [`Contents::write`]. Needs the runtime's context (it may start uploads).
-    pub fn try_write_now(&self, handle: Handle, offset: u64, data: &[u8]) -> bool {
+    pub fn try_write_now(&self, handle: Handle, offset: u64, data: &[u8], fh: u64) -> bool {
         if offset.saturating_add(data.len() as u64) > calm_types::FILE_SIZE_MAX
             || self.buffered.load(Ordering::Relaxed) + data.len() as u64 > self.buffer_max
         {
@@ -378,7 +442,8 @@ impl Contents {
             pool.0 += chunks;
             ids
         };
-        self.buffer(handle, &mut state, offset, data, ids).is_ok()
+        self.buffer(handle, &mut state, offset, data, ids, fh)
+            .is_ok()
     }
 
     /// Puts a write into the file's pending slices (`ids` for the slices it may start, one
@@ -390,10 +455,11 @@ impl Contents {
         offset: u64,
         data: &[u8],
         ids: Vec<u64>,
+        fh: u64,
     ) -> Result<(), i32> {
         let before = state.data.pending_bytes();
         // One id per chunk the write touches, at least what it needs.
-        let Some(uploads) = state.data.write(offset, data, &ids) else {
+        let Some(uploads) = state.data.write(offset, data, &ids, fh) else {
             tracing::error!(handle, offset, "a write was given too few slice ids");
             return Err(libc::EIO);
         };
@@ -409,7 +475,13 @@ impl Contents {
     /// An O_APPEND write: committed pending writes first, then `data` placed whole at the
     /// file's end by the server, whatever other mounts append meanwhile: small appends inline
     /// (with their bytes), others as one object.
-    pub async fn append(&self, client: &Client, handle: Handle, data: &[u8]) -> Result<(), i32> {
+    pub async fn append(
+        &self,
+        client: &Client,
+        handle: Handle,
+        data: &[u8],
+        fh: u64,
+    ) -> Result<(), i32> {
         let size = u32::try_from(data.len())
             .ok()
             .filter(|s| u64::from(*s) <= calm_types::slices::CHUNK_BYTES)
@@ -419,8 +491,9 @@ impl Contents {
         }
         let file = self.file(handle);
         let mut state = file.lock().await;
-        self.commit_locked(client, handle, &mut state, false)
-            .await?;
+        self.commit_locked(client, handle, &mut state, false, Some(fh))
+            .await
+            .map_err(Failed::errno)?;
         let inline = self.inline_bytes_max > 0 && u64::from(size) <= self.inline_bytes_max;
         let mut placed = None;
         if inline {
@@ -500,194 +573,6 @@ impl Contents {
                 .await
         })
     }
-
-    /// Commits `handle`'s pending writes (and with `sync`, makes their objects durable first).
-    pub async fn commit(&self, client: &Client, handle: Handle, sync: bool) -> Result<(), i32> {
-        let file = {
-            let files = self.files.locked();
-            match files.get(&handle) {
-                Some(file) => file.clone(),
-                None => return Ok(()),
-            }
-        };
-        let mut state = file.lock().await;
-        self.commit_locked(client, handle, &mut state, sync).await
-    }
-
-    async fn commit_all_but(&self, client: &Client, except: Handle) -> Result<(), i32> {
-        let dirty: Vec<Handle> = self
-            .dirty_sizes
-            .locked()
-            .keys()
-            .copied()
-            .filter(|h| *h != except)
-            .collect();
-        for handle in dirty {
-            self.commit(client, handle, false).await?;
-        }
-        Ok(())
-    }
-
-    async fn commit_locked(
-        &self,
-        client: &Client,
-        handle: Handle,
-        state: &mut FileState,
-        sync: bool,
-    ) -> Result<(), i32> {
-        if sync {
-            // What earlier closes committed goes first: an fsync covers every byte written.
-            sync_objects(&self.objects, &mut state.unsynced).await?;
-        }
-        if !state.data.is_dirty() && state.uploads.is_empty() {
-            return Ok(());
-        }
-        if state.uploads.is_empty()
-            && let Some(commit) = state.data.inline_commit(self.inline_bytes_max)
-        {
-            let bytes = state.data.pending_bytes();
-            let end = state.data.pending_end();
-            let records = commit.records.clone();
-            match client
-                .write(handle, &records, end, commit.bytes.clone())
-                .await
-            {
-                Ok(attr) => {
-                    state.data.committed_inline(commit, attr.size);
-                    state.cached = Some(version(&attr));
-                    bound_map(state);
-                }
-                // The file's inline bytes are at their limit: as objects, below.
-                Err(MetaError::NotSupported(_)) => {
-                    return self.commit_objects(client, handle, state, sync).await;
-                }
-                Err(error) if final_refusal(&error) => {
-                    state.data.discard_pending();
-                    self.buffered.fetch_sub(bytes, Ordering::Relaxed);
-                    self.publish_size(handle, &state.data);
-                    return Err(stale_errno(&error));
-                }
-                Err(error) => return Err(meta_errno(&error)),
-            }
-            self.buffered.fetch_sub(bytes, Ordering::Relaxed);
-            self.publish_size(handle, &state.data);
-            return Ok(());
-        }
-        self.commit_objects(client, handle, state, sync).await
-    }
-
-    /// [`Contents::commit_locked`] of the pending writes as objects: uploaded (and synced, with
-    /// `sync`), then named by the records.
-    async fn commit_objects(
-        &self,
-        client: &Client,
-        handle: Handle,
-        state: &mut FileState,
-        sync: bool,
-    ) -> Result<(), i32> {
-        let (n, mut uploads) = state.data.seal();
-        let single = match (state.uploads.is_empty(), uploads.len()) {
-            (true, 1) => uploads.pop(),
-            _ => None,
-        };
-        let uploaded = if let Some(upload) = single {
-            // One block and nothing in flight (a small file): uploaded here rather than by a
-            // task of its own, which would cost two thread switches.
-            let _permit = self.uploads.acquire().await;
-            self.objects
-                .put_block(upload.id, upload.block, upload.data)
-                .await
-                .map_err(|error| {
-                    tracing::warn!(%error, "uploading a block");
-                    data_errno(&error)
-                })
-        } else {
-            for upload in uploads {
-                state.uploads.push(self.upload(upload));
-            }
-            wait_uploads(std::mem::take(&mut state.uploads)).await
-        };
-        let records = state.data.records(n);
-        let bytes: u64 = records.iter().map(|(_, s)| u64::from(s.len)).sum();
-        if let Err(errno) = uploaded {
-            // The writes are lost, and the caller is told; nothing will name the objects
-            // written so far, so they go now.
-            let discarded = state.data.discard_pending();
-            self.delete_unnamed(&discarded).await;
-            self.buffered.fetch_sub(bytes, Ordering::Relaxed);
-            self.publish_size(handle, &state.data);
-            return Err(errno);
-        }
-        if sync {
-            for (_, slice) in &records {
-                self.objects
-                    .sync(slice.id, slice.size)
-                    .await
-                    .map_err(|e| data_errno(&e))?;
-            }
-        }
-        let end = state.data.pending_end();
-        match client.write(handle, &records, end, Vec::new()).await {
-            Ok(attr) => {
-                state.data.committed(n, attr.size);
-                state.cached = Some(version(&attr));
-                bound_map(state);
-                if !sync && self.objects.is_local() {
-                    let written = records.iter().map(|(_, s)| s).filter(|s| is_object(s.id));
-                    state.unsynced.extend(written.map(|s| (s.id, s.size)));
-                    if state.unsynced.len() >= UNSYNCED_OBJECTS_MAX {
-                        sync_objects(&self.objects, &mut state.unsynced).await?;
-                    }
-                }
-            }
-            Err(error) if final_refusal(&error) => {
-                // Refused for good (or the file is gone): the writes are lost, as a local file
-                // system drops the pages whose write-back failed; the caller is told, and the
-                // objects go.
-                let discarded = state.data.discard_pending();
-                self.delete_unnamed(&discarded).await;
-                self.buffered.fetch_sub(bytes, Ordering::Relaxed);
-                self.publish_size(handle, &state.data);
-                return Err(stale_errno(&error));
-            }
-            Err(error) => {
-                // Kept, with their objects: the next flush, fsync or close tries again.
-                return Err(meta_errno(&error));
-            }
-        }
-        self.buffered.fetch_sub(bytes, Ordering::Relaxed);
-        self.publish_size(handle, &state.data);
-        Ok(())
-    }
-}
-
-/// Makes durable every object of `unsynced` (a local store's: fdatasync of its files and
-/// directories), and forgets those that are; the first failure is the error, and what was not
-/// synced stays listed for the next try.
-async fn sync_objects(objects: &Objects, unsynced: &mut Vec<(u64, u32)>) -> Result<(), i32> {
-    while let Some(&(id, size)) = unsynced.last() {
-        match objects.sync(id, size).await {
-            // Deleted since (the file was removed or rewritten): nothing to make durable.
-            Ok(()) | Err(DataError::Missing(_)) => {}
-            Err(e) => {
-                tracing::warn!(id, %e, "syncing an object");
-                return Err(data_errno(&e));
-            }
-        }
-        unsynced.pop();
-    }
-    Ok(())
-}
-
-/// After a commit: a file written for long, and never read, would keep every record it
-/// committed in this mount's map while the server compacts its own; past
-/// [`MAP_CHUNK_RECORDS_MAX`] in a chunk, the map is dropped (pending writes stay) and the next
-/// read loads the server's, compacted one.
-fn bound_map(state: &mut FileState) {
-    if !state.data.chunks_over(MAP_CHUNK_RECORDS_MAX).is_empty() {
-        state.data.resized(state.data.committed_size());
-        state.loaded = false;
-    }
 }
 
 /// The errno of an operation on an open file: one that is gone (another mount removed its
@@ -697,26 +582,4 @@ fn stale_errno(error: &MetaError) -> i32 {
         MetaError::NotFound => libc::ESTALE,
         other => other.errno(),
     }
-}
-
-/// Whether the server refused a commit for good: trying the same records again cannot
-/// succeed, so the writes are dropped. A busy server, or one that could not be reached (I/O),
-/// may take them on the next try.
-fn final_refusal(error: &MetaError) -> bool {
-    !matches!(error, MetaError::Busy(_) | MetaError::Io(_))
-}
-
-async fn wait_uploads(uploads: Vec<JoinHandle<Result<(), DataError>>>) -> Result<(), i32> {
-    let mut first_error = None;
-    for upload in uploads {
-        let result = match upload.await {
-            Ok(result) => result,
-            Err(e) => Err(DataError::Unavailable(format!("upload task: {e}"))),
-        };
-        if let Err(error) = result {
-            tracing::warn!(%error, "uploading a block");
-            first_error.get_or_insert(data_errno(&error));
-        }
-    }
-    first_error.map_or(Ok(()), Err)
 }

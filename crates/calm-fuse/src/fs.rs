@@ -185,6 +185,7 @@ impl CalmFs {
             shm: crate::shm::SharedMemoryFiles::default(),
             append_through_cache: options.append_through_cache,
             metrics,
+            waiting: Arc::default(),
         });
         let figures = Arc::downgrade(&shared);
         shared
@@ -207,12 +208,20 @@ impl CalmFs {
     /// without waiting (an answer from memory or from a snapshot of the store in this process
     /// costs no thread switch); what is left waits on the runtime. A task polled once with a
     /// no-op waker and then spawned is polled again at once, registering its real waker.
-    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+    ///
+    /// A task that waits is noted with its caller while it runs, so that an interrupt of
+    /// `req` finds it ([`crate::interrupts`]).
+    fn spawn(&self, req: &Request, task: impl Future<Output = ()> + Send + 'static) {
         let mut task = Box::pin(task);
         let _runtime = self.runtime.enter();
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         if task.as_mut().poll(&mut cx).is_pending() {
-            self.runtime.spawn(task);
+            let (unique, waiting) = (req.unique().0, self.shared.waiting.clone());
+            waiting.begin(unique, req.pid());
+            self.runtime.spawn(async move {
+                task.await;
+                waiting.end(unique);
+            });
         }
     }
 
@@ -220,11 +229,12 @@ impl CalmFs {
     /// with `ok` of its value, or with its error's errno.
     fn answer<R: Refusable, T: 'static, E: IntoErrno>(
         &self,
+        req: &Request,
         reply: R,
         task: impl Future<Output = Result<T, E>> + Send + 'static,
         ok: impl FnOnce(R, T) + Send + 'static,
     ) {
-        self.spawn(async move {
+        self.spawn(req, async move {
             match task.await {
                 Ok(value) => ok(reply, value),
                 Err(e) => reply.refuse(e.into_errno()),
@@ -236,12 +246,13 @@ impl CalmFs {
     /// more (see [`crate::cache`]).
     fn entry_task(
         &self,
+        req: &Request,
         reply: ReplyEntry,
         task: impl Future<Output = Result<Attr, Errno>> + Send + 'static,
     ) {
         let shared = self.shared.clone();
         let ticket = shared.cache.ticket();
-        self.answer(reply, task, move |reply, attr| {
+        self.answer(req, reply, task, move |reply, attr| {
             send_entry(&shared, ticket, reply, attr)
         });
     }
@@ -277,7 +288,7 @@ impl CalmFs {
         let name = name.as_bytes().to_vec();
         shared.cache.changed_here(parent.0);
         let ticket = shared.cache.ticket();
-        self.entry_task(reply, async move {
+        self.entry_task(req, reply, async move {
             let made = call(client, name.clone()).await;
             let outcome = crate::listings::Outcome::of_make(&made);
             shared.cache.name_added_here(parent.0, &name, outcome);
@@ -295,10 +306,11 @@ impl CalmFs {
 
     fn empty_task(
         &self,
+        req: &Request,
         reply: ReplyEmpty,
         task: impl Future<Output = Result<(), Errno>> + Send + 'static,
     ) {
-        self.answer(reply, task, |reply, ()| reply.ok());
+        self.answer(req, reply, task, |reply, ()| reply.ok());
     }
 }
 
@@ -371,8 +383,8 @@ impl Filesystem for CalmFs {
         }
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.handle_getattr(ino, reply)
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.handle_getattr(req, ino, reply)
     }
 
     fn setattr(
@@ -396,8 +408,8 @@ impl Filesystem for CalmFs {
         self.handle_setattr(req, ino, mode, uid, gid, size, atime, mtime, ctime, reply)
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.handle_readlink(ino, reply)
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.handle_readlink(req, ino, reply)
     }
 
     fn mknod(
@@ -599,8 +611,8 @@ impl Filesystem for CalmFs {
         self.handle_readdirplus(req, ino, offset, reply)
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.handle_statfs(reply)
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.handle_statfs(req, reply)
     }
 
     fn setxattr(
@@ -630,7 +642,7 @@ impl Filesystem for CalmFs {
 
     fn getlk(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         lock_owner: LockOwner,
@@ -640,7 +652,7 @@ impl Filesystem for CalmFs {
         _pid: u32,
         reply: ReplyLock,
     ) {
-        self.handle_getlk(ino, lock_owner, start, end, typ, reply)
+        self.handle_getlk(req, ino, lock_owner, start, end, typ, reply)
     }
 
     fn setlk(
@@ -689,9 +701,17 @@ impl Filesystem for CalmFs {
         reply.ok();
     }
 
-    fn interrupt(&self, _req: &Request, unique: RequestId) {
+    fn interrupt(&self, _req: &Request, unique: RequestId, reply: fuser::ReplyInterrupted) {
+        // A lock wait ends with EINTR on any signal (F_SETLKW), cancelled at the server.
         let locks = self.shared.locks.clone();
-        self.spawn(async move { locks.interrupt(unique.0).await });
+        self.runtime
+            .spawn(async move { locks.interrupt(unique.0).await });
+        // Any request that waits: a caller being killed is let go at once.
+        self.runtime.spawn(crate::interrupts::let_go_when_killed(
+            self.shared.waiting.clone(),
+            unique.0,
+            reply,
+        ));
     }
 }
 

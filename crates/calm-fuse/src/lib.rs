@@ -22,6 +22,7 @@ pub mod contents;
 mod convert;
 pub mod fs;
 pub mod groups;
+pub mod interrupts;
 pub mod jobs;
 pub mod listings;
 pub mod locks;

@@ -85,6 +85,8 @@ pub(crate) struct Shared {
     pub(crate) append_through_cache: bool,
     /// The mount's counters (the FUSE session reports each reply to them).
     pub(crate) metrics: Arc<crate::metrics::MountMetrics>,
+    /// Requests that wait, with their callers (an interrupt of one finds it).
+    pub(crate) waiting: Arc<crate::interrupts::Waiting>,
 }
 
 impl Shared {
@@ -276,10 +278,17 @@ impl Shared {
         self.contents.drop_privileges(handle, in_group);
     }
 
-    /// Commits a file's pending writes (records, size and mtime) to the server.
-    pub(crate) async fn push(&self, client: &Client, handle: Handle) -> Result<(), Errno> {
+    /// Commits a file's pending writes (records, size and mtime) to the server, for the open
+    /// file `fh` when the caller has one (which is told, too, what a refused commit dropped of
+    /// what it wrote).
+    pub(crate) async fn push(
+        &self,
+        client: &Client,
+        handle: Handle,
+        fh: Option<u64>,
+    ) -> Result<(), Errno> {
         self.contents
-            .commit(client, handle, false)
+            .commit(client, handle, false, fh)
             .await
             .map_err(Errno::from_i32)
     }
@@ -325,6 +334,9 @@ impl Shared {
             owners: Mutex::new(HashSet::new()),
         });
         state.files.insert(fh, file.clone());
+        if file.is_file {
+            self.contents.opened_as(fh);
+        }
         let inode = state.inodes.entry(attr.handle).or_default();
         inode.files.push(file);
         inode.attr = Some(attr.clone());

@@ -1,31 +1,17 @@
-//! The lock service: [`calm_locks::LockManager`] behind a mutex, its waiting requests as
-//! pending RPCs, and the lease clock.
+//! The lock service (`calm.v1.Locks`) over a server's [`LockTable`].
 //!
-//! - One mutex over the manager: an operation is a few hundred nanoseconds of memory work,
-//!   and a batch of operations takes the mutex once. Nothing awaits while holding it.
 //! - A waiting request (`Wait`) is a oneshot channel the manager's events complete: the
 //!   client never polls. `Cancel` by tag is EINTR; a `Wait` RPC dropped by its client (the
 //!   connection went away) cancels too.
-//! - Leases: one task sleeps until the soonest deadline and expires what is due; a new session
-//!   wakes it. Time is milliseconds since the server started (monotonic).
 //! - Session ids start at `epoch << 32`: the store's epoch grows at every start, so a session
 //!   of an earlier server life is fenced, never confused with a new one.
-//! - Several servers on one store (`crate::cluster`): under the same mutex, every set, test,
-//!   unlock and release of a file first asks the cluster state whether this server decides the
-//!   file's locks now (`calm_locks::cluster::Route`); a request for a file decided elsewhere
-//!   is answered `Moved`, one for a file in a takeover's grace `Grace` (reclaims excepted).
+//! - Several servers on one store: a request for a file decided elsewhere is answered `Moved`,
+//!   one for a file in a takeover's grace `Grace` (reclaims excepted).
 
-use calm_types::sync::Locked;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use calm_locks::cluster::{Cluster, Route};
-use calm_locks::{
-    Event, Limits, LockError, LockManager, Outcome, Request as LockRequest, SessionId, Stats,
-    WaitId,
-};
+use calm_locks::{LockError, Outcome, Request as LockRequest, SessionId, WaitId};
 use calm_meta::{Meta, MetaError};
 use calm_proto::locks::{
     LOCK_BATCH_OPS_MAX, LockCode, LockFailure, code_of, holder_to_wire, kind_from_wire,
@@ -35,8 +21,11 @@ use calm_proto::locks::{
 use calm_proto::pb;
 use calm_proto::pb::locks_server::Locks as LocksRpc;
 use calm_store::Store;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 use tonic::{Request, Response, Status};
+
+use crate::lock_table::Inner;
+pub use crate::lock_table::LockTable;
 
 /// Most locks (and, separately, waiting requests) one `List` reply carries: 65 536 holders
 /// of about 40 bytes stay well under the message limit. `total` says how many there are.
@@ -48,219 +37,6 @@ const OP_TEST: u32 = 2;
 const OP_UNLOCK: u32 = 3;
 const OP_RELEASE: u32 = 4;
 const OP_RECLAIM: u32 = 5;
-
-type Reply = Result<(), LockError>;
-
-#[derive(Debug)]
-pub(crate) struct Inner {
-    pub(crate) manager: LockManager,
-    /// Which files this server decides, with several servers on one store; `None` alone, or
-    /// before it joined the registry (then it decides nothing: see [`LockTable::clustered`]).
-    pub(crate) cluster: Option<Cluster>,
-    /// The RPC each waiting request completes.
-    pending: HashMap<WaitId, oneshot::Sender<Reply>>,
-    /// `(session, tag)` of every waiting request, and back.
-    by_tag: HashMap<(SessionId, u64), WaitId>,
-    tags: HashMap<WaitId, (SessionId, u64)>,
-}
-
-impl Inner {
-    /// Completes the RPCs of the requests the manager granted or refused.
-    pub(crate) fn deliver(&mut self) {
-        for event in self.manager.take_events() {
-            let (wait, reply) = match event {
-                Event::Granted(wait) => (wait, Ok(())),
-                Event::Refused(wait, error) => (wait, Err(error)),
-            };
-            self.forget(wait);
-            if let Some(sender) = self.pending.remove(&wait) {
-                // The receiver is gone only if its RPC is being dropped; the guard then finds
-                // nothing pending and the lock stays with its owner, as after a signal that
-                // arrives once the kernel has granted the lock.
-                let _ = sender.send(reply);
-            }
-        }
-    }
-
-    fn forget(&mut self, wait: WaitId) {
-        if let Some(tag) = self.tags.remove(&wait) {
-            self.by_tag.remove(&tag);
-        }
-    }
-}
-
-/// The lock state of one server, shared by the lock service, the status RPC and the lease
-/// task.
-#[derive(Debug)]
-pub struct LockTable {
-    inner: Mutex<Inner>,
-    started: Instant,
-    /// Wakes the lease task when a session with a sooner deadline may exist.
-    lease_changed: Notify,
-    /// Several servers share the store: the registry where sessions are recorded, and where
-    /// this server is a member (`crate::cluster`).
-    pub(crate) registry: Option<Arc<dyn calm_store::registry::Registry>>,
-    /// `(id, address)` of the members of the applied view.
-    pub(crate) members: Mutex<Vec<(u64, String)>>,
-    /// This server's id: its store epoch.
-    pub(crate) me: u64,
-    /// The highest changelog index a client's lock request said its mutations reached: with
-    /// several servers, a lock's previous holder may have committed through another server,
-    /// whose commits this one may not have seen yet.
-    client_index: AtomicU64,
-    /// Requests refused for where their file is decided, locks dropped as files moved.
-    pub(crate) placement: crate::placement::Placement,
-}
-
-impl LockTable {
-    pub fn new(limits: Limits, epoch: u64) -> Self {
-        Self::with_registry(limits, epoch, None)
-    }
-
-    /// A table of one server among several sharing `registry`: it decides nothing until the
-    /// cluster task joined the registry.
-    pub fn with_registry(
-        limits: Limits,
-        epoch: u64,
-        registry: Option<Arc<dyn calm_store::registry::Registry>>,
-    ) -> Self {
-        LockTable {
-            registry,
-            members: Mutex::new(Vec::new()),
-            me: epoch,
-            client_index: AtomicU64::new(0),
-            placement: Default::default(),
-            inner: Mutex::new(Inner {
-                cluster: None,
-                manager: LockManager::new(limits, (epoch << 32) | 1),
-                pending: HashMap::new(),
-                by_tag: HashMap::new(),
-                tags: HashMap::new(),
-            }),
-            started: Instant::now(),
-            lease_changed: Notify::new(),
-        }
-    }
-
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.locked()
-    }
-
-    /// Whether several servers share the store.
-    pub fn clustered(&self) -> bool {
-        self.registry.is_some()
-    }
-
-    /// Whether this server decides `resource`'s locks now: `Ok`, or the failure to answer.
-    /// `reclaim`: the identity of a client taking again a lock it held through the previous
-    /// decider; `release`: an unlock or release, which a grace does not hold back.
-    fn route(
-        &self,
-        inner: &Inner,
-        resource: u64,
-        reclaim: Option<&str>,
-        release: bool,
-    ) -> Result<(), LockFailure> {
-        if !self.clustered() {
-            return Ok(());
-        }
-        let route = match &inner.cluster {
-            Some(cluster) => cluster.route(resource, self.now_ms(), reclaim),
-            None => Route::Lapsed,
-        };
-        self.placement.routed(route, release);
-        match route {
-            Route::Mine => Ok(()),
-            Route::Grace if release => Ok(()),
-            Route::Grace => Err(failure(
-                LockCode::Grace,
-                format!("file {resource} was taken over and its clients are reclaiming"),
-            )),
-            Route::Elsewhere(server) => Err(failure(
-                LockCode::Moved,
-                format!("server {server:x} decides the locks of file {resource}"),
-            )),
-            Route::Lapsed => Err(failure(
-                LockCode::Unavailable,
-                "this server's membership is not confirmed: it decides no lock now",
-            )),
-        }
-    }
-
-    pub(crate) fn now_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
-    }
-
-    pub fn stats(&self) -> Stats {
-        self.lock().manager.stats()
-    }
-
-    /// Lock requests by how they ended, and sessions expired, since the server started.
-    pub fn counts(&self) -> calm_locks::Counts {
-        self.lock().manager.counts()
-    }
-
-    /// The locks `session` holds and the most it may hold, if it is open.
-    pub fn session_locks(&self, session: u64) -> Option<(u64, u64)> {
-        self.lock().manager.session_locks(session)
-    }
-
-    /// Whether `session` is open (not closed, not expired).
-    pub fn session_live(&self, session: u64) -> bool {
-        self.lock().manager.live(session).is_ok()
-    }
-
-    /// Expires due sessions until `shutdown`; never returns otherwise.
-    pub async fn run_leases(self: Arc<Self>) {
-        loop {
-            let (next, expired) = {
-                let mut inner = self.lock();
-                let expired = inner.manager.expire(self.now_ms());
-                inner.deliver();
-                (inner.manager.next_deadline(), expired)
-            };
-            for session in expired {
-                self.forget_session(session);
-            }
-            let sleep = match next {
-                Some(deadline_ms) => {
-                    Duration::from_millis(deadline_ms.saturating_sub(self.now_ms()))
-                }
-                None => Duration::from_secs(3600),
-            };
-            tokio::select! {
-                _ = tokio::time::sleep(sleep) => {}
-                _ = self.lease_changed.notified() => {}
-            }
-        }
-    }
-}
-
-impl LockTable {
-    /// Forgets an ended session in the registry (in the background: nothing waits for it,
-    /// and a session left there only makes a takeover wait its grace out).
-    fn forget_session(&self, session: SessionId) {
-        if let Some(registry) = self.registry.clone() {
-            tokio::task::spawn_blocking(move || {
-                if let Err(e) = registry.unhold(session) {
-                    tracing::warn!(session, %e, "forgetting a lock session in the registry");
-                }
-            });
-        }
-    }
-
-    /// Notes the changelog index a client's request says its mutations reached.
-    fn note_client_index<T>(&self, request: &Request<T>) {
-        if let Some(index) = request
-            .metadata()
-            .get(calm_proto::INDEX_KEY)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-        {
-            self.client_index.fetch_max(index, Ordering::AcqRel);
-        }
-    }
-}
 
 /// Cancels a waiting request whose RPC is dropped before it completes.
 struct WaitGuard<'a> {
@@ -511,7 +287,7 @@ impl<S: Store> LocksRpc for LockService<S> {
             let mut inner = self.table.lock();
             inner
                 .manager
-                .open_session_with(self.table.now_ms(), lease_ms, locks_max)
+                .open_session_with(self.table.lease_now_ms(), lease_ms, locks_max)
         }
         .map_err(|error| status_from_lock_failure(&LockFailure::from(&error)))?;
         if let Some(registry) = self.table.registry.clone() {
@@ -544,11 +320,11 @@ impl<S: Store> LocksRpc for LockService<S> {
         let session = r.get_ref().session;
         self.owner_of(&r, session)?;
         let mut inner = self.table.lock();
-        let result = inner.manager.renew(session, self.table.now_ms());
+        let result = inner.manager.renew(session, self.table.lease_now_ms());
         inner.deliver();
         let deadline_ms =
             result.map_err(|error| status_from_lock_failure(&LockFailure::from(&error)))?;
-        let lease_ms = deadline_ms.saturating_sub(self.table.now_ms());
+        let lease_ms = deadline_ms.saturating_sub(self.table.lease_now_ms());
         Ok(Response::new(pb::SessionReply { session, lease_ms }))
     }
 

@@ -65,6 +65,7 @@ pub use crate::reply::ReplyDirectory;
 pub use crate::reply::ReplyDirectoryPlus;
 pub use crate::reply::ReplyEmpty;
 pub use crate::reply::ReplyEntry;
+pub use crate::reply::ReplyInterrupted; // calm
 pub use crate::reply::ReplyIoctl;
 pub use crate::reply::ReplyLock;
 pub use crate::reply::ReplyLseek;
@@ -865,8 +866,9 @@ pub trait Filesystem: Send + Sync + 'static {
     }
 
     /// calm: a request was interrupted by a signal. `unique` names the interrupted request
-    /// ([`Request::unique`]); the file system may end it early with EINTR. No reply.
-    fn interrupt(&self, _req: &Request, _unique: RequestId) {}
+    /// ([`Request::unique`]); the file system may end it early with EINTR, through `reply`
+    /// (a reply to the interrupted request: dropped unused, it sends nothing).
+    fn interrupt(&self, _req: &Request, _unique: RequestId, _reply: ReplyInterrupted) {}
 
     /// Test for a POSIX file lock.
     fn getlk(

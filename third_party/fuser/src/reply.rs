@@ -14,6 +14,7 @@ use std::time::Duration;
 #[cfg(target_os = "macos")]
 use std::time::SystemTime;
 
+use log::debug; // calm
 use log::error;
 use log::warn;
 
@@ -133,8 +134,14 @@ impl ReplyRaw {
         assert!(self.sender.is_some());
         let sender = self.sender.take().unwrap();
         let res = response.with_iovec(self.unique, |iov| sender.send(iov));
-        if let Err(err) = res {
-            error!("Failed to send FUSE reply: {err}");
+        match res {
+            // calm: the kernel waits for no such request any more (the file system answered
+            // it early, after an interrupt): nothing is lost.
+            Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {
+                debug!("FUSE reply to a request answered already: {err}");
+            }
+            Err(err) => error!("Failed to send FUSE reply: {err}"),
+            Ok(()) => {}
         }
     }
     pub(crate) fn send_ll(mut self, response: &impl Response) {
@@ -155,6 +162,40 @@ impl Drop for ReplyRaw {
                 self.unique.0
             );
             self.send_ll_mut(&ll::ResponseErrno(ll::Errno::EIO));
+        }
+    }
+}
+
+/// calm: the reply to a request the kernel interrupted, for a file system that ends the
+/// request early: [`ReplyInterrupted::eintr`] answers it with EINTR; dropped unused, it sends
+/// nothing (the request's own reply comes later).
+#[derive(Debug)]
+pub struct ReplyInterrupted {
+    reply: Option<ReplyRaw>,
+}
+
+impl Reply for ReplyInterrupted {
+    fn new(unique: ll::RequestId, sender: ReplySender) -> ReplyInterrupted {
+        ReplyInterrupted {
+            reply: Some(Reply::new(unique, sender)),
+        }
+    }
+}
+
+impl ReplyInterrupted {
+    /// Answers the interrupted request with EINTR (its later reply is then dropped by the
+    /// kernel).
+    pub fn eintr(mut self) {
+        if let Some(reply) = self.reply.take() {
+            reply.error(Errno::EINTR);
+        }
+    }
+}
+
+impl Drop for ReplyInterrupted {
+    fn drop(&mut self) {
+        if let Some(mut reply) = self.reply.take() {
+            reply.sender = None;
         }
     }
 }

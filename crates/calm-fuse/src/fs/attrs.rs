@@ -4,7 +4,7 @@
 use super::*;
 
 impl CalmFs {
-    pub(super) fn handle_getattr(&self, ino: INodeNo, reply: ReplyAttr) {
+    pub(super) fn handle_getattr(&self, req: &Request, ino: INodeNo, reply: ReplyAttr) {
         let shared = self.shared.clone();
         let ticket = shared.cache.ticket();
         // A directory this mount just changed: the server's answer to that change said what
@@ -12,7 +12,7 @@ impl CalmFs {
         if let Some(attr) = shared.cache.dir_attr(ino.0) {
             return reply.attr(&shared.cache.reply_ttl(ticket, ino.0), &file_attr(&attr));
         }
-        self.spawn(async move {
+        self.spawn(req, async move {
             match shared.client.getattr(ino.0).await {
                 Ok(attr) => {
                     let attr = shared.local_view(attr);
@@ -67,11 +67,11 @@ impl CalmFs {
         let client = shared.caller(req);
         shared.cache.forget_dir_attr(ino.0);
         let ticket = shared.cache.ticket();
-        self.spawn(async move {
+        self.spawn(req, async move {
             let handle = ino.0;
             // Pending writes go first: a truncate cuts them too, and every other change
             // follows them.
-            if let Err(e) = shared.push(&client, handle).await {
+            if let Err(e) = shared.push(&client, handle, None).await {
                 return reply.error(e);
             }
             let change = SetAttr {
@@ -103,15 +103,15 @@ impl CalmFs {
         });
     }
 
-    pub(super) fn handle_readlink(&self, ino: INodeNo, reply: ReplyData) {
+    pub(super) fn handle_readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
         let client = self.shared.client.clone();
         let target = async move { client.readlink(ino.0).await };
-        self.answer(reply, target, |reply, target| reply.data(&target));
+        self.answer(req, reply, target, |reply, target| reply.data(&target));
     }
 
-    pub(super) fn handle_statfs(&self, reply: ReplyStatfs) {
+    pub(super) fn handle_statfs(&self, req: &Request, reply: ReplyStatfs) {
         let shared = self.shared.clone();
-        self.spawn(async move {
+        self.spawn(req, async move {
             let figures = match shared.client.statfs().await {
                 Ok(figures) => figures,
                 Err(e) => return reply.error(errno(&e)),
@@ -173,7 +173,7 @@ impl CalmFs {
         let value = value.to_vec();
         let cache = self.shared.cache.clone();
         cache.changed_here(ino.0);
-        self.empty_task(reply, async move {
+        self.empty_task(req, reply, async move {
             let result = client.setxattr(ino.0, &name, &value, flags as u32).await;
             cache.changed_here(ino.0);
             result.map_err(|e| errno(&e))
@@ -211,7 +211,7 @@ impl CalmFs {
             }
             value
         };
-        self.answer(reply, value, move |reply, value| {
+        self.answer(req, reply, value, move |reply, value| {
             xattr_reply(reply, size, &value)
         });
     }
@@ -225,7 +225,7 @@ impl CalmFs {
     ) {
         let client = self.shared.caller(req);
         let names = async move { client.listxattr(ino.0).await };
-        self.answer(reply, names, move |reply, names| {
+        self.answer(req, reply, names, move |reply, names| {
             let mut list = Vec::new();
             for name in names {
                 list.extend_from_slice(&name);
@@ -246,7 +246,7 @@ impl CalmFs {
         let name = name.as_bytes().to_vec();
         let cache = self.shared.cache.clone();
         cache.changed_here(ino.0);
-        self.empty_task(reply, async move {
+        self.empty_task(req, reply, async move {
             let result = client.removexattr(ino.0, &name).await;
             cache.changed_here(ino.0);
             result.map_err(|e| errno(&e))

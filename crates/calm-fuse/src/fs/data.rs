@@ -28,7 +28,7 @@ impl CalmFs {
         let open_flags = flags.0;
         let shared = self.shared.clone();
         let client = shared.caller(req);
-        self.spawn(async move {
+        self.spawn(req, async move {
             if shared.shm.used_elsewhere(&shared.locks, ino.0, WHOLE).await {
                 return reply.error(Errno::EBUSY);
             }
@@ -79,7 +79,7 @@ impl CalmFs {
         let shared = self.shared.clone();
         let client = shared.caller(req);
         let data = async move { shared.contents.read(&client, ino.0, offset, size).await };
-        self.answer(reply, data, |reply, data| reply.data(&data));
+        self.answer(req, reply, data, |reply, data| reply.data(&data));
     }
 
     /// The kernel asks that a write drop the file's setuid and setgid (its writer lacks the
@@ -114,10 +114,18 @@ impl CalmFs {
         if offset.saturating_add(data.len() as u64) > calm_types::FILE_SIZE_MAX {
             return reply.error(Errno::EFBIG);
         }
+        // A refused commit dropped bytes written through this open file: told now, once.
+        if let Some(owed) = self.shared.contents.take_error(fh.0) {
+            return reply.error(Errno::from_i32(owed));
+        }
         if !file.append {
             // Most writes are buffered here at once, without a copy of their own.
             let _runtime = self.runtime.enter();
-            if self.shared.contents.try_write_now(ino.0, offset, data) {
+            if self
+                .shared
+                .contents
+                .try_write_now(ino.0, offset, data, fh.0)
+            {
                 return reply.written(data.len() as u32);
             }
         }
@@ -127,12 +135,15 @@ impl CalmFs {
         let size = data.len() as u32;
         let written = async move {
             if file.append {
-                shared.contents.append(&client, ino.0, &data).await
+                shared.contents.append(&client, ino.0, &data, fh.0).await
             } else {
-                shared.contents.write(&client, ino.0, offset, &data).await
+                shared
+                    .contents
+                    .write(&client, ino.0, offset, &data, fh.0)
+                    .await
             }
         };
-        self.answer(reply, written, move |reply, ()| reply.written(size));
+        self.answer(req, reply, written, move |reply, ()| reply.written(size));
     }
 
     pub(super) fn handle_flush(
@@ -145,9 +156,9 @@ impl CalmFs {
     ) {
         let shared = self.shared.clone();
         let client = shared.caller(req);
-        self.empty_task(reply, async move {
+        self.empty_task(req, reply, async move {
             shared.file(fh)?;
-            shared.push(&client, ino.0).await?;
+            shared.push(&client, ino.0, Some(fh.0)).await?;
             // A close releases the closing process's POSIX locks on the file.
             let held = shared
                 .state()
@@ -191,8 +202,8 @@ impl CalmFs {
             }
             (file, owners)
         };
-        self.empty_task(reply, async move {
-            let pushed = shared.push(&client, ino.0).await;
+        self.empty_task(req, reply, async move {
+            let pushed = shared.push(&client, ino.0, Some(fh.0)).await;
             // OFD and flock locks belong to the open file: they end with it.
             let released = if owners.is_empty() {
                 Ok(())
@@ -225,7 +236,7 @@ impl CalmFs {
                 }
             };
             if file.is_file {
-                shared.contents.closed(ino.0).await;
+                shared.contents.released(ino.0, fh.0).await;
             }
             if orphan_closed {
                 shared.release_orphan(&client, ino.0).await;
@@ -243,13 +254,13 @@ impl CalmFs {
     ) {
         let shared = self.shared.clone();
         let client = shared.caller(req);
-        self.empty_task(reply, async move {
+        self.empty_task(req, reply, async move {
             shared.file(fh)?;
             // The objects are made durable before the records that name them are committed;
             // the server's commit is durable when it answers.
             shared
                 .contents
-                .commit(&client, ino.0, true)
+                .commit(&client, ino.0, true, Some(fh.0))
                 .await
                 .map_err(Errno::from_i32)
         });
@@ -269,7 +280,7 @@ impl CalmFs {
     ) {
         let shared = self.shared.clone();
         let client = shared.caller(req);
-        self.empty_task(reply, async move {
+        self.empty_task(req, reply, async move {
             let file = shared.file(fh)?;
             if !file.is_file {
                 return Err(Errno::ENODEV);
@@ -281,7 +292,7 @@ impl CalmFs {
             if length == 0 {
                 return Err(Errno::EINVAL);
             }
-            shared.push(&client, ino.0).await?;
+            shared.push(&client, ino.0, Some(fh.0)).await?;
             let attr = match mode {
                 // Space is not reserved ahead in an object store; the size grows.
                 0 => client.write(ino.0, &[], end, Vec::new()).await,

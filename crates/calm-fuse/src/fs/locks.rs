@@ -10,8 +10,11 @@ use calm_types::sync::Locked;
 pub const GRANT_STREAM_WAIT: Duration = Duration::from_millis(2);
 
 impl CalmFs {
+    // The kernel's request, field for field (as `fuser::Filesystem` passes it).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn handle_getlk(
         &self,
+        req: &Request,
         ino: INodeNo,
         lock_owner: LockOwner,
         start: u64,
@@ -24,7 +27,7 @@ impl CalmFs {
             (Ok(None), _) | (Err(_), _) | (_, Err(_)) => return reply.error(Errno::EINVAL),
         };
         let shared = self.shared.clone();
-        self.spawn(async move {
+        self.spawn(req, async move {
             shared.after_releases(ino.0).await;
             match shared.locks.test(ino.0, lock_owner.0, range, kind).await {
                 Ok(Some(conflict)) => {
@@ -87,7 +90,8 @@ impl CalmFs {
         let shared = self.shared.clone();
         let client = shared.caller(req);
         let wait = sleep.then_some(req.unique().0);
-        self.empty_task(reply, async move {
+        let unique = req.unique().0;
+        self.empty_task(req, reply, async move {
             shared.after_releases(ino.0).await;
             let locks = &shared.locks;
             match kind {
@@ -101,6 +105,13 @@ impl CalmFs {
                         .set(ino.0, owner, pid, scope, kind, wait)
                         .await
                         .map_err(Errno::from_i32)?;
+                    if shared.waiting.answered_early(unique) {
+                        // Its caller was killed and told EINTR meanwhile: the lock goes back.
+                        if let Err(errno) = locks.unlock(ino.0, owner, scope).await {
+                            tracing::warn!(errno, "giving back a lock its killed caller got");
+                        }
+                        return Ok(());
+                    }
                     // The previous holder may have written through another mount: what this
                     // mount and its kernel hold of the file may be stale (as NFS does on a
                     // lock). Once the change stream has passed the index the grant answered
@@ -119,7 +130,7 @@ impl CalmFs {
                 }
                 None => {
                     // What the holder wrote reaches the server before anyone else may lock.
-                    shared.push(&client, ino.0).await?;
+                    shared.push(&client, ino.0, Some(fh.0)).await?;
                     locks
                         .unlock(ino.0, owner, scope)
                         .await

@@ -38,7 +38,7 @@ impl CalmFs {
             }
         };
         let shared = self.shared.clone();
-        self.answer(reply, task, move |reply, found| match found {
+        self.answer(req, reply, task, move |reply, found| match found {
             Some(attr) => super::send_entry(&shared, ticket, reply, attr),
             // The name's absence, kept by the kernel as long as nothing names it (a create
             // elsewhere invalidates it, as a removal does a name).
@@ -113,7 +113,7 @@ impl CalmFs {
         let exclusive = flags & libc::O_EXCL != 0;
         shared.cache.changed_here(parent.0);
         let ticket = shared.cache.ticket();
-        self.spawn(async move {
+        self.spawn(req, async move {
             let made = client.make_in_dir(parent.0, &name, &node, exclusive).await;
             shared
                 .cache
@@ -182,7 +182,7 @@ impl CalmFs {
         let name = name.as_bytes().to_vec();
         shared.cache.changed_here(parent.0);
         let ticket = shared.cache.ticket();
-        self.empty_task(reply, async move {
+        self.empty_task(req, reply, async move {
             let keep = shared.keep_for(&client, parent.0, &name).await;
             let unlinked = client.unlink_in_dir(parent.0, &name, keep).await;
             shared
@@ -209,7 +209,7 @@ impl CalmFs {
         let name = name.as_bytes().to_vec();
         shared.cache.changed_here(parent.0);
         shared.cache.dirs_changed_here();
-        self.empty_task(reply, async move {
+        self.empty_task(req, reply, async move {
             let removed = client.rmdir(parent.0, &name).await;
             shared
                 .cache
@@ -244,7 +244,7 @@ impl CalmFs {
         shared.cache.changed_here(newparent.0);
         shared.cache.dirs_changed_here();
         let ticket = shared.cache.ticket();
-        self.empty_task(reply, async move {
+        self.empty_task(req, reply, async move {
             let keep = shared.keep_for(&client, newparent.0, &newname).await;
             let renamed = client
                 .rename_in_dir(parent.0, &name, newparent.0, &newname, flags, keep)
@@ -287,7 +287,7 @@ impl CalmFs {
         mut reply: ReplyDirectory,
     ) {
         let client = self.shared.caller(req);
-        self.spawn(async move {
+        self.spawn(req, async move {
             // Offsets are the server's cookies; 1 and 2 are "." and "..".
             if offset == 0 && reply.add(ino, 1, FileType::Directory, ".") {
                 return reply.ok();
@@ -334,7 +334,7 @@ impl CalmFs {
         let shared = self.shared.clone();
         let client = shared.caller(req);
         let ticket = shared.cache.ticket();
-        self.spawn(async move {
+        self.spawn(req, async move {
             // Offsets are the server's cookies; 1 and 2 are "." and "..", names alone.
             let dot = plain_attr(ino.0, Kind::Dir);
             if offset == 0 && reply.add(INodeNo(0), 1, ".", &Duration::ZERO, &dot, Generation(0)) {

@@ -1,0 +1,162 @@
+//! Requests that wait (on the server, the object store, a lock), and the interrupts that end
+//! them early.
+//!
+//! Once the kernel has handed a request to the mount it waits for the mount's answer, even
+//! when its caller is killed: a process killed while its write waits for a server that stopped
+//! answering would stay in D state until the server answers. So every request that waits is
+//! noted with its caller's thread while it runs ([`Waiting`]), and the kernel's interrupt of
+//! one (sent at the first signal its caller gets) starts a watch of the caller: the moment the
+//! caller has SIGKILL pending, the request is answered EINTR, and the process goes. A request
+//! whose caller only caught a signal is left to finish (a write or an fsync answered EINTR for
+//! an ordinary signal would break programs that never expect it of a file); lock waits are the
+//! exception, cancelled by any signal as POSIX says (`crate::locks`).
+//!
+//! The work of a request answered early goes on to its end (a commit, a lock grant) and its
+//! own answer is dropped by the kernel; a lock granted to a request answered early is given
+//! back (`fs::locks`).
+
+use calm_types::sync::Locked;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How often the caller of an interrupted request that still waits is looked at.
+pub const KILLED_POLL_MS: u64 = 100;
+
+/// SIGKILL in the masks of `/proc/PID/status`.
+const SIGKILL_MASK: u64 = 1 << (libc::SIGKILL - 1);
+
+/// The requests that wait: FUSE request id → the caller's thread id. At most the requests the
+/// kernel has outstanding on the mount.
+#[derive(Debug, Default)]
+pub(crate) struct Waiting {
+    calls: Mutex<HashMap<u64, u32>>,
+    /// Requests answered EINTR early, until their task ends.
+    early: Mutex<HashSet<u64>>,
+}
+
+impl Waiting {
+    pub(crate) fn begin(&self, unique: u64, pid: u32) {
+        self.calls.locked().insert(unique, pid);
+    }
+
+    pub(crate) fn end(&self, unique: u64) {
+        self.calls.locked().remove(&unique);
+        let mut early = self.early.locked();
+        if !early.is_empty() {
+            early.remove(&unique);
+        }
+    }
+
+    fn pid(&self, unique: u64) -> Option<u32> {
+        self.calls.locked().get(&unique).copied()
+    }
+
+    /// Whether request `unique` was answered EINTR early (its work must not leave anything
+    /// its caller would have to undo, such as a lock).
+    pub(crate) fn answered_early(&self, unique: u64) -> bool {
+        let early = self.early.locked();
+        !early.is_empty() && early.contains(&unique)
+    }
+}
+
+/// Whether thread `pid` has SIGKILL pending: it is being killed.
+pub fn being_killed(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(status) => sigkill_pending(&status),
+        // Gone already: nothing waits for the answer.
+        Err(_) => false,
+    }
+}
+
+/// Whether a `/proc/PID/status` text shows SIGKILL pending, for the thread or its process.
+fn sigkill_pending(status: &str) -> bool {
+    status.lines().any(|line| {
+        let pending = line
+            .strip_prefix("SigPnd:")
+            .or_else(|| line.strip_prefix("ShdPnd:"));
+        pending
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .is_some_and(|mask| mask & SIGKILL_MASK != 0)
+    })
+}
+
+/// Watches the caller of interrupted request `unique` while the request waits, and answers it
+/// EINTR the moment the caller is being killed.
+pub(crate) async fn let_go_when_killed(
+    waiting: Arc<Waiting>,
+    unique: u64,
+    reply: fuser::ReplyInterrupted,
+) {
+    loop {
+        let Some(pid) = waiting.pid(unique) else {
+            return;
+        };
+        if being_killed(pid) {
+            waiting.early.locked().insert(unique);
+            reply.eintr();
+            tracing::info!(
+                unique,
+                pid,
+                "a request whose caller was killed was answered at once"
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(KILLED_POLL_MS)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sigkill_pending_is_read_from_either_mask() {
+        let status = |sig: &str, shd: &str| {
+            format!("Name:\tpython3\nState:\tD (disk sleep)\nSigPnd:\t{sig}\nShdPnd:\t{shd}\n")
+        };
+        assert!(!sigkill_pending(&status(
+            "0000000000000000",
+            "0000000000000000"
+        )));
+        // SIGINT (2) and SIGTERM (15) pending: not killed.
+        assert!(!sigkill_pending(&status(
+            "0000000000004002",
+            "0000000000000000"
+        )));
+        assert!(sigkill_pending(&status(
+            "0000000000000100",
+            "0000000000000000"
+        )));
+        assert!(sigkill_pending(&status(
+            "0000000000000000",
+            "0000000000004100"
+        )));
+        assert!(!sigkill_pending("garbage"));
+    }
+
+    #[test]
+    fn a_live_process_and_a_gone_one_are_not_being_killed() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("sleep");
+        let pid = child.id();
+        assert!(!being_killed(pid));
+        child.kill().expect("SIGKILL");
+        child.wait().expect("wait");
+        assert!(!being_killed(pid), "gone");
+    }
+
+    #[test]
+    fn requests_are_noted_while_they_wait() {
+        let waiting = Waiting::default();
+        waiting.begin(7, 100);
+        assert_eq!(waiting.pid(7), Some(100));
+        waiting.early.locked().insert(7);
+        assert!(waiting.answered_early(7));
+        waiting.end(7);
+        assert_eq!(waiting.pid(7), None);
+        assert!(!waiting.answered_early(7));
+    }
+}

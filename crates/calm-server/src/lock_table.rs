@@ -1,0 +1,263 @@
+//! One server's lock state: [`calm_locks::LockManager`] behind one mutex, the RPCs its
+//! waiting requests complete, the lease task, and the clock leases are counted on.
+//!
+//! - One mutex over the manager: an operation is a few hundred nanoseconds of memory work,
+//!   and a batch of operations takes the mutex once. Nothing awaits while holding it.
+//! - Leases: one task ticks (every [`crate::lease_clock::TICK_MS`], or sooner when a deadline is
+//!   due) and expires what is due; a new session wakes it. Leases are counted on the time the
+//!   server ran (`crate::lease_clock`), so a server that was stopped expires nobody for it.
+//! - Several servers on one store (`crate::cluster`): under the same mutex, every set, test,
+//!   unlock and release of a file first asks the cluster state whether this server decides the
+//!   file's locks now (`calm_locks::cluster::Route`), counted on the time that passed (a
+//!   registration in the registry runs out on the registry's clock, stopped or not).
+
+use calm_types::sync::Locked;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use calm_locks::cluster::{Cluster, Route};
+use calm_locks::{Event, Limits, LockError, LockManager, SessionId, Stats, WaitId};
+use calm_proto::locks::{LockCode, LockFailure};
+use tokio::sync::{Notify, oneshot};
+use tonic::Request;
+
+use crate::lease_clock::RunningClock;
+
+fn failure(code: LockCode, message: impl Into<String>) -> LockFailure {
+    LockFailure::new(code, message)
+}
+
+pub(crate) type Reply = Result<(), LockError>;
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) manager: LockManager,
+    /// Which files this server decides, with several servers on one store; `None` alone, or
+    /// before it joined the registry (then it decides nothing: see [`LockTable::clustered`]).
+    pub(crate) cluster: Option<Cluster>,
+    /// The RPC each waiting request completes.
+    pub(crate) pending: HashMap<WaitId, oneshot::Sender<Reply>>,
+    /// `(session, tag)` of every waiting request, and back.
+    pub(crate) by_tag: HashMap<(SessionId, u64), WaitId>,
+    pub(crate) tags: HashMap<WaitId, (SessionId, u64)>,
+}
+
+impl Inner {
+    /// Completes the RPCs of the requests the manager granted or refused.
+    pub(crate) fn deliver(&mut self) {
+        for event in self.manager.take_events() {
+            let (wait, reply) = match event {
+                Event::Granted(wait) => (wait, Ok(())),
+                Event::Refused(wait, error) => (wait, Err(error)),
+            };
+            self.forget(wait);
+            if let Some(sender) = self.pending.remove(&wait) {
+                // The receiver is gone only if its RPC is being dropped; the guard then finds
+                // nothing pending and the lock stays with its owner, as after a signal that
+                // arrives once the kernel has granted the lock.
+                let _ = sender.send(reply);
+            }
+        }
+    }
+
+    pub(crate) fn forget(&mut self, wait: WaitId) {
+        if let Some(tag) = self.tags.remove(&wait) {
+            self.by_tag.remove(&tag);
+        }
+    }
+}
+
+/// The lock state of one server, shared by the lock service, the status RPC and the lease
+/// task.
+#[derive(Debug)]
+pub struct LockTable {
+    inner: Mutex<Inner>,
+    started: Instant,
+    /// The time the server ran, which leases are counted on.
+    clock: Mutex<RunningClock>,
+    /// Wakes the lease task when a session with a sooner deadline may exist.
+    pub(crate) lease_changed: Notify,
+    /// Several servers share the store: the registry where sessions are recorded, and where
+    /// this server is a member (`crate::cluster`).
+    pub(crate) registry: Option<Arc<dyn calm_store::registry::Registry>>,
+    /// `(id, address)` of the members of the applied view.
+    pub(crate) members: Mutex<Vec<(u64, String)>>,
+    /// This server's id: its store epoch.
+    pub(crate) me: u64,
+    /// The highest changelog index a client's lock request said its mutations reached: with
+    /// several servers, a lock's previous holder may have committed through another server,
+    /// whose commits this one may not have seen yet.
+    pub(crate) client_index: AtomicU64,
+    /// Requests refused for where their file is decided, locks dropped as files moved.
+    pub(crate) placement: crate::placement::Placement,
+}
+
+impl LockTable {
+    pub fn new(limits: Limits, epoch: u64) -> Self {
+        Self::with_registry(limits, epoch, None)
+    }
+
+    /// A table of one server among several sharing `registry`: it decides nothing until the
+    /// cluster task joined the registry.
+    pub fn with_registry(
+        limits: Limits,
+        epoch: u64,
+        registry: Option<Arc<dyn calm_store::registry::Registry>>,
+    ) -> Self {
+        LockTable {
+            registry,
+            members: Mutex::new(Vec::new()),
+            me: epoch,
+            client_index: AtomicU64::new(0),
+            placement: Default::default(),
+            inner: Mutex::new(Inner {
+                cluster: None,
+                manager: LockManager::new(limits, (epoch << 32) | 1),
+                pending: HashMap::new(),
+                by_tag: HashMap::new(),
+                tags: HashMap::new(),
+            }),
+            started: Instant::now(),
+            clock: Mutex::new(RunningClock::default()),
+            lease_changed: Notify::new(),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.locked()
+    }
+
+    /// Whether several servers share the store.
+    pub fn clustered(&self) -> bool {
+        self.registry.is_some()
+    }
+
+    /// Whether this server decides `resource`'s locks now: `Ok`, or the failure to answer.
+    /// `reclaim`: the identity of a client taking again a lock it held through the previous
+    /// decider; `release`: an unlock or release, which a grace does not hold back.
+    pub(crate) fn route(
+        &self,
+        inner: &Inner,
+        resource: u64,
+        reclaim: Option<&str>,
+        release: bool,
+    ) -> Result<(), LockFailure> {
+        if !self.clustered() {
+            return Ok(());
+        }
+        let route = match &inner.cluster {
+            Some(cluster) => cluster.route(resource, self.now_ms(), reclaim),
+            None => Route::Lapsed,
+        };
+        self.placement.routed(route, release);
+        match route {
+            Route::Mine => Ok(()),
+            Route::Grace if release => Ok(()),
+            Route::Grace => Err(failure(
+                LockCode::Grace,
+                format!("file {resource} was taken over and its clients are reclaiming"),
+            )),
+            Route::Elsewhere(server) => Err(failure(
+                LockCode::Moved,
+                format!("server {server:x} decides the locks of file {resource}"),
+            )),
+            Route::Lapsed => Err(failure(
+                LockCode::Unavailable,
+                "this server's membership is not confirmed: it decides no lock now",
+            )),
+        }
+    }
+
+    /// Milliseconds since the server started, as they passed (a registration in the
+    /// registry of servers runs out on that time).
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Milliseconds the server ran since it started: what client leases are counted on
+    /// (`crate::lease_clock`).
+    pub(crate) fn lease_now_ms(&self) -> u64 {
+        let raw_ms = self.now_ms();
+        self.clock.locked().at(raw_ms)
+    }
+
+    /// Milliseconds left out of the lease clock because the server did not run.
+    pub fn stalled_ms(&self) -> u64 {
+        self.clock.locked().stalled_ms()
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.lock().manager.stats()
+    }
+
+    /// Lock requests by how they ended, and sessions expired, since the server started.
+    pub fn counts(&self) -> calm_locks::Counts {
+        self.lock().manager.counts()
+    }
+
+    /// The locks `session` holds and the most it may hold, if it is open.
+    pub fn session_locks(&self, session: u64) -> Option<(u64, u64)> {
+        self.lock().manager.session_locks(session)
+    }
+
+    /// Whether `session` is open (not closed, not expired).
+    pub fn session_live(&self, session: u64) -> bool {
+        self.lock().manager.live(session).is_ok()
+    }
+
+    /// Expires due sessions until `shutdown`; never returns otherwise.
+    /// It ticks at least every [`crate::lease_clock::TICK_MS`]: a longer gap is a time the
+    /// server did not run, which no lease counts.
+    pub async fn run_leases(self: Arc<Self>) {
+        let tick = Duration::from_millis(crate::lease_clock::TICK_MS);
+        loop {
+            let (next, expired, now_ms) = {
+                let mut inner = self.lock();
+                let now_ms = self.lease_now_ms();
+                let expired = inner.manager.expire(now_ms);
+                inner.deliver();
+                (inner.manager.next_deadline(), expired, now_ms)
+            };
+            for session in expired {
+                self.forget_session(session);
+            }
+            let sleep = match next {
+                Some(deadline_ms) => Duration::from_millis(deadline_ms.saturating_sub(now_ms)),
+                None => tick,
+            }
+            .min(tick);
+            tokio::select! {
+                _ = tokio::time::sleep(sleep) => {}
+                _ = self.lease_changed.notified() => {}
+            }
+        }
+    }
+}
+
+impl LockTable {
+    /// Forgets an ended session in the registry (in the background: nothing waits for it,
+    /// and a session left there only makes a takeover wait its grace out).
+    pub(crate) fn forget_session(&self, session: SessionId) {
+        if let Some(registry) = self.registry.clone() {
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = registry.unhold(session) {
+                    tracing::warn!(session, %e, "forgetting a lock session in the registry");
+                }
+            });
+        }
+    }
+
+    /// Notes the changelog index a client's request says its mutations reached.
+    pub(crate) fn note_client_index<T>(&self, request: &Request<T>) {
+        if let Some(index) = request
+            .metadata()
+            .get(calm_proto::INDEX_KEY)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            self.client_index.fetch_max(index, Ordering::AcqRel);
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! What a program was told holds through every fault: an error of a commit reaches every open
+//! file that had bytes in it; a write acknowledged durable survives kills and outages of the
+//! server of any length; no call waits past its bound, and a caller killed while it waits is
+//! let go at once.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Mount, calm};
+
+fn lines(text: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(text)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Under a tree limit of 2 MiB, one open file writes 100 bytes inside a file of 512 KiB and
+/// another writes past the limit: the refused commit held both, and each of them is told,
+/// once (at its fsync, its close or its next write); bytes written after the refusal stay,
+/// as another mount reads them.
+#[test]
+fn a_refused_commit_is_told_to_every_open_file_that_wrote_in_it() {
+    let mount = Mount::embedded(&["--allow-other"]);
+    let top = mount.mnt.parent().expect("the mount's directory");
+    std::fs::set_permissions(top, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let socket = mount.socket.clone().expect("the embedded server's socket");
+    mount.sh_ok("mkdir -m 777 proj");
+    let out = calm(&[
+        "quota", "--server", &socket, "set", "/proj", "--bytes", "2M",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = mount.mnt.join("proj").display().to_string();
+    let out = common::python_unprivileged_in(&mount, 120, "refused_commit.py", &[dir]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        lines(&out.stdout),
+        [
+            // One descriptor over the limit, another with 100 bytes inside the file, a reader.
+            "fsync-over EDQUOT",
+            "fsync-other EDQUOT",
+            "fsync-other-again 0",
+            "fsync-reader 0",
+            "close-other 0",
+            "close-over 0",
+            // Told at close.
+            "close-over EDQUOT",
+            "close-other EDQUOT",
+            // Told by the next write, which writes nothing.
+            "fsync-over EDQUOT",
+            "write-other EDQUOT",
+            "write-other-again 0",
+            "fsync-other 0",
+        ]
+    );
+    let other = Mount::remote(&socket, &[]);
+    let dir = other.mnt.join("proj").display().to_string();
+    let out = common::python_in(&other, 60, "refused_commit.py", &[dir, "--read".into()]);
+    assert_eq!(
+        lines(&out.stdout),
+        [
+            // size, then bytes of A (dropped), C (after the refusal), D (the write that was
+            // told), E (the write after it).
+            "by-fsync 524288 0 100 0 0",
+            "by-close 524288 0 0 0 0",
+            "by-write 524288 0 0 0 100",
+        ],
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let check = calm(&["quota", "--server", &socket, "check"]);
+    assert!(String::from_utf8_lossy(&check.stdout).contains("every usage kept"));
+}
+
+/// A writer of `acked_writes.py` on a mount, as an unprivileged user: its lines collected as
+/// they come.
+struct Writer {
+    child: std::process::Child,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Writer {
+    fn start(mount: &Mount, file: &str, index: usize, stop: &str) -> Writer {
+        let source = std::fs::File::open(format!("{}/acked_writes.py", common::PROGRAMS))
+            .expect("the writer's program");
+        let id = common::UNPRIVILEGED_UID.to_string();
+        let mut child = std::process::Command::new("nsenter")
+            .args(["-t", &mount.pid().to_string(), "-m", "--"])
+            .args(["setpriv", "--reuid", &id, "--regid", &id, "--clear-groups"])
+            .args(["/usr/bin/python3", "-", file, &index.to_string(), stop])
+            .stdin(source)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn a writer");
+        let stdout = child.stdout.take().expect("piped");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let collected = lines.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                collected.lock().expect("lines").push(line);
+            }
+        });
+        Writer { child, lines }
+    }
+
+    /// What it was told so far.
+    fn told(&self) -> (i64, std::collections::BTreeMap<String, usize>) {
+        told(&self.lines.lock().expect("lines"))
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What one writer was told: its last acknowledged record, and its failures by errno.
+fn told(lines: &[String]) -> (i64, std::collections::BTreeMap<String, usize>) {
+    let mut last = -1;
+    let mut failures = std::collections::BTreeMap::new();
+    for line in lines {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["ack", i] => last = last.max(i.parse().expect("a record number")),
+            ["fail" | "wfail", _, errno] => *failures.entry(errno.to_string()).or_insert(0) += 1,
+            _ => panic!("unexpected line from a writer: {line}"),
+        }
+    }
+    (last, failures)
+}
+
+/// Four unprivileged writers on two mounts of one server fsync 100-byte records into their
+/// own regions of one file while the server is killed -9 three times, down 1 s, 65 s (past
+/// the mounts' 60 s bound on a call) and 3 minutes: every record a writer was told is durable
+/// reads back exactly afterwards, nothing else is ever in its place, and no fsync answers
+/// anything but EIO (a commit sent again after its answer was lost is recognized as done).
+#[test]
+fn acknowledged_writes_survive_kills_and_outages_of_any_length() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let mut server = Some(common::Server::start(&data));
+    let socket = format!("unix:{}", data.join("calm.sock").display());
+    let mounts = [
+        Mount::remote(&socket, &["--allow-other"]),
+        Mount::remote(&socket, &["--allow-other"]),
+    ];
+    for mount in &mounts {
+        let top = mount.mnt.parent().expect("the mount's directory");
+        std::fs::set_permissions(top, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+    }
+    mounts[0].sh_ok("touch shared && chmod 666 shared");
+    let stop = tmp.path().join("stop");
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let stop = stop.display().to_string();
+    let writers: Vec<Writer> = (0..4)
+        .map(|i| {
+            let mount = &mounts[i / 2];
+            let file = mount.mnt.join("shared").display().to_string();
+            Writer::start(mount, &file, i, &stop)
+        })
+        .collect();
+    // Each kill: how long the server stays down, and what the writers were told by then.
+    let mut matrix = String::from("kill  outage_s  acknowledged  failures\n");
+    for (kill, outage_s) in [1, 65, 180].into_iter().enumerate() {
+        std::thread::sleep(Duration::from_secs(8));
+        server.take().expect("running").kill9();
+        std::thread::sleep(Duration::from_secs(outage_s));
+        server = Some(common::Server::start(&data));
+        let told: Vec<_> = writers.iter().map(Writer::told).collect();
+        let acknowledged: i64 = told.iter().map(|(last, _)| last + 1).sum();
+        let failures: usize = told.iter().flat_map(|(_, f)| f.values()).sum();
+        matrix.push_str(&format!(
+            "{}  {outage_s}  {acknowledged}  {failures}\n",
+            kill + 1
+        ));
+    }
+    std::thread::sleep(Duration::from_secs(8));
+    std::fs::write(&stop, b"").expect("the stop file");
+    let mut acked = Vec::new();
+    for (i, mut writer) in writers.into_iter().enumerate() {
+        let status = writer.child.wait().expect("a writer");
+        assert!(status.success(), "writer {i}: {status}");
+        // Its last lines are read once its output closed.
+        std::thread::sleep(Duration::from_millis(200));
+        let (last, failures) = writer.told();
+        matrix.push_str(&format!(
+            "writer {i}: {} acknowledged, told {failures:?}\n",
+            last + 1
+        ));
+        assert!(
+            failures.keys().all(|errno| errno == "EIO"),
+            "writer {i} was told something else than EIO: {failures:?}"
+        );
+        acked.push(last);
+    }
+    eprintln!("{matrix}");
+    let mut args = vec![mounts[1].mnt.join("shared").display().to_string()];
+    args.push("--check".into());
+    args.extend(acked.iter().map(i64::to_string));
+    let out = common::python_in(&mounts[1], 300, "acked_writes.py", &args);
+    let checked = lines(&out.stdout);
+    eprintln!("{}", checked.join("\n"));
+    assert_eq!(checked.len(), 4, "{}", String::from_utf8_lossy(&out.stderr));
+    for (i, line) in checked.iter().enumerate() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(words[1], "ok", "writer {i}: {line}");
+        let present: i64 = words[2].parse().expect("a count");
+        assert!(present > acked[i], "writer {i}: {line}");
+    }
+    drop(mounts);
+    server.take().expect("running").terminate();
+    let fsck = calm(&["fsck", data.to_str().expect("utf-8"), "--objects"]);
+    assert!(
+        fsck.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&fsck.stdout),
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+}
