@@ -15,7 +15,13 @@
 //! server is unreachable, or its membership lapsed) is sent again after a refresh of the view,
 //! for up to [`ROUTE_RETRY_MS_MAX`]: an application sees a pause, not an error.
 //!
-//! A server alone on its store says it is not clustered: everything goes to it, as before.
+//! A server alone on its store says it is not clustered: everything goes to it. When it
+//! restarts (the client finds its session unknown or fenced), the router opens a new session
+//! and reclaims there every lock it held, then reports it done: the server grants no new lock
+//! until its clients from before did so, or their leases passed. A lock the server refuses to
+//! give back is lost: it is dropped from the copy and reported ([`LockRouter::take_lost`]), so
+//! that the mount tells its holder. A request refused `Grace` meanwhile is sent again, and a
+//! waiting request whose server went away is sent again once it is back: it waits on.
 
 use calm_types::sync::Locked;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -85,6 +91,21 @@ pub struct LockRouter {
     refreshing: tokio::sync::Mutex<()>,
     /// Signalled when the session on the home server was replaced by a new one.
     replaced: tokio::sync::Notify,
+    /// Locks the servers refused to give back after a restart: `(file, owner)`, for the
+    /// mount to tell their holders (at most [`LOST_MAX`] kept until taken).
+    lost: Mutex<Vec<(u64, calm_locks::Owner)>>,
+    lost_changed: tokio::sync::Notify,
+    /// When the home server last confirmed the home session (a renewal, or its opening).
+    confirmed: Mutex<Instant>,
+}
+
+/// Lost locks kept until the mount takes them: past it, the oldest go (their files are still
+/// told through the later ones of the same owner).
+pub const LOST_MAX: usize = 65_536;
+
+/// Whether a refusal says the session is gone (the server restarted, or the lease ran out).
+fn session_lost(code: LockCode) -> bool {
+    matches!(code, LockCode::Fenced | LockCode::NoSuchSession)
 }
 
 pub(crate) fn retryable(code: LockCode) -> bool {
@@ -92,6 +113,15 @@ pub(crate) fn retryable(code: LockCode) -> bool {
         code,
         LockCode::Moved | LockCode::Grace | LockCode::Unavailable
     )
+}
+
+/// Whether an answer asks for the request to be sent again shortly: with several servers,
+/// while the file's decider moves; alone, while the server's clients reclaim after a restart.
+fn again_later(clustered: bool, code: LockCode) -> bool {
+    match clustered {
+        true => retryable(code),
+        false => code == LockCode::Grace,
+    }
 }
 
 fn lock_state(state: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -156,7 +186,42 @@ impl LockRouter {
             state: Mutex::new(state),
             refreshing: tokio::sync::Mutex::new(()),
             replaced: tokio::sync::Notify::new(),
+            lost: Mutex::new(Vec::new()),
+            lost_changed: tokio::sync::Notify::new(),
+            confirmed: Mutex::new(Instant::now()),
         }))
+    }
+
+    /// The locks lost since the last call, `(file, owner)`.
+    pub fn take_lost(&self) -> Vec<(u64, calm_locks::Owner)> {
+        std::mem::take(&mut *self.lost.locked())
+    }
+
+    /// Completes when locks were lost since the last call of it.
+    pub async fn lost_changed(&self) {
+        self.lost_changed.notified().await
+    }
+
+    /// Whether this client holds a lock on `resource`.
+    pub fn holds(&self, resource: u64) -> bool {
+        self.state().shadow.holds(resource)
+    }
+
+    /// Whether the home server confirmed the home session within half its lease: the locks
+    /// it holds there are certainly still its.
+    pub fn fresh(&self) -> bool {
+        self.confirmed.locked().elapsed() < Duration::from_millis(self.lease_ms / 2)
+    }
+
+    /// Renews the home session now (replacing it, and reclaiming, if the server no longer
+    /// knows it).
+    pub async fn confirm(&self) {
+        let session = self.home_session();
+        match self.home.keep_alive(session).await {
+            Ok(_) => *self.confirmed.locked() = Instant::now(),
+            Err(failure) if session_lost(failure.code) => self.replace_home(session).await,
+            Err(failure) => tracing::debug!(%failure, "renewing the lock session"),
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -235,17 +300,23 @@ impl LockRouter {
                 (Err(failure), Some(session)) if clustered => {
                     self.session_moved(server, session, failure.code).await
                 }
+                (Err(failure), Some(session)) if session_lost(failure.code) => {
+                    // The server restarted, or the lease ran out: a new session (with every
+                    // lock taken again), and the call sent again in it.
+                    self.replace_home(session).await;
+                    self.home_session() != session
+                }
                 _ => false,
             };
             let mut again = None;
             match outcome {
-                Err(failure) if clustered && (moved || retryable(failure.code)) => {
+                Err(failure) if moved || (clustered && retryable(failure.code)) => {
                     again = Some(failure)
                 }
                 Err(failure) => return Err(failure),
                 Ok(got) => {
                     for (i, answer) in pending.into_iter().zip(got) {
-                        if clustered && retryable(answer.code) {
+                        if again_later(clustered, answer.code) {
                             again = Some(LockFailure::new(answer.code, answer.message.clone()));
                             continue;
                         }
@@ -340,10 +411,17 @@ impl LockRouter {
             };
             let moved = match used {
                 Some(session) if clustered => self.session_moved(server, session, code).await,
+                Some(session) if session_lost(code) => {
+                    self.replace_home(session).await;
+                    self.home_session() != session
+                }
                 _ => false,
             };
+            // Alone, a wait whose server went away waits on once it is back (it held nothing
+            // yet), however long that takes: a signal ends it.
+            let waits_on = !clustered && matches!(code, LockCode::Unavailable | LockCode::Grace);
             let failure = match outcome {
-                Ok(answer) if clustered && (moved || retryable(answer.code)) => {
+                Ok(answer) if moved || waits_on || again_later(clustered, answer.code) => {
                     LockFailure::new(answer.code, answer.message)
                 }
                 Ok(answer) => {
@@ -352,7 +430,9 @@ impl LockRouter {
                     }
                     return Ok(answer);
                 }
-                Err(failure) if clustered && (moved || retryable(failure.code)) => failure,
+                Err(failure) if moved || waits_on || (clustered && retryable(failure.code)) => {
+                    failure
+                }
                 Err(failure) => return Err(failure),
             };
             if self.state().waits.get(&tag).is_some_and(|w| w.cancelled) {
@@ -362,7 +442,10 @@ impl LockRouter {
                 ));
             }
             if !retry.pause().await {
-                return Err(failure);
+                if !waits_on {
+                    return Err(failure);
+                }
+                tokio::time::sleep(Duration::from_millis(RETRY_PAUSE_MS_MAX)).await;
             }
             self.refresh(Some(server)).await;
         }
@@ -668,22 +751,14 @@ impl LockRouter {
             .map(|(id, l)| (*id, l.clone()))
             .collect();
         for (server, link) in links {
+            let home = server == self.state().home_id;
             match link.client.keep_alive(link.session).await {
+                Ok(_) if home => *self.confirmed.locked() = Instant::now(),
                 Ok(_) => {}
-                Err(failure)
-                    if matches!(failure.code, LockCode::Fenced | LockCode::NoSuchSession) =>
-                {
+                Err(failure) if session_lost(failure.code) => {
                     tracing::warn!(session = link.session, %failure, "lock session lost");
-                    if server == self.state().home_id {
-                        match self.home.open_lock_session(self.lease_ms).await {
-                            Ok(new) => {
-                                if let Some(link) = self.state().links.get_mut(&server) {
-                                    link.session = new;
-                                }
-                                self.replaced.notify_one();
-                            }
-                            Err(e) => tracing::warn!(%e, "opening a lock session"),
-                        }
+                    if home {
+                        self.replace_home(link.session).await;
                     } else {
                         self.state().links.remove(&server);
                     }
@@ -693,6 +768,103 @@ impl LockRouter {
                 }
             }
         }
+    }
+
+    /// Replaces the home session `old`, which its server no longer knows (it restarted, or the
+    /// lease ran out), by a new one, unless another call did already. Alone on its store, the
+    /// new session takes again every lock the client held, then reports it done; what the
+    /// server refuses to give back is lost ([`LockRouter::take_lost`]).
+    async fn replace_home(&self, old: SessionId) {
+        let _refreshing = self.refreshing.lock().await;
+        if self.home_session() != old {
+            return;
+        }
+        let new = match self.home.open_lock_session(self.lease_ms).await {
+            Ok(new) => new,
+            Err(failure) => {
+                tracing::warn!(%failure, "opening a lock session");
+                return;
+            }
+        };
+        {
+            let mut state = self.state();
+            let home = state.home_id;
+            if let Some(link) = state.links.get_mut(&home) {
+                link.session = new;
+            }
+        }
+        *self.confirmed.locked() = Instant::now();
+        if !self.state().clustered {
+            self.reclaim_in(old, new).await;
+        }
+        self.replaced.notify_one();
+    }
+
+    /// Takes again in `new` every lock the client held in `old` (its server restarted), and
+    /// reports it done.
+    async fn reclaim_in(&self, old: SessionId, new: SessionId) {
+        let mut pending: Vec<Request> = {
+            let state = self.state();
+            let resources: Vec<u64> = state.shadow.resources().collect();
+            resources
+                .into_iter()
+                .flat_map(|r| state.shadow.requests(r))
+                .collect()
+        };
+        let held = pending.len();
+        let mut lost = Vec::new();
+        let mut retry = Retry::new();
+        while !pending.is_empty() {
+            let mut again = Vec::new();
+            for chunk in pending.chunks(calm_proto::locks::LOCK_BATCH_OPS_MAX) {
+                let calls: Vec<LockCall> = chunk.iter().map(|r| LockCall::Reclaim(*r)).collect();
+                match self.home.lock_batch(new, &calls).await {
+                    Ok(answers) => {
+                        for (request, answer) in chunk.iter().zip(answers) {
+                            match answer.code {
+                                LockCode::Ok => {}
+                                LockCode::Grace | LockCode::Unavailable => again.push(*request),
+                                _ => lost.push(*request),
+                            }
+                        }
+                    }
+                    Err(_) => again.extend_from_slice(chunk),
+                }
+            }
+            pending = again;
+            if !pending.is_empty() && !retry.pause().await {
+                lost.append(&mut pending);
+            }
+        }
+        if let Err(failure) = self.home.reclaim_done(vec![old], Vec::new()).await {
+            tracing::debug!(%failure, "reporting the reclaim done");
+        }
+        if lost.is_empty() {
+            if held > 0 {
+                tracing::info!(
+                    locks = held,
+                    "took every lock again after the server restarted"
+                );
+            }
+            return;
+        }
+        tracing::warn!(
+            locks = held,
+            lost = lost.len(),
+            "locks held before the server restarted could not be taken again: their holders \
+             are told"
+        );
+        let mut state = self.state();
+        for request in &lost {
+            state.shadow.unlock(request);
+        }
+        drop(state);
+        let mut reported = self.lost.locked();
+        reported.extend(lost.iter().map(|r| (r.resource, r.owner)));
+        let excess = reported.len().saturating_sub(LOST_MAX);
+        reported.drain(..excess);
+        drop(reported);
+        self.lost_changed.notify_one();
     }
 
     /// Ends every session (unmount): the servers release whatever is left.

@@ -20,6 +20,11 @@ pub(crate) struct Shadow {
 }
 
 impl Shadow {
+    /// Whether any lock is held on `resource`.
+    pub(crate) fn holds(&self, resource: u64) -> bool {
+        self.files.contains_key(&resource)
+    }
+
     pub(crate) fn set(&mut self, request: &Request) {
         let held = self
             .files

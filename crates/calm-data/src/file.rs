@@ -249,6 +249,11 @@ impl FileData {
         self.inline.clear();
     }
 
+    /// Pending slices.
+    pub fn pending_count(&self) -> usize {
+        self.pending.len()
+    }
+
     /// Bytes held by pending writes.
     pub fn pending_bytes(&self) -> u64 {
         self.pending_bytes

@@ -154,6 +154,8 @@ pub(crate) fn statvfs(path: &Path) -> Option<(u64, u64, u64, u32)> {
 /// A FUSE reply that can carry an errno (every `fuser` reply can; it names no trait for it).
 pub(crate) trait Refusable: Send + 'static {
     fn refuse(self, errno: Errno);
+    /// A second way to answer the request, with EINTR only (`crate::interrupts`).
+    fn interrupter(&self) -> fuser::ReplyInterrupted;
 }
 
 macro_rules! refusable {
@@ -161,6 +163,10 @@ macro_rules! refusable {
         $(impl Refusable for $reply {
             fn refuse(self, errno: Errno) {
                 self.error(errno)
+            }
+
+            fn interrupter(&self) -> fuser::ReplyInterrupted {
+                <$reply>::interrupter(self)
             }
         })*
     };

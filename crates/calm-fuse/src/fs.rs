@@ -196,6 +196,10 @@ impl CalmFs {
             Arc::downgrade(&shared),
             shared.locks.clone(),
         ));
+        runtime.spawn(Shared::follow_lost(
+            Arc::downgrade(&shared),
+            shared.locks.clone(),
+        ));
         Ok(CalmFs { shared, runtime })
     }
 
@@ -211,13 +215,18 @@ impl CalmFs {
     ///
     /// A task that waits is noted with its caller while it runs, so that an interrupt of
     /// `req` finds it ([`crate::interrupts`]).
-    fn spawn(&self, req: &Request, task: impl Future<Output = ()> + Send + 'static) {
+    fn spawn(
+        &self,
+        req: &Request,
+        interrupter: fuser::ReplyInterrupted,
+        task: impl Future<Output = ()> + Send + 'static,
+    ) {
         let mut task = Box::pin(task);
         let _runtime = self.runtime.enter();
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         if task.as_mut().poll(&mut cx).is_pending() {
             let (unique, waiting) = (req.unique().0, self.shared.waiting.clone());
-            waiting.begin(unique, req.pid());
+            waiting.begin(unique, req.pid(), interrupter);
             self.runtime.spawn(async move {
                 task.await;
                 waiting.end(unique);
@@ -234,7 +243,8 @@ impl CalmFs {
         task: impl Future<Output = Result<T, E>> + Send + 'static,
         ok: impl FnOnce(R, T) + Send + 'static,
     ) {
-        self.spawn(req, async move {
+        let interrupter = reply.interrupter();
+        self.spawn(req, interrupter, async move {
             match task.await {
                 Ok(value) => ok(reply, value),
                 Err(e) => reply.refuse(e.into_errno()),
@@ -701,7 +711,7 @@ impl Filesystem for CalmFs {
         reply.ok();
     }
 
-    fn interrupt(&self, _req: &Request, unique: RequestId, reply: fuser::ReplyInterrupted) {
+    fn interrupt(&self, _req: &Request, unique: RequestId) {
         // A lock wait ends with EINTR on any signal (F_SETLKW), cancelled at the server.
         let locks = self.shared.locks.clone();
         self.runtime
@@ -710,7 +720,6 @@ impl Filesystem for CalmFs {
         self.runtime.spawn(crate::interrupts::let_go_when_killed(
             self.shared.waiting.clone(),
             unique.0,
-            reply,
         ));
     }
 }

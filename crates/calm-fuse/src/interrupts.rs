@@ -30,14 +30,15 @@ const SIGKILL_MASK: u64 = 1 << (libc::SIGKILL - 1);
 /// kernel has outstanding on the mount.
 #[derive(Debug, Default)]
 pub(crate) struct Waiting {
-    calls: Mutex<HashMap<u64, u32>>,
+    /// FUSE request id → the caller's thread, and a way to answer the request early.
+    calls: Mutex<HashMap<u64, (u32, Option<fuser::ReplyInterrupted>)>>,
     /// Requests answered EINTR early, until their task ends.
     early: Mutex<HashSet<u64>>,
 }
 
 impl Waiting {
-    pub(crate) fn begin(&self, unique: u64, pid: u32) {
-        self.calls.locked().insert(unique, pid);
+    pub(crate) fn begin(&self, unique: u64, pid: u32, interrupter: fuser::ReplyInterrupted) {
+        self.calls.locked().insert(unique, (pid, Some(interrupter)));
     }
 
     pub(crate) fn end(&self, unique: u64) {
@@ -49,7 +50,22 @@ impl Waiting {
     }
 
     fn pid(&self, unique: u64) -> Option<u32> {
-        self.calls.locked().get(&unique).copied()
+        self.calls.locked().get(&unique).map(|(pid, _)| *pid)
+    }
+
+    /// Answers request `unique` EINTR now, if it still waits.
+    fn answer_early(&self, unique: u64) -> bool {
+        let interrupter = self
+            .calls
+            .locked()
+            .get_mut(&unique)
+            .and_then(|(_, interrupter)| interrupter.take());
+        let Some(interrupter) = interrupter else {
+            return false;
+        };
+        self.early.locked().insert(unique);
+        interrupter.eintr();
+        true
     }
 
     /// Whether request `unique` was answered EINTR early (its work must not leave anything
@@ -83,18 +99,16 @@ fn sigkill_pending(status: &str) -> bool {
 
 /// Watches the caller of interrupted request `unique` while the request waits, and answers it
 /// EINTR the moment the caller is being killed.
-pub(crate) async fn let_go_when_killed(
-    waiting: Arc<Waiting>,
-    unique: u64,
-    reply: fuser::ReplyInterrupted,
-) {
+pub(crate) async fn let_go_when_killed(waiting: Arc<Waiting>, unique: u64) {
+    tracing::debug!(unique, pid = ?waiting.pid(unique), "a request was interrupted");
     loop {
         let Some(pid) = waiting.pid(unique) else {
             return;
         };
         if being_killed(pid) {
-            waiting.early.locked().insert(unique);
-            reply.eintr();
+            if !waiting.answer_early(unique) {
+                return;
+            }
             tracing::info!(
                 unique,
                 pid,
@@ -151,8 +165,9 @@ mod tests {
     #[test]
     fn requests_are_noted_while_they_wait() {
         let waiting = Waiting::default();
-        waiting.begin(7, 100);
+        waiting.calls.locked().insert(7, (100, None));
         assert_eq!(waiting.pid(7), Some(100));
+        assert!(!waiting.answer_early(7), "no way to answer it");
         waiting.early.locked().insert(7);
         assert!(waiting.answered_early(7));
         waiting.end(7);

@@ -290,6 +290,34 @@ impl LockForwarder {
         Ok(())
     }
 
+    /// Completes when locks were lost since the last call (the server restarted and did not
+    /// give them back: [`LockForwarder::take_lost`] says which).
+    pub async fn lost_changed(&self) {
+        self.router.lost_changed().await
+    }
+
+    /// The locks lost since the last call: `(file, lock owner)`.
+    pub fn take_lost(&self) -> Vec<(Handle, u64)> {
+        self.router
+            .take_lost()
+            .into_iter()
+            .filter_map(|(handle, owner)| match owner {
+                Owner::File { file } => Some((handle, file)),
+                Owner::Process { .. } => None,
+            })
+            .collect()
+    }
+
+    /// Before this mount commits writes to `handle`: when it holds a lock on the file and its
+    /// server has not confirmed the session within half the lease, the session is renewed
+    /// first (a mount cut off longer than its lease may have lost its locks to another
+    /// holder; it finds out here, before its writes land).
+    pub async fn confirm(&self, handle: Handle) {
+        if self.router.holds(handle) && !self.router.fresh() {
+            self.router.confirm().await;
+        }
+    }
+
     /// Ends the session (unmount): the server releases whatever is left.
     pub async fn close(&self) {
         self.router.close().await

@@ -49,6 +49,10 @@ pub(crate) struct State {
     /// Files that lost their last name while open here: the server keeps them (orphans of
     /// this mount's session) until their last close here.
     pub(crate) orphans: HashSet<Handle>,
+    /// Lock owners whose locks on a file were lost (the server restarted and did not give them
+    /// back): every read, write, fsync and lock request through an open file they locked
+    /// through answers EIO, until it is closed.
+    pub(crate) lost: HashMap<Handle, HashSet<u64>>,
 }
 
 impl State {
@@ -222,6 +226,43 @@ impl Shared {
         }
     }
 
+    /// Whether the open file `fh` of `handle` was locked through by an owner whose lock on it
+    /// was lost.
+    pub(crate) fn lock_lost(&self, handle: Handle, fh: u64) -> bool {
+        let state = self.state();
+        let Some(lost) = state.lost.get(&handle) else {
+            return false;
+        };
+        state
+            .files
+            .get(&fh)
+            .is_some_and(|file| file.owners.locked().iter().any(|o| lost.contains(o)))
+    }
+
+    /// Follows the locks the mount loses: their files are marked, and their writes not
+    /// committed yet dropped (made under a lock another process may hold now), their writers
+    /// told.
+    pub(crate) async fn follow_lost(shared: std::sync::Weak<Shared>, locks: Arc<LockForwarder>) {
+        loop {
+            locks.lost_changed().await;
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            let lost = locks.take_lost();
+            let files: HashSet<Handle> = lost.iter().map(|(handle, _)| *handle).collect();
+            {
+                let mut state = shared.state();
+                for (handle, owner) in lost {
+                    state.lost.entry(handle).or_default().insert(owner);
+                }
+            }
+            for handle in files {
+                tracing::warn!(handle, "a lock on the file was lost: its holders are told");
+                shared.contents.lose(handle).await;
+            }
+        }
+    }
+
     /// After the lock session was replaced (the server restarted, or the lease was lost), the
     /// new session claims this mount's orphans.
     pub(crate) async fn claim_orphans(shared: std::sync::Weak<Shared>, locks: Arc<LockForwarder>) {
@@ -280,17 +321,35 @@ impl Shared {
 
     /// Commits a file's pending writes (records, size and mtime) to the server, for the open
     /// file `fh` when the caller has one (which is told, too, what a refused commit dropped of
-    /// what it wrote).
+    /// what it wrote); with `sync`, durable objects first.
+    pub(crate) async fn push_as(
+        &self,
+        client: &Client,
+        handle: Handle,
+        fh: Option<u64>,
+        sync: bool,
+    ) -> Result<(), Errno> {
+        // A lock on the file this mount may have lost is found out before the writes land.
+        self.locks.confirm(handle).await;
+        if let Some(fh) = fh
+            && self.lock_lost(handle, fh)
+        {
+            return Err(Errno::EIO);
+        }
+        self.contents
+            .commit(client, handle, sync, fh)
+            .await
+            .map_err(Errno::from_i32)
+    }
+
+    /// [`Shared::push_as`] without making objects durable (a close, an unlock, a truncate).
     pub(crate) async fn push(
         &self,
         client: &Client,
         handle: Handle,
         fh: Option<u64>,
     ) -> Result<(), Errno> {
-        self.contents
-            .commit(client, handle, false, fh)
-            .await
-            .map_err(Errno::from_i32)
+        self.push_as(client, handle, fh, false).await
     }
 
     /// Drops the kernel's pages and attributes of `handle` (another mount may have changed

@@ -16,6 +16,7 @@ pub mod flock;
 pub mod manager;
 pub mod range;
 pub mod ranges;
+pub mod recovery;
 mod treap;
 
 pub use flock::FlockTable;

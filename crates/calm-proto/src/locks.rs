@@ -45,10 +45,13 @@ pub enum LockCode {
     /// The server took the file over and its clients are still reclaiming: send it again
     /// shortly.
     Grace = 15,
+    /// A reclaim came too late (after the grace that followed the server's restart) or from
+    /// an identity that held nothing before it: the lock is lost. EIO.
+    Lost = 16,
 }
 
 impl LockCode {
-    const ALL: [LockCode; 16] = [
+    const ALL: [LockCode; 17] = [
         LockCode::Ok,
         LockCode::Conflict,
         LockCode::Queued,
@@ -65,6 +68,7 @@ impl LockCode {
         LockCode::Unavailable,
         LockCode::Moved,
         LockCode::Grace,
+        LockCode::Lost,
     ];
 
     pub fn from_wire(code: u32) -> LockCode {
@@ -88,7 +92,8 @@ impl LockCode {
             | LockCode::NoSuchSession
             | LockCode::Unavailable
             | LockCode::Moved
-            | LockCode::Grace => 5, // EIO
+            | LockCode::Grace
+            | LockCode::Lost => 5, // EIO
         }
     }
 }

@@ -238,6 +238,9 @@ impl<S: Store> Assembled<S> {
                     keep,
                     staging: data_dir.to_path_buf(),
                 }),
+            // Alone on a store of its own: its lock sessions written down beside it.
+            lock_ledger: (config.shared.is_none() && !meta.store().shared())
+                .then(|| data_dir.join(crate::ledger::LEDGER_FILE)),
         };
         let metrics = match &config.metrics {
             Some(addr) => Some((

@@ -37,6 +37,7 @@ pub mod data_dir;
 pub mod heap;
 pub mod in_process;
 pub mod lease_clock;
+pub mod ledger;
 pub mod listen;
 pub mod load;
 mod lock_table;
@@ -110,6 +111,10 @@ pub struct ServerInfo {
     pub cluster: Option<cluster::ClusterOptions>,
     /// Metadata backups into the object store (`None`: none).
     pub backups: Option<protect::BackupPolicy>,
+    /// Alone on an embedded store: the file where its lock sessions are written down, so that
+    /// after a restart their clients take their locks again before anyone else may
+    /// (`ledger`). `None`: locks are not recovered after a restart.
+    pub lock_ledger: Option<std::path::PathBuf>,
 }
 
 impl ServerInfo {
@@ -125,6 +130,7 @@ impl ServerInfo {
             auth: auth::Auth::default(),
             cluster: None,
             backups: None,
+            lock_ledger: None,
         }
     }
 }
@@ -177,11 +183,15 @@ impl<S: Store> Server<S> {
     /// Starts the services of `meta` and their tasks (on the current runtime).
     pub async fn start(meta: Arc<Meta<S>>, info: ServerInfo) -> Server<S> {
         let registry = info.cluster.as_ref().and(meta.store().registry());
-        let table = Arc::new(LockTable::with_registry(
-            calm_locks::Limits::default(),
-            meta.epoch(),
-            registry,
-        ));
+        let mut table =
+            LockTable::with_registry(calm_locks::Limits::default(), meta.epoch(), registry);
+        if let Some(path) = &info.lock_ledger
+            && let Err(e) = table.keep_ledger(path)
+        {
+            // Locks still work; a restart after this one would not wait for their reclaims.
+            tracing::error!(%e, path = %path.display(), "opening the ledger of lock sessions");
+        }
+        let table = Arc::new(table);
         let leases = tokio::spawn(table.clone().run_leases());
         let cluster = match (&info.cluster, table.clustered()) {
             (Some(options), true) => {

@@ -23,7 +23,10 @@ use calm_proto::locks::{LockCode, LockFailure};
 use tokio::sync::{Notify, oneshot};
 use tonic::Request;
 
+use calm_locks::recovery::{Admission, Recovery};
+
 use crate::lease_clock::RunningClock;
+use crate::ledger::Ledger;
 
 fn failure(code: LockCode, message: impl Into<String>) -> LockFailure {
     LockFailure::new(code, message)
@@ -42,6 +45,9 @@ pub(crate) struct Inner {
     /// `(session, tag)` of every waiting request, and back.
     pub(crate) by_tag: HashMap<(SessionId, u64), WaitId>,
     pub(crate) tags: HashMap<WaitId, (SessionId, u64)>,
+    /// Alone on its store: the grace after a restart, while the clients that held locks take
+    /// them again (none after a start that found no session open).
+    pub(crate) recovery: Recovery,
 }
 
 impl Inner {
@@ -92,6 +98,8 @@ pub struct LockTable {
     pub(crate) client_index: AtomicU64,
     /// Requests refused for where their file is decided, locks dropped as files moved.
     pub(crate) placement: crate::placement::Placement,
+    /// Alone on a store in a data directory: where the open sessions are written down.
+    pub(crate) ledger: Option<Arc<Ledger>>,
 }
 
 impl LockTable {
@@ -118,11 +126,36 @@ impl LockTable {
                 pending: HashMap::new(),
                 by_tag: HashMap::new(),
                 tags: HashMap::new(),
+                recovery: Recovery::new(&[], 0),
             }),
             started: Instant::now(),
             clock: Mutex::new(RunningClock::default()),
             lease_changed: Notify::new(),
+            ledger: None,
         }
+    }
+
+    /// This table, writing its sessions down in the ledger at `path` (a server alone on its
+    /// store): the sessions a previous life left open there start a grace in which only their
+    /// clients' reclaims are granted (`calm_locks::recovery`).
+    pub fn keep_ledger(&mut self, path: &std::path::Path) -> std::io::Result<()> {
+        let (ledger, survivors) = Ledger::open(path)?;
+        let ledger = Arc::new(ledger);
+        if survivors.is_empty() {
+            ledger.compact(Some(&[]))?;
+        } else {
+            let longest = survivors.iter().map(|s| s.lease_ms).max().unwrap_or(0);
+            tracing::info!(
+                sessions = survivors.len(),
+                longest_lease_ms = longest,
+                "sessions were open when the server stopped: new locks wait until their \
+                 clients took theirs again"
+            );
+            let now_ms = self.lease_now_ms();
+            self.lock().recovery = Recovery::new(&survivors, now_ms);
+        }
+        self.ledger = Some(ledger);
+        Ok(())
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -145,7 +178,18 @@ impl LockTable {
         release: bool,
     ) -> Result<(), LockFailure> {
         if !self.clustered() {
-            return Ok(());
+            return match inner.recovery.admit(self.lease_now_ms(), reclaim, release) {
+                Admission::Yes => Ok(()),
+                Admission::Grace => Err(failure(
+                    LockCode::Grace,
+                    "the server restarted and the clients that held locks are taking them again",
+                )),
+                Admission::Late => Err(failure(
+                    LockCode::Lost,
+                    "the lock was held before the server restarted and was not taken again in \
+                     time (or not by a client that held one): it is lost",
+                )),
+            };
         }
         let route = match &inner.cluster {
             Some(cluster) => cluster.route(resource, self.now_ms(), reclaim),
@@ -213,15 +257,22 @@ impl LockTable {
     pub async fn run_leases(self: Arc<Self>) {
         let tick = Duration::from_millis(crate::lease_clock::TICK_MS);
         loop {
-            let (next, expired, now_ms) = {
+            let (next, expired, now_ms, recovered) = {
                 let mut inner = self.lock();
                 let now_ms = self.lease_now_ms();
                 let expired = inner.manager.expire(now_ms);
                 inner.deliver();
-                (inner.manager.next_deadline(), expired, now_ms)
+                let recovered = inner
+                    .recovery
+                    .tick(now_ms)
+                    .then(|| (inner.recovery.counts(), inner.manager.sessions()));
+                (inner.manager.next_deadline(), expired, now_ms, recovered)
             };
             for session in expired {
                 self.forget_session(session);
+            }
+            if let Some((counts, live)) = recovered {
+                self.recovered(counts, live);
             }
             let sleep = match next {
                 Some(deadline_ms) => Duration::from_millis(deadline_ms.saturating_sub(now_ms)),
@@ -237,6 +288,65 @@ impl LockTable {
 }
 
 impl LockTable {
+    /// The grace after the restart is over: the ledger keeps this life's sessions only.
+    fn recovered(&self, counts: calm_locks::recovery::RecoveryCounts, live: Vec<SessionId>) {
+        tracing::info!(
+            sessions = counts.survivors,
+            reclaimed = counts.reported,
+            grace_ms = counts.grace_ms,
+            "the grace after the restart is over: new locks are granted"
+        );
+        if let Some(ledger) = self.ledger.clone() {
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = ledger.compact(Some(&live)) {
+                    tracing::warn!(%e, "rewriting the ledger of lock sessions");
+                }
+            });
+        }
+    }
+
+    /// Writes down that `session`, opened by `owner` with `lease_ms`, is open (a server alone
+    /// on its store), before it may hold anything.
+    pub(crate) async fn hold(
+        &self,
+        session: SessionId,
+        owner: &str,
+        lease_ms: u64,
+    ) -> Result<(), String> {
+        if let Some(registry) = self.registry.clone() {
+            let owner = owner.to_string();
+            return tokio::task::spawn_blocking(move || registry.hold(session, &owner))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| {
+                    r.map_err(|e| format!("recording the session in the registry: {e}"))
+                });
+        }
+        if let Some(ledger) = self.ledger.clone() {
+            let owner = owner.to_string();
+            return tokio::task::spawn_blocking(move || ledger.hold(session, &owner, lease_ms))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| format!("writing the session down: {e}")));
+        }
+        Ok(())
+    }
+
+    /// Client `owner` took again what its `sessions` held before the restart (alone on the
+    /// store; with several servers, [`LockTable::reclaim_done`]).
+    pub(crate) fn recovery_reported(&self, sessions: &[SessionId], owner: &str) -> bool {
+        let now_ms = self.lease_now_ms();
+        let mut inner = self.lock();
+        let reported = inner.recovery.reported(sessions, owner, now_ms);
+        let recovered = (!inner.recovery.active(now_ms) && reported)
+            .then(|| (inner.recovery.counts(), inner.manager.sessions()));
+        drop(inner);
+        if let Some((counts, live)) = recovered {
+            self.recovered(counts, live);
+        }
+        reported
+    }
+
     /// Forgets an ended session in the registry (in the background: nothing waits for it,
     /// and a session left there only makes a takeover wait its grace out).
     pub(crate) fn forget_session(&self, session: SessionId) {
@@ -244,6 +354,13 @@ impl LockTable {
             tokio::task::spawn_blocking(move || {
                 if let Err(e) = registry.unhold(session) {
                     tracing::warn!(session, %e, "forgetting a lock session in the registry");
+                }
+            });
+        }
+        if let Some(ledger) = self.ledger.clone() {
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = ledger.unhold(session) {
+                    tracing::warn!(session, %e, "writing down that a lock session ended");
                 }
             });
         }

@@ -268,6 +268,8 @@ impl<S: Store> LocksRpc for LockService<S> {
         r: Request<pb::OpenSessionRequest>,
     ) -> Result<Response<pb::SessionReply>, Status> {
         let identity = self.auth.identity(&r)?;
+        // A client in this process ends with it: after a restart nobody waits for its reclaim.
+        let in_process = r.extensions().get::<calm_proto::InProcess>().is_some();
         let lease_ms = r.into_inner().lease_ms;
         let _reservation = self
             .auth
@@ -290,21 +292,11 @@ impl<S: Store> LocksRpc for LockService<S> {
                 .open_session_with(self.table.lease_now_ms(), lease_ms, locks_max)
         }
         .map_err(|error| status_from_lock_failure(&LockFailure::from(&error)))?;
-        if let Some(registry) = self.table.registry.clone() {
-            // Recorded before it may hold anything: a server that takes this one's files over
-            // waits for the session's reclaim.
-            let owner = identity.key().to_string();
-            let held = tokio::task::spawn_blocking(move || registry.hold(session, &owner)).await;
-            if let Err(e) = held
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()))
-            {
-                let _ = self.table.lock().manager.close_session(session);
-                return Err(status_from_lock_failure(&failure(
-                    LockCode::Unavailable,
-                    format!("recording the session in the registry: {e}"),
-                )));
-            }
+        // Written down before it may hold anything: a server that takes this one's files over,
+        // or this one restarted, waits for the session's reclaim.
+        if !in_process && let Err(e) = self.table.hold(session, identity.key(), lease_ms).await {
+            let _ = self.table.lock().manager.close_session(session);
+            return Err(status_from_lock_failure(&failure(LockCode::Unavailable, e)));
         }
         self.auth.sessions.opened(session, identity.key(), |s| {
             self.table.lock().manager.live(s).is_ok()
@@ -522,9 +514,12 @@ impl<S: Store> LocksRpc for LockService<S> {
         // opened each).
         let identity = self.auth.identity(&r)?;
         let r = r.into_inner();
-        let accepted = self
-            .table
-            .reclaim_done(&r.sessions, &r.view, identity.key());
+        let accepted = match self.table.clustered() {
+            true => self
+                .table
+                .reclaim_done(&r.sessions, &r.view, identity.key()),
+            false => self.table.recovery_reported(&r.sessions, identity.key()),
+        };
         Ok(Response::new(pb::ReclaimDoneReply { accepted }))
     }
 

@@ -239,3 +239,114 @@ fn acknowledged_writes_survive_kills_and_outages_of_any_length() {
         String::from_utf8_lossy(&fsck.stderr)
     );
 }
+
+/// A python program on `mount` that opens `$MNT/NAME` for writing, writes to it, says
+/// `ready`, waits for the file `go`, fsyncs, and prints the fsync's result and how long it
+/// took.
+fn fsync_when_told(
+    mount: &Mount,
+    name: &str,
+    go: &str,
+) -> (
+    std::process::Child,
+    std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+) {
+    common::spawn_in(
+        mount,
+        &format!(
+            "import errno, os, time\n\
+             fd = os.open(os.environ['MNT'] + '/{name}', os.O_WRONLY)\n\
+             os.pwrite(fd, b'written while the server was stopped', 0)\n\
+             print('ready', flush=True)\n\
+             while not os.path.exists('{go}'): time.sleep(0.05)\n\
+             start = time.monotonic()\n\
+             try:\n    os.fsync(fd); result = '0'\n\
+             except OSError as e: result = errno.errorcode[e.errno]\n\
+             print(result, round(time.monotonic() - start), flush=True)\n"
+        ),
+    )
+}
+
+/// A server stopped with SIGSTOP holds its connections without answering: a call through a
+/// mount answers EIO within its bound (60 s) instead of hanging, a caller killed with SIGKILL
+/// while it waits goes at once, and when the server continues the mount goes on (the commit
+/// that waited is recognized when sent again) and a lock held through the stop is still held
+/// (leases count the time the server ran).
+#[test]
+fn a_stopped_server_bounds_every_call_and_a_killed_caller_goes_at_once() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let server = common::Server::start(&data);
+    let socket = format!("unix:{}", data.join("calm.sock").display());
+    let a = Mount::remote(&socket, &[]);
+    let b = Mount::remote(&socket, &[]);
+    a.sh_ok("echo held > held && : > killed && : > bounded");
+    let (_holder, mut held) = common::spawn_in(
+        &a,
+        "import fcntl, os, time\nf = open(os.environ['MNT'] + '/held', 'r+')\n\
+         fcntl.lockf(f, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(3600)\n",
+    );
+    assert_eq!(held.next().and_then(Result::ok).as_deref(), Some("held"));
+    let go = tmp.path().join("go").display().to_string();
+    let (mut killed, mut killed_out) = fsync_when_told(&b, "killed", &go);
+    let (mut bounded, mut bounded_out) = fsync_when_told(&b, "bounded", &go);
+    assert_eq!(
+        killed_out.next().and_then(Result::ok).as_deref(),
+        Some("ready")
+    );
+    assert_eq!(
+        bounded_out.next().and_then(Result::ok).as_deref(),
+        Some("ready")
+    );
+    server.signal(libc::SIGSTOP);
+    std::fs::write(&go, b"").expect("go");
+    // Both wait on the stopped server now.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        killed.try_wait().expect("wait").is_none(),
+        "the fsync waits"
+    );
+    killed.kill().expect("SIGKILL");
+    let asked = std::time::Instant::now();
+    while killed.try_wait().expect("wait").is_none() {
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "a process killed while its fsync waits on a stopped server is still there"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let gone_ms = asked.elapsed().as_millis();
+    // The other one is answered when the bound runs out.
+    let answer = bounded_out
+        .next()
+        .and_then(Result::ok)
+        .expect("the fsync's answer");
+    let (result, took_s) = answer.split_once(' ').expect("result and time");
+    let took_s: u64 = took_s.parse().expect("seconds");
+    assert_eq!(result, "EIO", "{answer}");
+    assert!((55..=80).contains(&took_s), "answered after {took_s} s");
+    bounded.wait().expect("wait");
+    eprintln!(
+        "killed caller gone {gone_ms} ms after SIGKILL; the other answered EIO after {took_s} s"
+    );
+    server.signal(libc::SIGCONT);
+    let continued = std::time::Instant::now();
+    // The lock taken before the stop is still held: another mount is refused it.
+    let out = b.sh(
+        "python3 -c \"import fcntl, os\nf = open(os.environ['MNT'] + '/held', 'r+')\n\
+         fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\"",
+    );
+    assert!(!out.status.success(), "the lock was taken from its holder");
+    eprintln!("lock refused {:?} after SIGCONT", continued.elapsed());
+    // The mount goes on: what waited is committed by the next fsync, and read elsewhere.
+    b.sh_ok("python3 -c \"import os\nfd = os.open(os.environ['MNT'] + '/bounded', os.O_WRONLY)\nos.fsync(fd)\"");
+    eprintln!("fsync {:?} after SIGCONT", continued.elapsed());
+    assert_eq!(
+        a.sh_ok("cat bounded"),
+        "written while the server was stopped"
+    );
+    eprintln!("read {:?} after SIGCONT", continued.elapsed());
+    b.sh_ok("echo after > after && sync after");
+    assert_eq!(a.sh_ok("cat after"), "after\n");
+    eprintln!("the end {:?} after SIGCONT", continued.elapsed());
+}

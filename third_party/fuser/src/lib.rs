@@ -866,9 +866,8 @@ pub trait Filesystem: Send + Sync + 'static {
     }
 
     /// calm: a request was interrupted by a signal. `unique` names the interrupted request
-    /// ([`Request::unique`]); the file system may end it early with EINTR, through `reply`
-    /// (a reply to the interrupted request: dropped unused, it sends nothing).
-    fn interrupt(&self, _req: &Request, _unique: RequestId, _reply: ReplyInterrupted) {}
+    /// ([`Request::unique`]); the file system may end it early with EINTR. No reply.
+    fn interrupt(&self, _req: &Request, _unique: RequestId) {}
 
     /// Test for a POSIX file lock.
     fn getlk(

@@ -166,21 +166,61 @@ impl Drop for ReplyRaw {
     }
 }
 
-/// calm: the reply to a request the kernel interrupted, for a file system that ends the
-/// request early: [`ReplyInterrupted::eintr`] answers it with EINTR; dropped unused, it sends
-/// nothing (the request's own reply comes later).
+/// calm: a second way to answer a request, for a file system that ends it early when the
+/// kernel interrupts it: [`ReplyInterrupted::eintr`] answers it with EINTR (through the device
+/// the request was read from, the only one the kernel takes its answer on); dropped unused, it
+/// sends nothing. The request's own reply, sent later, is then dropped by the kernel.
 #[derive(Debug)]
 pub struct ReplyInterrupted {
     reply: Option<ReplyRaw>,
 }
 
-impl Reply for ReplyInterrupted {
-    fn new(unique: ll::RequestId, sender: ReplySender) -> ReplyInterrupted {
-        ReplyInterrupted {
-            reply: Some(Reply::new(unique, sender)),
-        }
+impl ReplyRaw {
+    /// calm: a [`ReplyInterrupted`] for the same request.
+    fn interrupter(&self) -> ReplyInterrupted {
+        let reply = match &self.sender {
+            Some(ReplySender::Channel(channel)) => Some(ReplyRaw {
+                unique: self.unique,
+                sender: Some(ReplySender::Channel(channel.clone())),
+            }),
+            _ => None,
+        };
+        ReplyInterrupted { reply }
     }
 }
+
+/// calm: `interrupter` on each reply the file system may hold while it waits.
+macro_rules! interrupter {
+    ($($reply:ty),*) => {
+        $(
+            impl $reply {
+                /// calm: a second way to answer this request, with EINTR only.
+                pub fn interrupter(&self) -> ReplyInterrupted {
+                    self.reply.interrupter()
+                }
+            }
+        )*
+    };
+}
+
+interrupter!(
+    ReplyEmpty,
+    ReplyData,
+    ReplyEntry,
+    ReplyAttr,
+    ReplyOpen,
+    ReplyWrite,
+    ReplyStatfs,
+    ReplyCreate,
+    ReplyLock,
+    ReplyBmap,
+    ReplyIoctl,
+    ReplyPoll,
+    ReplyDirectory,
+    ReplyDirectoryPlus,
+    ReplyXattr,
+    ReplyLseek
+);
 
 impl ReplyInterrupted {
     /// Answers the interrupted request with EINTR (its later reply is then dropped by the

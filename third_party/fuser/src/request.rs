@@ -120,12 +120,7 @@ impl<'a> RequestWithSender<'a> {
             ll::Operation::Interrupt(x) => {
                 // calm: interrupts reach the file system (no reply: the kernel expects the
                 // interrupted request's own reply, with EINTR).
-                filesystem.interrupt(
-                    self.request_header(),
-                    x.unique(),
-                    // calm: a reply to the interrupted request, for a file system that ends it.
-                    Reply::new(x.unique(), ReplySender::Channel(self.ch.clone())),
-                );
+                filesystem.interrupt(self.request_header(), x.unique());
             }
 
             ll::Operation::Lookup(x) => {

@@ -333,6 +333,24 @@ impl Contents {
         self.publish_size(handle, &state.data);
     }
 
+    /// A lock this mount held on `handle` was lost: the writes not committed yet (made under
+    /// it) are dropped, their writers owed EIO. A commit in doubt may have landed: its objects
+    /// are left for `calm gc`.
+    pub async fn lose(&self, handle: Handle) {
+        let Some(file) = self.files.locked().get(&handle).cloned() else {
+            return;
+        };
+        let mut state = file.lock().await;
+        let doubtful = state.in_doubt.take().is_some();
+        let pending = state.data.pending_count();
+        if pending > 0 {
+            self.refuse(handle, &mut state, pending, libc::EIO, None, !doubtful)
+                .await;
+        }
+        state.loaded = false;
+        state.cached = None;
+    }
+
     /// Drops the first `n` pending writes of the file (their commit was refused with `errno`):
     /// every open file that wrote bytes in them, but the caller's `fh` (told by its answer),
     /// is owed the error. With `delete`, the objects they were to become go now (none may be

@@ -12,7 +12,7 @@ impl CalmFs {
         if let Some(attr) = shared.cache.dir_attr(ino.0) {
             return reply.attr(&shared.cache.reply_ttl(ticket, ino.0), &file_attr(&attr));
         }
-        self.spawn(req, async move {
+        self.spawn(req, reply.interrupter(), async move {
             match shared.client.getattr(ino.0).await {
                 Ok(attr) => {
                     let attr = shared.local_view(attr);
@@ -67,7 +67,7 @@ impl CalmFs {
         let client = shared.caller(req);
         shared.cache.forget_dir_attr(ino.0);
         let ticket = shared.cache.ticket();
-        self.spawn(req, async move {
+        self.spawn(req, reply.interrupter(), async move {
             let handle = ino.0;
             // Pending writes go first: a truncate cuts them too, and every other change
             // follows them.
@@ -111,7 +111,7 @@ impl CalmFs {
 
     pub(super) fn handle_statfs(&self, req: &Request, reply: ReplyStatfs) {
         let shared = self.shared.clone();
-        self.spawn(req, async move {
+        self.spawn(req, reply.interrupter(), async move {
             let figures = match shared.client.statfs().await {
                 Ok(figures) => figures,
                 Err(e) => return reply.error(errno(&e)),

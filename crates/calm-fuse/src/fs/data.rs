@@ -28,7 +28,7 @@ impl CalmFs {
         let open_flags = flags.0;
         let shared = self.shared.clone();
         let client = shared.caller(req);
-        self.spawn(req, async move {
+        self.spawn(req, reply.interrupter(), async move {
             if shared.shm.used_elsewhere(&shared.locks, ino.0, WHOLE).await {
                 return reply.error(Errno::EBUSY);
             }
@@ -76,6 +76,9 @@ impl CalmFs {
         if !file.is_file {
             return reply.error(Errno::EISDIR);
         }
+        if self.shared.lock_lost(ino.0, fh.0) {
+            return reply.error(Errno::EIO);
+        }
         let shared = self.shared.clone();
         let client = shared.caller(req);
         let data = async move { shared.contents.read(&client, ino.0, offset, size).await };
@@ -113,6 +116,9 @@ impl CalmFs {
         }
         if offset.saturating_add(data.len() as u64) > calm_types::FILE_SIZE_MAX {
             return reply.error(Errno::EFBIG);
+        }
+        if self.shared.lock_lost(ino.0, fh.0) {
+            return reply.error(Errno::EIO);
         }
         // A refused commit dropped bytes written through this open file: told now, once.
         if let Some(owed) = self.shared.contents.take_error(fh.0) {
@@ -200,6 +206,13 @@ impl CalmFs {
             if !owners.is_empty() {
                 *state.releasing.entry(ino.0).or_default() += 1;
             }
+            // A lost lock is told until the file it was taken through is closed.
+            if let Some(lost) = state.lost.get_mut(&ino.0) {
+                lost.retain(|owner| !owners.contains(owner));
+                if lost.is_empty() {
+                    state.lost.remove(&ino.0);
+                }
+            }
             (file, owners)
         };
         self.empty_task(req, reply, async move {
@@ -258,11 +271,7 @@ impl CalmFs {
             shared.file(fh)?;
             // The objects are made durable before the records that name them are committed;
             // the server's commit is durable when it answers.
-            shared
-                .contents
-                .commit(&client, ino.0, true, Some(fh.0))
-                .await
-                .map_err(Errno::from_i32)
+            shared.push_as(&client, ino.0, Some(fh.0), true).await
         });
     }
 

@@ -27,7 +27,7 @@ impl CalmFs {
             (Ok(None), _) | (Err(_), _) | (_, Err(_)) => return reply.error(Errno::EINVAL),
         };
         let shared = self.shared.clone();
-        self.spawn(req, async move {
+        self.spawn(req, reply.interrupter(), async move {
             shared.after_releases(ino.0).await;
             match shared.locks.test(ino.0, lock_owner.0, range, kind).await {
                 Ok(Some(conflict)) => {
@@ -75,6 +75,11 @@ impl CalmFs {
             Ok(file) => file,
             Err(e) => return reply.error(e),
         };
+        if self.shared.lock_lost(ino.0, fh.0) {
+            // Its holder learns that it lost a lock on the file, and takes no new one through
+            // it (docs/design/locks.md, "A lost lock").
+            return reply.error(Errno::EIO);
+        }
         let owner = lock_owner.0;
         if kind.is_some() && sleep {
             // Before the next request is read (this one is dispatched in the kernel's order):

@@ -113,7 +113,7 @@ impl CalmFs {
         let exclusive = flags & libc::O_EXCL != 0;
         shared.cache.changed_here(parent.0);
         let ticket = shared.cache.ticket();
-        self.spawn(req, async move {
+        self.spawn(req, reply.interrupter(), async move {
             let made = client.make_in_dir(parent.0, &name, &node, exclusive).await;
             shared
                 .cache
@@ -287,7 +287,7 @@ impl CalmFs {
         mut reply: ReplyDirectory,
     ) {
         let client = self.shared.caller(req);
-        self.spawn(req, async move {
+        self.spawn(req, reply.interrupter(), async move {
             // Offsets are the server's cookies; 1 and 2 are "." and "..".
             if offset == 0 && reply.add(ino, 1, FileType::Directory, ".") {
                 return reply.ok();
@@ -334,7 +334,7 @@ impl CalmFs {
         let shared = self.shared.clone();
         let client = shared.caller(req);
         let ticket = shared.cache.ticket();
-        self.spawn(req, async move {
+        self.spawn(req, reply.interrupter(), async move {
             // Offsets are the server's cookies; 1 and 2 are "." and "..", names alone.
             let dot = plain_attr(ino.0, Kind::Dir);
             if offset == 0 && reply.add(INodeNo(0), 1, ".", &Duration::ZERO, &dot, Generation(0)) {
