@@ -159,6 +159,9 @@ async fn round(
     if let Some(hours) = options.trash_hours {
         args.extend(["--trash-hours".to_string(), hours.to_string()]);
     }
+    // Every unlinked file goes to the trash (when there is one), as in the runs recorded
+    // before young files skipped it: the churn's files live seconds.
+    args.extend(["--trash-min-age-s".to_string(), "0".to_string()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut servers = Vec::new();
     for i in 0..count {

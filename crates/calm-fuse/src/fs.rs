@@ -48,6 +48,12 @@ mod names;
 
 /// Largest write the kernel sends in one request, in bytes.
 pub const WRITE_BYTES_MAX: u32 = 1 << 20;
+/// Largest write(2) with O_APPEND that lands whole at the file's end whatever the alignment of
+/// its buffer, in bytes: the kernel hands the mount at most 256 pages of the caller's memory in
+/// one request (Linux's `fs.fuse.max_pages_limit`, 256 by default), and a buffer that does not
+/// start on a page boundary spans one page more than its length. (A page-aligned buffer of up
+/// to [`WRITE_BYTES_MAX`] lands whole too.)
+pub const APPEND_WHOLE_BYTES_MAX: u32 = WRITE_BYTES_MAX - 4096;
 /// Most bytes the kernel reads ahead of a sequential reader, in bytes.
 pub const READAHEAD_BYTES_MAX: u32 = 1 << 20;
 

@@ -48,6 +48,9 @@ pub struct MetaOptions {
     /// How long removed files and directories stay in the trash (`crate::ops::trash`); zero:
     /// there is no trash, a removal is final.
     pub trash_kept: std::time::Duration,
+    /// Nodes that lose their last name younger than this skip the trash (`crate::young`);
+    /// zero: none do.
+    pub trash_min_age: std::time::Duration,
 }
 
 impl Default for MetaOptions {
@@ -62,6 +65,7 @@ impl Default for MetaOptions {
             request_records_kept: crate::requests::RECORDS_KEPT_DEFAULT,
             place: None,
             trash_kept: std::time::Duration::ZERO,
+            trash_min_age: crate::young::TRASH_MIN_AGE_DEFAULT,
         }
     }
 }
@@ -125,6 +129,10 @@ pub(crate) fn run<S: Store>(
     let mut results: Vec<Answer> = Vec::with_capacity(options.batch_ops_max);
     let mut cleaned = crate::requests::Cleaned::default();
     let mut chains = crate::quota::Chains::default();
+    let mut young = crate::young::YoungFiles::new(match opened.trash {
+        true => options.trash_min_age,
+        false => std::time::Duration::ZERO,
+    });
     loop {
         let first = if cl.purge_pending() {
             match queue.try_recv() {
@@ -154,6 +162,7 @@ pub(crate) fn run<S: Store>(
             cl: &mut cl,
             cleaned: &mut cleaned,
             chains: &mut chains,
+            young: &mut young,
             opened,
             shared,
             last_index: &last_index,
@@ -311,6 +320,8 @@ struct Group<'c, S: Store> {
     cleaned: &'c mut crate::requests::Cleaned,
     /// Which limited trees each directory is in, as the last group committed left them.
     chains: &'c mut crate::quota::Chains,
+    /// The nodes this committer made lately (they skip the trash: `crate::young`).
+    young: &'c mut crate::young::YoungFiles,
     opened: Opened,
     /// Other processes write the store too (see [`Store::shared`]).
     shared: bool,
@@ -370,7 +381,7 @@ impl<S: Store> Group<'_, S> {
                     self.alloc,
                     self.cl,
                     (&*self.cleaned, &mut deleted),
-                    &mut *self.chains,
+                    (&mut *self.chains, &mut *self.young),
                     self.opened,
                     self.shared,
                     batch,
@@ -477,7 +488,7 @@ fn commit_batch<S: Store>(
     alloc: &mut HandleAllocator,
     cl: &mut ClState,
     cleaned: (&crate::requests::Cleaned, &mut Vec<(u64, u64)>),
-    chains: &mut crate::quota::Chains,
+    (chains, young): (&mut crate::quota::Chains, &mut crate::young::YoungFiles),
     opened: Opened,
     shared: bool,
     batch: &[Request],
@@ -525,6 +536,7 @@ fn commit_batch<S: Store>(
         opened.names,
     );
     ctx.quota = crate::quota::Quotas::with_chains(std::mem::take(chains));
+    ctx.young = Some(&*young);
     ctx.trash = opened.trash;
     for (request, acked) in batch.iter().zip(&acked) {
         ctx.caller = request.caller.clone();
@@ -550,10 +562,21 @@ fn commit_batch<S: Store>(
         }
     }
     let kept = ctx.quota.take_chains();
+    let (born, gone, now) = (
+        std::mem::take(&mut ctx.born),
+        std::mem::take(&mut ctx.gone),
+        ctx.now,
+    );
     ctx.flush().map_err(failure)?;
     let purged = cl.purge_step(&mut txn).map_err(failure)?;
     txn.commit()?;
     *chains = kept;
+    for handle in gone {
+        young.forget(handle);
+    }
+    for handle in born {
+        young.born(handle, now);
+    }
     stats.cl_purged.fetch_add(purged, Ordering::Relaxed);
     Ok(())
 }

@@ -46,6 +46,11 @@ pub struct Ctx<'a, T> {
     pub(crate) file_bytes_delta: i64,
     /// Removed files and directories go to the trash instead of being destroyed.
     pub trash: bool,
+    /// The nodes the committer made lately: those skip the trash (`crate::young`).
+    pub(crate) young: Option<&'a crate::young::YoungFiles>,
+    /// Nodes this group made, and removed for good.
+    pub(crate) born: Vec<Handle>,
+    pub(crate) gone: Vec<Handle>,
     pub(crate) trash_entries_delta: i64,
     pub(crate) trash_bytes_delta: i64,
     /// The quotas this group touched.
@@ -81,6 +86,9 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
             inode_delta: 0,
             file_bytes_delta: 0,
             trash: false,
+            young: None,
+            born: Vec::new(),
+            gone: Vec::new(),
             trash_entries_delta: 0,
             trash_bytes_delta: 0,
             quota: Quotas::default(),

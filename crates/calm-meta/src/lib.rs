@@ -48,6 +48,7 @@ mod quotas;
 mod reads;
 pub mod requests;
 pub mod upgrade;
+pub mod young;
 
 use std::ops::ControlFlow;
 use std::sync::Arc;

@@ -723,7 +723,7 @@ proptest! {
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let store = Arc::new(MemStore::new());
         let trash_kept = if trash { std::time::Duration::from_secs(3600) } else { std::time::Duration::ZERO };
-        let meta = Meta::open(store.clone(), MetaOptions { handle_chunk: 5, trash_kept, ..MetaOptions::default() }).unwrap();
+        let meta = Meta::open(store.clone(), MetaOptions { handle_chunk: 5, trash_kept, trash_min_age: std::time::Duration::ZERO, ..MetaOptions::default() }).unwrap();
         let mut alloc = HandleAllocator::new(3);
         let mut model = Model::new(trash);
         for group in groups {

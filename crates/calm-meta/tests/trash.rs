@@ -21,6 +21,9 @@ const ESTALE: i32 = 116;
 fn options(kept: Duration) -> MetaOptions {
     MetaOptions {
         trash_kept: kept,
+        // Every removal into the trash, however young (`young_nodes_skip_the_trash` tests the
+        // minimum age).
+        trash_min_age: Duration::ZERO,
         ..MetaOptions::default()
     }
 }
@@ -431,6 +434,44 @@ async fn expired_entries_are_purged_in_the_background() {
     assert_eq!(gone, ids, "every object queued for deletion");
     let report = fsck_clean(&store);
     assert_eq!((report.inodes, report.trash_entries), (1, 0));
+}
+
+/// A node that loses its last name younger than the minimum age is a program's scratch: it
+/// is destroyed at once (its objects queued), whether unlinked, replaced by a rename or
+/// rmdir'd; one older goes to the trash as before.
+#[tokio::test]
+async fn young_nodes_skip_the_trash() {
+    let store = Arc::new(MemStore::new());
+    let options = MetaOptions {
+        trash_min_age: Duration::from_millis(500),
+        ..options(Duration::from_secs(3600))
+    };
+    let meta = Meta::open(store.clone(), options).unwrap();
+    let (_, young) = file_with_object(&meta, ROOT, b"journal", 100).await;
+    meta.unlink(ROOT, b"journal").await.unwrap();
+    assert!(
+        listed(&meta, &user(0)).is_empty(),
+        "a young file skips the trash"
+    );
+    assert_eq!(queued(&meta), vec![young]);
+    let (old, _) = file_with_object(&meta, ROOT, b"old", 100).await;
+    let (replaced, _) = file_with_object(&meta, ROOT, b"target", 100).await;
+    meta.mkdir(ROOT, b"scratch", 0o755).await.unwrap();
+    meta.rmdir(ROOT, b"scratch").await.unwrap();
+    meta.create(ROOT, b"new", 0o644).await.unwrap();
+    assert!(
+        listed(&meta, &user(0)).is_empty(),
+        "nor does a young directory"
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Older than the minimum age now: kept.
+    meta.rename(ROOT, b"new", ROOT, b"target", 0).await.unwrap();
+    meta.unlink(ROOT, b"old").await.unwrap();
+    let mut kept: Vec<Handle> = listed(&meta, &user(0)).iter().map(|(h, _)| *h).collect();
+    kept.sort();
+    assert_eq!(kept, vec![old, replaced]);
+    let report = fsck_clean(&store);
+    assert_eq!(report.trash_entries, 2);
 }
 
 #[tokio::test]

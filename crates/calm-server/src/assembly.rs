@@ -47,6 +47,9 @@ pub struct ServerConfig {
     pub backups: Option<(Duration, usize)>,
     /// How long what is removed stays in the trash (zero: no trash, a removal is final).
     pub trash_kept: Duration,
+    /// What loses its last name younger than this skips the trash (a program's scratch file);
+    /// zero: nothing does.
+    pub trash_min_age: Duration,
     /// Where to serve Prometheus's metrics (`HOST:PORT`; `None`: not served).
     pub metrics: Option<String>,
 }
@@ -122,6 +125,7 @@ impl ServerConfig {
             objects_url: self.objects.clone(),
             objects_url_default: Some(calm_data::ObjectsUrl::file(&dir.join("objects"))),
             trash_kept: self.trash_kept,
+            trash_min_age: self.trash_min_age,
             ..MetaOptions::default()
         })
     }

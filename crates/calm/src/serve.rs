@@ -102,6 +102,11 @@ pub struct ServerArgs {
     /// purges it. What is in the trash counts in no quota. 0: no trash, a removal is final.
     #[arg(long, default_value_t = 24.0)]
     pub trash_hours: f64,
+    /// A file or directory removed less than this many seconds after it was made skips the
+    /// trash: a program's scratch file (a database's journal, an editor's temporary copy), not
+    /// a person's work. 0: everything removed goes to the trash.
+    #[arg(long, default_value_t = 10.0)]
+    pub trash_min_age_s: f64,
     /// Serve Prometheus's metrics at http://ADDR/metrics (HOST:PORT; port 0: one the kernel
     /// picks, said in the log): a server's requests by method with their latency and errors,
     /// commits, locks, the changelog, watchers, the deletion queue, the trash, backups; a
@@ -165,6 +170,11 @@ impl ServerArgs {
             ),
             trash_kept: if self.trash_hours > 0.0 && self.trash_hours.is_finite() {
                 Duration::from_secs_f64((self.trash_hours * 3600.0).max(0.001))
+            } else {
+                Duration::ZERO
+            },
+            trash_min_age: if self.trash_min_age_s > 0.0 && self.trash_min_age_s.is_finite() {
+                Duration::from_secs_f64(self.trash_min_age_s)
             } else {
                 Duration::ZERO
             },

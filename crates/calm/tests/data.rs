@@ -538,7 +538,8 @@ fn a_file_removed_into_the_trash_reads_on_where_it_is_open() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = common::data_dir(&tmp);
     let objects = data.join("objects");
-    let server = Server::start_with(&data, &["--delete-delay-s", "0"]);
+    // Every removal into the trash, also of a file made a moment ago.
+    let server = Server::start_with(&data, &["--delete-delay-s", "0", "--trash-min-age-s", "0"]);
     let a = Mount::remote(&server.addr, &OBJECTS_ONLY);
     let b = Mount::remote(&server.addr, &OBJECTS_ONLY);
     a.sh_ok("head -c 9000000 /dev/urandom > f && sha256sum < f > /tmp/calm-trash-read.sum");

@@ -350,3 +350,51 @@ fn a_stopped_server_bounds_every_call_and_a_killed_caller_goes_at_once() {
     assert_eq!(a.sh_ok("cat after"), "after\n");
     eprintln!("the end {:?} after SIGCONT", continued.elapsed());
 }
+
+/// One write(2) with O_APPEND of the documented size lands whole at the file's end whatever
+/// the alignment of its buffer (a page-aligned one, one byte in, half a page in, the last
+/// byte of a page), with two processes on each of two mounts appending at once.
+#[test]
+fn an_append_of_the_documented_limit_lands_whole_at_any_alignment() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let _server = common::Server::start(&data);
+    let socket = format!("unix:{}", data.join("calm.sock").display());
+    let mounts = [Mount::remote(&socket, &[]), Mount::remote(&socket, &[])];
+    let size = calm_fuse::fs::APPEND_WHOLE_BYTES_MAX.to_string();
+    for offset in ["0", "1", "2048", "4095"] {
+        let name = format!("log-{offset}");
+        mounts[0].sh_ok(&format!("touch {name}"));
+        let results = common::all_at_once((0..4).collect(), |i: usize| {
+            let mount = &mounts[i % 2];
+            let file = mount.mnt.join(&name).display().to_string();
+            let tag = format!("w{i}");
+            common::python_in(
+                mount,
+                300,
+                "append_edge.py",
+                &[file, tag, size.clone(), offset.into(), "10".into()],
+            )
+        });
+        for out in results {
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                "appended 10\n",
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let file = mounts[1].mnt.join(&name).display().to_string();
+        let out = common::python_in(
+            &mounts[1],
+            300,
+            "append_edge.py",
+            &[file, "--check".into(), size.clone()],
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "whole 40\n",
+            "buffers {offset} bytes into a page"
+        );
+    }
+}

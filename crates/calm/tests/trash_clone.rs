@@ -41,6 +41,10 @@ fn trash_entries(data: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The server's option that keeps every removal in the trash, however young (the tests below
+/// remove trees they just made; `young_files_skip_the_trash` tests the default).
+const EVERY_REMOVAL: [&str; 2] = ["--trash-min-age-s", "0"];
+
 const TREE: &str = "for d in 0 1 2 3; do mkdir -p proj/d$d/sub; \
     for f in $(seq 60); do head -c $((f * 997)) /dev/urandom > proj/d$d/f$f; done; \
     echo small > proj/d$d/sub/s; ln -s f1 proj/d$d/link; done; \
@@ -54,7 +58,8 @@ const TREE: &str = "for d in 0 1 2 3; do mkdir -p proj/d$d/sub; \
 fn an_rm_rf_comes_back_from_the_trash_even_through_a_kill() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = common::data_dir(&tmp);
-    let server = Server::start(&data);
+    // Every removal into the trash, also of a tree made a moment ago.
+    let server = Server::start_with(&data, &EVERY_REMOVAL);
     let mount = Mount::remote(&server.addr, &[]);
     mount.sh_ok(TREE);
     let before = described(&mount, "proj");
@@ -84,7 +89,7 @@ fn an_rm_rf_comes_back_from_the_trash_even_through_a_kill() {
     let _ = restore.wait();
     fsck_clean(&data);
 
-    let server = Server::start(&data);
+    let server = Server::start_with(&data, &EVERY_REMOVAL);
     let mount = Mount::remote(&server.addr, &[]);
     // What is still in the trash comes back, the directories above first.
     loop {
@@ -227,7 +232,7 @@ fn the_trash_and_clones_on_etcd() {
     let mut private = None;
     let url = common::etcd_url("trash-clone", &mut private);
     let data = tmp.path().join("server");
-    let args = ["--store", url.as_str()];
+    let args = ["--store", url.as_str(), EVERY_REMOVAL[0], EVERY_REMOVAL[1]];
     let server = Server::start_with(&data, &args);
     let mount = Mount::remote(&server.addr, &[]);
     mount.sh_ok(TREE);
@@ -307,4 +312,42 @@ fn the_trash_and_clones_on_etcd() {
     assert!(status.success());
     let fsck = common::calm_json(&["fsck", "--store", &url, "--json"]);
     assert_eq!(fsck["clean"], true, "{fsck}");
+}
+
+/// A program's scratch files skip the trash: 1 000 sqlite transactions in DELETE mode (each
+/// makes and removes its journal) by an unprivileged user leave nothing in it, while a file
+/// older than the minimum age, removed by mistake, is there to be restored.
+#[test]
+fn young_files_skip_the_trash() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let server = Server::start_with(&data, &["--trash-min-age-s", "2"]);
+    let mount = Mount::remote(&socket(&data), &["--allow-other"]);
+    let top = mount.mnt.parent().expect("the mount's directory");
+    std::fs::set_permissions(top, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    mount.sh_ok("mkdir -m 777 db && echo keep > db/notes");
+    std::thread::sleep(Duration::from_secs(3));
+    let uid = common::UNPRIVILEGED_UID.to_string();
+    let out = mount.sh_ok(&format!(
+        "setpriv --reuid {uid} --regid {uid} --clear-groups /usr/bin/python3 -c \"
+import sqlite3
+db = sqlite3.connect('db/test.db', isolation_level=None)
+db.execute('PRAGMA journal_mode=DELETE')
+db.execute('CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)')
+for i in range(1000):
+    db.execute('BEGIN')
+    db.execute('INSERT OR REPLACE INTO t VALUES (?, randomblob(100))', (i % 100,))
+    db.execute('COMMIT')
+print(db.execute('SELECT count(*) FROM t').fetchone()[0])
+\" && rm db/notes"
+    ));
+    assert_eq!(out, "100\n");
+    let entries = trash_entries(&data);
+    let paths: Vec<&str> = entries.iter().filter_map(|e| e["path"].as_str()).collect();
+    assert_eq!(paths, ["/db/notes"], "only the file removed by mistake");
+    drop(mount);
+    let (status, _) = server.terminate();
+    assert!(status.success());
+    fsck_clean(&data);
 }

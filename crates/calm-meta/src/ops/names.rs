@@ -128,6 +128,7 @@ pub(crate) fn make<T: WriteTxn>(
     ctx.record(kind, 0, handle, inode.generation, parent, name, None)?;
     ctx.store(inode);
     ctx.inode_delta += 1;
+    ctx.born.push(handle);
     Ok(Done::Attr(attr))
 }
 

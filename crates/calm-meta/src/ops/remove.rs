@@ -58,9 +58,14 @@ pub(crate) fn removed<T: WriteTxn>(
     dir: Handle,
     name: &[u8],
 ) -> Outcome<()> {
-    if ctx.trash {
+    // A node made moments ago is a program's scratch, not a person's work (`crate::young`).
+    let young = ctx
+        .young
+        .is_some_and(|young| young.is_young(inode.handle, ctx.now));
+    if ctx.trash && !young {
         to_trash(ctx, inode, dir, name)
     } else {
+        ctx.gone.push(inode.handle);
         destroy(ctx, &inode)
     }
 }
