@@ -1338,3 +1338,53 @@ fn a_file_created_through_one_server_is_locked_at_once_through_another() {
         assert_eq!(answers[0].code, LockCode::NoSuchFile, "{answers:?}");
     });
 }
+
+/// A counter incremented under an exclusive lock by four processes on two mounts (one of all
+/// three servers, one of the second) while the server deciding the counter's locks is killed
+/// -9: its locks move with their holders, no call fails, and the counter ends at exactly the
+/// increments made.
+#[test]
+fn a_locked_counter_through_three_servers_ends_exact_when_its_decider_dies() {
+    let Moving {
+        _private,
+        _tmp,
+        mut servers,
+        moving,
+        other,
+        path,
+        ..
+    } = Moving::start("counterkill");
+    moving.sh_ok(&format!("echo 0 > {path}"));
+    let stop = _tmp.path().join("stop").display().to_string();
+    let workers: Vec<std::process::Child> = [&moving, &other, &moving, &other]
+        .iter()
+        .map(|mount| {
+            Command::new("nsenter")
+                .args(["-t", &mount.pid().to_string(), "-m", "--", "python3"])
+                .arg(format!("{}/locked_counter.py", common::PROGRAMS))
+                .arg(mount.mnt.join(&path))
+                .arg(&stop)
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("a worker")
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(5));
+    servers.remove(0).kill9();
+    std::thread::sleep(Duration::from_secs(10));
+    std::fs::write(&stop, b"").expect("stop");
+    let mut total = 0;
+    for worker in workers {
+        let out = worker.wait_with_output().expect("a worker's end");
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "a worker failed: {said}");
+        total += said
+            .trim()
+            .strip_prefix("done ")
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("unexpected: {said}"));
+    }
+    let counter = other.sh_ok(&format!("cat {path}"));
+    eprintln!("{total} increments through the decider's death; the counter says {counter}");
+    assert_eq!(counter.trim().parse::<u64>().expect("a number"), total);
+}
