@@ -718,10 +718,14 @@ impl Filesystem for CalmFs {
     }
 
     fn interrupt(&self, _req: &Request, unique: RequestId) {
-        // A lock wait ends with EINTR on any signal (F_SETLKW), cancelled at the server.
-        let locks = self.shared.locks.clone();
-        self.runtime
-            .spawn(async move { locks.interrupt(unique.0).await });
+        // A lock wait ends with EINTR on any signal (F_SETLKW), cancelled at the server, or
+        // answered here when the server does not confirm the cancel (a later grant goes back).
+        let (locks, waiting) = (self.shared.locks.clone(), self.shared.waiting.clone());
+        self.runtime.spawn(async move {
+            if !locks.interrupt(unique.0).await {
+                waiting.answer_early(unique.0);
+            }
+        });
         // Any request that waits: a caller being killed is let go at once.
         self.runtime.spawn(crate::interrupts::let_go_when_killed(
             self.shared.waiting.clone(),

@@ -9,7 +9,8 @@
 //! caller has SIGKILL pending, the request is answered EINTR, and the process goes. A request
 //! whose caller only caught a signal is left to finish (a write or an fsync answered EINTR for
 //! an ordinary signal would break programs that never expect it of a file); lock waits are the
-//! exception, cancelled by any signal as POSIX says (`crate::locks`).
+//! exception, cancelled by any signal as POSIX says (`crate::locks`), and answered EINTR here
+//! when the server does not confirm the cancel within a second.
 //!
 //! The work of a request answered early goes on to its end (a commit, a lock grant) and its
 //! own answer is dropped by the kernel; a lock granted to a request answered early is given
@@ -54,7 +55,7 @@ impl Waiting {
     }
 
     /// Answers request `unique` EINTR now, if it still waits.
-    fn answer_early(&self, unique: u64) -> bool {
+    pub(crate) fn answer_early(&self, unique: u64) -> bool {
         let interrupter = self
             .calls
             .locked()

@@ -43,6 +43,9 @@ struct Wait {
 /// request is on its way), in milliseconds, and how long it waits between two tries.
 pub const CANCEL_RETRY_MS_MAX: u64 = 10_000;
 const CANCEL_RETRY_PAUSE_MS: u64 = 1;
+/// Longest an interrupt waits for the server to confirm the cancel of a wait before the mount
+/// answers the waiting request EINTR itself.
+pub const CANCEL_ANSWER_MS_MAX: u64 = 1_000;
 
 /// What F_GETLK reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,35 +228,47 @@ impl LockForwarder {
     /// Ends the wait of FUSE request `request_id`, if one is running or about to (a signal
     /// reached the waiting process). A wait the server has not seen yet is asked for again
     /// until it has, or until it was answered.
-    pub async fn interrupt(&self, request_id: u64) {
+    ///
+    /// False when the server did not confirm the cancel within [`CANCEL_ANSWER_MS_MAX`] (it
+    /// is stopped, or gone): the caller answers the request EINTR itself, and a grant that
+    /// comes later is given back.
+    pub async fn interrupt(&self, request_id: u64) -> bool {
         let mut tries = 0;
         loop {
             {
                 let mut waits = self.waits.locked();
                 match waits.get_mut(&request_id) {
                     // Answered already, or not a blocking request.
-                    None => return,
+                    None => return true,
                     Some(wait) if !wait.sent => {
                         wait.interrupted = true;
-                        return;
+                        return true;
                     }
                     Some(_) => {}
                 }
             }
-            match self.router.cancel(request_id).await {
-                Ok(true) => return,
-                Ok(false) if tries < CANCEL_RETRY_MS_MAX / CANCEL_RETRY_PAUSE_MS => {
+            let answer = Duration::from_millis(CANCEL_ANSWER_MS_MAX);
+            match tokio::time::timeout(answer, self.router.cancel(request_id)).await {
+                Ok(Ok(true)) => return true,
+                Ok(Ok(false)) if tries < CANCEL_RETRY_MS_MAX / CANCEL_RETRY_PAUSE_MS => {
                     // On its way to the server, or being answered: look again.
                     tries += 1;
                     tokio::time::sleep(Duration::from_millis(CANCEL_RETRY_PAUSE_MS)).await;
                 }
-                Ok(false) => {
+                Ok(Ok(false)) => {
                     tracing::warn!(request_id, "a lock wait could not be cancelled");
-                    return;
+                    return true;
                 }
-                Err(failure) => {
+                Ok(Err(failure)) => {
                     tracing::warn!(request_id, %failure, "cancelling a lock wait");
-                    return;
+                    return false;
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        request_id,
+                        "the server did not confirm the cancel of a lock wait"
+                    );
+                    return false;
                 }
             }
         }

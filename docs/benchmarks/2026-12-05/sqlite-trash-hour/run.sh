@@ -5,12 +5,14 @@
 # for 60 s with nothing running. Every 60 s one line: seconds, transactions so far, the store's
 # bytes (the data directory without the object store), trash entries.
 #
-#   run.sh CALM_BINARY OUT.tsv [SECONDS]
+#   run.sh CALM_BINARY OUT.tsv [SECONDS [KEEP_DIR]]
 #
+# With KEEP_DIR, the mount and the server are stopped cleanly at the end and the data
+# directory is moved there (for `calm fsck KEEP_DIR/data --json`: what the store holds).
 # One server (`calm serve`, its default options) and one mount of it, in a private mount
 # namespace, in a temporary directory removed at the end.
 set -euo pipefail
-calm=$(realpath "$1"); out=$(realpath -m "$2"); seconds=${3:-3600}
+calm=$(realpath "$1"); out=$(realpath -m "$2"); seconds=${3:-3600}; keep=${4:-}
 work=$(mktemp -d -t calm-sqlite-hour.XXXXXX)
 chmod 755 "$work"
 cleanup() {
@@ -68,4 +70,9 @@ done
 wait "$writer"; writer=
 sleep 60
 printf '%s\t%s\t%s\t%s\n' $(( $(date +%s) - start )) "$(cat "$work/count")" "$(store_bytes)" "$(trash)" >> "$out"
+if [ -n "$keep" ]; then
+  kill "$mount_pid"; wait "$mount_pid" 2>/dev/null || true; mount_pid=
+  kill "$server"; wait "$server" 2>/dev/null || true; server=
+  mkdir -p "$keep" && mv "$work/data" "$keep/data"
+fi
 cat "$out"
