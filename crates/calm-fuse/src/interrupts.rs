@@ -12,6 +12,12 @@
 //! exception, cancelled by any signal as POSIX says (`crate::locks`), and answered EINTR here
 //! when the server does not confirm the cancel within a second.
 //!
+//! A process killed with SIGKILL closes its files as it exits, and the kernel sends no
+//! interrupt for those flushes: so a flush that waits is watched from the start
+//! ([`watch_flush`]), and let go the same way when its caller is exiting by SIGKILL. (A
+//! process that exits on its own waits for its flushes: what it wrote is committed before its
+//! parent learns it has ended.)
+//!
 //! The work of a request answered early goes on to its end (a commit, a lock grant) and its
 //! own answer is dropped by the kernel; a lock granted to a request answered early is given
 //! back (`fs::locks`).
@@ -77,13 +83,33 @@ impl Waiting {
     }
 }
 
-/// Whether thread `pid` has SIGKILL pending: it is being killed.
+/// The flag of `/proc/PID/stat` that says the process is exiting.
+const PF_EXITING: u64 = 0x4;
+
+/// Whether thread `pid` is being killed: it has SIGKILL pending, or it is exiting because of
+/// SIGKILL (the signal was taken already; its files are being closed).
 pub fn being_killed(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/status")) {
-        Ok(status) => sigkill_pending(&status),
-        // Gone already: nothing waits for the answer.
-        Err(_) => false,
-    }
+    let pending = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .is_ok_and(|status| sigkill_pending(&status));
+    // Gone already (neither file): nothing waits for the answer.
+    pending
+        || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| exiting_by_sigkill(&stat))
+}
+
+/// Whether a `/proc/PID/stat` text shows a process that exits because of SIGKILL: the
+/// exiting flag is set and its exit code is the signal.
+fn exiting_by_sigkill(stat: &str) -> bool {
+    // The command name, in parentheses, may hold anything: fields are counted after it.
+    let Some((_, fields)) = stat.rsplit_once(')') else {
+        return false;
+    };
+    let fields: Vec<&str> = fields.split_whitespace().collect();
+    // Field 9 (flags) is the 7th after the name; field 52 (exit_code) the last.
+    let flags = fields.get(6).and_then(|f| f.parse::<u64>().ok());
+    let exit_code = fields.last().and_then(|f| f.parse::<i64>().ok());
+    matches!((flags, exit_code), (Some(flags), Some(code))
+        if flags & PF_EXITING != 0 && code & 0x7f == i64::from(libc::SIGKILL))
 }
 
 /// Whether a `/proc/PID/status` text shows SIGKILL pending, for the thread or its process.
@@ -98,10 +124,24 @@ fn sigkill_pending(status: &str) -> bool {
     })
 }
 
+/// Watches the caller of a flush that waits (request `unique`), from its first
+/// [`KILLED_POLL_MS`], and answers it EINTR the moment the caller is being killed.
+pub(crate) fn watch_flush(waiting: &Arc<Waiting>, runtime: &tokio::runtime::Handle, unique: u64) {
+    if waiting.pid(unique).is_none() {
+        // Answered already.
+        return;
+    }
+    let waiting = waiting.clone();
+    runtime.spawn(async move {
+        tokio::time::sleep(Duration::from_millis(KILLED_POLL_MS)).await;
+        let_go_when_killed(waiting, unique).await
+    });
+}
+
 /// Watches the caller of interrupted request `unique` while the request waits, and answers it
 /// EINTR the moment the caller is being killed.
 pub(crate) async fn let_go_when_killed(waiting: Arc<Waiting>, unique: u64) {
-    tracing::debug!(unique, pid = ?waiting.pid(unique), "a request was interrupted");
+    tracing::debug!(unique, pid = ?waiting.pid(unique), "a request's caller is watched");
     loop {
         let Some(pid) = waiting.pid(unique) else {
             return;
@@ -148,6 +188,42 @@ mod tests {
             "0000000000004100"
         )));
         assert!(!sigkill_pending("garbage"));
+    }
+
+    #[test]
+    fn exiting_by_sigkill_is_read_from_flags_and_exit_code() {
+        // Fields 3.. of a python3 closing its files after SIGKILL (flags 0x40050c, code 9).
+        let tail = |flags: u64, code: i64| {
+            format!(
+                "D 30950 30944 28082 0 -1 {flags} 2943 6702 3 3 3 1 2 1 20 0 1 0 1465395 0 0 \
+                 18446744073709551615 0 0 0 0 0 0 0 16781312 2 1 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 \
+                 {code}\n"
+            )
+        };
+        assert!(exiting_by_sigkill(&format!(
+            "31065 (python3) {}",
+            tail(0x40050c, 9)
+        )));
+        // A name with spaces and parentheses of its own.
+        assert!(exiting_by_sigkill(&format!(
+            "31065 (a) b (c) {}",
+            tail(0x40050c, 9)
+        )));
+        // Exiting on its own (exit(1): code 256), or killed by another signal.
+        assert!(!exiting_by_sigkill(&format!(
+            "31065 (python3) {}",
+            tail(0x40050c, 256)
+        )));
+        assert!(!exiting_by_sigkill(&format!(
+            "31065 (python3) {}",
+            tail(0x40050c, 15)
+        )));
+        // Not exiting (a live process's code is 0).
+        assert!(!exiting_by_sigkill(&format!(
+            "31065 (python3) {}",
+            tail(0x400100, 9)
+        )));
+        assert!(!exiting_by_sigkill("garbage"));
     }
 
     #[test]

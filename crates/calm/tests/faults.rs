@@ -365,7 +365,8 @@ fn fsync_when_told(
 
 /// A server stopped with SIGSTOP holds its connections without answering: a call through a
 /// mount answers EIO within its bound (60 s) instead of hanging, a caller killed with SIGKILL
-/// while it waits goes at once, and when the server continues the mount goes on (the commit
+/// while it waits goes at once (as does one killed while it sleeps, whose exit closes a file
+/// with writes pending), and when the server continues the mount goes on (the commit
 /// that waited is recognized when sent again) and a lock held through the stop is still held
 /// (leases count the time the server ran).
 #[test]
@@ -376,7 +377,7 @@ fn a_stopped_server_bounds_every_call_and_a_killed_caller_goes_at_once() {
     let socket = format!("unix:{}", data.join("calm.sock").display());
     let a = Mount::remote(&socket, &[]);
     let b = Mount::remote(&socket, &[]);
-    a.sh_ok("echo held > held && : > killed && : > bounded");
+    a.sh_ok("echo held > held && : > killed && : > bounded && : > exiting");
     let (mut holder, mut held) = common::spawn_in(
         &a,
         "import fcntl, os, time\nf = open(os.environ['MNT'] + '/held', 'r+')\n\
@@ -408,6 +409,16 @@ fn a_stopped_server_bounds_every_call_and_a_killed_caller_goes_at_once() {
         bounded_out.next().and_then(Result::ok).as_deref(),
         Some("ready")
     );
+    // A process with writes pending that is killed while it sleeps: its exit's close waits.
+    let (mut exiting, mut exiting_out) = common::spawn_in(
+        &b,
+        "import os, time\nfd = os.open(os.environ['MNT'] + '/exiting', os.O_WRONLY)\n\
+         os.pwrite(fd, b'pending when killed', 0)\nprint('ready', flush=True)\ntime.sleep(3600)\n",
+    );
+    assert_eq!(
+        exiting_out.next().and_then(Result::ok).as_deref(),
+        Some("ready")
+    );
     server.signal(libc::SIGSTOP);
     std::fs::write(&go, b"").expect("go");
     // Both wait on the stopped server now.
@@ -426,6 +437,16 @@ fn a_stopped_server_bounds_every_call_and_a_killed_caller_goes_at_once() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let gone_ms = asked.elapsed().as_millis();
+    exiting.kill().expect("SIGKILL");
+    let asked = std::time::Instant::now();
+    while exiting.try_wait().expect("wait").is_none() {
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "a process killed while its exit closes a file with writes pending is still there"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let exited_ms = asked.elapsed().as_millis();
     // A lock waiter interrupted by a signal gets EINTR though the server cannot confirm it.
     // SAFETY: kill(2) on the pid of a child of this test.
     unsafe { libc::kill(waiter.id() as i32, libc::SIGUSR1) };
@@ -444,7 +465,8 @@ fn a_stopped_server_bounds_every_call_and_a_killed_caller_goes_at_once() {
     assert_eq!(result, "EIO", "{answer}");
     assert!((55..=80).contains(&took_s), "answered after {took_s} s");
     eprintln!(
-        "killed caller gone {gone_ms} ms after SIGKILL; the other answered EIO after {took_s} s"
+        "killed caller gone {gone_ms} ms after SIGKILL, killed sleeper {exited_ms} ms; \
+         the other answered EIO after {took_s} s"
     );
     server.signal(libc::SIGCONT);
     let continued = std::time::Instant::now();

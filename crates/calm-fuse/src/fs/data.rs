@@ -184,6 +184,8 @@ impl CalmFs {
             }
             Ok(())
         });
+        // The flushes of a killed process's exit come with no interrupt.
+        crate::interrupts::watch_flush(&self.shared.waiting, &self.runtime, req.unique().0);
     }
 
     pub(super) fn handle_release(
