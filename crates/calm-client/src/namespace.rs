@@ -127,16 +127,14 @@ impl Client {
         name: &[u8],
         keep: Vec<Handle>,
     ) -> Result<(Option<Handle>, Option<Attr>)> {
-        // A file kept open is an orphan of this client's session, on its own server.
-        let placed = keep.is_empty();
+        // Placed like every mutation: a file kept open becomes an orphan of this client's
+        // session whichever server commits it (the session's own server sweeps it).
         let request = pb::RemoveRequest {
             parent,
             name: name.to_vec(),
             keep,
         };
-        removed(
-            self.mutated(batched_call!(mutation placed if placed, self, unlink, Unlink, request))?,
-        )
+        removed(self.mutated(batched_call!(mutation placed, self, unlink, Unlink, request))?)
     }
 
     /// The caller's mount closed orphan `handle`: it is destroyed.
@@ -201,7 +199,6 @@ impl Client {
         flags: u32,
         keep: Vec<Handle>,
     ) -> Result<(Option<Handle>, Option<Attr>)> {
-        let placed = keep.is_empty();
         let request = pb::RenameRequest {
             parent,
             name: name.to_vec(),
@@ -210,9 +207,7 @@ impl Client {
             flags,
             keep,
         };
-        removed(
-            self.mutated(batched_call!(mutation placed if placed, self, rename, Rename, request))?,
-        )
+        removed(self.mutated(batched_call!(mutation placed, self, rename, Rename, request))?)
     }
 
     pub async fn readlink(&self, handle: Handle) -> Result<Vec<u8>> {

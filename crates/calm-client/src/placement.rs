@@ -5,8 +5,10 @@
 //! server makes them: two servers committing at once conflict, and the loser runs its whole
 //! group again. Sent to one member, the mutations of every client are grouped by one
 //! committer instead. This is placement only, never correctness: the store serializes every
-//! commit wherever it is sent, so a stale view costs a conflict at worst. Reads, and the
-//! orphans of the client's own session, stay on the client's own server.
+//! commit wherever it is sent, so a stale view costs a conflict at worst. Reads stay on the
+//! client's own server. A removal that keeps a file the client has open (an orphan of the
+//! client's lock session) is placed too: the orphan names the session, and the session's own
+//! server sweeps it when the session ends, whichever server committed it.
 //!
 //! The view is asked of the client's server at the first mutation and again, in the
 //! background, when it is older than [`VIEW_REFRESH_MS`]. A client of a server alone on its

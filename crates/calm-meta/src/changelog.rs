@@ -265,15 +265,32 @@ impl ClState {
         self.purge_deferred = true;
     }
 
-    /// Deletes up to [`PURGE_RECORDS_PER_STEP`] records every reader has cleared. Returns how
-    /// many. Indices are dense, so the records are named, not searched.
-    pub fn purge_step<T: WriteTxn>(&mut self, txn: &mut T) -> Outcome<u64> {
+    /// Deletes up to [`PURGE_RECORDS_PER_STEP`] records every reader has cleared, and no more
+    /// than the transaction has room for under the store's limit of writes (`writes_max`):
+    /// the purge of a store with a small limit (etcd's 128 operations) goes in many small
+    /// steps instead of failing whole. Returns how many. Indices are dense, so the records
+    /// are named, not searched.
+    pub fn purge_step<T: WriteTxn>(
+        &mut self,
+        txn: &mut T,
+        writes_max: Option<usize>,
+    ) -> Outcome<u64> {
         self.purge_deferred = false;
         let point = self.registry.purge_point(self.last);
         if point < self.first {
             return Ok(0);
         }
-        let upto = point.min(self.first + PURGE_RECORDS_PER_STEP - 1);
+        let room = match writes_max {
+            // One write is kept for the last index (written when the purge empties the log).
+            Some(max) => max.saturating_sub(txn.writes_pending().unwrap_or(0) + 1) as u64,
+            None => PURGE_RECORDS_PER_STEP,
+        };
+        let step = room.min(PURGE_RECORDS_PER_STEP);
+        if step == 0 {
+            // The group fills the transaction: the next one purges.
+            return Ok(0);
+        }
+        let upto = point.min(self.first + step - 1);
         txn.log_purge(self.first, upto)?;
         // The last record carries the last index; once it is purged, the counter must. So the
         // counter is written only when a purge empties the changelog, never per group.

@@ -568,7 +568,9 @@ fn commit_batch<S: Store>(
         ctx.now,
     );
     ctx.flush().map_err(failure)?;
-    let purged = cl.purge_step(&mut txn).map_err(failure)?;
+    let purged = cl
+        .purge_step(&mut txn, store.writes_max())
+        .map_err(failure)?;
     txn.commit()?;
     *chains = kept;
     for handle in gone {
@@ -605,7 +607,9 @@ fn purge_alone<S: Store>(store: &S, cl: &mut ClState, stats: &CommitStats) {
         if store.shared() && txn.written_by_others() {
             cl.reload(&txn)?;
         }
-        let purged = cl.purge_step(&mut txn).map_err(MetaError::from)?;
+        let purged = cl
+            .purge_step(&mut txn, store.writes_max())
+            .map_err(MetaError::from)?;
         txn.commit()?;
         Ok(purged)
     })();

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::retry::retrying;
-use crate::{BEGIN_WATCHED_WAIT, EtcdStore};
+use crate::retry::{retrying, store_error};
+use crate::{BEGIN_WATCHED_WAIT, EtcdStore, Inner};
 use calm_store::Result;
 use etcd_client::{EventType, WatchOptions};
 
@@ -33,6 +33,12 @@ impl EtcdStore {
         }
         let own = inner.own_commit_revision.load(Ordering::Acquire);
         let applied = inner.cache.reached(own, BEGIN_WATCHED_WAIT)?;
+        if inner.known_compacted(applied) {
+            // The cluster's revision moved on without a commit (a lease ran out, a hold was
+            // let go, another program wrote), and history was compacted past the last commit:
+            // a read there would fail. The revision read from the cluster holds the same data.
+            return None;
+        }
         inner.stats.watched_begins.fetch_add(1, Ordering::Relaxed);
         Some(applied)
     }
@@ -141,17 +147,24 @@ impl EtcdStore {
 
     /// [`Self::revision`], read now.
     pub(crate) fn revision_now(&self) -> Result<(i64, i64)> {
-        self.inner
-            .stats
-            .revision_reads
-            .fetch_add(1, Ordering::Relaxed);
-        let seq = self.inner.seq.clone();
-        let response = self.call(move |mut client| {
-            let seq = seq.clone();
-            async move { client.get(seq, None).await }
-        })?;
-        let revision = response.header().map_or(0, |h| h.revision());
-        let seq_modified = response.kvs().first().map_or(0, |kv| kv.mod_revision());
-        Ok((revision, seq_modified))
+        let inner = self.inner.clone();
+        self.run(async move { read_commit_key(&inner).await.map_err(store_error) })
     }
+}
+
+/// The cluster's current revision and the commit key's modification revision, from a
+/// linearizable read of the commit key.
+pub(crate) async fn read_commit_key(
+    inner: &Inner,
+) -> std::result::Result<(i64, i64), etcd_client::Error> {
+    inner.stats.revision_reads.fetch_add(1, Ordering::Relaxed);
+    let seq = inner.seq.clone();
+    let response = retrying(inner, |mut client| {
+        let seq = seq.clone();
+        async move { client.get(seq, None).await }
+    })
+    .await?;
+    let revision = response.header().map_or(0, |h| h.revision());
+    let seq_modified = response.kvs().first().map_or(0, |kv| kv.mod_revision());
+    Ok((revision, seq_modified))
 }

@@ -70,6 +70,9 @@ pub const BEGIN_WATCHED_WAIT: Duration = Duration::from_millis(2);
 /// After a commit that met another server's, how long write transactions begin at a revision
 /// read from etcd rather than at the watch's last commit.
 pub const BEGIN_READ_AFTER_CONFLICT: Duration = Duration::from_secs(1);
+/// Most times a read is sent again at a newer revision of the same data, after history was
+/// compacted under it ([`EtcdStore::call_at`]); past them it is a conflict.
+pub(crate) const COMPACTED_READS_MAX: usize = 4;
 /// Most values one write transaction remembers from its reads.
 pub(crate) const READ_CACHE_KEYS_MAX: usize = 4096;
 /// Most ranges one transaction keeps read ahead.
@@ -152,6 +155,9 @@ pub(crate) struct Inner {
     commit_counter: AtomicU64,
     /// The revision of this store's last commit (0: none yet).
     own_commit_revision: std::sync::atomic::AtomicI64,
+    /// History before this revision is known compacted (by this store, another server or an
+    /// operator): nothing begins a read below it ([`EtcdStore::watched_base`]).
+    compacted_below: std::sync::atomic::AtomicI64,
     /// Until when write transactions begin at a revision read from etcd: set when a commit
     /// met another server's ([`BEGIN_READ_AFTER_CONFLICT`]).
     begin_read_until: Mutex<Option<Instant>>,
@@ -194,6 +200,16 @@ impl Inner {
     fn met_other_commit(&self) {
         let until = Instant::now() + BEGIN_READ_AFTER_CONFLICT;
         *self.begin_read_until.locked() = Some(until);
+    }
+
+    /// History before `revision` is compacted: a read there fails, so none begins there.
+    pub(crate) fn compacted_before(&self, revision: i64) {
+        self.compacted_below.fetch_max(revision, Ordering::Relaxed);
+    }
+
+    /// Whether reads at `revision` are known to fail, history there being compacted.
+    pub(crate) fn known_compacted(&self, revision: i64) -> bool {
+        revision < self.compacted_below.load(Ordering::Relaxed)
     }
 
     fn handle(&self) -> &tokio::runtime::Handle {
@@ -283,6 +299,7 @@ impl EtcdStore {
                 writer: random_u64(),
                 commit_counter: AtomicU64::new(0),
                 own_commit_revision: std::sync::atomic::AtomicI64::new(0),
+                compacted_below: std::sync::atomic::AtomicI64::new(0),
                 begin_read_until: Mutex::new(None),
                 commit_watchers: Mutex::new(Vec::new()),
                 stats: EtcdStats::default(),
@@ -326,6 +343,42 @@ impl EtcdStore {
     {
         let inner = self.inner.clone();
         self.run(async move { retrying(&inner, request).await.map_err(store_error) })
+    }
+
+    /// [`Self::call`] for a read at `revision` (`request` is given the revision to read at).
+    ///
+    /// When the cluster answers that history there is compacted, that is noted (nothing
+    /// begins there again), and the commit key is read: if no calm commit came after
+    /// `revision`, calm's data is the same at the cluster's current revision, and the read is
+    /// sent again there (the revision moved without calm: a lease ran out, a hold was let go,
+    /// another program wrote, and then history was compacted). Else the answer is a
+    /// conflict: the transaction runs again on the new state.
+    fn call_at<T, F, Fut>(&self, revision: i64, request: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(Client, i64) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>> + Send,
+    {
+        let inner = self.inner.clone();
+        self.run(async move {
+            let mut at = revision;
+            for _ in 0..COMPACTED_READS_MAX {
+                let error = match retrying(&inner, |client| request(client, at)).await {
+                    Ok(answer) => return Ok(answer),
+                    Err(error) if crate::retry::compacted_away(&error) => error,
+                    Err(error) => return Err(store_error(error)),
+                };
+                inner.compacted_before(at + 1);
+                let (now, seq_modified) = crate::follow::read_commit_key(&inner)
+                    .await
+                    .map_err(store_error)?;
+                if seq_modified > revision {
+                    return Err(store_error(error));
+                }
+                at = now;
+            }
+            Err(StoreError::Conflict)
+        })
     }
 
     /// Runs `future` on the store's runtime and waits for it on this thread.
@@ -406,11 +459,13 @@ impl Store for EtcdStore {
     fn snapshot_recent(&self) -> Result<EtcdSnapshot<'_>> {
         let own = self.inner.own_commit_revision.load(Ordering::Acquire);
         match self.inner.cache.applied_revision() {
-            Some(revision) if revision >= own => Ok(EtcdSnapshot {
-                store: self,
-                revision,
-                cached: true,
-            }),
+            Some(revision) if revision >= own && !self.inner.known_compacted(revision) => {
+                Ok(EtcdSnapshot {
+                    store: self,
+                    revision,
+                    cached: true,
+                })
+            }
             _ => self.snapshot(),
         }
     }
@@ -449,6 +504,11 @@ impl Store for EtcdStore {
 
     fn shared(&self) -> bool {
         true
+    }
+
+    /// The cluster's operations per transaction, less the commit key's.
+    fn writes_max(&self) -> Option<usize> {
+        Some(self.inner.options.txn_ops_max.saturating_sub(1))
     }
 
     fn registry(&self) -> Option<Arc<dyn calm_store::registry::Registry>> {

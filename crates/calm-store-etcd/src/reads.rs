@@ -47,7 +47,7 @@ impl EtcdStore {
     pub(crate) fn get_at(&self, key: &[u8], revision: i64) -> Result<Option<Vec<u8>>> {
         self.inner.stats.key_reads.fetch_add(1, Ordering::Relaxed);
         let key = self.data_key(key);
-        let mut response = self.call(move |mut client| {
+        let mut response = self.call_at(revision, move |mut client, revision| {
             let key = key.clone();
             async move {
                 client
@@ -74,7 +74,7 @@ impl EtcdStore {
     ) -> Result<(Vec<Pair>, bool)> {
         self.inner.stats.range_reads.fetch_add(1, Ordering::Relaxed);
         let (start, end) = (self.data_key(start), self.data_end(end));
-        let mut response: GetResponse = self.call(move |client| {
+        let mut response: GetResponse = self.call_at(revision, move |client, revision| {
             let (start, end) = (start.clone(), end.clone());
             async move {
                 let mut options =

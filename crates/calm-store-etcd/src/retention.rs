@@ -179,6 +179,7 @@ impl EtcdStore {
                     }
                 }
                 history.compacted(to);
+                inner.compacted_before(to);
                 inner
                     .stats
                     .compacted_revision

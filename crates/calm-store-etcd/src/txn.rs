@@ -181,6 +181,10 @@ impl WriteTxn for EtcdTxn<'_> {
         Ok(())
     }
 
+    fn writes_pending(&self) -> Option<usize> {
+        Some(self.writes.len())
+    }
+
     fn prefetch(&self, keys: &[Vec<u8>], ranges: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
         let wanted: Vec<Vec<u8>> = {
             let read = self.read.borrow();
@@ -221,29 +225,37 @@ impl WriteTxn for EtcdTxn<'_> {
             .chain(ranges.into_iter().map(|r| Ahead::Range(r.clone())))
             .collect();
         for chunk in wanted.chunks(self.store.inner.options.txn_ops_max.max(1)) {
-            let operations: Vec<TxnOp> = chunk
+            // Each read at the revision it is sent at (the transaction's, or a newer one of the
+            // same data: `EtcdStore::call_at`).
+            let reads: Vec<(Vec<u8>, Option<Vec<u8>>)> = chunk
                 .iter()
                 .map(|ahead| match ahead {
-                    Ahead::Key(key) => TxnOp::get(
-                        self.store.data_key(key),
-                        Some(at_revision(GetOptions::new(), self.revision)),
-                    ),
-                    Ahead::Range((start, end)) => TxnOp::get(
-                        self.store.data_key(start),
-                        Some(
-                            at_revision(GetOptions::new(), self.revision)
-                                .with_range(self.store.data_end(end))
-                                .with_limit(PREFETCH_RANGE_PAIRS_MAX),
-                        ),
-                    ),
+                    Ahead::Key(key) => (self.store.data_key(key), None),
+                    Ahead::Range((start, end)) => {
+                        (self.store.data_key(start), Some(self.store.data_end(end)))
+                    }
                 })
                 .collect();
             let stats = &self.store.inner.stats;
             stats.read_aheads.fetch_add(1, Ordering::Relaxed);
-            let response = self.store.call(move |mut client| {
-                let operations = operations.clone();
-                async move { client.txn(Txn::new().and_then(operations)).await }
-            })?;
+            let response = self
+                .store
+                .call_at(self.revision, move |mut client, revision| {
+                    let operations: Vec<TxnOp> = reads
+                        .iter()
+                        .map(|(start, end)| {
+                            let options = at_revision(GetOptions::new(), revision);
+                            let options = match end {
+                                None => options,
+                                Some(end) => options
+                                    .with_range(end.clone())
+                                    .with_limit(PREFETCH_RANGE_PAIRS_MAX),
+                            };
+                            TxnOp::get(start.clone(), Some(options))
+                        })
+                        .collect();
+                    async move { client.txn(Txn::new().and_then(operations)).await }
+                })?;
             for (ahead, op) in chunk.iter().zip(response.op_responses()) {
                 let etcd_client::TxnOpResponse::Get(get) = op else {
                     continue;

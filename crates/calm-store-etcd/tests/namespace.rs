@@ -536,3 +536,157 @@ fn churn_that_would_fill_the_cluster_with_history_runs_through_when_calm_compact
     );
     drop(meta);
 }
+
+/// etcd's revision moves without a calm commit (a hold taken and let go, as fsck does; a key
+/// of another program; a lease running out), the namespace sits quiet while calm compacts
+/// history past its last commit, and an operator compacts at the current revision: every
+/// mutation still goes through at once, from every server, and a server opens.
+#[test]
+fn history_compacted_past_the_last_commit_never_wedges_the_namespace() {
+    let _one = PRIVATE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let cluster = LocalCluster::start(1).expect("etcd");
+    // A second of history: compacted every 200 ms.
+    let url = format!("{}&history-s=1", cluster.url("wedge"));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let a = open(&url, 16);
+    let b = open(&url, 16);
+    let create = |meta: &Arc<Meta<EtcdStore>>, name: &str| {
+        let started = Instant::now();
+        runtime
+            .block_on(meta.create(ROOT, name.as_bytes(), 0o644))
+            .unwrap_or_else(|e| panic!("creating {name} after {:?}: {e:?}", started.elapsed()));
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "creating {name} took {:?}",
+            started.elapsed()
+        );
+    };
+    create(&a, "first");
+    create(&b, "second");
+    let moved = |round: usize| {
+        // A hold on history taken and let go (fsck's), and a key of another program.
+        drop(a.store().hold_history().expect("hold"));
+        runtime.block_on(async {
+            let mut client = etcd_client(&url).await;
+            for i in 0..3 {
+                client
+                    .put(format!("other-program/{round}/{i}"), "x", None)
+                    .await
+                    .unwrap();
+            }
+        });
+    };
+    for round in 0..3 {
+        moved(round);
+        // Quiet, while calm compacts past its last commit.
+        let compacted = || a.store().stats().compacted_revision.load(Ordering::Relaxed);
+        let compacted_before = compacted();
+        std::thread::sleep(Duration::from_millis(2500));
+        assert!(compacted() > compacted_before, "no compaction in the quiet");
+        create(&a, &format!("a{round}"));
+        create(&b, &format!("b{round}"));
+        create(&a, &format!("a{round}.again"));
+    }
+    // An operator compacts at the current revision.
+    moved(3);
+    runtime.block_on(async {
+        let mut client = etcd_client(&url).await;
+        let revision = client
+            .get("x", None)
+            .await
+            .unwrap()
+            .header()
+            .unwrap()
+            .revision();
+        client.compact(revision, None).await.unwrap();
+    });
+    create(&b, "after-operator");
+    create(&a, "after-operator-a");
+    // A server opens on the namespace, and creates.
+    moved(4);
+    std::thread::sleep(Duration::from_millis(2500));
+    let c = open(&url, 16);
+    create(&c, "from-a-new-server");
+    for name in [
+        "first",
+        "second",
+        "a2",
+        "b2",
+        "after-operator",
+        "from-a-new-server",
+    ] {
+        assert!(c.lookup(ROOT, name.as_bytes()).is_ok(), "{name}");
+    }
+}
+
+/// A reader clears thousands of records at once, more than one etcd transaction may delete:
+/// the purge goes in steps that fit the cluster's limit, alongside creates from two servers
+/// and alone when they stop, until the changelog holds nothing cleared; no create fails and
+/// no clear is refused.
+#[test]
+fn a_clear_of_thousands_of_records_is_purged_within_the_transaction_limit() {
+    let mut private = None;
+    // etcd's default limit of operations per transaction (the test clusters allow more).
+    let url = format!(
+        "{}&txn-ops-max=128",
+        cluster_url(&mut private, &unique_prefix("purge"))
+    );
+    let a = open(&url, 16);
+    let b = open(&url, 16);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let reader = runtime
+        .block_on(a.changelog_register("follower", Mask::all()))
+        .unwrap();
+    // 3 000 records: each create writes one.
+    let create_many = |meta: &Arc<Meta<EtcdStore>>, prefix: &str, count: usize| {
+        runtime.block_on(async {
+            let tasks: Vec<_> = (0..8)
+                .map(|t| {
+                    let meta = meta.clone();
+                    let prefix = prefix.to_string();
+                    tokio::spawn(async move {
+                        for i in 0..count / 8 {
+                            let name = format!("{prefix}.{t}.{i}");
+                            meta.create(ROOT, name.as_bytes(), 0o644).await.unwrap();
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+        })
+    };
+    create_many(&a, "a", 1600);
+    create_many(&b, "b", 1600);
+    let last = a.changelog_last().max(b.changelog_last());
+    assert!(last >= 3200, "{last} records");
+    // Cleared through b (the other server), in one call.
+    runtime
+        .block_on(b.changelog_clear(reader.id, last))
+        .expect("clearing thousands of records at once");
+    // Purged while creates go on, then alone.
+    create_many(&a, "after", 400);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let users = a.changelog_users().unwrap();
+        if users.first > last {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the changelog still starts at {} of {last} cleared",
+            users.first
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let purged = a.status().unwrap().changelog_purged + b.status().unwrap().changelog_purged;
+    eprintln!("{purged} records purged of {last} cleared");
+    assert!(purged >= last, "{purged} purged of {last}");
+    let failed = a.status().unwrap().failed_commits + b.status().unwrap().failed_commits;
+    assert_eq!(failed, 0, "no group failed");
+    // What was not cleared is still there, in order.
+    let records = all_records(&a);
+    assert!(records.iter().all(|r| r.index > last));
+    assert!(records.len() >= 400);
+}

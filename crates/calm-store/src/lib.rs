@@ -24,8 +24,8 @@ use std::ops::ControlFlow;
 
 pub mod conformance;
 pub mod fault;
-#[cfg(feature = "lmdb")]
 pub mod latency;
+#[cfg(feature = "lmdb")]
 pub mod lmdb;
 pub mod mem;
 #[cfg(feature = "lmdb")]
@@ -285,6 +285,11 @@ pub trait WriteTxn: ReadTxn {
         self.put(key, &new.to_le_bytes())?;
         Ok(new)
     }
+    /// Writes this transaction carries so far, for a store that limits them
+    /// ([`Store::writes_max`]); `None` for one that does not count.
+    fn writes_pending(&self) -> Option<usize> {
+        None
+    }
     /// Whether another writer committed after this store's own last commit and before this
     /// transaction began: what this process keeps in memory about the store may be stale. A
     /// store only this process writes answers `false`.
@@ -326,6 +331,11 @@ pub trait Store: Send + Sync + 'static {
     fn begin(&self) -> Result<Self::Txn<'_>>;
     /// Bytes the store occupies on its medium (for status and fsck rates).
     fn size_bytes(&self) -> Result<u64>;
+    /// Most writes (puts and deletes) one transaction may carry; `None`: no limit beyond its
+    /// size. Work that can be cut (a purge) takes no more than is left of it.
+    fn writes_max(&self) -> Option<usize> {
+        None
+    }
     /// Whether other processes may commit to this store between this process's transactions
     /// (a shared engine such as etcd). A namespace over a shared store re-reads what it keeps
     /// in memory at the start of each transaction, and runs a transaction again when its
