@@ -50,6 +50,7 @@ pub mod orphans;
 pub mod placement;
 pub mod protect;
 mod socket_owner;
+pub mod stopping;
 pub mod targets;
 pub mod tls;
 pub mod watch;
@@ -68,10 +69,13 @@ pub const STREAMS_PER_CONNECTION_MAX: usize = 1024;
 /// Name of the Unix socket a server listens on in its data directory.
 pub const SOCKET_FILE: &str = "calm.sock";
 
-/// How long a stopping server lets the requests in flight finish: a mount keeps a stream open
-/// for as long as it is mounted (its watch of changes), and a lock wait lasts until granted,
-/// so without a bound a server with clients would never stop.
+/// How long a stopping server lets the requests in flight finish. What never ends by itself
+/// (a mount's watch of changes, a lock wait) is ended at once ([`stopping`]); this bounds the
+/// others (a commit waiting on its store).
 pub const STOP_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a stopping server of several waits to leave their registry (its lease ends its
+/// membership anyway when the store does not answer).
+pub const LEAVE_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The line `calm serve` prints once it accepts requests: `ready in N ms, serving on ADDR`
 /// (`and ADDR` for each further listener; the Unix socket first).
@@ -380,8 +384,16 @@ impl<S: Store> Server<S> {
         let asked = Arc::new(tokio::sync::Notify::new());
         let shutdown = {
             let asked = asked.clone();
+            let stopping = [
+                self.table.stopping.clone(),
+                self.watch.hub().stopping.clone(),
+            ];
             async move {
                 shutdown.await;
+                // Watches and lock waits end now: their clients go on elsewhere.
+                for stopping in &stopping {
+                    stopping.begin();
+                }
                 asked.notify_one();
             }
         };
@@ -401,8 +413,7 @@ impl<S: Store> Server<S> {
             .add_service(targets)
             .add_service(protect)
             .serve_with_incoming_shutdown(incoming, shutdown);
-        // Requests in flight get STOP_WAIT_MAX to finish; streams that never end by
-        // themselves (a mount's watch, a lock wait) are cut then.
+        // Requests in flight get STOP_WAIT_MAX to finish; anything still open then is cut.
         let served = tokio::select! {
             served = serving => served,
             _ = async {
@@ -430,10 +441,15 @@ impl<S: Store> Server<S> {
             task.abort();
             self.table.lapse();
             if let Some(registry) = self.table.registry.clone() {
-                match tokio::task::spawn_blocking(move || registry.leave()).await {
-                    Ok(Ok(())) => {}
+                let leave = tokio::task::spawn_blocking(move || registry.leave());
+                match tokio::time::timeout(LEAVE_WAIT_MAX, leave).await {
+                    Ok(Ok(Ok(()))) => {}
+                    Ok(Ok(Err(e))) => tracing::warn!(%e, "leaving the registry of servers"),
                     Ok(Err(e)) => tracing::warn!(%e, "leaving the registry of servers"),
-                    Err(e) => tracing::warn!(%e, "leaving the registry of servers"),
+                    Err(_) => tracing::warn!(
+                        "leaving the registry of servers took over {LEAVE_WAIT_MAX:?}: the \
+                         membership ends with its lease"
+                    ),
                 }
             }
         }

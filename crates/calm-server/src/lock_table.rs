@@ -100,6 +100,8 @@ pub struct LockTable {
     pub(crate) placement: crate::placement::Placement,
     /// Alone on a store in a data directory: where the open sessions are written down.
     pub(crate) ledger: Option<Arc<Ledger>>,
+    /// Set when the server stops: lock waits end at once.
+    pub(crate) stopping: crate::stopping::Stopping,
 }
 
 impl LockTable {
@@ -132,6 +134,7 @@ impl LockTable {
             clock: Mutex::new(RunningClock::default()),
             lease_changed: Notify::new(),
             ledger: None,
+            stopping: Default::default(),
         }
     }
 

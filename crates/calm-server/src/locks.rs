@@ -475,7 +475,12 @@ impl<S: Store> LocksRpc for LockService<S> {
             wait,
             armed: true,
         };
-        let reply = receiver.await;
+        let reply = tokio::select! {
+            reply = receiver => reply,
+            // The wait is cancelled here (the guard) and goes on at the file's next decider,
+            // or here once the server is back.
+            _ = self.table.stopping.wait() => return Err(crate::stopping::stopping_status()),
+        };
         guard.armed = false;
         let reply = reply.unwrap_or(Err(LockError::Cancelled));
         Ok(self.indexed(result_of(reply.map(|()| 0))))

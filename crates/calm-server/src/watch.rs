@@ -56,6 +56,8 @@ pub struct WatchHub<S: Store> {
     /// Directory → its parent, kept from the records themselves (MKDIR, RENME, RMDIR).
     parents: Mutex<HashMap<Handle, Handle>>,
     feed: tokio::sync::OnceCell<()>,
+    /// Set when the server stops: every watch stream ends at once.
+    pub(crate) stopping: crate::stopping::Stopping,
 }
 
 fn meta_status(error: &MetaError) -> Status {
@@ -73,6 +75,7 @@ impl<S: Store> WatchHub<S> {
             }),
             parents: Mutex::new(HashMap::new()),
             feed: tokio::sync::OnceCell::new(),
+            stopping: Default::default(),
         })
     }
 
@@ -356,7 +359,14 @@ impl<S: Store> WatchHub<S> {
             return;
         }
         loop {
-            let woken = tokio::time::timeout(PROGRESS_EVERY, waker.notified()).await;
+            let woken = tokio::select! {
+                woken = tokio::time::timeout(PROGRESS_EVERY, waker.notified()) => woken,
+                _ = self.stopping.wait() => {
+                    // The mount watches again at another server, or at this one restarted.
+                    let _ = tx.send(Err(crate::stopping::stopping_status())).await;
+                    break;
+                }
+            };
             let tick = woken.is_err();
             let events = {
                 let mut inner = self.inner.locked();
@@ -449,6 +459,10 @@ pub struct WatchService<S: Store> {
 impl<S: Store> WatchService<S> {
     pub fn new(hub: Arc<WatchHub<S>>, auth: Arc<crate::auth::Auth>) -> Self {
         WatchService { hub, auth }
+    }
+
+    pub(crate) fn hub(&self) -> &Arc<WatchHub<S>> {
+        &self.hub
     }
 }
 

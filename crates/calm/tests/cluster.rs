@@ -1509,3 +1509,109 @@ fn unlinks_with_files_held_open_go_to_the_committer() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Touches `name` through each mount, each answered at once (no EBUSY, no wait on conflicts).
+fn touch_through_each(mounts: &[Mount], name: &str) {
+    for (i, mount) in mounts.iter().enumerate() {
+        let started = Instant::now();
+        let out = mount.sh(&format!("touch {name}.{i}"));
+        assert!(
+            out.status.success(),
+            "touch through mount {i} after {:?}: {}",
+            started.elapsed(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "touch through mount {i} took {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+/// Three servers on an etcd cluster whose history calm keeps one second: etcd's revision
+/// moves without a calm commit (fsck's hold on history, a server killed -9 whose lease runs
+/// out), the namespace sits quiet while history is compacted past its last commit, an
+/// operator compacts at the current revision: every mount of every server still mutates at
+/// once, and a server restarted then starts.
+#[test]
+fn no_compaction_or_quiet_wedges_a_namespace_on_etcd() {
+    let cluster = LocalCluster::start(1).expect("etcd");
+    let url = format!("{}&history-s=1", cluster.url("wedge"));
+    let tmp = tempfile::tempdir().unwrap();
+    let mut servers = three_servers(&url, tmp.path(), 1_000);
+    let mounts: Vec<Mount> = servers
+        .iter()
+        .map(|s| Mount::remote(&s.addr, &[]))
+        .collect();
+    touch_through_each(&mounts, "first");
+    // fsck holds history while it reads, and lets go: the revision moves twice.
+    let fsck = common::calm(&["fsck", "--store", &url]);
+    assert!(fsck.status.success(), "{fsck:?}");
+    std::thread::sleep(Duration::from_secs(3));
+    touch_through_each(&mounts, "after-fsck");
+    // A server killed -9: its lease runs out (the revision moves), then quiet.
+    let objects = format!("file://{}", tmp.path().join("objects").display());
+    let last = servers.pop().unwrap();
+    drop(mounts);
+    last.kill9();
+    std::thread::sleep(Duration::from_secs(4));
+    let mut mounts: Vec<Mount> = servers
+        .iter()
+        .map(|s| Mount::remote(&s.addr, &[]))
+        .collect();
+    touch_through_each(&mounts, "after-kill");
+    // An operator compacts at the current revision.
+    let endpoint = url
+        .strip_prefix("etcd://")
+        .and_then(|rest| rest.split(['/', ',']).next())
+        .unwrap()
+        .to_string();
+    let etcdctl = |args: &[&str]| {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={endpoint}"))
+            .args(args)
+            .output()
+            .expect("etcdctl");
+        assert!(out.status.success(), "etcdctl {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    etcdctl(&["put", "another-program", "x"]);
+    let status = etcdctl(&["endpoint", "status", "--write-out=json"]);
+    let revision = status
+        .split("\"revision\":")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .expect("the revision in etcdctl's answer")
+        .to_string();
+    etcdctl(&["compact", &revision]);
+    touch_through_each(&mounts, "after-operator");
+    // A server started now, on a namespace whose history is compacted past its last commit.
+    std::thread::sleep(Duration::from_secs(3));
+    let lease = "1000".to_string();
+    let restarted = Server::start_with(
+        &tmp.path().join("c2"),
+        &[
+            "--store",
+            &url,
+            "--objects",
+            &objects,
+            "--server-lease-ms",
+            &lease,
+        ],
+    );
+    mounts.push(Mount::remote(&restarted.addr, &[]));
+    touch_through_each(&mounts, "after-restart");
+    let names = mounts[2].sh_ok("ls | sort | tr '\\n' ' '");
+    for name in [
+        "first.0",
+        "after-fsck.2",
+        "after-kill.1",
+        "after-operator.0",
+    ] {
+        assert!(names.contains(name), "{name} missing from {names}");
+    }
+    drop(mounts);
+    servers.push(restarted);
+}

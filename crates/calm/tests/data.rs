@@ -654,6 +654,7 @@ print('failures', sorted(failures.items()), 'last', last, 'opens', opens)"
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("opens failed otherwise than ESTALE: {out}")),
     };
+    eprintln!("{out}");
     assert!(stale * 1000 <= opens, "{out}");
 }
 

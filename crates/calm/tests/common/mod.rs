@@ -91,9 +91,9 @@ impl Server {
 }
 
 impl Server {
-    /// SIGTERM with a mount of it open and a process on that mount holding a lock (a watch
-    /// stream and a lock session: what never ends by itself): the server must exit, cleanly,
-    /// within `bound`. How long it took.
+    /// SIGTERM with a mount of it open, a process on that mount holding a lock and another
+    /// waiting for it (a watch stream, a lock session and a lock wait: what never ends by
+    /// itself): the server must exit, cleanly, within `bound`. How long it took.
     pub fn stops_on_sigterm_with_a_mount(
         mut self,
         bound: std::time::Duration,
@@ -106,6 +106,17 @@ impl Server {
              fcntl.lockf(f, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(3600)\n",
         );
         assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("held"));
+        // And a process waiting for that lock.
+        let (mut waiter, mut waiting) = spawn_in(
+            &mount,
+            "import fcntl, os\nf = open(os.environ['MNT'] + '/held', 'r+')\n\
+             print('waiting', flush=True)\nfcntl.lockf(f, fcntl.LOCK_EX)\n",
+        );
+        assert_eq!(
+            waiting.next().and_then(Result::ok).as_deref(),
+            Some("waiting")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
         let asked = std::time::Instant::now();
         self.signal(libc::SIGTERM);
         let status = loop {
@@ -122,8 +133,10 @@ impl Server {
         // The mount first: the holder's exit releases its lock through the mount, which
         // would wait for a server that is gone.
         drop(mount);
-        let _ = holder.kill();
-        let _ = holder.wait();
+        for process in [&mut holder, &mut waiter] {
+            let _ = process.kill();
+            let _ = process.wait();
+        }
         assert!(status.success(), "{status}");
         let mut rest = String::new();
         let _ = std::io::Read::read_to_string(&mut self.stdout, &mut rest);
