@@ -84,6 +84,10 @@ pub(crate) struct Request {
     /// Applied at most once, however often it is sent (`crate::requests`).
     pub id: Option<crate::requests::RequestId>,
     pub reply: oneshot::Sender<Answer>,
+    /// When it was made: a store that bounds a transaction's time counts it from the oldest
+    /// request of the group (`Store::begin_within`), so that time spent queued behind groups
+    /// that waited on the store counts against the request's bound.
+    pub queued: std::time::Instant,
 }
 
 /// What a mutation answers: what it did, and the attributes of the one directory whose names
@@ -500,7 +504,8 @@ fn commit_batch<S: Store>(
         .iter()
         .map(|request| request.id.map(|id| cleaned.range(id)))
         .collect();
-    let mut txn = store.begin()?;
+    let oldest = batch.iter().map(|request| request.queued).min();
+    let mut txn = store.begin_within(oldest.unwrap_or_else(std::time::Instant::now))?;
     if shared && txn.written_by_others() {
         cl.reload(&txn)?;
     }

@@ -177,6 +177,7 @@ fn submit(
         caller: Caller::default(),
         id: None,
         reply,
+        queued: std::time::Instant::now(),
     };
     queue.blocking_send(request).ok()?;
     Some(answer)

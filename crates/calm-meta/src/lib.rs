@@ -203,6 +203,7 @@ impl<S: Store> Meta<S> {
         id: Option<requests::RequestId>,
     ) -> Result<(Done, Option<Attr>)> {
         let (reply, answer) = oneshot::channel();
+        let queued = std::time::Instant::now();
         let queue = self
             .queue
             .as_ref()
@@ -213,6 +214,7 @@ impl<S: Store> Meta<S> {
                 caller,
                 id,
                 reply,
+                queued,
             })
             .await
             .map_err(|_| MetaError::Io("committer stopped".into()))?;

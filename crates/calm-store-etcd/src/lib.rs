@@ -471,7 +471,24 @@ impl Store for EtcdStore {
     }
 
     fn begin(&self) -> Result<EtcdTxn<'_>> {
-        let deadline = Instant::now() + Duration::from_millis(self.inner.options.retry_ms_max);
+        self.begin_within(Instant::now())
+    }
+
+    /// The transaction's commit is sent until `retry_ms_max` after `since` (not after now):
+    /// work queued behind a transaction that waited on the cluster has its bound counted from
+    /// when it was asked for. Past it, nothing is sent.
+    fn begin_within(&self, since: Instant) -> Result<EtcdTxn<'_>> {
+        let retry_ms_max = self.inner.options.retry_ms_max;
+        let deadline = since + Duration::from_millis(retry_ms_max);
+        let past = || {
+            StoreError::Io(format!(
+                "etcd did not answer within the retry limit ({retry_ms_max} ms, retry-ms-max) \
+                 of the request; nothing was written"
+            ))
+        };
+        if Instant::now() >= deadline {
+            return Err(past());
+        }
         let (revision, seq_modified, cached, watched) = match self.watched_base() {
             Some(applied) => (applied, applied, true, true),
             None => {
@@ -480,6 +497,10 @@ impl Store for EtcdStore {
                 (revision, seq_modified, cached, false)
             }
         };
+        if Instant::now() >= deadline {
+            // The read of the revision took the rest of the time.
+            return Err(past());
+        }
         Ok(EtcdTxn {
             store: self,
             deadline,

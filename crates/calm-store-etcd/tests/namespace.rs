@@ -690,3 +690,102 @@ fn a_clear_of_thousands_of_records_is_purged_within_the_transaction_limit() {
     assert!(records.iter().all(|r| r.index > last));
     assert!(records.len() >= 400);
 }
+
+/// Without a quorum for longer than a call's bound, with creates from many tasks at once
+/// (they queue behind the group that waits on the cluster): every create is answered within
+/// its bound, counted from when it was made (twice `retry-ms-max`, as for one alone), not
+/// after the groups queued before it have each run their time; once the quorum is back the
+/// creates succeed again; nothing acknowledged is lost.
+#[test]
+fn losing_the_quorum_answers_every_waiting_create_within_its_bound() {
+    let _alone = PRIVATE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cluster = LocalCluster::start(3).expect("starting etcd");
+    const RETRY_MS: u64 = 2_000;
+    const OUTAGE: Duration = Duration::from_millis(4 * RETRY_MS + 1_500);
+    let url = format!(
+        "{}&retry-ms-max={RETRY_MS}&attempt-ms-max=1000",
+        cluster.url(&unique_prefix("quorum-many"))
+    );
+    let meta = open(&url, 16);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    // (task, start, took, ok) of every create.
+    type Answered = (usize, Duration, Duration, bool);
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let (meta, stop) = (meta.clone(), stop.clone());
+            runtime.spawn(async move {
+                let mut answered: Vec<Answered> = Vec::new();
+                let mut acked = Vec::new();
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let name = format!("{t}.{i}");
+                    i += 1;
+                    let at = started.elapsed();
+                    let created = meta.create(ROOT, name.as_bytes(), 0o644).await;
+                    answered.push((t, at, started.elapsed() - at, created.is_ok()));
+                    match created {
+                        Ok(attr) => acked.push((name, attr.handle)),
+                        Err(MetaError::Io(_)) => {}
+                        Err(other) => panic!("{name}: {other:?}"),
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                (answered, acked)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    let leader = cluster.leader().expect("finding the leader");
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    let lost = started.elapsed();
+    for &i in &others {
+        cluster.kill(i);
+    }
+    std::thread::sleep(OUTAGE);
+    for &i in &others {
+        cluster.restart(i).expect("restarting a member");
+    }
+    let back = started.elapsed();
+    std::thread::sleep(Duration::from_secs(8));
+    stop.store(true, Ordering::Relaxed);
+    let mut answered = Vec::new();
+    let mut acked = Vec::new();
+    for task in tasks {
+        let (a, k) = runtime.block_on(task).unwrap();
+        answered.extend(a);
+        acked.extend(k);
+    }
+    let failed: Vec<&Answered> = answered.iter().filter(|a| !a.3).collect();
+    let slowest = failed.iter().map(|a| a.2).max().unwrap_or_default();
+    let after_back = failed.iter().filter(|a| a.1 + a.2 > back).count();
+    eprintln!(
+        "quorum lost at {lost:?} for {OUTAGE:?}: {} creates, {} failed, the slowest failure \
+         answered after {slowest:?}, {after_back} failures answered after the quorum was back",
+        answered.len(),
+        failed.len()
+    );
+    assert!(!failed.is_empty(), "no create failed without a quorum");
+    let bound = Duration::from_millis(2 * RETRY_MS + 1_000);
+    for (t, at, took, _) in &failed {
+        assert!(
+            *took < bound,
+            "task {t}'s create made at {at:?} failed after {took:?}"
+        );
+    }
+    // The last creates, with the quorum back, succeeded.
+    for t in 0..8 {
+        let last = answered.iter().filter(|a| a.0 == t).max_by_key(|a| a.1);
+        assert!(last.is_some_and(|a| a.3), "task {t}'s last create: {last:?}");
+    }
+    drop(meta);
+    let check = open(&url, 16);
+    for (name, handle) in &acked {
+        assert_eq!(
+            check.lookup(ROOT, name.as_bytes()).map(|a| a.handle).ok(),
+            Some(*handle),
+            "acknowledged create {name} is lost"
+        );
+    }
+}

@@ -329,6 +329,14 @@ pub trait Store: Send + Sync + 'static {
     /// Starts a write transaction. Backends with a single writer (LMDB) block here until the
     /// previous write transaction ends.
     fn begin(&self) -> Result<Self::Txn<'_>>;
+    /// A write transaction for work that has waited since `since` (queued behind other
+    /// transactions): a store that bounds how long a transaction may take (a networked one,
+    /// retrying while its cluster does not answer) counts that bound from `since`, and fails
+    /// at once when it has passed. The others ignore it.
+    fn begin_within(&self, since: std::time::Instant) -> Result<Self::Txn<'_>> {
+        let _ = since;
+        self.begin()
+    }
     /// Bytes the store occupies on its medium (for status and fsck rates).
     fn size_bytes(&self) -> Result<u64>;
     /// Most writes (puts and deletes) one transaction may carry; `None`: no limit beyond its
