@@ -1,8 +1,10 @@
 //! calm's namespace on etcd: two namespaces (two servers) over one cluster serve one
 //! namespace; groups over etcd's transaction limit are cut; the leader killed during a create
-//! storm fails no create and loses none; a lost quorum fails creates with EIO within a bound,
-//! and they resume when it returns; churn whose history would fill a small cluster's space
-//! quota runs through when calm compacts the history (and fills it when nothing does).
+//! storm fails no create and loses none; a lost quorum fails creates with EIO within a bound
+//! counted from each create, and they resume when it returns; churn whose history would fill a
+//! small cluster's space quota runs through when calm compacts the history (and fills it when
+//! nothing does); history compacted past the last commit never wedges the namespace; a clear
+//! of thousands of records is purged within etcd's limit of operations per transaction.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -321,77 +323,6 @@ fn killing_the_leader_during_a_create_storm_fails_no_create_and_loses_nothing() 
         "{} creates acknowledged, {after_kill} of them after the leader was killed",
         acked.len()
     );
-}
-
-#[test]
-fn losing_the_quorum_fails_creates_in_bounded_time_and_they_resume_when_it_returns() {
-    // A cluster of its own: this test stops two of its three members.
-    let _alone = PRIVATE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
-    let mut cluster = LocalCluster::start(3).expect("starting etcd");
-    const RETRY_MS: u64 = 2_000;
-    let url = format!(
-        "{}&retry-ms-max={RETRY_MS}&attempt-ms-max=1000",
-        cluster.url(&unique_prefix("quorum"))
-    );
-    let meta = open(&url, 16);
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let mut acked = Vec::new();
-    for i in 0..20 {
-        let name = format!("before.{i}");
-        acked.push((
-            name.clone(),
-            runtime
-                .block_on(meta.create(ROOT, name.as_bytes(), 0o644))
-                .unwrap(),
-        ));
-    }
-    let leader = cluster.leader().expect("finding the leader");
-    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
-    for &i in &others {
-        cluster.kill(i);
-    }
-    // The transaction (its reads and its commit) is retried for RETRY_MS from its start, then
-    // its fate settled (the fence and its reads, for as long again): EIO within twice
-    // RETRY_MS, and a second for the scheduling of a busy machine.
-    let started = Instant::now();
-    let failed = runtime.block_on(meta.create(ROOT, b"during", 0o644));
-    let took = started.elapsed();
-    eprintln!("a create without a quorum failed after {took:?}: {failed:?}");
-    assert!(
-        matches!(failed, Err(MetaError::Io(_))),
-        "a create without a quorum: {failed:?}"
-    );
-    assert!(
-        took < Duration::from_millis(2 * RETRY_MS + 1_000),
-        "a create without a quorum failed after {took:?}"
-    );
-    for &i in &others {
-        cluster.restart(i).expect("restarting a member");
-    }
-    // Creates resume once the quorum is back (an election first).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let resumed = loop {
-        match runtime.block_on(meta.create(ROOT, b"after", 0o644)) {
-            Ok(attr) => break attr,
-            Err(error) if Instant::now() < deadline => {
-                eprintln!("not yet: {error}");
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(error) => panic!("creates did not resume with the quorum back: {error}"),
-        }
-    };
-    acked.push(("after".to_string(), resumed));
-    // Nothing acknowledged is lost, seen through a fresh connection.
-    drop(meta);
-    let check = open(&url, 16);
-    for (name, attr) in &acked {
-        assert_eq!(
-            check.lookup(ROOT, name.as_bytes()).map(|a| a.handle).ok(),
-            Some(attr.handle),
-            "acknowledged create {name} is lost"
-        );
-    }
-    eprintln!("a create without a quorum failed after {took:?}");
 }
 
 /// The clusters' space quota: 3 MiB, which the churn below fills more than one and a half times
@@ -777,7 +708,10 @@ fn losing_the_quorum_answers_every_waiting_create_within_its_bound() {
     // The last creates, with the quorum back, succeeded.
     for t in 0..8 {
         let last = answered.iter().filter(|a| a.0 == t).max_by_key(|a| a.1);
-        assert!(last.is_some_and(|a| a.3), "task {t}'s last create: {last:?}");
+        assert!(
+            last.is_some_and(|a| a.3),
+            "task {t}'s last create: {last:?}"
+        );
     }
     drop(meta);
     let check = open(&url, 16);
