@@ -1147,19 +1147,8 @@ fn mutations_go_to_the_server_that_commits_them() {
     let mut servers = three_servers(&url, tmp.path(), 2_000);
     let rt = runtime();
     let addrs: Vec<String> = servers.iter().map(|s| s.addr.clone()).collect();
+    let owner = committer_index(&servers);
     rt.block_on(async {
-        let probe = Client::connect(&addrs[0]).await.unwrap();
-        let members = probe.members().await.unwrap();
-        let mut view: Vec<u64> = members.servers.iter().map(|m| m.id).collect();
-        view.sort_unstable();
-        let committer = owner_of(COMMITTER_OF, &view).unwrap();
-        let address = &members
-            .servers
-            .iter()
-            .find(|m| m.id == committer)
-            .unwrap()
-            .address;
-        let owner = addrs.iter().position(|a| a == address).unwrap();
         // The client's own server (the first of its list) is another one.
         let own = (owner + 1) % addrs.len();
         let list: Vec<String> = (0..addrs.len())
