@@ -363,6 +363,18 @@ fn fsync_when_told(
     )
 }
 
+/// Kills `child` with SIGKILL and waits for it to be gone, at most 5 s (else panics with
+/// `still_there`); how long it took, in ms.
+fn killed_and_gone(child: &mut std::process::Child, still_there: &str) -> u128 {
+    child.kill().expect("SIGKILL");
+    let asked = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        assert!(asked.elapsed() < Duration::from_secs(5), "{still_there}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    asked.elapsed().as_millis()
+}
+
 /// A server stopped with SIGSTOP holds its connections without answering: a call through a
 /// mount answers EIO within its bound (60 s) instead of hanging, a caller killed with SIGKILL
 /// while it waits goes at once (as does one killed while it sleeps, whose exit closes a file
@@ -427,26 +439,14 @@ fn a_stopped_server_bounds_every_call_and_a_killed_caller_goes_at_once() {
         killed.try_wait().expect("wait").is_none(),
         "the fsync waits"
     );
-    killed.kill().expect("SIGKILL");
-    let asked = std::time::Instant::now();
-    while killed.try_wait().expect("wait").is_none() {
-        assert!(
-            asked.elapsed() < Duration::from_secs(5),
-            "a process killed while its fsync waits on a stopped server is still there"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let gone_ms = asked.elapsed().as_millis();
-    exiting.kill().expect("SIGKILL");
-    let asked = std::time::Instant::now();
-    while exiting.try_wait().expect("wait").is_none() {
-        assert!(
-            asked.elapsed() < Duration::from_secs(5),
-            "a process killed while its exit closes a file with writes pending is still there"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let exited_ms = asked.elapsed().as_millis();
+    let gone_ms = killed_and_gone(
+        &mut killed,
+        "a process killed while its fsync waits on a stopped server is still there",
+    );
+    let exited_ms = killed_and_gone(
+        &mut exiting,
+        "a process killed while its exit closes a file with writes pending is still there",
+    );
     // A lock waiter interrupted by a signal gets EINTR though the server cannot confirm it.
     // SAFETY: kill(2) on the pid of a child of this test.
     unsafe { libc::kill(waiter.id() as i32, libc::SIGUSR1) };
