@@ -8,6 +8,11 @@
 //! this process (`threads`, homed round-robin on the servers) each create and unlink files in
 //! a directory of their own, one request each, without pause. One pair = one create and its
 //! unlink. A failed request ends the run with its error: no figure hides one.
+//!
+//! With `--site` ([`site`]), the round runs as a site does: through a mount of every server,
+//! with files held open, a changelog reader and pauses.
+
+mod site;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -38,6 +43,19 @@ pub struct ChurnOptions {
     pub etcd: Option<String>,
     /// The `calm` binary to start servers with.
     pub calm: PathBuf,
+    /// Run as a site does (mounts, files held open, a reader, pauses) instead of clients in
+    /// this process.
+    pub site: Option<SiteOptions>,
+}
+
+/// The conditions of a `--site` round beyond its mounts (one per server), its files held open
+/// (one per mount) and its changelog reader.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct SiteOptions {
+    /// Every this many periods, one begins with a pause.
+    pub pause_every: u32,
+    /// How long nothing is created then (at most half a period).
+    pub pause: Duration,
 }
 
 /// One period of one round.
@@ -49,7 +67,7 @@ pub struct ChurnPeriod {
     pub pairs_per_sec: f64,
     /// The slowest 1 % of the period's pairs took this or more (create and unlink together).
     pub p99_ms: f64,
-    /// CPU (user + system) of the calm server processes per pair.
+    /// CPU (user + system) of the calm server processes per pair (`--site`: and the mounts').
     pub cpu_us_per_pair: f64,
     /// Resident memory of the servers, summed.
     pub servers_rss_mib: f64,
@@ -57,6 +75,22 @@ pub struct ChurnPeriod {
     /// use (what compaction freed is reused by later writes).
     pub db_mib: f64,
     pub db_in_use_mib: f64,
+    /// Seconds of the period in which nothing was created (`--site`'s pauses); the rates
+    /// count the rest.
+    #[serde(default)]
+    pub paused_s: f64,
+    /// The pair rate through each mount (`--site`), in the servers' order.
+    #[serde(default)]
+    pub mount_pairs_per_sec: Vec<f64>,
+    /// The changelog's records stored at the period's end, and those purged since the servers
+    /// started (all servers), as `calm status` shows them.
+    #[serde(default)]
+    pub changelog_stored: Option<u64>,
+    #[serde(default)]
+    pub changelog_purged: Option<u64>,
+    /// Records the changelog reader read and cleared in the period (`--site`).
+    #[serde(default)]
+    pub reader_records: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -80,6 +114,9 @@ pub struct ChurnReport {
     /// default, 24 hours, or no trash before there was one).
     #[serde(default)]
     pub trash_hours: Option<f64>,
+    /// A `--site` run's conditions (reports of client runs: none).
+    #[serde(default)]
+    pub site: Option<SiteOptions>,
     pub rounds: Vec<ChurnRound>,
 }
 
@@ -100,11 +137,18 @@ pub fn run(options: &ChurnOptions) -> Result<ChurnReport, String> {
         .prefix("calm-bench-churn-")
         .tempdir()
         .map_err(|e| e.to_string())?;
+    if options.site.is_some() {
+        // The mounts vanish with the benchmark, whatever ends it.
+        crate::enter_private_namespace();
+    }
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let mut rounds = Vec::new();
     for &count in &options.servers {
         // A fresh cluster per round: its database starts empty.
-        let (_cluster, url) = crate::servers::cluster_or(&options.etcd)?;
+        let (_cluster, url) = match (&options.site, &options.etcd) {
+            (Some(_), None) => site_cluster()?,
+            _ => crate::servers::cluster_or(&options.etcd)?,
+        };
         let url = crate::servers::with_prefix(
             &url,
             &calm_store_etcd::cluster::unique_prefix(&format!("bench-churn-{count}")),
@@ -122,8 +166,25 @@ pub fn run(options: &ChurnOptions) -> Result<ChurnReport, String> {
         threads: options.threads,
         period_s: options.period.as_secs_f64(),
         trash_hours: options.trash_hours,
+        site: options.site,
         rounds,
     })
+}
+
+/// etcd's own limits of a transaction (operations, bytes), which a site's cluster keeps
+/// unless its operator raised them; calm's defaults are the same.
+const ETCD_DEFAULT_LIMITS: [&str; 4] = ["--max-txn-ops", "128", "--max-request-bytes", "1572864"];
+
+/// A `--site` round's cluster: 3 local members with etcd's default limits (the test
+/// clusters raise them), and its URL without limits (calm's defaults).
+fn site_cluster() -> Result<(Option<calm_store_etcd::cluster::LocalCluster>, String), String> {
+    let cluster = calm_store_etcd::cluster::LocalCluster::start_with(3, &ETCD_DEFAULT_LIMITS)?;
+    let url = cluster.url("");
+    let url = url
+        .split_once('?')
+        .map_or(url.as_str(), |(base, _)| base)
+        .to_string();
+    Ok((Some(cluster), url))
 }
 
 /// The latencies (µs) of the pairs done since the last take.
@@ -160,8 +221,11 @@ async fn round(
         args.extend(["--trash-hours".to_string(), hours.to_string()]);
     }
     // Every unlinked file goes to the trash (when there is one), as in the runs recorded
-    // before young files skipped it: the churn's files live seconds.
-    args.extend(["--trash-min-age-s".to_string(), "0".to_string()]);
+    // before young files skipped it: the churn's files live seconds. A site runs the
+    // servers' default.
+    if options.site.is_none() {
+        args.extend(["--trash-min-age-s".to_string(), "0".to_string()]);
+    }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut servers = Vec::new();
     for i in 0..count {
@@ -173,6 +237,13 @@ async fn round(
     }
     let addrs: Vec<&str> = servers.iter().map(|s| s.addr.as_str()).collect();
     crate::servers::all_joined(&addrs, count).await?;
+    if let Some(site) = &options.site {
+        let periods = site::round(options, site, url, dir, &servers).await?;
+        for server in servers {
+            server.process.stop()?;
+        }
+        return Ok(periods);
+    }
     let first = Client::connect(addrs[0]).await.map_err(|e| e.to_string())?;
     let top = first
         .mkdir(ROOT, b"churn", 0o755)
@@ -240,6 +311,11 @@ async fn round(
             servers_rss_mib: mib(servers.iter().map(|s| s.process.rss_bytes()).sum()),
             db_mib: mib(db),
             db_in_use_mib: mib(in_use),
+            paused_s: 0.0,
+            mount_pairs_per_sec: Vec::new(),
+            changelog_stored: None,
+            changelog_purged: None,
+            reader_records: None,
         };
         cpu = now_cpu;
         eprintln!(
@@ -282,9 +358,10 @@ fn p99(mut values: Vec<u32>) -> u32 {
 }
 
 /// Per round: each period's figures, the rate against the round's first period, and the
-/// round's summary (pairs, first period against last).
+/// round's summary (pairs, first period against last). A `--site` report adds each period's
+/// pause, its rate per mount and the changelog's counts.
 pub fn table(report: &ChurnReport) -> Vec<String> {
-    let mut lines = vec![format!(
+    let mut header = format!(
         "{:<8} {:>6} {:>9} {:>8} {:>8} {:>10} {:>9} {:>9} {:>10}",
         "servers",
         "period",
@@ -295,11 +372,18 @@ pub fn table(report: &ChurnReport) -> Vec<String> {
         "rss MiB",
         "db MiB",
         "in use MiB"
-    )];
+    );
+    if report.site.is_some() {
+        header.push_str(&format!(
+            " {:>7} {:>17} {:>10} {:>11} {:>10}",
+            "pause s", "per mount", "cl stored", "cl purged", "cl read"
+        ));
+    }
+    let mut lines = vec![header];
     for round in &report.rounds {
         let first = round.periods.first().map_or(0.0, |p| p.pairs_per_sec);
         for p in &round.periods {
-            lines.push(format!(
+            let mut line = format!(
                 "{:<8} {:>6} {:>9.0} {:>7.2}x {:>8.1} {:>10.0} {:>9.1} {:>9.1} {:>10.1}",
                 round.servers,
                 p.period,
@@ -310,22 +394,34 @@ pub fn table(report: &ChurnReport) -> Vec<String> {
                 p.servers_rss_mib,
                 p.db_mib,
                 p.db_in_use_mib
-            ));
+            );
+            if report.site.is_some() {
+                let count = |n: Option<u64>| n.map_or("-".to_string(), |n| n.to_string());
+                line.push_str(&format!(
+                    " {:>7.0} {:>17} {:>10} {:>11} {:>10}",
+                    p.paused_s,
+                    p.mount_pairs_per_sec
+                        .iter()
+                        .map(|r| format!("{r:.0}"))
+                        .collect::<Vec<_>>()
+                        .join("/"),
+                    count(p.changelog_stored),
+                    count(p.changelog_purged),
+                    count(p.reader_records),
+                ));
+            }
+            lines.push(line);
         }
-        if let (Some(a), Some(b)) = (round.periods.first(), round.periods.last()) {
-            lines.push(format!(
-                "{} server(s): {} pairs in {:.0} min; last period {:.2}x the first; database \
-                 {:.1} → {:.1} MiB ({:.1} → {:.1} in use)",
-                round.servers,
-                round.pairs(),
-                round.periods.len() as f64 * report.period_s / 60.0,
-                b.pairs_per_sec / a.pairs_per_sec.max(f64::MIN_POSITIVE),
-                a.db_mib,
-                b.db_mib,
-                a.db_in_use_mib,
-                b.db_in_use_mib
-            ));
-        }
+        lines.extend(summary(round, report.period_s));
+    }
+    if let Some(site) = &report.site {
+        lines.push(format!(
+            "as a site runs it: a mount of each server, a file held open on each, a changelog \
+             reader reading and clearing, a {:.0} s pause every {} periods (rates count the \
+             time outside pauses)",
+            site.pause.as_secs_f64(),
+            site.pause_every
+        ));
     }
     match report.trash_hours {
         Some(hours) if hours > 0.0 => lines.push(format!(
@@ -335,6 +431,44 @@ pub fn table(report: &ChurnReport) -> Vec<String> {
         None => {}
     }
     lines
+}
+
+/// A round's summary: its pairs, its last period and its slowest against its first, etcd's
+/// database first and last, and (when counted) the changelog's stored records at their most.
+fn summary(round: &ChurnRound, period_s: f64) -> Option<String> {
+    let (a, b) = (round.periods.first()?, round.periods.last()?);
+    let first = a.pairs_per_sec.max(f64::MIN_POSITIVE);
+    let slowest = round
+        .periods
+        .iter()
+        .map(|p| p.pairs_per_sec)
+        .fold(f64::INFINITY, f64::min);
+    let mut line = format!(
+        "{} server(s): {} pairs in {:.0} min; last period {:.2}x the first, slowest {:.2}x; \
+         database {:.1} → {:.1} MiB ({:.1} → {:.1} in use)",
+        round.servers,
+        round.pairs(),
+        round.periods.len() as f64 * period_s / 60.0,
+        b.pairs_per_sec / first,
+        slowest / first,
+        a.db_mib,
+        b.db_mib,
+        a.db_in_use_mib,
+        b.db_in_use_mib
+    );
+    if let (Some(most), Some(purged)) = (
+        round
+            .periods
+            .iter()
+            .filter_map(|p| p.changelog_stored)
+            .max(),
+        b.changelog_purged,
+    ) {
+        line.push_str(&format!(
+            "; changelog at most {most} records stored, {purged} purged"
+        ));
+    }
+    Some(line)
 }
 
 /// The rounds over their periods, for `--plot`: pairs per second, p99 latency, etcd's database
@@ -350,29 +484,62 @@ pub fn plot(report: &ChurnReport, path: &Path) -> Result<(), String> {
             p.servers_rss_mib
         }),
     ];
-    let cells = figures.iter().flat_map(|(panel, unit, figure)| {
-        report.rounds.iter().flat_map(move |round| {
-            round.periods.iter().map(move |p| {
-                crate::multiples::Cell::at(
-                    panel.to_string(),
-                    ("minutes", f64::from(p.period) * report.period_s / 60.0),
-                    (unit.to_string(), figure(p)),
-                    match round.servers {
-                        1 => "calm, 1 server".into(),
-                        n => format!("calm, {n} servers"),
-                    },
-                )
+    let minutes = |p: &ChurnPeriod| f64::from(p.period) * report.period_s / 60.0;
+    let series = |servers: usize| match servers {
+        1 => "calm, 1 server".to_string(),
+        n => format!("calm, {n} servers"),
+    };
+    let mut cells: Vec<crate::multiples::Cell> = figures
+        .iter()
+        .flat_map(|(panel, unit, figure)| {
+            report.rounds.iter().flat_map(move |round| {
+                round.periods.iter().map(move |p| {
+                    crate::multiples::Cell::at(
+                        panel.to_string(),
+                        ("minutes", minutes(p)),
+                        (unit.to_string(), figure(p)),
+                        series(round.servers),
+                    )
+                })
             })
         })
-    });
-    crate::multiples::small_multiples_svg(
-        path,
-        &format!(
+        .collect();
+    for round in &report.rounds {
+        for p in &round.periods {
+            for (m, rate) in p.mount_pairs_per_sec.iter().enumerate() {
+                cells.push(crate::multiples::Cell::at(
+                    "creates + unlinks through each mount",
+                    ("minutes", minutes(p)),
+                    ("per second", *rate),
+                    format!("mount of server {} of {}", m + 1, round.servers),
+                ));
+            }
+            if let Some(stored) = p.changelog_stored {
+                cells.push(crate::multiples::Cell::at(
+                    "changelog records stored",
+                    ("minutes", minutes(p)),
+                    ("records", stored as f64),
+                    series(round.servers),
+                ));
+            }
+        }
+    }
+    let title = match &report.site {
+        Some(site) => format!(
+            "calm bench churn --site on etcd: {} threads creating and unlinking through a mount \
+             of each server, files held open, a changelog reader, a {:.0} s pause every {} \
+             periods of {:.0} s",
+            report.threads,
+            site.pause.as_secs_f64(),
+            site.pause_every,
+            report.period_s
+        ),
+        None => format!(
             "calm bench churn on etcd: {} clients creating and unlinking, per period of {:.0} s",
             report.threads, report.period_s
         ),
-        &crate::multiples::facets_of(cells),
-    )
+    };
+    crate::multiples::small_multiples_svg(path, &title, &crate::multiples::facets_of(cells))
 }
 
 #[cfg(test)]
@@ -398,12 +565,18 @@ mod tests {
             servers_rss_mib: 10.0,
             db_mib,
             db_in_use_mib: db_mib,
+            paused_s: 0.0,
+            mount_pairs_per_sec: Vec::new(),
+            changelog_stored: None,
+            changelog_purged: None,
+            reader_records: None,
         };
         let report = ChurnReport {
             bench: "churn".into(),
             threads: 16,
             period_s: 60.0,
             trash_hours: None,
+            site: None,
             rounds: vec![ChurnRound {
                 servers: 2,
                 periods: vec![period(1, 400.0, 10.0), period(2, 300.0, 20.0)],
@@ -414,8 +587,8 @@ mod tests {
         assert!(lines[2].contains("0.75x"), "{}", lines[2]);
         assert_eq!(
             lines[3],
-            "2 server(s): 42000 pairs in 2 min; last period 0.75x the first; database 10.0 → \
-             20.0 MiB (10.0 → 20.0 in use)"
+            "2 server(s): 42000 pairs in 2 min; last period 0.75x the first, slowest 0.75x; \
+             database 10.0 → 20.0 MiB (10.0 → 20.0 in use)"
         );
     }
 }

@@ -97,6 +97,20 @@ impl ClState {
         config: ChangelogConfig,
         counted: bool,
     ) -> Result<ClState, MetaError> {
+        ClState::load_from(view, config, counted, 0)
+    }
+
+    /// [`ClState::load`], seeking the first stored record from `first_floor`, an index known
+    /// to be at or below it (records are purged from the first on, never put back). On a
+    /// store that keeps deleted keys until a compaction (etcd), a seek from the log's start
+    /// walks every record purged within the history kept, tens of thousands under churn;
+    /// from the first record known before, it walks only those purged since.
+    pub fn load_from<R: ReadTxn>(
+        view: &R,
+        config: ChangelogConfig,
+        counted: bool,
+        first_floor: u64,
+    ) -> Result<ClState, MetaError> {
         let mut users = Vec::new();
         let mut bad = None;
         view.visit(&[TAG_CL_USER], CL_USER_END, &mut |key, value| {
@@ -120,7 +134,11 @@ impl ClState {
         // every record has been purged (see `purge_step`), unless it is kept exact.
         let stored_last = if counted { None } else { view.log_last()? };
         let last = counter(KEY_CL_LAST)?.max(stored_last.unwrap_or(0));
-        let first = view.log_first()?.unwrap_or(last + 1);
+        let first = match first_floor {
+            0 => view.log_first()?,
+            floor => first_from(view, floor)?,
+        }
+        .unwrap_or(last + 1);
         let mut state = ClState::new(Registry::new(users, next_id), last, first, config);
         state.counted = counted;
         Ok(state)
@@ -130,7 +148,7 @@ impl ClState {
     /// configuration and a deferred purge.
     pub fn reload<R: ReadTxn>(&mut self, view: &R) -> Result<(), MetaError> {
         let deferred = self.purge_deferred;
-        *self = ClState::load(view, self.config, self.counted)?;
+        *self = ClState::load_from(view, self.config, self.counted, self.first)?;
         self.purge_deferred = deferred;
         Ok(())
     }
@@ -314,6 +332,16 @@ impl ClState {
         }
         Ok(victims)
     }
+}
+
+/// The index of the first record stored at or after `from`.
+fn first_from<R: ReadTxn>(view: &R, from: u64) -> Result<Option<u64>, MetaError> {
+    let mut first = None;
+    view.log_visit(from, &mut |index, _| {
+        first = Some(index);
+        std::ops::ControlFlow::Break(())
+    })?;
+    Ok(first)
 }
 
 fn cl_error(error: ChangelogError) -> Failure {

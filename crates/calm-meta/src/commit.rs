@@ -128,6 +128,7 @@ pub(crate) fn run<S: Store>(
     stats: Arc<CommitStats>,
 ) {
     let shared = store.shared();
+    stats.cl_first.fetch_max(cl.first, Ordering::Relaxed);
     let mut alloc = HandleAllocator::new(options.handle_chunk);
     let mut batch: Vec<Request> = Vec::with_capacity(options.batch_ops_max);
     let mut results: Vec<Answer> = Vec::with_capacity(options.batch_ops_max);
@@ -143,6 +144,7 @@ pub(crate) fn run<S: Store>(
                 Ok(request) => request,
                 Err(mpsc::error::TryRecvError::Empty) => {
                     purge_alone(&*store, &mut cl, &stats);
+                    stats.cl_first.fetch_max(cl.first, Ordering::Relaxed);
                     continue;
                 }
                 Err(mpsc::error::TryRecvError::Disconnected) => break,
@@ -173,6 +175,7 @@ pub(crate) fn run<S: Store>(
             stats: &stats,
         };
         group.commit_or_split(&mut batch, &mut results);
+        stats.cl_first.fetch_max(cl.first, Ordering::Relaxed);
     }
 }
 
@@ -605,12 +608,19 @@ fn failure(failure: Failure) -> GroupError {
 }
 
 /// One purge step in a transaction of its own (the committer has nothing else to do).
+///
+/// On a shared store, a server purges alone only while the store's last commit is its own:
+/// a server that others commit around (it is not the one committing the namespace's
+/// mutations) would conflict with their commits at every step, so it leaves the purge to the
+/// steps their groups carry, and to itself once it commits last again.
 fn purge_alone<S: Store>(store: &S, cl: &mut ClState, stats: &CommitStats) {
     let before = cl.clone();
     let outcome = (|| -> Result<u64, MetaError> {
         let mut txn = store.begin()?;
         if store.shared() && txn.written_by_others() {
             cl.reload(&txn)?;
+            cl.defer_purge();
+            return Ok(0);
         }
         let purged = cl
             .purge_step(&mut txn, store.writes_max())

@@ -17,6 +17,9 @@ pub struct CommitStats {
     pub commit_ns_total: AtomicU64,
     /// Changelog records purged.
     pub cl_purged: AtomicU64,
+    /// The first changelog record stored as the committer last knew it: a floor for the
+    /// reads of the first elsewhere (`ClState::load_from`).
+    pub cl_first: AtomicU64,
     /// Commit groups by size ([`GROUP_SIZE_BOUNDS`]) and by duration.
     pub group_sizes: [AtomicU64; GROUP_SIZE_BOUNDS.len() + 1],
     pub commit_ns: calm_store::latency::LatencyCounts,

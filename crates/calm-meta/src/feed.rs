@@ -92,11 +92,17 @@ impl<S: Store> Meta<S> {
     /// The readers, and the first and last indices, on a snapshot.
     pub fn changelog_users(&self) -> Result<ChangelogUsers> {
         self.blocking(|| {
+            // Read before the snapshot: a first the committer knew then is stored in it.
+            let floor = self
+                .stats
+                .cl_first
+                .load(std::sync::atomic::Ordering::Relaxed);
             let snap = self.store.snapshot()?;
-            let state = changelog::ClState::load(
+            let state = changelog::ClState::load_from(
                 &snap,
                 calm_changelog::ChangelogConfig::default(),
                 self.shared,
+                floor,
             )?;
             Ok(ChangelogUsers {
                 last: state.last,

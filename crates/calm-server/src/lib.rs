@@ -225,6 +225,7 @@ impl<S: Store> Server<S> {
         };
         let auth = Arc::new(info.auth.clone());
         let hub = WatchHub::new(meta.clone(), watch_limits);
+        hub.clear_only_when_committing(table.clone());
         let objects = data.as_ref().map(|d| d.options.objects.clone());
         let mut service = MetaService::new(meta.clone(), auth.clone(), table.clone(), info, data);
         service.watch = Some(hub.clone());

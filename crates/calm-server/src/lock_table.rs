@@ -170,6 +170,21 @@ impl LockTable {
         self.registry.is_some()
     }
 
+    /// Whether this server is the one its clients send the namespace's mutations to (the
+    /// decider of the root's locks: `calm_client::COMMITTER_OF`); a server alone always is.
+    pub fn commits_here(&self) -> bool {
+        if !self.clustered() {
+            return true;
+        }
+        let inner = self.lock();
+        inner.cluster.as_ref().is_some_and(|cluster| {
+            matches!(
+                cluster.route(calm_types::ROOT, self.now_ms(), None),
+                Route::Mine | Route::Grace
+            )
+        })
+    }
+
     /// Whether this server decides `resource`'s locks now: `Ok`, or the failure to answer.
     /// `reclaim`: the identity of a client taking again a lock it held through the previous
     /// decider; `release`: an unlock or release, which a grace does not hold back.

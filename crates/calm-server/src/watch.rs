@@ -12,7 +12,7 @@
 use calm_types::sync::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use calm_changelog::{Mask, Record};
 use calm_meta::{Handle, Kind, Meta, MetaError, ROOT};
@@ -39,6 +39,9 @@ pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// Records the internal reader keeps behind the feed, so that a watch can resume from an index
 /// up to this far back (further back, it starts with a resync).
 pub const HISTORY_RECORDS: u64 = 65_536;
+/// The feed clears its reader at most this often when it has caught up (and once per 65 536
+/// records when it has not).
+const FEED_CLEAR_EVERY: Duration = Duration::from_secs(1);
 /// Most directories whose parent the feed remembers (for subtree watches).
 const PARENTS_MAX: usize = 1 << 20;
 
@@ -58,6 +61,9 @@ pub struct WatchHub<S: Store> {
     feed: tokio::sync::OnceCell<()>,
     /// Set when the server stops: every watch stream ends at once.
     pub(crate) stopping: crate::stopping::Stopping,
+    /// The feed clears its reader only while this server commits the namespace's mutations
+    /// ([`WatchHub::clear_only_when_committing`]; unset: always).
+    clears: std::sync::OnceLock<Arc<crate::lock_table::LockTable>>,
 }
 
 fn meta_status(error: &MetaError) -> Status {
@@ -76,7 +82,21 @@ impl<S: Store> WatchHub<S> {
             parents: Mutex::new(HashMap::new()),
             feed: tokio::sync::OnceCell::new(),
             stopping: Default::default(),
+            clears: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Makes the feed clear its reader only while `table` says this server commits the
+    /// namespace's mutations. Several servers of one namespace share the feed's reader, and a
+    /// clear is a commit: made by a server that does not commit the mutations, it conflicts
+    /// with the one that does (which runs its whole group again). So only that one clears;
+    /// the others read.
+    pub fn clear_only_when_committing(&self, table: Arc<crate::lock_table::LockTable>) {
+        let _ = self.clears.set(table);
+    }
+
+    fn clears_here(&self) -> bool {
+        self.clears.get().is_none_or(|table| table.commits_here())
     }
 
     /// Starts the feed now when an earlier run left the internal reader registered (so that
@@ -216,6 +236,7 @@ impl<S: Store> WatchHub<S> {
     async fn feed(self: Arc<Self>, reader: calm_changelog::UserId) {
         let mut next = self.inner.locked().fanout.last() + 1;
         let mut cleared = next - 1;
+        let mut last_clear = Instant::now();
         loop {
             let records =
                 match self
@@ -230,10 +251,16 @@ impl<S: Store> WatchHub<S> {
                     }
                 };
             if records.is_empty() {
-                // Nothing new: let the purge have what is older than the history kept, then
-                // wait for the next commit.
+                // Nothing new: let the purge have what is older than the history kept (at most
+                // once per FEED_CLEAR_EVERY: a clear is a commit, and the feed of a busy
+                // namespace finds nothing new many times a second), then wait for the next
+                // commit.
                 let keep_from = (next - 1).saturating_sub(HISTORY_RECORDS);
-                if cleared < keep_from {
+                if cleared < keep_from
+                    && last_clear.elapsed() >= FEED_CLEAR_EVERY
+                    && self.clears_here()
+                {
+                    last_clear = Instant::now();
                     match self.meta.changelog_clear(reader, keep_from).await {
                         Ok(_) => cleared = keep_from,
                         Err(e) => tracing::warn!(%e, "watch feed: clearing its reader"),
@@ -267,7 +294,8 @@ impl<S: Store> WatchHub<S> {
             }
             let published = next - 1;
             let keep_from = published.saturating_sub(HISTORY_RECORDS);
-            if keep_from >= cleared + 65_536 {
+            if keep_from >= cleared + 65_536 && self.clears_here() {
+                last_clear = Instant::now();
                 match self.meta.changelog_clear(reader, keep_from).await {
                     Ok(_) => cleared = keep_from,
                     Err(e) => tracing::warn!(%e, "watch feed: clearing its reader"),

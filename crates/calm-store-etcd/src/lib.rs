@@ -512,6 +512,7 @@ impl Store for EtcdStore {
             read: Default::default(),
             ranges: Default::default(),
             writes: BTreeMap::new(),
+            purged: Vec::new(),
         })
     }
 

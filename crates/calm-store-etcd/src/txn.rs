@@ -15,7 +15,7 @@ use crate::{
     READ_CACHE_KEYS_MAX, RangeBounds,
 };
 use calm_store::{ReadTxn, Result, StoreError, Visitor, WriteTxn, check_limits};
-use etcd_client::{GetOptions, Txn, TxnOp};
+use etcd_client::{DeleteOptions, GetOptions, Txn, TxnOp};
 
 /// A consistent view: every read is at one revision.
 #[derive(Debug)]
@@ -68,6 +68,10 @@ pub struct EtcdTxn<'s> {
     pub(crate) read: std::cell::RefCell<std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>>,
     /// Writes in key order; `None` is a delete.
     pub(crate) writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Ranges `[start, end)` of the record log this transaction deletes whole
+    /// (`WriteTxn::log_purge`): one etcd operation each, whatever their length. A key written
+    /// after its range was deleted is in `writes`, which wins.
+    pub(crate) purged: Vec<RangeBounds>,
     /// Whole ranges read ahead at `revision` (`WriteTxn::prefetch`), by `[start, end)`.
     pub(crate) ranges: std::cell::RefCell<std::collections::HashMap<RangeBounds, Pairs>>,
 }
@@ -85,6 +89,40 @@ impl EtcdTxn<'_> {
         let at = pairs.binary_search_by(|(k, _)| k.as_slice().cmp(key));
         Some(at.ok().map(|at| pairs[at].1.clone()))
     }
+
+    /// The range this transaction purged that holds `key`, unless the transaction wrote `key`
+    /// since.
+    fn purged_range(&self, key: &[u8]) -> Option<&RangeBounds> {
+        if self.writes.contains_key(key) {
+            return None;
+        }
+        self.purged
+            .iter()
+            .find(|(start, end)| key >= start.as_slice() && key < end.as_slice())
+    }
+
+    /// The etcd operations of the purged ranges, each split around the keys the transaction
+    /// writes (etcd refuses a transaction whose deleted range holds a key it also writes).
+    fn purge_operations(&self) -> Vec<RangeBounds> {
+        let mut out = Vec::new();
+        for (start, end) in &self.purged {
+            let mut from = start.clone();
+            for key in self
+                .writes
+                .range(start.clone()..end.clone())
+                .map(|(k, _)| k)
+            {
+                if from < *key {
+                    out.push((from, key.clone()));
+                }
+                from = [key.as_slice(), &[0]].concat();
+            }
+            if from < *end {
+                out.push((from, end.clone()));
+            }
+        }
+        out
+    }
 }
 
 impl ReadTxn for EtcdTxn<'_> {
@@ -92,6 +130,7 @@ impl ReadTxn for EtcdTxn<'_> {
         match self.writes.get(key) {
             Some(Some(value)) => Ok(Some(Cow::Borrowed(value))),
             Some(None) => Ok(None),
+            None if self.purged_range(key).is_some() => Ok(None),
             None => {
                 if let Some(known) = self.read.borrow().get(key) {
                     return Ok(known.clone().map(Cow::Owned));
@@ -115,12 +154,44 @@ impl ReadTxn for EtcdTxn<'_> {
             .borrow()
             .get(&(start.to_vec(), end.to_vec()))
             .cloned();
-        self.store
-            .visit_known(start, end, self.revision, &self.writes, known, visit)
+        if self.purged.is_empty() {
+            return self
+                .store
+                .visit_known(start, end, self.revision, &self.writes, known, visit);
+        }
+        let mut hidden = 0;
+        let visited = self.store.visit_known(
+            start,
+            end,
+            self.revision,
+            &self.writes,
+            known,
+            &mut |key, value| match self.purged_range(key) {
+                Some(_) => {
+                    hidden += 1;
+                    std::ops::ControlFlow::Continue(())
+                }
+                None => visit(key, value),
+            },
+        )?;
+        Ok(visited - hidden)
     }
 
     fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        self.store.last_at(start, end, self.revision, &self.writes)
+        let mut below = end.to_vec();
+        loop {
+            let last = self
+                .store
+                .last_at(start, &below, self.revision, &self.writes)?;
+            match last.as_ref().and_then(|(key, _)| self.purged_range(key)) {
+                // Purged here: the greatest key below the purged range, then.
+                Some((purged_start, _)) if purged_start.as_slice() > start => {
+                    below = purged_start.clone();
+                }
+                Some(_) => return Ok(None),
+                None => return Ok(last),
+            }
+        }
     }
 }
 
@@ -182,7 +253,29 @@ impl WriteTxn for EtcdTxn<'_> {
     }
 
     fn writes_pending(&self) -> Option<usize> {
-        Some(self.writes.len())
+        Some(self.writes.len() + self.purged.len())
+    }
+
+    /// Deletes the records `from..=upto` as one range: one operation, no read, whatever the
+    /// count (a purge of thousands of records fits etcd's smallest limit of operations).
+    fn log_purge(&mut self, from: u64, upto: u64) -> Result<()> {
+        if from > upto {
+            return Ok(());
+        }
+        let start = calm_store::log_key(from).to_vec();
+        // The least key above record `upto`'s.
+        let end = [calm_store::log_key(upto).as_slice(), &[0]].concat();
+        // What this transaction wrote there is deleted with the range.
+        let written: Vec<Vec<u8>> = self
+            .writes
+            .range(start.clone()..end.clone())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in written {
+            self.writes.remove(&key);
+        }
+        self.purged.push((start, end));
+        Ok(())
     }
 
     fn prefetch(&self, keys: &[Vec<u8>], ranges: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
@@ -305,7 +398,7 @@ impl WriteTxn for EtcdTxn<'_> {
     }
 
     fn commit(self) -> Result<()> {
-        if self.writes.is_empty() {
+        if self.writes.is_empty() && self.purged.is_empty() {
             // What the transaction answered (a refusal: nothing to write) holds at the
             // present only if no commit came after its revision.
             if self.watched && self.store.revision()?.1 != self.seq_modified {
@@ -321,8 +414,9 @@ impl WriteTxn for EtcdTxn<'_> {
         }
         let inner = &self.store.inner;
         let options = &inner.options;
+        let purges = self.purge_operations();
         // The commit key's write counts as one operation.
-        let ops = self.writes.len() + 1;
+        let ops = self.writes.len() + purges.len() + 1;
         if ops > options.txn_ops_max {
             return Err(StoreError::Limit(format!(
                 "a transaction of {ops} writes exceeds the etcd cluster's limit of {} \
@@ -335,6 +429,10 @@ impl WriteTxn for EtcdTxn<'_> {
             .iter()
             .map(|(k, v)| inner.data.len() + k.len() + v.as_ref().map_or(0, Vec::len))
             .sum::<usize>()
+            + purges
+                .iter()
+                .map(|(start, end)| 2 * inner.data.len() + start.len() + end.len())
+                .sum::<usize>()
             + ops * OP_OVERHEAD_BYTES
             + inner.seq.len() * 2
             + 16;
@@ -356,6 +454,12 @@ impl WriteTxn for EtcdTxn<'_> {
                     None => TxnOp::delete(key, None),
                 }
             })
+            .chain(purges.into_iter().map(|(start, end)| {
+                TxnOp::delete(
+                    [inner.data.as_slice(), &start].concat(),
+                    Some(DeleteOptions::new().with_range(self.store.data_end(&end))),
+                )
+            }))
             .collect();
         operations.push(TxnOp::put(inner.seq.clone(), token.clone(), None));
         let txn = Txn::new()

@@ -557,6 +557,33 @@ fn log_appends_reads_purges<S: Store>(store: &S) {
         log_records(&store.snapshot().unwrap(), 0),
         vec![(9, record_of(9))]
     );
+
+    // A purge takes records appended by its own transaction too; the transaction's reads of
+    // the first and the last see it, and so does everyone after the commit.
+    let mut txn = store.begin().unwrap();
+    txn.log_append(10, &record_of(10)).unwrap();
+    txn.log_append(11, &record_of(11)).unwrap();
+    txn.log_purge(9, 10).unwrap();
+    assert_eq!(
+        (txn.log_first().unwrap(), txn.log_last().unwrap()),
+        (Some(11), Some(11))
+    );
+    assert_eq!(log_indices(&txn), vec![11]);
+    txn.commit().unwrap();
+    assert_eq!(log_indices(&store.snapshot().unwrap()), vec![11]);
+    let mut txn = store.begin().unwrap();
+    txn.log_purge(11, 11).unwrap();
+    assert_eq!(
+        (txn.log_first().unwrap(), txn.log_last().unwrap()),
+        (None, None),
+        "a log purged whole inside the transaction has no last"
+    );
+    txn.log_append(12, &record_of(12)).unwrap();
+    txn.commit().unwrap();
+    assert_eq!(
+        log_records(&store.snapshot().unwrap(), 0),
+        vec![(12, record_of(12))]
+    );
 }
 
 fn log_snapshots_and_refusals<S: Store>(store: &S) {

@@ -90,6 +90,17 @@ pub struct ChurnArgs {
     /// The calm executable that runs the servers (default: this one).
     #[arg(long)]
     calm: Option<std::path::PathBuf>,
+    /// Run as a site does: a mount of every server (the threads spread over them, each in a
+    /// directory of its own), a file held open on each mount, a changelog reader reading and
+    /// clearing, and a pause every few periods. Needs root and FUSE.
+    #[arg(long)]
+    site: bool,
+    /// With --site: every this many periods, one begins with a pause.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pause_every: u32,
+    /// With --site: how long a pause lasts, in seconds (at most half a period).
+    #[arg(long, default_value_t = 30)]
+    pause_s: u64,
     #[command(flatten)]
     out: OutputArgs,
     /// Run nothing: read the report of an earlier run (its --json output) and print it, and
@@ -113,6 +124,10 @@ pub fn run_churn(args: ChurnArgs) -> Result<Output> {
                 trash_hours: args.trash_hours,
                 etcd: args.store,
                 calm: calm_exe(args.calm)?,
+                site: args.site.then_some(crate::churn::SiteOptions {
+                    pause_every: args.pause_every,
+                    pause: std::time::Duration::from_secs(args.pause_s),
+                }),
             };
             crate::churn::run(&options)?
         }
