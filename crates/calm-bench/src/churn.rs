@@ -526,9 +526,8 @@ pub fn plot(report: &ChurnReport, path: &Path) -> Result<(), String> {
     }
     let title = match &report.site {
         Some(site) => format!(
-            "calm bench churn --site on etcd: {} threads creating and unlinking through a mount \
-             of each server, files held open, a changelog reader, a {:.0} s pause every {} \
-             periods of {:.0} s",
+            "calm bench churn --site: {} threads, a mount per server, files held open, a \
+             changelog reader, {:.0} s pauses every {} periods of {:.0} s",
             report.threads,
             site.pause.as_secs_f64(),
             site.pause_every,
