@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use calm_client::{Client, FollowWait};
 
-use super::{ChurnOptions, ChurnPeriod, Latencies, SiteOptions, p99};
+use super::model::{ChurnOptions, ChurnPeriod, Latencies, SiteOptions, p99};
 use crate::procs::{MountProcess, ServerProcess};
 
 /// What the threads, the reader and the period loop share.
