@@ -256,11 +256,12 @@ impl<S: Store> WatchHub<S> {
                 // namespace finds nothing new many times a second), then wait for the next
                 // commit.
                 let keep_from = (next - 1).saturating_sub(HISTORY_RECORDS);
-                if cleared < keep_from
-                    && last_clear.elapsed() >= FEED_CLEAR_EVERY
-                    && self.clears_here()
-                {
+                // Asked once a second at most: the answer takes the lock table's mutex.
+                let due = cleared < keep_from && last_clear.elapsed() >= FEED_CLEAR_EVERY;
+                if due {
                     last_clear = Instant::now();
+                }
+                if due && self.clears_here() {
                     match self.meta.changelog_clear(reader, keep_from).await {
                         Ok(_) => cleared = keep_from,
                         Err(e) => tracing::warn!(%e, "watch feed: clearing its reader"),
