@@ -299,8 +299,10 @@ impl ClState {
             return Ok(0);
         }
         let room = match writes_max {
-            // One write is kept for the last index (written when the purge empties the log).
-            Some(max) => max.saturating_sub(txn.writes_pending().unwrap_or(0) + 1) as u64,
+            // Three writes are kept: the last index (written when the purge empties the log),
+            // and what a store adds of its own to a purge and a commit (etcd: the log's floor
+            // and the commit key).
+            Some(max) => max.saturating_sub(txn.writes_pending().unwrap_or(0) + 3) as u64,
             None => PURGE_RECORDS_PER_STEP,
         };
         let step = room.min(PURGE_RECORDS_PER_STEP);

@@ -46,6 +46,7 @@ mod commit;
 mod endpoints;
 mod follow;
 pub mod history;
+pub(crate) mod log;
 mod options;
 mod reads;
 mod registry;
@@ -513,6 +514,7 @@ impl Store for EtcdStore {
             ranges: Default::default(),
             writes: BTreeMap::new(),
             purged: Vec::new(),
+            log_tail: None,
         })
     }
 

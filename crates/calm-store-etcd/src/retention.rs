@@ -6,11 +6,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::history::Retention;
 use crate::retry::compacted_away;
 use crate::retry::retrying;
-use crate::{EtcdStore, random_u64};
+use crate::{EtcdStore, Inner, random_u64};
 use calm_store::Result;
-use etcd_client::GetOptions;
+use etcd_client::{GetOptions, Txn, TxnOp, TxnOpResponse};
 
 /// How long a hold on history outlives its holder (renewed every third of it while held).
 pub const HOLD_LEASE_S: u64 = 60;
@@ -116,7 +117,8 @@ impl EtcdStore {
     }
 
     /// Compacts the cluster's history, every [`history::period`], to what was current
-    /// `history_kept` ago (see [`history`]); until the store is dropped.
+    /// `history_kept` ago (see [`history`]; only the committer compacts so far,
+    /// [`Retention`]); until the store is dropped.
     pub(crate) fn keep_history_short(&self) {
         let kept = self.inner.options.history_kept;
         if kept.is_zero() {
@@ -125,41 +127,22 @@ impl EtcdStore {
         let inner = Arc::downgrade(&self.inner);
         self.inner.handle().spawn(async move {
             let started = Instant::now();
-            let mut history = crate::history::History::new(kept);
+            let mut retention = Retention::new(kept);
             loop {
                 tokio::time::sleep(crate::history::period(kept)).await;
                 let Some(inner) = inner.upgrade() else {
                     return;
                 };
-                // One read: the holds of long readers (`EtcdStore::hold_history`), which history
-                // is not compacted past, and in its header the cluster's revision.
-                let holds = inner.holds.clone();
-                let read = retrying(&inner, |mut client| {
-                    let holds = holds.clone();
-                    async move {
-                        client
-                            .get(holds, Some(GetOptions::new().with_prefix()))
-                            .await
-                    }
-                })
-                .await;
-                let response = match read {
-                    Ok(response) => response,
-                    Err(error) => {
-                        tracing::debug!(%error, "etcd: reading the revision to compact to");
-                        continue;
-                    }
-                };
-                let revision = response.header().map_or(0, |h| h.revision());
-                let Some(to) = history.observe(started.elapsed(), revision) else {
+                let Some((revision, last_commit, holds)) = revision_and_holds(&inner).await else {
                     continue;
                 };
-                let to = response
-                    .kvs()
-                    .iter()
-                    .filter_map(|kv| std::str::from_utf8(kv.value()).ok()?.parse::<i64>().ok())
-                    .fold(to, i64::min);
-                if to <= history.compacted_to() {
+                let own = inner.own_commit_revision.load(Ordering::Acquire);
+                let Some(to) = retention.observe(started.elapsed(), revision, last_commit, own)
+                else {
+                    continue;
+                };
+                let to = holds.into_iter().fold(to, i64::min);
+                if to <= retention.compacted_to() {
                     continue;
                 }
                 let compacted = retrying(&inner, |mut client| async move {
@@ -178,7 +161,7 @@ impl EtcdStore {
                         continue;
                     }
                 }
-                history.compacted(to);
+                retention.compacted(to);
                 inner.compacted_before(to);
                 inner
                     .stats
@@ -187,4 +170,45 @@ impl EtcdStore {
             }
         });
     }
+}
+
+/// One request: the cluster's revision, the namespace's last commit's revision (0: none) and
+/// the revisions the holds of long readers keep history from ([`EtcdStore::hold_history`]),
+/// which history is not compacted past. `None` when the cluster did not answer.
+async fn revision_and_holds(inner: &Inner) -> Option<(i64, i64, Vec<i64>)> {
+    let (holds, seq) = (inner.holds.clone(), inner.seq.clone());
+    let read = retrying(inner, |mut client| {
+        let reads = vec![
+            TxnOp::get(holds.clone(), Some(GetOptions::new().with_prefix())),
+            TxnOp::get(seq.clone(), None),
+        ];
+        async move { client.txn(Txn::new().and_then(reads)).await }
+    })
+    .await;
+    let response = match read {
+        Ok(response) => response,
+        Err(error) => {
+            tracing::debug!(%error, "etcd: reading the revision to compact to");
+            return None;
+        }
+    };
+    let revision = response.header().map_or(0, |h| h.revision());
+    let mut gets = response
+        .op_responses()
+        .into_iter()
+        .filter_map(|op| match op {
+            TxnOpResponse::Get(get) => Some(get),
+            _ => None,
+        });
+    let holds = gets.next().map_or_else(Vec::new, |get| {
+        get.kvs()
+            .iter()
+            .filter_map(|kv| std::str::from_utf8(kv.value()).ok()?.parse::<i64>().ok())
+            .collect()
+    });
+    let last_commit = gets
+        .next()
+        .and_then(|get| get.kvs().first().map(|kv| kv.mod_revision()))
+        .unwrap_or(0);
+    Some((revision, last_commit, holds))
 }

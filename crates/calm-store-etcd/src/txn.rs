@@ -9,12 +9,13 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crate::commit::commit;
+use crate::log;
 use crate::reads::at_revision;
 use crate::{
     Ahead, EtcdStore, OP_OVERHEAD_BYTES, PREFETCH_RANGE_PAIRS_MAX, PREFETCH_RANGES_MAX, Pairs,
     READ_CACHE_KEYS_MAX, RangeBounds,
 };
-use calm_store::{ReadTxn, Result, StoreError, Visitor, WriteTxn, check_limits};
+use calm_store::{LogVisitor, ReadTxn, Result, StoreError, Visitor, WriteTxn, check_limits};
 use etcd_client::{DeleteOptions, GetOptions, Txn, TxnOp};
 
 /// A consistent view: every read is at one revision.
@@ -44,6 +45,18 @@ impl ReadTxn for EtcdSnapshot<'_> {
     fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         self.store.last_at(start, end, self.revision, NO_WRITES)
     }
+
+    fn log_visit(&self, from: u64, visit: &mut LogVisitor<'_>) -> Result<usize> {
+        log::visit(self, from, visit)
+    }
+
+    fn log_first(&self) -> Result<Option<u64>> {
+        log::first(self)
+    }
+
+    fn log_last(&self) -> Result<Option<u64>> {
+        log::last(self)
+    }
 }
 
 /// A write transaction: reads at its start revision, writes kept here until commit.
@@ -72,6 +85,9 @@ pub struct EtcdTxn<'s> {
     /// (`WriteTxn::log_purge`): one etcd operation each, whatever their length. A key written
     /// after its range was deleted is in `writes`, which wins.
     pub(crate) purged: Vec<RangeBounds>,
+    /// The records of the changelog batch this transaction appends to, `(first, last)`: the
+    /// next record in order joins its key (`crate::log`).
+    pub(crate) log_tail: Option<(u64, u64)>,
     /// Whole ranges read ahead at `revision` (`WriteTxn::prefetch`), by `[start, end)`.
     pub(crate) ranges: std::cell::RefCell<std::collections::HashMap<RangeBounds, Pairs>>,
 }
@@ -193,6 +209,18 @@ impl ReadTxn for EtcdTxn<'_> {
             }
         }
     }
+
+    fn log_visit(&self, from: u64, visit: &mut LogVisitor<'_>) -> Result<usize> {
+        log::visit(self, from, visit)
+    }
+
+    fn log_first(&self) -> Result<Option<u64>> {
+        log::first(self)
+    }
+
+    fn log_last(&self) -> Result<Option<u64>> {
+        log::last(self)
+    }
 }
 
 impl WriteTxn for EtcdTxn<'_> {
@@ -256,15 +284,51 @@ impl WriteTxn for EtcdTxn<'_> {
         Some(self.writes.len() + self.purged.len())
     }
 
-    /// Deletes the records `from..=upto` as one range: one operation, no read, whatever the
-    /// count (a purge of thousands of records fits etcd's smallest limit of operations).
+    /// Appends `record` to the batch this transaction appends to when it follows its last
+    /// record and fits ([`log::BATCH_BYTES_MAX`]); else as a key of its own, above every
+    /// stored key, which the next records join.
+    fn log_append(&mut self, index: u64, record: &[u8]) -> Result<()> {
+        calm_store::check_log_record(index, record)?;
+        if let Some((first, last)) = self.log_tail
+            && index == last + 1
+            && let Some(Some(value)) = self.writes.get(&log::key_of(first, last))
+        {
+            let joined = match first == last {
+                true => log::batch_bytes(value.len() + record.len(), 2),
+                false => value.len() + log::LENGTH_BYTES + record.len(),
+            };
+            if joined <= log::BATCH_BYTES_MAX {
+                let value = self
+                    .writes
+                    .remove(&log::key_of(first, last))
+                    .flatten()
+                    .expect("the batch's key, just read");
+                let mut batch = match first == last {
+                    true => log::batch_of(first, &value),
+                    false => value,
+                };
+                log::push(&mut batch, record);
+                self.writes.insert(log::batch_key(index), Some(batch));
+                self.log_tail = Some((first, index));
+                return Ok(());
+            }
+        }
+        self.append(&calm_store::log_key(index), record)?;
+        self.log_tail = Some((index, index));
+        Ok(())
+    }
+
+    /// Deletes the keys of the batches that end at or below `upto` as one range (one
+    /// operation, no read, whatever the count: a purge of thousands of records fits etcd's
+    /// smallest limit of operations) and moves the log's floor past `upto` (a second): the
+    /// records at or below it of a batch that goes on past it are no more read.
     fn log_purge(&mut self, from: u64, upto: u64) -> Result<()> {
         if from > upto {
             return Ok(());
         }
         let start = calm_store::log_key(from).to_vec();
-        // The least key above record `upto`'s.
-        let end = [calm_store::log_key(upto).as_slice(), &[0]].concat();
+        // The least key above record `upto`'s and its batch's.
+        let end = [calm_store::log_key(upto).as_slice(), &[log::BATCH_MARK + 1]].concat();
         // What this transaction wrote there is deleted with the range.
         let written: Vec<Vec<u8>> = self
             .writes
@@ -275,6 +339,10 @@ impl WriteTxn for EtcdTxn<'_> {
             self.writes.remove(&key);
         }
         self.purged.push((start, end));
+        self.writes.insert(
+            log::FLOOR_KEY.to_vec(),
+            Some((upto + 1).to_le_bytes().to_vec()),
+        );
         Ok(())
     }
 

@@ -592,6 +592,30 @@ fn a_clear_of_thousands_of_records_is_purged_within_the_transaction_limit() {
     create_many(&b, "b", 1600);
     let last = a.changelog_last().max(b.changelog_last());
     assert!(last >= 3200, "{last} records");
+    // The records of one group of creates share a key on etcd: fewer keys than records.
+    let prefix = EtcdOptions::from_url(&url).unwrap().prefix;
+    let log_keys = runtime.block_on(async {
+        let start = [prefix.as_bytes(), b"/d/", &[calm_store::LOG_FAMILY, 0]].concat();
+        let end = [prefix.as_bytes(), b"/e"].concat();
+        etcd_client(&url)
+            .await
+            .get(
+                start,
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_range(end)
+                        .with_count_only(),
+                ),
+            )
+            .await
+            .unwrap()
+            .count()
+    });
+    eprintln!("{last} records in {log_keys} keys");
+    assert!(
+        (log_keys as u64) < last / 2,
+        "{last} records in {log_keys} keys"
+    );
     // Cleared through b (the other server), in one call.
     runtime
         .block_on(b.changelog_clear(reader.id, last))

@@ -52,6 +52,10 @@ pub fn cases<S: Store>() -> Vec<Case<S>> {
             "the log: snapshots and refused appends",
             log_snapshots_and_refusals::<S>,
         ),
+        (
+            "the log: purges inside one transaction's records",
+            log_purges_inside_a_commit::<S>,
+        ),
     ]
 }
 
@@ -630,4 +634,90 @@ fn log_snapshots_and_refusals<S: Store>(store: &S) {
     txn.log_append(13, &record_of(13)).unwrap();
     txn.commit().unwrap();
     assert_eq!(store.snapshot().unwrap().log_last().unwrap(), Some(13));
+}
+
+/// Records appended together (which a store may keep together) purged in their middle, by a
+/// later transaction and by their own; reads from inside them; many and large ones at once.
+fn log_purges_inside_a_commit<S: Store>(store: &S) {
+    let mut txn = store.begin().unwrap();
+    for index in 20..=29 {
+        txn.log_append(index, &record_of(index)).unwrap();
+    }
+    txn.commit().unwrap();
+    let before = store.snapshot().unwrap();
+    assert_eq!(log_indices(&before), (20..=29).collect::<Vec<_>>());
+    assert_eq!(
+        log_records(&before, 25),
+        (25..=29).map(|i| (i, record_of(i))).collect::<Vec<_>>()
+    );
+
+    let mut txn = store.begin().unwrap();
+    txn.log_purge(20, 24).unwrap();
+    assert_eq!(txn.log_first().unwrap(), Some(25));
+    assert_eq!(log_records(&txn, 22).first().map(|r| r.0), Some(25));
+    txn.commit().unwrap();
+    let snap = store.snapshot().unwrap();
+    assert_eq!(
+        (snap.log_first().unwrap(), snap.log_last().unwrap()),
+        (Some(25), Some(29))
+    );
+    assert_eq!(log_indices(&snap), (25..=29).collect::<Vec<_>>());
+    assert_eq!(
+        log_records(&snap, 27),
+        (27..=29).map(|i| (i, record_of(i))).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        log_indices(&before),
+        (20..=29).collect::<Vec<_>>(),
+        "a snapshot keeps what was purged after it"
+    );
+    drop((snap, before));
+
+    // Appended and cut in two by the same transaction.
+    let mut txn = store.begin().unwrap();
+    for index in 30..=33 {
+        txn.log_append(index, &record_of(index)).unwrap();
+    }
+    txn.log_purge(25, 31).unwrap();
+    txn.log_append(34, &record_of(34)).unwrap();
+    assert_eq!(log_indices(&txn), vec![32, 33, 34]);
+    txn.commit().unwrap();
+    let snap = store.snapshot().unwrap();
+    assert_eq!(
+        log_records(&snap, 0),
+        (32..=34).map(|i| (i, record_of(i))).collect::<Vec<_>>()
+    );
+    assert_eq!(snap.log_first().unwrap(), Some(32));
+    drop(snap);
+
+    // Many records, some large, in one transaction; purged a piece at a time.
+    let large = |index: u64| vec![(index % 251) as u8; 5000 + index as usize];
+    let mut txn = store.begin().unwrap();
+    for index in 35..=100 {
+        txn.log_append(index, &large(index)).unwrap();
+    }
+    txn.commit().unwrap();
+    for upto in [36, 50, 77, 99] {
+        let mut txn = store.begin().unwrap();
+        let first = txn.log_first().unwrap().unwrap();
+        txn.log_purge(first, upto).unwrap();
+        txn.commit().unwrap();
+        let snap = store.snapshot().unwrap();
+        assert_eq!(snap.log_first().unwrap(), Some(upto + 1));
+        assert_eq!(snap.log_last().unwrap(), Some(100));
+        let all = log_records(&snap, 0);
+        assert_eq!(
+            all.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+            (upto + 1..=100).collect::<Vec<_>>()
+        );
+        assert!(all.iter().all(|(i, record)| *record == large(*i)));
+    }
+    let mut txn = store.begin().unwrap();
+    txn.log_purge(100, 100).unwrap();
+    txn.commit().unwrap();
+    let snap = store.snapshot().unwrap();
+    assert_eq!(
+        (snap.log_first().unwrap(), snap.log_last().unwrap()),
+        (None, None)
+    );
 }
