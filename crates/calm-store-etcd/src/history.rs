@@ -87,7 +87,7 @@ impl History {
 }
 
 /// Which server compacts. Every compaction walks etcd's whole index of keys on every member
-/// (about a fifth of each member's CPU under a churn of creates and unlinks when each of three
+/// (about a fifth of the leader's CPU under a churn of creates and unlinks when each of three
 /// servers compacted every period), so one server does it: the one that made the namespace's
 /// last commit (it commits every mutation), or any server when no calm commit came within
 /// the kept time (the revision moved without calm: leases, locks, an operator). The others
