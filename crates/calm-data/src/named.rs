@@ -96,18 +96,16 @@ impl Objects {
         Ok(out)
     }
 
-    /// Downloads `dir/name` into the local file `to` (created or truncated). Returns its
-    /// length.
+    /// Downloads `dir/name` into `file`, a new empty file the caller made (at `to`, named in
+    /// errors), durable when this returns. Returns its length.
     pub async fn get_file(
         &self,
         dir: &str,
         name: &str,
+        file: &mut tokio::fs::File,
         to: &std::path::Path,
     ) -> Result<u64, DataError> {
         let got = self.store.get(&self.named_path(dir, name)).await?;
-        let mut file = tokio::fs::File::create(to)
-            .await
-            .map_err(|e| local_io("creating", to, e))?;
         let mut stream = got.into_stream();
         let mut total = 0u64;
         while let Some(bytes) = stream.next().await {

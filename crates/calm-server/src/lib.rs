@@ -48,6 +48,7 @@ pub mod nearest;
 pub mod offline;
 pub mod orphans;
 pub mod placement;
+pub mod private_file;
 pub mod protect;
 mod socket_owner;
 pub mod stopping;

@@ -135,7 +135,16 @@ async fn backup_through<S: Store>(
 /// Writes the namespace's dump into the file `path`, on the medium when it returns.
 pub fn write_dump_file<S: Store>(meta: &Meta<S>, path: &Path) -> DumpResult<DumpSummary> {
     let io = |what| move |error| DumpError::Io { what, error };
-    let file = std::fs::File::create(path).map_err(io("creating the dump's file"))?;
+    // Created new and private: never through a link or into a file someone planted.
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(io("creating the dump's file"))?
+    };
     let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
     let summary = dump_namespace(meta, &mut out)?;
     let file = out.into_inner().map_err(|e| DumpError::Io {
@@ -173,12 +182,13 @@ pub async fn list_backups(objects: &Objects) -> Result<Vec<calm_data::named::Nam
     Ok(listed.into_iter().filter(|f| is_backup(&f.name)).collect())
 }
 
-/// Downloads the backup `name` (the newest when `None`) of `objects` into the file `to`;
-/// returns its name.
+/// Downloads the backup `name` (the newest when `None`) of `objects` into `to`, a new empty
+/// file (`what` names it in errors); returns the backup's name.
 pub async fn fetch_backup(
     objects: &Objects,
     name: Option<&str>,
-    to: &Path,
+    to: &mut tokio::fs::File,
+    what: &Path,
 ) -> Result<String, String> {
     let name = match name {
         Some(name) => name.to_string(),
@@ -189,7 +199,7 @@ pub async fn fetch_backup(
             .ok_or_else(|| format!("{} holds no metadata backup", objects.url()))?,
     };
     objects
-        .get_file(BACKUP_DIR, &name, to)
+        .get_file(BACKUP_DIR, &name, to, what)
         .await
         .map_err(|e| format!("downloading the backup {name} from {}: {e}", objects.url()))?;
     Ok(name)

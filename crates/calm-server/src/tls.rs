@@ -102,18 +102,19 @@ pub const CA_KEY: &str = "ca-key.pem";
 /// How long certificates made by `calm certs` are valid, in days.
 pub const VALID_DAYS: i64 = 825;
 
-fn write_private(path: &Path, text: &str) -> Result<(), String> {
+/// Writes `text` into a new file `path` with `mode` (`crate::private_file`): never through a
+/// link or into a file someone planted there.
+fn write_new(path: &Path, text: &str, mode: u32) -> Result<(), String> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::File::options()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| format!("writing {}: {e}", path.display()))?;
-    file.write_all(text.as_bytes())
-        .map_err(|e| format!("writing {}: {e}", path.display()))
+    let failed = |e: std::io::Error| format!("writing {}: {e}", path.display());
+    let mut file = crate::private_file::PrivateFile::with_mode(path, mode).map_err(failed)?;
+    file.file().write_all(text.as_bytes()).map_err(failed)?;
+    file.persist().map_err(failed)?;
+    Ok(())
+}
+
+fn write_private(path: &Path, text: &str) -> Result<(), String> {
+    write_new(path, text, 0o600)
 }
 
 fn validity(params: &mut rcgen::CertificateParams, days: i64) {
@@ -142,8 +143,7 @@ pub fn make_ca(dir: &Path) -> Result<(), String> {
     ];
     validity(&mut params, VALID_DAYS);
     let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
-    std::fs::write(dir.join(CA_CERT), cert.pem())
-        .map_err(|e| format!("writing {}: {e}", dir.join(CA_CERT).display()))?;
+    write_new(&dir.join(CA_CERT), &cert.pem(), 0o644)?;
     write_private(&dir.join(CA_KEY), &key.serialize_pem())
 }
 
@@ -178,8 +178,7 @@ pub fn issue(
     let file = name.replace([':', '/'], "-");
     let cert_path = dir.join(format!("{file}.pem"));
     let key_path = dir.join(format!("{file}-key.pem"));
-    std::fs::write(&cert_path, cert.pem())
-        .map_err(|e| format!("writing {}: {e}", cert_path.display()))?;
+    write_new(&cert_path, &cert.pem(), 0o644)?;
     write_private(&key_path, &key.serialize_pem())?;
     Ok((cert_path, key_path))
 }

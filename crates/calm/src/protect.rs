@@ -12,7 +12,7 @@ use calm_store::lmdb::{LmdbOptions, LmdbStore};
 
 #[derive(Debug, clap::Args)]
 pub struct DumpArgs {
-    /// The file to write (written beside as FILE.partial, renamed when whole).
+    /// The file to write (0600; written beside under a fresh name, renamed when whole).
     pub file: PathBuf,
     /// A running server (its Unix socket, or HOST:PORT), asked as an administrator.
     #[arg(long, conflicts_with_all = ["data", "store"])]
@@ -71,28 +71,22 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the runtime")
 }
 
-/// Writes through `write` into `FILE.partial`, makes it durable and renames it to FILE: a
-/// dump stopped half-way leaves only the partial file (which `calm load` refuses anyway).
+/// Writes through `write` into a new private file beside FILE (0600, under a name nobody can
+/// guess, never through a link), makes it durable and renames it to FILE: a dump that stops
+/// half-way, or fails, leaves nothing.
 fn into_file(
     file: &Path,
-    write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> anyhow::Result<()>,
+    write: impl FnOnce(&mut std::io::BufWriter<&mut std::fs::File>) -> anyhow::Result<()>,
 ) -> anyhow::Result<u64> {
-    let mut partial = file.as_os_str().to_owned();
-    partial.push(".partial");
-    let partial = PathBuf::from(partial);
-    let out = std::fs::File::create(&partial)
-        .with_context(|| format!("creating {}", partial.display()))?;
-    let mut out = std::io::BufWriter::with_capacity(1 << 20, out);
+    let mut staged = calm_server::private_file::PrivateFile::create(file)
+        .with_context(|| format!("creating a file beside {}", file.display()))?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, staged.file());
     write(&mut out)?;
     out.flush().context("writing the dump")?;
-    let out = out
-        .into_inner()
-        .map_err(|e| anyhow!("writing the dump: {}", e.error()))?;
-    out.sync_all().context("writing the dump")?;
-    let bytes = out.metadata().map(|m| m.len()).unwrap_or(0);
-    std::fs::rename(&partial, file)
-        .with_context(|| format!("renaming {} to {}", partial.display(), file.display()))?;
-    Ok(bytes)
+    drop(out);
+    staged
+        .persist()
+        .with_context(|| format!("writing {}", file.display()))
 }
 
 pub fn dump(args: &DumpArgs, default_server: &str) -> anyhow::Result<ExitCode> {
@@ -172,23 +166,33 @@ pub fn load(args: &LoadArgs) -> anyhow::Result<ExitCode> {
                     .to_path_buf(),
                 None => PathBuf::from("."),
             };
-            let to = dir.join(format!(".calm-backup-{}.partial", std::process::id()));
+            // Private, under a name nobody can guess, removed when done (or failed).
+            let mut staged =
+                calm_server::private_file::PrivateFile::create(&dir.join("calm-backup"))
+                    .with_context(|| format!("creating a file in {}", dir.display()))?;
+            let to = staged.path().to_path_buf();
+            let mut file = tokio::fs::File::from_std(
+                staged.file().try_clone().context("opening the download")?,
+            );
             let name = runtime()?
-                .block_on(protect::fetch_backup(&objects, args.backup.as_deref(), &to))
+                .block_on(protect::fetch_backup(
+                    &objects,
+                    args.backup.as_deref(),
+                    &mut file,
+                    &to,
+                ))
                 .map_err(|e| anyhow!(e))?;
             if !args.json {
                 eprintln!("loading the backup {name} from {url}");
             }
-            downloaded = Some(to.clone());
+            downloaded = Some(staged);
             to
         }
         (None, None) => bail!("give a dump file or --from-backups"),
     };
     let bytes = std::fs::metadata(&file).map_or(0, |m| m.len());
     let result = load_file(args, &file);
-    if let Some(path) = downloaded {
-        let _ = std::fs::remove_file(path);
-    }
+    drop(downloaded);
     let summary = result?;
     let seconds = started.elapsed().as_secs_f64();
     if args.json {

@@ -520,3 +520,136 @@ fn only_an_administrator_dumps_or_collects() {
     let (status, rest) = server.terminate();
     assert!(status.success(), "{rest}");
 }
+
+/// Runs `program` with `args` as the unprivileged user.
+fn as_user(program: &str, args: &[&str]) -> std::process::Output {
+    let id = common::UNPRIVILEGED_UID.to_string();
+    std::process::Command::new("setpriv")
+        .args(["--reuid", &id, "--regid", &id, "--clear-groups", program])
+        .args(args)
+        .output()
+        .expect("setpriv")
+}
+
+/// The names in `dir`, sorted.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A directory every user may write in (sticky, as /tmp), under `tmp` (made passable).
+fn shared_dir(tmp: &Path, name: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let dir = tmp.join(name);
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    dir
+}
+
+/// The files calm writes for an administrator (a dump, a CA, certificates and their keys) in
+/// a directory every user can write: a user who planted links and files at every name calm
+/// writes there (the file's, `FILE.partial`) gets nothing written through them, cannot read
+/// what calm wrote, and a dump that fails leaves nothing.
+#[test]
+fn files_for_the_administrator_are_private_and_never_written_through_a_planted_name() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let server = Server::start(&data);
+    let mount = Mount::remote(&server.addr, &[]);
+    mount.sh_ok("echo the-secret-of-a-0600-file > private && chmod 600 private && sync");
+    let out = shared_dir(tmp.path(), "out");
+    // Root's own file, which a link planted by the user points at.
+    let victim = tmp.path().join("victim");
+    std::fs::write(&victim, b"root's own").unwrap();
+    let at = |name: &str| out.join(name).to_str().unwrap().to_string();
+    let victim_path = victim.to_str().unwrap();
+    // (A planted `ca-key.pem` makes `calm certs init` refuse: "already holds a CA".)
+    for link in [
+        "dump.partial",
+        "dump.calmdump.partial",
+        "ca.pem",
+        "admin.pem",
+        "admin-key.pem",
+    ] {
+        let planted = as_user("ln", &["-s", victim_path, &at(link)]);
+        assert!(planted.status.success(), "{planted:?}");
+    }
+    let planted = as_user(
+        "sh",
+        &[
+            "-c",
+            &format!("echo planted > {0}; chmod 666 {0}", at("dump")),
+        ],
+    );
+    assert!(planted.status.success(), "{planted:?}");
+    let planted_names = names_in(&out);
+
+    let socket = socket(&data);
+    let dumped = calm_env(&["dump", &at("dump"), "--server", &socket], &[]);
+    assert!(dumped.status.success(), "{dumped:?}");
+    let made = std::fs::symlink_metadata(out.join("dump")).unwrap();
+    assert!(made.is_file(), "the dump is a file of its own");
+    assert_eq!((made.uid(), made.mode() & 0o7777), (0, 0o600));
+    let bytes = std::fs::read(out.join("dump")).unwrap();
+    assert!(
+        bytes
+            .windows(b"the-secret".len())
+            .any(|w| w == b"the-secret"),
+        "the dump holds the inline contents (which is why it is private)"
+    );
+    let read = as_user("cat", &[&at("dump")]);
+    assert!(!read.status.success(), "the user read the dump");
+    assert!(!String::from_utf8_lossy(&read.stdout).contains("the-secret"));
+
+    // A dump that fails (no server there) leaves nothing.
+    let failed = calm_env(
+        &[
+            "dump",
+            &at("failed"),
+            "--server",
+            "unix:/nonexistent/calm.sock",
+        ],
+        &[],
+    );
+    assert!(!failed.status.success());
+    // A CA and an administrator's certificate in the same directory.
+    let dir = out.to_str().unwrap();
+    let ca = calm_env(&["certs", "init", "--dir", dir], &[]);
+    assert!(ca.status.success(), "{ca:?}");
+    let issued = calm_env(&["certs", "issue", "admin", "--dir", dir], &[]);
+    assert!(issued.status.success(), "{issued:?}");
+    for (name, mode) in [
+        ("ca-key.pem", 0o600),
+        ("admin-key.pem", 0o600),
+        ("ca.pem", 0o644),
+        ("admin.pem", 0o644),
+    ] {
+        let made = std::fs::symlink_metadata(out.join(name)).unwrap();
+        assert!(made.is_file(), "{name} is a file of its own");
+        assert_eq!((made.uid(), made.mode() & 0o777), (0, mode), "{name}");
+    }
+    let read = as_user("cat", &[&at("admin-key.pem")]);
+    assert!(!read.status.success(), "the user read a key");
+
+    assert_eq!(
+        std::fs::read(&victim).unwrap(),
+        b"root's own",
+        "written through a link"
+    );
+    let mut expected: Vec<String> = planted_names
+        .into_iter()
+        .filter(|n| !n.ends_with(".pem"))
+        .chain(["ca-key.pem", "admin-key.pem", "ca.pem", "admin.pem"].map(String::from))
+        .collect();
+    expected.sort();
+    assert_eq!(names_in(&out), expected, "nothing else left behind");
+    drop(mount);
+    let (status, rest) = server.terminate();
+    assert!(status.success(), "{rest}");
+}
