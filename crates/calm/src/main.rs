@@ -15,6 +15,7 @@ mod gc;
 mod locks;
 mod mount;
 mod node;
+mod numbers;
 mod protect;
 mod quota;
 mod serve;
@@ -79,8 +80,8 @@ enum Command {
         /// `calm mount --job-variable`).
         #[arg(long, value_parser = ["uid", "job"], conflicts_with = "mountpoint")]
         by: Option<String>,
-        /// Seconds between two samples.
-        #[arg(long, default_value_t = 1.0)]
+        /// Seconds between two samples (0.1 to 86 400).
+        #[arg(long, default_value_t = 1.0, value_parser = numbers::interval_s)]
         interval_s: f64,
         /// Stop after this many lines (default: until interrupted).
         #[arg(long)]

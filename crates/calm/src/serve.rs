@@ -91,8 +91,8 @@ pub struct ServerArgs {
     pub advertise: Option<String>,
     /// Write a dump of the metadata into the object store (under backups/, beside the file
     /// contents) this often, in hours (fractions allowed); 0: never. `calm load` makes a new
-    /// store from one after the metadata was lost.
-    #[arg(long, default_value_t = 1.0)]
+    /// store from one after the metadata was lost. At least a minute, at most ten years.
+    #[arg(long, default_value_t = 1.0, value_parser = crate::numbers::backup_hours)]
     pub backup_every_hours: f64,
     /// Backups kept in the object store; after each new one the oldest beyond this are removed.
     #[arg(long, default_value_t = 24)]
@@ -100,12 +100,13 @@ pub struct ServerArgs {
     /// Keep what is removed (unlinked, replaced by a rename, rmdir'd) in a trash this many
     /// hours (fractions allowed) before it is destroyed; `calm trash` lists, restores and
     /// purges it. What is in the trash counts in no quota. 0: no trash, a removal is final.
-    #[arg(long, default_value_t = 24.0)]
+    /// At most ten years.
+    #[arg(long, default_value_t = 24.0, value_parser = crate::numbers::hours)]
     pub trash_hours: f64,
     /// A file or directory removed less than this many seconds after it was made skips the
     /// trash: a program's scratch file (a database's journal, an editor's temporary copy), not
-    /// a person's work. 0: everything removed goes to the trash.
-    #[arg(long, default_value_t = 10.0)]
+    /// a person's work. 0: everything removed goes to the trash. At most a day.
+    #[arg(long, default_value_t = 10.0, value_parser = crate::numbers::seconds)]
     pub trash_min_age_s: f64,
     /// Serve Prometheus's metrics at http://ADDR/metrics (HOST:PORT; port 0: one the kernel
     /// picks, said in the log): a server's requests by method with their latency and errors,

@@ -297,6 +297,55 @@ fn bad_arguments_and_missing_stores_are_clear_errors() {
     assert_eq!(status.status.code(), Some(2));
 }
 
+/// Every decimal argument is a finite number within its named range, or a usage error that
+/// says so: no panic (exit 101), no silent default.
+#[test]
+fn numbers_outside_their_range_are_usage_errors_not_panics() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("d");
+    let data = data.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["stats", "--interval-s", "1e308"], "outside"),
+        (&["stats", "--interval-s", "nan"], "not a finite number"),
+        (
+            &["serve", "--data", data, "--trash-hours", "1e300"],
+            "outside",
+        ),
+        (
+            &["serve", "--data", data, "--trash-hours", "nan"],
+            "not a finite number",
+        ),
+        (&["serve", "--data", data, "--trash-hours=-1"], "outside"),
+        (
+            &["serve", "--data", data, "--backup-every-hours", "1e300"],
+            "outside",
+        ),
+        (
+            &["serve", "--data", data, "--backup-every-hours", "1e-9"],
+            "less than a minute",
+        ),
+        (
+            &["serve", "--data", data, "--backup-every-hours", "inf"],
+            "not a finite number",
+        ),
+        (
+            &["serve", "--data", data, "--trash-min-age-s", "1e300"],
+            "outside",
+        ),
+    ];
+    for (args, says) in cases {
+        let out = calm(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    assert!(
+        !tmp.path().join("d").exists(),
+        "a refused serve made its data directory"
+    );
+}
+
 #[test]
 fn a_command_whose_reader_went_away_ends_quietly() {
     use std::os::unix::process::ExitStatusExt;
