@@ -73,11 +73,29 @@ pub struct Objects {
 impl Objects {
     /// Opens the store `url` names (a local directory is created when missing).
     pub fn open(url: &str) -> Result<Objects, DataError> {
+        Objects::open_with(url, true)
+    }
+
+    /// [`Objects::open`] for a store that must exist already (to read from it: a listing of
+    /// its backups, a backup to load): a local directory that is not there is an error, not
+    /// made.
+    pub fn open_existing(url: &str) -> Result<Objects, DataError> {
+        Objects::open_with(url, false)
+    }
+
+    fn open_with(url: &str, create: bool) -> Result<Objects, DataError> {
         match ObjectsUrl::parse(url)? {
             ObjectsUrl::File { root } => {
-                std::fs::create_dir_all(&root).map_err(|e| {
-                    DataError::Unavailable(format!("creating {}: {e}", root.display()))
-                })?;
+                if create {
+                    std::fs::create_dir_all(&root).map_err(|e| {
+                        DataError::Unavailable(format!("creating {}: {e}", root.display()))
+                    })?;
+                } else if !root.is_dir() {
+                    return Err(DataError::Unavailable(format!(
+                        "{} is not a directory",
+                        root.display()
+                    )));
+                }
                 let store = object_store::local::LocalFileSystem::new_with_prefix(&root)?;
                 Ok(Objects {
                     store: Arc::new(store),

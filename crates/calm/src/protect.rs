@@ -156,8 +156,8 @@ pub fn load(args: &LoadArgs) -> anyhow::Result<ExitCode> {
     let file = match (&args.file, &args.from_backups) {
         (Some(file), _) => file.clone(),
         (None, Some(url)) => {
-            let objects =
-                calm_data::Objects::open(url).map_err(|e| anyhow!("object store {url}: {e}"))?;
+            let objects = calm_data::Objects::open_existing(url)
+                .map_err(|e| anyhow!("object store {url}: {e}"))?;
             let dir = match &args.data {
                 Some(data) => data
                     .parent()
@@ -214,6 +214,10 @@ pub fn load(args: &LoadArgs) -> anyhow::Result<ExitCode> {
 
 fn load_file(args: &LoadArgs, file: &Path) -> anyhow::Result<DumpSummary> {
     let what = || format!("loading {}", file.display());
+    // Checked whole before anything is made: a missing, cut or damaged dump leaves no store.
+    let opened = std::fs::File::open(file).with_context(what)?;
+    calm_meta::dump::verify(std::io::BufReader::new(opened))
+        .with_context(|| format!("checking {}", file.display()))?;
     match (&args.data, &args.store) {
         (Some(data), _) => {
             let options = LmdbOptions {
@@ -237,7 +241,7 @@ fn load_file(args: &LoadArgs, file: &Path) -> anyhow::Result<DumpSummary> {
 }
 
 pub fn backups(objects_url: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let objects = calm_data::Objects::open(objects_url)
+    let objects = calm_data::Objects::open_existing(objects_url)
         .map_err(|e| anyhow!("object store {objects_url}: {e}"))?;
     let listed = runtime()?
         .block_on(protect::list_backups(&objects))

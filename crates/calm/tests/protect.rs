@@ -653,3 +653,55 @@ fn files_for_the_administrator_are_private_and_never_written_through_a_planted_n
     let (status, rest) = server.terminate();
     assert!(status.success(), "{rest}");
 }
+
+/// `calm load` of a dump that is missing, cut or not a dump, and `calm backups` or
+/// `calm load --from-backups` of a local object store that is not there, fail with what is
+/// wrong and make nothing: no empty store, no directory.
+#[test]
+fn a_load_or_a_listing_of_nothing_is_an_error_and_makes_nothing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let new = tmp.path().join("new");
+    let garbage = tmp.path().join("garbage.calmdump");
+    std::fs::write(&garbage, b"CALMDUMP but not one").unwrap();
+    let missing = tmp.path().join("missing.calmdump");
+    for dump in [&missing, &garbage] {
+        let out = calm_env(
+            &[
+                "load",
+                dump.to_str().unwrap(),
+                "--data",
+                new.to_str().unwrap(),
+            ],
+            &[],
+        );
+        assert!(!out.status.success(), "{out:?}");
+        assert!(
+            !new.exists(),
+            "a failed load of {} made a store",
+            dump.display()
+        );
+    }
+    let nowhere = tmp.path().join("nowhere");
+    let url = format!("file://{}", nowhere.display());
+    let listed = calm_env(&["backups", &url], &[]);
+    assert!(!listed.status.success(), "{listed:?}");
+    assert!(
+        String::from_utf8_lossy(&listed.stderr).contains("is not a directory"),
+        "{listed:?}"
+    );
+    let loaded = calm_env(
+        &[
+            "load",
+            "--from-backups",
+            &url,
+            "--data",
+            new.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(!loaded.status.success(), "{loaded:?}");
+    assert!(
+        !nowhere.exists() && !new.exists(),
+        "made by a failed command"
+    );
+}
