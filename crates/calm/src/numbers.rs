@@ -3,8 +3,9 @@
 
 /// Most hours anything is kept or waited for (ten years).
 pub const HOURS_MAX: f64 = 87_600.0;
-/// Least time between two backups, in hours (a minute): each is a whole dump.
-pub const BACKUP_EVERY_HOURS_MIN: f64 = 1.0 / 60.0;
+/// Least time between two backups, in hours (a second; each is a whole dump, so an interval
+/// this short is for tests).
+pub const BACKUP_EVERY_HOURS_MIN: f64 = 1.0 / 3600.0;
 /// Most seconds of the stats' interval and of a file's age that skips the trash (a day).
 pub const SECONDS_MAX: f64 = 86_400.0;
 /// Least seconds between two samples of `calm stats`.
@@ -48,8 +49,8 @@ pub fn backup_hours(text: &str) -> Result<f64, String> {
     let value = hours(text)?;
     if value != 0.0 && value < BACKUP_EVERY_HOURS_MIN {
         return Err(format!(
-            "{text} is less than a minute between two backups (each a whole dump): give 0 \
-             for none, or at least {BACKUP_EVERY_HOURS_MIN:.4} hours"
+            "{text} is less than a second between two backups (each a whole dump): give 0 \
+             for none, or at least {BACKUP_EVERY_HOURS_MIN:.6} hours (a second)"
         ));
     }
     Ok(value)
@@ -81,10 +82,11 @@ mod tests {
         assert_eq!(hours("0"), Ok(0.0));
         assert_eq!(backup_hours("0"), Ok(0.0));
         assert_eq!(backup_hours("0.5"), Ok(0.5));
+        assert_eq!(backup_hours("0.0005"), Ok(0.0005));
         assert!(
             backup_hours("1e-9")
                 .unwrap_err()
-                .contains("less than a minute")
+                .contains("less than a second")
         );
         assert!(interval_s("0.01").is_err());
         assert_eq!(interval_s("0.1"), Ok(0.1));

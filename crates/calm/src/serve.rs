@@ -91,7 +91,7 @@ pub struct ServerArgs {
     pub advertise: Option<String>,
     /// Write a dump of the metadata into the object store (under backups/, beside the file
     /// contents) this often, in hours (fractions allowed); 0: never. `calm load` makes a new
-    /// store from one after the metadata was lost. At least a minute, at most ten years.
+    /// store from one after the metadata was lost. At least a second, at most ten years.
     #[arg(long, default_value_t = 1.0, value_parser = crate::numbers::backup_hours)]
     pub backup_every_hours: f64,
     /// Backups kept in the object store; after each new one the oldest beyond this are removed.

@@ -322,7 +322,7 @@ fn numbers_outside_their_range_are_usage_errors_not_panics() {
         ),
         (
             &["serve", "--data", data, "--backup-every-hours", "1e-9"],
-            "less than a minute",
+            "less than a second",
         ),
         (
             &["serve", "--data", data, "--backup-every-hours", "inf"],
