@@ -6,7 +6,7 @@
 mod common;
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{Mount, Server};
 
@@ -217,6 +217,39 @@ fn a_clone_is_a_copy_that_shares_its_bytes() {
     for line in cut.lines() {
         assert!(source.contains(line), "{line} is not a whole copy");
     }
+    drop(mount);
+    let (status, _) = server.terminate();
+    assert!(status.success());
+    fsck_clean(&data);
+}
+
+/// A directory cloned into itself (or below itself) is refused at once, as `cp -r` refuses
+/// it, and nothing is made; cloning a sibling still works.
+#[test]
+fn a_clone_into_itself_is_refused_at_once() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let server = Server::start(&data);
+    let mount = Mount::remote(&server.addr, &[]);
+    let calm = common::CALM;
+    let sock = socket(&data);
+    mount.sh_ok("mkdir -p a/b/c && echo x > a/b/f");
+    let before = described(&mount, "a");
+    for into in ["a/copy", "a/b/copy", "a/b/c/copy"] {
+        let started = Instant::now();
+        let refused = mount.sh(&format!("timeout 20 {calm} clone a {into} --server {sock}"));
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "cloned a into {into}");
+        assert!(said.contains("cannot be cloned into itself"), "{said}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{into}: {:?}",
+            started.elapsed()
+        );
+    }
+    assert_eq!(described(&mount, "a"), before, "nothing made in the source");
+    let out = mount.sh_ok(&format!("{calm} clone a/b a/b2 --server {sock}"));
+    assert!(out.starts_with("cloned a/b as a/b2"), "{out}");
     drop(mount);
     let (status, _) = server.terminate();
     assert!(status.success());

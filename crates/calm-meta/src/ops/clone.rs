@@ -92,6 +92,10 @@ pub(crate) fn node<T: WriteTxn>(
     crate::perm::may_change_dir(&ctx.caller, &dir.owner())?;
     let node = ctx.load(src)?;
     may_copy(ctx, &node)?;
+    if node.kind == Kind::Dir && super::rename::is_ancestor(ctx, src, parent)? {
+        // Its copy would be among its own entries, cloned again and again without end.
+        return Err(MetaError::Invalid("a directory cannot be cloned into itself".into()).into());
+    }
     if node.kind == Kind::Dir && dir.nlink >= LINK_COUNT_MAX {
         return Err(MetaError::TooManyLinks.into());
     }
@@ -130,6 +134,9 @@ pub(crate) fn entries<T: WriteTxn>(
 ) -> Outcome<Done> {
     let max = max.clamp(1, CLONE_ENTRIES_MAX);
     let source = ctx.load_dir(src)?;
+    if super::rename::is_ancestor(ctx, src, dst)? {
+        return Err(MetaError::Invalid("a directory cannot be cloned into itself".into()).into());
+    }
     crate::perm::permission(&ctx.caller, &source.owner(), MAY_READ | MAY_EXEC)?;
     let mut dir = ctx.load_dir(dst)?;
     crate::perm::may_change_dir(&ctx.caller, &dir.owner())?;
