@@ -87,12 +87,18 @@ impl Loads {
 
 /// What `identity` may see of the tables: mounts and administrators every key; a user only
 /// its own uid's figures, and no job (which jobs are its own is not known here), so that one
-/// user cannot watch what another does.
+/// user cannot watch what another does. Of the figures nearest their limits, a user sees its
+/// own lock sessions and its own user quota only (another's quota is refused to it by the
+/// quota calls too).
 pub fn visible_to(identity: &crate::auth::Identity, status: &mut pb::StatusReply) {
-    if let crate::auth::Identity::User { uid, .. } = identity {
+    if let crate::auth::Identity::User { key, uid, .. } = identity {
         let own = uid.to_string();
         status.by_uid.retain(|l| l.key == own);
         status.by_job.clear();
+        let own_quota = calm_types::QuotaTarget::user(*uid).to_string();
+        status
+            .nearest
+            .retain(|n| n.who == *key || n.who == own_quota);
     }
 }
 
@@ -209,7 +215,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_user_sees_only_its_own_load_and_no_job() {
+    fn a_user_sees_only_its_own_load_limits_and_no_job() {
         let loads = Loads::default();
         for (uid, job) in [("1000", "a"), ("2000", "b"), ("2000", "b")] {
             loads.count(Some(uid), Some(job), Duration::from_micros(10), true);
@@ -218,9 +224,23 @@ mod tests {
         loads.count(Some("1000"), Some("a"), Duration::from_secs(5), false);
         assert_eq!(loads.namespace_time(), (3, 30_000));
         let (by_uid, by_job) = loads.status();
+        let near = |who: &str, what: &str| pb::NearLimit {
+            who: who.into(),
+            what: what.into(),
+            used: 9,
+            limit: 10,
+        };
         let status = pb::StatusReply {
             by_uid,
             by_job,
+            nearest: vec![
+                near("user 2000", "bytes"),
+                near("uid 2000", "lock sessions"),
+                near("group 100", "inodes"),
+                near("the tree of directory 7", "bytes"),
+                near("user 1000", "bytes"),
+                near("uid 1000", "locks of session 3"),
+            ],
             ..Default::default()
         };
         let user = crate::auth::Identity::User {
@@ -234,6 +254,12 @@ mod tests {
         let keys: Vec<&str> = seen.by_uid.iter().map(|l| l.key.as_str()).collect();
         assert_eq!(keys, ["1000"]);
         assert!(seen.by_job.is_empty());
+        let near: Vec<&str> = seen.nearest.iter().map(|n| n.who.as_str()).collect();
+        assert_eq!(
+            near,
+            ["user 1000", "uid 1000"],
+            "another's quota or sessions shown"
+        );
         let admin = crate::auth::Identity::Admin { key: "root".into() };
         let mut all = status.clone();
         visible_to(&admin, &mut all);
