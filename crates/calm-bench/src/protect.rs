@@ -160,9 +160,11 @@ pub fn run(options: &ProtectOptions) -> Result<Vec<ProtectResult>, String> {
         )?;
         let dump_bytes = std::fs::metadata(&file).map_or(0, |m| m.len());
         let loaded = work.path().join("loaded");
+        // A copy beside the original: its own object store (empty files: nothing to copy).
+        let loaded_objects = calm_data::ObjectsUrl::file(&work.path().join("loaded-objects"));
         let (load_s, load_rss_mib, load_peak_mib, said) = timed(
             Command::new(exe)
-                .args(["load", "--json", "--data"])
+                .args(["load", "--json", "--objects", &loaded_objects, "--data"])
                 .arg(&loaded)
                 .arg(&file),
         )?;

@@ -92,8 +92,18 @@ impl Drop for ServerProcess {
 }
 
 impl ServerProcess {
+    /// A server of the namespace at `url`, its contents in `dir/objects-PREFIX` (one object
+    /// store per namespace: a server refuses another namespace's).
     fn start(options: &ServersOptions, url: &str, dir: &Path) -> Result<ServerProcess, String> {
-        let objects = format!("file://{}", dir.join("objects").display());
+        let prefix: String = url
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .take_while(|c| *c != '?')
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        let objects = format!("file://{}", dir.join(format!("objects-{prefix}")).display());
         let data = dir.join(format!("server-{}", unique()));
         let mut child = Command::new(&options.calm)
             .arg("serve")

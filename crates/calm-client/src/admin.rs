@@ -41,12 +41,13 @@ impl Client {
         }
     }
 
-    /// Entries of the trash with a handle above `after`, at most `max`: every one for an
-    /// administrator, the caller's own for anyone else.
-    pub async fn trash_list(&self, after: u64, max: u32) -> Result<Vec<pb::TrashEntry>> {
+    /// A page of entries of the trash with a handle above `after`, at most `max`: every one
+    /// for an administrator, the caller's own for anyone else; and where the next page begins
+    /// (`next`, 0 at the end: a page may hold few entries, or none, before it).
+    pub async fn trash_list(&self, after: u64, max: u32) -> Result<pb::TrashListReply> {
         let conn = self.conn();
         let request = self.tagged(pb::TrashListRequest { after, max }, None);
-        Ok(check(conn.protect.clone().trash_list(request).await)?.entries)
+        check(conn.protect.clone().trash_list(request).await)
     }
 
     /// Names entry `handle` of the trash again; answers where and under which name.

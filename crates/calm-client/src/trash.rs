@@ -19,11 +19,11 @@ pub async fn list_all(client: &Client) -> Result<Vec<pb::TrashEntry>> {
     let mut after = 0;
     loop {
         let page = client.trash_list(after, PAGE).await?;
-        let Some(last) = page.last() else {
+        all.extend(page.entries);
+        if page.next == 0 {
             return Ok(all);
-        };
-        after = last.handle;
-        all.extend(page);
+        }
+        after = page.next;
     }
 }
 

@@ -19,6 +19,9 @@ pub enum DataError {
     /// The store could not be reached or failed.
     #[error("object store unavailable: {0}")]
     Unavailable(String),
+    /// The store belongs to another namespace: nothing is deleted from it.
+    #[error("object store not this namespace's: {0}")]
+    Taken(String),
 }
 
 impl DataError {
@@ -27,7 +30,10 @@ impl DataError {
         match self {
             DataError::Invalid(_) => libc_einval(),
             DataError::NoSpace(_) => 28, // ENOSPC
-            DataError::Missing(_) | DataError::Corrupt(_) | DataError::Unavailable(_) => 5, // EIO
+            DataError::Missing(_)
+            | DataError::Corrupt(_)
+            | DataError::Unavailable(_)
+            | DataError::Taken(_) => 5, // EIO
         }
     }
 }

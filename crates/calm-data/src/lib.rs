@@ -28,6 +28,7 @@ pub mod memory;
 pub mod meter;
 pub mod named;
 pub mod objects;
+pub mod owner;
 pub mod url;
 
 pub use cache::DiskCache;

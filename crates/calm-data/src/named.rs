@@ -123,6 +123,7 @@ impl Objects {
 
     /// Removes `dir/name` (gone already is no error).
     pub async fn delete_file(&self, dir: &str, name: &str) -> Result<(), DataError> {
+        self.check_owner().await?;
         match self.store.delete(&self.named_path(dir, name)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),

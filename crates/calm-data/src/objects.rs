@@ -68,6 +68,8 @@ pub struct Objects {
     disk: Option<Arc<DiskCache>>,
     /// The requests made and how reads were served, for the metrics.
     meter: Arc<Meter>,
+    /// Set on a server's handle: deletions only while the store is its namespace's.
+    pub(crate) fence: Option<Arc<crate::owner::Fence>>,
 }
 
 impl Objects {
@@ -109,6 +111,7 @@ impl Objects {
                     inflight: Arc::default(),
                     disk: None,
                     meter: Arc::default(),
+                    fence: None,
                 })
             }
             ObjectsUrl::S3 {
@@ -154,6 +157,7 @@ impl Objects {
                     inflight: Arc::default(),
                     disk: None,
                     meter: Arc::default(),
+                    fence: None,
                 })
             }
         }
@@ -537,6 +541,7 @@ impl Objects {
 
     /// Deletes one block object (gone already is no error).
     pub async fn delete_block(&self, id: u64, block: u32) -> Result<(), DataError> {
+        self.check_owner().await?;
         let started = Instant::now();
         let deleted = match self.store.delete(&self.path(id, block)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
@@ -566,6 +571,7 @@ impl Objects {
         &self,
         unfinished: &crate::local::Unfinished,
     ) -> Result<(), DataError> {
+        self.check_owner().await?;
         match std::fs::remove_file(&unfinished.path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -597,6 +603,28 @@ impl Objects {
         }
         out.sort_unstable_by_key(|l| (l.id, l.block));
         Ok(out)
+    }
+
+    /// Copies every block of slice `id` (`size` bytes) into `to` as it is here, durable when
+    /// this returns. One block in memory at a time.
+    pub async fn copy_slice(&self, to: &Objects, id: u64, size: u32) -> Result<(), DataError> {
+        for (b, _) in blocks(size) {
+            let got = self.store.get(&self.path(id, b)).await?.bytes().await?;
+            match &to.local {
+                Some(root) => {
+                    let path = to.local_path(root, id, b);
+                    tokio::task::spawn_blocking(move || {
+                        crate::local::put(&path, &[&got]).map_err(|e| local_error(&path, e))
+                    })
+                    .await
+                    .map_err(|e| DataError::Unavailable(e.to_string()))??;
+                }
+                None => {
+                    to.store.put(&to.path(id, b), PutPayload::from(got)).await?;
+                }
+            }
+        }
+        to.sync(id, size).await
     }
 
     /// The expected object length of block `block` of a slice of `size` bytes.

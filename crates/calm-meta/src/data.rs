@@ -67,6 +67,11 @@ impl<S: Store> Meta<S> {
         })
     }
 
+    /// The namespace's claim on its object store (see [`objects_owner`]).
+    pub fn objects_owner(&self) -> Result<Option<Vec<u8>>> {
+        self.blocking(|| objects_owner(&self.store.snapshot()?))
+    }
+
     /// The namespace's identity, in 32 hex digits (see [`KEY_NAMESPACE_ID`]).
     pub fn namespace_id(&self) -> Result<String> {
         self.blocking(|| {
@@ -375,6 +380,12 @@ pub fn referenced_objects<R: ReadTxn>(snap: &R) -> Result<Referenced> {
         queued,
         next,
     })
+}
+
+/// The namespace's claim on its object store ([`KEY_OBJECTS_OWNER`]); absent on a store no
+/// server of this version opened yet.
+pub fn objects_owner<R: ReadTxn>(snap: &R) -> Result<Option<Vec<u8>>> {
+    Ok(snap.get(KEY_OBJECTS_OWNER)?.map(|v| v.to_vec()))
 }
 
 /// The URL of the object store a snapshot's namespace keeps its contents in.

@@ -94,6 +94,8 @@ pub enum DumpError {
          namespace and no server will open it; remove it and load again"
     )]
     Partial(String),
+    #[error("{0}")]
+    Refused(String),
 }
 
 pub type DumpResult<T> = std::result::Result<T, DumpError>;
@@ -118,6 +120,8 @@ pub struct DumpSummary {
     pub left_out: u64,
     /// The changelog's last index the dump keeps.
     pub changelog_last: u64,
+    /// The object store the dumped namespace keeps its file contents in.
+    pub objects_url: Option<String>,
 }
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> DumpError {
@@ -421,6 +425,9 @@ impl<R: Read> DumpReader<R> {
             if key == KEY_CL_LAST {
                 self.summary.changelog_last = counter(key, value)?;
             }
+            if key == layout::KEY_OBJECTS {
+                self.summary.objects_url = Some(String::from_utf8_lossy(value).into_owned());
+            }
             each(key, value)?;
         }
         Ok(())
@@ -521,6 +528,47 @@ pub fn load<S: Store, R: Read>(
     txn: (usize, usize),
     progress: &mut dyn FnMut(u64),
 ) -> DumpResult<DumpSummary> {
+    let mut plan = LoadPlan {
+        txn,
+        replace: Vec::new(),
+        progress,
+        before_format: &mut || Ok(()),
+    };
+    load_with(store, open, &mut plan)
+}
+
+/// What a load changes of the dump, and what it does before the new store is whole.
+#[allow(missing_debug_implementations)] // holds callbacks
+pub struct LoadPlan<'a> {
+    /// Pairs and bytes of one transaction ([`load_txn`]).
+    pub txn: (usize, usize),
+    /// Superblock fields whose value the load sets, whatever the dump holds (written also when
+    /// the dump has none): the object store a copy keeps its contents in, its claim on it.
+    pub replace: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Gets the pairs written so far.
+    pub progress: &'a mut dyn FnMut(u64),
+    /// Called once every pair but the format field is written, before the one transaction
+    /// that makes the store whole: the last work a load must finish first (the copy of the
+    /// objects its files name into a store of its own).
+    pub before_format: &'a mut dyn FnMut() -> DumpResult<()>,
+}
+
+/// [`load`] by a plan: `plan.replace` overrides the dump's superblock fields and
+/// `plan.before_format` runs before the format field is written.
+pub fn load_with<S: Store, R: Read>(
+    store: &S,
+    open: &mut dyn FnMut() -> DumpResult<R>,
+    plan: &mut LoadPlan<'_>,
+) -> DumpResult<DumpSummary> {
+    let (txn, progress) = (plan.txn, &mut *plan.progress);
+    let mut replace = std::mem::take(&mut plan.replace);
+    // A load never makes a second owner of an object store: the copy's claim is its own.
+    if !replace.iter().any(|(k, _)| k == layout::KEY_OBJECTS_OWNER) {
+        replace.push((
+            layout::KEY_OBJECTS_OWNER.to_vec(),
+            crate::open::random_id().to_vec(),
+        ));
+    }
     let checked = verify(open()?)?;
     {
         let snapshot = store.snapshot()?;
@@ -546,6 +594,7 @@ pub fn load<S: Store, R: Read>(
                         format = Some(value.to_vec());
                         return Ok(());
                     }
+                    _ if replace.iter().any(|(k, _)| k == key) => return Ok(()),
                     KEY_HWM | KEY_SLICE_NEXT => counter(key, value)?
                         .checked_add(LOAD_ID_GAP)
                         .ok_or_else(|| {
@@ -572,9 +621,15 @@ pub fn load<S: Store, R: Read>(
             break;
         }
     }
-    // The format field last, alone with the rest: until it is there, no server opens the store.
+    // The format field last, alone: until it is there, no server opens the store.
     let format =
         format.ok_or_else(|| DumpError::Damaged("the dump holds no format field".into()))?;
+    batch.append(&mut replace);
+    write_batch(store, &mut batch).map_err(partial)?;
+    (plan.before_format)().map_err(|e| match e {
+        DumpError::Partial(_) => e,
+        other => DumpError::Partial(other.to_string()),
+    })?;
     batch.push((KEY_FORMAT.to_vec(), format));
     write_batch(store, &mut batch).map_err(partial)?;
     Ok(checked)

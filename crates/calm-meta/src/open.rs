@@ -133,6 +133,9 @@ fn open_txn<S: Store>(
     if txn.get(KEY_NAMESPACE_ID)?.is_none() {
         txn.put(KEY_NAMESPACE_ID, &random_id())?;
     }
+    if txn.get(KEY_OBJECTS_OWNER)?.is_none() {
+        txn.put(KEY_OBJECTS_OWNER, &random_id())?;
+    }
     let names = match txn.get(KEY_NAME_HASH)? {
         Some(key) => layout::NameHash::from_value(&key)?,
         None => {
@@ -194,10 +197,9 @@ fn follow_commits<S: Store>(
     }
 }
 
-/// Writes the superblock and the root directory of an empty store.
 /// 16 bytes no other namespace has: the standard library's per-process random hash keys
 /// (seeded by the operating system), over the time and the process id.
-pub(crate) fn random_id() -> [u8; 16] {
+pub fn random_id() -> [u8; 16] {
     use std::hash::{BuildHasher, Hasher};
     let mut id = [0u8; 16];
     for half in id.chunks_mut(8) {
@@ -209,6 +211,7 @@ pub(crate) fn random_id() -> [u8; 16] {
     id
 }
 
+/// Writes the superblock and the root directory of an empty store.
 /// A store formatted at a `place` takes its cluster's ranges of handles and slice ids, and
 /// cluster 0's name hash key and identity when given.
 fn format_store<T: WriteTxn>(txn: &mut T, place: Option<&place::Place>) -> Result<()> {

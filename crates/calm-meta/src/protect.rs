@@ -15,6 +15,19 @@ pub struct TrashListing {
     pub path: Vec<u8>,
 }
 
+/// A page of the trash, and the handle the next one lists after (`None`: the end).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TrashPage {
+    pub entries: Vec<TrashListing>,
+    pub next: Option<Handle>,
+}
+
+/// Bytes of names and paths a page of the trash holds (past it the page ends): well under
+/// the 4 MiB a gRPC message may hold, whatever the names.
+pub const TRASH_PAGE_BYTES_MAX: usize = 1 << 20;
+/// What an entry's fixed fields count in a page.
+const TRASH_ENTRY_BYTES: usize = 64;
+
 /// Directories a path is followed up through at most.
 const PATH_DEPTH_MAX: usize = 4096;
 
@@ -29,25 +42,28 @@ pub struct Restored {
 impl<S: Store> Meta<S> {
     /// Up to `max` (at most [`crate::ops::trash::LIST_ENTRIES_MAX`]) entries of the trash with
     /// a handle above `after`: every one for the superuser, the caller's own for anyone else.
-    pub fn trash_list(
-        &self,
-        caller: &Caller,
-        after: Handle,
-        max: usize,
-    ) -> Result<Vec<TrashListing>> {
+    /// A page holds at most [`TRASH_PAGE_BYTES_MAX`] of names and paths, and reads at most
+    /// [`crate::ops::trash::LIST_SCAN_MAX`] entries; `next` says where the following one
+    /// begins.
+    pub fn trash_list(&self, caller: &Caller, after: Handle, max: usize) -> Result<TrashPage> {
         let max = max.clamp(1, crate::ops::trash::LIST_ENTRIES_MAX);
         self.blocking(|| {
             let snap = self.store.snapshot()?;
             let uid = (!caller.is_root()).then_some(caller.uid);
-            let listed = crate::ops::trash::list(&snap, after, max, uid)?;
+            let (listed, mut next) = crate::ops::trash::list(&snap, after, max, uid)?;
             let mut names = HashMap::new();
-            listed
-                .into_iter()
-                .map(|listed| {
-                    let path = path_of(&snap, &listed.entry, &mut names)?;
-                    Ok(TrashListing { listed, path })
-                })
-                .collect()
+            let mut entries = Vec::with_capacity(listed.len());
+            let mut bytes = 0;
+            for listed in listed {
+                if bytes >= TRASH_PAGE_BYTES_MAX {
+                    next = entries.last().map(|e: &TrashListing| e.listed.handle);
+                    break;
+                }
+                let path = path_of(&snap, &listed.entry, &mut names)?;
+                bytes += TRASH_ENTRY_BYTES + listed.entry.name.len() + path.len();
+                entries.push(TrashListing { listed, path });
+            }
+            Ok(TrashPage { entries, next })
         })
     }
 

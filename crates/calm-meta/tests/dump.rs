@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use calm_meta::dump::{self, DumpError, LOAD_ID_GAP};
-use calm_meta::layout::{KEY_CL_LAST, KEY_FORMAT, KEY_HWM, KEY_SLICE_NEXT};
+use calm_meta::layout::{KEY_CL_LAST, KEY_FORMAT, KEY_HWM, KEY_OBJECTS_OWNER, KEY_SLICE_NEXT};
 use calm_meta::slices::{INLINE, Slice};
 use calm_meta::*;
 use calm_store::fault::FaultStore;
@@ -152,6 +152,11 @@ fn a_loaded_store_holds_the_dumped_namespace_and_goes_on_past_its_ids() {
         expected.insert(key.to_vec(), moved.to_le_bytes().to_vec());
     }
     expected.insert(KEY_CL_LAST.to_vec(), cl_last.to_le_bytes().to_vec());
+    // A claim on the object store of its own: a loaded copy never owns the original's.
+    let claim = after.get(KEY_OBJECTS_OWNER).expect("a claim").clone();
+    assert_eq!(claim.len(), 16);
+    assert_ne!(Some(&claim), before.get(KEY_OBJECTS_OWNER));
+    expected.insert(KEY_OBJECTS_OWNER.to_vec(), claim);
     assert_eq!(after, expected);
     assert_eq!(summary.pairs, after.len() as u64);
     assert!(after.contains_key(KEY_FORMAT));

@@ -754,7 +754,7 @@ proptest! {
         prop_assert!(report.is_clean(), "fsck: {:?}", report.problems);
         let in_trash = model.trash.as_ref().map_or(0, |t| t.len());
         prop_assert_eq!(report.inodes as usize, model.nodes.len() + in_trash);
-        let listed: Vec<(Handle, u64)> = meta.trash_list(&Caller::default(), 0, 10_000).unwrap().iter().map(|l| (l.listed.handle, l.listed.entry.size)).collect();
+        let listed: Vec<(Handle, u64)> = meta.trash_list(&Caller::default(), 0, 10_000).unwrap().entries.iter().map(|l| (l.listed.handle, l.listed.entry.size)).collect();
         let expected: Vec<(Handle, u64)> = model.trash.iter().flatten().map(|(h, (n, _, _))| (*h, if n.kind == Kind::File { n.size } else { 0 })).collect();
         prop_assert_eq!(listed, expected);
     }

@@ -82,6 +82,7 @@ fn made(done: ops::Done) -> Handle {
 fn listed(meta: &Meta<Arc<MemStore>>, caller: &Caller) -> Vec<(Handle, String)> {
     meta.trash_list(caller, 0, 10_000)
         .unwrap()
+        .entries
         .into_iter()
         .map(|l| {
             (

@@ -130,15 +130,32 @@ impl ServerConfig {
         })
     }
 
-    /// The deleter's and compactor's object store: the one the namespace keeps.
-    fn data_options<S: Store>(&self, meta: &Meta<S>) -> Result<Option<DataOptions>, ServerError> {
+    /// The deleter's and compactor's object store: the one the namespace keeps, claimed as
+    /// the namespace's (refused when it is another's), and deleting only while it stays so.
+    async fn data_options<S: Store>(
+        &self,
+        meta: &Meta<S>,
+    ) -> Result<Option<DataOptions>, ServerError> {
         let Some(url) = meta.objects_url()? else {
             return Ok(None);
         };
-        let objects = calm_data::Objects::open(&url).map_err(|e| ServerError::Objects {
+        let refused = |e: calm_data::DataError| ServerError::Objects {
             url: url.clone(),
             reason: e.to_string(),
-        })?;
+        };
+        let objects = calm_data::Objects::open(&url).map_err(refused)?;
+        let objects = match meta.objects_owner()? {
+            Some(claim) => {
+                match objects.claim(&claim).await {
+                    Ok(()) => {}
+                    Err(e @ calm_data::DataError::Taken(_)) => return Err(refused(e)),
+                    // Claimed before the first deletion; the metadata is served meanwhile.
+                    Err(error) => tracing::warn!(%error, "claiming the object store"),
+                }
+                objects.fenced(claim)
+            }
+            None => objects,
+        };
         Ok(Some(DataOptions {
             objects,
             delete_delay: self.delete_delay,
@@ -213,7 +230,7 @@ impl<S: Store> Assembled<S> {
         started: Instant,
     ) -> Result<Assembled<S>, ServerError> {
         let meta = Meta::open(store, config.meta_options(data_dir)?)?;
-        let data = config.data_options(&meta)?;
+        let data = config.data_options(&meta).await?;
         let (listeners, addrs) = config.listeners(data_dir).await?;
         let cluster = config.shared.as_ref().map(|shared| ClusterOptions {
             address: shared.advertise.clone().unwrap_or_else(|| {

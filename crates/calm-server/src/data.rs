@@ -85,6 +85,9 @@ fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// How often the deleter says that its object store was taken over.
+const TAKEN_SAID_EVERY: Duration = Duration::from_secs(60);
+
 /// Shortest sleep of the deleter between two reads of the deletion queue.
 const DELETER_SLEEP_MIN: Duration = Duration::from_millis(10);
 
@@ -96,6 +99,7 @@ async fn deleter<S: Store>(
     wake: Arc<Notify>,
 ) {
     let delay_ns = options.delete_delay.as_nanos() as u64;
+    let mut taken_said = None;
     loop {
         let Some(strong) = meta.upgrade() else { return };
         let due = now_ns().saturating_sub(delay_ns);
@@ -136,6 +140,15 @@ async fn deleter<S: Store>(
                     }
                 }
             }
+            continue;
+        }
+        // An object store another namespace took over: nothing to delete, said once a minute.
+        if let Err(error) = options.objects.check_owner().await {
+            if taken_said.is_none_or(|at: std::time::Instant| at.elapsed() >= TAKEN_SAID_EVERY) {
+                tracing::error!(%error, "the deletion queue waits");
+                taken_said = Some(std::time::Instant::now());
+            }
+            tokio::time::sleep(Duration::from_secs(10)).await;
             continue;
         }
         let deleted: Vec<(u64, u64)> = futures_lite_buffered(&options.objects, &ripe).await;

@@ -51,9 +51,15 @@ pub fn audit_objects<S: Store>(store: &S, grace_ms: i64) -> Result<(Objects, Aud
     let snapshot = store.snapshot()?;
     let url = calm_meta::data::objects_url(&snapshot)?.ok_or(OfflineError::NoObjectStore)?;
     let referenced = calm_meta::data::referenced_objects(&snapshot)?;
+    let owner = calm_meta::data::objects_owner(&snapshot)?;
     drop(snapshot);
     let referenced = merged(&referenced);
     let objects = Objects::open(&url).map_err(|e| objects_error(&url, e))?;
+    // Deletes only from an object store that is still this namespace's.
+    let objects = match owner {
+        Some(claim) => objects.fenced(claim),
+        None => objects,
+    };
     let listed = runtime()?
         .block_on(objects.list())
         .map_err(|e| objects_error(&url, format!("listing: {e}")))?;

@@ -155,22 +155,167 @@ pub fn write_dump_file<S: Store>(meta: &Meta<S>, path: &Path) -> DumpResult<Dump
     Ok(summary)
 }
 
-/// Makes a new namespace in the empty `store` from the dump file `path` (checked whole first:
-/// a cut or damaged file changes nothing). `progress` gets the entries written so far.
+/// A load checked before any store is made: the dump whole, the object stores reachable and
+/// the copy's own one free.
+#[allow(missing_debug_implementations)] // holds object stores
+pub struct PreparedLoad {
+    path: PathBuf,
+    checked: DumpSummary,
+    /// The dump's object store.
+    from: Option<Objects>,
+    /// The copy's own object store, when it has one.
+    to: Option<Objects>,
+    runtime: tokio::runtime::Runtime,
+}
+
+fn refused(what: &str, e: calm_data::DataError) -> DumpError {
+    DumpError::Refused(format!("{what}: {e}"))
+}
+
+/// Checks the dump file `path` whole (a cut or damaged file changes nothing) and where its
+/// contents are to be kept (`objects`), making no store.
+pub fn prepare_load(path: &Path, objects: &LoadObjects) -> DumpResult<PreparedLoad> {
+    let opened = std::fs::File::open(path).map_err(|error| DumpError::Io {
+        what: "opening the dump",
+        error,
+    })?;
+    let checked = dump::verify(std::io::BufReader::with_capacity(1 << 20, opened))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| DumpError::Io {
+            what: "starting a runtime",
+            error,
+        })?;
+    let dumped = || {
+        let url = checked.objects_url.clone().ok_or_else(|| {
+            DumpError::Refused("the dump names no object store for its files".into())
+        })?;
+        Objects::open_existing(&url).map_err(|e| refused(&url, e))
+    };
+    let (from, to) = match objects {
+        LoadObjects::Own(url) => {
+            // Checked before it is made: a refused load makes no directory.
+            calm_data::ObjectsUrl::parse(url).map_err(|e| refused(url, e))?;
+            let from = match checked.objects_url {
+                Some(_) => Some(dumped()?),
+                None => None,
+            };
+            let to = Objects::open(url).map_err(|e| refused(url, e))?;
+            runtime
+                .block_on(own_store_is_free(&to))
+                .map_err(DumpError::Refused)?;
+            (from, Some(to))
+        }
+        LoadObjects::TakeOver => (Some(dumped()?), None),
+    };
+    Ok(PreparedLoad {
+        path: path.to_path_buf(),
+        checked,
+        from,
+        to,
+        runtime,
+    })
+}
+
+/// Makes a new namespace in the empty `store` from a prepared load. The copy gets a claim on
+/// its object store of its own; with a store of its own, the objects its files name are
+/// copied there (and it is another namespace), else it takes the dump's over. Both happen
+/// before the one transaction that makes the store whole. `progress` gets the entries
+/// written so far.
 pub fn load_dump_file<S: Store>(
     store: &S,
-    path: &Path,
+    load: PreparedLoad,
     progress: &mut dyn FnMut(u64),
 ) -> DumpResult<DumpSummary> {
+    let PreparedLoad {
+        path,
+        checked,
+        from,
+        to,
+        runtime,
+    } = load;
     let mut open = || {
-        std::fs::File::open(path)
+        std::fs::File::open(&path)
             .map(|file| std::io::BufReader::with_capacity(1 << 20, file))
             .map_err(|error| DumpError::Io {
                 what: "opening the dump",
                 error,
             })
     };
-    dump::load(store, &mut open, dump::load_txn(store), progress)
+    let claim = calm_meta::random_id().to_vec();
+    let mut replace = vec![(calm_meta::layout::KEY_OBJECTS_OWNER.to_vec(), claim.clone())];
+    if let Some(to) = &to {
+        replace.push((
+            calm_meta::layout::KEY_OBJECTS.to_vec(),
+            to.url().as_bytes().to_vec(),
+        ));
+        // Another namespace: a mount's caches of the original are not the copy's.
+        replace.push((
+            calm_meta::layout::KEY_NAMESPACE_ID.to_vec(),
+            calm_meta::random_id().to_vec(),
+        ));
+    }
+    let mut before_format = || -> DumpResult<()> {
+        match (&from, &to) {
+            (from, Some(to)) => {
+                let named = calm_meta::data::referenced_objects(&store.snapshot()?)?.named;
+                runtime.block_on(async {
+                    if let Some(from) = from {
+                        for &(id, size) in &named {
+                            from.copy_slice(to, id, size)
+                                .await
+                                .map_err(|e| refused("copying the objects", e))?;
+                        }
+                    }
+                    to.claim(&claim)
+                        .await
+                        .map_err(|e| refused("claiming the object store", e))
+                })
+            }
+            (Some(from), None) => runtime
+                .block_on(from.take_over(&claim))
+                .map_err(|e| refused("taking over the object store", e)),
+            (None, None) => Ok(()),
+        }
+    };
+    let mut plan = dump::LoadPlan {
+        txn: dump::load_txn(store),
+        replace,
+        progress,
+        before_format: &mut before_format,
+    };
+    let loaded = dump::load_with(store, &mut open, &mut plan)?;
+    debug_assert_eq!(loaded.pairs, checked.pairs);
+    Ok(loaded)
+}
+
+/// Where a loaded store keeps its files' contents: never in an object store another live
+/// namespace deletes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadObjects {
+    /// An object store of its own, new or empty: the objects the dump's files name are copied
+    /// there before the store is whole.
+    Own(String),
+    /// The dump's own object store, taken over: the namespace dumped (lost for good) deletes
+    /// nothing more from it.
+    TakeOver,
+}
+
+/// An object store a copy may take as its own: no objects, no owner.
+async fn own_store_is_free(to: &Objects) -> Result<(), String> {
+    let owner = to.owner().await.map_err(|e| format!("{}: {e}", to.url()))?;
+    let listed = to.list().await.map_err(|e| format!("{}: {e}", to.url()))?;
+    if owner.is_some() || !listed.is_empty() {
+        return Err(format!(
+            "{} holds another namespace's files ({} objects{}): a loaded copy's object store \
+             must be new or empty",
+            to.url(),
+            listed.len(),
+            if owner.is_some() { ", an owner" } else { "" }
+        ));
+    }
+    Ok(())
 }
 
 /// The backups in the object store `objects_url`, oldest first.
@@ -261,6 +406,8 @@ pub struct ProtectService<S: Store> {
     auth: Arc<auth::Auth>,
     /// The object store, for gc (`None`: a namespace without one).
     objects: Option<Objects>,
+    /// Listings of the trash under way.
+    listings: Arc<Listings>,
 }
 
 impl<S: Store> ProtectService<S> {
@@ -269,6 +416,82 @@ impl<S: Store> ProtectService<S> {
             meta,
             auth,
             objects,
+            listings: Arc::new(Listings::default()),
+        }
+    }
+}
+
+/// Pages of the trash one user may have listed at once: more are refused.
+pub const TRASH_LISTINGS_PER_USER_MAX: usize = 2;
+/// Pages of the trash listed at once, everyone's: more wait their turn.
+pub const TRASH_LISTINGS_MAX: usize = 8;
+
+/// The listings of the trash under way: [`TRASH_LISTINGS_PER_USER_MAX`] per user, and
+/// [`TRASH_LISTINGS_MAX`] in all. A page's memory is bounded (its entries read, its names and
+/// paths), so these bound what listings hold whoever sends them.
+#[derive(Debug)]
+pub struct Listings {
+    by_user: std::sync::Mutex<std::collections::HashMap<u32, usize>>,
+    all: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for Listings {
+    fn default() -> Self {
+        Listings {
+            by_user: std::sync::Mutex::default(),
+            all: Arc::new(tokio::sync::Semaphore::new(TRASH_LISTINGS_MAX)),
+        }
+    }
+}
+
+/// A listing's place, given back when dropped.
+struct Listing {
+    listings: Arc<Listings>,
+    uid: u32,
+    turn: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Listings {
+    async fn enter(self: &Arc<Self>, uid: u32) -> Result<Listing, Status> {
+        {
+            let mut by_user = self.by_user.lock().unwrap_or_else(|p| p.into_inner());
+            let n = by_user.entry(uid).or_default();
+            if *n >= TRASH_LISTINGS_PER_USER_MAX {
+                return Err(Status::resource_exhausted(format!(
+                    "user {uid} lists the trash {TRASH_LISTINGS_PER_USER_MAX} times at once \
+                     already: wait for one to end"
+                )));
+            }
+            *n += 1;
+        }
+        let mut listing = Listing {
+            listings: self.clone(),
+            uid,
+            turn: None,
+        };
+        listing.turn = Some(
+            self.all
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| Status::unavailable("the server is stopping"))?,
+        );
+        Ok(listing)
+    }
+}
+
+impl Drop for Listing {
+    fn drop(&mut self) {
+        let mut by_user = self
+            .listings
+            .by_user
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = by_user.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                by_user.remove(&self.uid);
+            }
         }
     }
 }
@@ -442,14 +665,16 @@ impl<S: Store> pb::protect_server::Protect for ProtectService<S> {
     ) -> Result<Response<pb::TrashListReply>, Status> {
         let caller = self.auth.caller(&r)?;
         let request = r.into_inner();
+        let _listing = self.listings.enter(caller.uid).await?;
         let meta = self.meta.clone();
-        let listed = tokio::task::spawn_blocking(move || {
+        let page = tokio::task::spawn_blocking(move || {
             meta.trash_list(&caller, request.after, request.max as usize)
         })
         .await
         .map_err(|e| Status::internal(format!("listing the trash: {e}")))?
         .map_err(|e| calm_proto::status_from_error(&e))?;
-        let entries = listed
+        let entries = page
+            .entries
             .into_iter()
             .map(|l| pb::TrashEntry {
                 handle: l.listed.handle,
@@ -463,7 +688,10 @@ impl<S: Store> pb::protect_server::Protect for ProtectService<S> {
                 gid: l.listed.gid,
             })
             .collect();
-        Ok(Response::new(pb::TrashListReply { entries }))
+        Ok(Response::new(pb::TrashListReply {
+            entries,
+            next: page.next.unwrap_or(0),
+        }))
     }
 
     async fn trash_restore(

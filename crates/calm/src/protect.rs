@@ -46,6 +46,15 @@ pub struct LoadArgs {
     /// A new namespace on etcd (etcd://…; its prefix must hold nothing).
     #[arg(long)]
     pub store: Option<String>,
+    /// Keep the loaded namespace's file contents in this object store of its own (new or
+    /// empty: file:///DIR or s3://BUCKET/PREFIX?…): the objects the dump's files name are
+    /// copied there, and the dumped namespace and the copy live side by side.
+    #[arg(long, value_name = "URL", conflicts_with = "take_over_objects")]
+    pub objects: Option<String>,
+    /// Take over the dump's own object store, to replace a lost metadata store: from then on
+    /// the namespace dumped deletes nothing from it, and its servers no longer start on it.
+    #[arg(long)]
+    pub take_over_objects: bool,
     /// Print JSON instead of a sentence.
     #[arg(long)]
     pub json: bool,
@@ -150,6 +159,16 @@ pub fn dump(args: &DumpArgs, default_server: &str) -> anyhow::Result<ExitCode> {
 
 pub fn load(args: &LoadArgs) -> anyhow::Result<ExitCode> {
     let started = std::time::Instant::now();
+    let objects = match (&args.objects, args.take_over_objects) {
+        (Some(url), _) => protect::LoadObjects::Own(url.clone()),
+        (None, true) => protect::LoadObjects::TakeOver,
+        (None, false) => bail!(
+            "say where the loaded namespace keeps its files' contents: --objects URL for an \
+             object store of its own (the dump's objects are copied there; the dumped \
+             namespace goes on untouched), or --take-over-objects when the dumped namespace \
+             is lost for good (the copy takes its object store over)"
+        ),
+    };
     // A backup is downloaded first, beside the new store's directory (or in the working
     // directory for etcd), and removed after.
     let mut downloaded = None;
@@ -191,7 +210,7 @@ pub fn load(args: &LoadArgs) -> anyhow::Result<ExitCode> {
         (None, None) => bail!("give a dump file or --from-backups"),
     };
     let bytes = std::fs::metadata(&file).map_or(0, |m| m.len());
-    let result = load_file(args, &file);
+    let result = load_file(args, &file, &objects);
     drop(downloaded);
     let summary = result?;
     let seconds = started.elapsed().as_secs_f64();
@@ -212,12 +231,15 @@ pub fn load(args: &LoadArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn load_file(args: &LoadArgs, file: &Path) -> anyhow::Result<DumpSummary> {
+fn load_file(
+    args: &LoadArgs,
+    file: &Path,
+    objects: &protect::LoadObjects,
+) -> anyhow::Result<DumpSummary> {
     let what = || format!("loading {}", file.display());
-    // Checked whole before anything is made: a missing, cut or damaged dump leaves no store.
-    let opened = std::fs::File::open(file).with_context(what)?;
-    calm_meta::dump::verify(std::io::BufReader::new(opened))
-        .with_context(|| format!("checking {}", file.display()))?;
+    // Checked whole before anything is made: a missing, cut or damaged dump, or an object
+    // store the copy may not use, leaves no store.
+    let prepared = protect::prepare_load(file, objects).with_context(what)?;
     match (&args.data, &args.store) {
         (Some(data), _) => {
             let options = LmdbOptions {
@@ -226,7 +248,8 @@ fn load_file(args: &LoadArgs, file: &Path) -> anyhow::Result<DumpSummary> {
             };
             let (_lock, store) =
                 calm_server::assembly::open_embedded(data, |dir| LmdbStore::open(dir, &options))?;
-            let summary = protect::load_dump_file(&store, file, &mut |_| {}).with_context(what)?;
+            let summary =
+                protect::load_dump_file(&store, prepared, &mut |_| {}).with_context(what)?;
             store.close();
             Ok(summary)
         }
@@ -234,7 +257,7 @@ fn load_file(args: &LoadArgs, file: &Path) -> anyhow::Result<DumpSummary> {
             let options = calm_store_etcd::EtcdOptions::from_url(url).map_err(|e| anyhow!(e))?;
             let store = calm_store_etcd::EtcdStore::connect(options)
                 .with_context(|| format!("connecting to {url}"))?;
-            Ok(protect::load_dump_file(&store, file, &mut |_| {}).with_context(what)?)
+            Ok(protect::load_dump_file(&store, prepared, &mut |_| {}).with_context(what)?)
         }
         (None, None) => bail!("give --data DIR or --store URL for the new store"),
     }

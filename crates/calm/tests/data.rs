@@ -266,8 +266,14 @@ time.sleep(600)
     drop(server);
 }
 
+/// Objects in the object store `dir` (under `chunks/`; beside them is only its owner's name).
 fn object_files(dir: &std::path::Path) -> usize {
-    if dir.exists() { walk(dir).len() } else { 0 }
+    let chunks = dir.join("chunks");
+    if chunks.exists() {
+        walk(&chunks).len()
+    } else {
+        0
+    }
 }
 
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {

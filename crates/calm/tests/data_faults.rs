@@ -24,7 +24,7 @@ fn a_corrupted_object_is_an_error_not_contents_and_other_files_still_read() {
     let mount = Mount::remote(&server.addr, &OBJECTS_ONLY);
     mount.sh_ok("echo 'first file' > one && echo 'second file' > two");
     // Flip a byte of one's only object on disk.
-    let objects: Vec<_> = walk(&data.join("objects"));
+    let objects: Vec<_> = walk(&data.join("objects").join("chunks"));
     assert_eq!(objects.len(), 2, "{objects:?}");
     let victim = objects
         .iter()
@@ -385,9 +385,9 @@ else:
 }
 
 /// Files in the object store of data directory `data` (objects, and writes not yet renamed
-/// into place).
+/// into place; not its owner's name).
 fn object_files(data: &std::path::Path) -> std::collections::HashSet<std::path::PathBuf> {
-    let objects = data.join("objects");
+    let objects = data.join("objects").join("chunks");
     if objects.exists() {
         walk(&objects).into_iter().collect()
     } else {

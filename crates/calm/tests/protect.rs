@@ -126,6 +126,7 @@ fn a_lost_metadata_directory_comes_back_from_the_newest_backup(backend: Backend)
             "load",
             "--from-backups",
             &url,
+            "--take-over-objects",
             "--data",
             restored_s,
             "--json",
@@ -184,8 +185,20 @@ fn a_dump_taken_while_files_are_made_is_of_one_moment() {
     let mut inodes = Vec::new();
     for (i, (file, dumped)) in dumps.iter().enumerate() {
         let into = tmp.path().join(format!("loaded-{i}"));
+        let objects = format!(
+            "file://{}",
+            tmp.path().join(format!("objects-{i}")).display()
+        );
         let into = into.to_str().unwrap();
-        let loaded = common::calm_json(&["load", file.to_str().unwrap(), "--data", into, "--json"]);
+        let loaded = common::calm_json(&[
+            "load",
+            file.to_str().unwrap(),
+            "--objects",
+            &objects,
+            "--data",
+            into,
+            "--json",
+        ]);
         assert_eq!(loaded["inodes"], dumped["inodes"]);
         let fsck = common::calm_json(&["fsck", into, "--json"]);
         assert_eq!(fsck["clean"], true, "dump {i}: {fsck}");
@@ -202,10 +215,18 @@ fn a_dump_taken_while_files_are_made_is_of_one_moment() {
     let bytes = std::fs::read(whole).unwrap();
     let into = tmp.path().join("after-cut");
     let into_s = into.to_str().unwrap();
+    let objects = format!("file://{}", tmp.path().join("after-cut-objects").display());
     for cut in [10, bytes.len() / 3, bytes.len() - 5] {
         let file = tmp.path().join("cut.calmdump");
         std::fs::write(&file, &bytes[..cut]).unwrap();
-        let out = common::calm(&["load", file.to_str().unwrap(), "--data", into_s]);
+        let out = common::calm(&[
+            "load",
+            file.to_str().unwrap(),
+            "--objects",
+            &objects,
+            "--data",
+            into_s,
+        ]);
         assert!(!out.status.success(), "a cut dump loaded");
         let said = String::from_utf8_lossy(&out.stderr);
         assert!(
@@ -213,10 +234,26 @@ fn a_dump_taken_while_files_are_made_is_of_one_moment() {
             "{said}"
         );
     }
-    let loaded = common::calm_json(&["load", whole.to_str().unwrap(), "--data", into_s, "--json"]);
+    let loaded = common::calm_json(&[
+        "load",
+        whole.to_str().unwrap(),
+        "--objects",
+        &objects,
+        "--data",
+        into_s,
+        "--json",
+    ]);
     assert!(loaded["inodes"].as_u64().unwrap() > 0);
     // And a second load into it is refused: load never writes over a store.
-    let again = common::calm(&["load", whole.to_str().unwrap(), "--data", into_s]);
+    let again_objects = format!("file://{}", tmp.path().join("again-objects").display());
+    let again = common::calm(&[
+        "load",
+        whole.to_str().unwrap(),
+        "--objects",
+        &again_objects,
+        "--data",
+        into_s,
+    ]);
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"));
     drop(mount);
@@ -248,8 +285,10 @@ fn a_load_killed_leaves_a_whole_store_or_one_that_is_refused() {
     for (i, delay_ms) in [5u64, 20, 40, 80, 160, 320, 2000].into_iter().enumerate() {
         let into = tmp.path().join(format!("killed-{i}"));
         let into_s = into.to_str().unwrap();
+        let objects = format!("file://{}-objects", into.display());
         let mut child = std::process::Command::new(common::CALM)
-            .args(["load", file.to_str().unwrap(), "--data", into_s])
+            .args(["load", file.to_str().unwrap(), "--objects", &objects])
+            .args(["--data", into_s])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -272,7 +311,18 @@ fn a_load_killed_leaves_a_whole_store_or_one_that_is_refused() {
             "a load that ended well left a damaged store"
         );
         // Killed before it wrote anything: the store is empty, and a load makes it whole.
-        let again = calm_env(&["load", file.to_str().unwrap(), "--data", into_s], &[]);
+        let again_objects = format!("file://{}-again-objects", into.display());
+        let again = calm_env(
+            &[
+                "load",
+                file.to_str().unwrap(),
+                "--objects",
+                &again_objects,
+                "--data",
+                into_s,
+            ],
+            &[],
+        );
         if again.status.success() {
             empty += 1;
             let fsck = calm_json_env(&["fsck", into_s, "--json"], &[]);
@@ -327,7 +377,15 @@ fn a_namespace_moves_onto_etcd_and_back_by_dump_and_load() {
 
     let mut private = None;
     let url = common::etcd_url("protect-move", &mut private);
-    let loaded = common::calm_json(&["load", file_s, "--store", &url, "--json"]);
+    // A move: the namespace dumped is not served again, its object store goes with it.
+    let loaded = common::calm_json(&[
+        "load",
+        file_s,
+        "--take-over-objects",
+        "--store",
+        &url,
+        "--json",
+    ]);
     // The root, 8 directories, 400 files and 31 symlinks.
     assert_eq!(loaded["inodes"], 440, "{loaded}");
     let server = Server::start_with(&tmp.path().join("etcd-server"), &["--store", &url]);
@@ -346,6 +404,7 @@ fn a_namespace_moves_onto_etcd_and_back_by_dump_and_load() {
     common::calm_json(&[
         "load",
         back.to_str().unwrap(),
+        "--take-over-objects",
         "--data",
         again.to_str().unwrap(),
         "--json",
@@ -669,6 +728,7 @@ fn a_load_or_a_listing_of_nothing_is_an_error_and_makes_nothing() {
             &[
                 "load",
                 dump.to_str().unwrap(),
+                "--take-over-objects",
                 "--data",
                 new.to_str().unwrap(),
             ],
@@ -694,6 +754,7 @@ fn a_load_or_a_listing_of_nothing_is_an_error_and_makes_nothing() {
             "load",
             "--from-backups",
             &url,
+            "--take-over-objects",
             "--data",
             new.to_str().unwrap(),
         ],
@@ -704,4 +765,142 @@ fn a_load_or_a_listing_of_nothing_is_an_error_and_makes_nothing() {
         !nowhere.exists() && !new.exists(),
         "made by a failed command"
     );
+}
+
+/// The object files under a local object store's `chunks/`.
+fn objects_in(dir: &Path) -> usize {
+    fn count(dir: &Path) -> usize {
+        std::fs::read_dir(dir).map_or(0, |entries| {
+            entries
+                .flatten()
+                .map(|e| match e.file_type() {
+                    Ok(t) if t.is_dir() => count(&e.path()),
+                    _ => 1,
+                })
+                .sum()
+        })
+    }
+    count(&dir.join("chunks"))
+}
+
+/// A dump loaded beside the live namespace it was taken from never deletes what the original
+/// reads: `calm load` wants a choice (and makes nothing without one), refuses the original's
+/// object store as the copy's own, copies the objects into a store of its own; every file
+/// removed through the copy's server (trash off, deletions at once) is deleted from the copy's
+/// store only, and the original reads every file whole. A take-over for a lost original then
+/// leaves the original's servers unable to delete, or to start again.
+#[test]
+fn a_loaded_copy_never_deletes_what_the_original_reads() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let quick = ["--trash-hours", "0", "--delete-delay-s", "0"];
+    let server = Server::start_with(&data, &quick);
+    let mount = Mount::remote(&server.addr, &[]);
+    let sums = tmp.path().join("sums");
+    // Files larger than what is kept inline: their bytes are objects.
+    mount.sh_ok(&format!(
+        "mkdir d && for i in $(seq 1 40); do head -c $((70000 + i * 3001)) /dev/urandom > d/f$i; \
+         done && echo small > d/small && sha256sum d/* > {}",
+        sums.display()
+    ));
+    let original_objects = data.join("objects");
+    let held = objects_in(&original_objects);
+    assert!(held >= 40, "{held} objects");
+    let file = tmp.path().join("live.calmdump");
+    let file_s = file.to_str().unwrap();
+    common::calm_json(&["dump", file_s, "--server", &socket(&data), "--json"]);
+
+    let copy = tmp.path().join("copy");
+    let copy_s = copy.to_str().unwrap();
+    let unsaid = calm_env(&["load", file_s, "--data", copy_s], &[]);
+    assert!(!unsaid.status.success(), "{unsaid:?}");
+    let said = String::from_utf8_lossy(&unsaid.stderr);
+    assert!(
+        said.contains("--objects") && said.contains("--take-over-objects"),
+        "{said}"
+    );
+    let theirs = format!("file://{}", original_objects.display());
+    let shared = calm_env(
+        &["load", file_s, "--objects", &theirs, "--data", copy_s],
+        &[],
+    );
+    assert!(!shared.status.success(), "{shared:?}");
+    let said = String::from_utf8_lossy(&shared.stderr);
+    assert!(said.contains("another namespace's files"), "{said}");
+    assert!(!copy.exists(), "a refused load made a store");
+
+    let copy_objects = tmp.path().join("copy-objects");
+    let own = format!("file://{}", copy_objects.display());
+    common::calm_json(&[
+        "load",
+        file_s,
+        "--objects",
+        &own,
+        "--data",
+        copy_s,
+        "--json",
+    ]);
+    assert_eq!(objects_in(&copy_objects), held, "every object copied");
+    let copied = Server::start_with(&copy, &quick);
+    let copy_mount = Mount::remote(&copied.addr, &[]);
+    copy_mount.sh_ok(&format!("sha256sum -c --quiet {}", sums.display()));
+    copy_mount.sh_ok("rm -rf d && test -z \"$(ls)\"");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while objects_in(&copy_objects) > 0 {
+        assert!(Instant::now() < deadline, "the copy's deletions never ran");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(copy_mount);
+    let (status, rest) = copied.terminate();
+    assert!(status.success(), "{rest}");
+    assert_eq!(objects_in(&original_objects), held);
+    let fresh = Mount::remote(&server.addr, &[]);
+    fresh.sh_ok(&format!("sha256sum -c --quiet {}", sums.display()));
+    drop(fresh);
+
+    // The original lost for good (here, still running): a take-over fences it.
+    let restored = tmp.path().join("restored");
+    let restored_s = restored.to_str().unwrap();
+    common::calm_json(&[
+        "load",
+        file_s,
+        "--take-over-objects",
+        "--data",
+        restored_s,
+        "--json",
+    ]);
+    mount.sh_ok("rm d/f1 d/f2");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        objects_in(&original_objects),
+        held,
+        "a fenced server deleted"
+    );
+    drop(mount);
+    let (status, rest) = server.terminate();
+    assert!(status.success(), "{rest}");
+    let again = std::process::Command::new("timeout")
+        .args([
+            "20",
+            common::CALM,
+            "serve",
+            "--data",
+            data.to_str().unwrap(),
+        ])
+        .output()
+        .expect("calm serve");
+    assert!(
+        !again.status.success(),
+        "the original started on a store taken over"
+    );
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(said.contains("belongs to another namespace"), "{said}");
+    let served = Server::start(&restored);
+    let mount = Mount::remote(&served.addr, &[]);
+    mount.sh_ok(&format!("sha256sum -c --quiet {}", sums.display()));
+    drop(mount);
+    let (status, rest) = served.terminate();
+    assert!(status.success(), "{rest}");
+    let fsck = calm_json_env(&["fsck", restored_s, "--objects", "--json"], &[]);
+    assert_eq!(fsck["clean"], true, "{fsck}");
 }

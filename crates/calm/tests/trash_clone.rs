@@ -384,3 +384,141 @@ print(db.execute('SELECT count(*) FROM t').fetchone()[0])
     assert!(status.success());
     fsck_clean(&data);
 }
+
+/// Anonymous memory of process `pid` (its heap, not the store's mapped pages), in KiB.
+fn anon_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("RssAnon")
+}
+
+/// The server's heap may grow by at most this much while the trash is listed by a storm of
+/// requests (eight listings at once, each of a bounded page: a few MiB each).
+const LISTING_STORM_HEAP_MIB_MAX: u64 = 160;
+
+/// One user's trash of 300 000 long-named entries (the superuser's here) costs another user's
+/// listing nothing: a user who owns none of them runs 64 × 2 listings at once (those past two at once are
+/// refused, the others page through the trash a bounded page at a time), the server's heap
+/// stays within a named bound, a third user lists their own entry meanwhile, and the
+/// superuser lists all 300 001 (pages end at 1 MiB of names, under the 4 MiB a message may
+/// hold) and purges one.
+#[test]
+fn one_users_huge_trash_costs_another_users_listing_nothing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let server = Server::start_with(&data, &["--trash-min-age-s", "0"]);
+    let mount = Mount::remote(&socket(&data), &["--allow-other"]);
+    let top = mount.mnt.parent().expect("the mount's directory");
+    std::fs::set_permissions(top, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let (calm, sock) = (common::CALM, socket(&data));
+    let as_user = |uid: u32| format!("setpriv --reuid {uid} --regid {uid} --clear-groups");
+    const FILES: usize = 300_000;
+    mount.sh_ok("mkdir -m 777 pile");
+    // Made and removed through the server's API, 64 calls at once: through a mount, one file
+    // at a time, 300 000 take minutes.
+    let started = Instant::now();
+    common::runtime().block_on(async {
+        let client = calm_client::Client::connect(&socket(&data))
+            .await
+            .expect("connect");
+        let pile = client.lookup(1, b"pile").await.expect("pile").handle;
+        let many = client
+            .mkdir(pile, b"many", 0o755)
+            .await
+            .expect("mkdir")
+            .handle;
+        let mut workers = tokio::task::JoinSet::new();
+        for w in 0..64 {
+            let client = client.clone();
+            workers.spawn(async move {
+                let pad = "x".repeat(240);
+                for i in (w..FILES).step_by(64) {
+                    let name = format!("{pad}{i:09}");
+                    client
+                        .create(many, name.as_bytes(), 0o644)
+                        .await
+                        .expect("create");
+                    client.unlink(many, name.as_bytes()).await.expect("unlink");
+                }
+            });
+        }
+        while let Some(done) = workers.join_next().await {
+            done.expect("a worker");
+        }
+        client.rmdir(pile, b"many").await.expect("rmdir");
+    });
+    eprintln!("{FILES} files made and removed in {:?}", started.elapsed());
+    mount.sh_ok(&format!(
+        "{0} touch pile/mine && {0} rm pile/mine",
+        as_user(40012)
+    ));
+
+    let pid = server.child.id();
+    let before = anon_kib(pid);
+    let sampling = std::sync::atomic::AtomicBool::new(true);
+    let (peak, storm, third) = std::thread::scope(|scope| {
+        let sampler = scope.spawn(|| {
+            let mut peak = 0;
+            while sampling.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(anon_kib(pid));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            peak
+        });
+        let storm = scope.spawn(|| {
+            mount.sh(&format!(
+                "for i in $(seq 128); do {} {calm} trash list --json --server {sock} \
+                 > /dev/null 2>> /tmp/storm-$$ & done; wait; n=$(grep -c 'at once' /tmp/storm-$$ \
+                 || true); rm -f /tmp/storm-$$; echo $n",
+                as_user(40011)
+            ))
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let asked = Instant::now();
+        let third = mount.sh_ok(&format!(
+            "{} {calm} trash list --json --server {sock}",
+            as_user(40012)
+        ));
+        eprintln!("the third user's listing took {:?}", asked.elapsed());
+        let storm = storm.join().expect("storm");
+        sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+        (sampler.join().expect("sampler"), storm, third)
+    });
+    let refused: u32 = String::from_utf8_lossy(&storm.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    eprintln!(
+        "heap before {} MiB, peak {} MiB; {refused} of 128 listings refused as past two at once",
+        before / 1024,
+        peak / 1024
+    );
+    assert!(
+        peak.saturating_sub(before) <= LISTING_STORM_HEAP_MIB_MAX * 1024,
+        "the heap grew from {before} KiB to {peak} KiB"
+    );
+    let third: Vec<serde_json::Value> = third
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(third.len(), 1, "{third:?}");
+    assert_eq!(third[0]["path"], "/pile/mine");
+
+    let all = trash_entries(&data);
+    assert_eq!(
+        all.len(),
+        FILES + 2,
+        "the files, their directory and the third's"
+    );
+    let id = third[0]["id"].as_u64().expect("an id");
+    let purged = common::calm(&["trash", "purge", &id.to_string(), "--server", &sock]);
+    assert!(purged.status.success(), "{purged:?}");
+    assert_eq!(trash_entries(&data).len(), FILES + 1);
+    drop(mount);
+    let (status, _) = server.terminate();
+    assert!(status.success());
+}

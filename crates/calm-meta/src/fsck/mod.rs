@@ -224,6 +224,7 @@ impl Checker {
                     }
                 } else if key != KEY_EPOCH
                     && key != KEY_OBJECTS
+                    && key != KEY_OBJECTS_OWNER
                     && key != KEY_NAMESPACE_ID
                     && key != KEY_NAME_HASH
                     && key != KEY_PLACE

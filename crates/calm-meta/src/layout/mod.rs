@@ -116,6 +116,11 @@ pub const KEY_FILE_BYTES: &[u8] = b"Nfile_bytes";
 pub const KEY_CL_LAST: &[u8] = b"Ncl_last";
 /// Superblock: the URL of the object store holding the namespace's file contents.
 pub const KEY_OBJECTS: &[u8] = b"Sobjects";
+/// Superblock: the namespace's claim on its object store, 16 random bytes. The object store
+/// names its owner with the same bytes; a server deletes nothing from an object store that
+/// names another owner (see `calm_data::owner`). Chosen when the namespace is created, and
+/// anew by every `calm load`: a loaded copy is never the owner of the original's objects.
+pub const KEY_OBJECTS_OWNER: &[u8] = b"Sobjects_owner";
 /// Superblock: the namespace's identity, 16 random bytes chosen when it is created. Caches
 /// outside the metadata (a mount's block cache) are kept per identity, so that a namespace
 /// created again over the same object store never reads another's cached bytes.

@@ -25,8 +25,11 @@ use crate::layout::{Inode, TRASH_END, TrashEntry, key_handle, trash_key};
 use crate::outcome::{Done, Outcome};
 use crate::types::*;
 
-/// Entries one listing answers at most (the caller goes on from the last handle).
+/// Entries one listing answers at most (the caller goes on from the handle answered).
 pub const LIST_ENTRIES_MAX: usize = 10_000;
+/// Entries of the trash one listing reads at most, whoever asks (a user's own entries are
+/// found among everyone's).
+pub const LIST_SCAN_MAX: usize = 4_096;
 
 fn entry<R: ReadTxn + ?Sized>(view: &R, handle: Handle) -> Outcome<Option<TrashEntry>> {
     match view.get(&trash_key(handle))? {
@@ -150,14 +153,17 @@ pub struct Listed {
     pub gid: u32,
 }
 
-/// Up to `max` entries with a handle above `after`, in handle order; with `uid`, only that
-/// user's.
+/// Up to `max` entries of the trash with a handle above `after` (only those of `uid`'s nodes
+/// when given), in handle order, and where the next page begins (`None`: the trash's end was
+/// reached). A page reads at most [`LIST_SCAN_MAX`] entries, whoever asks and whatever it
+/// finds: a user whose own entries are few among another's many gets pages with few entries
+/// or none, each of a bounded cost, and goes on from the handle answered.
 pub fn list<R: ReadTxn + ?Sized>(
     view: &R,
     after: Handle,
     max: usize,
     uid: Option<u32>,
-) -> Result<Vec<Listed>> {
+) -> Result<(Vec<Listed>, Option<Handle>)> {
     let mut found = Vec::new();
     let mut failed = None;
     let start = trash_key(after.saturating_add(1));
@@ -167,7 +173,7 @@ pub fn list<R: ReadTxn + ?Sized>(
             (None, _) => failed = Some(MetaError::Corrupt(format!("trash key {key:?}"))),
             (_, Err(e)) => failed = Some(e),
         }
-        if failed.is_some() {
+        if failed.is_some() || found.len() >= LIST_SCAN_MAX {
             return ControlFlow::Break(());
         }
         ControlFlow::Continue(())
@@ -175,6 +181,7 @@ pub fn list<R: ReadTxn + ?Sized>(
     if let Some(e) = failed {
         return Err(e);
     }
+    let mut next = (found.len() >= LIST_SCAN_MAX).then(|| found.last().map(|(h, _)| *h));
     let mut out = Vec::new();
     for (handle, entry) in found {
         let inode = crate::ctx::load(view, handle).map_err(|f| match f {
@@ -194,10 +201,11 @@ pub fn list<R: ReadTxn + ?Sized>(
             gid: inode.gid,
         });
         if out.len() >= max {
+            next = Some(Some(handle));
             break;
         }
     }
-    Ok(out)
+    Ok((out, next.flatten()))
 }
 
 /// One expiry pass's finds: entries removed before the limit (handle, when removed), and the
