@@ -463,6 +463,37 @@ pub fn inode_xattr_names<R: ReadTxn + ?Sized>(view: &R, inode: &Inode) -> Outcom
     Ok(names)
 }
 
+/// What an xattr counts in its owner's bytes and in its inode's limit: its name and its value;
+/// nothing for a directory's default ACL (bounded by the ACL's own limits) and file
+/// capabilities (one value, which every write takes away without reading it first).
+pub(crate) fn xattr_charge(name: &[u8], value_len: usize) -> u64 {
+    if name == crate::acl::DEFAULT_XATTR || name == CAPABILITY_XATTR {
+        return 0;
+    }
+    (name.len() + value_len) as u64
+}
+
+/// Bytes of `handle`'s extended attributes as the quotas count them ([`xattr_charge`]).
+pub fn xattr_bytes<R: ReadTxn + ?Sized>(view: &R, handle: Handle) -> Outcome<u64> {
+    let (start, end) = xattr_range(handle);
+    let mut bytes = 0;
+    view.visit(&start, &end, &mut |key, value| {
+        bytes += xattr_charge(&key[9..], value.len());
+        ControlFlow::Continue(())
+    })?;
+    Ok(bytes)
+}
+
+/// What `inode` counts in the quotas: itself, a file's bytes, its xattrs' bytes.
+pub(crate) fn node_usage<R: ReadTxn + ?Sized>(
+    view: &R,
+    inode: &Inode,
+) -> Outcome<crate::quota::QuotaUsage> {
+    let mut usage = crate::quota::usage_of(inode.kind, inode.size);
+    usage.bytes += xattr_bytes(view, inode.handle)? as i64;
+    Ok(usage)
+}
+
 /// The names of every `X` key of `handle`.
 pub fn xattr_names<R: ReadTxn + ?Sized>(view: &R, handle: Handle) -> Outcome<Vec<Vec<u8>>> {
     let (start, end) = xattr_range(handle);

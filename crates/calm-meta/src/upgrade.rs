@@ -1,5 +1,5 @@
 //! Upgrading a store: its names to format 8 (one key per name, by the hash of the name), and
-//! its users' and groups' usage to format 9 ([`usage`]).
+//! its users', groups' and trees' usage to format 9 and again to 13 ([`usage`]).
 //!
 //! Up to format 7 a name had two keys: `D parent n name` (child, cookie, kind) and its readdir
 //! index entry `D parent c cookie` (child, kind, name). Format 8 keeps one, `D parent h hash
@@ -134,8 +134,9 @@ fn retry<S: Store, T>(store: &S, mut work: impl FnMut(&mut S::Txn<'_>) -> Result
 /// Usage records written per transaction on a shared store (one operation each).
 pub const USAGE_PER_TXN_SHARED: usize = 100;
 
-/// Counts every user's and group's usage in a store of format 8 or older and writes it (format
-/// 9 keeps it with every change); does nothing on a new or current store. Returns how many
+/// Counts every user's, group's and limited tree's usage in a store of format 12 or older and
+/// writes it (format 9 keeps it with every change, format 13 with the xattrs' bytes in it);
+/// does nothing on a new or current store. Returns how many
 /// usage records it wrote. Like the names' upgrade it runs before the server serves anything:
 /// the count is one snapshot's, and a server killed in the middle leaves a store of the old
 /// format, counted again whole by the next opening.
@@ -144,7 +145,7 @@ pub fn usage<S: Store>(store: &S) -> Result<u64> {
     let Some(format) = snap.get(KEY_FORMAT)? else {
         return Ok(0);
     };
-    if check_format(&format)? >= 9 {
+    if check_format(&format)? >= 13 {
         return Ok(0);
     }
     let counted: Vec<_> = crate::quota::count::everything(&snap)
@@ -171,7 +172,7 @@ pub fn usage<S: Store>(store: &S) -> Result<u64> {
     if !counted.is_empty() {
         tracing::info!(
             records = counted.len(),
-            "users' and groups' usage counted (format 9)"
+            "users', groups' and trees' usage counted (format 13)"
         );
     }
     Ok(counted.len() as u64)

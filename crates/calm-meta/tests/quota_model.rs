@@ -1,5 +1,5 @@
 //! Quotas under random work: two users and the superuser create, grow, shrink, chown, link,
-//! rename and remove in three directories, while the superuser sets and removes user, group
+//! rename, set and remove xattrs and remove in three directories, while the superuser sets and removes user, group
 //! and tree limits. After every step: a refused step left the store byte for byte unchanged;
 //! no limit a step was held to was passed by it; the usage kept equals the usage counted from
 //! the namespace (fsck's quota pass). And the exact edges, step by step: a create at the inode
@@ -41,6 +41,8 @@ enum Step {
     Link(usize, usize, u8),
     Chown(usize, usize),
     Limit(usize, u64, u64),
+    /// Sets (a length) or removes (none) xattr `user.xN` of a file or directory.
+    Xattr(usize, bool, u8, Option<usize>, usize),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -54,6 +56,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0..16usize, 0..8usize, 0..6u8).prop_map(|(f, d, n)| Step::Link(f, d, n)),
         1 => (0..16usize, 0..3usize).prop_map(|(f, u)| Step::Chown(f, u)),
         2 => (0..11usize, 0..12000u64, 0..12u64).prop_map(|(t, b, i)| Step::Limit(t, b, i)),
+        3 => (0..16usize, any::<bool>(), 0..3u8, proptest::option::of(0..3000usize), 0..3usize)
+            .prop_map(|(f, d, n, len, u)| Step::Xattr(f, d, n, len, u)),
     ]
 }
 
@@ -181,6 +185,28 @@ impl World {
                     ..SetAttr::default()
                 };
                 (root(), errno(self.meta.setattr(handle, attr).await))
+            }
+            Step::Xattr(f, on_dir, n, len, u) => {
+                let handle = if on_dir {
+                    self.dir(f)
+                } else {
+                    match self.file(f) {
+                        Some(handle) => handle,
+                        None => return (root(), Ok(())),
+                    }
+                };
+                let caller = user(UIDS[u]);
+                let name = format!("user.x{n}").into_bytes();
+                let op = match len {
+                    Some(len) => Op::SetXattr {
+                        handle,
+                        name,
+                        value: vec![b'v'; len],
+                        flags: 0,
+                    },
+                    None => Op::RemoveXattr { handle, name },
+                };
+                (caller.clone(), errno(self.meta.apply_as(caller, op).await))
             }
             Step::Limit(t, bytes, inodes) => {
                 let target = match t {

@@ -16,6 +16,9 @@ pub const XATTR_NAME_LEN_MAX: usize = 255;
 pub const XATTR_VALUE_LEN_MAX: usize = 64 * 1024;
 /// Largest total of one inode's xattr names, each with its NUL, in bytes (XATTR_LIST_MAX).
 pub const XATTR_LIST_BYTES_MAX: usize = 64 * 1024;
+/// Bytes of names and values one inode's extended attributes hold at most (its default ACL
+/// aside); past it a set answers ENOSPC, as a local file system's full attribute space does.
+pub const XATTR_INODE_BYTES_MAX: u64 = 1 << 20;
 /// Most links to one inode (and most subdirectories of one directory), as ext4.
 pub const LINK_COUNT_MAX: u32 = 65_000;
 /// Largest file size the namespace records, in bytes.

@@ -15,7 +15,8 @@ pub enum QuotaCommand {
     Set {
         #[command(flatten)]
         whose: Whose,
-        /// Most bytes (the sizes of regular files; K, M, G, T suffixes).
+        /// Most bytes (the sizes of regular files and the extended attributes of every inode;
+        /// K, M, G, T suffixes).
         #[arg(long, value_parser = parse_size)]
         bytes: Option<u64>,
         /// Most inodes (files, directories, links, every kind).

@@ -160,6 +160,12 @@ fn a_clone_is_a_copy_that_shares_its_bytes() {
     let calm = common::CALM;
     let sock = socket(&data);
     mount.sh_ok(TREE);
+    // File capabilities (CAP_NET_BIND_SERVICE, permitted and effective): the superuser's copy
+    // keeps them (as cp -a), a user's does not (as the first write would take them).
+    let capability = "python3 -c \"import os, sys; print(os.getxattr(sys.argv[1],                       'security.capability').hex())\" ";
+    mount.sh_ok(
+        "python3 -c \"import os; os.setxattr('proj/d0/f1', 'security.capability',          bytes.fromhex('0100000200040000000000000000000000000000'))\"",
+    );
     let source = described(&mount, "proj");
     let out = mount.sh_ok(&format!("{calm} clone proj copy --server {sock}"));
     assert!(out.starts_with("cloned proj as copy: 256 entries"), "{out}");
@@ -184,6 +190,15 @@ fn a_clone_is_a_copy_that_shares_its_bytes() {
     assert_eq!(
         mount.sh_ok("stat -c '%u %g' home/d0 home/d0/f1"),
         "1000 1000\n1000 1000\n"
+    );
+    assert_eq!(
+        mount.sh_ok(&format!("{capability} copy/d0/f1")),
+        "0100000200040000000000000000000000000000\n"
+    );
+    let dropped = mount.sh(&format!("{capability} home/d0/f1"));
+    assert!(
+        String::from_utf8_lossy(&dropped.stderr).contains("No data available"),
+        "a user's clone kept file capabilities: {dropped:?}"
     );
     let refused = mount.sh(&format!("{as_user} clone proj/d2 home/d2 --server {sock}"));
     assert!(!refused.status.success());

@@ -42,8 +42,10 @@ pub use trash::TrashEntry;
 /// version 10 POSIX ACLs (flagged in the inode's mode field from bit 16: [`Inode::acls`]; the
 /// access ACL in the inode record, a default ACL as an `X` key). An older store is upgraded in place when opened for
 /// writing (`crate::upgrade`); version 11 objects collected while the namespace is served
-/// (`C`: [`collected_key`]); version 12 the trash (`E`: [`trash_key`], `Ntrash_*`).
-pub const FORMAT_VERSION: u32 = 12;
+/// (`C`: [`collected_key`]); version 12 the trash (`E`: [`trash_key`], `Ntrash_*`); version 13
+/// xattrs counted in their owners' and trees' bytes (no new key: the usage is counted again
+/// when an older store is opened, `crate::upgrade::usage`).
+pub const FORMAT_VERSION: u32 = 13;
 /// The oldest format this build opens.
 pub const FORMAT_VERSION_MIN: u32 = 1;
 /// First bytes of the format field, so a foreign store is refused rather than misread.

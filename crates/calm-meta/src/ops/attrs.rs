@@ -126,7 +126,7 @@ fn charge_setattr<T: WriteTxn>(
     size: Option<u64>,
 ) -> Outcome<()> {
     if owner != (inode.uid, inode.gid) {
-        let usage = crate::quota::usage_of(inode.kind, inode.size);
+        let usage = node_usage(ctx.txn, inode)?;
         ctx.charge_owner_change((inode.uid, inode.gid), owner, usage)?;
     }
     if let Some(size) = size
@@ -139,6 +139,26 @@ fn charge_setattr<T: WriteTxn>(
         ctx.charge(owner.0, owner.1, inode.parent, resized)?;
     }
     Ok(())
+}
+
+/// Charges `bytes` of xattrs to `inode`'s owners and the trees above it (the root is below
+/// none).
+fn charge_xattr<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    inode: &crate::layout::Inode,
+    bytes: i64,
+) -> Outcome<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    let usage = crate::quota::QuotaUsage {
+        bytes,
+        ..Default::default()
+    };
+    if inode.handle == crate::ROOT {
+        return ctx.charge_owners(inode.uid, inode.gid, usage);
+    }
+    ctx.charge(inode.uid, inode.gid, inode.parent, usage)
 }
 
 pub(crate) fn setxattr<T: WriteTxn>(
@@ -164,7 +184,8 @@ pub(crate) fn setxattr<T: WriteTxn>(
     let mut inode = ctx.load_changeable(handle)?;
     crate::perm::may_set_xattr(&ctx.caller, &inode.owner(), name)?;
     let key = xattr_key(handle, name);
-    let exists = ctx.txn.get(&key)?.is_some();
+    let old_len = ctx.txn.get(&key)?.map(|v| v.len());
+    let exists = old_len.is_some();
     if exists && flags & XATTR_CREATE != 0 {
         return Err(MetaError::Exists.into());
     }
@@ -174,6 +195,16 @@ pub(crate) fn setxattr<T: WriteTxn>(
     if !exists {
         room_for_xattr_name(ctx.txn, &inode, name)?;
     }
+    // Its bytes count in the owner's quotas, and in the inode's own limit.
+    let grown = xattr_charge(name, value.len()) as i64
+        - old_len.map_or(0, |len| xattr_charge(name, len) as i64);
+    if grown > 0 && xattr_bytes(ctx.txn, handle)? + grown as u64 > XATTR_INODE_BYTES_MAX {
+        return Err(MetaError::NoSpace(format!(
+            "the extended attributes of one file hold at most {XATTR_INODE_BYTES_MAX} bytes"
+        ))
+        .into());
+    }
+    charge_xattr(ctx, &inode, grown)?;
 
     ctx.txn.put(&key, value)?;
     inode.ctime_ns = ctx.now;
@@ -195,9 +226,10 @@ pub(crate) fn removexattr<T: WriteTxn>(
     let mut inode = ctx.load_changeable(handle)?;
     crate::perm::may_set_xattr(&ctx.caller, &inode.owner(), name)?;
     let key = xattr_key(handle, name);
-    if ctx.txn.get(&key)?.is_none() {
+    let Some(old_len) = ctx.txn.get(&key)?.map(|v| v.len()) else {
         return Err(MetaError::NoData.into());
-    }
+    };
+    charge_xattr(ctx, &inode, -(xattr_charge(name, old_len) as i64))?;
 
     ctx.txn.delete(&key)?;
     inode.ctime_ns = ctx.now;

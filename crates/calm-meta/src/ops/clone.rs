@@ -14,7 +14,8 @@
 //! Who may, as `cp -r` would: the caller reads the source (directories read and searched) and
 //! writes the destination's directory; devices are the superuser's. The owner: the superuser
 //! keeps each node's (as `cp -a` does), anyone else owns the copies (as `cp -r` gives them,
-//! setuid and setgid taken off files). Modes, times, xattrs and ACLs are kept; hard links inside
+//! setuid and setgid taken off files, and file capabilities, as a write takes them). Modes,
+//! times, xattrs and ACLs are kept; hard links inside
 //! a cloned tree become separate files.
 
 use std::collections::BTreeMap;
@@ -103,7 +104,8 @@ pub(crate) fn node<T: WriteTxn>(
     ctx.cl
         .make_room(ctx.txn, kind, ctx.now, &ctx.caller.clone())?;
     let (uid, gid, _) = owner_of_copy(&ctx.caller, &node);
-    ctx.charge(uid, gid, parent, usage_of(&node))?;
+    let usage = usage_of(ctx, &node)?;
+    ctx.charge(uid, gid, parent, usage)?;
 
     // Checks done; writes from here on.
     let copy = copy(ctx, &node, &mut dir, name)?;
@@ -111,15 +113,35 @@ pub(crate) fn node<T: WriteTxn>(
     Ok(Done::Attr(copy.attr()))
 }
 
-fn usage_of(node: &Inode) -> QuotaUsage {
-    crate::quota::usage_of(
+/// What the copy of `node` counts in the quotas: itself, a file's bytes, the xattrs it gets.
+fn usage_of<T: WriteTxn>(ctx: &Ctx<'_, T>, node: &Inode) -> Outcome<QuotaUsage> {
+    let mut usage = crate::quota::usage_of(
         node.kind,
         if node.kind == Kind::File {
             node.size
         } else {
             0
         },
-    )
+    );
+    for (name, value) in copied_xattrs(ctx, node)? {
+        usage.bytes += xattr_charge(&name, value.len()) as i64;
+    }
+    Ok(usage)
+}
+
+/// The xattrs `node`'s copy gets: all of them, but file capabilities on a user's copy (a
+/// write takes them away; only the superuser's copy is as `cp -a` keeps it).
+fn copied_xattrs<T: WriteTxn>(ctx: &Ctx<'_, T>, node: &Inode) -> Outcome<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut out = Vec::new();
+    for name in xattr_names(ctx.txn, node.handle)? {
+        if name == CAPABILITY_XATTR && !ctx.caller.is_root() {
+            continue;
+        }
+        if let Some(value) = ctx.txn.get(&xattr_key(node.handle, &name))? {
+            out.push((name, value.into_owned()));
+        }
+    }
+    Ok(out)
 }
 
 /// Clones up to `max` entries of directory `src` after its name key `after` (empty: from the
@@ -187,7 +209,7 @@ pub(crate) fn entries<T: WriteTxn>(
         }
         let node = ctx.load(dentry.child)?;
         may_copy(ctx, &node)?;
-        total = total.plus(usage_of(&node));
+        total = total.plus(usage_of(ctx, &node)?);
         subdirs += u32::from(node.kind == Kind::Dir);
         nodes.push(node);
     }
@@ -219,7 +241,8 @@ pub(crate) fn entries<T: WriteTxn>(
     let mut dirs = Vec::new();
     for ((_, name, _), node) in found.iter().zip(&nodes) {
         if ctx.caller.is_root() {
-            ctx.charge_owners(node.uid, node.gid, usage_of(node))?;
+            let usage = usage_of(ctx, node)?;
+            ctx.charge_owners(node.uid, node.gid, usage)?;
         }
         let copy = copy(ctx, node, &mut dir, name)?;
         if node.kind == Kind::Dir {
@@ -258,11 +281,8 @@ fn copy<T: WriteTxn>(
     copy.parent = dir.handle;
     copy.entries = 0;
     copy.ctime_ns = ctx.now;
-    for xattr in xattr_names(ctx.txn, node.handle)? {
-        if let Some(value) = ctx.txn.get(&xattr_key(node.handle, &xattr))? {
-            let value = value.into_owned();
-            ctx.txn.put(&xattr_key(handle, &xattr), &value)?;
-        }
+    for (name, value) in copied_xattrs(ctx, node)? {
+        ctx.txn.put(&xattr_key(handle, &name), &value)?;
     }
     if node.kind == Kind::File {
         copy_records(ctx, node.handle, handle)?;

@@ -22,7 +22,7 @@ pub(crate) fn uncharge<T: WriteTxn>(ctx: &mut Ctx<'_, T>, inode: &Inode) -> Outc
                 .set(ctx.txn, tree, Default::default(), None, now)?;
         }
     }
-    let usage = crate::quota::usage_of(inode.kind, inode.size).negated();
+    let usage = node_usage(ctx.txn, inode)?.negated();
     if inode.kind == Kind::Dir {
         ctx.charge(inode.uid, inode.gid, inode.parent, usage)
     } else {
@@ -83,7 +83,7 @@ pub(crate) fn drop_link<T: WriteTxn>(
     debug_assert!(inode.kind != Kind::Dir);
     inode.nlink -= 1;
     if inode.nlink == 0 && inode.parent != 0 {
-        let usage = crate::quota::usage_of(inode.kind, inode.size).negated();
+        let usage = node_usage(ctx.txn, &inode)?.negated();
         ctx.charge_trees(dir, usage)?;
     }
     crate::links::removed(ctx.txn, &mut inode, dir)?;

@@ -210,7 +210,7 @@ pub(crate) fn rename<T: WriteTxn>(
             )
             .into());
         }
-        let usage = crate::quota::usage_of(src_inode.kind, src_inode.size);
+        let usage = crate::ctx::node_usage(ctx.txn, &src_inode)?;
         ctx.charge_move(sp, dp, usage)?;
     }
 

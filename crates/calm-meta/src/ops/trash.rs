@@ -96,7 +96,7 @@ pub(crate) fn restore<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle) -> Outc
     ctx.cl
         .make_room(ctx.txn, kind, ctx.now, &ctx.caller.clone())?;
     // The last check: the quotas it counts in again (it changes nothing when it refuses).
-    let usage = crate::quota::usage_of(inode.kind, inode.size);
+    let usage = crate::ctx::node_usage(ctx.txn, &inode)?;
     ctx.charge(inode.uid, inode.gid, parent, usage)?;
 
     // Checks done; writes from here on.

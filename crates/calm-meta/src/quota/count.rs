@@ -7,7 +7,7 @@ use std::ops::ControlFlow;
 use calm_store::ReadTxn;
 
 use super::record::{QuotaKind, QuotaMismatch, QuotaTarget, QuotaUsage, TAG_LIMITS, TAG_USAGE};
-use super::record::{decode_usage, key_target, usage_of};
+use super::record::{decode_usage, key_target};
 use crate::error::MetaError;
 use crate::layout::{
     Dentry, Inode, TAG_INODE, TAG_TRASH, TRASH_END, entries_range, inode_key, key_handle,
@@ -111,7 +111,7 @@ pub fn walk<R: ReadTxn + ?Sized>(
                     }
                 }
             }
-            usage = usage.plus(usage_of(child.kind, child.size));
+            usage = usage.plus(crate::ctx::node_usage(view, &child)?);
         }
     }
     for file in linked {
@@ -148,7 +148,7 @@ pub fn everything<R: ReadTxn + ?Sized>(view: &R) -> Outcome<BTreeMap<QuotaTarget
             return Ok(());
         }
         let inode = Inode::decode(handle, value)?;
-        let usage = usage_of(inode.kind, inode.size);
+        let usage = crate::ctx::node_usage(view, &inode)?;
         for target in [QuotaTarget::user(inode.uid), QuotaTarget::group(inode.gid)] {
             let sum = counted.entry(target).or_default();
             *sum = sum.plus(usage);

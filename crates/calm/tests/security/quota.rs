@@ -199,3 +199,75 @@ fn usage_stays_exact_through_kill_9_of_a_storm_in_two_trees() {
         "the storm's files took the default ACLs: {acls}"
     );
 }
+
+/// Extended attributes count in their owner's bytes and under a limit per file: a user with a
+/// 512 KiB limit who writes 64 KiB values is refused (EDQUOT) once the names and values pass it,
+/// the usage shown is those bytes, a removal gives them back, a file holds at most 1 MiB of
+/// them whoever asks (ENOSPC, even under no quota), and `calm quota check` finds the usage
+/// kept equal to the usage counted.
+#[test]
+fn extended_attributes_count_in_the_quota_and_under_a_limit_per_file() {
+    let user = LocalUser::create("x");
+    let mount = Mount::embedded(&["--allow-other"]);
+    let top = mount.mnt.parent().expect("the mount's directory");
+    std::fs::set_permissions(top, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let socket = mount.socket.clone().expect("the embedded server's socket");
+    mount.sh_ok("mkdir -m 777 home");
+    let uid = user.uid.to_string();
+    quota(&socket, &["set", "--user", &uid, "--bytes", "512K"]);
+    let as_user = |script: &str| {
+        mount.sh(&format!(
+            "setpriv --reuid={} --regid={} --clear-groups /usr/bin/python3 -c \"{script}\" 2>&1",
+            user.uid, user.gid
+        ))
+    };
+    // 64 KiB values with 9-byte names: 7 fit in 512 KiB (with the file's 0 bytes), the 8th not.
+    let out = as_user(
+        "
+import errno, os
+open('home/f', 'w').close()
+for i in range(40):
+    try:
+        os.setxattr('home/f', 'user.v%03d' % i, b'v' * 65536)
+    except OSError as e:
+        print('refused', i, errno.errorcode[e.errno])
+        break
+",
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("refused 7 EDQUOT"), "{text}");
+    let per_value = "user.v000".len() + 65536;
+    let got = common::calm_json(&[
+        "quota", "--server", &socket, "get", "--user", &uid, "--json",
+    ]);
+    assert_eq!(got["bytes"], 7 * per_value, "{got}");
+    as_user("import os; os.removexattr('home/f', 'user.v000')");
+    let got = common::calm_json(&[
+        "quota", "--server", &socket, "get", "--user", &uid, "--json",
+    ]);
+    assert_eq!(got["bytes"], 6 * per_value, "{got}");
+
+    // The superuser is held to no user quota, but a file's own limit holds for everyone.
+    let out = mount.sh_ok(
+        "python3 -c \"
+import errno, os
+open('big', 'w').close()
+for i in range(40):
+    try:
+        os.setxattr('big', 'user.v%03d' % i, b'v' * 65536)
+    except OSError as e:
+        print('refused', i, errno.errorcode[e.errno])
+        break
+\"",
+    );
+    assert!(out.contains("refused 15 ENOSPC"), "{out}");
+    let check = quota(&socket, &["check"]);
+    assert!(!check.contains("differ"), "{check}");
+    // Removing the file gives its xattrs' bytes back.
+    mount.sh_ok("rm home/f");
+    let got = common::calm_json(&[
+        "quota", "--server", &socket, "get", "--user", &uid, "--json",
+    ]);
+    assert_eq!(got["bytes"], 0, "{got}");
+}
