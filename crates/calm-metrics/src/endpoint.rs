@@ -3,6 +3,8 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -11,8 +13,16 @@ use hyper_util::rt::TokioIo;
 use prometheus::Registry;
 
 /// Scrapes answered at once; one more waits for a slot (a scraper cannot take the process's
-/// memory or its cores).
-const SCRAPES_AT_ONCE: usize = 8;
+/// memory or its cores). A slot is held while a scrape is encoded, not while a connection is
+/// open: idle connections never keep a scrape waiting.
+pub const SCRAPES_AT_ONCE: usize = 8;
+/// Connections open at once; one more waits to be accepted until one closes.
+pub const CONNECTIONS_MAX: usize = 256;
+/// A connection that has not sent a whole request's headers within this is closed (also
+/// between the requests of a kept-alive connection).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// No connection stays open longer than this, whatever it sends (a scraper connects again).
+pub const CONNECTION_LIFE_MAX: Duration = Duration::from_secs(60);
 
 /// A running endpoint; dropping it stops it.
 #[derive(Debug)]
@@ -41,28 +51,35 @@ pub fn bind(addr: &str) -> std::io::Result<std::net::TcpListener> {
 pub fn serve(listener: std::net::TcpListener, registry: Registry) -> std::io::Result<Endpoint> {
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let addr = listener.local_addr()?;
-    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(SCRAPES_AT_ONCE));
+    let slots = Arc::new(tokio::sync::Semaphore::new(SCRAPES_AT_ONCE));
+    let connections = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
     let task = tokio::spawn(async move {
         loop {
+            let Ok(open) = connections.clone().acquire_owned().await else {
+                return;
+            };
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
-            let Ok(slot) = slots.clone().acquire_owned().await else {
-                return;
-            };
-            let registry = registry.clone();
+            let (registry, slots) = (registry.clone(), slots.clone());
             tokio::spawn(async move {
                 let answer = hyper::service::service_fn(move |request: Request<Incoming>| {
-                    let registry = registry.clone();
-                    async move { Ok::<_, Infallible>(respond(&registry, &request)) }
+                    let (registry, slots) = (registry.clone(), slots.clone());
+                    async move {
+                        let _slot = slots.acquire().await;
+                        Ok::<_, Infallible>(respond(&registry, &request))
+                    }
                 });
                 let served = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), answer)
-                    .await;
-                if let Err(error) = served {
-                    tracing::debug!(%error, "a metrics connection ended");
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(HEADER_READ_TIMEOUT)
+                    .serve_connection(TokioIo::new(stream), answer);
+                match tokio::time::timeout(CONNECTION_LIFE_MAX, served).await {
+                    Ok(Err(error)) => tracing::debug!(%error, "a metrics connection ended"),
+                    Err(_) => tracing::debug!("a metrics connection open too long was closed"),
+                    Ok(Ok(())) => {}
                 }
-                drop(slot);
+                drop(open);
             });
         }
     });

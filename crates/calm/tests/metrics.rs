@@ -565,3 +565,67 @@ fn the_alert_rules_check_and_name_metrics_calm_serves() {
         );
     }
 }
+
+/// Idle connections to the metrics endpoint never keep a scrape waiting: with 8 and then 64
+/// connections opened by another user and left silent (and one sending its headers a byte a
+/// second), a scrape is answered, and the silent ones are closed by the server after its
+/// header timeout (5 s).
+#[test]
+fn idle_connections_never_block_a_scrape() {
+    use std::io::{Read, Write};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let server = Server::start_with(&data, &["--metrics", &metrics]);
+    for idle in [8, 64] {
+        let silent: Vec<std::net::TcpStream> = (0..idle)
+            .map(|_| std::net::TcpStream::connect(&metrics).expect("connect"))
+            .collect();
+        let mut slow = std::net::TcpStream::connect(&metrics).expect("connect");
+        slow.write_all(b"GET /metr").unwrap();
+        let asked = std::time::Instant::now();
+        // A scrape bounded in time: one that waited for ever would fail here, not hang.
+        let mut scrape = std::net::TcpStream::connect(&metrics).expect("connect");
+        scrape
+            .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        write!(
+            scrape,
+            "GET /metrics HTTP/1.1\r\nHost: {metrics}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        scrape
+            .read_to_string(&mut text)
+            .expect("a scrape answered within 30 s");
+        assert!(text.contains("calm_inodes"), "{text}");
+        eprintln!(
+            "{idle} idle connections: a scrape answered in {:?}",
+            asked.elapsed()
+        );
+        for mut stream in silent {
+            stream
+                .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+                .unwrap();
+            let mut byte = [0u8; 1];
+            // Closed by the server: the read ends (0 bytes), never times out here.
+            let read = stream.read(&mut byte);
+            let closed = match &read {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ),
+            };
+            assert!(closed, "an idle connection stayed open: {read:?}");
+        }
+        assert!(
+            asked.elapsed() < std::time::Duration::from_secs(20),
+            "the idle connections were never closed"
+        );
+        drop(slow);
+    }
+    let (status, _) = server.terminate();
+    assert!(status.success());
+}
