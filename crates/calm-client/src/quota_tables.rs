@@ -7,7 +7,7 @@ use std::path::Path;
 use calm_types::{Handle, QuotaKind, QuotaReport, QuotaUsage, ROOT};
 use serde_json::{Value, json};
 
-use crate::{Client, Result};
+use crate::{Client, MetaError, Result};
 
 /// Reads a count of bytes or inodes: digits with an optional binary suffix (K, M, G, T, P;
 /// `10G` is 10 × 2^30).
@@ -124,14 +124,25 @@ pub fn summary_json(path: &str, usage: &QuotaUsage, kept: bool) -> Value {
 
 /// Where `path` is in the namespace: a path on a calm mount on this machine (its inode
 /// number is the handle), else a path inside the namespace from its root (`/dir/sub`), walked
-/// with lookups.
+/// with lookups. A path that is on this machine but on no calm mount, and not in the
+/// namespace either, is said to be so (not "no such file").
 pub async fn resolve_path(client: &Client, path: &str) -> Result<Handle> {
     if let Some(handle) = on_mount(Path::new(path)) {
         return Ok(handle);
     }
     let mut handle = ROOT;
     for name in path.split('/').filter(|c| !c.is_empty()) {
-        handle = client.lookup(handle, name.as_bytes()).await?.handle;
+        handle = match client.lookup(handle, name.as_bytes()).await {
+            Ok(attr) => attr.handle,
+            Err(MetaError::NotFound) if Path::new(path).exists() => {
+                return Err(MetaError::Invalid(format!(
+                    "{path} is on this machine but on no calm mount, and the namespace has \
+                     no such path: give a path on a calm mount, or one inside the namespace \
+                     from its root (/dir)"
+                )));
+            }
+            Err(error) => return Err(error),
+        };
     }
     Ok(handle)
 }

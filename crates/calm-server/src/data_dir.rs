@@ -31,6 +31,7 @@ pub fn private_files() {
 pub fn secure_data_dir(dir: &Path) -> Result<Vec<String>, String> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     let mut fixed = Vec::new();
+    safe_ancestors(dir)?;
     if !dir.exists() {
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -66,6 +67,44 @@ pub fn secure_data_dir(dir: &Path) -> Result<Vec<String>, String> {
         close(&entry.path())?;
     }
     Ok(fixed)
+}
+
+/// Refuses a data directory that someone else could move away or replace while it is served:
+/// every directory above it must belong to the superuser or the server's user, and one that
+/// others may write must be sticky (as /tmp is: only an entry's owner moves it).
+/// Checked before a missing data directory is made (from the nearest directory that exists).
+fn safe_ancestors(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let absolute = std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut existing = absolute.as_path();
+    while !existing.exists() {
+        existing = existing.parent().unwrap_or(Path::new("/"));
+    }
+    let real = std::fs::canonicalize(existing).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // SAFETY: geteuid(2) only reads the process's user.
+    let me = unsafe { libc::geteuid() };
+    let own = usize::from(existing == absolute.as_path());
+    for above in real.ancestors().skip(own) {
+        let meta = std::fs::metadata(above).map_err(|e| format!("{}: {e}", above.display()))?;
+        if meta.uid() != 0 && meta.uid() != me {
+            return Err(format!(
+                "{} is in {}, which belongs to uid {}: its owner could move the data directory                  away or put another in its place while it is served (give a directory whose                  every parent is the superuser's or this server's user's)",
+                dir.display(),
+                above.display(),
+                meta.uid()
+            ));
+        }
+        let mode = meta.mode();
+        if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+            return Err(format!(
+                "{} is in {}, which others may write (mode {:o}) and is not sticky: they could                  move the data directory away or put another in its place while it is served",
+                dir.display(),
+                above.display(),
+                mode & 0o7777
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `path`'s metadata, if it belongs to the server's user: whoever owns the data directory or

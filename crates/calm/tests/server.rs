@@ -471,3 +471,36 @@ fn concurrent_calls_of_one_client_travel_in_batches_each_answered_as_alone() {
     assert!(calls >= 454, "{calls} calls in batches");
     assert!(batches < calls - 100, "{batches} batches for {calls} calls");
 }
+
+/// A path on this machine but on no calm mount (and not in the namespace) is said to be so by
+/// every command that takes a path, not looked up as if it were the namespace's ("no such
+/// file"); a path inside the namespace from its root still works.
+#[test]
+fn a_path_on_no_calm_mount_is_said_to_be_so() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = data_dir(&tmp);
+    let server = Server::start(&data);
+    let local = tmp.path().join("local");
+    std::fs::create_dir(&local).expect("mkdir");
+    let local = local.to_str().expect("utf-8");
+    let socket = format!("unix:{}", data.join("calm.sock").display());
+    for args in [
+        vec!["summary", local, "--server", &socket],
+        vec!["quota", "--server", &socket, "get", local],
+        vec!["clone", local, "/copy", "--server", &socket],
+    ] {
+        let out = calm(&args);
+        assert!(!out.status.success(), "{args:?}: {out:?}");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains("on no calm mount"), "{args:?}: {said}");
+    }
+    let rt = runtime();
+    rt.block_on(async {
+        let client = Client::connect(&server.addr).await.expect("connect");
+        client.mkdir(ROOT, b"proj", 0o755).await.expect("mkdir");
+    });
+    let out = calm(&["summary", "/proj", "--server", &socket]);
+    assert!(out.status.success(), "{out:?}");
+    let (status, _) = server.terminate();
+    assert!(status.success());
+}

@@ -57,7 +57,8 @@ fn the_store_and_its_objects_are_closed_to_other_users() {
 }
 
 /// A data directory another user owns (or with an entry another user owns) is refused: its
-/// owner could put their own socket in the server's place. Nothing is created in it.
+/// owner could put their own socket in the server's place. Nothing is created in it. So is one
+/// whose parent another user owns, or everyone may write without its sticky bit.
 #[test]
 fn a_data_directory_another_user_owns_is_refused() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -113,6 +114,29 @@ fn a_data_directory_another_user_owns_is_refused() {
     assert!(stderr.contains("planted belongs to uid 40001"), "{stderr}");
     std::fs::remove_file(&planted).expect("rm");
     let server = common::Server::start(&ours);
+    drop(server);
+    // A directory of the server's own inside another user's, or inside one that everyone may
+    // write and that is not sticky: its owner, or anyone, could move it away while it is
+    // served. Refused, and nothing made; in a sticky one (as /tmp) it is served.
+    let inside = theirs.join("data");
+    std::fs::create_dir(&inside).expect("mkdir");
+    std::fs::set_permissions(&inside, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let stderr = refused(&inside);
+    assert!(
+        stderr.contains("which belongs to uid 40001: its owner could move"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_dir(&inside).expect("list").count(), 0);
+    let open = tmp.path().join("open");
+    std::fs::create_dir(&open).expect("mkdir");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let stderr = refused(&open.join("data"));
+    assert!(
+        stderr.contains("which others may write (mode 777)"),
+        "{stderr}"
+    );
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    let server = common::Server::start(&open.join("data"));
     drop(server);
 }
 
