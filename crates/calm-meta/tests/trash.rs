@@ -528,3 +528,73 @@ async fn the_expiry_keeps_up_with_removals_faster_than_a_page_per_pause() {
     let report = fsck_clean(&store);
     assert_eq!((report.inodes, report.trash_entries), (1, 0));
 }
+
+/// A directory with a tree limit, removed whole (its files, then it) and restored (it, then
+/// its files), comes back with its limit, and what is restored below it is held to it: the
+/// file past the limit is refused (EDQUOT, changing nothing) and stays in the trash. Purged,
+/// it takes its limit with it. The usage kept equals the usage counted throughout.
+#[tokio::test]
+async fn a_restored_tree_comes_back_with_its_limit() {
+    let store = Arc::new(MemStore::new());
+    let meta = Meta::open(store.clone(), options(Duration::from_secs(3600))).unwrap();
+    let proj = meta.mkdir(ROOT, b"proj", 0o777).await.unwrap().handle;
+    let limit = QuotaLimits {
+        bytes: 1000,
+        ..QuotaLimits::default()
+    };
+    meta.set_quota(user(0), QuotaTarget::tree(proj), limit)
+        .await
+        .unwrap();
+    let mut files = Vec::new();
+    for name in [&b"a"[..], b"b"] {
+        let file = meta.create(proj, name, 0o644).await.unwrap().handle;
+        let size = SetAttr {
+            size: Some(600),
+            ..SetAttr::default()
+        };
+        if name == b"b" {
+            // Over the limit now: raised for a moment, then lowered again.
+            let raised = QuotaLimits {
+                bytes: 2000,
+                ..limit
+            };
+            meta.set_quota(user(0), QuotaTarget::tree(proj), raised)
+                .await
+                .unwrap();
+        }
+        meta.setattr(file, size).await.unwrap();
+        files.push(file);
+    }
+    meta.set_quota(user(0), QuotaTarget::tree(proj), limit)
+        .await
+        .unwrap();
+    for name in [&b"a"[..], b"b"] {
+        meta.unlink(proj, name).await.unwrap();
+    }
+    meta.rmdir(ROOT, b"proj").await.unwrap();
+    let check = || {
+        assert!(
+            quota::count::check(&store.snapshot().unwrap())
+                .unwrap()
+                .is_empty()
+        );
+    };
+    check();
+    meta.trash_restore(user(0), proj).await.unwrap();
+    let kept = meta.quota(&user(0), QuotaTarget::tree(proj)).unwrap();
+    assert_eq!(kept.limits.bytes, 1000, "the limit came back: {kept:?}");
+    meta.trash_restore(user(0), files[0]).await.unwrap();
+    let refused = meta.trash_restore(user(0), files[1]).await.unwrap_err();
+    assert_eq!(refused.errno(), 122, "{refused}");
+    let usage = meta.quota(&user(0), QuotaTarget::tree(proj)).unwrap().usage;
+    assert_eq!(usage.bytes, 600);
+    check();
+    // Gone for good: its limit with it.
+    meta.unlink(proj, b"a").await.unwrap();
+    meta.rmdir(ROOT, b"proj").await.unwrap();
+    meta.trash_purge(user(0), proj).await.unwrap();
+    let gone = meta.quota(&user(0), QuotaTarget::tree(proj)).unwrap();
+    assert_eq!(gone.limits.bytes, 0, "{gone:?}");
+    check();
+    fsck_clean(&store);
+}

@@ -11,17 +11,11 @@ use crate::outcome::Outcome;
 use crate::types::*;
 
 /// Takes what an inode counts in its owners' quotas (and, for a directory, in the trees above
-/// it: a file left them with its last name) away, and a directory's own tree limit with it (it
-/// is empty: nothing is counted).
+/// it: a file left them with its last name) away. A directory's own tree limit stays while it
+/// is in the trash (it is empty: its tree counts nothing), so that a restore brings it back
+/// with its limit and what is restored below it is held to it; it goes with the directory
+/// ([`erase`]).
 pub(crate) fn uncharge<T: WriteTxn>(ctx: &mut Ctx<'_, T>, inode: &Inode) -> Outcome<()> {
-    if inode.kind == Kind::Dir && ctx.quota.trees(ctx.txn)? > 0 {
-        let tree = crate::quota::QuotaTarget::tree(inode.handle);
-        if ctx.quota.has_tree(ctx.txn, inode.handle)? {
-            let now = ctx.now;
-            ctx.quota
-                .set(ctx.txn, tree, Default::default(), None, now)?;
-        }
-    }
     let usage = node_usage(ctx.txn, inode)?.negated();
     if inode.kind == Kind::Dir {
         ctx.charge(inode.uid, inode.gid, inode.parent, usage)
@@ -30,9 +24,17 @@ pub(crate) fn uncharge<T: WriteTxn>(ctx: &mut Ctx<'_, T>, inode: &Inode) -> Outc
     }
 }
 
-/// Removes an inode with its xattrs and chunks (its objects queued for deletion), its quota
-/// usage already taken away.
+/// Removes an inode with its xattrs and chunks (its objects queued for deletion) and a
+/// directory's own tree limit, its quota usage already taken away.
 pub(crate) fn erase<T: WriteTxn>(ctx: &mut Ctx<'_, T>, inode: &Inode) -> Outcome<()> {
+    if inode.kind == Kind::Dir && ctx.quota.trees(ctx.txn)? > 0 {
+        let tree = crate::quota::QuotaTarget::tree(inode.handle);
+        if ctx.quota.has_tree(ctx.txn, inode.handle)? {
+            let now = ctx.now;
+            ctx.quota
+                .set(ctx.txn, tree, Default::default(), None, now)?;
+        }
+    }
     for name in xattr_names(ctx.txn, inode.handle)? {
         ctx.txn.delete(&xattr_key(inode.handle, &name))?;
     }
