@@ -69,7 +69,15 @@ pub struct Objects {
     /// The requests made and how reads were served, for the metrics.
     meter: Arc<Meter>,
     /// Set on a server's handle: deletions only while the store is its namespace's.
-    pub(crate) fence: Option<Arc<crate::owner::Fence>>,
+    pub(crate) fence: Option<Arc<Fence>>,
+}
+
+/// A handle's claim on its store, checked before its deletions (`crate::owner`).
+#[derive(Debug)]
+pub(crate) struct Fence {
+    pub(crate) claim: Vec<u8>,
+    /// When the owner was last read and found to be this claim.
+    pub(crate) checked: std::sync::Mutex<Option<Instant>>,
 }
 
 impl Objects {

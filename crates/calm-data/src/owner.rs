@@ -19,7 +19,7 @@ use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
 
 use crate::error::DataError;
-use crate::objects::Objects;
+use crate::objects::{Fence, Objects};
 
 /// Where, beside the objects, the owner is named.
 pub const OWNER_DIR: &str = "namespace";
@@ -28,14 +28,6 @@ pub const OWNER_FILE: &str = "owner";
 pub const OWNER_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// The longest claim an owner file may hold.
 const CLAIM_BYTES_MAX: usize = 256;
-
-/// A handle's claim, checked before its deletions.
-#[derive(Debug)]
-pub(crate) struct Fence {
-    claim: Vec<u8>,
-    /// When the owner was last read and found to be this claim.
-    checked: Mutex<Option<Instant>>,
-}
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
