@@ -84,7 +84,8 @@ pub(crate) fn drop_link<T: WriteTxn>(
 ) -> Outcome<Option<Handle>> {
     debug_assert!(inode.kind != Kind::Dir);
     inode.nlink -= 1;
-    if inode.nlink == 0 && inode.parent != 0 {
+    // Its xattrs are read only where a tree limit could count them.
+    if inode.nlink == 0 && inode.parent != 0 && ctx.quota.trees(ctx.txn)? > 0 {
         let usage = node_usage(ctx.txn, &inode)?.negated();
         ctx.charge_trees(dir, usage)?;
     }
