@@ -149,6 +149,27 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
             .charge(self.txn, &owners, &[], delta, exempt, now)
     }
 
+    /// The directory whose trees a change of `inode`'s usage counts in: its parent, or, for an
+    /// open file with no name left (an orphan), the directory its last name was in while that
+    /// directory is in the namespace.
+    pub(crate) fn tree_dir(&mut self, inode: &Inode) -> Outcome<Handle> {
+        if inode.nlink > 0 || inode.kind != Kind::File || self.quota.trees(self.txn)? == 0 {
+            return Ok(inode.parent);
+        }
+        let Some(value) = self.txn.get(&orphan_key(inode.handle))? else {
+            return Ok(0);
+        };
+        let dir = crate::layout::OrphanRecord::decode(&value)?.tree_dir();
+        if dir == 0 {
+            return Ok(0);
+        }
+        match self.load(dir) {
+            Ok(found) if found.kind == Kind::Dir && found.nlink > 0 => Ok(dir),
+            Ok(_) | Err(crate::outcome::Failure::Meta(MetaError::NotFound)) => Ok(0),
+            Err(other) => Err(other),
+        }
+    }
+
     /// The attributes of `handle` as the group has them so far, if the group read it.
     pub(crate) fn cached_attr(&self, handle: Handle) -> Option<Attr> {
         self.inodes.get(&handle)?.inode.as_ref().map(Inode::attr)
@@ -482,6 +503,30 @@ pub fn xattr_bytes<R: ReadTxn + ?Sized>(view: &R, handle: Handle) -> Outcome<u64
         ControlFlow::Continue(())
     })?;
     Ok(bytes)
+}
+
+/// The directory whose trees orphan `handle` counts in: the one its last name was in, while it
+/// is a directory in the namespace; 0 (none) when it was removed, or when `handle` is no
+/// orphan.
+pub(crate) fn orphan_tree_dir<R: ReadTxn + ?Sized>(view: &R, handle: Handle) -> Outcome<Handle> {
+    let Some(value) = view.get(&orphan_key(handle))? else {
+        return Ok(0);
+    };
+    let dir = crate::layout::OrphanRecord::decode(&value)?.tree_dir();
+    if dir == 0 {
+        return Ok(0);
+    }
+    Ok(match view.get(&inode_key(dir))? {
+        Some(value) => {
+            let inode = Inode::decode(dir, &value)?;
+            if inode.kind == Kind::Dir && inode.nlink > 0 {
+                dir
+            } else {
+                0
+            }
+        }
+        None => 0,
+    })
 }
 
 /// What `inode` counts in the quotas: itself, a file's bytes, its xattrs' bytes.

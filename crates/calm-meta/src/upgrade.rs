@@ -134,8 +134,10 @@ fn retry<S: Store, T>(store: &S, mut work: impl FnMut(&mut S::Txn<'_>) -> Result
 /// Usage records written per transaction on a shared store (one operation each).
 pub const USAGE_PER_TXN_SHARED: usize = 100;
 
-/// Counts every user's, group's and limited tree's usage in a store of format 12 or older and
-/// writes it (format 9 keeps it with every change, format 13 with the xattrs' bytes in it);
+/// Counts every user's, group's and limited tree's usage in a store of format 13 or older and
+/// writes it (format 9 keeps it with every change, format 13 with the xattrs' bytes in it,
+/// format 14 with the trash in its owners' and open files with no name in their trees'), after
+/// saying in the records of orphans whose directory was removed that they count in no tree;
 /// does nothing on a new or current store. Returns how many
 /// usage records it wrote. Like the names' upgrade it runs before the server serves anything:
 /// the count is one snapshot's, and a server killed in the middle leaves a store of the old
@@ -145,9 +147,12 @@ pub fn usage<S: Store>(store: &S) -> Result<u64> {
     let Some(format) = snap.get(KEY_FORMAT)? else {
         return Ok(0);
     };
-    if check_format(&format)? >= 13 {
+    if check_format(&format)? >= 14 {
         return Ok(0);
     }
+    drop(snap);
+    retry(store, |txn| orphans_of_removed_dirs(txn))?;
+    let snap = store.snapshot()?;
     let counted: Vec<_> = crate::quota::count::everything(&snap)
         .map_err(MetaError::from)?
         .into_iter()
@@ -172,8 +177,38 @@ pub fn usage<S: Store>(store: &S) -> Result<u64> {
     if !counted.is_empty() {
         tracing::info!(
             records = counted.len(),
-            "users', groups' and trees' usage counted (format 13)"
+            "users', groups' and trees' usage counted (format 14)"
         );
     }
     Ok(counted.len() as u64)
+}
+
+/// Orphan records whose directory is no longer in the namespace name directory 0 (format 14):
+/// they count in no tree, and a restore of that directory does not make them count again.
+fn orphans_of_removed_dirs<T: WriteTxn>(txn: &mut T) -> Result<()> {
+    let mut records = Vec::new();
+    txn.visit(
+        &[crate::layout::TAG_ORPHAN],
+        crate::layout::ORPHAN_END,
+        &mut |key, value| {
+            records.push((key.to_vec(), value.to_vec()));
+            std::ops::ControlFlow::Continue(())
+        },
+    )?;
+    for (key, value) in records {
+        let Some(handle) = crate::layout::key_handle(&key) else {
+            continue; // fsck says so
+        };
+        let Ok(mut record) = crate::layout::OrphanRecord::decode(&value) else {
+            continue;
+        };
+        if record.tree_dir() == 0 || crate::ctx::orphan_tree_dir(txn, handle)? != 0 {
+            continue;
+        }
+        if let Some(place) = &mut record.place {
+            place.0 = 0;
+        }
+        txn.put(&key, &record.encode())?;
+    }
+    Ok(())
 }

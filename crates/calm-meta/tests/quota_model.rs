@@ -17,9 +17,10 @@ use proptest::prelude::*;
 const EDQUOT: i32 = 122;
 const EXDEV: i32 = 18;
 
+/// A user on a mount (its lock session: what keeps an unlinked open file).
 fn user(uid: u32) -> Caller {
     Caller {
-        session: 0,
+        session: 7,
         uid,
         gid: 100,
         groups: Default::default(),
@@ -35,7 +36,14 @@ enum Step {
     Make(usize, u8, bool, usize),
     Grow(usize, u64, usize),
     Shrink(usize, u64),
-    Unlink(usize, u8, usize),
+    /// Unlinks a name; with `true`, the caller's mount has the file open (it stays an orphan
+    /// until released).
+    Unlink(usize, u8, usize, bool),
+    /// The orphan's last close (nothing when the file is none).
+    Release(usize),
+    /// Purges or restores a file (`false`) or directory (`true`) from the trash.
+    Purge(usize, bool),
+    Restore(usize, bool),
     Rmdir(usize, u8),
     Rename(usize, u8, usize, u8),
     Link(usize, usize, u8),
@@ -47,13 +55,16 @@ enum Step {
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        4 => (0..8usize, 0..6u8, any::<bool>(), 0..3usize).prop_map(|(d, n, k, u)| Step::Make(d, n, k, u)),
+        4 => (0..8usize, 0..3u8, any::<bool>(), 0..3usize).prop_map(|(d, n, k, u)| Step::Make(d, n, k, u)),
         4 => (0..16usize, 1..5000u64, 0..3usize).prop_map(|(f, b, u)| Step::Grow(f, b, u)),
         1 => (0..16usize, 0..3000u64).prop_map(|(f, s)| Step::Shrink(f, s)),
-        2 => (0..8usize, 0..6u8, 0..3usize).prop_map(|(d, n, u)| Step::Unlink(d, n, u)),
-        1 => (0..8usize, 0..6u8).prop_map(|(d, n)| Step::Rmdir(d, n)),
-        2 => (0..8usize, 0..6u8, 0..8usize, 0..6u8).prop_map(|(a, n, b, m)| Step::Rename(a, n, b, m)),
-        1 => (0..16usize, 0..8usize, 0..6u8).prop_map(|(f, d, n)| Step::Link(f, d, n)),
+        3 => (0..8usize, 0..3u8, 0..3usize, any::<bool>()).prop_map(|(d, n, u, k)| Step::Unlink(d, n, u, k)),
+        1 => (0..16usize).prop_map(Step::Release),
+        1 => (0..16usize, any::<bool>()).prop_map(|(f, d)| Step::Purge(f, d)),
+        1 => (0..16usize, any::<bool>()).prop_map(|(f, d)| Step::Restore(f, d)),
+        2 => (0..8usize, 0..3u8).prop_map(|(d, n)| Step::Rmdir(d, n)),
+        2 => (0..8usize, 0..3u8, 0..8usize, 0..3u8).prop_map(|(a, n, b, m)| Step::Rename(a, n, b, m)),
+        1 => (0..16usize, 0..8usize, 0..3u8).prop_map(|(f, d, n)| Step::Link(f, d, n)),
         1 => (0..16usize, 0..3usize).prop_map(|(f, u)| Step::Chown(f, u)),
         2 => (0..11usize, 0..12000u64, 0..12u64).prop_map(|(t, b, i)| Step::Limit(t, b, i)),
         3 => (0..16usize, any::<bool>(), 0..3u8, proptest::option::of(0..3000usize), 0..3usize)
@@ -79,9 +90,19 @@ struct World {
 }
 
 impl World {
-    async fn new() -> World {
+    /// A namespace with three directories; with `trash`, one that keeps what is removed.
+    async fn new(trash: bool) -> World {
         let store = Arc::new(MemStore::new());
-        let meta = Meta::open(store.clone(), MetaOptions::default()).unwrap();
+        let options = if trash {
+            MetaOptions {
+                trash_kept: std::time::Duration::from_secs(3600),
+                trash_min_age: std::time::Duration::ZERO,
+                ..MetaOptions::default()
+            }
+        } else {
+            MetaOptions::default()
+        };
+        let meta = Meta::open(store.clone(), options).unwrap();
         let a = meta.mkdir(ROOT, b"a", 0o777).await.unwrap().handle;
         let b = meta.mkdir(a, b"b", 0o777).await.unwrap().handle;
         let c = meta.mkdir(ROOT, b"c", 0o777).await.unwrap().handle;
@@ -149,14 +170,41 @@ impl World {
                 };
                 (root(), errno(self.meta.setattr(handle, attr).await))
             }
-            Step::Unlink(d, n, u) => {
+            Step::Unlink(d, n, u, open) => {
                 let caller = user(UIDS[u]);
+                let keep = match self.meta.lookup(self.dir(d), &name(n)) {
+                    Ok(attr) if open => vec![attr.handle],
+                    _ => Vec::new(),
+                };
                 let op = Op::Unlink {
                     parent: self.dir(d),
                     name: name(n),
-                    keep: Vec::new(),
+                    keep,
                 };
                 (caller.clone(), errno(self.meta.apply_as(caller, op).await))
+            }
+            Step::Release(f) => {
+                let Some(handle) = self.file(f) else {
+                    return (root(), Ok(()));
+                };
+                let op = Op::ReleaseOrphan {
+                    handle,
+                    any_session: true,
+                };
+                (root(), errno(self.meta.apply_as(root(), op).await))
+            }
+            Step::Purge(i, is_dir) | Step::Restore(i, is_dir) => {
+                let handle = match (is_dir, self.file(i)) {
+                    (true, _) => self.dir(i),
+                    (false, Some(handle)) => handle,
+                    (false, None) => return (root(), Ok(())),
+                };
+                let answer = if matches!(step, Step::Purge(..)) {
+                    self.meta.trash_purge(root(), handle).await
+                } else {
+                    self.meta.trash_restore(root(), handle).await.map(|_| ())
+                };
+                (root(), answer.map_err(|e| e.errno()))
             }
             Step::Rmdir(d, n) => (root(), errno(self.meta.rmdir(self.dir(d), &name(n)).await)),
             Step::Rename(a, n, b, m) => {
@@ -243,9 +291,12 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
-    fn usage_is_exact_and_no_limit_is_passed(steps in prop::collection::vec(step(), 1..80)) {
+    fn usage_is_exact_and_no_limit_is_passed(
+        trash in any::<bool>(),
+        steps in prop::collection::vec(step(), 1..80),
+    ) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let mut world = rt.block_on(World::new());
+        let mut world = rt.block_on(World::new(trash));
         let mut refused = 0;
         for step in &steps {
             let before_dump = world.store.dump();
@@ -290,7 +341,7 @@ fn limit(bytes: u64, inodes: u64) -> QuotaLimits {
 
 #[tokio::test]
 async fn the_edges_of_every_limit() {
-    let mut w = World::new().await;
+    let mut w = World::new(false).await;
     let (a, b, c) = (w.dirs[1], w.dirs[2], w.dirs[3]);
     let alice = user(1000);
     // A user at the inode limit: the next create is refused, the superuser's is not.
@@ -374,7 +425,7 @@ async fn the_edges_of_every_limit() {
 /// keeps its chains across groups), and usage comes back to exactly what it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_thousand_creates_writes_and_unlinks_leave_usage_exact() {
-    let w = World::new().await;
+    let w = World::new(false).await;
     let meta = Arc::new(w.meta);
     let (a, b) = (w.dirs[1], w.dirs[2]);
     let leaf = meta.mkdir(b, b"leaf", 0o777).await.unwrap().handle;

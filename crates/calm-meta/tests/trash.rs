@@ -1,5 +1,6 @@
 //! The trash: what loses its last name (unlink, rmdir, a rename over it, an orphan's release)
-//! is kept out of the namespace and of the quotas, nothing in it changes, a restore names it
+//! is kept out of the namespace and its trees (in its owners' quotas until purged), nothing in
+//! it changes, a restore names it
 //! again (under a new name when the old is taken, after its directory), a purge or the expiry
 //! destroys it and queues its objects. fsck is clean at every step.
 
@@ -238,8 +239,22 @@ async fn a_removed_tree_comes_back_directories_first() {
     fsck_clean(&store);
 }
 
+fn quota_clean(store: &MemStore) {
+    let mismatches = quota::count::check(&store.snapshot().unwrap()).unwrap();
+    assert!(
+        mismatches.is_empty(),
+        "usage kept != counted: {mismatches:?}"
+    );
+}
+
+/// User 1000's usage: (bytes, inodes).
+fn usage_of(meta: &Meta<Arc<MemStore>>, target: QuotaTarget) -> (i64, i64) {
+    let usage = meta.quota(&user(0), target).unwrap().usage;
+    (usage.bytes, usage.inodes)
+}
+
 #[tokio::test]
-async fn the_trash_counts_in_no_quota_and_is_each_owners() {
+async fn the_trash_counts_in_its_owners_quota_until_purged_and_is_each_owners() {
     let store = Arc::new(MemStore::new());
     let meta = Meta::open(store.clone(), options(Duration::from_secs(3600))).unwrap();
     let shared = meta.mkdir(ROOT, b"shared", 0o777).await.unwrap().handle;
@@ -247,56 +262,45 @@ async fn the_trash_counts_in_no_quota_and_is_each_owners() {
         bytes: 1500,
         ..QuotaLimits::default()
     };
-    meta.set_quota(user(0), QuotaTarget::user(1000), limits)
-        .await
-        .unwrap();
-    let mine = made(
-        meta.apply_as(
-            user(1000),
-            Op::Make {
-                parent: shared,
-                name: b"mine".to_vec(),
-                node: NewNode::file(0o644, 1000, 1000),
-                exclusive: true,
-            },
-        )
-        .await
-        .unwrap(),
-    );
-    let grow = |size| SetAttr {
-        size: Some(size),
-        ..SetAttr::default()
+    let owner = QuotaTarget::user(1000);
+    meta.set_quota(user(0), owner, limits).await.unwrap();
+    let make = |name: &[u8]| Op::Make {
+        parent: shared,
+        name: name.to_vec(),
+        node: NewNode::file(0o644, 1000, 1000),
+        exclusive: true,
     };
-    meta.apply_as(
-        user(1000),
-        Op::SetAttr {
-            handle: mine,
-            attr: grow(1000),
+    let grow = |handle, size| Op::SetAttr {
+        handle,
+        attr: SetAttr {
+            size: Some(size),
+            ..SetAttr::default()
         },
-    )
-    .await
-    .unwrap();
-    meta.apply_as(
-        user(1000),
-        Op::Unlink {
-            parent: shared,
-            name: b"mine".to_vec(),
-            keep: vec![],
-        },
-    )
-    .await
-    .unwrap();
-    let usage = meta.quota(&user(0), QuotaTarget::user(1000)).unwrap().usage;
+    };
+    let unlink = |name: &[u8]| Op::Unlink {
+        parent: shared,
+        name: name.to_vec(),
+        keep: vec![],
+    };
+    let mine = made(meta.apply_as(user(1000), make(b"mine")).await.unwrap());
+    meta.apply_as(user(1000), grow(mine, 1000)).await.unwrap();
+    meta.apply_as(user(1000), unlink(b"mine")).await.unwrap();
     assert_eq!(
-        (usage.bytes, usage.inodes),
-        (0, 0),
-        "the trash counts in no quota"
+        usage_of(&meta, owner),
+        (1000, 1),
+        "what waits in the trash still counts in its owner's quota"
     );
-    assert!(
-        quota::count::check(&store.snapshot().unwrap())
-            .unwrap()
-            .is_empty()
-    );
+    quota_clean(&store);
+
+    // So the trash is no way around the limit: the room it holds is not given twice.
+    let big = made(meta.apply_as(user(1000), make(b"big")).await.unwrap());
+    let before = store.dump();
+    let refused = meta
+        .apply_as(user(1000), grow(big, 1000))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.errno(), EDQUOT, "{refused}");
+    assert_eq!(store.dump(), before, "a refused write changes nothing");
 
     // Another user sees nothing of it and cannot take it; its owner can.
     assert!(listed(&meta, &user(2000)).is_empty());
@@ -311,50 +315,33 @@ async fn the_trash_counts_in_no_quota_and_is_each_owners() {
         EPERM
     );
 
-    // A restore counts again, and is refused past the limit (changing nothing).
-    let big = made(
-        meta.apply_as(
-            user(1000),
-            Op::Make {
-                parent: shared,
-                name: b"big".to_vec(),
-                node: NewNode::file(0o644, 1000, 1000),
-                exclusive: true,
-            },
-        )
-        .await
-        .unwrap(),
-    );
-    meta.apply_as(
-        user(1000),
-        Op::SetAttr {
-            handle: big,
-            attr: grow(1000),
-        },
-    )
-    .await
-    .unwrap();
+    // A purge gives the room back.
+    meta.trash_purge(user(1000), mine).await.unwrap();
+    assert_eq!(usage_of(&meta, owner), (0, 1));
+    meta.apply_as(user(1000), grow(big, 1000)).await.unwrap();
+    assert_eq!(usage_of(&meta, owner), (1000, 1));
+    quota_clean(&store);
+
+    // A restore counts in the trees again (refused past a limit, changing nothing), and not in
+    // its owner's a second time.
+    meta.apply_as(user(1000), unlink(b"big")).await.unwrap();
+    let tree = QuotaTarget::tree(shared);
+    let small = QuotaLimits {
+        bytes: 500,
+        ..QuotaLimits::default()
+    };
+    meta.set_quota(user(0), tree, small).await.unwrap();
+    assert_eq!(usage_of(&meta, tree), (0, 0), "the trash is in no tree");
     let before = store.dump();
-    let refused = meta.trash_restore(user(1000), mine).await.unwrap_err();
+    let refused = meta.trash_restore(user(1000), big).await.unwrap_err();
     assert_eq!(refused.errno(), EDQUOT, "{refused}");
     assert_eq!(store.dump(), before, "a refused restore changes nothing");
-    meta.apply_as(
-        user(1000),
-        Op::SetAttr {
-            handle: big,
-            attr: grow(0),
-        },
-    )
-    .await
-    .unwrap();
-    meta.trash_restore(user(1000), mine).await.unwrap();
-    let usage = meta.quota(&user(0), QuotaTarget::user(1000)).unwrap().usage;
-    assert_eq!(usage.bytes, 1000);
-    assert!(
-        quota::count::check(&store.snapshot().unwrap())
-            .unwrap()
-            .is_empty()
-    );
+    meta.set_quota(user(0), tree, QuotaLimits::default())
+        .await
+        .unwrap();
+    meta.trash_restore(user(1000), big).await.unwrap();
+    assert_eq!(usage_of(&meta, owner), (1000, 1));
+    quota_clean(&store);
     fsck_clean(&store);
 }
 
@@ -596,5 +583,256 @@ async fn a_restored_tree_comes_back_with_its_limit() {
     let gone = meta.quota(&user(0), QuotaTarget::tree(proj)).unwrap();
     assert_eq!(gone.limits.bytes, 0, "{gone:?}");
     check();
+    fsck_clean(&store);
+}
+
+/// A caller with a lock session, as a mount's requests carry one.
+fn mounted(uid: u32, session: u64) -> Caller {
+    Caller {
+        session,
+        ..user(uid)
+    }
+}
+
+#[tokio::test]
+async fn an_open_file_with_no_name_counts_in_its_tree_until_its_last_close() {
+    let store = Arc::new(MemStore::new());
+    let meta = Meta::open(store.clone(), options(Duration::from_secs(3600))).unwrap();
+    let project = meta.mkdir(ROOT, b"project", 0o777).await.unwrap().handle;
+    let tree = QuotaTarget::tree(project);
+    let limits = QuotaLimits {
+        bytes: 10_000,
+        ..QuotaLimits::default()
+    };
+    meta.set_quota(user(0), tree, limits).await.unwrap();
+    let mount = mounted(1000, 7);
+    let make = |parent, name: &[u8], node| Op::Make {
+        parent,
+        name: name.to_vec(),
+        node,
+        exclusive: true,
+    };
+    let size = |handle, size| Op::SetAttr {
+        handle,
+        attr: SetAttr {
+            size: Some(size),
+            ..SetAttr::default()
+        },
+    };
+    let file = NewNode::file(0o644, 1000, 1000);
+    let log = made(
+        meta.apply_as(mount.clone(), make(project, b"log", file.clone()))
+            .await
+            .unwrap(),
+    );
+    meta.apply_as(mount.clone(), size(log, 1000)).await.unwrap();
+    let unlink = Op::Unlink {
+        parent: project,
+        name: b"log".to_vec(),
+        keep: vec![log],
+    };
+    meta.apply_as(mount.clone(), unlink).await.unwrap();
+    assert_eq!(
+        usage_of(&meta, tree),
+        (1000, 1),
+        "open with no name, it still counts in its tree"
+    );
+    quota_clean(&store);
+
+    // It grows within the tree's limit, and not past it, through a write or a truncate.
+    meta.apply_as(mount.clone(), size(log, 9000)).await.unwrap();
+    assert_eq!(usage_of(&meta, tree), (9000, 1));
+    let id = meta.alloc_slices(1).await.unwrap();
+    let before = store.dump();
+    let refused = meta
+        .apply_as(mount.clone(), size(log, 20_000))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.errno(), EDQUOT, "{refused}");
+    let slice = Slice {
+        id,
+        size: 2000,
+        off: 0,
+        len: 2000,
+        pos: 0,
+    };
+    let refused = meta
+        .write(mount.clone(), log, vec![(9000, slice)], 11_000, Vec::new())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.errno(), EDQUOT, "{refused}");
+    assert_eq!(store.dump(), before, "a refused growth changes nothing");
+    quota_clean(&store);
+
+    // Its last close takes it out of the tree, into the trash (still its owner's).
+    let release = Op::ReleaseOrphan {
+        handle: log,
+        any_session: false,
+    };
+    meta.apply_as(mount.clone(), release).await.unwrap();
+    assert_eq!(usage_of(&meta, tree), (0, 0));
+    assert_eq!(usage_of(&meta, QuotaTarget::user(1000)), (9000, 1));
+    assert_eq!(
+        listed(&meta, &user(1000)),
+        vec![(log, "/project/log".into())]
+    );
+    quota_clean(&store);
+
+    // An orphan whose directory is removed leaves the trees with it, and then grows in its
+    // owner's quota only.
+    let sub = made(
+        meta.apply_as(
+            mount.clone(),
+            make(project, b"sub", NewNode::dir(0o755, 1000, 1000)),
+        )
+        .await
+        .unwrap(),
+    );
+    let tmp = made(
+        meta.apply_as(mount.clone(), make(sub, b"tmp", file))
+            .await
+            .unwrap(),
+    );
+    meta.apply_as(mount.clone(), size(tmp, 3000)).await.unwrap();
+    let unlink = Op::Unlink {
+        parent: sub,
+        name: b"tmp".to_vec(),
+        keep: vec![tmp],
+    };
+    meta.apply_as(mount.clone(), unlink).await.unwrap();
+    assert_eq!(usage_of(&meta, tree), (3000, 2));
+    meta.apply_as(
+        mount.clone(),
+        Op::Rmdir {
+            parent: project,
+            name: b"sub".to_vec(),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(usage_of(&meta, tree), (0, 0));
+    quota_clean(&store);
+    meta.apply_as(mount.clone(), size(tmp, 50_000))
+        .await
+        .unwrap();
+    assert_eq!(usage_of(&meta, tree), (0, 0));
+    quota_clean(&store);
+    let release = Op::ReleaseOrphan {
+        handle: tmp,
+        any_session: false,
+    };
+    meta.apply_as(mount, release).await.unwrap();
+    assert_eq!(usage_of(&meta, QuotaTarget::user(1000)), (59_000, 3));
+    quota_clean(&store);
+    fsck_clean(&store);
+}
+
+/// A store of format 13 (its trash in no quota, its orphans in no tree) opened by this build:
+/// the records of orphans whose directory is gone say so, and every usage is counted again.
+#[tokio::test]
+async fn a_format_13_store_gets_its_trash_and_orphans_counted() {
+    use calm_meta::layout::{KEY_FORMAT, OrphanRecord, orphan_key};
+    use calm_store::{ReadTxn, WriteTxn};
+    let store = Arc::new(MemStore::new());
+    let (orphan, sub) = {
+        let meta = Meta::open(store.clone(), options(Duration::from_secs(3600))).unwrap();
+        let project = meta.mkdir(ROOT, b"project", 0o777).await.unwrap().handle;
+        let limits = QuotaLimits {
+            bytes: 1 << 20,
+            ..QuotaLimits::default()
+        };
+        let tree = QuotaTarget::tree(project);
+        meta.set_quota(user(0), tree, limits).await.unwrap();
+        let mount = mounted(1000, 7);
+        let make = |parent, name: &[u8], node| Op::Make {
+            parent,
+            name: name.to_vec(),
+            node,
+            exclusive: true,
+        };
+        let file = NewNode::file(0o644, 1000, 1000);
+        let mut handles = Vec::new();
+        for name in [&b"trashed"[..], b"orphan"] {
+            let handle = made(
+                meta.apply_as(mount.clone(), make(project, name, file.clone()))
+                    .await
+                    .unwrap(),
+            );
+            let grow = Op::SetAttr {
+                handle,
+                attr: SetAttr {
+                    size: Some(1000),
+                    ..SetAttr::default()
+                },
+            };
+            meta.apply_as(mount.clone(), grow).await.unwrap();
+            let unlink = Op::Unlink {
+                parent: project,
+                name: name.to_vec(),
+                keep: vec![handle],
+            };
+            meta.apply_as(mount.clone(), unlink).await.unwrap();
+            handles.push(handle);
+        }
+        let release = Op::ReleaseOrphan {
+            handle: handles[0],
+            any_session: false,
+        };
+        meta.apply_as(mount.clone(), release).await.unwrap();
+        let sub = made(
+            meta.apply_as(
+                mount.clone(),
+                make(project, b"sub", NewNode::dir(0o755, 1000, 1000)),
+            )
+            .await
+            .unwrap(),
+        );
+        (handles[1], sub)
+    };
+    // What version 13 wrote: the trash out of its owner's usage, the orphan out of its tree,
+    // and an orphan record naming a directory since removed.
+    let mut txn = store.begin().unwrap();
+    txn.put(
+        KEY_FORMAT,
+        &[b"CALMMETA".as_slice(), &13u32.to_le_bytes()].concat(),
+    )
+    .unwrap();
+    for target in [QuotaTarget::user(1000), QuotaTarget::group(1000)] {
+        let usage = quota::QuotaUsage {
+            bytes: 1000,
+            inodes: 2,
+            dirs: 1,
+        };
+        txn.put(&quota::usage_key(target), &quota::encode_usage(&usage))
+            .unwrap();
+    }
+    let tree_usage = quota::QuotaUsage {
+        inodes: 1,
+        dirs: 1,
+        ..Default::default()
+    };
+    txn.put(
+        &quota::usage_key(QuotaTarget::tree(2)),
+        &quota::encode_usage(&tree_usage),
+    )
+    .unwrap();
+    let record = OrphanRecord {
+        session: 7,
+        place: Some((sub + 1000, b"orphan".to_vec())), // never a directory
+    };
+    txn.put(&orphan_key(orphan), &record.encode()).unwrap();
+    txn.commit().unwrap();
+    assert!(
+        !quota::count::check(&store.snapshot().unwrap())
+            .unwrap()
+            .is_empty()
+    );
+
+    let meta = Meta::open(store.clone(), options(Duration::from_secs(3600))).unwrap();
+    quota_clean(&store);
+    let snap = store.snapshot().unwrap();
+    let record = OrphanRecord::decode(&snap.get(&orphan_key(orphan)).unwrap().unwrap()).unwrap();
+    assert_eq!(record.place, Some((0, b"orphan".to_vec())));
+    assert_eq!(usage_of(&meta, QuotaTarget::user(1000)), (2000, 3));
     fsck_clean(&store);
 }

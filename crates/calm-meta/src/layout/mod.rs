@@ -27,7 +27,9 @@
 use crate::error::{MetaError, Result};
 use crate::types::{Handle, Kind};
 
+mod orphan;
 mod trash;
+pub use orphan::OrphanRecord;
 pub use trash::TrashEntry;
 
 /// The format this build writes. Version 2 added the changelog (`0xFF`, `U`, `Ncl_*`);
@@ -44,8 +46,12 @@ pub use trash::TrashEntry;
 /// writing (`crate::upgrade`); version 11 objects collected while the namespace is served
 /// (`C`: [`collected_key`]); version 12 the trash (`E`: [`trash_key`], `Ntrash_*`); version 13
 /// xattrs counted in their owners' and trees' bytes (no new key: the usage is counted again
-/// when an older store is opened, `crate::upgrade::usage`).
-pub const FORMAT_VERSION: u32 = 13;
+/// when an older store is opened, `crate::upgrade::usage`); version 14 the trash counted in its
+/// owners' quotas until purged, and an open file with no name in the trees above its last
+/// directory until its last close (an orphan record's directory 0 when that directory was
+/// removed since: [`OrphanRecord`]; the usage is counted again, and the records of orphans
+/// whose directory is gone are rewritten, when an older store is opened).
+pub const FORMAT_VERSION: u32 = 14;
 /// The oldest format this build opens.
 pub const FORMAT_VERSION_MIN: u32 = 1;
 /// First bytes of the format field, so a foreign store is refused rather than misread.

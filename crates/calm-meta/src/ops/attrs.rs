@@ -136,7 +136,8 @@ fn charge_setattr<T: WriteTxn>(
             bytes: size as i64 - inode.size as i64,
             ..Default::default()
         };
-        ctx.charge(owner.0, owner.1, inode.parent, resized)?;
+        let dir = ctx.tree_dir(inode)?;
+        ctx.charge(owner.0, owner.1, dir, resized)?;
     }
     Ok(())
 }
@@ -158,7 +159,8 @@ fn charge_xattr<T: WriteTxn>(
     if inode.handle == crate::ROOT {
         return ctx.charge_owners(inode.uid, inode.gid, usage);
     }
-    ctx.charge(inode.uid, inode.gid, inode.parent, usage)
+    let dir = ctx.tree_dir(inode)?;
+    ctx.charge(inode.uid, inode.gid, dir, usage)
 }
 
 pub(crate) fn setxattr<T: WriteTxn>(

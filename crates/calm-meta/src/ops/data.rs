@@ -164,7 +164,8 @@ fn charge_growth<T: WriteTxn>(
         bytes: (end - inode.size) as i64,
         ..Default::default()
     };
-    ctx.charge(inode.uid, inode.gid, inode.parent, grown)
+    let dir = ctx.tree_dir(inode)?;
+    ctx.charge(inode.uid, inode.gid, dir, grown)
 }
 
 /// Makes the file at least `end` bytes long and sets its mtime, ctime and size counter (and

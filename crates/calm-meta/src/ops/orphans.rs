@@ -9,6 +9,10 @@
 //! doing so (the server's sweeper: a mount killed, or its lease lost). A mount that opens a new
 //! session after losing its old one (a restarted server) claims its orphans back.
 //!
+//! Until then it counts in its owners' quotas and in the trees above the directory its last
+//! name was in (it holds its bytes, and may grow), unless that directory is removed meanwhile:
+//! then in no tree.
+//!
 //! Only the mount that removes the name knows the file is open (it says so in the request's
 //! `keep` list); another mount's open files are not known to the server (see
 //! docs/design/data.md, "Unlinked but open").
@@ -18,28 +22,12 @@ use calm_store::{ReadTxn, WriteTxn};
 use super::remove::{destroy, removed};
 use crate::ctx::Ctx;
 use crate::error::{MetaError, Result};
-use crate::layout::{ORPHAN_END, TAG_ORPHAN, key_handle, orphan_key};
+use crate::layout::{ORPHAN_END, OrphanRecord, TAG_ORPHAN, key_handle, orphan_key};
 use crate::outcome::{Done, Outcome};
 use crate::types::Handle;
 
 /// Orphans one claim may name.
 pub const CLAIM_HANDLES_MAX: usize = 65_536;
-
-fn decode_session(value: &[u8]) -> Result<u64> {
-    match value.get(..8).map(|b| b.try_into().expect("8 bytes")) {
-        Some(bytes) if value.len() == 8 || value.len() > 16 => Ok(u64::from_le_bytes(bytes)),
-        _ => Err(MetaError::Corrupt(format!(
-            "an orphan record of {} bytes",
-            value.len()
-        ))),
-    }
-}
-
-/// Where an orphan's last name was (`None`: not recorded).
-fn decode_place(value: &[u8]) -> Option<(Handle, &[u8])> {
-    let dir = u64::from_le_bytes(value.get(8..16)?.try_into().ok()?);
-    Some((dir, value.get(16..).filter(|name| !name.is_empty())?))
-}
 
 /// Destroys orphan `handle` if it is the caller's session's (or, with `any_session`, whoever's).
 /// Not an orphan (released already): nothing to do.
@@ -52,15 +40,22 @@ pub(crate) fn release<T: WriteTxn>(
     let Some(value) = ctx.txn.get(&key)?.map(|v| v.into_owned()) else {
         return Ok(Done::Nothing);
     };
-    if !any_session && decode_session(&value)? != ctx.caller.session {
+    let record = OrphanRecord::decode(&value)?;
+    if !any_session && record.session != ctx.caller.session {
         return Err(
             MetaError::NotPermitted(format!("orphan {handle} belongs to another session")).into(),
         );
     }
     let inode = ctx.load(handle)?;
+    // It leaves the trees it counted in while open (read before its record goes).
+    let tree_dir = ctx.tree_dir(&inode)?;
+    if tree_dir != 0 {
+        let usage = crate::ctx::node_usage(ctx.txn, &inode)?.negated();
+        ctx.charge_trees(tree_dir, usage)?;
+    }
     ctx.txn.delete(&key)?;
-    match decode_place(&value) {
-        Some((dir, name)) => removed(ctx, inode, dir, name)?,
+    match record.place {
+        Some((dir, name)) => removed(ctx, inode, dir, &name)?,
         None => destroy(ctx, &inode)?,
     }
     Ok(Done::Nothing)
@@ -93,8 +88,8 @@ pub fn list<R: ReadTxn>(snap: &R) -> Result<Vec<(Handle, u64)>> {
     let mut out = Vec::new();
     let mut failed = None;
     snap.visit(&[TAG_ORPHAN], ORPHAN_END, &mut |key, value| {
-        match (key_handle(key), decode_session(value)) {
-            (Some(handle), Ok(session)) => out.push((handle, session)),
+        match (key_handle(key), OrphanRecord::decode(value)) {
+            (Some(handle), Ok(record)) => out.push((handle, record.session)),
             (None, _) => failed = Some(MetaError::Corrupt(format!("orphan key {key:?}"))),
             (_, Err(e)) => failed = Some(e),
         }

@@ -6,7 +6,11 @@
 use calm_store::WriteTxn;
 
 use crate::ctx::*;
-use crate::layout::{Inode, TrashEntry, orphan_key, trash_key, xattr_key};
+use crate::error::MetaError;
+use crate::layout::{
+    Inode, ORPHAN_END, OrphanRecord, TAG_ORPHAN, TrashEntry, key_handle, orphan_key, trash_key,
+    xattr_key,
+};
 use crate::outcome::Outcome;
 use crate::types::*;
 
@@ -64,12 +68,51 @@ pub(crate) fn removed<T: WriteTxn>(
     let young = ctx
         .young
         .is_some_and(|young| young.is_young(inode.handle, ctx.now));
+    if inode.kind == Kind::Dir {
+        orphans_lose_their_dir(ctx, inode.handle)?;
+    }
     if ctx.trash && !young {
         to_trash(ctx, inode, dir, name)
     } else {
         ctx.gone.push(inode.handle);
         destroy(ctx, &inode)
     }
+}
+
+/// Orphans whose last name was in directory `dir`, which leaves the namespace, count in no
+/// tree from now on: what they count leaves the trees above it (and its own), and their records
+/// say so. Only where some tree has a limit: the orphans are read whole, and are few.
+fn orphans_lose_their_dir<T: WriteTxn>(ctx: &mut Ctx<'_, T>, dir: Handle) -> Outcome<()> {
+    if ctx.quota.trees(ctx.txn)? == 0 {
+        return Ok(());
+    }
+    let mut found = Vec::new();
+    let mut bad = None;
+    ctx.txn
+        .visit(&[TAG_ORPHAN], ORPHAN_END, &mut |key, value| {
+            match (key_handle(key), OrphanRecord::decode(value)) {
+                (Some(handle), Ok(record)) if record.tree_dir() == dir => {
+                    found.push((handle, record))
+                }
+                (Some(_), Ok(_)) => {}
+                (None, _) => bad = Some(MetaError::Corrupt(format!("orphan key {key:?}"))),
+                (_, Err(e)) => bad = Some(e),
+            }
+            std::ops::ControlFlow::Continue(())
+        })?;
+    if let Some(e) = bad {
+        return Err(e.into());
+    }
+    for (handle, mut record) in found {
+        let inode = ctx.load(handle)?;
+        let usage = node_usage(ctx.txn, &inode)?.negated();
+        ctx.charge_trees(dir, usage)?;
+        if let Some(place) = &mut record.place {
+            place.0 = 0;
+        }
+        ctx.txn.put(&orphan_key(handle), &record.encode())?;
+    }
+    Ok(())
 }
 
 /// Drops one link of a non-directory, its `name` in `dir`; removes it ([`removed`]) when none is
@@ -84,16 +127,26 @@ pub(crate) fn drop_link<T: WriteTxn>(
 ) -> Outcome<Option<Handle>> {
     debug_assert!(inode.kind != Kind::Dir);
     inode.nlink -= 1;
+    // An open file whose last name goes stays in its trees until its last close: it still
+    // holds its bytes, and may grow.
+    let orphan = inode.nlink == 0
+        && inode.kind == Kind::File
+        && ctx.caller.session != 0
+        && keep.contains(&inode.handle);
+    // A file made before format 4 that was never renamed counts in no tree (its directory is
+    // not known), nor does it as an orphan.
+    let in_trees = inode.parent != 0;
     // Its xattrs are read only where a tree limit could count them.
-    if inode.nlink == 0 && inode.parent != 0 && ctx.quota.trees(ctx.txn)? > 0 {
+    if inode.nlink == 0 && !orphan && in_trees && ctx.quota.trees(ctx.txn)? > 0 {
         let usage = node_usage(ctx.txn, &inode)?.negated();
         ctx.charge_trees(dir, usage)?;
     }
     crate::links::removed(ctx.txn, &mut inode, dir)?;
+    if orphan {
+        let tree_dir = if in_trees { dir } else { 0 };
+        return keep_orphan(ctx, inode, tree_dir, name);
+    }
     if inode.nlink == 0 {
-        if inode.kind == Kind::File && keep.contains(&inode.handle) {
-            return keep_orphan(ctx, inode, dir, name);
-        }
         removed(ctx, inode, dir, name)?;
     } else {
         inode.ctime_ns = ctx.now;
@@ -102,37 +155,39 @@ pub(crate) fn drop_link<T: WriteTxn>(
     Ok(None)
 }
 
-/// Keeps `inode` (no name left, `nlink` 0, its last name `name` in `dir`) as an orphan of the
-/// caller's session.
-pub(crate) fn keep_orphan<T: WriteTxn>(
+/// Keeps `inode` (no name left, `nlink` 0, its last name `name` in `dir`, whose trees it still
+/// counts in) as an orphan of the caller's session.
+fn keep_orphan<T: WriteTxn>(
     ctx: &mut Ctx<'_, T>,
     mut inode: Inode,
     dir: Handle,
     name: &[u8],
 ) -> Outcome<Option<Handle>> {
-    let session = ctx.caller.session;
-    if session == 0 {
-        // No session to end it: nothing would ever release it.
-        removed(ctx, inode, dir, name)?;
-        return Ok(None);
-    }
     let handle = inode.handle;
     inode.ctime_ns = ctx.now;
     ctx.store(inode);
-    ctx.txn
-        .put(&orphan_key(handle), &orphan_value(session, dir, name))?;
+    let record = OrphanRecord {
+        session: ctx.caller.session,
+        place: Some((dir, name.to_vec())),
+    };
+    ctx.txn.put(&orphan_key(handle), &record.encode())?;
     Ok(Some(handle))
 }
 
-/// Moves `inode`, whose last name was `name` in `dir` (already removed, with its usage of the
-/// trees above that directory), to the trash.
+/// Moves `inode`, whose last name was `name` in `dir` (already removed; a file's usage of the
+/// trees above that directory with it), to the trash. It stays in its owners' quotas until it
+/// is purged: a removal that parked bytes in the trash would otherwise be a way around every
+/// limit.
 pub(crate) fn to_trash<T: WriteTxn>(
     ctx: &mut Ctx<'_, T>,
     mut inode: Inode,
     dir: Handle,
     name: &[u8],
 ) -> Outcome<()> {
-    uncharge(ctx, &inode)?;
+    if inode.kind == Kind::Dir {
+        let usage = node_usage(ctx.txn, &inode)?.negated();
+        ctx.charge_trees(inode.parent, usage)?;
+    }
     let entry = TrashEntry {
         deleted_ns: ctx.now,
         size: if inode.kind == Kind::File {
@@ -150,14 +205,4 @@ pub(crate) fn to_trash<T: WriteTxn>(
     inode.ctime_ns = ctx.now;
     ctx.store(inode);
     Ok(())
-}
-
-/// An orphan record's value: the session (u64 le), then the directory of the file's last name
-/// (u64 le) and that name (both absent in a record written before format 12).
-pub(crate) fn orphan_value(session: u64, dir: Handle, name: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(16 + name.len());
-    out.extend_from_slice(&session.to_le_bytes());
-    out.extend_from_slice(&dir.to_le_bytes());
-    out.extend_from_slice(name);
-    out
 }

@@ -1,8 +1,9 @@
 //! The trash: when the namespace keeps one (`MetaOptions::trash_kept`), a file or directory
 //! that loses its last name (unlink, rmdir, a rename over it, an orphan's last close) is not
 //! destroyed but kept: its inode stays, with `nlink` 0 and no name, and an `E handle` key says
-//! when it was removed, its size then, and the directory and name it had. It counts in no
-//! quota (its owners' usage went with the name) and in the trash's own counters; nothing is made
+//! when it was removed, its size then, and the directory and name it had. It counts in its
+//! owners' quotas until it is purged (in no tree: it left them with its name) and in the trash's
+//! own counters; nothing is made
 //! in a directory in the trash, and nothing in the trash is changed (`Ctx::load_changeable`), so
 //! what is restored is what was removed. A restore names it again in its old directory (under
 //! a new name when the old one is taken; in the root when the directory is gone) in one
@@ -95,9 +96,10 @@ pub(crate) fn restore<T: WriteTxn>(ctx: &mut Ctx<'_, T>, handle: Handle) -> Outc
     let kind = make_record_type(inode.kind);
     ctx.cl
         .make_room(ctx.txn, kind, ctx.now, &ctx.caller.clone())?;
-    // The last check: the quotas it counts in again (it changes nothing when it refuses).
+    // The last check: the trees it counts in again (it changes nothing when it refuses); its
+    // owners' quotas counted it all along.
     let usage = crate::ctx::node_usage(ctx.txn, &inode)?;
-    ctx.charge(inode.uid, inode.gid, parent, usage)?;
+    ctx.charge_trees(parent, usage)?;
 
     // Checks done; writes from here on.
     ctx.txn.delete(&trash_key(handle))?;
@@ -139,6 +141,8 @@ pub(crate) fn purge<T: WriteTxn>(
     ctx.txn.delete(&trash_key(handle))?;
     ctx.trash_entries_delta -= 1;
     ctx.trash_bytes_delta -= entry.size as i64;
+    let usage = crate::ctx::node_usage(ctx.txn, &inode)?.negated();
+    ctx.charge_owners(inode.uid, inode.gid, usage)?;
     erase(ctx, &inode)?;
     Ok(Done::Nothing)
 }

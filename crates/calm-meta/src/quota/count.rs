@@ -10,7 +10,7 @@ use super::record::{QuotaKind, QuotaMismatch, QuotaTarget, QuotaUsage, TAG_LIMIT
 use super::record::{decode_usage, key_target};
 use crate::error::MetaError;
 use crate::layout::{
-    Dentry, Inode, TAG_INODE, TAG_TRASH, TRASH_END, entries_range, inode_key, key_handle,
+    Dentry, Inode, ORPHAN_END, TAG_INODE, TAG_ORPHAN, entries_range, inode_key, key_handle,
 };
 use crate::outcome::Outcome;
 use crate::types::*;
@@ -114,6 +114,19 @@ pub fn walk<R: ReadTxn + ?Sized>(
             usage = usage.plus(crate::ctx::node_usage(view, &child)?);
         }
     }
+    // Open files whose last name was in the tree count in it until their last close.
+    let mut orphans = Vec::new();
+    try_visit(view, &[TAG_ORPHAN], ORPHAN_END, &mut |key, _| {
+        orphans.push(
+            key_handle(key).ok_or_else(|| MetaError::Corrupt(format!("orphan key {key:?}")))?,
+        );
+        Ok(())
+    })?;
+    for handle in orphans {
+        if dirs.contains(&crate::ctx::orphan_tree_dir(view, handle)?) {
+            usage = usage.plus(crate::ctx::node_usage(view, &inode(view, handle)?)?);
+        }
+    }
     for file in linked {
         for parent in crate::links::parents(view, &file)? {
             if !dirs.contains(&parent) {
@@ -130,23 +143,14 @@ pub fn walk<R: ReadTxn + ?Sized>(
     Ok(usage)
 }
 
-/// Every user's and group's usage counted from the inodes (but those in the trash, which count
-/// in no quota), and every limited tree's from its names.
+/// Every user's and group's usage counted from the inodes (those in the trash and the open
+/// files with no name too: they hold their bytes until purged or closed), and every limited
+/// tree's from its names and its open files with none.
 pub fn everything<R: ReadTxn + ?Sized>(view: &R) -> Outcome<BTreeMap<QuotaTarget, QuotaUsage>> {
     let mut counted: BTreeMap<QuotaTarget, QuotaUsage> = BTreeMap::new();
-    let mut trashed = HashSet::new();
-    try_visit(view, &[TAG_TRASH], TRASH_END, &mut |key, _| {
-        trashed.insert(
-            key_handle(key).ok_or_else(|| MetaError::Corrupt(format!("trash key {key:?}")))?,
-        );
-        Ok(())
-    })?;
     try_visit(view, &[TAG_INODE], &[TAG_INODE + 1], &mut |key, value| {
         let handle =
             key_handle(key).ok_or_else(|| MetaError::Corrupt(format!("inode key {key:?}")))?;
-        if trashed.contains(&handle) {
-            return Ok(());
-        }
         let inode = Inode::decode(handle, value)?;
         let usage = crate::ctx::node_usage(view, &inode)?;
         for target in [QuotaTarget::user(inode.uid), QuotaTarget::group(inode.gid)] {
