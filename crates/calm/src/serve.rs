@@ -99,8 +99,8 @@ pub struct ServerArgs {
     pub backup_keep: usize,
     /// Keep what is removed (unlinked, replaced by a rename, rmdir'd) in a trash this many
     /// hours (fractions allowed) before it is destroyed; `calm trash` lists, restores and
-    /// purges it. What is in the trash counts in no quota. 0: no trash, a removal is final.
-    /// At most ten years.
+    /// purges it. What is in the trash counts in its owner's quota until purged. 0: no trash,
+    /// a removal is final. At most ten years.
     #[arg(long, default_value_t = 24.0, value_parser = crate::numbers::hours)]
     pub trash_hours: f64,
     /// A file or directory removed less than this many seconds after it was made skips the

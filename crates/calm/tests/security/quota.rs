@@ -1,7 +1,8 @@
 //! Quotas as a user meets them through a mount: a create or a write past a limit answers
 //! EDQUOT and leaves nothing half done, df shows the limit of the tree mounted, only the
-//! superuser sets limits; and usage (and the ACLs every file of it takes) stays exact through
-//! kill -9 of a storm in two trees.
+//! superuser sets limits; neither the trash nor a file unlinked while open is a way around a
+//! limit; and usage (and the ACLs every file of it takes) stays exact through kill -9 of a
+//! storm in two trees.
 
 use std::time::Duration;
 
@@ -270,4 +271,86 @@ for i in range(40):
         "quota", "--server", &socket, "get", "--user", &uid, "--json",
     ]);
     assert_eq!(got["bytes"], 0, "{got}");
+}
+
+#[test]
+fn neither_the_trash_nor_an_unlinked_open_file_is_a_way_around_a_limit() {
+    let user = LocalUser::create("qt");
+    let mount = Mount::embedded(&["--allow-other", "--trash-min-age-s", "0"]);
+    let top = mount.mnt.parent().expect("the mount's directory");
+    std::fs::set_permissions(top, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let socket = mount.socket.clone().expect("the embedded server's socket");
+    mount.sh_ok("mkdir -m 777 proj other");
+    quota(&socket, &["set", "/proj", "--bytes", "10M"]);
+    quota(
+        &socket,
+        &["set", "--user", &user.uid.to_string(), "--bytes", "50M"],
+    );
+    let as_user = |script: &str| {
+        let out = mount.sh(&format!(
+            "setpriv --reuid={} --regid={} --clear-groups bash -c '{script}' 2>&1",
+            user.uid, user.gid
+        ));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let bytes = |target: &str| -> i64 {
+        let mut args = vec!["quota", "--server", &socket, "get"];
+        args.extend(target.split(' '));
+        args.push("--json");
+        common::calm_json(&args)["bytes"].as_i64().expect("a usage")
+    };
+
+    // A log opened, unlinked and written to: 30 MiB asked for under a 10 MiB tree limit.
+    let out = mount.sh(&format!(
+        "setpriv --reuid={} --regid={} --clear-groups /usr/bin/python3 - proj/log 30 \
+         < {}/unlinked_writer.py",
+        user.uid,
+        user.gid,
+        common::PROGRAMS
+    ));
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    let report: serde_json::Value = serde_json::from_str(out.trim()).expect(&out);
+    assert_eq!(report["errno"], 122, "EDQUOT past the tree's limit: {out}");
+    let durable = report["durable"].as_i64().expect("bytes");
+    assert!(
+        durable <= 10 << 20 && durable >= 8 << 20,
+        "the tree's room and no more: {out}"
+    );
+    // Closed, it went to the trash (the kernel says so a moment after the close): out of the
+    // tree, still the user's.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while bytes("/proj") != 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(bytes("/proj"), 0);
+    assert_eq!(bytes(&format!("--user {}", user.uid)), durable);
+    as_user(&format!(
+        "{} trash purge --server {socket} --all",
+        common::CALM
+    ));
+    assert_eq!(bytes(&format!("--user {}", user.uid)), 0);
+
+    // 40 MiB removed into the trash still count: another 40 MiB under a 50 MiB limit fail,
+    // until the user purges their trash.
+    let write40 = |name: &str| {
+        as_user(&format!(
+            "head -c 41943040 /dev/zero > other/{name} && sync other/{name} && echo wrote"
+        ))
+    };
+    assert!(write40("a").contains("wrote"));
+    as_user("rm other/a");
+    let listed = as_user(&format!("{} trash list --server {socket}", common::CALM));
+    assert!(listed.contains("/other/a"), "{listed}");
+    assert_eq!(bytes(&format!("--user {}", user.uid)), 40 << 20);
+    let out = write40("b");
+    assert!(out.contains("Disk quota exceeded"), "{out}");
+    as_user("rm -f other/b");
+    as_user(&format!(
+        "{} trash purge --server {socket} --all",
+        common::CALM
+    ));
+    assert!(write40("b").contains("wrote"));
+    assert_eq!(bytes(&format!("--user {}", user.uid)), 40 << 20);
+    assert!(quota(&socket, &["check"]).contains("every usage kept"));
 }
