@@ -49,10 +49,25 @@ impl Client {
         tag: u64,
         request: LockRequest,
     ) -> Result<LockAnswer, LockFailure> {
+        self.lock_wait_for(session, tag, request, None).await
+    }
+
+    /// [`Client::lock_wait`] for a process of user `uid` (a mount's request), when said.
+    pub async fn lock_wait_for(
+        &self,
+        session: SessionId,
+        tag: u64,
+        request: LockRequest,
+        uid: Option<u32>,
+    ) -> Result<LockAnswer, LockFailure> {
+        let call = match uid {
+            Some(uid) => LockCall::SetFor(request, uid),
+            None => LockCall::Set(request),
+        };
         let wait = pb::WaitRequest {
             session,
             tag,
-            op: Some(LockCall::Set(request).to_wire()),
+            op: Some(call.to_wire()),
         };
         let reply = locks_call!(indexed unbounded self, wait, wait);
         self.note_index(&reply);

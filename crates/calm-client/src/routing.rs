@@ -327,23 +327,35 @@ impl LockRouter {
     fn note_granted(&self, call: &LockCall) {
         let mut state = self.state();
         match call {
-            LockCall::Set(request) | LockCall::Reclaim(request) => state.shadow.set(request),
+            LockCall::Set(request) | LockCall::SetFor(request, _) | LockCall::Reclaim(request) => {
+                state.shadow.set(request)
+            }
             LockCall::Unlock(request) => state.shadow.unlock(request),
             LockCall::Release(owner, resource) => state.shadow.release(*owner, *resource),
             LockCall::Test(_) => {}
         }
     }
 
-    /// Takes a lock, waiting as long as it takes; [`LockRouter::cancel`] with `tag` ends the
-    /// wait with `Cancelled`.
-    pub async fn wait(&self, tag: u64, request: Request) -> Result<LockAnswer, LockFailure> {
+    /// Takes a lock (for a process of user `uid`, when said), waiting as long as it takes;
+    /// [`LockRouter::cancel`] with `tag` ends the wait with `Cancelled`.
+    pub async fn wait(
+        &self,
+        tag: u64,
+        request: Request,
+        uid: Option<u32>,
+    ) -> Result<LockAnswer, LockFailure> {
         self.state().waits.insert(tag, WaitState::default());
-        let answer = self.wait_routed(tag, request).await;
+        let answer = self.wait_routed(tag, request, uid).await;
         self.state().waits.remove(&tag);
         answer
     }
 
-    async fn wait_routed(&self, tag: u64, request: Request) -> Result<LockAnswer, LockFailure> {
+    async fn wait_routed(
+        &self,
+        tag: u64,
+        request: Request,
+        uid: Option<u32>,
+    ) -> Result<LockAnswer, LockFailure> {
         let mut retry = Retry::new();
         loop {
             let server = self.route(request.resource);
@@ -366,7 +378,10 @@ impl LockRouter {
                         }
                         wait.at = Some((server, link.session));
                     }
-                    let outcome = link.client.lock_wait(link.session, tag, request).await;
+                    let outcome = link
+                        .client
+                        .lock_wait_for(link.session, tag, request, uid)
+                        .await;
                     if let Some(wait) = self.state().waits.get_mut(&tag) {
                         wait.at = None;
                     }

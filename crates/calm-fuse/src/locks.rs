@@ -183,13 +183,16 @@ impl LockForwarder {
         }
     }
 
-    /// Takes a lock; with `wait`, waits for it (until granted, refused with EDEADLK, or
+    /// Takes a lock for a process of user `uid` (whose locks the server counts against that
+    /// user's limit); with `wait`, waits for it (until granted, refused with EDEADLK, or
     /// interrupted through [`LockForwarder::interrupt`] with `request_id`).
+    #[allow(clippy::too_many_arguments)]
     pub async fn set(
         &self,
         handle: Handle,
         owner: u64,
         pid: u32,
+        uid: u32,
         scope: Scope,
         kind: LockKind,
         wait: Option<u64>,
@@ -202,7 +205,7 @@ impl LockForwarder {
             kind,
         };
         let Some(request_id) = wait else {
-            return answer_errno(&self.one(handle, LockCall::Set(request)).await?);
+            return answer_errno(&self.one(handle, LockCall::SetFor(request, uid)).await?);
         };
         {
             let mut waits = self.waits.locked();
@@ -213,7 +216,7 @@ impl LockForwarder {
             }
             wait.sent = true;
         }
-        let answer = self.router.wait(request_id, request).await;
+        let answer = self.router.wait(request_id, request, Some(uid)).await;
         self.waits.locked().remove(&request_id);
         answer_errno(&answer.map_err(|f| errno_of(&f))?)
     }

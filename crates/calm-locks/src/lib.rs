@@ -21,8 +21,8 @@ mod treap;
 
 pub use flock::FlockTable;
 pub use manager::{
-    Counts, Event, Holder, Limits, LockError, LockManager, Outcome, Owner, Request, ResourceId,
-    Scope, SessionId, Stats, WaitId, Waiting,
+    Account, Counts, Event, Holder, Limits, LockError, LockManager, Outcome, Owner, Request,
+    ResourceId, Scope, SessionId, Stats, WaitId, Waiting,
 };
 pub use range::{LockKind, OFFSET_MAX, Range, RangeError};
 pub use ranges::{Lock, RangeLocks};

@@ -18,6 +18,14 @@ const SIZE: usize = 24;
 const RESOURCES: u64 = 2;
 const LEASE_MS: u64 = 1_000;
 
+/// Locks an account may hold in the model: small, so that the limit is met.
+const ACCOUNT_LOCKS_MAX: u64 = 6;
+
+/// The account an owner's locks count against (two owners each, over both sessions).
+fn account(n: u8) -> u32 {
+    u32::from(n % 2)
+}
+
 /// An owner inside a session slot.
 fn owner(n: u8) -> Owner {
     match n {
@@ -209,6 +217,19 @@ impl Model {
         }
     }
 
+    /// Locks held by the owners of account `a`, over every session.
+    fn account_locks(&self, a: u32) -> u64 {
+        self.holders()
+            .iter()
+            .filter(|(_, h)| (0..4).any(|o| owner(o) == h.owner && account(o) == a))
+            .count() as u64
+    }
+
+    /// Whether the manager knows `key` (it holds or waits for a lock).
+    fn known(&self, key: Key) -> bool {
+        self.holds_anything(key) || self.queue.iter().any(|(_, k, _)| *k == key)
+    }
+
     fn count(&self, key: Key, resource: Option<u64>) -> u64 {
         self.holders()
             .iter()
@@ -286,7 +307,8 @@ proptest! {
 
     #[test]
     fn manager_matches_the_model(ops in prop::collection::vec(op(), 1..80)) {
-        let mut real = LockManager::new(Limits::default(), 1);
+        let limits = Limits { locks_per_account_max: ACCOUNT_LOCKS_MAX, ..Limits::default() };
+        let mut real = LockManager::new(limits, 1);
         let mut model = Model { next_wait: 1, ..Model::default() };
         let mut slots = [real.open_session(0, LEASE_MS).unwrap(), real.open_session(0, LEASE_MS).unwrap()];
         let mut fenced: Vec<SessionId> = Vec::new();
@@ -296,9 +318,11 @@ proptest! {
                 Op::Set { slot, owner: o, resource, scope, kind, wait } => {
                     let key = (slots[slot], owner(o));
                     let request = Request { resource, owner: owner(o), scope: to_scope(scope), kind };
-                    let answer = real.set(slots[slot], request, wait);
+                    let answer = real.set_for(slots[slot], Some(account(o)), request, wait);
                     let blockers = model.blockers(key, &request);
-                    if !blockers.is_empty() {
+                    if model.account_locks(account(o)) + 2 > ACCOUNT_LOCKS_MAX {
+                        prop_assert_eq!(answer, Err(LockError::TooManyLocks { limit: ACCOUNT_LOCKS_MAX }), "{:?}", op);
+                    } else if !blockers.is_empty() {
                         if wait {
                             if model.deadlock(key, &request) {
                                 prop_assert_eq!(answer, Err(LockError::Deadlock), "{:?}", op);
@@ -332,8 +356,13 @@ proptest! {
                 Op::Unlock { slot, owner: o, resource, scope } => {
                     let key = (slots[slot], owner(o));
                     let request = Request { resource, owner: owner(o), scope: to_scope(scope), kind: LockKind::Read };
-                    prop_assert_eq!(real.unlock(slots[slot], resource, owner(o), to_scope(scope)), Ok(()));
-                    model.apply(key, &request, None);
+                    let answer = real.unlock(slots[slot], resource, owner(o), to_scope(scope));
+                    if model.known(key) && model.account_locks(account(o)) + 1 > ACCOUNT_LOCKS_MAX {
+                        prop_assert_eq!(answer, Err(LockError::TooManyLocks { limit: ACCOUNT_LOCKS_MAX }), "{:?}", op);
+                    } else {
+                        prop_assert_eq!(answer, Ok(()), "{:?}", op);
+                        model.apply(key, &request, None);
+                    }
                 }
                 Op::Test { slot, owner: o, resource, scope, kind } => {
                     let key = (slots[slot], owner(o));

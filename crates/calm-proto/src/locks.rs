@@ -269,6 +269,9 @@ pub fn holder_from_wire(holder: &pb::LockHolder) -> Result<Holder, LockFailure> 
 pub enum LockCall {
     /// Take a lock without waiting (F_SETLK, LOCK_NB).
     Set(Request),
+    /// [`LockCall::Set`] for a process of user `uid` (a mount's request: the server counts
+    /// the locks of each user it serves against one limit).
+    SetFor(Request, u32),
     /// Report a conflicting holder (F_GETLK).
     Test(Request),
     /// Release the owner's locks in the request's scope (its kind is ignored).
@@ -281,11 +284,12 @@ pub enum LockCall {
 
 impl LockCall {
     pub fn to_wire(&self) -> pb::LockOp {
-        let (op, request) = match self {
-            LockCall::Set(r) => (1, r),
-            LockCall::Test(r) => (2, r),
-            LockCall::Unlock(r) => (3, r),
-            LockCall::Reclaim(r) => (5, r),
+        let (op, request, uid) = match self {
+            LockCall::Set(r) => (1, r, 0),
+            LockCall::SetFor(r, uid) => (1, r, *uid),
+            LockCall::Test(r) => (2, r, 0),
+            LockCall::Unlock(r) => (3, r, 0),
+            LockCall::Reclaim(r) => (5, r, 0),
             LockCall::Release(owner, resource) => {
                 return pb::LockOp {
                     op: 4,
@@ -293,6 +297,7 @@ impl LockCall {
                     owner: Some(owner_to_wire(*owner)),
                     range: None,
                     kind: 0,
+                    uid: 0,
                 };
             }
         };
@@ -302,6 +307,7 @@ impl LockCall {
             owner: Some(owner_to_wire(request.owner)),
             range: scope_to_wire(request.scope),
             kind: kind_to_wire(request.kind),
+            uid,
         }
     }
 }

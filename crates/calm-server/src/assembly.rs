@@ -26,6 +26,8 @@ pub struct ServerConfig {
     pub changelog: ChangelogConfig,
     /// Limits of the watch fan-out.
     pub watch_limits: calm_watch::Limits,
+    /// Limits of the lock manager.
+    pub lock_limits: calm_locks::Limits,
     /// The object store of file contents for a namespace being created (a URL); `None`: the
     /// `objects` directory of the data directory. A namespace keeps the store it was created
     /// with.
@@ -249,6 +251,7 @@ impl<S: Store> Assembled<S> {
             started,
             ready_ms: started.elapsed().as_millis() as u64,
             watch_limits: config.watch_limits,
+            lock_limits: config.lock_limits,
             data,
             auth: config.auth(),
             cluster,

@@ -106,6 +106,8 @@ pub struct ServerInfo {
     pub ready_ms: u64,
     /// Limits of the watch fan-out (watchers, queue per watcher, handles per watch).
     pub watch_limits: calm_watch::Limits,
+    /// Limits of the lock manager (locks per session, per user, in all).
+    pub lock_limits: calm_locks::Limits,
     /// The object store and the deleter's delay (absent: no deleter or compactor runs, as in
     /// tests of the namespace alone).
     pub data: Option<data::DataOptions>,
@@ -131,6 +133,7 @@ impl ServerInfo {
             started: Instant::now(),
             ready_ms: 0,
             watch_limits: calm_watch::Limits::default(),
+            lock_limits: calm_locks::Limits::default(),
             data: None,
             auth: auth::Auth::default(),
             cluster: None,
@@ -188,8 +191,7 @@ impl<S: Store> Server<S> {
     /// Starts the services of `meta` and their tasks (on the current runtime).
     pub async fn start(meta: Arc<Meta<S>>, info: ServerInfo) -> Server<S> {
         let registry = info.cluster.as_ref().and(meta.store().registry());
-        let mut table =
-            LockTable::with_registry(calm_locks::Limits::default(), meta.epoch(), registry);
+        let mut table = LockTable::with_registry(info.lock_limits, meta.epoch(), registry);
         if let Some(path) = &info.lock_ledger
             && let Err(e) = table.keep_ledger(path)
         {

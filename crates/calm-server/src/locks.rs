@@ -61,8 +61,8 @@ impl Drop for WaitGuard<'_> {
 
 /// One parsed operation.
 enum Call {
-    /// A set; `true`: a reclaim.
-    Set(LockRequest, bool),
+    /// A set; `true`: a reclaim. With the uid a mount said it asks for.
+    Set(LockRequest, bool, u32),
     Test(LockRequest),
     Unlock(LockRequest),
     Release(calm_locks::Owner, Option<u64>),
@@ -96,8 +96,8 @@ fn parse(op: &pb::LockOp) -> Result<Call, LockFailure> {
         kind,
     };
     match op.op {
-        OP_SET => Ok(Call::Set(request, false)),
-        OP_RECLAIM => Ok(Call::Set(request, true)),
+        OP_SET => Ok(Call::Set(request, false, op.uid)),
+        OP_RECLAIM => Ok(Call::Set(request, true, op.uid)),
         OP_TEST => Ok(Call::Test(request)),
         OP_UNLOCK => Ok(Call::Unlock(request)),
         other => Err(failure(
@@ -107,6 +107,19 @@ fn parse(op: &pb::LockOp) -> Result<Call, LockFailure> {
             ),
         )),
     }
+}
+
+/// Whom a set's locks count against ([`calm_locks::Limits::locks_per_account_max`]): a user
+/// identity's own uid; through a mount (an administrator's or a mount's connection), the uid
+/// the mount says its process has (root as nobody where the mount's root is squashed). Root's
+/// locks, and those of a client that says no uid, are held to the server's limits only.
+fn account(identity: &crate::auth::Identity, said: u32) -> Option<calm_locks::Account> {
+    let uid = match identity {
+        crate::auth::Identity::User { uid, .. } => *uid,
+        crate::auth::Identity::Mount { squash: true, .. } if said == 0 => crate::auth::NOBODY,
+        crate::auth::Identity::Admin { .. } | crate::auth::Identity::Mount { .. } => said,
+    };
+    (uid != 0).then_some(uid)
 }
 
 fn result_of(outcome: Result<u64, LockError>) -> pb::LockResult {
@@ -360,7 +373,7 @@ impl<S: Store> LocksRpc for LockService<S> {
             .iter()
             .map(|op| {
                 let call = parse(op)?;
-                if let Call::Set(request, _) = &call {
+                if let Call::Set(request, _, _) = &call {
                     self.check_file(request, &identity)?;
                 }
                 Ok(call)
@@ -374,7 +387,7 @@ impl<S: Store> LocksRpc for LockService<S> {
             .into_iter()
             .map(|call| {
                 let routed = match &call {
-                    Ok(Call::Set(request, reclaim)) => {
+                    Ok(Call::Set(request, reclaim, _)) => {
                         let reclaimer = reclaim.then_some(identity.key());
                         table.route(&inner, request.resource, reclaimer, false)
                     }
@@ -396,9 +409,11 @@ impl<S: Store> LocksRpc for LockService<S> {
             .into_iter()
             .map(|call| match call {
                 Err(failure) => result_of_failure(failure),
-                Ok(Call::Set(request, _)) => {
-                    result_of(manager.set(session, request, false).map(|_| 0))
-                }
+                Ok(Call::Set(request, _, uid)) => result_of(
+                    manager
+                        .set_for(session, account(&identity, uid), request, false)
+                        .map(|_| 0),
+                ),
                 Ok(Call::Test(request)) => match manager.test(session, request) {
                     Ok(Some(holder)) => result_of(Err(LockError::Conflict(holder))),
                     Ok(None) => result_of(Ok(0)),
@@ -424,8 +439,8 @@ impl<S: Store> LocksRpc for LockService<S> {
         self.table.note_client_index(&r);
         let r = r.into_inner();
         let op = r.op.unwrap_or_default();
-        let request = match parse(&op) {
-            Ok(Call::Set(request, false)) => request,
+        let (request, uid) = match parse(&op) {
+            Ok(Call::Set(request, false, uid)) => (request, uid),
             Ok(_) => {
                 return Ok(Response::new(result_of_failure(failure(
                     LockCode::Invalid,
@@ -450,7 +465,9 @@ impl<S: Store> LocksRpc for LockService<S> {
                     format!("tag {} already names a waiting request", r.tag),
                 ))));
             }
-            let outcome = inner.manager.set(r.session, request, true);
+            let outcome = inner
+                .manager
+                .set_for(r.session, account(&identity, uid), request, true);
             let wait = match outcome {
                 Ok(Outcome::Granted) => None,
                 Ok(Outcome::Waiting(wait)) => {

@@ -36,6 +36,11 @@ pub struct ServerArgs {
     /// Most watchers at once.
     #[arg(long, default_value_t = calm_watch::Limits::default().watchers_max)]
     watchers_max: usize,
+    /// Locks one user may hold on this server, through every mount and session of theirs
+    /// (a lock request past it answers ENOLCK); root's are held to the server's limit only.
+    #[arg(long, default_value_t = calm_locks::Limits::default().locks_per_account_max,
+          value_parser = clap::value_parser!(u64).range(1..=calm_locks::Limits::default().locks_max))]
+    locks_per_user: u64,
     /// Run the idle-reader GC at most this often, in seconds.
     #[arg(long, default_value_t = 3600)]
     changelog_gc_interval_s: u64,
@@ -147,6 +152,10 @@ impl ServerArgs {
                 queue_max: self.watch_queue_max.max(1),
                 watchers_max: self.watchers_max,
                 ..calm_watch::Limits::default()
+            },
+            lock_limits: calm_locks::Limits {
+                locks_per_account_max: self.locks_per_user,
+                ..calm_locks::Limits::default()
             },
             objects: self.objects.clone(),
             delete_delay: Duration::from_secs(self.delete_delay_s),

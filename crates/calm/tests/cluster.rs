@@ -338,7 +338,7 @@ fn killing_the_server_deciding_some_files_during_a_lock_storm_grants_nothing_twi
                             };
                             let tag = (task as u64) << 32 | round as u64;
                             let answer = router
-                                .wait(tag, request)
+                                .wait(tag, request, None)
                                 .await
                                 .map_err(|f| format!("task {task} round {round}: {f}"))?;
                             if answer.code != LockCode::Ok {
@@ -410,7 +410,7 @@ fn killing_the_server_deciding_some_files_during_a_lock_storm_grants_nothing_twi
     rt.block_on(async {
         for (i, file) in slow_files.iter().enumerate() {
             let answer = slow
-                .wait(1 << 40 | i as u64, slow_request(*file))
+                .wait(1 << 40 | i as u64, slow_request(*file), None)
                 .await
                 .unwrap();
             assert_eq!(answer.code, LockCode::Ok);
@@ -1027,7 +1027,7 @@ fn a_server_cut_off_from_etcd_stops_deciding_before_others_take_over() {
         );
 
         // The free file is taken through its new decider.
-        let answer = other.wait(78, request_on(free, 2)).await.unwrap();
+        let answer = other.wait(78, request_on(free, 2), None).await.unwrap();
         assert_eq!(answer.code, LockCode::Ok, "{answer:?}");
 
         // Back: its lease lapsed while it slept, so it grants nothing (it would grant the free
@@ -1060,7 +1060,7 @@ fn a_server_cut_off_from_etcd_stops_deciding_before_others_take_over() {
             .await
             .unwrap();
         assert_eq!(answers[0].code, LockCode::Ok);
-        let answer = other.wait(77, request(2)).await.unwrap();
+        let answer = other.wait(77, request(2), None).await.unwrap();
         assert_eq!(answer.code, LockCode::Ok, "{answer:?}");
     });
     drop(servers);

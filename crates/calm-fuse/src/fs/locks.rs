@@ -96,6 +96,7 @@ impl CalmFs {
         let client = shared.caller(req);
         let wait = sleep.then_some(req.unique().0);
         let unique = req.unique().0;
+        let uid = req.uid();
         self.empty_task(req, reply, async move {
             shared.after_releases(ino.0).await;
             let locks = &shared.locks;
@@ -107,7 +108,7 @@ impl CalmFs {
                         return Err(Errno::EBUSY);
                     }
                     locks
-                        .set(ino.0, owner, pid, scope, kind, wait)
+                        .set(ino.0, owner, pid, uid, scope, kind, wait)
                         .await
                         .map_err(Errno::from_i32)?;
                     if shared.waiting.answered_early(unique) {

@@ -55,6 +55,20 @@ impl LockManager {
                 return Err(format!("owner {idx} missing from its session"));
             }
         }
+        let mut per_account: BTreeMap<Account, u64> = BTreeMap::new();
+        for state in self.owners.values() {
+            if let Some(account) = state.account
+                && state.held > 0
+            {
+                *per_account.entry(account).or_default() += state.held;
+            }
+        }
+        if per_account != self.accounts {
+            return Err(format!(
+                "locks by account {per_account:?}, counted {:?}",
+                self.accounts
+            ));
+        }
         if !per_owner.is_empty() {
             return Err(format!("locks of unknown owners: {per_owner:?}"));
         }

@@ -39,12 +39,16 @@ pub use types::*;
 
 /// Internal owner number; 0 is nobody.
 type OwnerIdx = u64;
+/// Whom a lock owner's locks count against (a user's uid): [`Limits::locks_per_account_max`].
+pub type Account = u32;
 const NOBODY: OwnerIdx = 0;
 
 #[derive(Debug, Clone)]
 struct OwnerState {
     session: SessionId,
     owner: Owner,
+    /// Whose locks these are, when they count against an account's limit.
+    account: Option<Account>,
     /// Locks held over all resources.
     held: u64,
     /// Resources where it holds at least one lock.
@@ -143,6 +147,8 @@ pub struct LockManager {
     next_owner: OwnerIdx,
     next_wait: WaitId,
     locks: u64,
+    /// Locks held, by account (accounts holding none absent).
+    accounts: BTreeMap<Account, u64>,
     /// Waiting requests to look at again, in arrival order.
     work: BTreeSet<WaitId>,
     events: Vec<Event>,
@@ -166,6 +172,7 @@ impl LockManager {
             next_owner: NOBODY + 1,
             next_wait: 1,
             locks: 0,
+            accounts: BTreeMap::new(),
             work: BTreeSet::new(),
             events: Vec::new(),
             counts: Counts::default(),
@@ -222,18 +229,23 @@ impl LockManager {
         request: Request,
         wait: bool,
     ) -> Result<Outcome, LockError> {
+        self.set_for(session, None, request, wait)
+    }
+
+    /// [`LockManager::set`] for `account`: the locks of the request's owner count against
+    /// that account's [`Limits::locks_per_account_max`] (the account of the owner's first
+    /// lock, while it holds or waits for some), over every session.
+    pub fn set_for(
+        &mut self,
+        session: SessionId,
+        account: Option<Account>,
+        request: Request,
+        wait: bool,
+    ) -> Result<Outcome, LockError> {
         self.live(session)?;
-        let limit = self.sessions[&session].locks_max;
         // A set can add two locks (splitting one of the other type in three).
-        if self.sessions[&session].locks + 2 > limit {
-            return Err(LockError::TooManyLocks { limit });
-        }
-        if self.locks + 2 > self.limits.locks_max {
-            return Err(LockError::TooManyLocks {
-                limit: self.limits.locks_max,
-            });
-        }
-        let owner = self.owner_of(session, request.owner);
+        self.room_for(session, request.owner, account, 2)?;
+        let owner = self.owner_of(session, request.owner, account);
         let outcome = self.set_as(owner, request, wait);
         self.forget_if_idle(owner);
         self.forget_resource_if_idle(request.resource);
@@ -279,16 +291,8 @@ impl LockManager {
         scope: Scope,
     ) -> Result<(), LockError> {
         self.live(session)?;
-        let limit = self.sessions[&session].locks_max;
         // Unlocking the middle of a lock leaves two.
-        if self.sessions[&session].locks + 1 > limit {
-            return Err(LockError::TooManyLocks { limit });
-        }
-        if self.locks + 1 > self.limits.locks_max {
-            return Err(LockError::TooManyLocks {
-                limit: self.limits.locks_max,
-            });
-        }
+        self.room_for(session, owner, None, 1)?;
         let Some(&idx) = self.owner_idx.get(&(session, owner)) else {
             return Ok(());
         };
@@ -440,7 +444,42 @@ impl LockManager {
         }
     }
 
-    fn owner_of(&mut self, session: SessionId, owner: Owner) -> OwnerIdx {
+    /// Refuses (ENOLCK) a request that may add `more` locks past the session's, the owner's
+    /// account's (`account` for an owner not known yet) or the manager's limit.
+    fn room_for(
+        &self,
+        session: SessionId,
+        owner: Owner,
+        account: Option<Account>,
+        more: u64,
+    ) -> Result<(), LockError> {
+        let state = &self.sessions[&session];
+        if state.locks + more > state.locks_max {
+            return Err(LockError::TooManyLocks {
+                limit: state.locks_max,
+            });
+        }
+        if self.locks + more > self.limits.locks_max {
+            return Err(LockError::TooManyLocks {
+                limit: self.limits.locks_max,
+            });
+        }
+        let account = match self.owner_idx.get(&(session, owner)) {
+            Some(idx) => self.owners[idx].account,
+            None => account,
+        };
+        if let Some(account) = account {
+            let held = self.accounts.get(&account).copied().unwrap_or(0);
+            if held + more > self.limits.locks_per_account_max {
+                return Err(LockError::TooManyLocks {
+                    limit: self.limits.locks_per_account_max,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn owner_of(&mut self, session: SessionId, owner: Owner, account: Option<Account>) -> OwnerIdx {
         if let Some(idx) = self.owner_idx.get(&(session, owner)) {
             return *idx;
         }
@@ -452,6 +491,7 @@ impl LockManager {
             OwnerState {
                 session,
                 owner,
+                account,
                 held: 0,
                 resources: BTreeSet::new(),
                 waits: BTreeSet::new(),
@@ -499,6 +539,13 @@ impl LockManager {
         let session = self.sessions.get_mut(&state.session).expect("live session");
         session.locks = session.locks + after - before;
         self.locks = self.locks + after - before;
+        if let Some(account) = state.account {
+            let held = self.accounts.entry(account).or_default();
+            *held = *held + after - before;
+            if *held == 0 {
+                self.accounts.remove(&account);
+            }
+        }
         if was_empty && now_holds {
             // It may no longer queue behind earlier waiters (see the module comment).
             self.work.extend(state.waits.iter().copied());

@@ -84,6 +84,9 @@ pub struct Limits {
     /// Locks held in all, over every session: the bound on the manager's memory for locks
     /// (about 68 bytes each; ENOLCK past it).
     pub locks_max: u64,
+    /// Locks one account (a user, whatever session and mount it locks through: see
+    /// [`LockManager::set_for`]) may hold in all (ENOLCK past it).
+    pub locks_per_account_max: u64,
     /// Requests one session may have waiting at once.
     pub waits_per_session_max: u64,
     pub lease_ms_min: u64,
@@ -96,6 +99,7 @@ impl Default for Limits {
             sessions_max: 65_536,
             locks_per_session_max: 1 << 24,
             locks_max: 1 << 25,
+            locks_per_account_max: 1 << 18,
             waits_per_session_max: 65_536,
             lease_ms_min: 100,
             lease_ms_max: 600_000,
@@ -116,7 +120,8 @@ pub enum LockError {
     /// The session's lease ran out (or it was closed): everything it held is gone.
     Fenced(SessionId),
     NoSuchSession(SessionId),
-    /// ENOLCK: the session holds `locks_per_session_max` locks.
+    /// ENOLCK: the session holds `locks_per_session_max` locks, its account
+    /// `locks_per_account_max`, or the manager `locks_max`.
     TooManyLocks {
         limit: u64,
     },

@@ -3,12 +3,14 @@
 //! (`users`); TLS clients, mounts and the etcd store with good and bad certificates (`tls`);
 //! the data directory's modes, a store whose file system fills up, and the connection limits
 //! (`store`); quotas tried by an unprivileged user, and kept exact through kill -9 (`quota`);
+//! a user's locks through every mount under one limit (`locks`);
 //! POSIX ACLs beside tmpfs and across two mounts (`acl`).
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod acl;
+mod locks;
 mod quota;
 mod store;
 mod tls;

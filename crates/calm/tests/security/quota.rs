@@ -314,7 +314,7 @@ fn neither_the_trash_nor_an_unlinked_open_file_is_a_way_around_a_limit() {
     assert_eq!(report["errno"], 122, "EDQUOT past the tree's limit: {out}");
     let durable = report["durable"].as_i64().expect("bytes");
     assert!(
-        durable <= 10 << 20 && durable >= 8 << 20,
+        (8 << 20..=10 << 20).contains(&durable),
         "the tree's room and no more: {out}"
     );
     // Closed, it went to the trash (the kernel says so a moment after the close): out of the
