@@ -517,6 +517,85 @@ fn gc_while_serving_never_deletes_what_a_commit_names() {
     assert_eq!(fsck["clean"], true, "{fsck}");
 }
 
+/// An upload collected by an online gc before the fsync that would commit it: the fsync
+/// answers ESTALE (the bytes are gone), as every refusal of a collected upload does, never EIO,
+/// and the file keeps what it had.
+#[test]
+fn an_upload_collected_before_its_fsync_is_estale() {
+    use std::io::{BufRead, BufReader, Write};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let server = Server::start(&data);
+    let mount = Mount::remote(&server.addr, &[]);
+    // Open, 8 MiB written (whole blocks, uploaded while the file is open, named by no commit
+    // yet), then at a word on its standard input an fsync, whose errno it prints.
+    let program = r#"
+import os, sys
+fd = os.open(os.path.join(sys.argv[1], "big"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, os.urandom(8 << 20))
+print("written", flush=True)
+sys.stdin.readline()
+try:
+    os.fsync(fd)
+    print("fsync 0", flush=True)
+except OSError as e:
+    print(f"fsync {e.errno}", flush=True)
+try:
+    os.close(fd)
+except OSError:
+    pass
+"#;
+    let mut child = std::process::Command::new("nsenter")
+        .args([
+            "-t",
+            &mount.pid().to_string(),
+            "-m",
+            "--",
+            "python3",
+            "-c",
+            program,
+        ])
+        .arg(mnt(&mount))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn python3");
+    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "written");
+    // Its blocks reach the object store while it stays open.
+    let chunks = data.join("objects").join("chunks");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while common::walk(&chunks).len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let uploaded = common::walk(&chunks).len();
+    assert!(uploaded >= 2, "{uploaded} objects uploaded");
+    let collected = common::calm_json(&[
+        "gc",
+        "--server",
+        &socket(&data),
+        "--grace-s",
+        "0",
+        "--delete",
+        "--json",
+    ]);
+    assert!(collected["deleted"].as_u64().unwrap() >= 2, "{collected}");
+    writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
+    assert_eq!(
+        lines.next().unwrap().unwrap(),
+        "fsync 116",
+        "ESTALE, not EIO"
+    );
+    drop(child.stdin.take());
+    child.wait().unwrap();
+    assert_eq!(mount.sh_ok("stat -c %s big").trim(), "0");
+    drop(mount);
+    let (status, rest) = server.terminate();
+    assert!(status.success(), "{rest}");
+    let fsck = common::calm_json(&["fsck", data.to_str().unwrap(), "--objects", "--json"]);
+    assert_eq!(fsck["clean"], true, "{fsck}");
+}
+
 /// A user who is not an administrator can neither dump the namespace (every user's names) nor
 /// collect objects through the server's socket: both refused as such, nothing deleted.
 #[test]

@@ -258,9 +258,21 @@ impl Contents {
         }
         if sync && sent.inline.is_none() {
             for (_, slice) in &sent.records {
-                if let Err(error) = self.objects.sync(slice.id, slice.size).await {
-                    state.in_doubt = Some(sent);
-                    return Answer::Kept(data_errno(&error));
+                match self.objects.sync(slice.id, slice.size).await {
+                    Ok(()) => {}
+                    // Gone before any commit named it: collected by an online gc (the server
+                    // refuses to name it, ESTALE), so the writes can never land.
+                    Err(DataError::Missing(_)) => {
+                        let delete = !sent.doubtful;
+                        let failed = self
+                            .refuse(handle, state, sent.slices, libc::ESTALE, fh, delete)
+                            .await;
+                        return Answer::Refused(failed.errno());
+                    }
+                    Err(error) => {
+                        state.in_doubt = Some(sent);
+                        return Answer::Kept(data_errno(&error));
+                    }
                 }
             }
         }
