@@ -270,20 +270,13 @@ async fn the_trash_counts_in_its_owners_quota_until_purged_and_is_each_owners() 
         node: NewNode::file(0o644, 1000, 1000),
         exclusive: true,
     };
-    let grow = |handle, size| Op::SetAttr {
-        handle,
-        attr: SetAttr {
-            size: Some(size),
-            ..SetAttr::default()
-        },
-    };
     let unlink = |name: &[u8]| Op::Unlink {
         parent: shared,
         name: name.to_vec(),
         keep: vec![],
     };
     let mine = made(meta.apply_as(user(1000), make(b"mine")).await.unwrap());
-    meta.apply_as(user(1000), grow(mine, 1000)).await.unwrap();
+    meta.apply_as(user(1000), resize(mine, 1000)).await.unwrap();
     meta.apply_as(user(1000), unlink(b"mine")).await.unwrap();
     assert_eq!(
         usage_of(&meta, owner),
@@ -296,7 +289,7 @@ async fn the_trash_counts_in_its_owners_quota_until_purged_and_is_each_owners() 
     let big = made(meta.apply_as(user(1000), make(b"big")).await.unwrap());
     let before = store.dump();
     let refused = meta
-        .apply_as(user(1000), grow(big, 1000))
+        .apply_as(user(1000), resize(big, 1000))
         .await
         .unwrap_err();
     assert_eq!(refused.errno(), EDQUOT, "{refused}");
@@ -318,7 +311,7 @@ async fn the_trash_counts_in_its_owners_quota_until_purged_and_is_each_owners() 
     // A purge gives the room back.
     meta.trash_purge(user(1000), mine).await.unwrap();
     assert_eq!(usage_of(&meta, owner), (0, 1));
-    meta.apply_as(user(1000), grow(big, 1000)).await.unwrap();
+    meta.apply_as(user(1000), resize(big, 1000)).await.unwrap();
     assert_eq!(usage_of(&meta, owner), (1000, 1));
     quota_clean(&store);
 
@@ -594,6 +587,52 @@ fn mounted(uid: u32, session: u64) -> Caller {
     }
 }
 
+fn make_in(parent: Handle, name: &[u8], node: NewNode) -> Op {
+    Op::Make {
+        parent,
+        name: name.to_vec(),
+        node,
+        exclusive: true,
+    }
+}
+
+fn resize(handle: Handle, size: u64) -> Op {
+    Op::SetAttr {
+        handle,
+        attr: SetAttr {
+            size: Some(size),
+            ..SetAttr::default()
+        },
+    }
+}
+
+/// A file of user 1000 made in `parent` through `mount`, `size` bytes long, then unlinked
+/// while that mount has it open: an orphan of the mount's session.
+async fn open_and_unlinked(
+    meta: &Meta<Arc<MemStore>>,
+    mount: &Caller,
+    parent: Handle,
+    name: &[u8],
+    size: u64,
+) -> Handle {
+    let file = NewNode::file(0o644, 1000, 1000);
+    let handle = made(
+        meta.apply_as(mount.clone(), make_in(parent, name, file))
+            .await
+            .unwrap(),
+    );
+    meta.apply_as(mount.clone(), resize(handle, size))
+        .await
+        .unwrap();
+    let unlink = Op::Unlink {
+        parent,
+        name: name.to_vec(),
+        keep: vec![handle],
+    };
+    meta.apply_as(mount.clone(), unlink).await.unwrap();
+    handle
+}
+
 #[tokio::test]
 async fn an_open_file_with_no_name_counts_in_its_tree_until_its_last_close() {
     let store = Arc::new(MemStore::new());
@@ -606,32 +645,7 @@ async fn an_open_file_with_no_name_counts_in_its_tree_until_its_last_close() {
     };
     meta.set_quota(user(0), tree, limits).await.unwrap();
     let mount = mounted(1000, 7);
-    let make = |parent, name: &[u8], node| Op::Make {
-        parent,
-        name: name.to_vec(),
-        node,
-        exclusive: true,
-    };
-    let size = |handle, size| Op::SetAttr {
-        handle,
-        attr: SetAttr {
-            size: Some(size),
-            ..SetAttr::default()
-        },
-    };
-    let file = NewNode::file(0o644, 1000, 1000);
-    let log = made(
-        meta.apply_as(mount.clone(), make(project, b"log", file.clone()))
-            .await
-            .unwrap(),
-    );
-    meta.apply_as(mount.clone(), size(log, 1000)).await.unwrap();
-    let unlink = Op::Unlink {
-        parent: project,
-        name: b"log".to_vec(),
-        keep: vec![log],
-    };
-    meta.apply_as(mount.clone(), unlink).await.unwrap();
+    let log = open_and_unlinked(&meta, &mount, project, b"log", 1000).await;
     assert_eq!(
         usage_of(&meta, tree),
         (1000, 1),
@@ -640,12 +654,14 @@ async fn an_open_file_with_no_name_counts_in_its_tree_until_its_last_close() {
     quota_clean(&store);
 
     // It grows within the tree's limit, and not past it, through a write or a truncate.
-    meta.apply_as(mount.clone(), size(log, 9000)).await.unwrap();
+    meta.apply_as(mount.clone(), resize(log, 9000))
+        .await
+        .unwrap();
     assert_eq!(usage_of(&meta, tree), (9000, 1));
     let id = meta.alloc_slices(1).await.unwrap();
     let before = store.dump();
     let refused = meta
-        .apply_as(mount.clone(), size(log, 20_000))
+        .apply_as(mount.clone(), resize(log, 20_000))
         .await
         .unwrap_err();
     assert_eq!(refused.errno(), EDQUOT, "{refused}");
@@ -683,23 +699,12 @@ async fn an_open_file_with_no_name_counts_in_its_tree_until_its_last_close() {
     let sub = made(
         meta.apply_as(
             mount.clone(),
-            make(project, b"sub", NewNode::dir(0o755, 1000, 1000)),
+            make_in(project, b"sub", NewNode::dir(0o755, 1000, 1000)),
         )
         .await
         .unwrap(),
     );
-    let tmp = made(
-        meta.apply_as(mount.clone(), make(sub, b"tmp", file))
-            .await
-            .unwrap(),
-    );
-    meta.apply_as(mount.clone(), size(tmp, 3000)).await.unwrap();
-    let unlink = Op::Unlink {
-        parent: sub,
-        name: b"tmp".to_vec(),
-        keep: vec![tmp],
-    };
-    meta.apply_as(mount.clone(), unlink).await.unwrap();
+    let tmp = open_and_unlinked(&meta, &mount, sub, b"tmp", 3000).await;
     assert_eq!(usage_of(&meta, tree), (3000, 2));
     meta.apply_as(
         mount.clone(),
@@ -712,7 +717,7 @@ async fn an_open_file_with_no_name_counts_in_its_tree_until_its_last_close() {
     .unwrap();
     assert_eq!(usage_of(&meta, tree), (0, 0));
     quota_clean(&store);
-    meta.apply_as(mount.clone(), size(tmp, 50_000))
+    meta.apply_as(mount.clone(), resize(tmp, 50_000))
         .await
         .unwrap();
     assert_eq!(usage_of(&meta, tree), (0, 0));
@@ -744,35 +749,9 @@ async fn a_format_13_store_gets_its_trash_and_orphans_counted() {
         let tree = QuotaTarget::tree(project);
         meta.set_quota(user(0), tree, limits).await.unwrap();
         let mount = mounted(1000, 7);
-        let make = |parent, name: &[u8], node| Op::Make {
-            parent,
-            name: name.to_vec(),
-            node,
-            exclusive: true,
-        };
-        let file = NewNode::file(0o644, 1000, 1000);
         let mut handles = Vec::new();
         for name in [&b"trashed"[..], b"orphan"] {
-            let handle = made(
-                meta.apply_as(mount.clone(), make(project, name, file.clone()))
-                    .await
-                    .unwrap(),
-            );
-            let grow = Op::SetAttr {
-                handle,
-                attr: SetAttr {
-                    size: Some(1000),
-                    ..SetAttr::default()
-                },
-            };
-            meta.apply_as(mount.clone(), grow).await.unwrap();
-            let unlink = Op::Unlink {
-                parent: project,
-                name: name.to_vec(),
-                keep: vec![handle],
-            };
-            meta.apply_as(mount.clone(), unlink).await.unwrap();
-            handles.push(handle);
+            handles.push(open_and_unlinked(&meta, &mount, project, name, 1000).await);
         }
         let release = Op::ReleaseOrphan {
             handle: handles[0],
@@ -782,7 +761,7 @@ async fn a_format_13_store_gets_its_trash_and_orphans_counted() {
         let sub = made(
             meta.apply_as(
                 mount.clone(),
-                make(project, b"sub", NewNode::dir(0o755, 1000, 1000)),
+                make_in(project, b"sub", NewNode::dir(0o755, 1000, 1000)),
             )
             .await
             .unwrap(),

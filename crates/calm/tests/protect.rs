@@ -522,7 +522,7 @@ fn gc_while_serving_never_deletes_what_a_commit_names() {
 /// and the file keeps what it had.
 #[test]
 fn an_upload_collected_before_its_fsync_is_estale() {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::Write;
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = tmp.path().join("data");
     let server = Server::start(&data);
@@ -531,7 +531,7 @@ fn an_upload_collected_before_its_fsync_is_estale() {
     // yet), then at a word on its standard input an fsync, whose errno it prints.
     let program = r#"
 import os, sys
-fd = os.open(os.path.join(sys.argv[1], "big"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+fd = os.open(os.path.join(os.environ["MNT"], "big"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 os.write(fd, os.urandom(8 << 20))
 print("written", flush=True)
 sys.stdin.readline()
@@ -545,22 +545,7 @@ try:
 except OSError:
     pass
 "#;
-    let mut child = std::process::Command::new("nsenter")
-        .args([
-            "-t",
-            &mount.pid().to_string(),
-            "-m",
-            "--",
-            "python3",
-            "-c",
-            program,
-        ])
-        .arg(mnt(&mount))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn python3");
-    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+    let (mut child, mut lines) = common::spawn_in(&mount, program);
     assert_eq!(lines.next().unwrap().unwrap(), "written");
     // Its blocks reach the object store while it stays open.
     let chunks = data.join("objects").join("chunks");

@@ -194,8 +194,8 @@ pub fn walk(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// A python program run in `mount`'s namespace, in its mount point (`$MNT`), its output read
-/// line by line.
+/// A python program run in `mount`'s namespace, with its mount point in `$MNT`, its output
+/// read line by line and its standard input a pipe the test may write to.
 pub fn spawn_in(mount: &Mount, program: &str) -> (Child, std::io::Lines<BufReader<ChildStdout>>) {
     let mut child = Command::new("nsenter")
         .args([
@@ -209,6 +209,7 @@ pub fn spawn_in(mount: &Mount, program: &str) -> (Child, std::io::Lines<BufReade
         ])
         .current_dir("/")
         .env("MNT", &mount.mnt)
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
