@@ -4,6 +4,8 @@
 //! alternating and taking turns to go first (the machine's drift falls on both). With
 //! `acls`, the arm with limits has POSIX ACLs deciding every operation too. In-process on
 //! LMDB with its write-ahead log, as `calm serve` commits: where the cost is least diluted.
+//! Each phase reports its rate and the CPU time it took per operation (the process's, every
+//! thread's: the work itself, which what else runs on a shared machine disturbs less).
 
 use std::sync::Arc;
 
@@ -45,6 +47,10 @@ pub struct QuotaBenchRow {
     pub files: u64,
     pub seconds: f64,
     pub ops_per_sec: f64,
+    /// The process's CPU time (user and system, every thread) over the phase, per operation,
+    /// in microseconds: what the work costs, less disturbed than its rate by what else the
+    /// machine runs.
+    pub cpu_us_per_op: f64,
 }
 
 const OPS: [&str; 3] = ["create", "write", "unlink"];
@@ -144,13 +150,27 @@ fn name(c: usize, i: u64) -> Vec<u8> {
     format!("file.{c}.{i}").into_bytes()
 }
 
-/// One arm: create the files, write each once, unlink them; the seconds of each phase.
-async fn arm(options: &QuotaBenchOptions, limits: bool) -> Result<[f64; 3], String> {
+/// The CPU time this process has used (user and system, every thread), in seconds.
+fn cpu_seconds() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is always valid.
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+/// One arm: create the files, write each once, unlink them; the seconds of each phase and the
+/// CPU seconds it took.
+async fn arm(options: &QuotaBenchOptions, limits: bool) -> Result<[(f64, f64); 3], String> {
     let (_work, meta) = crate::mdtest::open_meta_with(&options.dir, true)?;
     let clients = options.clients;
     let per_client = options.files / clients as u64;
     let dirs = Arc::new(prepare(&meta, clients, limits, limits && options.acls).await?);
     let (m, d) = (meta.clone(), dirs.clone());
+    let cpu = cpu_seconds();
     let create = phase(clients, per_client, move |c, i| {
         let (m, d) = (m.clone(), d.clone());
         async move {
@@ -164,12 +184,14 @@ async fn arm(options: &QuotaBenchOptions, limits: bool) -> Result<[f64; 3], Stri
         }
     })
     .await?;
+    let create = (create, cpu_seconds() - cpu);
     let first = meta
         .alloc_slices(per_client * clients as u64)
         .await
         .map_err(|e| e.to_string())?;
     let bytes = options.file_bytes;
     let (m, d) = (meta.clone(), dirs.clone());
+    let cpu = cpu_seconds();
     let write = phase(clients, per_client, move |c, i| {
         let (m, d) = (m.clone(), d.clone());
         async move {
@@ -195,7 +217,9 @@ async fn arm(options: &QuotaBenchOptions, limits: bool) -> Result<[f64; 3], Stri
         }
     })
     .await?;
+    let write = (write, cpu_seconds() - cpu);
     let (m, d) = (meta.clone(), dirs.clone());
+    let cpu = cpu_seconds();
     let unlink = phase(clients, per_client, move |c, i| {
         let (m, d) = (m.clone(), d.clone());
         async move {
@@ -208,6 +232,7 @@ async fn arm(options: &QuotaBenchOptions, limits: bool) -> Result<[f64; 3], Stri
         }
     })
     .await?;
+    let unlink = (unlink, cpu_seconds() - cpu);
     Ok([create, write, unlink])
 }
 
@@ -227,8 +252,8 @@ pub fn run(options: &QuotaBenchOptions) -> Result<Vec<QuotaBenchRow>, String> {
             arms.reverse();
         }
         for (label, limits) in arms {
-            let seconds = runtime.block_on(arm(options, limits))?;
-            for (op, s) in OPS.into_iter().zip(seconds) {
+            let phases = runtime.block_on(arm(options, limits))?;
+            for (op, (s, cpu)) in OPS.into_iter().zip(phases) {
                 rows.push(QuotaBenchRow {
                     quotas: label,
                     pair,
@@ -237,6 +262,7 @@ pub fn run(options: &QuotaBenchOptions) -> Result<Vec<QuotaBenchRow>, String> {
                     files,
                     seconds: s,
                     ops_per_sec: files as f64 / s,
+                    cpu_us_per_op: cpu * 1e6 / files as f64,
                 });
             }
         }
@@ -296,13 +322,13 @@ pub fn arm_words(acls: bool) -> &'static str {
 
 pub fn table(rows: &[QuotaBenchRow], acls: bool) -> Vec<String> {
     let mut lines = vec![format!(
-        "{:>6} {:>5} {:>7} {:>8} {:>9} {:>12}",
-        "quotas", "pair", "op", "clients", "files", "ops/s"
+        "{:>6} {:>5} {:>7} {:>8} {:>9} {:>12} {:>11}",
+        "quotas", "pair", "op", "clients", "files", "ops/s", "CPU µs/op"
     )];
     for r in rows {
         lines.push(format!(
-            "{:>6} {:>5} {:>7} {:>8} {:>9} {:>12.0}",
-            r.quotas, r.pair, r.op, r.clients, r.files, r.ops_per_sec
+            "{:>6} {:>5} {:>7} {:>8} {:>9} {:>12.0} {:>11.2}",
+            r.quotas, r.pair, r.op, r.clients, r.files, r.ops_per_sec, r.cpu_us_per_op
         ));
     }
     lines.push(String::new());
@@ -356,6 +382,7 @@ mod tests {
             files: 100,
             seconds: 100.0 / rate,
             ops_per_sec: rate,
+            cpu_us_per_op: 1e6 / rate,
         }
     }
 
