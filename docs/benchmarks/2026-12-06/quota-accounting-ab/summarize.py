@@ -24,4 +24,4 @@ for op in ["create", "write", "unlink"]:
             for _ in range(10_000)
         )
         low, high = ratios[250], ratios[9_749]
-        print(f"{op:8} {quotas:6} {ma:10.0f} {mb:10.0f} {mb / ma:7.3f} {low:7.3f}-{high:.3f} {len(a):5}")
+        print(f"{op:8} {quotas:6} {ma:10.1f} {mb:10.1f} {mb / ma:7.3f} {low:7.3f}-{high:.3f} {len(a):5}")
