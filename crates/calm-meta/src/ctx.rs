@@ -160,6 +160,11 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
             return Ok(0);
         };
         let dir = crate::layout::OrphanRecord::decode(&value)?.tree_dir();
+        self.live_dir(dir)
+    }
+
+    /// `dir` while it is a directory in the namespace (not removed, not in the trash), else 0.
+    pub(crate) fn live_dir(&mut self, dir: Handle) -> Outcome<Handle> {
         if dir == 0 {
             return Ok(0);
         }

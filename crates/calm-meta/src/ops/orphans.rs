@@ -47,9 +47,9 @@ pub(crate) fn release<T: WriteTxn>(
         );
     }
     let inode = ctx.load(handle)?;
-    // It leaves the trees it counted in while open (read before its record goes).
-    let tree_dir = ctx.tree_dir(&inode)?;
-    if tree_dir != 0 {
+    // It leaves the trees it counted in while open.
+    let tree_dir = ctx.live_dir(record.tree_dir())?;
+    if tree_dir != 0 && ctx.quota.trees(ctx.txn)? > 0 {
         let usage = crate::ctx::node_usage(ctx.txn, &inode)?.negated();
         ctx.charge_trees(tree_dir, usage)?;
     }
