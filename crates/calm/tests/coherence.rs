@@ -436,6 +436,29 @@ if libc.renameat2(-100, b'k/z', -100, b'k2/y', 2) != 0:
     b.sh_ok("rm g/x");
     until(&a, "[ ! -e g/x ]", "unlink through B");
     a.sh_ok(": > g/x && [ -e g/x ]");
+
+    // A name longer than any directory holds is too long, also where the mount knows every
+    // name (each call that names it, as the POSIX conformance suite tries them).
+    a.sh_ok("mkdir t && : > t/x");
+    let long = "x".repeat(256);
+    for call in [
+        "stat",
+        "chmod 644",
+        "chown 0",
+        "truncate -s 0",
+        "rm",
+        "rmdir",
+        "ln t/x",
+        "mv t/x",
+    ] {
+        let out = a.sh(&format!("{call} t/{long}"));
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && said.contains("File name too long"),
+            "{call} of a 256-byte name in a directory this mount made: {said}"
+        );
+    }
+    a.sh_ok(&format!(": > t/{} && [ -e t/x ]", "y".repeat(255)));
 }
 
 /// A lookup the mount answers itself is still refused to a user who may not search the

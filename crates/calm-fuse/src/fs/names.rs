@@ -13,6 +13,10 @@ impl CalmFs {
         name: &OsStr,
         reply: ReplyEntry,
     ) {
+        // A name no directory can hold is too long before it is absent (as the server says).
+        if name.len() > calm_types::NAME_LEN_MAX {
+            return reply.error(Errno::ENAMETOOLONG);
+        }
         let ticket = self.shared.cache.ticket();
         // A name not in a directory whose every name this mount knows: no question to ask.
         if let Some(ttl) = self
