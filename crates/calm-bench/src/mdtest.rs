@@ -303,11 +303,31 @@ fn open_meta_store(
     open_meta_options(dir, wal, objects, std::time::Duration::ZERO)
 }
 
+/// [`open_meta_with`], the store's commits on the disk as `sync` says.
+pub(crate) fn open_meta_synced(
+    dir: &std::path::Path,
+    wal: bool,
+    sync: calm_store::CommitSync,
+) -> Result<(tempfile::TempDir, Arc<Meta<LmdbStore>>), String> {
+    open_meta_full(dir, wal, None, std::time::Duration::ZERO, sync)
+}
+
 fn open_meta_options(
     dir: &std::path::Path,
     wal: bool,
     objects: Option<&str>,
     trash_kept: std::time::Duration,
+) -> Result<(tempfile::TempDir, Arc<Meta<LmdbStore>>), String> {
+    let every = calm_store::CommitSync::EveryCommit;
+    open_meta_full(dir, wal, objects, trash_kept, every)
+}
+
+fn open_meta_full(
+    dir: &std::path::Path,
+    wal: bool,
+    objects: Option<&str>,
+    trash_kept: std::time::Duration,
+    sync: calm_store::CommitSync,
 ) -> Result<(tempfile::TempDir, Arc<Meta<LmdbStore>>), String> {
     let work = tempfile::Builder::new()
         .prefix("calm-bench-mdtest-")
@@ -315,6 +335,7 @@ fn open_meta_options(
         .map_err(|e| format!("making a directory in {}: {e}", dir.display()))?;
     let options = LmdbOptions {
         wal,
+        sync,
         ..LmdbOptions::default()
     };
     let store = LmdbStore::open(work.path(), &options).map_err(|e| e.to_string())?;

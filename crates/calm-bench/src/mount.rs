@@ -54,6 +54,9 @@ pub struct MountBenchOptions {
     /// The store commits through its write-ahead log, as `calm mount --embedded` and `calm
     /// serve` do by default (off: LMDB's own synchronous commit, `--no-wal`).
     pub wal: bool,
+    /// Every change on the disk before it is answered (`calm serve --sync`); otherwise within
+    /// 10 ms, or at a client's fsync, as `calm serve` by default.
+    pub store_sync: bool,
 }
 
 impl MountReport {
@@ -118,7 +121,11 @@ impl MountReport {
             ));
         }
         lines.push(format!(
-            "{}; attribute and entry timeout {} ms; {}",
+            "{}; attribute and entry timeout {} ms; {}; {}",
+            match self.store_sync {
+                true => "every change on the disk before it is answered (--store-sync)",
+                false => "changes on the disk within 10 ms or at fsync, as calm serve's default",
+            },
             match self.cold {
                 true => "cold shapes after the kernel's caches were dropped",
                 false => "the kernel's caches could not be dropped: no cold shapes",
@@ -144,6 +151,8 @@ pub struct MountReport {
     pub private_namespace: bool,
     /// The mount's attribute and entry timeout (stat results the kernel may answer itself).
     pub ttl_ms: u64,
+    /// Every change was on the disk before it was answered (`--store-sync`).
+    pub store_sync: bool,
     /// Whether the cold shapes ran cold (the kernel's caches dropped; root only).
     pub cold: bool,
     pub results: Vec<MountResult>,
@@ -176,7 +185,11 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
     // Cold shapes need the kernel's caches dropped, which only root may.
     let cold = crate::drop_caches();
     let runtime = crate::runtime()?;
-    let (work, meta) = crate::mdtest::open_meta_with(&options.dir, options.wal)?;
+    let sync = match options.store_sync {
+        true => calm_store::CommitSync::EveryCommit,
+        false => calm_store::CommitSync::Within(std::time::Duration::from_millis(10)),
+    };
+    let (work, meta) = crate::mdtest::open_meta_synced(&options.dir, options.wal, sync)?;
     let mountpoint = work.path().join("mnt");
     std::fs::create_dir(&mountpoint).map_err(|e| e.to_string())?;
     // A second mount of the same server, for the cross-mount visibility.
@@ -300,6 +313,7 @@ pub fn run(options: &MountBenchOptions) -> Result<MountReport, String> {
         bench: "mount",
         private_namespace,
         ttl_ms: options.ttl.as_millis() as u64,
+        store_sync: options.store_sync,
         cold,
         results,
         visibility_ms,

@@ -295,6 +295,11 @@ impl Client {
             .map(|_| ())
     }
 
+    /// Makes every change the server answered so far durable.
+    pub async fn sync(&self) -> Result<()> {
+        check(meta_call!(self, sync, pb::Empty {})).map(|_| ())
+    }
+
     pub async fn statfs(&self) -> Result<StatFs> {
         let s = check(meta_call!(self, stat_fs, pb::Empty {}))?;
         Ok(StatFs {

@@ -707,14 +707,17 @@ impl Filesystem for CalmFs {
 
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        // Every namespace change is durable when the server acknowledges it.
-        reply.ok();
+        // Every change the server answered, this directory's names with them, on its disk.
+        let client = self.shared.caller(req);
+        self.empty_task(req, reply, async move {
+            client.sync().await.map_err(|e| errno(&e))
+        });
     }
 
     fn interrupt(&self, _req: &Request, unique: RequestId) {

@@ -171,6 +171,16 @@ impl<S: Store> Meta<S> {
         self.epoch
     }
 
+    /// Makes every change answered so far durable (the store may answer a commit before it
+    /// is on the medium: `calm_store::CommitSync`).
+    pub async fn sync(&self) -> Result<()> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || store.sync())
+            .await
+            .map_err(|e| MetaError::Io(format!("syncing the store: {e}")))?
+            .map_err(|e| MetaError::from(crate::outcome::Failure::from(e)))
+    }
+
     async fn submit(&self, op: Op) -> Result<Done> {
         self.apply_as(Caller::default(), op).await
     }

@@ -151,6 +151,16 @@ async fn deleter<S: Store>(
             tokio::time::sleep(Duration::from_secs(10)).await;
             continue;
         }
+        // The removals that queued them are durable before their objects go (a store may
+        // answer a commit before it is on the medium).
+        let Some(strong) = meta.upgrade() else { return };
+        let synced = strong.sync().await;
+        drop(strong);
+        if let Err(error) = synced {
+            tracing::warn!(%error, "the deletion queue waits");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        }
         let deleted: Vec<(u64, u64)> = futures_lite_buffered(&options.objects, &ripe).await;
         if deleted.is_empty() {
             tokio::time::sleep(Duration::from_secs(1)).await;

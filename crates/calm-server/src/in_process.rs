@@ -125,6 +125,7 @@ counted_methods!(
     (list_xattr, HandleRequest, XattrNames, "ListXattr"),
     (remove_xattr, XattrRequest, Empty, "RemoveXattr"),
     (stat_fs, Empty, StatFsReply, "StatFs"),
+    (sync, Empty, Empty, "Sync"),
     (status, Empty, StatusReply, "Status"),
     (data_info, Empty, DataInfoReply, "DataInfo"),
     (read_map, ReadMapRequest, ReadMapReply, "ReadMap"),

@@ -42,6 +42,7 @@ pub mod listen;
 pub mod load;
 mod lock_table;
 pub mod locks;
+mod meta_answers;
 mod meta_service;
 pub mod metrics;
 pub mod nearest;

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use calm_meta::ops::{Done, Op};
-use calm_meta::{Attr, Meta, MetaError};
+use calm_meta::{Meta, MetaError};
 use calm_proto::pb::meta_server::Meta as MetaRpc;
 use calm_proto::{pb, status_from_error};
 use calm_store::Store;
 use tonic::{Request, Response, Status};
 
+use crate::meta_answers::{attr, done_attr, done_empty, done_entry, done_removed};
 use crate::{LockTable, ServerInfo, auth, batch, compactor, data, heap, watch};
 
 /// The attributes a write or an append answered.
@@ -319,41 +320,6 @@ impl<S: Store> MetaService<S> {
     }
 }
 
-fn attr(result: Result<calm_meta::Attr, MetaError>) -> Result<pb::Attr, MetaError> {
-    result.map(|a| pb::Attr::from(&a))
-}
-
-fn done_attr(result: Result<Done, MetaError>) -> Result<pb::Attr, MetaError> {
-    match result? {
-        Done::Attr(a) => Ok(pb::Attr::from(&a)),
-        other => Err(MetaError::Io(format!("unexpected answer {other:?}"))),
-    }
-}
-
-fn done_empty(result: Result<Done, MetaError>) -> Result<pb::Empty, MetaError> {
-    result.map(|_| pb::Empty {})
-}
-
-fn done_removed(
-    result: Result<(Done, Option<Attr>), MetaError>,
-) -> Result<pb::RemovedReply, MetaError> {
-    result.map(|(done, dir)| pb::RemovedReply {
-        orphan: match done {
-            Done::Orphaned(handle) => handle,
-            _ => 0,
-        },
-        dir: dir.as_ref().map(pb::Attr::from),
-    })
-}
-
-/// A make's or a link's answer, with its directory's attributes when known.
-fn done_entry(result: Result<(Done, Option<Attr>), MetaError>) -> Result<pb::Attr, MetaError> {
-    let (done, dir) = result?;
-    let mut attr = done_attr(Ok(done))?;
-    attr.dir = dir.as_ref().map(|dir| Box::new(pb::Attr::from(dir)));
-    Ok(attr)
-}
-
 #[tonic::async_trait]
 impl<S: Store> MetaRpc for MetaService<S> {
     async fn batch(
@@ -575,6 +541,11 @@ impl<S: Store> MetaRpc for MetaService<S> {
             name_len_max: s.name_len_max,
             root_quota: s.root_quota.as_ref().map(calm_proto::quota::report_to_wire),
         }))
+    }
+
+    async fn sync(&self, r: Request<pb::Empty>) -> Result<Response<pb::Empty>, Status> {
+        self.auth.identity(&r)?;
+        self.answer(self.meta.sync().await.map(|()| pb::Empty {}))
     }
 
     async fn set_quota(

@@ -23,6 +23,8 @@ use std::borrow::Cow;
 use std::ops::ControlFlow;
 
 pub mod conformance;
+#[cfg(feature = "lmdb")]
+mod durable;
 pub mod fault;
 pub mod latency;
 #[cfg(feature = "lmdb")]
@@ -31,6 +33,8 @@ pub mod mem;
 #[cfg(feature = "lmdb")]
 mod reclog;
 pub mod registry;
+#[cfg(feature = "lmdb")]
+pub use durable::{CommitSync, SYNC_WITHIN_MS_MAX};
 #[cfg(feature = "lmdb")]
 mod wal;
 
@@ -316,6 +320,12 @@ pub trait Store: Send + Sync + 'static {
     type Txn<'s>: WriteTxn
     where
         Self: 's;
+
+    /// Makes every commit that has returned durable. A store whose commits are durable when
+    /// they return has nothing to do.
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// A consistent snapshot of the last committed state.
     fn snapshot(&self) -> Result<Self::Snapshot<'_>>;

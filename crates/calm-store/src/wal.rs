@@ -528,6 +528,8 @@ pub(crate) struct Wal {
     log_bytes: u64,
     /// Sync times, bytes written and checkpoint times, read by the store's figures.
     counts: Arc<LogCounts>,
+    /// Commits synced later than they return (`CommitSync::Within`), if so.
+    durable: Option<Arc<crate::durable::Durable>>,
 }
 
 impl Wal {
@@ -580,6 +582,7 @@ impl Wal {
             // may come early, never late.
             log_bytes: 0,
             counts,
+            durable: None,
         };
         if fresh {
             wal.checkpoint()?;
@@ -595,9 +598,20 @@ impl Wal {
         self.dir.join(SEGMENT_FILES[i])
     }
 
-    /// Writes `payload` as the next record and waits until it is on the medium. Returns where
-    /// it went, for [`Wal::cancel`].
-    pub(crate) fn write(&mut self, payload: &[u8]) -> Result<u64> {
+    /// From now on a record is synced later than its commit returns (`sync_now` aside):
+    /// within `within`, or at the returned [`Durable`](crate::durable::Durable)'s `sync`.
+    pub(crate) fn defer_syncs(
+        &mut self,
+        within: std::time::Duration,
+    ) -> Result<Arc<crate::durable::Durable>> {
+        let durable = crate::durable::Durable::new(&self.segments[self.active], self.seq, within)?;
+        self.durable = Some(durable.clone());
+        Ok(durable)
+    }
+
+    /// Writes `payload` as the next record and, unless syncs are deferred and `sync_now` is
+    /// false, waits until it is on the medium. Returns where it went, for [`Wal::cancel`].
+    pub(crate) fn write(&mut self, payload: &[u8], sync_now: bool) -> Result<u64> {
         let seq = self.seq + 1;
         let length = u32::try_from(payload.len())
             .map_err(|_| StoreError::Limit("a transaction of 4 GiB or more".into()))?;
@@ -628,11 +642,19 @@ impl Wal {
         segment
             .write_all_at(&record, at)
             .map_err(|e| io("writing", &path, e))?;
-        let started = std::time::Instant::now();
-        segment.sync_data().map_err(|e| io("syncing", &path, e))?;
-        self.counts
-            .syncs
-            .observe(started.elapsed().as_nanos() as u64);
+        if let Some(durable) = &self.durable {
+            durable.wrote(seq);
+        }
+        if sync_now || self.durable.is_none() {
+            let started = std::time::Instant::now();
+            segment.sync_data().map_err(|e| io("syncing", &path, e))?;
+            self.counts
+                .syncs
+                .observe(started.elapsed().as_nanos() as u64);
+            if let Some(durable) = &self.durable {
+                durable.durable_at(seq);
+            }
+        }
         self.counts
             .bytes
             .fetch_add(record.len() as u64, Ordering::Relaxed);
@@ -716,6 +738,9 @@ impl Wal {
             .map_err(|e| io("writing", &ckpt_path, e))?;
         self.generation = slot.generation;
         self.active = next;
+        if let Some(durable) = &self.durable {
+            durable.switched(&self.segments[next], self.seq)?;
+        }
         self.offset = 0;
         self.log_bytes = 0;
         self.pin = Some(pin);

@@ -81,6 +81,18 @@ pub struct ServerArgs {
     /// checkpoints, the changelog's records in segment files beside the B-tree).
     #[arg(long)]
     pub no_wal: bool,
+    /// Answer a change only once it is on the disk (one fdatasync per commit, shared by the
+    /// changes committed together). By default a change is answered once written to the
+    /// write-ahead log, and is on the disk within --sync-within-ms, or as soon as a client
+    /// asks (a mount's fsync, fdatasync, O_SYNC or O_DSYNC write, fsync of a directory): a
+    /// killed server loses nothing; a power cut loses at most the changes of those last
+    /// milliseconds, and keeps every change answered before them.
+    #[arg(long)]
+    pub sync: bool,
+    /// The most a change answered stays only in memory before it is on the disk, in ms
+    /// (without --sync; 1 to 1000).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub sync_within_ms: u64,
     /// With --store: the lease of this server's membership among the namespace's servers, in
     /// milliseconds (etcd rounds it up to whole seconds): when the server dies, its files'
     /// locks move to the others this long after its last renewal.
@@ -127,6 +139,10 @@ impl ServerArgs {
     pub fn open_lmdb(&self, dir: &Path) -> Result<LmdbStore, calm_store::StoreError> {
         let options = LmdbOptions {
             wal: !self.no_wal,
+            sync: match self.sync {
+                true => calm_store::CommitSync::EveryCommit,
+                false => calm_store::CommitSync::Within(Duration::from_millis(self.sync_within_ms)),
+            },
             ..LmdbOptions::default()
         };
         LmdbStore::open(dir, &options)

@@ -199,6 +199,9 @@ pub enum Bench {
         /// of the write-ahead log every calm server and embedded mount uses by default.
         #[arg(long)]
         no_wal: bool,
+        /// Every change on the disk before it is answered (`calm serve --sync`).
+        #[arg(long)]
+        store_sync: bool,
         /// Measure instead what metrics cost through a mount: creates, stats and unlinks of
         /// --files files by the largest of --threads through a mount of a server over gRPC,
         /// both counting (`--metrics` on each) or neither, --check-pairs rounds of each in turn.
@@ -511,6 +514,7 @@ pub fn run(bench: Bench) -> Result<Output, String> {
             sqlite_rows,
             tar_files,
             no_wal,
+            store_sync,
             metrics_cost,
             check_pairs,
             check_calibrate,
@@ -540,6 +544,7 @@ pub fn run(bench: Bench) -> Result<Output, String> {
             }
             let report = mount::run(&mount::MountBenchOptions {
                 wal: !no_wal,
+                store_sync,
                 ttl: std::time::Duration::from_millis(ttl_ms),
                 ext4_dir,
                 others,

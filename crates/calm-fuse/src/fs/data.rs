@@ -272,8 +272,10 @@ impl CalmFs {
         self.empty_task(req, reply, async move {
             shared.file(fh)?;
             // The objects are made durable before the records that name them are committed;
-            // the server's commit is durable when it answers.
-            shared.push_as(&client, ino.0, Some(fh.0), true).await
+            // then every change the server answered, this file's and the others' before it
+            // (a server may answer a change before it is on its disk).
+            shared.push_as(&client, ino.0, Some(fh.0), true).await?;
+            client.sync().await.map_err(|e| errno(&e))
         });
     }
 

@@ -22,6 +22,7 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions, MdbError, RoTxn, RwTxn, WithoutTls};
@@ -65,6 +66,9 @@ pub struct LmdbOptions {
     /// With the log: records per segment file of the record log, for a new store (a store
     /// keeps the value it was created with).
     pub log_segment_records: u64,
+    /// With the log: when a commit is on the medium (before it returns, or within a bound
+    /// after it; see `durable.rs`).
+    pub sync: crate::CommitSync,
 }
 
 impl Default for LmdbOptions {
@@ -75,6 +79,7 @@ impl Default for LmdbOptions {
             read_only: false,
             wal: true,
             log_segment_records: LOG_SEGMENT_RECORDS_DEFAULT,
+            sync: crate::CommitSync::EveryCommit,
         }
     }
 }
@@ -95,6 +100,8 @@ pub struct LmdbStore {
     log: Option<Arc<RecordLog>>,
     /// What the write-ahead log counts (its syncs, bytes, checkpoints), when there is one.
     log_counts: Option<Arc<crate::latency::LogCounts>>,
+    /// With `CommitSync::Within`: the records written and not yet synced.
+    durable: Option<Arc<crate::durable::Durable>>,
 }
 
 impl std::fmt::Debug for LmdbStore {
@@ -219,6 +226,7 @@ impl LmdbStore {
             db
         };
         let mut log_counts = None;
+        let mut durable = None;
         let (wal, log) = match recovered {
             Some(recovered) => {
                 // The checkpointed snapshot (what `data.mdb` holds now) stays pinned while the
@@ -261,7 +269,17 @@ impl LmdbStore {
                 log.publish(written, || Ok(()))?;
                 let counts = Arc::new(crate::latency::LogCounts::default());
                 log_counts = Some(counts.clone());
-                let wal = Wal::start(dir, env.clone(), recovered, pin, log.clone(), counts)?;
+                let mut wal = Wal::start(dir, env.clone(), recovered, pin, log.clone(), counts)?;
+                if let crate::CommitSync::Within(within) = options.sync {
+                    let within = within.min(Duration::from_millis(crate::SYNC_WITHIN_MS_MAX));
+                    let made = wal.defer_syncs(within)?;
+                    let syncing = made.clone();
+                    std::thread::Builder::new()
+                        .name("calm-store-sync".into())
+                        .spawn(move || syncing.run())
+                        .map_err(|e| StoreError::Io(format!("starting the log's syncer: {e}")))?;
+                    durable = Some(made);
+                }
                 (Some(Mutex::new(wal)), Some(log))
             }
             None if options.read_only => {
@@ -285,6 +303,7 @@ impl LmdbStore {
             wal,
             log,
             log_counts,
+            durable,
         };
         if let Some(leaving) = leaving {
             store.log_into_keys(dir, leaving.log)?;
@@ -406,6 +425,9 @@ impl LmdbStore {
 
 impl Drop for LmdbStore {
     fn drop(&mut self) {
+        if let Some(durable) = &self.durable {
+            durable.close();
+        }
         if let Some(wal) = &self.wal {
             let mut wal = wal.locked();
             if !self.poisoned.load(Ordering::SeqCst)
@@ -455,8 +477,20 @@ impl Store for LmdbStore {
         })
     }
 
+    fn sync(&self) -> Result<()> {
+        match &self.durable {
+            Some(durable) => durable.sync(),
+            None => Ok(()),
+        }
+    }
+
     fn begin(&self) -> Result<LmdbTxn<'_>> {
-        if self.poisoned.load(Ordering::SeqCst) {
+        if self.poisoned.load(Ordering::SeqCst)
+            || self
+                .durable
+                .as_ref()
+                .is_some_and(|d| d.failed.load(Ordering::SeqCst))
+        {
             return Err(StoreError::Poisoned);
         }
         // The log's lock first, then LMDB's write lock (every writer goes through here).
@@ -475,6 +509,7 @@ impl Store for LmdbStore {
             wal,
             log,
             log_bytes: 0,
+            purged: false,
         })
     }
 

@@ -32,6 +32,9 @@ pub struct LmdbTxn<'s> {
     pub(super) log: Option<TxnLog<'s>>,
     /// Bytes of the record that are record log operations.
     pub(super) log_bytes: usize,
+    /// The record log was purged (files go): the commit is synced before it is applied,
+    /// even where commits are synced later (`CommitSync::Within`).
+    pub(super) purged: bool,
 }
 
 impl std::fmt::Debug for LmdbSnapshot<'_> {
@@ -217,6 +220,7 @@ impl WriteTxn for LmdbTxn<'_> {
         if own.pending.purge(upto)
             && let Some((_, payload)) = &mut self.wal
         {
+            self.purged = true;
             let before = payload.len();
             wal::push_log_purge(payload, upto);
             self.log_bytes += payload.len() - before;
@@ -286,7 +290,7 @@ impl WriteTxn for LmdbTxn<'_> {
         }
         // The record first: once it is on the medium the commit is durable (a crash replays
         // it); if writing it fails, LMDB is not touched (the transaction is dropped).
-        let at = wal.write(&record).map_err(poison)?;
+        let at = wal.write(&record, self.purged).map_err(poison)?;
         // Then the record log's files, past what readers see; then LMDB's commit and the
         // record log's new bounds, together for readers (a snapshot sees both or neither).
         let txn = self.txn;
