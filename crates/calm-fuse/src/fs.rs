@@ -59,6 +59,8 @@ pub const READAHEAD_BYTES_MAX: u32 = 1 << 20;
 
 /// Threads reading FUSE requests.
 pub const FUSE_THREADS: usize = 4;
+/// Most threads reading the FUSE device (`--fuse-threads`).
+pub const FUSE_THREADS_MAX: usize = 64;
 
 /// Entries a readdir asks the server for at once (the kernel's buffer usually fills first).
 pub const READDIR_BATCH: u32 = 512;
@@ -96,6 +98,22 @@ pub struct MountOptions {
     /// The environment variable naming a calling process's job (`SLURM_JOB_ID`, …): sent with
     /// its requests, so that the server counts its load per job. `None`: no job is sent.
     pub job_variable: Option<String>,
+    /// How the kernel's requests reach the mount.
+    pub channel: Channel,
+    /// Threads reading the FUSE device (each with a device of its own).
+    pub device_threads: usize,
+}
+
+/// How the kernel's requests reach the mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Channel {
+    /// The FUSE device (a `read` and a `writev` per request, on each reading thread).
+    #[default]
+    Device,
+    /// FUSE over io_uring when the kernel offers it (Linux 6.14 with the fuse module's
+    /// `enable_uring` set): a ring per CPU, a request answered and the next one taken in one
+    /// system call; the device when the kernel does not offer it.
+    IoUring,
 }
 
 impl Default for MountOptions {
@@ -115,6 +133,8 @@ impl Default for MountOptions {
             metrics: None,
             count_requests: true,
             job_variable: None,
+            channel: Channel::Device,
+            device_threads: FUSE_THREADS,
         }
     }
 }
@@ -148,8 +168,9 @@ pub fn mount_config(options: &MountOptions) -> fuser::Config {
     // slow on its reader (a large local object, a cold read) does not hold up the others.
     // Releases, lock requests and interrupts are dispatched in the kernel's order (see the
     // `calm:` note in the fuser copy's session loop).
-    config.n_threads = Some(FUSE_THREADS);
+    config.n_threads = Some(options.device_threads.clamp(1, FUSE_THREADS_MAX));
     config.clone_fd = true;
+    config.io_uring = options.channel == Channel::IoUring;
     if options.allow_other {
         config.acl = fuser::SessionACL::All;
     }

@@ -78,8 +78,24 @@ pub struct MountArgs {
     /// counts who loads it per job (`calm stats --by job`).
     #[arg(long)]
     pub job_variable: Option<String>,
+    /// How the kernel's requests reach the mount: `device`, the FUSE device; `io-uring`, FUSE
+    /// over io_uring when the kernel offers it (Linux 6.14 or later, with `echo Y >
+    /// /sys/module/fuse/parameters/enable_uring`), else the device.
+    #[arg(long, value_enum, default_value = "device")]
+    pub fuse_channel: FuseChannel,
+    /// Threads reading the FUSE device (at most 64).
+    #[arg(long, default_value_t = calm_fuse::fs::FUSE_THREADS as u16,
+          value_parser = clap::value_parser!(u16).range(1..=calm_fuse::fs::FUSE_THREADS_MAX as i64))]
+    pub fuse_threads: u16,
     #[command(flatten)]
     pub changelog: crate::serve::ServerArgs,
+}
+
+/// `--fuse-channel`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum FuseChannel {
+    Device,
+    IoUring,
 }
 
 pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
@@ -106,6 +122,11 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
         metrics: None,
         count_requests: !args.count_nothing,
         job_variable: args.job_variable.clone(),
+        channel: match args.fuse_channel {
+            FuseChannel::Device => calm_fuse::fs::Channel::Device,
+            FuseChannel::IoUring => calm_fuse::fs::Channel::IoUring,
+        },
+        device_threads: usize::from(args.fuse_threads),
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     match &args.embedded {

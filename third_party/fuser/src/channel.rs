@@ -75,6 +75,7 @@ impl Channel {
             device: self.0.clone(),
             observer: self.1.clone(),
             request: None,
+            ring: None,
         }
     }
 
@@ -108,6 +109,8 @@ pub(crate) struct ChannelSender {
     device: Arc<DevFuse>,
     observer: Option<Observer>,
     request: Option<(u32, Instant)>,
+    /// calm: for a request that came through a ring, the entry its answer goes to.
+    ring: Option<crate::uring::RingReply>,
 }
 
 impl ChannelSender {
@@ -119,12 +122,24 @@ impl ChannelSender {
         }
     }
 
+    /// calm: the sender of the answer to a request that came through a ring.
+    pub(crate) fn on_ring(self, reply: crate::uring::RingReply) -> ChannelSender {
+        ChannelSender {
+            ring: Some(reply),
+            ..self
+        }
+    }
+
     pub(crate) fn send(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<()> {
-        let rc = nix::sys::uio::writev(&self.device, bufs)?;
-        // writev is atomic, so do not need to check how many bytes are written.
-        // libfuse does not do it either
-        // https://github.com/libfuse/libfuse/blob/6278995cca991978abd25ebb2c20ebd3fc9e8a13/lib/fuse_lowlevel.c#L267
-        debug_assert_eq!(bufs.iter().map(|b| b.len()).sum::<usize>(), rc);
+        if let Some(ring) = &self.ring {
+            ring.send(bufs)?;
+        } else {
+            let rc = nix::sys::uio::writev(&self.device, bufs)?;
+            // writev is atomic, so do not need to check how many bytes are written.
+            // libfuse does not do it either
+            // https://github.com/libfuse/libfuse/blob/6278995cca991978abd25ebb2c20ebd3fc9e8a13/lib/fuse_lowlevel.c#L267
+            debug_assert_eq!(bufs.iter().map(|b| b.len()).sum::<usize>(), rc);
+        }
         if let (Some(observer), Some((opcode, started))) = (&self.observer, self.request) {
             // The reply's header: its length, then the error (minus an errno, or 0).
             let error = bufs

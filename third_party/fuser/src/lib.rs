@@ -102,6 +102,8 @@ mod request;
 mod request_param;
 mod session;
 mod time;
+// calm: FUSE over io_uring.
+mod uring;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]

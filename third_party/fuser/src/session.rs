@@ -142,6 +142,9 @@ pub struct Session<FS: Filesystem> {
     /// sizes each thread's read buffer.
     pub(crate) max_write: usize,
     pub(crate) config: Config,
+    /// calm: the largest request or answer body the kernel may send over io_uring, when the
+    /// handshake agreed on it (see [`crate::uring`]).
+    pub(crate) ring_payload: Option<usize>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -190,6 +193,7 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: None,
             max_write: MAX_WRITE_SIZE,
             config: options.clone(),
+            ring_payload: None,
         };
 
         session.handshake()?;
@@ -219,6 +223,7 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: None,
             max_write: MAX_WRITE_SIZE,
             config,
+            ring_payload: None,
         };
 
         session.handshake()?;
@@ -263,6 +268,7 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: _,
             max_write,
             config,
+            ring_payload,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -302,6 +308,40 @@ impl<FS: Filesystem> Session<FS> {
         let mut threads = Vec::with_capacity(n_threads);
         let reading = Arc::new(std::sync::Mutex::new(()));
 
+        // calm: the rings, when the handshake agreed on them; the device alone otherwise.
+        let rings = match ring_payload {
+            Some(payload) => match crate::uring::Rings::start(&channels[0], payload) {
+                Ok(rings) => Some(rings),
+                Err(e) => {
+                    warn!("FUSE over io_uring: {e}; requests come through the device");
+                    None
+                }
+            },
+            None => None,
+        };
+        let mut ring_threads = Vec::new();
+        if let Some(rings) = &rings {
+            for qid in 0..rings.queue_count() {
+                let thread_name = format!("fuser-ring-{qid}");
+                let event_loop = SessionEventLoop {
+                    thread_name: thread_name.clone(),
+                    max_write,
+                    filesystem: filesystem.clone(),
+                    ch: channels[0].clone(),
+                    allowed,
+                    session_owner,
+                    reading: reading.clone(),
+                    rings: Some(rings.clone()),
+                };
+                let rings = rings.clone();
+                ring_threads.push(
+                    thread::Builder::new()
+                        .name(thread_name)
+                        .spawn(move || rings.run(qid, &event_loop))?,
+                );
+            }
+        }
+
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
             let event_loop = SessionEventLoop {
@@ -312,6 +352,7 @@ impl<FS: Filesystem> Session<FS> {
                 allowed,
                 session_owner,
                 reading: reading.clone(),
+                rings: rings.clone(),
             };
             threads.push(
                 thread::Builder::new()
@@ -334,6 +375,19 @@ impl<FS: Filesystem> Session<FS> {
                 }
             }
         }
+
+        // calm: the device is gone (unmounted): the rings' threads end too.
+        if let Some(rings) = &rings {
+            for thread in ring_threads {
+                // A thread whose wake-up another took keeps waiting: wake it again.
+                while !thread.is_finished() {
+                    rings.stop();
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                let _ = thread.join();
+            }
+        }
+        drop(rings);
 
         let Some(filesystem) = Arc::get_mut(&mut filesystem) else {
             return Err(io::Error::other(
@@ -446,6 +500,19 @@ impl<FS: Filesystem> Session<FS> {
                 return Err(error);
             }
 
+            // calm: requests over io_uring, when asked for and the kernel offers it.
+            if self.config.io_uring
+                && init
+                    .capabilities()
+                    .contains(InitFlags::FUSE_OVER_IO_URING)
+                && config
+                    .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                    .is_ok()
+            {
+                let pages = usize::from(config.max_pages()) * page_size::get();
+                self.ring_payload = Some((config.max_write as usize).max(pages).max(8192));
+            }
+
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
             self.max_write = config.max_write as usize;
@@ -544,6 +611,9 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     /// order: a lock request never overtakes the release read before it, an interrupt never
     /// overtakes the request it names.
     pub(crate) reading: Arc<std::sync::Mutex<()>>,
+    /// calm: the session's rings, if requests come through io_uring: an interrupt is
+    /// dispatched after every request the rings had taken (see [`crate::uring`]).
+    pub(crate) rings: Option<Arc<crate::uring::Rings>>,
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
@@ -568,6 +638,11 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                             Operation::Release(_) | Operation::SetLk(_) | Operation::Interrupt(_),
                         ) = operation
                         {
+                            if let (Some(rings), Ok(Operation::Interrupt(_))) =
+                                (&self.rings, &operation)
+                            {
+                                rings.take_and_dispatch(self, &mut Vec::new());
+                            }
                             req.dispatch(self);
                             drop(reading);
                         } else {

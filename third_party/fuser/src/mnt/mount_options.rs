@@ -18,6 +18,9 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// calm: ask the kernel to send requests over io_uring (when it offers it), one queue per
+    /// CPU; the device then carries only forgets, interrupts and notifications.
+    pub io_uring: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type
