@@ -122,10 +122,6 @@ impl MountReport {
         }
         lines.push(format!(
             "{}; attribute and entry timeout {} ms; {}; {}",
-            match self.store_sync {
-                true => "every change on the disk before it is answered (--store-sync)",
-                false => "changes on the disk within 10 ms or at fsync, as calm serve's default",
-            },
             match self.cold {
                 true => "cold shapes after the kernel's caches were dropped",
                 false => "the kernel's caches could not be dropped: no cold shapes",
@@ -135,6 +131,10 @@ impl MountReport {
                 "mounted in a private mount namespace"
             } else {
                 "mounted in this namespace (no private one could be made)"
+            },
+            match self.store_sync {
+                true => "every change on the disk before it is answered (--store-sync)",
+                false => "changes on the disk within 10 ms or at fsync, as calm serve's default",
             }
         ));
         lines
