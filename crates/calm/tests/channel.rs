@@ -74,7 +74,10 @@ fn a_mount_over_io_uring_answers_as_over_the_device() {
         "ok ofd",
         "ok flock-independent",
     ] {
-        assert!(out.lines().any(|l| l == check), "missing {check:?} in:\n{out}");
+        assert!(
+            out.lines().any(|l| l == check),
+            "missing {check:?} in:\n{out}"
+        );
     }
 
     // Writes and reads larger than one request, and many small files, whole.
@@ -86,7 +89,10 @@ fn a_mount_over_io_uring_answers_as_over_the_device() {
          tar -cf /tmp/calm-uring-t-$$.tar t && mkdir u && tar -xf /tmp/calm-uring-t-$$.tar -C u && \
          diff -r t u/t && rm -r u /tmp/calm-uring-t-$$.tar && [ $(find t -type f | wc -l) = 1000 ]",
     );
-    assert!(ring_threads(&mount) >= cpus, "the rings still serve the mount");
+    assert!(
+        ring_threads(&mount) >= cpus,
+        "the rings still serve the mount"
+    );
 }
 
 #[test]
@@ -123,5 +129,9 @@ for _ in range({increments}):
         tb.join().expect("mount B's writer");
     });
     let total = a.sh_ok("cat counter");
-    assert_eq!(total.trim(), (2 * increments).to_string(), "every increment landed");
+    assert_eq!(
+        total.trim(),
+        (2 * increments).to_string(),
+        "every increment landed"
+    );
 }
