@@ -46,6 +46,8 @@ pub(crate) struct Durable {
     /// Wakes the syncing thread when a record is written, and ends it.
     wake: Condvar,
     within: Duration,
+    /// The log's figures: its flushes are timed with the commits' own.
+    counts: Arc<crate::latency::LogCounts>,
 }
 
 #[derive(Debug)]
@@ -61,7 +63,12 @@ struct Written {
 impl Durable {
     /// Records after `seq` are written to `segment` from now on; everything up to `seq` is
     /// durable.
-    pub(crate) fn new(segment: &File, seq: u64, within: Duration) -> Result<Arc<Durable>> {
+    pub(crate) fn new(
+        segment: &File,
+        seq: u64,
+        within: Duration,
+        counts: Arc<crate::latency::LogCounts>,
+    ) -> Result<Arc<Durable>> {
         let segment = Arc::new(clone(segment)?);
         Ok(Arc::new(Durable {
             written: Mutex::new(Written {
@@ -73,6 +80,7 @@ impl Durable {
             failed: AtomicBool::new(false),
             wake: Condvar::new(),
             within,
+            counts,
         }))
     }
 
@@ -115,7 +123,12 @@ impl Durable {
         }
         // A checkpoint may switch segments meanwhile: it made these records durable itself,
         // and syncing the segment they are in is then merely redundant.
-        if let Err(error) = segment.sync_data() {
+        let started = std::time::Instant::now();
+        let synced = segment.sync_data();
+        self.counts
+            .syncs
+            .observe(started.elapsed().as_nanos() as u64);
+        if let Err(error) = synced {
             self.failed.store(true, Ordering::Release);
             return Err(StoreError::Io(format!(
                 "syncing the write-ahead log: {error}"

@@ -604,7 +604,8 @@ impl Wal {
         &mut self,
         within: std::time::Duration,
     ) -> Result<Arc<crate::durable::Durable>> {
-        let durable = crate::durable::Durable::new(&self.segments[self.active], self.seq, within)?;
+        let segment = &self.segments[self.active];
+        let durable = crate::durable::Durable::new(segment, self.seq, within, self.counts.clone())?;
         self.durable = Some(durable.clone());
         Ok(durable)
     }

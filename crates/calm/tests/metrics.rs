@@ -72,13 +72,15 @@ fn a_server_s_metrics_count_what_its_mounts_ask() {
         sample(&text, "calm_commit_group_seconds_count"),
         "{text}"
     );
-    // Each group's write-ahead log record was synced once, timed apart from the group's whole
-    // time (a few commits of the server's own, at start, are not in groups).
+    // The write-ahead log was flushed, at most once per group (a server answers a change once
+    // its record is written and flushes within 10 ms, sharing a flush among the groups
+    // written meanwhile), timed apart from the groups (a few commits of the server's own, at
+    // start, are not in groups).
     let syncs = sample(&text, "calm_store_wal_sync_seconds_count").unwrap_or(0.0);
-    assert!(syncs >= groups && syncs <= groups + 5.0, "{text}");
+    assert!(syncs >= 1.0 && syncs <= groups + 5.0, "{text}");
+    // The flushes were timed (on the store's own thread: not a part of the groups' time).
     assert!(
-        sample(&text, "calm_store_wal_sync_seconds_sum").unwrap_or(f64::MAX)
-            <= sample(&text, "calm_commit_group_seconds_sum").unwrap_or(0.0),
+        sample(&text, "calm_store_wal_sync_seconds_sum").is_some_and(|s| s > 0.0),
         "{text}"
     );
     assert!(
