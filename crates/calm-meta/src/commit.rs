@@ -2,7 +2,8 @@
 //! thread takes everything queued (up to [`MetaOptions::batch_ops_max`]), applies it in one
 //! write transaction, commits once (one fsync for the whole group) and only then answers each
 //! caller. So concurrent operations share one durable commit, and an acknowledged operation is
-//! durable.
+//! durable; or, on a store opened to flush later (`calm_store::CommitSync::Within`), written
+//! and durable within the store's bound or at [`crate::Meta::sync`].
 //!
 //! While a group is being committed, the next one gathers in the queue: the more callers, the
 //! larger the groups, and the fsync cost per operation falls as load rises.
