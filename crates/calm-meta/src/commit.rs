@@ -23,6 +23,7 @@ use crate::alloc::HandleAllocator;
 use crate::changelog::ClState;
 use crate::error::MetaError;
 use crate::ops::{self, Ctx, Done, Failure, Op};
+use crate::replaced::Replaced;
 
 /// Tunables of the namespace, each with its unit.
 #[derive(Debug, Clone)]
@@ -125,7 +126,7 @@ pub(crate) fn run<S: Store>(
     options: MetaOptions,
     opened: Opened,
     mut cl: ClState,
-    last_index: Arc<LastIndex>,
+    (last_index, replaced): (Arc<LastIndex>, Arc<Mutex<Replaced>>),
     stats: Arc<CommitStats>,
 ) {
     let shared = store.shared();
@@ -170,6 +171,7 @@ pub(crate) fn run<S: Store>(
             cleaned: &mut cleaned,
             chains: &mut chains,
             young: &mut young,
+            replaced: &replaced,
             opened,
             shared,
             last_index: &last_index,
@@ -330,6 +332,8 @@ struct Group<'c, S: Store> {
     chains: &'c mut crate::quota::Chains,
     /// The nodes this committer made lately (they skip the trash: `crate::young`).
     young: &'c mut crate::young::YoungFiles,
+    /// Small files replaced lately, readable by handle a moment more (`crate::replaced`).
+    replaced: &'c Mutex<Replaced>,
     opened: Opened,
     /// Other processes write the store too (see [`Store::shared`]).
     shared: bool,
@@ -389,7 +393,7 @@ impl<S: Store> Group<'_, S> {
                     self.alloc,
                     self.cl,
                     (&*self.cleaned, &mut deleted),
-                    (&mut *self.chains, &mut *self.young),
+                    (&mut *self.chains, &mut *self.young, self.replaced),
                     self.opened,
                     self.shared,
                     batch,
@@ -496,7 +500,11 @@ fn commit_batch<S: Store>(
     alloc: &mut HandleAllocator,
     cl: &mut ClState,
     cleaned: (&crate::requests::Cleaned, &mut Vec<(u64, u64)>),
-    (chains, young): (&mut crate::quota::Chains, &mut crate::young::YoungFiles),
+    (chains, young, replaced): (
+        &mut crate::quota::Chains,
+        &mut crate::young::YoungFiles,
+        &Mutex<Replaced>,
+    ),
     opened: Opened,
     shared: bool,
     batch: &[Request],
@@ -576,6 +584,7 @@ fn commit_batch<S: Store>(
         std::mem::take(&mut ctx.gone),
         ctx.now,
     );
+    let last_maps = std::mem::take(&mut ctx.replaced);
     ctx.flush().map_err(failure)?;
     let purged = cl
         .purge_step(&mut txn, store.writes_max())
@@ -587,6 +596,12 @@ fn commit_batch<S: Store>(
     }
     for handle in born {
         young.born(handle, now);
+    }
+    if !last_maps.is_empty() {
+        let mut kept = replaced.locked();
+        for file in last_maps {
+            kept.keep(file, now);
+        }
     }
     stats.cl_purged.fetch_add(purged, Ordering::Relaxed);
     Ok(())

@@ -51,6 +51,8 @@ pub struct Ctx<'a, T> {
     /// Nodes this group made, and removed for good.
     pub(crate) born: Vec<Handle>,
     pub(crate) gone: Vec<Handle>,
+    /// Small files this group replaced by a rename, as they were (`crate::replaced`).
+    pub(crate) replaced: Vec<crate::replaced::ReplacedFile>,
     pub(crate) trash_entries_delta: i64,
     pub(crate) trash_bytes_delta: i64,
     /// The quotas this group touched.
@@ -89,6 +91,7 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
             young: None,
             born: Vec::new(),
             gone: Vec::new(),
+            replaced: Vec::new(),
             trash_entries_delta: 0,
             trash_bytes_delta: 0,
             quota: Quotas::default(),

@@ -6,17 +6,17 @@
 use std::ops::ControlFlow;
 
 use calm_store::{ReadTxn, Store};
+use calm_types::sync::Locked;
 
 use crate::error::{MetaError, Result};
 use crate::layout::*;
-use crate::ops::{self, Done, Op};
+use crate::ops::{self, Done, Failure, Op};
 use crate::slices::{FileMap, Slice, decode_chunk};
 use crate::types::{Attr, Handle, Kind};
 use crate::{Caller, Meta};
 
-/// Most slice records one [`Meta::read_map`] returns (about 1.5 MiB); a larger map is read in
-/// several calls.
-pub const MAP_RECORDS_MAX: usize = 65_536;
+pub use crate::file_map::MAP_RECORDS_MAX;
+use crate::file_map::map_of;
 
 /// One chunk as a compaction reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -24,27 +24,6 @@ pub struct ChunkRead {
     pub records: Vec<Slice>,
     /// The chunk's value as stored.
     pub value: Vec<u8>,
-}
-
-/// The bytes of the inline slices among `records`, by id, once each.
-fn inline_of<'a, R: ReadTxn>(
-    snap: &R,
-    records: impl Iterator<Item = &'a Slice>,
-) -> Result<Vec<(u64, Vec<u8>)>> {
-    let mut ids: Vec<u64> = records
-        .filter(|s| crate::slices::is_inline(s.id))
-        .map(|s| s.id)
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
-    ids.into_iter()
-        .map(|id| match snap.get(&inline_key(id))? {
-            Some(data) => Ok((id, data.into_owned())),
-            None => Err(MetaError::Corrupt(format!(
-                "inline slice {id:#x} is named but has no bytes"
-            ))),
-        })
-        .collect()
 }
 
 /// An entry of the deletion queue: object `id` of `size` bytes, queued at `queued_ns`.
@@ -101,7 +80,12 @@ impl<S: Store> Meta<S> {
     ) -> Result<FileMap> {
         self.blocking(|| {
             let snap = self.store.snapshot()?;
-            let inode = ops::load(&snap, handle)?;
+            let inode = match ops::load(&snap, handle) {
+                Err(Failure::Meta(MetaError::NotFound)) => {
+                    return self.replaced_map(caller, handle, from_chunk);
+                }
+                other => other?,
+            };
             let owner = inode.owner();
             crate::perm::may_read_contents(caller, &owner)
                 .or_else(|_| crate::perm::may_write_contents(caller, &owner))?;
@@ -113,52 +97,22 @@ impl<S: Store> Meta<S> {
                     MetaError::Invalid("file contents of a non-regular file".into())
                 });
             }
-            let max_records = max_records.clamp(1, MAP_RECORDS_MAX);
-            let (_, end) = chunk_range(handle);
-            let mut chunks = Vec::new();
-            let (mut records, mut inline_bytes, mut more) = (0, 0u64, false);
-            let mut bad = None;
-            snap.visit(&chunk_key(handle, from_chunk), &end, &mut |key, value| {
-                if !chunks.is_empty() && records + value.len() / 24 > max_records {
-                    more = true;
-                    return ControlFlow::Break(());
-                }
-                match (key_chunk(key), decode_chunk(value)) {
-                    (Some(chunk), Ok(slices)) => {
-                        // A page's inline bytes: at most one chunk's worth.
-                        let inline = crate::slices::inline_bytes(&slices);
-                        if !chunks.is_empty()
-                            && inline_bytes + inline > crate::slices::INLINE_CHUNK_BYTES_MAX
-                        {
-                            more = true;
-                            return ControlFlow::Break(());
-                        }
-                        inline_bytes += inline;
-                        records += slices.len();
-                        chunks.push((chunk, slices));
-                        ControlFlow::Continue(())
-                    }
-                    (_, Err(error)) => {
-                        bad = Some(error);
-                        ControlFlow::Break(())
-                    }
-                    (None, _) => {
-                        bad = Some(MetaError::Corrupt(format!("chunk key {key:?}")));
-                        ControlFlow::Break(())
-                    }
-                }
-            })?;
-            if let Some(error) = bad {
-                return Err(error);
-            }
-            let inline = inline_of(&snap, chunks.iter().flat_map(|(_, s)| s))?;
-            Ok(FileMap {
-                attr,
-                chunks,
-                more,
-                inline,
-            })
+            map_of(&snap, attr, from_chunk, max_records)
         })
+    }
+
+    /// The map of `handle` if it is a small file replaced moments ago (`crate::replaced`),
+    /// for `caller`, who may read or write it; else `NotFound`.
+    fn replaced_map(&self, caller: &Caller, handle: Handle, from_chunk: u64) -> Result<FileMap> {
+        let now = crate::commit::now_ns();
+        let Some(file) = self.replaced.locked().get(handle, now) else {
+            return Err(MetaError::NotFound);
+        };
+        crate::perm::may_read_contents(caller, &file.owner)
+            .or_else(|_| crate::perm::may_write_contents(caller, &file.owner))?;
+        let mut map = file.map;
+        map.chunks.retain(|(chunk, _)| *chunk >= from_chunk);
+        Ok(map)
     }
 
     /// How many records chunk `chunk` of `handle` holds.

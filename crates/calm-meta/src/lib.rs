@@ -9,9 +9,11 @@
 //!
 //! The modules, bottom up: the vocabulary (calm-types: [`types`], [`error`], [`slices`]);
 //! the key layout ([`layout`]), the handle allocator ([`alloc`]), names' links ([`links`]),
-//! the committer's changelog state ([`changelog`]); what a mutation answers ([`outcome`]) and
+//! the committer's changelog state ([`changelog`]), a file's map as a snapshot holds it
+//! (`file_map`); what a mutation answers ([`outcome`]) and
 //! what it works with (`ctx`); one file per family of mutations under [`ops`], its dispatcher
-//! on top; request records ([`requests`]); the committer ([`commit`]); opening a store
+//! on top; request records ([`requests`]); what the committer remembers of recent nodes
+//! ([`young`], [`replaced`]); the committer ([`commit`]); opening a store
 //! (`open`, [`upgrade`], [`place`]); the verifier ([`fsck`]).
 //!
 //! What it deliberately does not know: the wire (gRPC lives in calm-server), errno beyond the
@@ -32,6 +34,7 @@ pub(crate) mod ctx;
 pub mod data;
 pub mod dump;
 mod feed;
+mod file_map;
 pub mod fsck;
 mod housekeeping;
 pub mod layout;
@@ -46,6 +49,7 @@ mod protect;
 pub mod quota;
 mod quotas;
 mod reads;
+pub mod replaced;
 pub mod requests;
 pub mod upgrade;
 pub mod young;
@@ -94,6 +98,8 @@ pub struct Meta<S: Store> {
     shared: bool,
     /// How long the trash keeps what is removed (zero: no trash).
     trash_kept: std::time::Duration,
+    /// Small files replaced moments ago, readable by their handle (`crate::replaced`).
+    replaced: Arc<std::sync::Mutex<crate::replaced::Replaced>>,
 }
 
 impl<S: Store> std::fmt::Debug for Meta<S> {

@@ -32,6 +32,7 @@ impl<S: Store> Meta<S> {
         let stats = Arc::new(CommitStats::default());
         let plan = housekeeping::Plan::new(&options);
         let trash_kept = options.trash_kept;
+        let replaced = Arc::new(std::sync::Mutex::new(crate::replaced::Replaced::default()));
         // Another server's records: a follower publishes the last index they reach.
         let commits = store.watch_commits()?;
         let shared = store.shared();
@@ -39,10 +40,12 @@ impl<S: Store> Meta<S> {
             let store = store.clone();
             let stats = stats.clone();
             let last_sender = last_sender.clone();
+            let replaced = replaced.clone();
             std::thread::Builder::new()
                 .name("calm-commit".into())
                 .spawn(move || {
-                    commit::run(store, receiver, options, opened, cl, last_sender, stats)
+                    let (last, recent) = (last_sender, replaced);
+                    commit::run(store, receiver, options, opened, cl, (last, recent), stats)
                 })
                 .map_err(|e| MetaError::Io(format!("starting the committer: {e}")))?
         };
@@ -78,6 +81,7 @@ impl<S: Store> Meta<S> {
             names: opened.names,
             shared,
             trash_kept,
+            replaced,
         })
     }
 }

@@ -277,6 +277,7 @@ pub(crate) fn rename<T: WriteTxn>(
             if dst_is_dir {
                 removed(ctx, replaced, dp, dname)?;
             } else {
+                keep_last_contents(ctx, &replaced, keep)?;
                 orphan = drop_link(ctx, replaced, dp, dname, keep)?;
             }
         }
@@ -300,4 +301,33 @@ pub(crate) fn rename<T: WriteTxn>(
         Some(rename_from),
     )?;
     Ok(orphan.map_or(Done::Nothing, Done::Orphaned))
+}
+
+/// Keeps what `replaced` holds, a file about to lose its last name to this rename unless it
+/// stays as an orphan, for a moment after the commit (`crate::replaced`): only a small file
+/// whose bytes are all beside its records (no object the deleter could take).
+fn keep_last_contents<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    replaced: &Inode,
+    keep: &[Handle],
+) -> Outcome<()> {
+    if replaced.kind != Kind::File
+        || replaced.nlink != 1
+        || keep.contains(&replaced.handle)
+        || replaced.size > crate::replaced::REPLACED_FILE_BYTES_MAX
+    {
+        return Ok(());
+    }
+    let map = crate::file_map::map_of(&*ctx.txn, replaced.attr(), 0, usize::MAX)?;
+    let objects = map
+        .chunks
+        .iter()
+        .flat_map(|(_, slices)| slices)
+        .any(|slice| slice.id != crate::slices::HOLE && !crate::slices::is_inline(slice.id));
+    if !map.more && !objects {
+        let owner = replaced.owner();
+        ctx.replaced
+            .push(crate::replaced::ReplacedFile { map, owner });
+    }
+    Ok(())
 }
