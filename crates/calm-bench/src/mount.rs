@@ -54,8 +54,8 @@ pub struct MountBenchOptions {
     /// The store commits through its write-ahead log, as `calm mount --embedded` and `calm
     /// serve` do by default (off: LMDB's own synchronous commit, `--no-wal`).
     pub wal: bool,
-    /// Every change on the disk before it is answered (`calm serve`'s default); otherwise
-    /// within 10 ms, or at a client's fsync (`calm serve --sync-within-ms 10`).
+    /// Every change on the disk before it is answered (`calm serve --sync`); otherwise within
+    /// 10 ms, or at a client's fsync, as `calm serve` by default.
     pub store_sync: bool,
 }
 
@@ -134,7 +134,7 @@ impl MountReport {
             },
             match self.store_sync {
                 true => "every change on the disk before it is answered (--store-sync)",
-                false => "changes on the disk within 10 ms or at fsync (--sync-within-ms 10)",
+                false => "changes on the disk within 10 ms or at fsync, as calm serve's default",
             }
         ));
         lines

@@ -82,16 +82,16 @@ pub struct ServerArgs {
     #[arg(long)]
     pub no_wal: bool,
     /// Answer a change only once it is on the disk (one fdatasync per commit, shared by the
-    /// changes committed together): the default, and what this flag keeps whatever
-    /// --sync-within-ms says.
+    /// changes committed together). By default a change is answered once written to the
+    /// write-ahead log, and is on the disk within --sync-within-ms, or as soon as a client
+    /// asks (a mount's fsync, fdatasync, O_SYNC or O_DSYNC write, fsync of a directory): a
+    /// killed server loses nothing; a power cut loses at most the changes of those last
+    /// milliseconds, and keeps every change answered before them.
     #[arg(long)]
     pub sync: bool,
-    /// Answer a change once written to the write-ahead log, and have it on the disk within
-    /// this many ms (1 to 1000), or as soon as a client asks (a mount's fsync, fdatasync,
-    /// O_SYNC or O_DSYNC write, fsync of a directory): a killed server loses nothing; a power
-    /// cut loses at most the changes of those last milliseconds, and keeps every change
-    /// answered before them. 0 (the default): every change on the disk before it is answered.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1000))]
+    /// The most a change answered stays only in memory before it is on the disk, in ms
+    /// (without --sync; 1 to 1000).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub sync_within_ms: u64,
     /// With --store: the lease of this server's membership among the namespace's servers, in
     /// milliseconds (etcd rounds it up to whole seconds): when the server dies, its files'
@@ -139,9 +139,9 @@ impl ServerArgs {
     pub fn open_lmdb(&self, dir: &Path) -> Result<LmdbStore, calm_store::StoreError> {
         let options = LmdbOptions {
             wal: !self.no_wal,
-            sync: match (self.sync, self.sync_within_ms) {
-                (true, _) | (false, 0) => calm_store::CommitSync::EveryCommit,
-                (false, ms) => calm_store::CommitSync::Within(Duration::from_millis(ms)),
+            sync: match self.sync {
+                true => calm_store::CommitSync::EveryCommit,
+                false => calm_store::CommitSync::Within(Duration::from_millis(self.sync_within_ms)),
             },
             ..LmdbOptions::default()
         };

@@ -599,8 +599,10 @@ except OSError as e:
 /// milliseconds: the name always holds a file, so no open may answer ENOENT, though the other
 /// mount's kernel still holds the entry of a file that is gone (the open answers ESTALE to the
 /// kernel, which looks the name up again and opens once more). The kernel retries once: when
-/// the file is replaced again between that lookup and that open, the caller sees ESTALE (as
-/// on NFS), rarely: at most one open in 1 000 here, where it was 0 to 2 in 8 500 in our runs.
+/// the file is replaced again between that lookup and that open, the server still reads it by
+/// handle for a moment (docs/design/data.md, "Unlinked but open"). The bound allows the
+/// race that remains (an open between the rename's commit and the moment its server keeps
+/// the file): at most one open in 1 000; there were none in about 4 250, in each of three runs.
 #[test]
 fn a_name_replaced_on_one_mount_always_opens_on_another() {
     let tmp = tempfile::tempdir().expect("tempdir");

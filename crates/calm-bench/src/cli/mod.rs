@@ -199,7 +199,7 @@ pub enum Bench {
         /// of the write-ahead log every calm server and embedded mount uses by default.
         #[arg(long)]
         no_wal: bool,
-        /// Every change on the disk before it is answered (`calm serve`'s default).
+        /// Every change on the disk before it is answered (`calm serve --sync`).
         #[arg(long)]
         store_sync: bool,
         /// Measure instead what metrics cost through a mount: creates, stats and unlinks of
