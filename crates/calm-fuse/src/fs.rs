@@ -57,8 +57,11 @@ pub const APPEND_WHOLE_BYTES_MAX: u32 = WRITE_BYTES_MAX - 4096;
 /// Most bytes the kernel reads ahead of a sequential reader, in bytes.
 pub const READAHEAD_BYTES_MAX: u32 = 1 << 20;
 
-/// Threads reading FUSE requests.
-pub const FUSE_THREADS: usize = 4;
+/// Threads reading FUSE requests: as many as the processes of a busy node that call at once
+/// (16 processes creating and unlinking were as fast or faster with 8 and 16 than with 4, on
+/// 2 cores: docs/benchmarks/2026-12-06/mount-threads). Each holds a buffer of a request's
+/// largest size, about 1 MiB.
+pub const FUSE_THREADS: usize = 16;
 /// Most threads reading the FUSE device (`--fuse-threads`).
 pub const FUSE_THREADS_MAX: usize = 64;
 
