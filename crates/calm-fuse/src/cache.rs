@@ -383,6 +383,16 @@ impl Coherence {
         self.listings.locked().clear();
     }
 
+    /// A request of this mount was answered early (its caller was killed) while its change
+    /// went on to be made: the kernel dropped the answer, so it does not know the change (a
+    /// rename it did not move, a name it did not make), and this mount's record of it is
+    /// skipped as its own. Drops the kernel's whole cache, as when the changes could not be
+    /// followed (rare: a change of a process killed while it waited).
+    pub fn kernel_missed_a_change(&self) {
+        self.mark_all();
+        self.send(Work::DropAll(0));
+    }
+
     fn forget_absent_xattrs(&self, handles: &[Handle]) {
         let mut absent = self.absent_xattrs.locked();
         if absent.is_empty() {

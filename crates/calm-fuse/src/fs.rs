@@ -256,9 +256,13 @@ impl CalmFs {
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         if task.as_mut().poll(&mut cx).is_pending() {
             let (unique, waiting) = (req.unique().0, self.shared.waiting.clone());
+            let cache = self.shared.cache.clone();
             waiting.begin(unique, req.pid(), interrupter);
             self.runtime.spawn(async move {
                 task.await;
+                if waiting.answered_early(unique) {
+                    cache.kernel_missed_a_change();
+                }
                 waiting.end(unique);
             });
         }

@@ -20,7 +20,8 @@
 //!
 //! The work of a request answered early goes on to its end (a commit, a lock grant) and its
 //! own answer is dropped by the kernel; a lock granted to a request answered early is given
-//! back (`fs::locks`).
+//! back (`fs::locks`), and the kernel's cache, which never learnt of the change, is dropped
+//! whole when the work ends (`cache::Coherence::kernel_missed_a_change`).
 
 use calm_types::sync::Locked;
 use std::collections::{HashMap, HashSet};

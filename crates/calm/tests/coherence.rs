@@ -480,3 +480,41 @@ fn a_lookup_answered_by_the_mount_is_refused_to_a_user_who_may_not_search_the_di
         a.sh_ok("! stat p/missing 2> /dev/null && [ -e p/there ]");
     }
 }
+
+/// A process killed while its rename waits for the server is answered at once (it may go),
+/// and the rename still lands: the kernel, which dropped that answer, must not keep the names
+/// from before it. (It kept the old listing for its whole TTL: the mount skips the records of
+/// its own changes, which its kernel knows from their answers.)
+#[test]
+fn a_rename_whose_caller_was_killed_while_it_waited_is_seen_where_it_was_made() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let server = Server::start(&data);
+    let mount = Mount::remote(&server.addr, &[]);
+    let other = Mount::remote(&server.addr, &[]);
+    // The kernel holds the directory's listing and the file's name.
+    assert_eq!(
+        mount.sh_ok("mkdir d; echo x > d/a; ls d; stat -c %s d/a"),
+        "a\n2\n"
+    );
+    server.signal(libc::SIGSTOP);
+    let (mut renamer, _) = common::spawn_in(
+        &mount,
+        "import os; d = os.environ['MNT'] + '/d'; os.rename(d + '/a', d + '/b')",
+    );
+    // The rename waits for the stopped server; its caller is killed meanwhile, and answered.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    renamer.kill().expect("kill");
+    renamer.wait().expect("wait");
+    server.signal(libc::SIGCONT);
+    // Once the rename has landed (another mount sees it), the mount that made it sees it
+    // within moments, not after its kernel's entries expire.
+    other.sh_ok("for i in $(seq 400); do [ -e d/b ] && exit 0; sleep 0.05; done; exit 1");
+    // (A listing would mend the names, so they are asked for first.)
+    let out = mount.sh_ok(
+        "seen=missing
+         for i in $(seq 20); do [ -e d/b ] && seen=seen && break; sleep 0.05; done
+         echo b-$seen; [ ! -e d/a ] && echo a-gone; ls d; cat d/b",
+    );
+    assert_eq!(out, "b-seen\na-gone\nb\nx\n");
+}
