@@ -518,3 +518,36 @@ fn a_rename_whose_caller_was_killed_while_it_waited_is_seen_where_it_was_made() 
     );
     assert_eq!(out, "b-seen\na-gone\nb\nx\n");
 }
+
+/// A file made with O_EXCL has no capabilities, and the mount that made it says so to the
+/// kernel's question before its first write without asking the server; capabilities set on it
+/// afterwards through the same mount are seen at once, and a write drops them as on a local
+/// file system.
+#[test]
+fn a_file_made_here_answers_for_its_capabilities_until_they_are_set() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let mount = Mount::remote(&server.addr, &[]);
+    let capability = "python3 -c \"import os, sys; \
+                      print(os.getxattr(sys.argv[1], 'security.capability').hex())\" ";
+    let out = mount.sh_ok(&format!(
+        "python3 -c \"import os, struct
+fd = os.open('f', os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o755)
+os.write(fd, b'x')
+os.close(fd)
+os.setxattr('f', 'security.capability', struct.pack('<5I', 0x02000000, 1 << 10, 0, 0, 0))\"
+         {capability} f
+         echo y >> f
+         ({capability} f 2>&1 || true) | tail -1"
+    ));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert_eq!(
+        lines[0], "0000000200040000000000000000000000000000",
+        "{out}"
+    );
+    assert!(
+        lines[1].contains("No data available"),
+        "a write drops them: {out}"
+    );
+}

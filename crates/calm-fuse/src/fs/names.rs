@@ -131,6 +131,14 @@ impl CalmFs {
                 }
                 Err(e) => return reply.error(errno(&e)),
             };
+            if exclusive && attr.kind == Kind::File {
+                // A file this create made has no capabilities (only a setxattr gives them):
+                // the kernel's question before its first write is answered here.
+                let capability = crate::cache::kernel_xattr(crate::cache::CAPABILITY_XATTR);
+                if let Some(xattr) = capability {
+                    shared.cache.absent(ticket, attr.handle, xattr);
+                }
+            }
             if attr.kind == Kind::File {
                 shared.contents.created(&attr).await;
                 shared.shm.named(attr.handle, &name);
