@@ -66,12 +66,16 @@ pub type Result<T, E = MetaError> = std::result::Result<T, E>;
 pub type LocalWatchStream =
     tokio_stream::wrappers::ReceiverStream<std::result::Result<pb::WatchBatch, tonic::Status>>;
 
+/// The stream of recalls of files held, served in this process.
+pub type LocalRecallStream =
+    tokio_stream::wrappers::ReceiverStream<std::result::Result<pb::Recalls, tonic::Status>>;
+
 /// The namespace, lock and watch services of a server in this process, called directly: no
 /// connection, no encoding, the same requests and answers as over the wire (the embedded
 /// mount's path; `calm_server::Server` hands them out).
 #[derive(Clone)]
 pub struct InProcess {
-    pub meta: Arc<dyn pb::meta_server::Meta>,
+    pub meta: Arc<dyn pb::meta_server::Meta<HoldsStream = LocalRecallStream>>,
     pub locks: Arc<dyn pb::locks_server::Locks>,
     pub watch: Arc<dyn pb::watch_server::Watch<WatchStream = LocalWatchStream>>,
 }
@@ -381,11 +385,13 @@ mod changelog_calls;
 pub use changelog_calls::CL_EACH_BATCH_RECORDS;
 mod connection;
 mod contents;
+mod holds;
 mod lock_calls;
 mod namespace;
 mod quota_calls;
 mod tls;
 mod watch;
 use connection::Conn;
+pub use holds::RecallStream;
 pub use tls::{ClientTls, TLS_ENV};
 pub use watch::{Watch, WatchEvent, WatchWhat};

@@ -23,7 +23,19 @@ impl Client {
     }
 
     pub async fn setattr(&self, handle: Handle, attr: &SetAttr) -> Result<Attr> {
-        let request = calm_proto::setattr_to_wire(handle, attr);
+        self.setattr_releasing(handle, attr, false).await
+    }
+
+    /// [`Client::setattr`]; with `release`, the caller's session gives back its hold of the
+    /// file once the change is applied.
+    pub async fn setattr_releasing(
+        &self,
+        handle: Handle,
+        attr: &SetAttr,
+        release: bool,
+    ) -> Result<Attr> {
+        let mut request = calm_proto::setattr_to_wire(handle, attr);
+        request.release_hold = release;
         self.mutated(batched_call!(mutation placed, self, set_attr, SetAttr, request))?
             .try_into()
     }
@@ -46,6 +58,20 @@ impl Client {
         node: &NewNode,
         exclusive: bool,
     ) -> Result<(Attr, Option<Attr>)> {
+        let (attr, dir, _) = self.make_held(parent, name, node, exclusive, false).await?;
+        Ok((attr, dir))
+    }
+
+    /// [`Client::make_in_dir`]; with `hold`, asks that the caller's session hold the new file
+    /// (`Meta.Holds`), and answers what it holds too (`calm_proto::HOLD_*` bits).
+    pub async fn make_held(
+        &self,
+        parent: Handle,
+        name: &[u8],
+        node: &NewNode,
+        exclusive: bool,
+        hold: bool,
+    ) -> Result<(Attr, Option<Attr>, u32)> {
         let request = pb::MakeRequest {
             parent,
             name: name.to_vec(),
@@ -57,14 +83,18 @@ impl Client {
             target: node.target.clone(),
             exclusive,
             mode_before_umask: node.mode_before_umask,
+            hold,
         };
-        calm_proto::entry_from_wire(self.mutated(batched_call!(
+        let reply = self.mutated(batched_call!(
             mutation placed,
             self,
             make,
             Make,
             request
-        ))?)
+        ))?;
+        let held = reply.held;
+        let (attr, dir) = calm_proto::entry_from_wire(reply)?;
+        Ok((attr, dir, held))
     }
 
     pub async fn create(&self, parent: Handle, name: &[u8], mode: u32) -> Result<Attr> {
@@ -144,6 +174,12 @@ impl Client {
     }
 
     /// This client's session takes over these orphans of its mount's lost session.
+    /// The caller's session gives back its holds of these files.
+    pub async fn return_holds(&self, handles: Vec<Handle>) -> Result<()> {
+        let request = pb::OrphansRequest { handles };
+        check(meta_call!(self, return_holds, request)).map(|_| ())
+    }
+
     pub async fn claim_orphans(&self, handles: Vec<Handle>) -> Result<()> {
         let request = pb::OrphansRequest { handles };
         check(meta_call!(self, claim_orphans, request)).map(|_| ())

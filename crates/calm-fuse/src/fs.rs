@@ -105,6 +105,9 @@ pub struct MountOptions {
     pub channel: Channel,
     /// Threads reading the FUSE device (each with a device of its own).
     pub device_threads: usize,
+    /// Hold the files this mount makes where the server allows (`crate::holding`): their
+    /// mode, owner and times are changed here and sent when they are closed or asked for.
+    pub hold_files: bool,
 }
 
 /// How the kernel's requests reach the mount.
@@ -138,6 +141,7 @@ impl Default for MountOptions {
             job_variable: None,
             channel: Channel::Device,
             device_threads: FUSE_THREADS,
+            hold_files: true,
         }
     }
 }
@@ -216,6 +220,9 @@ impl CalmFs {
             append_through_cache: options.append_through_cache,
             metrics,
             waiting: Arc::default(),
+            holding: crate::holding::Holding::default(),
+            returns: Mutex::default(),
+            returns_queued: Arc::default(),
         });
         let figures = Arc::downgrade(&shared);
         shared
@@ -230,6 +237,10 @@ impl CalmFs {
             Arc::downgrade(&shared),
             shared.locks.clone(),
         ));
+        if options.hold_files {
+            runtime.spawn(Shared::follow_recalls(Arc::downgrade(&shared)));
+            runtime.spawn(Shared::send_returns(Arc::downgrade(&shared)));
+        }
         Ok(CalmFs { shared, runtime })
     }
 

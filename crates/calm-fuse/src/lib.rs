@@ -11,6 +11,9 @@
 //! - [`mount`]: mount and orderly unmount;
 //! - [`fs`]: the `fuser::Filesystem` implementation: every namespace operation, attribute and
 //!   entry caching, sizes and times kept in the metadata server;
+//! - `holding`: the files this mount holds (made here with O_EXCL): which chmod, chown and
+//!   utimens it answers itself; `recalls`: sending them, giving files back, the server's
+//!   recalls;
 //! - `shared`: what request tasks share of the mount's state; `convert`: between calm's and
 //!   the kernel's shapes; [`groups`]: callers' supplementary groups; [`jobs`]: their jobs.
 //!
@@ -22,12 +25,14 @@ pub mod contents;
 mod convert;
 pub mod fs;
 pub mod groups;
+mod holding;
 pub mod interrupts;
 pub mod jobs;
 pub mod listings;
 pub mod locks;
 pub mod metrics;
 pub mod mount;
+mod recalls;
 mod shared;
 pub mod shm;
 

@@ -91,6 +91,11 @@ pub(crate) struct Shared {
     pub(crate) metrics: Arc<crate::metrics::MountMetrics>,
     /// Requests that wait, with their callers (an interrupt of one finds it).
     pub(crate) waiting: Arc<crate::interrupts::Waiting>,
+    /// The files this mount holds (`crate::holding`).
+    pub(crate) holding: crate::holding::Holding,
+    /// Files held with nothing kept, to be given back together (`crate::recalls`).
+    pub(crate) returns: Mutex<Vec<Handle>>,
+    pub(crate) returns_queued: Arc<tokio::sync::Notify>,
 }
 
 impl Shared {
@@ -292,9 +297,10 @@ impl Shared {
         }
     }
 
-    /// `attr` as this mount sees it: a dirty file's size counts its pending writes, and its
-    /// mode the privileges they dropped.
+    /// `attr` as this mount sees it: the changes it kept of a file it holds, a dirty file's
+    /// size counting its pending writes, and its mode the privileges they dropped.
     pub(crate) fn local_view(&self, mut attr: Attr) -> Attr {
+        self.holding.local_view(&mut attr);
         if let Some(size) = self.contents.dirty_size(attr.handle) {
             attr.size = attr.size.max(size);
             attr.mode = self.contents.pending_mode(attr.handle, attr.mode);

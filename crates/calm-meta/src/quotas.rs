@@ -76,6 +76,28 @@ impl<S: Store> Meta<S> {
         })
     }
 
+    /// What a mount may hold of file `handle` (`calm-server`'s holds): `(mode and times,
+    /// owner too)`. A file with an access ACL is not held (a chmod changes the ACL), and an
+    /// owner only where no user or group quota has a limit (a chown is judged by them).
+    pub fn holdable(&self, handle: Handle) -> Result<(bool, bool)> {
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            let inode = ops::load(&snap, handle)?;
+            if inode.acls != 0 || inode.kind != Kind::File {
+                return Ok((false, false));
+            }
+            let mut owner_limits = false;
+            for kind in [QuotaKind::User, QuotaKind::Group] {
+                let tag = crate::quota::TAG_LIMITS;
+                snap.visit(&[tag, kind.tag()], &[tag, kind.tag() + 1], &mut |_, _| {
+                    owner_limits = true;
+                    ControlFlow::Break(())
+                })?;
+            }
+            Ok((true, !owner_limits))
+        })
+    }
+
     /// Where the usage kept differs from the namespace counted, on one snapshot (the
     /// superuser only: it reads every inode).
     pub fn quota_check(&self, caller: &Caller) -> Result<Vec<QuotaMismatch>> {

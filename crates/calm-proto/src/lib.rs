@@ -40,6 +40,11 @@ pub const INDEX_KEY: &str = "calm-index";
 /// server applies a mutation at most once, however often it is sent.
 pub const REQUEST_KEY: &str = "calm-request";
 
+/// `Attr.held`: the caller's session holds the file's mode and times (`Meta.Holds`).
+pub const HOLD_MODE_TIMES: u32 = 1;
+/// `Attr.held`: the caller's session holds the file's owner too.
+pub const HOLD_OWNER: u32 = 2;
+
 /// Marks a request made by a client in the server's own process (an embedded mount): set in
 /// the request's extensions, which never cross the wire, so no remote client can claim it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,6 +121,7 @@ impl From<&Attr> for pb::Attr {
             mtime_ns: a.mtime_ns,
             ctime_ns: a.ctime_ns,
             dir: None,
+            held: 0,
         }
     }
 }
@@ -215,6 +221,7 @@ pub fn setattr_to_wire(handle: u64, s: &SetAttr) -> pb::SetAttrRequest {
         atime: time_to_wire(s.atime),
         mtime: time_to_wire(s.mtime),
         ctime_ns: s.ctime,
+        release_hold: false,
     }
 }
 

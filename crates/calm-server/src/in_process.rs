@@ -82,9 +82,10 @@ fn text(value: &Option<tonic::metadata::AsciiMetadataValue>) -> Option<&str> {
 /// The trait's impl (whole, so that `async_trait` sees its methods), each method a counted
 /// call of the wrapped service's own.
 macro_rules! counted_methods {
-    ($rpc:ident for $counted:ident, $service:literal, $meta:ident, $( ($method:ident, $request:ident, $reply:ident, $name:literal) ),* $(,)?) => {
+    ($rpc:ident for $counted:ident, $service:literal, $meta:ident, { $($extra:tt)* }, $( ($method:ident, $request:ident, $reply:ident, $name:literal) ),* $(,)?) => {
         #[tonic::async_trait]
         impl<S: Store> $rpc for $counted<S> {
+        $($extra)*
         $(
             async fn $method(
                 &self,
@@ -109,6 +110,17 @@ counted_methods!(
     MetaRpc for CountedMeta,
     "Meta",
     inner,
+    {
+        type HoldsStream = crate::holds::RecallStream;
+
+        // A stream for as long as the mount holds files: not a request to count or time.
+        async fn holds(
+            &self,
+            request: Request<pb::SessionRequest>,
+        ) -> Result<Response<Self::HoldsStream>, Status> {
+            self.inner.holds(request).await
+        }
+    },
     (batch, BatchRequest, BatchReply, "Batch"),
     (lookup, LookupRequest, Attr, "Lookup"),
     (get_attr, HandleRequest, Attr, "GetAttr"),
@@ -144,12 +156,14 @@ counted_methods!(
     (list_quotas, QuotaListRequest, QuotaReports, "ListQuotas"),
     (check_quotas, Empty, QuotaCheckReply, "CheckQuotas"),
     (summary, HandleRequest, SummaryReply, "Summary"),
+    (return_holds, OrphansRequest, Empty, "ReturnHolds"),
 );
 
 counted_methods!(
     LocksRpc for CountedLocks,
     "Locks",
     meta,
+    {},
     (
         open_session,
         OpenSessionRequest,

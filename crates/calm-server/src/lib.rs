@@ -35,6 +35,7 @@ pub mod connections;
 pub mod data;
 pub mod data_dir;
 pub mod heap;
+pub mod holds;
 pub mod in_process;
 pub mod lease_clock;
 pub mod ledger;
@@ -44,6 +45,7 @@ mod lock_table;
 pub mod locks;
 mod meta_answers;
 mod meta_service;
+mod meta_status;
 pub mod metrics;
 pub mod nearest;
 pub mod offline;
@@ -231,8 +233,13 @@ impl<S: Store> Server<S> {
         let hub = WatchHub::new(meta.clone(), watch_limits);
         hub.clear_only_when_committing(table.clone());
         let objects = data.as_ref().map(|d| d.options.objects.clone());
+        let holds = info
+            .cluster
+            .is_none()
+            .then(|| Arc::new(holds::Holds::default()));
         let mut service = MetaService::new(meta.clone(), auth.clone(), table.clone(), info, data);
         service.watch = Some(hub.clone());
+        service.holds = holds.clone();
         let service = Arc::new(service);
         let load_sweeper = tokio::spawn(service.loads.clone().sweep());
         let locks = Arc::new(LockService::new(meta.clone(), table.clone(), auth.clone()));
@@ -240,11 +247,9 @@ impl<S: Store> Server<S> {
             tracing::warn!(%e, "resuming the watch feed");
         }
         Server {
-            protect: Arc::new(protect::ProtectService::new(
-                meta.clone(),
-                auth.clone(),
-                objects,
-            )),
+            protect: Arc::new(
+                protect::ProtectService::new(meta.clone(), auth.clone(), objects).holding(holds),
+            ),
             meta: service,
             locks,
             changelog: Arc::new(ChangelogService::new(meta, auth.clone())),

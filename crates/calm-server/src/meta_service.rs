@@ -12,8 +12,9 @@ use calm_proto::{pb, status_from_error};
 use calm_store::Store;
 use tonic::{Request, Response, Status};
 
+use crate::holds::Recall;
 use crate::meta_answers::{attr, done_attr, done_empty, done_entry, done_removed};
-use crate::{LockTable, ServerInfo, auth, batch, compactor, data, heap, watch};
+use crate::{LockTable, ServerInfo, auth, batch, compactor, data, watch};
 
 /// The attributes a write or an append answered.
 /// Runs `read`, which may walk much of the namespace, on a thread of its own.
@@ -72,104 +73,11 @@ pub struct MetaService<S: Store> {
     pub(crate) metrics: std::sync::OnceLock<calm_metrics::TimedSet>,
     /// Requests and time per uid and per job.
     pub(crate) loads: Arc<crate::load::Loads>,
+    /// Files mounts hold (granted only by a server alone on its store).
+    pub(crate) holds: Option<Arc<crate::holds::Holds>>,
 }
 
 impl<S: Store> MetaService<S> {
-    /// What `calm status` shows, as of now (also what the metrics read at each scrape).
-    pub fn status_now(&self) -> Result<pb::StatusReply, MetaError> {
-        let locks = self.locks.stats();
-        let watch = self.watch.as_ref().map(|w| w.stats()).unwrap_or_default();
-        let heap = heap::figures();
-        let (by_uid, by_job) = self.loads.status();
-        let (namespace_calls, namespace_ns_total) = self.loads.namespace_time();
-        let cached = self
-            .data
-            .as_ref()
-            .map_or((0, 0), |d| d.options.objects.cached_bytes());
-        let compaction = |figure: fn(&compactor::CompactStats) -> &AtomicU64| {
-            self.data
-                .as_ref()
-                .map_or(0, |d| figure(&d.compactor.stats).load(Ordering::Relaxed))
-        };
-        self.meta.status().map(|s| pb::StatusReply {
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            data_dir: self.info.data_dir.clone(),
-            epoch: s.epoch,
-            inodes: s.inodes,
-            file_bytes: s.file_bytes,
-            handle_high_water: s.handle_high_water,
-            store_bytes: s.store_bytes,
-            commits: s.commits,
-            ops_committed: s.ops_committed,
-            failed_commits: s.failed_commits,
-            largest_batch: s.largest_batch,
-            commit_ns_total: s.commit_ns_total,
-            uptime_ms: self.info.started.elapsed().as_millis() as u64,
-            ready_ms: self.info.ready_ms,
-            requests: self.requests.load(Ordering::Relaxed),
-            namespace_calls,
-            namespace_ns_total,
-            request_errors: self.request_errors.load(Ordering::Relaxed),
-            batches: self.batches.load(Ordering::Relaxed),
-            batched_calls: self.batched_calls.load(Ordering::Relaxed),
-            lock_sessions: locks.sessions as u64,
-            locks: locks.locks,
-            lock_waits: locks.waits as u64,
-            locked_files: locks.resources as u64,
-            changelog_last: s.changelog_last,
-            changelog_first: s.changelog_first,
-            changelog_readers: s.changelog_readers,
-            changelog_purged: s.changelog_purged,
-            objects_url: self.meta.objects_url().ok().flatten().unwrap_or_default(),
-            objects_queued: self
-                .meta
-                .garbage(u64::MAX, 1_000_000)
-                .map_or(0, |g| g.len() as u64),
-            objects_deleted: self
-                .data
-                .as_ref()
-                .map_or(0, |d| d.stats.deleted.load(Ordering::Relaxed)),
-            backups_made: self.backup(|b| &b.made),
-            backups_failed: self.backup(|b| &b.failed),
-            backup_last_ms: self.backup(|b| &b.last_ms),
-            backup_last_bytes: self.backup(|b| &b.last_bytes),
-            backup_every_s: match (&self.info.backups, &self.data) {
-                (Some(policy), Some(_)) => policy.every.as_secs(),
-                _ => 0,
-            },
-            trash_entries: s.trash_entries,
-            trash_bytes: s.trash_bytes,
-            trash_kept_s: self.meta.trash_kept().as_secs(),
-            by_uid,
-            by_job,
-            chunks_compacted: compaction(|c| &c.compacted),
-            compaction_records_replaced: compaction(|c| &c.records_replaced),
-            compaction_bytes: compaction(|c| &c.merged_bytes),
-            compaction_failures: compaction(|c| &c.failed),
-            room_waits: compaction(|c| &c.room_waits),
-            room_waiting: compaction(|c| &c.room_waiting),
-            room_wait_ms_max: compaction(|c| &c.room_wait_ms_max),
-            chunk_records_max: compaction(|c| &c.chunk_records_max),
-            watchers: watch.watchers as u64,
-            watch_resyncs: watch.resyncs,
-            watch_queued: watch.queued,
-            watch_queued_max: watch.queued_max,
-            heap_in_use_bytes: heap.in_use,
-            heap_free_bytes: heap.free,
-            cached_block_bytes: cached.0,
-            cached_header_bytes: cached.1,
-            store: s
-                .store_figures
-                .into_iter()
-                .map(|(name, value)| pb::StoreFigure {
-                    name: name.to_string(),
-                    value,
-                })
-                .collect(),
-            nearest: crate::nearest::nearest(&self.auth.sessions, &self.locks, &self.meta),
-        })
-    }
-
     pub fn new(
         meta: Arc<Meta<S>>,
         auth: Arc<auth::Auth>,
@@ -190,6 +98,7 @@ impl<S: Store> MetaService<S> {
             batched_calls: AtomicU64::new(0),
             metrics: std::sync::OnceLock::new(),
             loads: Arc::default(),
+            holds: None,
         }
     }
 
@@ -207,13 +116,6 @@ impl<S: Store> MetaService<S> {
 }
 
 impl<S: Store> MetaService<S> {
-    /// A figure of the metadata backups (0 without an object store).
-    fn backup(&self, figure: fn(&crate::protect::BackupStats) -> &AtomicU64) -> u64 {
-        self.data
-            .as_ref()
-            .map_or(0, |d| figure(&d.backups).load(Ordering::Relaxed))
-    }
-
     /// Applies a mutation that adds up to `adding` records to chunks of `handle` (the ones
     /// `chunks` names), and has those chunks compacted: when a chunk is full, the mutation is
     /// refused as busy, so the chunk is compacted now and the mutation tried again, up to
@@ -306,6 +208,27 @@ impl<S: Store> MetaService<S> {
         Ok(())
     }
 
+    /// Waits until other sessions gave back the holds `recall` names (`crate::holds`).
+    async fn recall(&self, session: u64, recall: Recall) {
+        if let Some(holds) = &self.holds {
+            holds.recall(session, recall).await;
+        }
+    }
+
+    /// Grants `session` the hold of `handle`, which it just made in `dir`, where it may:
+    /// what it holds (`calm_proto::HOLD_*`).
+    fn hold(&self, session: u64, handle: u64, dir: u64) -> u32 {
+        let Some(holds) = &self.holds else {
+            return 0;
+        };
+        match self.meta.holdable(handle) {
+            Ok((true, owner)) if session != 0 && holds.grant(session, handle, dir) => {
+                calm_proto::HOLD_MODE_TIMES | if owner { calm_proto::HOLD_OWNER } else { 0 }
+            }
+            _ => 0,
+        }
+    }
+
     fn mutated<T>(&self, result: Result<T, MetaError>) -> Result<Response<T>, Status> {
         let mut response = self.answer(result)?;
         let index = self.meta.changelog_last();
@@ -329,19 +252,46 @@ impl<S: Store> MetaRpc for MetaService<S> {
         batch::serve(self, r).await
     }
 
+    type HoldsStream = crate::holds::RecallStream;
+
+    async fn holds(
+        &self,
+        r: Request<pb::SessionRequest>,
+    ) -> Result<Response<Self::HoldsStream>, Status> {
+        let caller = self.auth.caller(&r)?;
+        crate::holds::serve(self.holds.clone(), caller.session)
+    }
+
+    async fn return_holds(
+        &self,
+        r: Request<pb::OrphansRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let caller = self.auth.caller(&r)?;
+        if let Some(holds) = &self.holds {
+            holds.give_back(caller.session, &r.get_ref().handles);
+        }
+        Ok(Response::new(pb::Empty {}))
+    }
+
     async fn lookup(&self, r: Request<pb::LookupRequest>) -> Result<Response<pb::Attr>, Status> {
         let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::Dir(r.get_ref().parent))
+            .await;
         let r = r.into_inner();
         self.answer(attr(self.meta.lookup_as(&caller, r.parent, &r.name)))
     }
 
     async fn get_attr(&self, r: Request<pb::HandleRequest>) -> Result<Response<pb::Attr>, Status> {
-        self.auth.identity(&r)?;
+        let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::File(r.get_ref().handle))
+            .await;
         self.answer(attr(self.meta.getattr(r.into_inner().handle)))
     }
 
     async fn set_attr(&self, r: Request<pb::SetAttrRequest>) -> Result<Response<pb::Attr>, Status> {
         let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::File(r.get_ref().handle))
+            .await;
         let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
         let truncate = r.size.is_some();
@@ -349,7 +299,13 @@ impl<S: Store> MetaRpc for MetaService<S> {
             handle: r.handle,
             attr: calm_proto::setattr_from_wire(&r),
         };
+        let session = caller.session;
         let result = self.meta.apply_request(caller, op, id).await;
+        if r.release_hold
+            && let Some(holds) = &self.holds
+        {
+            holds.give_back(session, &[r.handle]);
+        }
         if truncate {
             self.maybe_queued(&result);
             if let (Ok(Done::Attr(attr)), Some(data)) = (&result, &self.data) {
@@ -363,8 +319,11 @@ impl<S: Store> MetaRpc for MetaService<S> {
 
     async fn make(&self, r: Request<pb::MakeRequest>) -> Result<Response<pb::Attr>, Status> {
         let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::Dir(r.get_ref().parent))
+            .await;
         let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
+        let (session, parent, hold) = (caller.session, r.parent, r.hold && r.exclusive);
         let result = match calm_proto::node_from_request(&r) {
             Ok(node) => {
                 let op = Op::Make {
@@ -377,11 +336,19 @@ impl<S: Store> MetaRpc for MetaService<S> {
             }
             Err(error) => Err(error),
         };
-        self.mutated(done_entry(result))
+        let mut reply = self.mutated(done_entry(result))?;
+        if hold {
+            reply.get_mut().held = self.hold(session, reply.get_ref().handle, parent);
+        }
+        Ok(reply)
     }
 
     async fn link(&self, r: Request<pb::LinkRequest>) -> Result<Response<pb::Attr>, Status> {
         let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::File(r.get_ref().handle))
+            .await;
+        self.recall(caller.session, Recall::Dir(r.get_ref().parent))
+            .await;
         let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
         let op = Op::Link {
@@ -399,6 +366,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::RemoveRequest>,
     ) -> Result<Response<pb::RemovedReply>, Status> {
         let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::Dir(r.get_ref().parent))
+            .await;
         let id = request_id(&self.auth, &r)?;
         self.room_for_orphans(&r, &caller, !r.get_ref().keep.is_empty())?;
         let r = r.into_inner();
@@ -428,6 +397,10 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::RenameRequest>,
     ) -> Result<Response<pb::RemovedReply>, Status> {
         let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::Dir(r.get_ref().parent))
+            .await;
+        self.recall(caller.session, Recall::Dir(r.get_ref().new_parent))
+            .await;
         let id = request_id(&self.auth, &r)?;
         self.room_for_orphans(&r, &caller, !r.get_ref().keep.is_empty())?;
         let r = r.into_inner();
@@ -458,6 +431,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::ReadDirRequest>,
     ) -> Result<Response<pb::ReadDirReply>, Status> {
         let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::Dir(r.get_ref().handle))
+            .await;
         let r = r.into_inner();
         if r.plus {
             let result =
@@ -488,6 +463,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::SetXattrRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
         let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::File(r.get_ref().handle))
+            .await;
         let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
         let op = Op::SetXattr {
@@ -504,6 +481,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::XattrRequest>,
     ) -> Result<Response<pb::XattrValue>, Status> {
         let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::File(r.get_ref().handle))
+            .await;
         let r = r.into_inner();
         let result = self.meta.getxattr_as(&caller, r.handle, &r.name);
         self.answer(result.map(|value| pb::XattrValue { value }))
@@ -514,6 +493,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::HandleRequest>,
     ) -> Result<Response<pb::XattrNames>, Status> {
         let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::File(r.get_ref().handle))
+            .await;
         let result = self.meta.listxattr_as(&caller, r.into_inner().handle);
         self.answer(result.map(|names| pb::XattrNames { names }))
     }
@@ -523,6 +504,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::XattrRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
         let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::File(r.get_ref().handle))
+            .await;
         let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
         let op = Op::RemoveXattr {
@@ -553,6 +536,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::SetQuotaRequest>,
     ) -> Result<Response<pb::QuotaReport>, Status> {
         let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::All).await;
         let r = r.into_inner();
         let result = match calm_proto::quota::target_from_wire(r.target.as_ref()) {
             Ok(target) => {
@@ -569,6 +553,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::QuotaTarget>,
     ) -> Result<Response<pb::QuotaReport>, Status> {
         let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::All).await;
         let result = calm_proto::quota::target_from_wire(Some(r.get_ref()))
             .and_then(|target| self.meta.quota(&caller, target));
         self.answer(result.map(|report| calm_proto::quota::report_to_wire(&report)))
@@ -579,6 +564,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::QuotaListRequest>,
     ) -> Result<Response<pb::QuotaReports>, Status> {
         let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::All).await;
         let result = self.meta.quotas(&caller, r.get_ref().all);
         self.answer(result.map(|reports| {
             pb::QuotaReports {
@@ -595,6 +581,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::Empty>,
     ) -> Result<Response<pb::QuotaCheckReply>, Status> {
         let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::All).await;
         // Reads every inode: off the runtime's threads.
         let result = off_runtime(self.meta.clone(), move |meta| meta.quota_check(&caller)).await;
         self.answer(result.map(|mismatches| {
@@ -612,6 +599,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::HandleRequest>,
     ) -> Result<Response<pb::SummaryReply>, Status> {
         let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::All).await;
         let dir = r.get_ref().handle;
         let result = off_runtime(self.meta.clone(), move |meta| meta.summary(&caller, dir)).await;
         self.answer(result.map(|s| pb::SummaryReply {
@@ -653,6 +641,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
     ) -> Result<Response<pb::ReadMapReply>, Status> {
         self.auth.trusted(&r, "read_map")?;
         let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::File(r.get_ref().handle))
+            .await;
         let r = r.into_inner();
         let result = self
             .meta
@@ -679,6 +669,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
     async fn write(&self, r: Request<pb::WriteRequest>) -> Result<Response<pb::Attr>, Status> {
         self.auth.trusted(&r, "write")?;
         let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::File(r.get_ref().handle))
+            .await;
         let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
         let slices: Vec<_> = r.records.iter().map(calm_proto::slice_from_wire).collect();
@@ -702,6 +694,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
     async fn append(&self, r: Request<pb::AppendRequest>) -> Result<Response<pb::Attr>, Status> {
         self.auth.trusted(&r, "append")?;
         let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::File(r.get_ref().handle))
+            .await;
         let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
         let (handle, size) = (r.handle, r.size);

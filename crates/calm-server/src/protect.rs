@@ -408,6 +408,8 @@ pub struct ProtectService<S: Store> {
     objects: Option<Objects>,
     /// Listings of the trash under way.
     listings: Arc<Listings>,
+    /// Files mounts hold: a dump or a clone has them given back first.
+    pub(crate) holds: Option<Arc<crate::holds::Holds>>,
 }
 
 impl<S: Store> ProtectService<S> {
@@ -417,6 +419,21 @@ impl<S: Store> ProtectService<S> {
             auth,
             objects,
             listings: Arc::new(Listings::default()),
+            holds: None,
+        }
+    }
+
+    /// The same service, with the files mounts hold.
+    pub(crate) fn holding(mut self, holds: Option<Arc<crate::holds::Holds>>) -> Self {
+        self.holds = holds;
+        self
+    }
+
+    /// Has every file a mount holds given back (what a dump or a clone reads must be what the
+    /// holders answered).
+    async fn recall_all(&self, session: u64) {
+        if let Some(holds) = &self.holds {
+            holds.recall(session, crate::holds::Recall::All).await;
         }
     }
 }
@@ -614,6 +631,7 @@ impl<S: Store> pb::protect_server::Protect for ProtectService<S> {
 
     async fn dump(&self, r: Request<pb::Empty>) -> Result<Response<Self::DumpStream>, Status> {
         self.auth.admin(&r, "a dump of the whole namespace")?;
+        self.recall_all(0).await;
         let (tx, rx) = mpsc::channel(DUMP_CHUNKS_QUEUED);
         let meta = self.meta.clone();
         tokio::task::spawn_blocking(move || {
@@ -713,6 +731,7 @@ impl<S: Store> pb::protect_server::Protect for ProtectService<S> {
 
     async fn clone_node(&self, r: Request<pb::CloneRequest>) -> Result<Response<pb::Attr>, Status> {
         let caller = self.auth.caller(&r)?;
+        self.recall_all(caller.session).await;
         let request = r.into_inner();
         let attr = self
             .meta
@@ -727,6 +746,7 @@ impl<S: Store> pb::protect_server::Protect for ProtectService<S> {
         r: Request<pb::CloneEntriesRequest>,
     ) -> Result<Response<pb::CloneEntriesReply>, Status> {
         let caller = self.auth.caller(&r)?;
+        self.recall_all(caller.session).await;
         let request = r.into_inner();
         let max = request.max as usize;
         let done = self

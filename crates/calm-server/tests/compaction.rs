@@ -17,7 +17,7 @@ use calm_store::mem::MemStore;
 
 struct Fixture {
     meta: Arc<Meta<Arc<MemStore>>>,
-    service: Arc<dyn pb::meta_server::Meta>,
+    service: Arc<dyn pb::meta_server::Meta<HoldsStream = calm_server::holds::RecallStream>>,
     objects: Objects,
     _server: calm_server::Server<Arc<MemStore>>,
     _dir: tempfile::TempDir,

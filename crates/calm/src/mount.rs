@@ -87,6 +87,11 @@ pub struct MountArgs {
     #[arg(long, default_value_t = calm_fuse::fs::FUSE_THREADS as u16,
           value_parser = clap::value_parser!(u16).range(1..=calm_fuse::fs::FUSE_THREADS_MAX as i64))]
     pub fuse_threads: u16,
+    /// Send every chmod, chown and change of times to the server before answering it, also
+    /// for files this mount made and has open alone (which it otherwise holds: it answers
+    /// their changes itself and sends them at their close, fsync or when another client asks).
+    #[arg(long)]
+    pub no_hold: bool,
     #[command(flatten)]
     pub changelog: crate::serve::ServerArgs,
 }
@@ -127,6 +132,7 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
             FuseChannel::IoUring => calm_fuse::fs::Channel::IoUring,
         },
         device_threads: usize::from(args.fuse_threads),
+        hold_files: !args.no_hold,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     match &args.embedded {

@@ -12,8 +12,10 @@ impl CalmFs {
         if let Some(attr) = shared.cache.dir_attr(ino.0) {
             return reply.attr(&shared.cache.reply_ttl(ticket, ino.0), &file_attr(&attr));
         }
+        // With the mount's session: a file this mount holds is not asked back from it.
+        let client = shared.caller(req);
         self.spawn(req, reply.interrupter(), async move {
-            match shared.client.getattr(ino.0).await {
+            match client.getattr(ino.0).await {
                 Ok(attr) => {
                     let attr = shared.local_view(attr);
                     reply.attr(
@@ -67,24 +69,35 @@ impl CalmFs {
         let client = shared.caller(req);
         shared.cache.forget_dir_attr(ino.0);
         let ticket = shared.cache.ticket();
+        let change = SetAttr {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: atime.map(set_time),
+            mtime: mtime.map(set_time),
+            // The server sets the change time to the time of the change (the kernel names
+            // one only when it keeps times itself, which a calm mount does not).
+            ctime: None,
+        };
+        let asker = crate::holding::Asker {
+            uid: req.uid(),
+            gid: req.gid(),
+        };
+        // A file this mount holds: answered here, sent when it is closed or asked for.
+        if let Some(attr) = shared.keep(ino.0, &change, asker) {
+            return reply.attr(&shared.cache.reply_ttl(ticket, ino.0), &file_attr(&attr));
+        }
         self.spawn(req, reply.interrupter(), async move {
             let handle = ino.0;
             // Pending writes go first: a truncate cuts them too, and every other change
-            // follows them.
+            // follows them (and changes kept of a file held follow those).
             if let Err(e) = shared.push(&client, handle, None).await {
                 return reply.error(e);
             }
-            let change = SetAttr {
-                mode: mode.map(|m| m & 0o7777),
-                uid,
-                gid,
-                size,
-                atime: atime.map(set_time),
-                mtime: mtime.map(set_time),
-                // The server sets the change time to the time of the change (the kernel
-                // names one only when it keeps times itself, which a calm mount does not).
-                ctime: None,
-            };
+            if let Err(e) = shared.send_kept(handle).await {
+                return reply.error(e);
+            }
             let changed = client.setattr(handle, &change).await;
             shared.cache.forget_dir_attr(handle);
             match changed {
@@ -171,9 +184,13 @@ impl CalmFs {
         let client = self.shared.caller(req);
         let name = name.as_bytes().to_vec();
         let value = value.to_vec();
+        let shared = self.shared.clone();
         let cache = self.shared.cache.clone();
         cache.changed_here(ino.0);
         self.empty_task(req, reply, async move {
+            // An extended attribute (an ACL, capabilities) ends a hold: the changes kept go
+            // first, and the server decides every later one.
+            shared.give_back_whole(ino.0).await?;
             let result = client.setxattr(ino.0, &name, &value, flags as u32).await;
             cache.changed_here(ino.0);
             result.map_err(|e| errno(&e))
@@ -244,9 +261,11 @@ impl CalmFs {
     ) {
         let client = self.shared.caller(req);
         let name = name.as_bytes().to_vec();
+        let shared = self.shared.clone();
         let cache = self.shared.cache.clone();
         cache.changed_here(ino.0);
         self.empty_task(req, reply, async move {
+            shared.give_back_whole(ino.0).await?;
             let result = client.removexattr(ino.0, &name).await;
             cache.changed_here(ino.0);
             result.map_err(|e| errno(&e))

@@ -32,6 +32,10 @@ impl CalmFs {
             if shared.shm.used_elsewhere(&shared.locks, ino.0, WHOLE).await {
                 return reply.error(Errno::EBUSY);
             }
+            // The server decides the open by the file's mode and owner: those kept here first.
+            if let Err(e) = shared.send_kept(ino.0).await {
+                return reply.error(e);
+            }
             // A regular file's map comes with its attributes, on one snapshot: what this open
             // reads is the file as committed now (close-to-open).
             let (attr, keep) = match shared.contents.open(&client, ino.0).await {
@@ -124,7 +128,9 @@ impl CalmFs {
         if let Some(owed) = self.shared.contents.take_error(fh.0) {
             return reply.error(Errno::from_i32(owed));
         }
-        if !file.append {
+        // A write after changes kept of a file held goes after them (its mtime is later).
+        let after_kept = self.shared.holding.has_kept(ino.0);
+        if !file.append && !after_kept {
             // Most writes are buffered here at once, without a copy of their own.
             let _runtime = self.runtime.enter();
             if self
@@ -140,6 +146,14 @@ impl CalmFs {
         let data = data.to_vec();
         let size = data.len() as u32;
         let written = async move {
+            if after_kept {
+                // The writes pending came before the changes kept.
+                shared
+                    .push(&client, ino.0, Some(fh.0))
+                    .await
+                    .map_err(i32::from)?;
+                shared.send_kept(ino.0).await.map_err(i32::from)?;
+            }
             if file.append {
                 shared.contents.append(&client, ino.0, &data, fh.0).await
             } else {
@@ -165,6 +179,8 @@ impl CalmFs {
         self.empty_task(req, reply, async move {
             shared.file(fh)?;
             shared.push(&client, ino.0, Some(fh.0)).await?;
+            // A file held is given back at its close, with the changes kept of it.
+            shared.give_back(ino.0).await?;
             // A close releases the closing process's POSIX locks on the file.
             let held = shared
                 .state()
@@ -218,7 +234,10 @@ impl CalmFs {
             (file, owners)
         };
         self.empty_task(req, reply, async move {
-            let pushed = shared.push(&client, ino.0, Some(fh.0)).await;
+            let pushed = match shared.push(&client, ino.0, Some(fh.0)).await {
+                Ok(()) => shared.give_back(ino.0).await,
+                Err(e) => Err(e),
+            };
             // OFD and flock locks belong to the open file: they end with it.
             let released = if owners.is_empty() {
                 Ok(())
@@ -275,6 +294,7 @@ impl CalmFs {
             // then every change the server answered, this file's and the others' before it
             // (a server may answer a change before it is on its disk).
             shared.push_as(&client, ino.0, Some(fh.0), true).await?;
+            shared.send_kept(ino.0).await?;
             client.sync().await.map_err(|e| errno(&e))
         });
     }
@@ -306,6 +326,7 @@ impl CalmFs {
                 return Err(Errno::EINVAL);
             }
             shared.push(&client, ino.0, Some(fh.0)).await?;
+            shared.send_kept(ino.0).await?;
             let attr = match mode {
                 // Space is not reserved ahead in an object store; the size grows.
                 0 => client.write(ino.0, &[], end, Vec::new()).await,

@@ -137,6 +137,7 @@ impl CalmFs {
                 None => {
                     // What the holder wrote reaches the server before anyone else may lock.
                     shared.push(&client, ino.0, Some(fh.0)).await?;
+                    shared.send_kept(ino.0).await?;
                     locks
                         .unlock(ino.0, owner, scope)
                         .await

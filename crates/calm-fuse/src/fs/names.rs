@@ -115,17 +115,30 @@ impl CalmFs {
         let node = NewNode::file(mode & 0o7777, req.uid(), req.gid()).with_umask(umask);
         let name = name.as_bytes().to_vec();
         let exclusive = flags & libc::O_EXCL != 0;
+        // A file made with O_EXCL is new: nobody else knows it, so this mount may hold it.
+        let hold = exclusive && shared.holding.may_ask();
+        let maker = crate::holding::Asker {
+            uid: req.uid(),
+            gid: req.gid(),
+        };
         shared.cache.changed_here(parent.0);
         let ticket = shared.cache.ticket();
         self.spawn(req, reply.interrupter(), async move {
-            let made = client.make_in_dir(parent.0, &name, &node, exclusive).await;
+            let made = client
+                .make_held(parent.0, &name, &node, exclusive, hold)
+                .await;
             shared
                 .cache
                 .name_added_here(parent.0, &name, Outcome::of_make(&made));
             let attr = match made {
-                Ok((attr, dir)) => {
+                Ok((attr, dir, held)) => {
                     if let Some(dir) = dir {
                         shared.cache.dir_changed(ticket, dir);
+                    }
+                    if held != 0 {
+                        shared
+                            .holding
+                            .granted(attr.handle, parent.0, maker, &client, held);
                     }
                     attr
                 }
@@ -149,6 +162,7 @@ impl CalmFs {
                 {
                     // Not opened after all: the open `created` counted ends here.
                     shared.contents.closed(attr.handle).await;
+                    let _ = shared.give_back(attr.handle).await;
                     return reply.error(Errno::EBUSY);
                 }
             }
@@ -173,13 +187,15 @@ impl CalmFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.entry_in_dir(
-            req,
-            newparent,
-            newname,
-            reply,
-            move |client, name| async move { client.link_in_dir(ino.0, newparent.0, &name).await },
-        );
+        let shared = self.shared.clone();
+        self.entry_in_dir(req, newparent, newname, reply, move |client, name| {
+            async move {
+                // A held file is known to the server by the directory it was made in: given
+                // back before it has a name elsewhere.
+                let _ = shared.give_back_whole(ino.0).await;
+                client.link_in_dir(ino.0, newparent.0, &name).await
+            }
+        });
     }
 
     pub(super) fn handle_unlink(
@@ -257,6 +273,12 @@ impl CalmFs {
         shared.cache.dirs_changed_here();
         let ticket = shared.cache.ticket();
         self.empty_task(req, reply, async move {
+            // Held files are known to the server by the directory they were made in: those
+            // that may move are given back first.
+            let _ = shared.give_back_in(parent.0).await;
+            if flags & libc::RENAME_EXCHANGE != 0 {
+                let _ = shared.give_back_in(newparent.0).await;
+            }
             let keep = shared.keep_for(&client, newparent.0, &newname).await;
             let renamed = client
                 .rename_in_dir(parent.0, &name, newparent.0, &newname, flags, keep)

@@ -1,0 +1,456 @@
+//! Files this mount holds: a regular file it made with O_EXCL, which the server let it hold
+//! (`Meta.Holds`). Until the mount gives the file back, a chmod, a chown or a change of its
+//! times by the process that made it is answered here, at once, and kept; the changes go to
+//! the server as one, after the file's pending writes, when:
+//!
+//! - the file is closed (and given back with that change), fsync'd, or locked;
+//! - anything else than such a change reaches the file here: a write after the change, an
+//!   open, an access check, an extended attribute, a truncate, a change by another process;
+//! - a name in its directory is linked, removed or renamed here (given back first, so the
+//!   server always knows its directory);
+//! - the server asks for it back: another mount, or a dump, a clone or a quota, wants to see
+//!   the file (the request waits until the changes are there);
+//! - the stream of recalls ends (the server restarted or lost the mount's session): the
+//!   server holds nothing of this mount any more, and what the mount kept is sent as plain
+//!   changes.
+//!
+//! What is held is bounded by the files open here (a file is given back at its close) and by
+//! the server's own bounds (`calm_server::holds`). A mount killed holding files loses the
+//! changes it kept, which no fsync asked for. docs/design/mount.md "Held files".
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use calm_client::Client;
+use calm_types::sync::Locked;
+use calm_types::{Attr, Handle, SetAttr, SetTime};
+
+/// Files given back in one request, at most.
+pub const RETURNS_PER_REQUEST_MAX: usize = 4096;
+
+/// The mode bits a held change never touches: a change to or from them goes to the server,
+/// whose rules for them depend on groups and privileges the mount does not decide.
+const PRIVILEGE_BITS: u32 = 0o7000;
+
+/// Who asks for a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Asker {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Whether the change `change` that `asker` asks of a file with attributes `attr` may be
+/// answered here: only mode, owner (where `owner_too`) and times; by the file's owner or the
+/// superuser; no size; no setuid, setgid or sticky bit before or after; an owner changed by
+/// the superuser only.
+pub(crate) fn holdable(attr: &Attr, change: &SetAttr, asker: Asker, owner_too: bool) -> bool {
+    let root = asker.uid == 0;
+    if change.size.is_some() || change.ctime.is_some() {
+        return false;
+    }
+    if !root && asker.uid != attr.uid {
+        return false;
+    }
+    if attr.mode & PRIVILEGE_BITS != 0 || change.mode.is_some_and(|m| m & PRIVILEGE_BITS != 0) {
+        return false;
+    }
+    let owner = change.uid.is_some() || change.gid.is_some();
+    !owner || (owner_too && root)
+}
+
+/// `attr` after `change` at `now_ns`, and the change with its times made exact (what the
+/// server is sent is what the caller was answered).
+pub(crate) fn apply(attr: &mut Attr, change: &SetAttr, now_ns: i64) -> SetAttr {
+    let exact = |t: SetTime| match t {
+        SetTime::Now => now_ns,
+        SetTime::At(ns) => ns,
+    };
+    let mut sent = SetAttr::default();
+    if let Some(mode) = change.mode {
+        attr.mode = mode & 0o7777;
+        sent.mode = Some(attr.mode);
+    }
+    if let Some(uid) = change.uid {
+        attr.uid = uid;
+        sent.uid = Some(uid);
+    }
+    if let Some(gid) = change.gid {
+        attr.gid = gid;
+        sent.gid = Some(gid);
+    }
+    if let Some(atime) = change.atime {
+        attr.atime_ns = exact(atime);
+        sent.atime = Some(SetTime::At(attr.atime_ns));
+    }
+    if let Some(mtime) = change.mtime {
+        attr.mtime_ns = exact(mtime);
+        sent.mtime = Some(SetTime::At(attr.mtime_ns));
+    }
+    attr.ctime_ns = attr.ctime_ns.max(now_ns);
+    sent
+}
+
+/// `later` folded into `kept`: each attribute as the last change set it.
+pub(crate) fn fold(kept: &mut SetAttr, later: SetAttr) {
+    kept.mode = later.mode.or(kept.mode);
+    kept.uid = later.uid.or(kept.uid);
+    kept.gid = later.gid.or(kept.gid);
+    kept.atime = later.atime.or(kept.atime);
+    kept.mtime = later.mtime.or(kept.mtime);
+}
+
+/// `attr` as the holder answered it: the kept change over what the server said.
+pub(crate) fn overlay(attr: &mut Attr, kept: &SetAttr) {
+    if let Some(mode) = kept.mode {
+        attr.mode = mode;
+    }
+    if let Some(uid) = kept.uid {
+        attr.uid = uid;
+    }
+    if let Some(gid) = kept.gid {
+        attr.gid = gid;
+    }
+    // Kept changes hold exact times (`apply`).
+    if let Some(SetTime::At(ns)) = kept.atime {
+        attr.atime_ns = ns;
+    }
+    if let Some(SetTime::At(ns)) = kept.mtime {
+        attr.mtime_ns = ns;
+    }
+}
+
+#[derive(Debug)]
+struct Held {
+    dir: Handle,
+    owner_too: bool,
+    /// Who made the file: only their changes are kept.
+    maker: Asker,
+    /// The maker's client: what sends the changes, and commits the file's writes at a recall.
+    client: Client,
+    /// The changes answered and not sent yet, folded into one, with a count of the changes
+    /// folded (a send clears only what it sent).
+    kept: Option<(SetAttr, u64)>,
+    /// Being given back: nothing more is kept.
+    ending: bool,
+    /// Taken by whoever sends the file's changes, so that they reach the server in order.
+    turn: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// What a file's give-back or flush has to send.
+#[derive(Debug)]
+pub(crate) struct Kept {
+    pub change: SetAttr,
+    pub client: Client,
+    /// Which fold this is (see [`Holding::sent`]).
+    pub folds: u64,
+}
+
+/// Recalls of files the mount did not hold yet (the answer to their make still on its way)
+/// remembered at most.
+pub const EARLY_RECALLS_MAX: usize = 4096;
+
+/// The files this mount holds.
+#[derive(Debug, Default)]
+pub(crate) struct Holding {
+    files: Mutex<HashMap<Handle, Held>>,
+    /// Recalls that came before their grant was seen here: such a grant is not taken.
+    early: Mutex<std::collections::VecDeque<Handle>>,
+    /// The server's stream of recalls is open: a make may ask for a hold.
+    open: AtomicBool,
+}
+
+impl Holding {
+    /// Whether a make may ask to hold the file it makes.
+    pub(crate) fn may_ask(&self) -> bool {
+        self.open.load(Ordering::Acquire)
+    }
+
+    /// The stream of recalls opened (`true`) or ended: when it ends, every hold ends and what
+    /// was kept is answered, to be sent as plain changes.
+    pub(crate) fn stream_open(&self, open: bool) -> Vec<(Handle, Kept)> {
+        self.open.store(open, Ordering::Release);
+        if open {
+            return Vec::new();
+        }
+        let mut files = self.files.locked();
+        files
+            .drain()
+            .filter_map(|(handle, held)| {
+                let client = held.client;
+                held.kept.map(|(change, folds)| {
+                    (
+                        handle,
+                        Kept {
+                            change,
+                            client,
+                            folds,
+                        },
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// The server let this mount hold `handle`, made by `maker` (through `client`) in `dir`
+    /// (`held`: the server's `HOLD_*` bits). Whether the mount holds it now (not if the
+    /// server asked for it back already).
+    pub(crate) fn granted(
+        &self,
+        handle: Handle,
+        dir: Handle,
+        maker: Asker,
+        client: &Client,
+        held: u32,
+    ) -> bool {
+        if held & calm_proto::HOLD_MODE_TIMES == 0 {
+            return false;
+        }
+        {
+            let mut early = self.early.locked();
+            if let Some(at) = early.iter().position(|h| *h == handle) {
+                early.remove(at);
+                return false;
+            }
+        }
+        self.files.locked().insert(
+            handle,
+            Held {
+                dir,
+                owner_too: held & calm_proto::HOLD_OWNER != 0,
+                maker,
+                client: client.clone(),
+                kept: None,
+                ending: false,
+                turn: Arc::default(),
+            },
+        );
+        true
+    }
+
+    /// The server asked for `handle`, which this mount does not hold (yet): a grant of it seen
+    /// later is not taken.
+    pub(crate) fn recalled_early(&self, handle: Handle) {
+        let mut early = self.early.locked();
+        if early.len() == EARLY_RECALLS_MAX {
+            early.pop_front();
+        }
+        early.push_back(handle);
+    }
+
+    /// Whether this mount holds `handle`.
+    pub(crate) fn holds(&self, handle: Handle) -> bool {
+        self.files.locked().contains_key(&handle)
+    }
+
+    /// Whether `handle` has changes kept.
+    pub(crate) fn has_kept(&self, handle: Handle) -> bool {
+        self.files
+            .locked()
+            .get(&handle)
+            .is_some_and(|h| h.kept.is_some())
+    }
+
+    /// The lock that orders the sends of `handle`'s changes, if it is held.
+    pub(crate) fn turn(&self, handle: Handle) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        self.files.locked().get(&handle).map(|h| h.turn.clone())
+    }
+
+    /// The client of the process that made held file `handle`.
+    pub(crate) fn maker_client(&self, handle: Handle) -> Option<Client> {
+        self.files.locked().get(&handle).map(|h| h.client.clone())
+    }
+
+    /// Answers `change` of `handle` here if the mount holds it and may: `attr` (what the
+    /// mount last answered of the file) becomes the file after the change.
+    pub(crate) fn keep(
+        &self,
+        handle: Handle,
+        attr: &mut Attr,
+        change: &SetAttr,
+        asker: Asker,
+        now_ns: i64,
+    ) -> bool {
+        let mut files = self.files.locked();
+        let Some(held) = files.get_mut(&handle) else {
+            return false;
+        };
+        if held.ending || held.maker != asker || !holdable(attr, change, asker, held.owner_too) {
+            return false;
+        }
+        if let Some((kept, _)) = &held.kept {
+            // What was answered last, over what the caller knew.
+            overlay(attr, kept);
+        }
+        let sent = apply(attr, change, now_ns);
+        match &mut held.kept {
+            Some((kept, folds)) => {
+                fold(kept, sent);
+                *folds += 1;
+            }
+            None => held.kept = Some((sent, 1)),
+        }
+        true
+    }
+
+    /// `attr` as this mount answered it (its kept changes over the server's).
+    pub(crate) fn local_view(&self, attr: &mut Attr) {
+        if let Some((kept, _)) = self
+            .files
+            .locked()
+            .get(&attr.handle)
+            .and_then(|h| h.kept.as_ref())
+        {
+            overlay(attr, kept);
+        }
+    }
+
+    /// `handle`'s kept changes, to be sent (they stay kept, and answered, until
+    /// [`Holding::sent`]); with `ending`, the hold is being given back: nothing more is kept.
+    /// `None` when the file is not held.
+    pub(crate) fn to_send(&self, handle: Handle, ending: bool) -> Option<Option<Kept>> {
+        let mut files = self.files.locked();
+        let held = files.get_mut(&handle)?;
+        held.ending |= ending;
+        Some(held.kept.as_ref().map(|(change, folds)| Kept {
+            change: change.clone(),
+            client: held.client.clone(),
+            folds: *folds,
+        }))
+    }
+
+    /// The changes of fold `folds` of `handle` reached the server (or were refused): kept no
+    /// more unless more were folded since; with `ending`, the hold ends.
+    pub(crate) fn sent(&self, handle: Handle, folds: Option<u64>, ending: bool) {
+        let mut files = self.files.locked();
+        if ending {
+            files.remove(&handle);
+            return;
+        }
+        if let Some(held) = files.get_mut(&handle)
+            && held.kept.as_ref().map(|(_, f)| *f) == folds
+        {
+            held.kept = None;
+        }
+    }
+
+    /// The files held that were made in `dir`.
+    pub(crate) fn in_dir(&self, dir: Handle) -> Vec<Handle> {
+        self.files
+            .locked()
+            .iter()
+            .filter(|(_, held)| held.dir == dir)
+            .map(|(handle, _)| *handle)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use calm_types::Kind;
+
+    fn file(uid: u32, mode: u32) -> Attr {
+        Attr {
+            handle: 9,
+            generation: 0,
+            kind: Kind::File,
+            mode,
+            uid,
+            gid: uid,
+            nlink: 1,
+            size: 0,
+            rdev: 0,
+            atime_ns: 0,
+            mtime_ns: 0,
+            ctime_ns: 100,
+        }
+    }
+
+    const ALICE: Asker = Asker {
+        uid: 1000,
+        gid: 1000,
+    };
+    const ROOT: Asker = Asker { uid: 0, gid: 0 };
+
+    #[test]
+    fn only_the_owners_or_the_superusers_plain_changes_are_held() {
+        let chmod = SetAttr {
+            mode: Some(0o600),
+            ..SetAttr::default()
+        };
+        let chown = SetAttr {
+            uid: Some(1),
+            gid: Some(1),
+            ..SetAttr::default()
+        };
+        let touch = SetAttr {
+            atime: Some(SetTime::Now),
+            mtime: Some(SetTime::At(5)),
+            ..SetAttr::default()
+        };
+        let truncate = SetAttr {
+            size: Some(0),
+            ..SetAttr::default()
+        };
+        let setuid = SetAttr {
+            mode: Some(0o4755),
+            ..SetAttr::default()
+        };
+        let alices = file(1000, 0o644);
+        assert!(holdable(&alices, &chmod, ALICE, true));
+        assert!(holdable(&alices, &touch, ALICE, true));
+        assert!(holdable(&alices, &chmod, ROOT, true));
+        assert!(!holdable(&alices, &chmod, Asker { uid: 7, gid: 7 }, true));
+        assert!(!holdable(&alices, &chown, ALICE, true), "a user's chown");
+        assert!(holdable(&alices, &chown, ROOT, true));
+        assert!(!holdable(&alices, &chown, ROOT, false), "owners not held");
+        assert!(!holdable(&alices, &truncate, ALICE, true));
+        assert!(!holdable(&alices, &setuid, ALICE, true));
+        assert!(!holdable(&file(1000, 0o2755), &chmod, ALICE, true));
+    }
+
+    #[test]
+    fn kept_changes_fold_into_what_was_answered_with_exact_times() {
+        let mut attr = file(0, 0o644);
+        let first = apply(
+            &mut attr,
+            &SetAttr {
+                mode: Some(0o600),
+                mtime: Some(SetTime::Now),
+                ..SetAttr::default()
+            },
+            500,
+        );
+        let mut kept = first;
+        let second = apply(
+            &mut attr,
+            &SetAttr {
+                uid: Some(3),
+                mtime: Some(SetTime::At(42)),
+                ..SetAttr::default()
+            },
+            600,
+        );
+        fold(&mut kept, second);
+        assert_eq!(
+            kept,
+            SetAttr {
+                mode: Some(0o600),
+                uid: Some(3),
+                mtime: Some(SetTime::At(42)),
+                ..SetAttr::default()
+            }
+        );
+        assert_eq!(
+            (attr.mode, attr.uid, attr.mtime_ns, attr.ctime_ns),
+            (0o600, 3, 42, 600)
+        );
+        let mut from_server = file(0, 0o644);
+        overlay(&mut from_server, &kept);
+        assert_eq!(
+            (from_server.mode, from_server.uid, from_server.mtime_ns),
+            (0o600, 3, 42)
+        );
+    }
+}

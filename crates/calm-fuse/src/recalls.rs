@@ -1,0 +1,203 @@
+//! Sending what the mount kept of the files it holds ([`crate::holding`]), giving them back,
+//! and following the server's recalls.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use calm_client::Client;
+use calm_types::sync::Locked;
+use calm_types::{Attr, Caller, Handle, MetaError, SetAttr};
+use fuser::Errno;
+
+use crate::holding::{Asker, Kept};
+use crate::shared::Shared;
+
+/// How long the mount waits before it opens the stream of recalls again after it ended.
+const REOPEN_AFTER: Duration = Duration::from_millis(200);
+
+impl Shared {
+    /// Answers `change` of `handle` asked by `asker` here, if this mount holds the file and
+    /// may: the file's attributes after it, as the caller is answered.
+    pub(crate) fn keep(&self, handle: Handle, change: &SetAttr, asker: Asker) -> Option<Attr> {
+        if !self.holding.holds(handle) {
+            return None;
+        }
+        let mut attr = self.state().inodes.get(&handle)?.attr.clone()?;
+        let now_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
+        if !self.holding.keep(handle, &mut attr, change, asker, now_ns) {
+            return None;
+        }
+        Some(self.local_view(attr))
+    }
+
+    /// Sends `handle`'s kept changes, if it has any (its pending writes, which came before
+    /// them, are committed first by the caller); the hold stays.
+    pub(crate) async fn send_kept(&self, handle: Handle) -> Result<(), Errno> {
+        self.send_held(handle, false).await
+    }
+
+    /// Gives `handle` back if this mount holds it: its kept changes go with it (its pending
+    /// writes are committed first by the caller).
+    pub(crate) async fn give_back(&self, handle: Handle) -> Result<(), Errno> {
+        self.send_held(handle, true).await
+    }
+
+    async fn send_held(&self, handle: Handle, ending: bool) -> Result<(), Errno> {
+        let Some(turn) = self.holding.turn(handle) else {
+            return Ok(());
+        };
+        let _turn = turn.lock().await;
+        let Some(kept) = self.holding.to_send(handle, ending) else {
+            // Given back while this waited for its turn.
+            return Ok(());
+        };
+        let folds = kept.as_ref().map(|k| k.folds);
+        let sent = match kept {
+            Some(kept) => self.send(handle, kept, ending).await,
+            None => {
+                if ending {
+                    self.return_soon(handle);
+                }
+                Ok(())
+            }
+        };
+        self.holding.sent(handle, folds, ending);
+        sent
+    }
+
+    /// Gives `handle` back if this mount holds it, with its pending writes committed first.
+    pub(crate) async fn give_back_whole(&self, handle: Handle) -> Result<(), Errno> {
+        let Some(client) = self.holding.maker_client(handle) else {
+            return Ok(());
+        };
+        self.push(&client, handle, None).await?;
+        self.give_back(handle).await
+    }
+
+    /// Gives back every file held that was made in `dir` (a name of it moves).
+    pub(crate) async fn give_back_in(&self, dir: Handle) -> Result<(), Errno> {
+        for handle in self.holding.in_dir(dir) {
+            self.give_back_whole(handle).await?;
+        }
+        Ok(())
+    }
+
+    async fn send(&self, handle: Handle, kept: Kept, release: bool) -> Result<(), Errno> {
+        match kept
+            .client
+            .setattr_releasing(handle, &kept.change, release)
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Gone (removed through another mount while open here): its changes with it.
+            Err(MetaError::NotFound | MetaError::Stale) => Ok(()),
+            Err(e) => {
+                tracing::warn!(handle, %e, "sending the changes kept of a file held");
+                Err(Errno::from_i32(e.errno()))
+            }
+        }
+    }
+
+    /// Queues `handle`, held with nothing kept, to be given back with others in one request.
+    fn return_soon(&self, handle: Handle) {
+        self.returns.locked().push(handle);
+        self.returns_queued.notify_one();
+    }
+
+    /// Gives back, in batches, the files queued by [`Shared::return_soon`].
+    pub(crate) async fn send_returns(shared: std::sync::Weak<Shared>) {
+        loop {
+            let queued = match shared.upgrade() {
+                Some(shared) => shared.returns_queued.clone(),
+                None => return,
+            };
+            queued.notified().await;
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            loop {
+                let handles: Vec<Handle> = {
+                    let mut returns = shared.returns.locked();
+                    let take = returns.len().min(crate::holding::RETURNS_PER_REQUEST_MAX);
+                    returns.drain(..take).collect()
+                };
+                if handles.is_empty() {
+                    break;
+                }
+                if let Err(e) = shared.session_client().return_holds(handles).await {
+                    // The holds end with the stream when the server lost the session.
+                    tracing::warn!(%e, "giving back files held");
+                }
+            }
+        }
+    }
+
+    /// A client of the mount's lock session (the session holds the files).
+    fn session_client(&self) -> Client {
+        self.client.with_caller(Caller {
+            session: self.locks.session(),
+            ..Caller::default()
+        })
+    }
+
+    /// Keeps the stream of recalls open while the mount lives, and gives back what the
+    /// server asks for: pending writes, then kept changes, then the hold.
+    pub(crate) async fn follow_recalls(shared: std::sync::Weak<Shared>) {
+        loop {
+            let Some(strong) = shared.upgrade() else {
+                return;
+            };
+            let opened = strong.session_client().holds().await;
+            let mut stream = match opened {
+                Ok(stream) => stream,
+                Err(MetaError::NotSupported(_)) => return,
+                Err(e) => {
+                    tracing::debug!(%e, "opening the stream of recalls");
+                    drop(strong);
+                    tokio::time::sleep(REOPEN_AFTER).await;
+                    continue;
+                }
+            };
+            strong.holding.stream_open(true);
+            drop(strong);
+            while let Ok(Some(handles)) = stream.next().await {
+                let Some(strong) = shared.upgrade() else {
+                    return;
+                };
+                for handle in handles {
+                    let shared = strong.clone();
+                    tokio::spawn(async move { shared.recalled(handle).await });
+                }
+            }
+            let Some(strong) = shared.upgrade() else {
+                return;
+            };
+            // The server holds nothing of this mount any more: what was kept goes as it is.
+            for (handle, kept) in strong.holding.stream_open(false) {
+                let _ = strong.send(handle, kept, false).await;
+            }
+            drop(strong);
+            tokio::time::sleep(REOPEN_AFTER).await;
+        }
+    }
+
+    async fn recalled(self: Arc<Self>, handle: Handle) {
+        if !self.holding.holds(handle) {
+            // Not held (any more, or not yet: its grant is still on its way here).
+            self.holding.recalled_early(handle);
+            self.return_soon(handle);
+            return;
+        }
+        if let Some(client) = self.holding.maker_client(handle)
+            && let Err(e) = self.push(&client, handle, None).await
+        {
+            tracing::warn!(handle, ?e, "committing a held file's writes for its recall");
+        }
+        if self.give_back(handle).await.is_err() {
+            // Its changes were refused: the hold ends all the same.
+            self.return_soon(handle);
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! Files a mount holds: a file a mount made with O_EXCL has its chmod, chown and times
+//! answered by that mount, and sent at its close. Another mount never sees less than what the
+//! holder answered: its request has the server ask the holder first. A mount killed while it
+//! holds a file loses only what it kept and never fsync'd, and the file goes on working.
+
+mod common;
+
+use std::io::Write;
+
+use common::{Mount, Server, spawn_in};
+
+/// The requests `server` answered while `work` ran (one of them the status call itself).
+fn requests_during(server: &str, work: impl FnOnce()) -> u64 {
+    let requests = || {
+        common::calm_json(&["status", "--server", server, "--json"])["requests"]
+            .as_u64()
+            .expect("requests")
+    };
+    let before = requests();
+    work();
+    requests() - before
+}
+
+/// A process in `mount` that makes `path` as tar does (O_EXCL, a write, then fchown, fchmod
+/// and futimens through the open file), says `made`, and keeps the file open until told a
+/// line: then `fsync` fsyncs, `chmod MODE` changes its mode again and says `done`, and
+/// anything else closes it and says `closed`.
+const HOLDER: &str = r#"
+import os, sys
+path = os.path.join(os.environ["MNT"], sys.argv[1] if len(sys.argv) > 1 else "d/f")
+fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+os.write(fd, b"held bytes\n")
+os.fchown(fd, 1234, 1234)
+os.fchmod(fd, 0o600)
+os.utime(fd, ns=(1_000_000_000 * 10**9, 1_000_000_000 * 10**9))
+print("made", flush=True)
+for line in sys.stdin:
+    word = line.split()
+    if word[0] == "fsync":
+        os.fsync(fd)
+        print("done", flush=True)
+    elif word[0] == "chmod":
+        os.fchmod(fd, int(word[1], 8))
+        print("done", flush=True)
+    else:
+        os.close(fd)
+        print("closed", flush=True)
+        break
+"#;
+
+fn said(lines: &mut std::io::Lines<std::io::BufReader<std::process::ChildStdout>>, want: &str) {
+    let line = lines.next().expect("a line").expect("utf-8");
+    assert_eq!(line, want, "the holding process said something else");
+}
+
+fn tell(child: &mut std::process::Child, line: &str) {
+    let stdin = child.stdin.as_mut().expect("piped");
+    writeln!(stdin, "{line}").expect("tell the holder");
+}
+
+const STAT: &str = "stat -c '%a %u %g %Y %s' d/f";
+
+#[test]
+fn changes_a_mount_answered_itself_are_what_another_mount_sees_at_once() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &[]);
+    let b = Mount::remote(&server.addr, &[]);
+    a.sh_ok("mkdir d");
+    b.sh_ok("ls d");
+
+    // The chown, chmod and utimes of a file A made reach the server not at all...
+    let (mut holder, mut lines) = spawn_in(&a, HOLDER);
+    said(&mut lines, "made");
+    let made = requests_during(&server.addr, || {
+        let (mut more, mut more_lines) = spawn_in(&a, &HOLDER.replace("\"d/f\"", "\"d/g\""));
+        said(&mut more_lines, "made");
+        tell(&mut more, "close");
+        said(&mut more_lines, "closed");
+        let _ = more.wait();
+    });
+    // Make, the write and one change with the hold given back, the status call: 4 (a mount
+    // that sends each change makes 6).
+    assert!(
+        made <= 4,
+        "a file made, written, chowned, chmodded, touched and closed took {made} requests"
+    );
+    // ...and A answers them itself.
+    assert_eq!(a.sh_ok(STAT).trim(), "600 1234 1234 1000000000 11");
+
+    // B sees what A answered (its stat has the server ask A first), the size of A's
+    // pending write too.
+    assert_eq!(b.sh_ok(STAT).trim(), "600 1234 1234 1000000000 11");
+    assert_eq!(b.sh_ok("cat d/f"), "held bytes\n");
+
+    // The hold is given back: A's next change goes to the server, and B sees it too.
+    tell(&mut holder, "chmod 640");
+    said(&mut lines, "done");
+    let until =
+        "for _ in $(seq 500); do [ $(stat -c %a d/f) = 640 ] && exit 0; sleep 0.01; done; exit 1";
+    b.sh_ok(until);
+    tell(&mut holder, "close");
+    said(&mut lines, "closed");
+    let _ = holder.wait();
+
+    // A file closed is on the server whole, as made through A.
+    assert_eq!(
+        b.sh_ok(&STAT.replace("d/f", "d/g")).trim(),
+        "600 1234 1234 1000000000 11"
+    );
+    assert_eq!(b.sh_ok("cat d/g"), "held bytes\n");
+}
+
+#[test]
+fn a_listing_or_a_lookup_in_the_directory_has_every_file_held_there_given_back() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &[]);
+    let b = Mount::remote(&server.addr, &[]);
+    a.sh_ok("mkdir d");
+    let (mut holder, mut lines) = spawn_in(&a, HOLDER);
+    said(&mut lines, "made");
+    // A listing with attributes (ls -l reads them all) from B.
+    let listed = b.sh_ok("ls -ln --time-style=+%s d | tail -n +2");
+    let fields: Vec<&str> = listed.split_whitespace().collect();
+    assert_eq!(
+        (fields[0], fields[2], fields[3], fields[4], fields[5]),
+        ("-rw-------", "1234", "1234", "11", "1000000000"),
+        "{listed}"
+    );
+    tell(&mut holder, "close");
+    said(&mut lines, "closed");
+    let _ = holder.wait();
+}
+
+#[test]
+fn a_mount_killed_holding_a_file_loses_only_what_it_never_fsynced() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &[]);
+    let b = Mount::remote(&server.addr, &[]);
+    a.sh_ok("mkdir d");
+    let (mut holder, mut lines) = spawn_in(&a, HOLDER);
+    said(&mut lines, "made");
+    // What fsync asked for is made durable: the write, the owner, the mode, the times.
+    tell(&mut holder, "fsync");
+    said(&mut lines, "done");
+    // Kept and never asked to be durable.
+    tell(&mut holder, "chmod 604");
+    said(&mut lines, "done");
+    assert_eq!(a.sh_ok("stat -c %a d/f").trim(), "604");
+    drop(a); // SIGKILL of the mount process
+    let _ = holder.kill();
+    let _ = holder.wait();
+
+    // B is answered at once (the hold ended with the mount's connection), with what was
+    // fsync'd.
+    let started = std::time::Instant::now();
+    assert_eq!(b.sh_ok(STAT).trim(), "600 1234 1234 1000000000 11");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "the stat waited {:?} for a dead mount",
+        started.elapsed()
+    );
+    assert_eq!(b.sh_ok("cat d/f"), "held bytes\n");
+    // And the file goes on working.
+    b.sh_ok("chmod 644 d/f && echo more >> d/f");
+    assert_eq!(b.sh_ok("stat -c '%a %s' d/f").trim(), "644 16");
+}
+
+#[test]
+fn a_mount_told_not_to_hold_sends_every_change() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &["--no-hold"]);
+    a.sh_ok("mkdir d");
+    let made = requests_during(&server.addr, || {
+        let (mut holder, mut lines) = spawn_in(&a, HOLDER);
+        said(&mut lines, "made");
+        tell(&mut holder, "close");
+        said(&mut lines, "closed");
+        let _ = holder.wait();
+    });
+    assert!(made >= 6, "{made} requests");
+    assert_eq!(a.sh_ok(STAT).trim(), "600 1234 1234 1000000000 11");
+}
+
+#[test]
+fn many_files_held_at_once_by_several_processes_all_reach_the_server() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &[]);
+    let b = Mount::remote(&server.addr, &[]);
+    // Four processes, 500 files each, made as tar makes them; B checks every one.
+    a.sh_ok(
+        "mkdir d; for p in 0 1 2 3; do python3 -c \"
+import os
+for i in range(500):
+    path = 'd/p$p-%d' % i
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    os.write(fd, b'x' * (i + 1))
+    os.fchown(fd, 1000 + i % 7, 2000 + i % 5)
+    os.fchmod(fd, 0o600 + i % 8)
+    os.utime(fd, ns=(i * 10**9, (i + 1) * 10**9))
+    os.close(fd)
+\" & done; wait",
+    );
+    let out = b.sh_ok("cd d && stat -c '%n %a %u %g %Y %s' *");
+    let mut seen = 0;
+    for line in out.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let i: u32 = f[0].split('-').nth(1).expect("number").parse().expect("i");
+        let want = format!(
+            "{:o} {} {} {} {}",
+            0o600 + i % 8,
+            1000 + i % 7,
+            2000 + i % 5,
+            i + 1,
+            i + 1
+        );
+        assert_eq!(f[1..].join(" "), want, "{line}");
+        seen += 1;
+    }
+    assert_eq!(seen, 2000);
+}
+
+#[test]
+fn a_held_file_renamed_linked_or_removed_by_its_maker_keeps_working() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &[]);
+    let b = Mount::remote(&server.addr, &[]);
+    a.sh_ok("mkdir d e");
+    // Renamed and linked into another directory while held and changed: another mount finds
+    // it there with what its maker answered. Removed while held: its changes and its close
+    // succeed all the same.
+    let program = r#"
+import os, sys
+def made(path):
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    os.write(fd, b"abc")
+    os.fchmod(fd, 0o600)
+    return fd
+fd = made("d/moved")
+os.rename("d/moved", "e/moved")
+os.fchmod(fd, 0o640)
+fd2 = made("d/linked")
+os.link("d/linked", "e/linked")
+os.fchmod(fd2, 0o604)
+print("moved", flush=True)
+sys.stdin.readline()
+os.close(fd)
+os.close(fd2)
+fd = made("d/removed")
+os.unlink("d/removed")
+os.fchmod(fd, 0o400)
+os.fsync(fd)
+os.close(fd)
+print("closed", flush=True)
+"#;
+    let (mut child, mut lines) = spawn_in(
+        &a,
+        &format!("import os; os.chdir(os.environ['MNT'])\n{program}"),
+    );
+    said(&mut lines, "moved");
+    assert_eq!(
+        b.sh_ok("stat -c '%n %a %s %h' e/moved e/linked d/linked"),
+        "e/moved 640 3 1\ne/linked 604 3 2\nd/linked 604 3 2\n"
+    );
+    tell(&mut child, "go");
+    said(&mut lines, "closed");
+    assert!(child.wait().expect("wait").success());
+    assert_eq!(
+        b.sh_ok("ls d e | tr '\\n' ' '"),
+        "d: linked  e: linked moved "
+    );
+}
