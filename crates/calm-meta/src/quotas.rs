@@ -76,25 +76,13 @@ impl<S: Store> Meta<S> {
         })
     }
 
-    /// What a mount may hold of file `handle` (`calm-server`'s holds): `(mode and times,
-    /// owner too)`. A file with an access ACL is not held (a chmod changes the ACL), and an
-    /// owner only where no user or group quota has a limit (a chown is judged by them).
-    pub fn holdable(&self, handle: Handle) -> Result<(bool, bool)> {
+    /// Whether a mount may hold file `handle`'s mode and times (`calm-server`'s holds): a
+    /// regular file without an access ACL (a chmod changes the ACL).
+    pub fn holdable(&self, handle: Handle) -> Result<bool> {
         self.blocking(|| {
             let snap = self.store.snapshot()?;
             let inode = ops::load(&snap, handle)?;
-            if inode.acls != 0 || inode.kind != Kind::File {
-                return Ok((false, false));
-            }
-            let mut owner_limits = false;
-            for kind in [QuotaKind::User, QuotaKind::Group] {
-                let tag = crate::quota::TAG_LIMITS;
-                snap.visit(&[tag, kind.tag()], &[tag, kind.tag() + 1], &mut |_, _| {
-                    owner_limits = true;
-                    ControlFlow::Break(())
-                })?;
-            }
-            Ok((true, !owner_limits))
+            Ok(inode.acls == 0 && inode.kind == Kind::File)
         })
     }
 

@@ -353,7 +353,8 @@ impl Auth {
 /// What a request names as its caller (`calm-session`, `calm-uid`, `calm-gid`,
 /// `calm-groups`); absent entries count as 0 (no groups). More than
 /// [`calm_meta::perm::GROUPS_MAX`] groups, or one that is not a number, is refused.
-fn claimed<T>(request: &Request<T>) -> Result<Caller, Status> {
+/// The caller `request` says it acts for (before the identity's rules map it).
+pub(crate) fn claimed<T>(request: &Request<T>) -> Result<Caller, Status> {
     fn get<N: std::str::FromStr + Default>(
         metadata: &tonic::metadata::MetadataMap,
         key: &str,

@@ -215,15 +215,17 @@ impl<S: Store> MetaService<S> {
         }
     }
 
-    /// Grants `session` the hold of `handle`, which it just made in `dir`, where it may:
-    /// what it holds (`calm_proto::HOLD_*`).
-    fn hold(&self, session: u64, handle: u64, dir: u64) -> u32 {
+    /// Grants `session` the hold of `handle`, which it just made in `dir` as `uid`, where it
+    /// may: what it holds (`calm_proto::HOLD_*`). The owner too for the superuser (who alone
+    /// changes owners, and whom user and group quotas do not hold).
+    fn hold(&self, session: u64, uid: u32, handle: u64, dir: u64) -> u32 {
         let Some(holds) = &self.holds else {
             return 0;
         };
         match self.meta.holdable(handle) {
-            Ok((true, owner)) if session != 0 && holds.grant(session, handle, dir) => {
-                calm_proto::HOLD_MODE_TIMES | if owner { calm_proto::HOLD_OWNER } else { 0 }
+            Ok(true) if session != 0 && holds.grant(session, handle, dir) => {
+                let owner = if uid == 0 { calm_proto::HOLD_OWNER } else { 0 };
+                calm_proto::HOLD_MODE_TIMES | owner
             }
             _ => 0,
         }
@@ -322,8 +324,13 @@ impl<S: Store> MetaRpc for MetaService<S> {
         self.recall(caller.session, Recall::Dir(r.get_ref().parent))
             .await;
         let id = request_id(&self.auth, &r)?;
+        // Held only where the server acts for the very caller the mount named (no root
+        // squash, no identity of a certificate in its place): the mount decides by it.
+        let as_claimed =
+            auth::claimed(&r).is_ok_and(|c| (c.uid, c.gid) == (caller.uid, caller.gid));
+        let (session, uid, parent) = (caller.session, caller.uid, r.get_ref().parent);
+        let hold = as_claimed && r.get_ref().hold && r.get_ref().exclusive;
         let r = r.into_inner();
-        let (session, parent, hold) = (caller.session, r.parent, r.hold && r.exclusive);
         let result = match calm_proto::node_from_request(&r) {
             Ok(node) => {
                 let op = Op::Make {
@@ -338,7 +345,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         };
         let mut reply = self.mutated(done_entry(result))?;
         if hold {
-            reply.get_mut().held = self.hold(session, reply.get_ref().handle, parent);
+            reply.get_mut().held = self.hold(session, uid, reply.get_ref().handle, parent);
         }
         Ok(reply)
     }

@@ -275,3 +275,107 @@ print("closed", flush=True)
         "d: linked  e: linked moved "
     );
 }
+
+#[test]
+fn an_unprivileged_user_holds_what_they_make_and_no_other_user_gets_past_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &["--allow-other"]);
+    let b = Mount::remote(&server.addr, &[]);
+    a.sh_ok("chmod 755 \"$MNT\" && mkdir -m 777 d");
+    // User 40010 makes a file and narrows its mode while holding it; a chown to root is
+    // refused at once (the mount holds no owner change of a user's).
+    let program = r#"
+import os, sys
+os.setgroups([]); os.setgid(40010); os.setuid(40010)
+os.chdir(os.environ["MNT"])
+fd = os.open("d/u", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+os.write(fd, b"mine\n")
+os.fchmod(fd, 0o600)
+os.utime(fd, ns=(10**18, 10**18))
+try:
+    os.fchown(fd, 0, 0)
+    print("chown to root allowed", flush=True)
+except PermissionError:
+    print("held", flush=True)
+sys.stdin.readline()
+os.close(fd)
+print("closed", flush=True)
+"#;
+    let (mut child, mut lines) = spawn_in(&a, program);
+    said(&mut lines, "held");
+    // Another user on the same mount: the narrowed mode keeps them out, and they may not
+    // change it.
+    let other = "setpriv --reuid 40011 --regid 40011 --clear-groups";
+    assert!(!a.sh(&format!("{other} cat d/u")).status.success(), "read");
+    assert!(
+        !a.sh(&format!("{other} chmod 666 d/u")).status.success(),
+        "chmod"
+    );
+    assert!(
+        !a.sh(&format!("{other} touch -d @5 d/u")).status.success(),
+        "utimes"
+    );
+    // Another mount sees what the holder answered.
+    assert_eq!(
+        b.sh_ok("stat -c '%a %u %g %Y' d/u").trim(),
+        "600 40010 40010 1000000000"
+    );
+    assert!(!b.sh(&format!("{other} cat d/u")).status.success());
+    tell(&mut child, "close");
+    said(&mut lines, "closed");
+    assert!(child.wait().expect("wait").success());
+}
+
+#[test]
+fn a_users_quota_refuses_at_its_limit_while_the_mount_holds_their_files() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &["--allow-other"]);
+    a.sh_ok("chmod 755 \"$MNT\" && mkdir -m 777 d");
+    let set = common::calm(&[
+        "quota",
+        "set",
+        "--server",
+        &server.addr,
+        "--user",
+        "40020",
+        "--inodes",
+        "2",
+    ]);
+    assert!(set.status.success(), "{set:?}");
+    // The user's files, made and changed as tar does (held), count at once: the third is
+    // refused at its create.
+    let out = a.sh_ok(
+        "setpriv --reuid 40020 --regid 40020 --clear-groups /usr/bin/python3 -c \"
+import errno, os
+for name in ('d/one', 'd/two', 'd/three'):
+    try:
+        fd = os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except OSError as e:
+        print(name, errno.errorcode[e.errno])
+        continue
+    os.write(fd, b'x' * 100)
+    os.fchmod(fd, 0o600)
+    os.utime(fd, ns=(10**18, 10**18))
+    os.close(fd)
+    print(name, 'made')
+\"",
+    );
+    assert_eq!(out, "d/one made\nd/two made\nd/three EDQUOT\n");
+    let quota = common::calm_json(&[
+        "quota",
+        "get",
+        "--server",
+        &server.addr,
+        "--user",
+        "40020",
+        "--json",
+    ]);
+    assert_eq!(quota["inodes"], 2, "{quota}");
+    assert_eq!(quota["bytes"], 200, "{quota}");
+    assert_eq!(
+        a.sh_ok("stat -c '%n %a %Y' d/one d/two"),
+        "d/one 600 1000000000\nd/two 600 1000000000\n"
+    );
+}

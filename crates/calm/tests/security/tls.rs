@@ -335,6 +335,22 @@ fn a_mount_over_tls_acts_for_its_callers_with_root_squashed() {
          chmod 777 root600 2>/dev/null && echo chmodded || echo refused",
     );
     assert_eq!(lines(&out), ["refused", "65534 65534", "refused"], "{out}");
+    // A file the squashed root makes is not held by its mount (which would answer root's
+    // chown itself): the chown is refused when it is made, not at the close.
+    let out = remote.sh_ok(
+        "python3 -c \"
+import os
+fd = os.open('open/h', os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+try:
+    os.fchown(fd, 1234, 1234)
+    print('chowned')
+except PermissionError:
+    print('refused')
+os.close(fd)
+print('closed')
+\"",
+    );
+    assert_eq!(lines(&out), ["refused", "closed"], "{out}");
     assert_eq!(
         local.sh_ok("cat root600; stat -c %a root600"),
         "secret\n600\n"
