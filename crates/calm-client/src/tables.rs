@@ -129,6 +129,14 @@ pub fn status_lines(server: &str, status: &StatusReply) -> Vec<String> {
             ),
         ),
         (
+            "files held",
+            format!(
+                "{} by mounts now, {} asked back since start, {} taken from mounts too slow \
+                 to give them back",
+                status.holds, status.holds_recalled, status.holds_taken
+            ),
+        ),
+        (
             "heap",
             format!(
                 "{:.1} MiB in use ({:.1} MiB of it cached blocks, {:.1} MiB block headers), \

@@ -138,6 +138,8 @@ pub struct Holds {
     ended: Notify,
     /// Holds taken away from holders that did not give them back in time.
     pub(crate) taken: AtomicUsize,
+    /// Holds asked back for another client.
+    pub(crate) recalled: AtomicUsize,
     /// How long a recall waits ([`RECALL_WAIT_MAX`]).
     wait: Duration,
 }
@@ -156,6 +158,7 @@ impl Holds {
             count: AtomicUsize::new(0),
             ended: Notify::new(),
             taken: AtomicUsize::new(0),
+            recalled: AtomicUsize::new(0),
             wait,
         }
     }
@@ -249,6 +252,12 @@ impl Holds {
         self.count.load(Ordering::Relaxed)
     }
 
+    /// Holds now, asked back since start, taken away since start.
+    pub fn figures(&self) -> (u64, u64, u64) {
+        let load = |a: &AtomicUsize| a.load(Ordering::Relaxed) as u64;
+        (load(&self.count), load(&self.recalled), load(&self.taken))
+    }
+
     /// Has every hold `recall` names that another session than `asker` has given back, and
     /// waits for it; a holder that does not within [`RECALL_WAIT_MAX`] loses them.
     pub async fn recall(&self, asker: u64, recall: Recall) {
@@ -274,6 +283,7 @@ impl Holds {
                         continue;
                     }
                     hold.recalled = true;
+                    self.recalled.fetch_add(1, Ordering::Relaxed);
                     let session = hold.session;
                     if let Some(holder) = table.holders.get(&session) {
                         asks.entry(session)

@@ -17,6 +17,8 @@ impl<S: Store> MetaService<S> {
         let heap = heap::figures();
         let (by_uid, by_job) = self.loads.status();
         let (namespace_calls, namespace_ns_total) = self.loads.namespace_time();
+        let (holds, holds_recalled, holds_taken) =
+            self.holds.as_ref().map_or((0, 0, 0), |h| h.figures());
         let cached = self
             .data
             .as_ref()
@@ -102,6 +104,9 @@ impl<S: Store> MetaService<S> {
                 })
                 .collect(),
             nearest: crate::nearest::nearest(&self.auth.sessions, &self.locks, &self.meta),
+            holds,
+            holds_recalled,
+            holds_taken,
         })
     }
     /// A figure of the metadata backups (0 without an object store).

@@ -246,6 +246,21 @@ pub fn status_families(s: &pb::StatusReply) -> Vec<calm_metrics::MetricFamily> {
             s.compaction_failures,
         ),
         gauge(
+            "calm_holds",
+            "Files mounts hold now (answering their own chmod, chown and utimens).",
+            s.holds,
+        ),
+        counter(
+            "calm_holds_recalled_total",
+            "Files held that were asked back because another client wanted them.",
+            s.holds_recalled,
+        ),
+        counter(
+            "calm_holds_taken_total",
+            "Files held taken from mounts that did not give them back in time.",
+            s.holds_taken,
+        ),
+        gauge(
             "calm_watchers",
             "Watch streams open (every mount has one).",
             s.watchers,

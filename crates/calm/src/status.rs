@@ -72,6 +72,9 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
         value["trash_entries"] = status.trash_entries.into();
         value["trash_bytes"] = status.trash_bytes.into();
         value["trash_kept_s"] = status.trash_kept_s.into();
+        value["holds"] = status.holds.into();
+        value["holds_recalled"] = status.holds_recalled.into();
+        value["holds_taken"] = status.holds_taken.into();
         value["store"] = status
             .store
             .iter()

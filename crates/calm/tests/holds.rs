@@ -90,7 +90,14 @@ fn changes_a_mount_answered_itself_are_what_another_mount_sees_at_once() {
 
     // B sees what A answered (its stat has the server ask A first), the size of A's
     // pending write too.
+    let status = || common::calm_json(&["status", "--server", &server.addr, "--json"]);
+    assert_eq!(status()["holds"], 1);
     assert_eq!(b.sh_ok(STAT).trim(), "600 1234 1234 1000000000 11");
+    let after = status();
+    assert_eq!(
+        (&after["holds"], &after["holds_recalled"]),
+        (&0.into(), &1.into())
+    );
     assert_eq!(b.sh_ok("cat d/f"), "held bytes\n");
 
     // The hold is given back: A's next change goes to the server, and B sees it too.
