@@ -12,8 +12,11 @@ use fuser::Errno;
 use crate::holding::{Asker, Kept};
 use crate::shared::Shared;
 
-/// How long the mount waits before it opens the stream of recalls again after it ended.
+/// How long the mount waits before it opens the stream of recalls again after it ended; each
+/// failure to open it doubles the wait, up to [`REOPEN_AFTER_MAX`] (a server that does not
+/// know holds is asked rarely).
 const REOPEN_AFTER: Duration = Duration::from_millis(200);
+const REOPEN_AFTER_MAX: Duration = Duration::from_secs(10);
 
 impl Shared {
     /// Answers `change` of `handle` asked by `asker` here, if this mount holds the file and
@@ -145,6 +148,7 @@ impl Shared {
     /// Keeps the stream of recalls open while the mount lives, and gives back what the
     /// server asks for: pending writes, then kept changes, then the hold.
     pub(crate) async fn follow_recalls(shared: std::sync::Weak<Shared>) {
+        let mut wait = REOPEN_AFTER;
         loop {
             let Some(strong) = shared.upgrade() else {
                 return;
@@ -156,10 +160,12 @@ impl Shared {
                 Err(e) => {
                     tracing::debug!(%e, "opening the stream of recalls");
                     drop(strong);
-                    tokio::time::sleep(REOPEN_AFTER).await;
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(REOPEN_AFTER_MAX);
                     continue;
                 }
             };
+            wait = REOPEN_AFTER;
             strong.holding.stream_open(true);
             drop(strong);
             while let Ok(Some(handles)) = stream.next().await {
