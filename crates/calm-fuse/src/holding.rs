@@ -18,7 +18,7 @@
 //! the server's own bounds (`calm_server::holds`). A mount killed holding files loses the
 //! changes it kept, which no fsync asked for. docs/design/mount.md "Held files".
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -150,12 +150,20 @@ pub(crate) struct Kept {
 /// remembered at most.
 pub const EARLY_RECALLS_MAX: usize = 4096;
 
+/// Recalls seen before their grant: looked up at every grant, so by a set; evicted oldest
+/// first past [`EARLY_RECALLS_MAX`].
+#[derive(Debug, Default)]
+struct Early {
+    handles: HashSet<Handle>,
+    order: VecDeque<Handle>,
+}
+
 /// The files this mount holds.
 #[derive(Debug, Default)]
 pub(crate) struct Holding {
     files: Mutex<HashMap<Handle, Held>>,
     /// Recalls that came before their grant was seen here: such a grant is not taken.
-    early: Mutex<std::collections::VecDeque<Handle>>,
+    early: Mutex<Early>,
     /// The server's stream of recalls is open: a make may ask for a hold.
     open: AtomicBool,
 }
@@ -206,12 +214,8 @@ impl Holding {
         if held & calm_proto::HOLD_MODE_TIMES == 0 {
             return false;
         }
-        {
-            let mut early = self.early.locked();
-            if let Some(at) = early.iter().position(|h| *h == handle) {
-                early.remove(at);
-                return false;
-            }
+        if self.early.locked().handles.remove(&handle) {
+            return false;
         }
         self.files.locked().insert(
             handle,
@@ -232,10 +236,14 @@ impl Holding {
     /// later is not taken.
     pub(crate) fn recalled_early(&self, handle: Handle) {
         let mut early = self.early.locked();
-        if early.len() == EARLY_RECALLS_MAX {
-            early.pop_front();
+        if early.order.len() == EARLY_RECALLS_MAX
+            && let Some(oldest) = early.order.pop_front()
+        {
+            early.handles.remove(&oldest);
         }
-        early.push_back(handle);
+        if early.handles.insert(handle) {
+            early.order.push_back(handle);
+        }
     }
 
     /// Whether this mount holds `handle`.
