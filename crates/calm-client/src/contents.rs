@@ -17,6 +17,17 @@ impl Client {
     /// (65 536 records); a larger map is read in parts, again from the start whenever the file
     /// changed between two of them, so the map is always one version of the file.
     pub async fn read_map(&self, handle: Handle) -> Result<FileMap> {
+        self.read_map_with(handle, false).await.map(|(map, _)| map)
+    }
+
+    /// [`Client::read_map`], asking to keep a copy: whether the server granted one (then it
+    /// asks for it back, on the session's stream of recalls, before it answers another
+    /// session's change of the file). Granted only for a map read in one reply.
+    pub async fn read_map_keeping(&self, handle: Handle) -> Result<(FileMap, bool)> {
+        self.read_map_with(handle, true).await
+    }
+
+    async fn read_map_with(&self, handle: Handle, copy: bool) -> Result<(FileMap, bool)> {
         const TRIES_MAX: u32 = 16;
         'again: for _ in 0..TRIES_MAX {
             let mut map: Option<FileMap> = None;
@@ -26,6 +37,7 @@ impl Client {
                     handle,
                     from_chunk,
                     max_records: 0,
+                    copy,
                 };
                 let reply = check(batched_call!(self, read_map, ReadMap, request))?;
                 let attr: Attr = reply
@@ -65,7 +77,7 @@ impl Client {
                 }
                 match (reply.more, next) {
                     (true, Some(next)) => from_chunk = next,
-                    _ => return Ok(map.expect("set above")),
+                    _ => return Ok((map.expect("set above"), reply.copy && from_chunk == 0)),
                 }
             }
         }

@@ -173,13 +173,13 @@ impl Client {
         check(meta_call!(self, release_orphan, request)).map(|_| ())
     }
 
-    /// This client's session takes over these orphans of its mount's lost session.
-    /// The caller's session gives back its holds of these files.
-    pub async fn return_holds(&self, handles: Vec<Handle>) -> Result<()> {
-        let request = pb::OrphansRequest { handles };
+    /// The caller's session gives back its holds of `handles` and its copies of `copies`.
+    pub async fn return_holds(&self, handles: Vec<Handle>, copies: Vec<Handle>) -> Result<()> {
+        let request = pb::ReturnRequest { handles, copies };
         check(meta_call!(self, return_holds, request)).map(|_| ())
     }
 
+    /// This client's session takes over these orphans of its mount's lost session.
     pub async fn claim_orphans(&self, handles: Vec<Handle>) -> Result<()> {
         let request = pb::OrphansRequest { handles };
         check(meta_call!(self, claim_orphans, request)).map(|_| ())

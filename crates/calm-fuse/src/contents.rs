@@ -91,6 +91,9 @@ struct FileState {
     unsynced: Vec<(u64, u32)>,
     /// A commit whose answer never came: sent again, as it was, before anything newer.
     in_doubt: Option<commit::Sent>,
+    /// The attributes read with the map at the last open that asked the server (what an open
+    /// answered from this mount's copy answers).
+    attr: Option<Attr>,
 }
 
 /// Errors owed to open files (by FUSE file handle) whose writes a refused commit dropped,
@@ -233,11 +236,23 @@ impl Contents {
     /// file cannot land between the read and the refresh, so the refresh never puts back a map
     /// older than what this mount itself committed (another process of the mount would then
     /// read, and overwrite, the bytes before that commit).
-    pub async fn open(&self, client: &Client, handle: Handle) -> Result<(Attr, bool), MetaError> {
+    ///
+    /// With `copy`, the server is asked to let this mount keep a copy of the file: the answer
+    /// says whether it did ([`crate::copies`]).
+    pub async fn open(
+        &self,
+        client: &Client,
+        handle: Handle,
+        copy: bool,
+    ) -> Result<(Attr, bool, bool), MetaError> {
         let file = self.file(handle);
         let mut state = file.lock().await;
-        let map = match client.read_map(handle).await {
-            Ok(map) => map,
+        let read = match copy {
+            true => client.read_map_keeping(handle).await,
+            false => client.read_map(handle).await.map(|map| (map, false)),
+        };
+        let (map, granted) = match read {
+            Ok(read) => read,
             Err(error) => {
                 if state.opens == 0 && !state.data.is_dirty() && !state.loaded {
                     drop(state);
@@ -252,7 +267,23 @@ impl Contents {
         let now = version(&map.attr);
         let keep = state.cached == Some(now) && !state.data.is_dirty();
         state.cached = Some(now);
-        Ok((map.attr, keep))
+        state.attr = Some(map.attr.clone());
+        Ok((map.attr, keep, granted))
+    }
+
+    /// An open of `handle` answered from this mount's copy, which the caller checked: the
+    /// attributes read with its map, if the map is loaded and unchanged since, the kernel's
+    /// pages are of it, and nothing of the file is pending here (else `None`: ask the server).
+    pub(crate) async fn open_kept(&self, handle: Handle) -> Option<Attr> {
+        let file = self.files.locked().get(&handle)?.clone();
+        let mut state = file.lock().await;
+        let unchanged = state.loaded
+            && state.cached.is_some()
+            && !state.data.is_dirty()
+            && !self.changed.locked().contains(&handle);
+        let attr = state.attr.clone().filter(|_| unchanged)?;
+        state.opens += 1;
+        Some(attr)
     }
 
     /// A file created by this mount (empty, open).
@@ -305,7 +336,7 @@ impl Contents {
     /// The open file `fh` of `handle` was released (the kernel's last reference to it): what
     /// it was owed goes with it, and at the file's last close on this mount its state is
     /// forgotten when the mount keeps too many.
-    pub async fn released(&self, handle: Handle, fh: u64) {
+    pub async fn released(&self, handle: Handle, fh: u64) -> Vec<Handle> {
         {
             let mut owed = self.owed.locked();
             owed.open.remove(&fh);
@@ -315,8 +346,8 @@ impl Contents {
     }
 
     /// The last close on this mount of an open file: forgets the file's state when the mount
-    /// keeps too many.
-    pub async fn closed(&self, handle: Handle) {
+    /// keeps too many (the files forgotten).
+    pub async fn closed(&self, handle: Handle) -> Vec<Handle> {
         let file = self.file(handle);
         {
             let mut state = file.lock().await;
@@ -338,20 +369,26 @@ impl Contents {
             }
         }
         let mut files = self.files.locked();
+        let mut forgotten = Vec::new();
         if files.len() > FILES_KEPT_MAX {
-            files.retain(|_, f| {
-                f.try_lock().map_or(true, |s| {
+            files.retain(|handle, f| {
+                let keep = f.try_lock().map_or(true, |s| {
                     s.opens > 0 || s.data.is_dirty() || !s.unsynced.is_empty()
-                })
+                });
+                if !keep {
+                    forgotten.push(*handle);
+                }
+                keep
             });
             self.changed.locked().retain(|h| files.contains_key(h));
         }
+        forgotten
     }
 
     /// The kernel forgot `handle` (and so the pages it had of it): its state goes, unless the
     /// file is open, has writes pending or objects to sync, or is busy (then it stays until
-    /// the mount keeps too many). Never waits.
-    pub fn forgotten(&self, handle: Handle) {
+    /// the mount keeps too many). Never waits. Whether it went.
+    pub fn forgotten(&self, handle: Handle) -> bool {
         let mut files = self.files.locked();
         let idle = files.get(&handle).is_some_and(|f| {
             f.try_lock().is_ok_and(|s| {
@@ -362,6 +399,7 @@ impl Contents {
             files.remove(&handle);
             self.changed.locked().remove(&handle);
         }
+        idle
     }
 
     /// Another mount may have changed `handle` (a lock was granted): the next read fetches its

@@ -108,6 +108,9 @@ pub struct MountOptions {
     /// Hold the files this mount makes where the server allows (`crate::holding`): their
     /// mode, owner and times are changed here and sent when they are closed or asked for.
     pub hold_files: bool,
+    /// Keep copies of files this mount reads where the server allows (`crate::copies`): an
+    /// open of a file unchanged since is answered here, with the kernel's pages kept.
+    pub keep_copies: bool,
 }
 
 /// How the kernel's requests reach the mount.
@@ -142,6 +145,7 @@ impl Default for MountOptions {
             channel: Channel::Device,
             device_threads: FUSE_THREADS,
             hold_files: true,
+            keep_copies: true,
         }
     }
 }
@@ -221,6 +225,9 @@ impl CalmFs {
             metrics,
             waiting: Arc::default(),
             holding: crate::holding::Holding::default(),
+            hold_files: options.hold_files,
+            copies: crate::copies::Copies::default(),
+            keep_copies: options.keep_copies,
             returns: Mutex::default(),
             returns_queued: Arc::default(),
         });
@@ -237,7 +244,7 @@ impl CalmFs {
             Arc::downgrade(&shared),
             shared.locks.clone(),
         ));
-        if options.hold_files {
+        if options.hold_files || options.keep_copies {
             runtime.spawn(Shared::follow_recalls(Arc::downgrade(&shared)));
             runtime.spawn(Shared::send_returns(Arc::downgrade(&shared)));
         }
@@ -434,7 +441,9 @@ impl Filesystem for CalmFs {
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         if self.shared.cache.forget(ino.0, nlookup) {
             // The kernel's pages of it went with its inode: nothing left to keep them for.
-            self.shared.contents.forgotten(ino.0);
+            if self.shared.contents.forgotten(ino.0) {
+                self.shared.drop_copy(ino.0);
+            }
         }
     }
 

@@ -150,6 +150,13 @@ pub(crate) struct Kept {
 /// remembered at most.
 pub const EARLY_RECALLS_MAX: usize = 4096;
 
+/// Holds and copies to give back in one request.
+#[derive(Debug, Default)]
+pub(crate) struct Returns {
+    pub(crate) holds: Vec<Handle>,
+    pub(crate) copies: Vec<Handle>,
+}
+
 /// Recalls seen before their grant: looked up at every grant, so by a set; evicted oldest
 /// first past [`EARLY_RECALLS_MAX`].
 #[derive(Debug, Default)]

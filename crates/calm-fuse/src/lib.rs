@@ -23,6 +23,7 @@
 pub mod cache;
 pub mod contents;
 mod convert;
+mod copies;
 pub mod fs;
 pub mod groups;
 mod holding;

@@ -105,8 +105,22 @@ impl Shared {
 
     /// Queues `handle`, held with nothing kept, to be given back with others in one request.
     fn return_soon(&self, handle: Handle) {
-        self.returns.locked().push(handle);
+        self.returns.locked().holds.push(handle);
         self.returns_queued.notify_one();
+    }
+
+    /// Queues the copy of `handle` to be given back with others in one request.
+    pub(crate) fn return_copy_soon(&self, handle: Handle) {
+        self.returns.locked().copies.push(handle);
+        self.returns_queued.notify_one();
+    }
+
+    /// Drops this mount's copy of `handle` if it has one (it is about to change the file, or
+    /// forgot it), and gives it back.
+    pub(crate) fn drop_copy(&self, handle: Handle) {
+        if self.copies.drop_copy(handle) {
+            self.return_copy_soon(handle);
+        }
     }
 
     /// Gives back, in batches, the files queued by [`Shared::return_soon`].
@@ -121,15 +135,19 @@ impl Shared {
                 return;
             };
             loop {
-                let handles: Vec<Handle> = {
+                let (handles, copies): (Vec<Handle>, Vec<Handle>) = {
                     let mut returns = shared.returns.locked();
-                    let take = returns.len().min(crate::holding::RETURNS_PER_REQUEST_MAX);
-                    returns.drain(..take).collect()
+                    let most = crate::holding::RETURNS_PER_REQUEST_MAX;
+                    let take = returns.holds.len().min(most);
+                    let holds = returns.holds.drain(..take).collect();
+                    let take = returns.copies.len().min(most);
+                    (holds, returns.copies.drain(..take).collect())
                 };
-                if handles.is_empty() {
+                if handles.is_empty() && copies.is_empty() {
                     break;
                 }
-                if let Err(e) = shared.session_client().return_holds(handles).await {
+                let client = shared.session_client();
+                if let Err(e) = client.return_holds(handles, copies).await {
                     // The holds end with the stream when the server lost the session.
                     tracing::warn!(%e, "giving back files held");
                 }
@@ -181,6 +199,7 @@ impl Shared {
                 return;
             };
             // The server holds nothing of this mount any more: what was kept goes as it is.
+            strong.copies.stream_ended();
             for (handle, kept) in strong.holding.stream_open(false) {
                 let _ = strong.send(handle, kept, false).await;
             }
@@ -190,10 +209,21 @@ impl Shared {
     }
 
     async fn recalled(self: Arc<Self>, handle: Handle) {
+        // A copy (or the grant of one on its way here) ends: another client changed the file.
+        // The next read loads its map again and the kernel drops its pages and attributes
+        // before the copy goes back (and the change is answered).
+        let had_copy = self.copies.recalled(handle);
+        if had_copy {
+            self.contents.changed_elsewhere(Some(handle));
+            self.drop_kernel_cache(handle).await;
+        }
+        self.return_copy_soon(handle);
         if !self.holding.holds(handle) {
             // Not held (any more, or not yet: its grant is still on its way here).
-            self.holding.recalled_early(handle);
-            self.return_soon(handle);
+            if !had_copy {
+                self.holding.recalled_early(handle);
+                self.return_soon(handle);
+            }
             return;
         }
         if let Some(client) = self.holding.maker_client(handle)

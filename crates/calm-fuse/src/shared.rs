@@ -21,6 +21,8 @@ pub(crate) struct OpenFile {
     pub(crate) is_file: bool,
     /// Opened with O_APPEND: every write goes to the end of the file as the server sees it.
     pub(crate) append: bool,
+    /// Opened for writing (no open of the file is answered from a copy meanwhile).
+    pub(crate) writable: bool,
     /// Lock owners that locked through this open file: their locks on the file end with it.
     pub(crate) owners: Mutex<HashSet<u64>>,
 }
@@ -93,8 +95,14 @@ pub(crate) struct Shared {
     pub(crate) waiting: Arc<crate::interrupts::Waiting>,
     /// The files this mount holds (`crate::holding`).
     pub(crate) holding: crate::holding::Holding,
-    /// Files held with nothing kept, to be given back together (`crate::recalls`).
-    pub(crate) returns: Mutex<Vec<Handle>>,
+    /// `MountOptions::hold_files`.
+    pub(crate) hold_files: bool,
+    /// The copies this mount keeps (`crate::copies`).
+    pub(crate) copies: crate::copies::Copies,
+    /// `MountOptions::keep_copies`.
+    pub(crate) keep_copies: bool,
+    /// Files held with nothing kept, and copies, to be given back together (`crate::recalls`).
+    pub(crate) returns: Mutex<crate::holding::Returns>,
     pub(crate) returns_queued: Arc<tokio::sync::Notify>,
 }
 
@@ -155,6 +163,16 @@ impl Shared {
                 "calm_mount_open_files",
                 "Files and directories the mount has open.",
                 &[(&[], self.open_files() as f64)],
+            ),
+            gauge_family(
+                "calm_mount_copies",
+                "Files whose opens the mount answers itself (the server asks for the copy back before another client's change of the file is answered).",
+                &[(&[], self.copies.count() as f64)],
+            ),
+            counter_family(
+                "calm_mount_opens_from_copies_total",
+                "Opens the mount answered from its copy of the file, without asking the server.",
+                &[(&[], self.copies.opens_answered() as f64)],
             ),
         ];
         families.extend(objects);
@@ -396,6 +414,7 @@ impl Shared {
         let file = Arc::new(OpenFile {
             is_file: attr.kind == Kind::File,
             append: flags & libc::O_APPEND != 0,
+            writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
             owners: Mutex::new(HashSet::new()),
         });
         state.files.insert(fh, file.clone());
@@ -406,6 +425,14 @@ impl Shared {
         inode.files.push(file);
         inode.attr = Some(attr.clone());
         Ok(fh)
+    }
+
+    /// Whether this mount has `handle` open for writing.
+    pub(crate) fn has_writers(&self, handle: Handle) -> bool {
+        self.state()
+            .inodes
+            .get(&handle)
+            .is_some_and(|inode| inode.files.iter().any(|f| f.writable))
     }
 
     pub(crate) fn file(&self, fh: FileHandle) -> Result<Arc<OpenFile>, Errno> {

@@ -18,6 +18,12 @@
 //! name or listing a directory recalls the holds of that directory. Only the holder moves or
 //! links its file, and it gives the file back first (the mount does), so the directory kept is
 //! the file's only one while it is held.
+//!
+//! Copies ([`copies`]) are asked back on the same stream, with the same wait: a session with
+//! a copy of a file answers its opens without asking, and another session's change of the
+//! file is answered only once every copy of it was given back (or taken away).
+
+mod copies;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,6 +47,10 @@ pub const HOLDS_PER_SESSION_MAX: usize = 65_536;
 pub const RECALL_WAIT_MAX: Duration = Duration::from_secs(5);
 /// Recall batches queued for one holder's stream before more recalls of it wait for room.
 const RECALLS_QUEUED_MAX: usize = 64;
+/// Copies on one server.
+pub const COPIES_MAX: usize = 1 << 20;
+/// Copies of one session.
+pub const COPIES_PER_SESSION_MAX: usize = 65_536;
 
 /// Which holds a request needs given back (those of other sessions than the caller's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +89,7 @@ struct Table {
     /// Sessions that did not give a file back in time: granted no more holds (a mount that
     /// ignores recalls would have every other client's requests wait).
     distrusted: HashSet<u64>,
+    copies: copies::Copies,
 }
 
 impl Table {
@@ -97,6 +108,7 @@ impl Table {
     }
 
     fn end_session(&mut self, session: u64) -> usize {
+        self.copies.end_session(session);
         let Some(holder) = self.holders.remove(&session) else {
             return 0;
         };
@@ -245,6 +257,112 @@ impl Holds {
         if ended > 0 {
             self.ended.notify_waiters();
         }
+    }
+
+    /// The count of changes of `handle`, read before its map is read for a copy
+    /// ([`Holds::grant_copy`]).
+    pub fn changes(&self, handle: Handle) -> u64 {
+        self.table.locked().copies.changes(handle)
+    }
+
+    /// Grants `session` a copy of `handle`, whose map it read after the count of changes was
+    /// `changes`, if its stream is open, no change of the file counted since, and the limits
+    /// allow.
+    pub fn grant_copy(&self, session: u64, handle: Handle, changes: u64) -> bool {
+        let mut table = self.table.locked();
+        if table.copies.count() >= COPIES_MAX
+            || table.copies.of(session) >= COPIES_PER_SESSION_MAX
+            || table.distrusted.contains(&session)
+        {
+            return false;
+        }
+        if table
+            .holders
+            .get(&session)
+            .is_none_or(|h| h.recalls.is_closed())
+        {
+            return false;
+        }
+        table.copies.grant(session, handle, changes)
+    }
+
+    /// `session` gives back its copies of these files.
+    pub fn give_back_copies(&self, session: u64, handles: &[Handle]) {
+        let mut table = self.table.locked();
+        let mut ended = false;
+        for handle in handles {
+            ended |= table.copies.give_back(session, *handle);
+        }
+        drop(table);
+        if ended {
+            self.ended.notify_waiters();
+        }
+    }
+
+    /// Copies kept.
+    pub fn copies(&self) -> usize {
+        self.table.locked().copies.count()
+    }
+
+    /// A change of `handle` by `asker` committed: every other session's copy of it is asked
+    /// back, and this waits until they are given back; one not given back within
+    /// [`RECALL_WAIT_MAX`] is taken away (and its session is granted nothing more).
+    pub async fn changed(&self, asker: u64, handle: Handle) {
+        let deadline = Instant::now() + self.wait;
+        let mut first = true;
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            let asks = {
+                let mut table = self.table.locked();
+                if first {
+                    table.copies.changed(handle);
+                    first = false;
+                }
+                if table.copies.wanted(asker, handle).is_empty() {
+                    return;
+                }
+                let asks: Vec<_> = table
+                    .copies
+                    .unasked(asker, handle)
+                    .into_iter()
+                    .filter_map(|session| table.holders.get(&session))
+                    .map(|holder| holder.recalls.clone())
+                    .collect();
+                self.recalled.fetch_add(asks.len(), Ordering::Relaxed);
+                asks
+            };
+            for recalls in asks {
+                // A holder whose stream went away ends its copies when the stream ends.
+                let _ = tokio::time::timeout_at(deadline, recalls.send(vec![handle])).await;
+            }
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                self.take_copies_away(asker, handle);
+                return;
+            }
+        }
+    }
+
+    /// Takes away the copies of `handle` other sessions than `asker` did not give back in time.
+    fn take_copies_away(&self, asker: u64, handle: Handle) {
+        let mut table = self.table.locked();
+        let sessions = table.copies.wanted(asker, handle);
+        for session in &sessions {
+            tracing::warn!(
+                handle,
+                session,
+                "a mount did not give a copy of a file back in time: its copy is taken away, \
+                 and it is granted no more"
+            );
+            table.copies.give_back(*session, handle);
+            if table.distrusted.len() < HOLDS_PER_SESSION_MAX {
+                table.distrusted.insert(*session);
+            }
+        }
+        self.taken.fetch_add(sessions.len(), Ordering::Relaxed);
+        drop(table);
+        self.ended.notify_waiters();
     }
 
     /// Holds in the table.

@@ -156,7 +156,7 @@ counted_methods!(
     (list_quotas, QuotaListRequest, QuotaReports, "ListQuotas"),
     (check_quotas, Empty, QuotaCheckReply, "CheckQuotas"),
     (summary, HandleRequest, SummaryReply, "Summary"),
-    (return_holds, OrphansRequest, Empty, "ReturnHolds"),
+    (return_holds, ReturnRequest, Empty, "ReturnHolds"),
 );
 
 counted_methods!(

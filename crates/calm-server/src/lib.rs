@@ -44,6 +44,7 @@ pub mod load;
 mod lock_table;
 pub mod locks;
 mod meta_answers;
+mod meta_holds;
 mod meta_service;
 mod meta_status;
 pub mod metrics;

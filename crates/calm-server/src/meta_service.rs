@@ -208,29 +208,6 @@ impl<S: Store> MetaService<S> {
         Ok(())
     }
 
-    /// Waits until other sessions gave back the holds `recall` names (`crate::holds`).
-    async fn recall(&self, session: u64, recall: Recall) {
-        if let Some(holds) = &self.holds {
-            holds.recall(session, recall).await;
-        }
-    }
-
-    /// Grants `session` the hold of `handle`, which it just made in `dir` as `uid`, where it
-    /// may: what it holds (`calm_proto::HOLD_*`). The owner too for the superuser (who alone
-    /// changes owners, and whom user and group quotas do not hold).
-    fn hold(&self, session: u64, uid: u32, handle: u64, dir: u64) -> u32 {
-        let Some(holds) = &self.holds else {
-            return 0;
-        };
-        match self.meta.holdable(handle) {
-            Ok(true) if session != 0 && holds.grant(session, handle, dir) => {
-                let owner = if uid == 0 { calm_proto::HOLD_OWNER } else { 0 };
-                calm_proto::HOLD_MODE_TIMES | owner
-            }
-            _ => 0,
-        }
-    }
-
     fn mutated<T>(&self, result: Result<T, MetaError>) -> Result<Response<T>, Status> {
         let mut response = self.answer(result)?;
         let index = self.meta.changelog_last();
@@ -266,11 +243,12 @@ impl<S: Store> MetaRpc for MetaService<S> {
 
     async fn return_holds(
         &self,
-        r: Request<pb::OrphansRequest>,
+        r: Request<pb::ReturnRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
         let caller = self.auth.caller(&r)?;
         if let Some(holds) = &self.holds {
             holds.give_back(caller.session, &r.get_ref().handles);
+            holds.give_back_copies(caller.session, &r.get_ref().copies);
         }
         Ok(Response::new(pb::Empty {}))
     }
@@ -303,6 +281,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         };
         let session = caller.session;
         let result = self.meta.apply_request(caller, op, id).await;
+        self.changed(session, r.handle).await;
         if r.release_hold
             && let Some(holds) = &self.holds
         {
@@ -474,13 +453,16 @@ impl<S: Store> MetaRpc for MetaService<S> {
             .await;
         let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
+        let (session, handle) = (caller.session, r.handle);
         let op = Op::SetXattr {
             handle: r.handle,
             name: r.name,
             value: r.value,
             flags: r.flags,
         };
-        self.mutated(done_empty(self.meta.apply_request(caller, op, id).await))
+        let result = self.meta.apply_request(caller, op, id).await;
+        self.changed(session, handle).await;
+        self.mutated(done_empty(result))
     }
 
     async fn get_xattr(
@@ -515,11 +497,14 @@ impl<S: Store> MetaRpc for MetaService<S> {
             .await;
         let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
+        let (session, handle) = (caller.session, r.handle);
         let op = Op::RemoveXattr {
             handle: r.handle,
             name: r.name,
         };
-        self.mutated(done_empty(self.meta.apply_request(caller, op, id).await))
+        let result = self.meta.apply_request(caller, op, id).await;
+        self.changed(session, handle).await;
+        self.mutated(done_empty(result))
     }
 
     async fn stat_fs(&self, r: Request<pb::Empty>) -> Result<Response<pb::StatFsReply>, Status> {
@@ -651,6 +636,13 @@ impl<S: Store> MetaRpc for MetaService<S> {
         self.recall(caller.session, Recall::File(r.get_ref().handle))
             .await;
         let r = r.into_inner();
+        // A copy is granted only if no change of the file is counted between here, before the
+        // map is read, and the grant.
+        let changes = match (&self.holds, r.copy && caller.session != 0) {
+            (Some(holds), true) => Some(holds.changes(r.handle)),
+            _ => None,
+        };
+        let session = caller.session;
         let result = self
             .meta
             .read_map_as(&caller, r.handle, r.from_chunk, r.max_records as usize)
@@ -669,6 +661,14 @@ impl<S: Store> MetaRpc for MetaService<S> {
                     .into_iter()
                     .map(|(id, data)| pb::InlineBytes { id, data })
                     .collect(),
+                copy: false,
+            })
+            .map(|mut reply| {
+                reply.copy = !reply.more
+                    && r.from_chunk == 0
+                    && matches!((&self.holds, changes), (Some(holds), Some(changes))
+                        if holds.grant_copy(session, r.handle, changes));
+                reply
             });
         self.answer(result)
     }
@@ -686,6 +686,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         chunks.dedup();
         let adding = slices.len();
         let inline = r.inline.into_iter().map(|b| (b.id, b.data)).collect();
+        let session = caller.session;
         let op = Op::Write {
             handle: r.handle,
             slices,
@@ -695,6 +696,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         let result = self
             .apply_with_room(caller, op, id, r.handle, adding, |_| chunks.clone())
             .await;
+        self.changed(session, r.handle).await;
         self.mutated(attr(done_to_attr(result)))
     }
 
@@ -720,10 +722,12 @@ impl<S: Store> MetaRpc for MetaService<S> {
                 .collect(),
             Err(_) => Vec::new(),
         };
+        let session = caller.session;
         let result = done_to_attr(
             self.apply_with_room(caller, op, id, handle, 1, at_end)
                 .await,
         );
+        self.changed(session, handle).await;
         if let (Ok(attr), Some(data)) = (&result, &self.data) {
             let start = attr.size.saturating_sub(u64::from(size));
             data.compactor

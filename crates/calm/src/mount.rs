@@ -92,6 +92,11 @@ pub struct MountArgs {
     /// their changes itself and sends them at their close, fsync or when another client asks).
     #[arg(long)]
     pub no_hold: bool,
+    /// Ask the server at every open of a file, also one this mount read and nobody changed
+    /// since (whose opens it otherwise answers itself, keeping the kernel's pages: the server
+    /// asks for the copy back before it answers another client's change of the file).
+    #[arg(long)]
+    pub no_copies: bool,
     #[command(flatten)]
     pub changelog: crate::serve::ServerArgs,
 }
@@ -133,6 +138,7 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
         },
         device_threads: usize::from(args.fuse_threads),
         hold_files: !args.no_hold,
+        keep_copies: !args.no_copies,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     match &args.embedded {

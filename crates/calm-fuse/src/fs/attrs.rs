@@ -68,6 +68,8 @@ impl CalmFs {
         let shared = self.shared.clone();
         let client = shared.caller(req);
         shared.cache.forget_dir_attr(ino.0);
+        // The attributes an open answered from a copy would give are this change's to say.
+        shared.drop_copy(ino.0);
         let ticket = shared.cache.ticket();
         let change = SetAttr {
             mode: mode.map(|m| m & 0o7777),
@@ -187,6 +189,7 @@ impl CalmFs {
         let shared = self.shared.clone();
         let cache = self.shared.cache.clone();
         cache.changed_here(ino.0);
+        shared.drop_copy(ino.0);
         self.empty_task(req, reply, async move {
             // An extended attribute (an ACL, capabilities) ends a hold: the changes kept go
             // first, and the server decides every later one.
@@ -264,6 +267,7 @@ impl CalmFs {
         let shared = self.shared.clone();
         let cache = self.shared.cache.clone();
         cache.changed_here(ino.0);
+        shared.drop_copy(ino.0);
         self.empty_task(req, reply, async move {
             shared.give_back_whole(ino.0).await?;
             let result = client.removexattr(ino.0, &name).await;

@@ -17,6 +17,39 @@ pub(super) fn append_direct(shared: &Shared, open_flags: i32) -> FopenFlags {
     }
 }
 
+/// The contents side of an open of `handle` with `flags`: its attributes, and whether the
+/// kernel keeps its pages. A read-only open is answered from this mount's copy when it has one
+/// (no request to the server), else asks for a copy with the map; an open for writing (or
+/// while one is open here) ends the copy and reads the map.
+async fn open_contents(
+    shared: &Shared,
+    client: &Client,
+    handle: calm_types::Handle,
+    flags: i32,
+) -> Result<(Attr, bool), MetaError> {
+    let reads_only = flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0;
+    if !reads_only {
+        shared.drop_copy(handle);
+    }
+    let copies = shared.keep_copies
+        && reads_only
+        && shared.cache.notifier().is_some()
+        && !shared.has_writers(handle);
+    if copies
+        && shared.copies.has(handle)
+        && let Some(attr) = shared.contents.open_kept(handle).await
+    {
+        shared.copies.answered();
+        return Ok((attr, true));
+    }
+    let seen = shared.copies.seen(handle);
+    let (attr, keep, granted) = shared.contents.open(client, handle, copies).await?;
+    if granted && !shared.copies.keep(handle, seen) {
+        shared.return_copy_soon(handle);
+    }
+    Ok((attr, keep))
+}
+
 impl CalmFs {
     pub(super) fn handle_open(
         &self,
@@ -37,8 +70,9 @@ impl CalmFs {
                 return reply.error(e);
             }
             // A regular file's map comes with its attributes, on one snapshot: what this open
-            // reads is the file as committed now (close-to-open).
-            let (attr, keep) = match shared.contents.open(&client, ino.0).await {
+            // reads is the file as committed now (close-to-open), or the mount's copy of it,
+            // which the server asks back before it answers any other client's change.
+            let (attr, keep) = match open_contents(&shared, &client, ino.0, open_flags).await {
                 Ok(opened) => opened,
                 Err(MetaError::IsDir | MetaError::Invalid(_)) => {
                     match client.getattr(ino.0).await {
@@ -269,8 +303,14 @@ impl CalmFs {
                     false
                 }
             };
+            if file.writable {
+                // What it wrote may have bypassed the kernel's pages (O_APPEND, O_DIRECT).
+                shared.drop_copy(ino.0);
+            }
             if file.is_file {
-                shared.contents.released(ino.0, fh.0).await;
+                for forgotten in shared.contents.released(ino.0, fh.0).await {
+                    shared.drop_copy(forgotten);
+                }
             }
             if orphan_closed {
                 shared.release_orphan(&client, ino.0).await;

@@ -116,7 +116,7 @@ impl CalmFs {
         let name = name.as_bytes().to_vec();
         let exclusive = flags & libc::O_EXCL != 0;
         // A file made with O_EXCL is new: nobody else knows it, so this mount may hold it.
-        let hold = exclusive && shared.holding.may_ask();
+        let hold = exclusive && shared.hold_files && shared.holding.may_ask();
         let maker = crate::holding::Asker {
             uid: req.uid(),
             gid: req.gid(),
@@ -161,7 +161,9 @@ impl CalmFs {
                     .await
                 {
                     // Not opened after all: the open `created` counted ends here.
-                    shared.contents.closed(attr.handle).await;
+                    for forgotten in shared.contents.closed(attr.handle).await {
+                        shared.drop_copy(forgotten);
+                    }
                     let _ = shared.give_back(attr.handle).await;
                     return reply.error(Errno::EBUSY);
                 }
@@ -407,8 +409,11 @@ impl CalmFs {
                             );
                             // No room: the entry is not sent (the next listing call starts
                             // at it), so the kernel will never forget this count.
-                            if full && shared.cache.forget(attr.handle, 1) {
-                                shared.contents.forgotten(attr.handle);
+                            if full
+                                && shared.cache.forget(attr.handle, 1)
+                                && shared.contents.forgotten(attr.handle)
+                            {
+                                shared.drop_copy(attr.handle);
                             }
                             full
                         }

@@ -1,0 +1,224 @@
+//! Copies: a mount answers an open of a file it read and nobody changed since itself, keeping
+//! the kernel's pages, and the server asks for the copy back before it answers another
+//! client's change of the file. So an open on one mount right after a close on another always
+//! reads the new bytes (close-to-open), and reading a file again costs the server nothing.
+
+mod common;
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use calm_client::Client;
+use calm_meta::{Caller, ROOT, SetAttr};
+use common::{Mount, Server, spawn_in};
+
+fn requests(server: &str) -> u64 {
+    common::calm_json(&["status", "--server", server, "--json"])["requests"]
+        .as_u64()
+        .expect("requests")
+}
+
+/// Reads `d/f` whole (open, read, close) at each line it is told; says what it read, as one
+/// line, with its mode and size as the kernel answers them after the open.
+const READER: &str = r#"
+import os, sys
+path = os.path.join(os.environ["MNT"], "d/f")
+for line in sys.stdin:
+    times = int(line)
+    for _ in range(times):
+        with open(path, "rb") as f:
+            data = f.read()
+            st = os.fstat(f.fileno())
+    print("%s %o %d" % (data.decode(), st.st_mode & 0o7777, st.st_size), flush=True)
+"#;
+
+/// At each line `WORD MODE`, writes WORD over `d/f` (truncating it) through a new open, closes
+/// it, then sets MODE; says `done` once all returned.
+const WRITER: &str = r#"
+import os, sys
+path = os.path.join(os.environ["MNT"], "d/f")
+for line in sys.stdin:
+    word, mode = line.split()
+    with open(path, "wb") as f:
+        f.write(word.encode())
+    os.chmod(path, int(mode, 8))
+    print("done", flush=True)
+"#;
+
+fn ask(
+    child: &mut std::process::Child,
+    lines: &mut std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    line: &str,
+) -> String {
+    writeln!(child.stdin.as_mut().expect("piped"), "{line}").expect("tell");
+    lines.next().expect("an answer").expect("utf-8")
+}
+
+#[test]
+fn an_open_right_after_another_mounts_close_reads_the_new_bytes() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &[]);
+    let b = Mount::remote(&server.addr, &[]);
+    a.sh_ok("mkdir d && printf first > d/f && chmod 644 d/f");
+    let (mut reader, mut read) = spawn_in(&b, READER);
+    let (mut writer, mut wrote) = spawn_in(&a, WRITER);
+    assert_eq!(ask(&mut reader, &mut read, "1"), "first 644 5");
+
+    // Reading it again is answered by B itself: the server is asked (almost) nothing.
+    let before = requests(&server.addr);
+    assert_eq!(ask(&mut reader, &mut read, "1000"), "first 644 5");
+    let asked = requests(&server.addr) - before;
+    assert!(
+        asked <= 3,
+        "1 000 opens of a file unchanged took {asked} requests to the server"
+    );
+
+    // Each change A makes is what B's very next open reads: the bytes, the size and the mode
+    // (the change is answered only after B dropped its copy and the kernel's pages).
+    for round in 0..300u32 {
+        let word = format!("w{}", "x".repeat((round % 17) as usize));
+        let mode = if round % 2 == 0 { "600" } else { "644" };
+        assert_eq!(
+            ask(&mut writer, &mut wrote, &format!("{word} {mode}")),
+            "done"
+        );
+        assert_eq!(
+            ask(&mut reader, &mut read, "1"),
+            format!("{word} {mode} {}", word.len()),
+            "round {round}: B opened A's file right after A's close and chmod returned"
+        );
+        // And after the first open, B answers again from its new copy.
+        assert_eq!(
+            ask(&mut reader, &mut read, "3"),
+            format!("{word} {mode} {}", word.len())
+        );
+    }
+    // Every round's change asked B's copy back (B took a new one at its next open).
+    let status = common::calm_json(&["status", "--server", &server.addr, "--json"]);
+    let recalled = status["holds_recalled"].as_u64().expect("recalls");
+    assert!(
+        recalled >= 300,
+        "B's copies were asked back {recalled} times"
+    );
+    drop(writer.stdin.take());
+    drop(reader.stdin.take());
+    let _ = (writer.wait(), reader.wait());
+}
+
+#[test]
+fn a_change_waits_for_no_copy_of_a_mount_that_died() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &[]);
+    let b = Mount::remote(&server.addr, &[]);
+    a.sh_ok("mkdir d && printf first > d/f");
+    let files: String = (0..200).map(|i| format!(" d/g{i}")).collect();
+    a.sh_ok(&format!("for f in{files}; do echo $f > $f; done"));
+    // B reads every file twice: it keeps a copy of each.
+    b.sh_ok(&format!(
+        "cat d/f{files} > /dev/null; cat d/f{files} > /dev/null"
+    ));
+
+    // B dies holding 201 copies: A's changes of those files go on at once (the copies ended
+    // with B's stream of recalls).
+    let pid = b.pid();
+    // SAFETY: kill(2) on the test's own child.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    drop(b);
+    let started = Instant::now();
+    a.sh_ok(&format!(
+        "printf second > d/f; for f in{files}; do echo x >> $f; done"
+    ));
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(4),
+        "201 changes took {took:?} after the mount with copies of them died"
+    );
+
+    // A new mount reads them as changed, and keeps copies of its own.
+    let c = Mount::remote(&server.addr, &[]);
+    assert_eq!(c.sh_ok("cat d/f"), "second");
+    assert_eq!(c.sh_ok("cat d/g7"), "d/g7\nx\n");
+    let before = requests(&server.addr);
+    let out = c.sh_ok("for i in $(seq 100); do cat d/f; done");
+    assert_eq!(out, "second".repeat(100));
+    let asked = requests(&server.addr) - before;
+    assert!(
+        asked <= 3,
+        "100 opens of a file unchanged took {asked} requests"
+    );
+}
+
+#[test]
+fn the_server_answers_a_change_only_after_other_sessions_gave_their_copies_back() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    common::runtime().block_on(async {
+        let root = Client::connect(&server.addr).await.expect("connect");
+        let file = root.create(ROOT, b"f", 0o644).await.expect("create").handle;
+        let session = |session| {
+            root.with_caller(Caller {
+                session,
+                ..Caller::default()
+            })
+        };
+        let (reader, changer) = (session(7), session(8));
+        let chmod = |mode| SetAttr {
+            mode: Some(mode),
+            ..SetAttr::default()
+        };
+
+        // No copy without the stream of recalls open.
+        assert!(!reader.read_map_keeping(file).await.expect("read").1);
+        let mut recalls = reader.holds().await.expect("stream");
+        assert!(reader.read_map_keeping(file).await.expect("read").1);
+
+        // Another session's change is asked back and waits for it.
+        let change = {
+            let changer = changer.clone();
+            tokio::spawn(async move { changer.setattr(file, &chmod(0o600)).await })
+        };
+        let asked = tokio::time::timeout(Duration::from_secs(2), recalls.next()).await;
+        assert_eq!(
+            asked.expect("the copy asked back").expect("recall"),
+            Some(vec![file])
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !change.is_finished(),
+            "the change was answered while another session kept a copy"
+        );
+        reader
+            .return_holds(Vec::new(), vec![file])
+            .await
+            .expect("give the copy back");
+        let changed = tokio::time::timeout(Duration::from_secs(2), change)
+            .await
+            .expect("answered once the copy came back")
+            .expect("task")
+            .expect("chmod");
+        assert_eq!(changed.mode & 0o7777, 0o600);
+
+        // Reads by others ask nothing back, nor do the holder's own changes.
+        assert!(reader.read_map_keeping(file).await.expect("read").1);
+        changer.read_map(file).await.expect("read");
+        reader
+            .setattr(file, &chmod(0o640))
+            .await
+            .expect("own chmod");
+        let quiet = tokio::time::timeout(Duration::from_millis(200), recalls.next()).await;
+        assert!(quiet.is_err(), "nothing asked back: {quiet:?}");
+
+        // A session that does not give its copy back holds the change 5 s at most, and is
+        // granted no copy after.
+        let started = Instant::now();
+        changer.setattr(file, &chmod(0o644)).await.expect("chmod");
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(4_500) && waited < Duration::from_secs(8),
+            "a copy not given back held a change {waited:?}"
+        );
+        assert!(!reader.read_map_keeping(file).await.expect("read").1);
+    });
+}
