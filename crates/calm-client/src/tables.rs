@@ -137,6 +137,14 @@ pub fn status_lines(server: &str, status: &StatusReply) -> Vec<String> {
             ),
         ),
         (
+            "copies kept",
+            format!(
+                "{} by mounts now (their opens answered there), {} asked back since start, {} \
+                 taken from mounts too slow to give them back",
+                status.copies, status.copies_recalled, status.copies_taken
+            ),
+        ),
+        (
             "heap",
             format!(
                 "{:.1} MiB in use ({:.1} MiB of it cached blocks, {:.1} MiB block headers), \

@@ -227,6 +227,7 @@ impl CalmFs {
             holding: crate::holding::Holding::default(),
             hold_files: options.hold_files,
             copies: crate::copies::Copies::default(),
+            stream_session: Default::default(),
             keep_copies: options.keep_copies,
             returns: Mutex::default(),
             returns_queued: Arc::default(),

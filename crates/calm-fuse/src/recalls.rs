@@ -2,6 +2,7 @@
 //! and following the server's recalls.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use calm_client::Client;
@@ -17,6 +18,10 @@ use crate::shared::Shared;
 /// know holds is asked rarely).
 const REOPEN_AFTER: Duration = Duration::from_millis(200);
 const REOPEN_AFTER_MAX: Duration = Duration::from_secs(10);
+/// How often the mount checks that the stream of recalls is its lock session's: a session
+/// replaced (its lease lost, the server restarted) has its stream opened again at once for
+/// the new one, whose holds and copies the server grants only then.
+const SESSION_CHECK_EVERY: Duration = Duration::from_millis(100);
 
 impl Shared {
     /// Answers `change` of `handle` asked by `asker` here, if this mount holds the file and
@@ -155,10 +160,19 @@ impl Shared {
         }
     }
 
-    /// A client of the mount's lock session (the session holds the files).
+    /// A client of the session the stream of recalls is open for (the session that holds
+    /// the files and keeps the copies it asks back), else of the mount's lock session.
     fn session_client(&self) -> Client {
+        let session = match self.stream_session.load(Ordering::Acquire) {
+            0 => self.locks.session(),
+            session => session,
+        };
+        self.session_client_of(session)
+    }
+
+    fn session_client_of(&self, session: u64) -> Client {
         self.client.with_caller(Caller {
-            session: self.locks.session(),
+            session,
             ..Caller::default()
         })
     }
@@ -171,7 +185,8 @@ impl Shared {
             let Some(strong) = shared.upgrade() else {
                 return;
             };
-            let opened = strong.session_client().holds().await;
+            let session = strong.locks.session();
+            let opened = strong.session_client_of(session).holds().await;
             let mut stream = match opened {
                 Ok(stream) => stream,
                 Err(MetaError::NotSupported(_)) => return,
@@ -184,9 +199,24 @@ impl Shared {
                 }
             };
             wait = REOPEN_AFTER;
+            strong.stream_session.store(session, Ordering::Release);
             strong.holding.stream_open(true);
             drop(strong);
-            while let Ok(Some(handles)) = stream.next().await {
+            let mut check = tokio::time::interval(SESSION_CHECK_EVERY);
+            loop {
+                let handles = tokio::select! {
+                    next = stream.next() => match next {
+                        Ok(Some(handles)) => handles,
+                        _ => break,
+                    },
+                    _ = check.tick() => {
+                        match shared.upgrade() {
+                            Some(strong) if strong.locks.session() == session => continue,
+                            Some(_) => break,
+                            None => return,
+                        }
+                    }
+                };
                 let Some(strong) = shared.upgrade() else {
                     return;
                 };
@@ -195,6 +225,9 @@ impl Shared {
                     tokio::spawn(async move { shared.recalled(handle).await });
                 }
             }
+            // Ended (the server's side ends with the request: the holds and copies of the
+            // session go with it).
+            drop(stream);
             let Some(strong) = shared.upgrade() else {
                 return;
             };

@@ -99,6 +99,9 @@ pub(crate) struct Shared {
     pub(crate) hold_files: bool,
     /// The copies this mount keeps (`crate::copies`).
     pub(crate) copies: crate::copies::Copies,
+    /// The lock session the stream of recalls was last opened for (0: none yet): what the
+    /// mount gives back, it gives back as that session.
+    pub(crate) stream_session: std::sync::atomic::AtomicU64,
     /// `MountOptions::keep_copies`.
     pub(crate) keep_copies: bool,
     /// Files held with nothing kept, and copies, to be given back together (`crate::recalls`).

@@ -152,6 +152,9 @@ pub struct Holds {
     pub(crate) taken: AtomicUsize,
     /// Holds asked back for another client.
     pub(crate) recalled: AtomicUsize,
+    /// Copies asked back for another client's change, and taken away.
+    copies_recalled: AtomicUsize,
+    copies_taken: AtomicUsize,
     /// How long a recall waits ([`RECALL_WAIT_MAX`]).
     wait: Duration,
 }
@@ -171,6 +174,8 @@ impl Holds {
             ended: Notify::new(),
             taken: AtomicUsize::new(0),
             recalled: AtomicUsize::new(0),
+            copies_recalled: AtomicUsize::new(0),
+            copies_taken: AtomicUsize::new(0),
             wait,
         }
     }
@@ -299,9 +304,11 @@ impl Holds {
         }
     }
 
-    /// Copies kept.
-    pub fn copies(&self) -> usize {
-        self.table.locked().copies.count()
+    /// Copies kept now, asked back since start, taken away since start.
+    pub fn copy_figures(&self) -> (u64, u64, u64) {
+        let load = |a: &AtomicUsize| a.load(Ordering::Relaxed) as u64;
+        let kept = self.table.locked().copies.count() as u64;
+        (kept, load(&self.copies_recalled), load(&self.copies_taken))
     }
 
     /// A change of `handle` by `asker` committed: every other session's copy of it is asked
@@ -330,7 +337,8 @@ impl Holds {
                     .filter_map(|session| table.holders.get(&session))
                     .map(|holder| holder.recalls.clone())
                     .collect();
-                self.recalled.fetch_add(asks.len(), Ordering::Relaxed);
+                self.copies_recalled
+                    .fetch_add(asks.len(), Ordering::Relaxed);
                 asks
             };
             for recalls in asks {
@@ -360,7 +368,8 @@ impl Holds {
                 table.distrusted.insert(*session);
             }
         }
-        self.taken.fetch_add(sessions.len(), Ordering::Relaxed);
+        self.copies_taken
+            .fetch_add(sessions.len(), Ordering::Relaxed);
         drop(table);
         self.ended.notify_waiters();
     }

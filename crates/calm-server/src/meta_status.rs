@@ -19,6 +19,8 @@ impl<S: Store> MetaService<S> {
         let (namespace_calls, namespace_ns_total) = self.loads.namespace_time();
         let (holds, holds_recalled, holds_taken) =
             self.holds.as_ref().map_or((0, 0, 0), |h| h.figures());
+        let (copies, copies_recalled, copies_taken) =
+            self.holds.as_ref().map_or((0, 0, 0), |h| h.copy_figures());
         let cached = self
             .data
             .as_ref()
@@ -107,6 +109,9 @@ impl<S: Store> MetaService<S> {
             holds,
             holds_recalled,
             holds_taken,
+            copies,
+            copies_recalled,
+            copies_taken,
         })
     }
     /// A figure of the metadata backups (0 without an object store).

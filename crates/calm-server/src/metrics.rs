@@ -261,6 +261,21 @@ pub fn status_families(s: &pb::StatusReply) -> Vec<calm_metrics::MetricFamily> {
             s.holds_taken,
         ),
         gauge(
+            "calm_copies",
+            "Copies of files mounts keep now (answering their opens without asking).",
+            s.copies,
+        ),
+        counter(
+            "calm_copies_recalled_total",
+            "Copies asked back because another client changed the file.",
+            s.copies_recalled,
+        ),
+        counter(
+            "calm_copies_taken_total",
+            "Copies taken from mounts that did not give them back in time.",
+            s.copies_taken,
+        ),
+        gauge(
             "calm_watchers",
             "Watch streams open (every mount has one).",
             s.watchers,

@@ -75,6 +75,9 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
         value["holds"] = status.holds.into();
         value["holds_recalled"] = status.holds_recalled.into();
         value["holds_taken"] = status.holds_taken.into();
+        value["copies"] = status.copies.into();
+        value["copies_recalled"] = status.copies_recalled.into();
+        value["copies_taken"] = status.copies_taken.into();
         value["store"] = status
             .store
             .iter()

@@ -96,7 +96,7 @@ fn an_open_right_after_another_mounts_close_reads_the_new_bytes() {
     }
     // Every round's change asked B's copy back (B took a new one at its next open).
     let status = common::calm_json(&["status", "--server", &server.addr, "--json"]);
-    let recalled = status["holds_recalled"].as_u64().expect("recalls");
+    let recalled = status["copies_recalled"].as_u64().expect("recalls");
     assert!(
         recalled >= 300,
         "B's copies were asked back {recalled} times"
@@ -221,4 +221,55 @@ fn the_server_answers_a_change_only_after_other_sessions_gave_their_copies_back(
         );
         assert!(!reader.read_map_keeping(file).await.expect("read").1);
     });
+    let status = common::calm_json(&["status", "--server", &server.addr, "--json"]);
+    assert_eq!(
+        (&status["copies_recalled"], &status["copies_taken"]),
+        (&2.into(), &1.into()),
+        "one copy given back, one taken away"
+    );
+}
+
+#[test]
+fn a_mount_whose_lock_session_was_replaced_keeps_nobody_waiting() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &["--lock-lease-ms", "1000"]);
+    let b = Mount::remote(&server.addr, &[]);
+    a.sh_ok("mkdir d && printf first > d/f && cat d/f > /dev/null && cat d/f > /dev/null");
+    let copies =
+        || common::calm_json(&["status", "--server", &server.addr, "--json"])["copies"].clone();
+    assert_eq!(copies(), 1, "A keeps a copy");
+
+    // A stops past its lease: the server ends its lock session, and A, let go on, opens a new
+    // one. The copy of the old session must not hold B's change until it is taken away.
+    let pid = a.pid() as i32;
+    // SAFETY: kill(2) on the test's own child.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_millis(3_000));
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    std::thread::sleep(Duration::from_millis(2_000));
+    let started = Instant::now();
+    b.sh_ok("printf second > d/f");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(2_500),
+        "B's change of a file A had a copy of under its replaced session took {took:?}"
+    );
+    assert_eq!(a.sh_ok("cat d/f"), "second");
+
+    // A, under its new session, keeps copies again.
+    a.sh_ok("cat d/f > /dev/null");
+    let before = requests(&server.addr);
+    assert_eq!(
+        a.sh_ok("for i in $(seq 50); do cat d/f; done"),
+        "second".repeat(50)
+    );
+    let asked = requests(&server.addr) - before;
+    assert!(
+        asked <= 3,
+        "50 opens of a file unchanged took {asked} requests"
+    );
+    let status = common::calm_json(&["status", "--server", &server.addr, "--json"]);
+    assert_eq!(status["copies_taken"], 0, "no copy had to be taken away");
 }
