@@ -247,6 +247,9 @@ impl Contents {
     ) -> Result<(Attr, bool, bool), MetaError> {
         let file = self.file(handle);
         let mut state = file.lock().await;
+        // The map read next is newer than any change seen before it (a change seen while it is
+        // read stays marked; a read that fails leaves the mark as it was).
+        let was_changed = self.changed.locked().remove(&handle);
         let read = match copy {
             true => client.read_map_keeping(handle).await,
             false => client.read_map(handle).await.map(|map| (map, false)),
@@ -254,6 +257,9 @@ impl Contents {
         let (map, granted) = match read {
             Ok(read) => read,
             Err(error) => {
+                if was_changed {
+                    self.changed.locked().insert(handle);
+                }
                 if state.opens == 0 && !state.data.is_dirty() && !state.loaded {
                     drop(state);
                     self.files.locked().remove(&handle);

@@ -225,14 +225,14 @@ impl Shared {
                     tokio::spawn(async move { shared.recalled(handle).await });
                 }
             }
-            // Ended (the server's side ends with the request: the holds and copies of the
-            // session go with it).
-            drop(stream);
             let Some(strong) = shared.upgrade() else {
                 return;
             };
-            // The server holds nothing of this mount any more: what was kept goes as it is.
+            // Ended: the server's side ends with the request, and the holds and copies of the
+            // session with it, so the copies end here first.
             strong.copies.stream_ended();
+            drop(stream);
+            // The server holds nothing of this mount any more: what was kept goes as it is.
             for (handle, kept) in strong.holding.stream_open(false) {
                 let _ = strong.send(handle, kept, false).await;
             }
