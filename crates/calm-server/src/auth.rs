@@ -329,6 +329,17 @@ impl Auth {
         })
     }
 
+    /// Whether every operation of `request`'s client is checked as the very caller it names
+    /// (an administrator, or a mount whose root is not squashed): then the kernel under that
+    /// client, checking its callers against the attributes it was given, decides as the server
+    /// would, and a mount may answer an open from a copy (`crate::holds`).
+    pub fn acts_as_named<T>(&self, request: &Request<T>) -> bool {
+        matches!(
+            self.identity(request),
+            Ok(Identity::Admin { .. } | Identity::Mount { squash: false, .. })
+        )
+    }
+
     /// An administrator's request, else PERMISSION_DENIED naming `what`.
     pub fn admin<T>(&self, request: &Request<T>, what: &str) -> Result<Identity, Status> {
         let identity = self.identity(request)?;

@@ -635,10 +635,13 @@ impl<S: Store> MetaRpc for MetaService<S> {
         let caller = self.auth.caller(&r)?;
         self.recall(caller.session, Recall::File(r.get_ref().handle))
             .await;
+        // A copy only for a client whose callers the server checks as it names them (opens
+        // answered from the copy are checked by its kernel alone), of a file without an access
+        // ACL (as for holds); and only if no change of the file is counted between here,
+        // before the map is read, and the grant.
+        let copies = r.get_ref().copy && caller.session != 0 && self.auth.acts_as_named(&r);
         let r = r.into_inner();
-        // A copy is granted only if no change of the file is counted between here, before the
-        // map is read, and the grant.
-        let changes = match (&self.holds, r.copy && caller.session != 0) {
+        let changes = match (&self.holds, copies) {
             (Some(holds), true) => Some(holds.changes(r.handle)),
             _ => None,
         };
@@ -666,6 +669,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
             .map(|mut reply| {
                 reply.copy = !reply.more
                     && r.from_chunk == 0
+                    && matches!(self.meta.holdable(r.handle), Ok(true))
                     && matches!((&self.holds, changes), (Some(holds), Some(changes))
                         if holds.grant_copy(session, r.handle, changes));
                 reply

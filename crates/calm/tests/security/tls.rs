@@ -316,7 +316,10 @@ fn a_mount_over_tls_acts_for_its_callers_with_root_squashed() {
     let socket = format!("unix:{}", data.join("calm.sock").display());
     // Root's mount over the Unix socket is an administrator: root stays root.
     let local = Mount::remote(&socket, &[]);
-    local.sh_ok("echo secret > root600 && chmod 600 root600 && mkdir open && chmod 777 open");
+    local.sh_ok(
+        "echo secret > root600 && chmod 600 root600 && mkdir open && chmod 777 open
+         echo theirs > user600 && chown 4321:4321 user600 && chmod 600 user600",
+    );
     // The mount with a mount:NAME certificate: its root acts as nobody.
     let remote = Mount::remote(
         &server.addr,
@@ -327,6 +330,7 @@ fn a_mount_over_tls_acts_for_its_callers_with_root_squashed() {
             &c("mount-node1.pem"),
             "--tls-client-key",
             &c("mount-node1-key.pem"),
+            "--allow-other",
         ],
     );
     let out = remote.sh_ok(
@@ -351,6 +355,15 @@ print('closed')
 \"",
     );
     assert_eq!(lines(&out), ["refused", "closed"], "{out}");
+    // A file its owner read through the mount (twice: a mount keeps copies of files it read)
+    // is still refused to the squashed root, whom the kernel alone would let in: the mount
+    // keeps no copy whose opens would bypass the server.
+    let out = remote.sh_ok(
+        "setpriv --reuid 4321 --regid 4321 --clear-groups cat user600
+         setpriv --reuid 4321 --regid 4321 --clear-groups cat user600
+         cat user600 2>/dev/null && echo read || echo refused",
+    );
+    assert_eq!(lines(&out), ["theirs", "theirs", "refused"], "{out}");
     assert_eq!(
         local.sh_ok("cat root600; stat -c %a root600"),
         "secret\n600\n"
