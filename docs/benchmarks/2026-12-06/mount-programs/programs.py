@@ -1,6 +1,7 @@
-"""Programs a person runs, in DIR: sqlite (one writer, 1 000 transactions of one insert each,
-rollback journal), `git clone` of the repository REPO (its objects copied, not linked) and
-`git status` in the clone (twice). Prints `sqlite_ms_per_txn X clone_s Y status_s Z status2_s W`.
+"""Programs a person runs (programs.py REPO DIR), in DIR: sqlite (one writer, 1 000
+transactions of one insert each, rollback journal), `git clone` of the repository REPO (its
+objects copied, not linked) and `git status` in the clone (twice). Prints
+`sqlite_ms_per_txn X clone_s Y status_s Z status2_s W`.
 """
 import os
 import sqlite3
@@ -8,7 +9,7 @@ import subprocess
 import sys
 import time
 
-d, repo = sys.argv[1], sys.argv[2]
+repo, d = sys.argv[1], sys.argv[2]
 db = sqlite3.connect(os.path.join(d, "db"), isolation_level=None)
 db.execute("PRAGMA journal_mode=DELETE")
 db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)")
