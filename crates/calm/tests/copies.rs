@@ -273,3 +273,39 @@ fn a_mount_whose_lock_session_was_replaced_keeps_nobody_waiting() {
     let status = common::calm_json(&["status", "--server", &server.addr, "--json"]);
     assert_eq!(status["copies_taken"], 0, "no copy had to be taken away");
 }
+
+#[test]
+fn a_copy_lets_no_other_user_in_and_a_chmod_elsewhere_holds_at_once() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &["--allow-other"]);
+    let b = Mount::remote(&server.addr, &[]);
+    a.sh_ok("chmod 755 \"$MNT\"; printf private > f && chmod 600 f");
+    // Root reads it through A: A keeps a copy, and answers the next opens itself.
+    assert_eq!(a.sh_ok("cat f"), "private");
+    let before = requests(&server.addr);
+    assert_eq!(
+        a.sh_ok("for i in $(seq 20); do cat f; done"),
+        "private".repeat(20)
+    );
+    let asked = requests(&server.addr) - before;
+    assert!(asked <= 3, "20 opens from a copy took {asked} requests");
+    let nobody = |mount: &Mount| {
+        mount.sh_ok(
+            "setpriv --reuid 65534 --regid 65534 --clear-groups cat f 2>/dev/null \
+             || echo refused",
+        )
+    };
+    assert_eq!(
+        nobody(&a),
+        "refused\n",
+        "another user opened root's 0600 file"
+    );
+    // Opened to others through B: the very next open by the other user through A reads it.
+    for round in 0..50 {
+        b.sh_ok("chmod 644 f");
+        assert_eq!(nobody(&a), "private", "round {round}: chmod 644 on B");
+        b.sh_ok("chmod 600 f");
+        assert_eq!(nobody(&a), "refused\n", "round {round}: chmod 600 on B");
+    }
+}
