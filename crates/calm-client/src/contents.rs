@@ -95,7 +95,8 @@ impl Client {
         end: u64,
         inline: Vec<(u64, Vec<u8>)>,
     ) -> Result<Attr> {
-        self.write_held(None, handle, records, end, inline).await
+        self.write_held(None, handle, records, end, inline, None)
+            .await
     }
 
     /// A request id for a mutation its caller may have to send again in later calls
@@ -108,7 +109,9 @@ impl Client {
     /// [`Client::write`] with the request id `held` (a fresh one when `None`): a write whose
     /// answer never came, sent again with the same id, is answered as the server answered it
     /// the first time if it applied it (also across a restart of the server), and applied now
-    /// if it did not.
+    /// if it did not. With `then`, that change of the file's attributes is applied right
+    /// after the write, in the same request (see `WriteRequest.set_attr`): the answer shows
+    /// whether it was.
     pub async fn write_held(
         &self,
         held: Option<&crate::failover::HeldRequest>,
@@ -116,8 +119,10 @@ impl Client {
         records: &[(u64, calm_types::slices::Slice)],
         end: u64,
         inline: Vec<(u64, Vec<u8>)>,
+        then: Option<&calm_types::SetAttr>,
     ) -> Result<Attr> {
         let request = pb::WriteRequest {
+            set_attr: then.map(|change| calm_proto::setattr_to_wire(handle, change)),
             handle,
             records: records
                 .iter()

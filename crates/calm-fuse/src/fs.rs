@@ -231,6 +231,7 @@ impl CalmFs {
             keep_copies: options.keep_copies,
             returns: Mutex::default(),
             returns_queued: Arc::default(),
+            returns_wanted: Arc::default(),
         });
         let figures = Arc::downgrade(&shared);
         shared

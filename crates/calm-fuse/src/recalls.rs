@@ -22,6 +22,8 @@ const REOPEN_AFTER_MAX: Duration = Duration::from_secs(10);
 /// replaced (its lease lost, the server restarted) has its stream opened again at once for
 /// the new one, whose holds and copies the server grants only then.
 const SESSION_CHECK_EVERY: Duration = Duration::from_millis(100);
+/// Longest a hold given back at a close waits to go with others in one request.
+pub const RETURNS_GATHER: Duration = Duration::from_millis(2);
 
 impl Shared {
     /// Answers `change` of `handle` asked by `asker` here, if this mount holds the file and
@@ -80,8 +82,62 @@ impl Shared {
         let Some(client) = self.holding.maker_client(handle) else {
             return Ok(());
         };
-        self.push(&client, handle, None).await?;
+        self.push_and_give_back(&client, handle, None).await
+    }
+
+    /// Commits `handle`'s pending writes (for the open file `fh`, when the caller has one)
+    /// and gives the file back if this mount holds it. The changes kept of a held file go in
+    /// the request of its writes where they may (a small file's close asks once), and the
+    /// hold is then given back with others; else they go after the writes, as
+    /// [`Shared::give_back`] sends them.
+    pub(crate) async fn push_and_give_back(
+        &self,
+        client: &Client,
+        handle: Handle,
+        fh: Option<u64>,
+    ) -> Result<(), Errno> {
+        if self.push_with_kept(client, handle, fh).await? {
+            return Ok(());
+        }
+        self.push(client, handle, fh).await?;
         self.give_back(handle).await
+    }
+
+    /// The writes and kept changes of held file `handle` in one request, if it has both and
+    /// they may: whether they went so (and the hold is being given back).
+    async fn push_with_kept(
+        &self,
+        client: &Client,
+        handle: Handle,
+        fh: Option<u64>,
+    ) -> Result<bool, Errno> {
+        let Some(turn) = self.holding.turn(handle) else {
+            return Ok(false);
+        };
+        let _turn = turn.lock().await;
+        if !self.holding.has_kept(handle) || self.contents.dirty_size(handle).is_none() {
+            return Ok(false);
+        }
+        self.locks.confirm(handle).await;
+        if let Some(fh) = fh
+            && self.lock_lost(handle, fh)
+        {
+            return Err(Errno::EIO);
+        }
+        // Nothing more is kept once the changes are on their way.
+        let Some(Some(kept)) = self.holding.to_send(handle, true) else {
+            return Ok(false);
+        };
+        let changed = self
+            .contents
+            .commit_then(client, handle, fh, &kept.change)
+            .await
+            .map_err(Errno::from_i32)?;
+        if changed {
+            self.holding.sent(handle, Some(kept.folds), true);
+            self.return_later(handle);
+        }
+        Ok(changed)
     }
 
     /// Gives back every file held that was made in `dir` (a name of it moves).
@@ -108,8 +164,18 @@ impl Shared {
         }
     }
 
-    /// Queues `handle`, held with nothing kept, to be given back with others in one request.
+    /// Queues `handle`, held with nothing kept, to be given back with others in one request,
+    /// at once (the server may be waiting for it).
     fn return_soon(&self, handle: Handle) {
+        self.returns.locked().holds.push(handle);
+        self.returns_wanted.notify_one();
+        self.returns_queued.notify_one();
+    }
+
+    /// Queues `handle`, held with nothing kept, to be given back with what other closes give
+    /// back within [`RETURNS_GATHER`] (nobody waits for it: a request that does has the
+    /// server ask for it, which sends it at once).
+    fn return_later(&self, handle: Handle) {
         self.returns.locked().holds.push(handle);
         self.returns_queued.notify_one();
     }
@@ -117,6 +183,7 @@ impl Shared {
     /// Queues the copy of `handle` to be given back with others in one request.
     pub(crate) fn return_copy_soon(&self, handle: Handle) {
         self.returns.locked().copies.push(handle);
+        self.returns_wanted.notify_one();
         self.returns_queued.notify_one();
     }
 
@@ -136,6 +203,16 @@ impl Shared {
                 None => return,
             };
             queued.notified().await;
+            let Some(strong) = shared.upgrade() else {
+                return;
+            };
+            let wanted = strong.returns_wanted.clone();
+            drop(strong);
+            // Gathered a moment, unless something queued is waited for.
+            tokio::select! {
+                _ = tokio::time::sleep(RETURNS_GATHER) => {}
+                _ = wanted.notified() => {}
+            }
             let Some(shared) = shared.upgrade() else {
                 return;
             };

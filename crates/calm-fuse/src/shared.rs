@@ -106,7 +106,11 @@ pub(crate) struct Shared {
     pub(crate) keep_copies: bool,
     /// Files held with nothing kept, and copies, to be given back together (`crate::recalls`).
     pub(crate) returns: Mutex<crate::holding::Returns>,
+    /// Something was queued in `returns`.
     pub(crate) returns_queued: Arc<tokio::sync::Notify>,
+    /// Something queued in `returns` is waited for (asked back by the server): sent at once,
+    /// not gathered with what later closes give back.
+    pub(crate) returns_wanted: Arc<tokio::sync::Notify>,
 }
 
 impl Shared {

@@ -240,6 +240,53 @@ impl<S: Store> Meta<S> {
             .map_err(|_| MetaError::Io("committer stopped before answering".into()))?
     }
 
+    /// Applies `first` (with request id `id`) and then `then` on behalf of `caller`, both
+    /// queued before either is answered, so that one group of the committer most often
+    /// carries both: one wait for two changes. `then` is applied whatever `first` answered
+    /// (each answers for itself); a caller that wants it only after a success sends it
+    /// alone.
+    pub async fn apply_pair(
+        &self,
+        caller: Caller,
+        first: Op,
+        id: Option<requests::RequestId>,
+        then: Op,
+    ) -> (Result<Done>, Result<Done>) {
+        let queue = match self.queue.as_ref() {
+            Some(queue) => queue,
+            None => {
+                let closing = || MetaError::Io("namespace is shutting down".into());
+                return (Err(closing()), Err(closing()));
+            }
+        };
+        let mut answers = Vec::with_capacity(2);
+        for (op, id) in [(first, id), (then, None)] {
+            let (reply, answer) = oneshot::channel();
+            let request = commit::Request {
+                op,
+                caller: caller.clone(),
+                id,
+                reply,
+                queued: std::time::Instant::now(),
+            };
+            let sent = queue.send(request).await.is_ok();
+            answers.push((sent, answer));
+        }
+        let mut results = Vec::with_capacity(2);
+        for (sent, answer) in answers {
+            let result = match sent {
+                false => Err(MetaError::Io("committer stopped".into())),
+                true => answer
+                    .await
+                    .map_err(|_| MetaError::Io("committer stopped before answering".into()))
+                    .and_then(|answered| answered.map(|(done, _)| done)),
+            };
+            results.push(result);
+        }
+        let then = results.pop().expect("two answers");
+        (results.pop().expect("two answers"), then)
+    }
+
     async fn submit_attr(&self, op: Op) -> Result<Attr> {
         match self.submit(op).await? {
             Done::Attr(attr) => Ok(attr),

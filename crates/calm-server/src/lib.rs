@@ -47,6 +47,7 @@ mod meta_answers;
 mod meta_holds;
 mod meta_service;
 mod meta_status;
+mod meta_write;
 pub mod metrics;
 pub mod nearest;
 pub mod offline;

@@ -121,7 +121,7 @@ impl<S: Store> MetaService<S> {
     /// refused as busy, so the chunk is compacted now and the mutation tried again, up to
     /// [`compactor::WRITE_ROOM_WAIT_MAX`]; once applied, chunks with many records are queued
     /// for compaction.
-    async fn apply_with_room(
+    pub(crate) async fn apply_with_room(
         &self,
         caller: calm_meta::Caller,
         op: Op,
@@ -697,8 +697,9 @@ impl<S: Store> MetaRpc for MetaService<S> {
             end: r.end,
             inline,
         };
+        let then = crate::meta_write::change_after_write(r.handle, r.set_attr)?;
         let result = self
-            .apply_with_room(caller, op, id, r.handle, adding, |_| chunks.clone())
+            .write_then_change(caller, op, id, r.handle, adding, chunks, then)
             .await;
         self.changed(session, r.handle).await;
         self.mutated(attr(done_to_attr(result)))

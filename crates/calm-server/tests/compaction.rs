@@ -76,6 +76,7 @@ impl Fixture {
             records: vec![calm_proto::slice_to_wire(0, &slice(id))],
             end: 0,
             inline,
+            set_attr: None,
         };
         let inline = vec![pb::InlineBytes {
             id: id | INLINE,

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use calm_client::failover::HeldRequest;
 use calm_data::InlineCommit;
+use calm_types::SetAttr;
 use calm_types::slices::Slice;
 
 /// Longest a commit whose answer never came is sent again, in milliseconds: half of what a
@@ -64,7 +65,8 @@ pub(super) struct Sent {
 
 /// How one send of a commit ended.
 enum Answer {
-    Committed,
+    /// Applied; with whether the change of attributes sent with it was too.
+    Committed(bool),
     /// The server keeps no more inline bytes for the file: send the writes as objects.
     NotInline,
     Refused(i32),
@@ -93,6 +95,63 @@ impl Contents {
         match committed {
             Err(failed) => Err(failed.errno()),
             Ok(()) => owed.map_or(Ok(()), Err),
+        }
+    }
+
+    /// Commits `handle`'s pending writes with `then`, a change of the file's attributes, in
+    /// one request where the writes go in one inline commit and nothing is in doubt (a small
+    /// file's close): whether `then` was applied. Otherwise the writes are committed as
+    /// [`Contents::commit`] does, and `then` is left to its caller (`false`).
+    pub async fn commit_then(
+        &self,
+        client: &Client,
+        handle: Handle,
+        fh: Option<u64>,
+        then: &SetAttr,
+    ) -> Result<bool, i32> {
+        let Some(file) = self.files.locked().get(&handle).cloned() else {
+            return fh.and_then(|fh| self.take_error(fh)).map_or(Ok(false), Err);
+        };
+        let mut state = file.lock().await;
+        let one = match state.in_doubt.is_none() && state.uploads.is_empty() {
+            true => state.data.inline_commit(self.inline_bytes_max),
+            false => None,
+        };
+        let committed = match one {
+            Some(commit) => {
+                state.data.close_first(commit.slices);
+                let sent = Sent {
+                    request: client.hold_request(),
+                    records: commit.records.clone(),
+                    end: state.data.pending_end(),
+                    slices: commit.slices,
+                    inline: Some(commit),
+                    doubtful: false,
+                    first_sent: Instant::now(),
+                };
+                let answer = self
+                    .send(client, handle, &mut state, sent, false, fh, Some(then))
+                    .await;
+                match answer {
+                    Answer::Committed(changed) => Ok(changed),
+                    // The file's inline bytes are full: as objects, alone.
+                    Answer::NotInline => self
+                        .commit_locked(client, handle, &mut state, false, fh)
+                        .await
+                        .map(|()| false),
+                    Answer::Refused(errno) => Err(Failed::Refused(errno)),
+                    Answer::Kept(errno) => Err(Failed::Kept(errno)),
+                }
+            }
+            None => self
+                .commit_locked(client, handle, &mut state, false, fh)
+                .await
+                .map(|()| false),
+        };
+        let owed = fh.and_then(|fh| self.take_error(fh));
+        match committed {
+            Err(failed) => Err(failed.errno()),
+            Ok(changed) => owed.map_or(Ok(changed), Err),
         }
     }
 
@@ -153,8 +212,8 @@ impl Contents {
                     Err(kept) => return Err(kept),
                 },
             };
-            match self.send(client, handle, state, sent, sync, fh).await {
-                Answer::Committed => {}
+            match self.send(client, handle, state, sent, sync, fh, None).await {
+                Answer::Committed(_) => {}
                 Answer::NotInline => inline = false,
                 Answer::Refused(errno) => refused = Some(errno),
                 Answer::Kept(errno) => return Err(Failed::Kept(errno)),
@@ -233,7 +292,9 @@ impl Contents {
         }))
     }
 
-    /// Sends `sent` (again, when it was in doubt) and applies the answer.
+    /// Sends `sent` (again, when it was in doubt) and applies the answer; with `then`, that
+    /// change of the file's attributes in the same request.
+    #[allow(clippy::too_many_arguments)]
     async fn send(
         &self,
         client: &Client,
@@ -242,6 +303,7 @@ impl Contents {
         mut sent: Sent,
         sync: bool,
         fh: Option<u64>,
+        then: Option<&SetAttr>,
     ) -> Answer {
         if sent.first_sent.elapsed() >= Duration::from_millis(IN_DOUBT_MS_MAX) {
             tracing::error!(
@@ -288,17 +350,19 @@ impl Contents {
                 &sent.records,
                 sent.end,
                 bytes,
+                then,
             )
             .await;
         match answer {
             Ok(attr) => {
+                let changed = then.is_some_and(|change| shows(&attr, change));
                 self.committed(handle, state, sent, &attr, sync);
                 if state.unsynced.len() >= UNSYNCED_OBJECTS_MAX
                     && let Err(errno) = sync_objects(&self.objects, &mut state.unsynced).await
                 {
                     return Answer::Kept(errno);
                 }
-                Answer::Committed
+                Answer::Committed(changed)
             }
             // The file's inline bytes are at their limit (nothing was applied).
             Err(MetaError::NotSupported(_)) if sent.inline.is_some() => Answer::NotInline,
@@ -450,4 +514,18 @@ pub(super) async fn wait_uploads(
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// Whether `attr` shows `change` applied (a change the mount kept holds exact times).
+fn shows(attr: &Attr, change: &SetAttr) -> bool {
+    let time = |t: Option<calm_types::SetTime>, ns: i64| match t {
+        Some(calm_types::SetTime::At(at)) => at == ns,
+        Some(calm_types::SetTime::Now) => false,
+        None => true,
+    };
+    change.mode.is_none_or(|m| m & 0o7777 == attr.mode & 0o7777)
+        && change.uid.is_none_or(|u| u == attr.uid)
+        && change.gid.is_none_or(|g| g == attr.gid)
+        && time(change.atime, attr.atime_ns)
+        && time(change.mtime, attr.mtime_ns)
 }

@@ -212,9 +212,10 @@ impl CalmFs {
         let client = shared.caller(req);
         self.empty_task(req, reply, async move {
             shared.file(fh)?;
-            shared.push(&client, ino.0, Some(fh.0)).await?;
             // A file held is given back at its close, with the changes kept of it.
-            shared.give_back(ino.0).await?;
+            shared
+                .push_and_give_back(&client, ino.0, Some(fh.0))
+                .await?;
             // A close releases the closing process's POSIX locks on the file.
             let held = shared
                 .state()
@@ -268,10 +269,7 @@ impl CalmFs {
             (file, owners)
         };
         self.empty_task(req, reply, async move {
-            let pushed = match shared.push(&client, ino.0, Some(fh.0)).await {
-                Ok(()) => shared.give_back(ino.0).await,
-                Err(e) => Err(e),
-            };
+            let pushed = shared.push_and_give_back(&client, ino.0, Some(fh.0)).await;
             // OFD and flock locks belong to the open file: they end with it.
             let released = if owners.is_empty() {
                 Ok(())
