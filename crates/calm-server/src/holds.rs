@@ -315,39 +315,51 @@ impl Holds {
     /// back, and this waits until they are given back; one not given back within
     /// [`RECALL_WAIT_MAX`] is taken away (and its session is granted nothing more).
     pub async fn changed(&self, asker: u64, handle: Handle) {
-        let deadline = Instant::now() + self.wait;
-        let mut first = true;
-        loop {
-            let ended = self.ended.notified();
-            tokio::pin!(ended);
-            ended.as_mut().enable();
-            let asks = {
-                let mut table = self.table.locked();
-                if first {
-                    table.copies.changed(handle);
-                    first = false;
-                }
+        self.table.locked().copies.changed(handle);
+        let given_back = self
+            .ask_and_wait(|table| {
                 if table.copies.wanted(asker, handle).is_empty() {
-                    return;
+                    return None;
                 }
                 let asks: Vec<_> = table
                     .copies
                     .unasked(asker, handle)
                     .into_iter()
                     .filter_map(|session| table.holders.get(&session))
-                    .map(|holder| holder.recalls.clone())
+                    .map(|holder| (holder.recalls.clone(), vec![handle]))
                     .collect();
                 self.copies_recalled
                     .fetch_add(asks.len(), Ordering::Relaxed);
-                asks
+                Some(asks)
+            })
+            .await;
+        if !given_back {
+            self.take_copies_away(asker, handle);
+        }
+    }
+
+    /// Asks holders for what `ask` finds in the table (`None`: nothing is wanted any more;
+    /// else each holder's stream with what to ask it for, nothing for what was asked already),
+    /// and waits until nothing is wanted: whether that came within [`RECALL_WAIT_MAX`].
+    async fn ask_and_wait(
+        &self,
+        mut ask: impl FnMut(&mut Table) -> Option<Vec<(mpsc::Sender<Vec<Handle>>, Vec<Handle>)>>,
+    ) -> bool {
+        let deadline = Instant::now() + self.wait;
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            let Some(asks) = ask(&mut self.table.locked()) else {
+                return true;
             };
-            for recalls in asks {
-                // A holder whose stream went away ends its copies when the stream ends.
-                let _ = tokio::time::timeout_at(deadline, recalls.send(vec![handle])).await;
+            for (recalls, handles) in asks {
+                // A holder whose stream went away ends its holds and copies when the stream
+                // ends.
+                let _ = tokio::time::timeout_at(deadline, recalls.send(handles)).await;
             }
             if tokio::time::timeout_at(deadline, ended).await.is_err() {
-                self.take_copies_away(asker, handle);
-                return;
+                return false;
             }
         }
     }
@@ -391,16 +403,11 @@ impl Holds {
         if self.count() == 0 {
             return;
         }
-        let deadline = Instant::now() + self.wait;
-        loop {
-            let ended = self.ended.notified();
-            tokio::pin!(ended);
-            ended.as_mut().enable();
-            let asks = {
-                let mut table = self.table.locked();
+        let given_back = self
+            .ask_and_wait(|table| {
                 let wanted = table.wanted(asker, recall);
                 if wanted.is_empty() {
-                    return;
+                    return None;
                 }
                 let mut asks: HashMap<u64, (mpsc::Sender<Vec<Handle>>, Vec<Handle>)> =
                     HashMap::new();
@@ -419,16 +426,11 @@ impl Holds {
                             .push(handle);
                     }
                 }
-                asks
-            };
-            for (_, (recalls, handles)) in asks {
-                // A holder whose stream went away ends its holds when the stream ends.
-                let _ = tokio::time::timeout_at(deadline, recalls.send(handles)).await;
-            }
-            if tokio::time::timeout_at(deadline, ended).await.is_err() {
-                self.take_away(asker, recall);
-                return;
-            }
+                Some(asks.into_values().collect())
+            })
+            .await;
+        if !given_back {
+            self.take_away(asker, recall);
         }
     }
 
