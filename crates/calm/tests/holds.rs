@@ -397,3 +397,39 @@ for name in ('d/one', 'd/two', 'd/three'):
         "d/one 600 1000000000\nd/two 600 1000000000\n"
     );
 }
+
+#[test]
+fn a_stat_before_the_close_shows_the_times_the_file_keeps() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &[]);
+    let b = Mount::remote(&server.addr, &[]);
+    a.sh_ok("mkdir d");
+    // As git checks a file out: made, written, stat'd through its descriptor, closed. The
+    // times the stat showed are the file's for good (git compares them at every status).
+    let out = a.sh_ok(
+        "python3 -c \"
+import os
+for i in range(300):
+    path = 'd/f%d' % i
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    os.write(fd, b'x' * (i + 1))
+    seen = os.fstat(fd)
+    os.close(fd)
+    after = os.stat(path)
+    print(path, seen.st_mtime_ns, seen.st_ctime_ns, seen.st_size,
+          after.st_mtime_ns, after.st_ctime_ns, after.st_size)
+\"",
+    );
+    let mut checked = 0;
+    for line in out.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(f[1..4], f[4..7], "{line}: the times changed at the close");
+        // Another mount reads the same.
+        let other = b.sh_ok(&format!("stat -c '%Y %s' {}", f[0]));
+        let seconds = f[1].parse::<i64>().expect("ns") / 1_000_000_000;
+        assert_eq!(other.trim(), format!("{seconds} {}", f[3]), "{line}");
+        checked += 1;
+    }
+    assert_eq!(checked, 300);
+}

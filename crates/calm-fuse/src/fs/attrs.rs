@@ -15,6 +15,19 @@ impl CalmFs {
         // With the mount's session: a file this mount holds is not asked back from it.
         let client = shared.caller(req);
         self.spawn(req, reply.interrupter(), async move {
+            // A file this mount made and holds has its pending writes committed first: the
+            // server sets the file's mtime and ctime when they land, and a stat answered before
+            // that would show times that change at the close without a write (git, which stats
+            // what it checks out before closing it, would then read every file again at each
+            // status). Other files are not: a database's write-and-fstat would commit at every
+            // fstat, and their times stay the server's until their writes land, as before.
+            // Committed as the process that made the file wrote it, whoever asks.
+            if shared.contents.dirty_size(ino.0).is_some()
+                && let Some(maker) = shared.holding.maker_client(ino.0)
+                && let Err(errno) = shared.push(&maker, ino.0, None).await
+            {
+                return reply.error(errno);
+            }
             match client.getattr(ino.0).await {
                 Ok(attr) => {
                     let attr = shared.local_view(attr);
