@@ -63,6 +63,23 @@ pub(super) struct Sent {
     first_sent: Instant,
 }
 
+impl Sent {
+    /// The commit of the pending slices `commit` takes, their bytes inline (the slices are
+    /// closed to further writes).
+    fn inline(client: &Client, state: &mut FileState, commit: InlineCommit) -> Sent {
+        state.data.close_first(commit.slices);
+        Sent {
+            request: client.hold_request(),
+            records: commit.records.clone(),
+            end: state.data.pending_end(),
+            slices: commit.slices,
+            inline: Some(commit),
+            doubtful: false,
+            first_sent: Instant::now(),
+        }
+    }
+}
+
 /// How one send of a commit ended.
 enum Answer {
     /// Applied; with whether the change of attributes sent with it was too.
@@ -119,16 +136,7 @@ impl Contents {
         };
         let committed = match one {
             Some(commit) => {
-                state.data.close_first(commit.slices);
-                let sent = Sent {
-                    request: client.hold_request(),
-                    records: commit.records.clone(),
-                    end: state.data.pending_end(),
-                    slices: commit.slices,
-                    inline: Some(commit),
-                    doubtful: false,
-                    first_sent: Instant::now(),
-                };
+                let sent = Sent::inline(client, &mut state, commit);
                 let answer = self
                     .send(client, handle, &mut state, sent, false, fh, Some(then))
                     .await;
@@ -240,16 +248,7 @@ impl Contents {
             && state.uploads.is_empty()
             && let Some(commit) = state.data.inline_commit(self.inline_bytes_max)
         {
-            state.data.close_first(commit.slices);
-            return Ok(Some(Sent {
-                request: client.hold_request(),
-                records: commit.records.clone(),
-                end: state.data.pending_end(),
-                slices: commit.slices,
-                inline: Some(commit),
-                doubtful: false,
-                first_sent: Instant::now(),
-            }));
+            return Ok(Some(Sent::inline(client, state, commit)));
         }
         let (n, mut uploads) = state.data.seal();
         let single = match (state.uploads.is_empty(), uploads.len()) {
