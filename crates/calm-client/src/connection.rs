@@ -251,6 +251,11 @@ impl Client {
         }
     }
 
+    /// Who this client acts for (`None`: the server decides, as for an administrator).
+    pub fn caller(&self) -> Option<&Caller> {
+        self.caller.as_ref()
+    }
+
     /// Times this client (and its clones) moved to another server of its namespace because
     /// the one in use stopped answering.
     pub fn server_moves(&self) -> u64 {

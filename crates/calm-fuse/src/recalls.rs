@@ -118,6 +118,11 @@ impl Shared {
         if !self.holding.has_kept(handle) || self.contents.dirty_size(handle).is_none() {
             return Ok(false);
         }
+        // The changes go as their maker asked them: together only when the maker closes.
+        let maker = self.holding.maker_client(handle);
+        if maker.is_none_or(|maker| maker.caller() != client.caller()) {
+            return Ok(false);
+        }
         self.locks.confirm(handle).await;
         if let Some(fh) = fh
             && self.lock_lost(handle, fh)

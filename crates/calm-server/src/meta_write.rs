@@ -60,11 +60,13 @@ impl<S: Store> MetaService<S> {
             .apply_pair(caller.clone(), op.clone(), id, then)
             .await;
         let written = match written {
-            // The chunk is full: the write goes again once compaction made room (the change
-            // is applied already).
+            // The chunk is full: the write goes again once compaction made room. The change,
+            // applied already, came before it: the answer is the write's, which does not show
+            // the change (its times are the write's), so the caller sends the change again.
             Err(MetaError::Busy(_)) => {
-                self.apply_with_room(caller, op, id, handle, adding, |_| chunks.clone())
-                    .await
+                return self
+                    .apply_with_room(caller, op, id, handle, adding, |_| chunks.clone())
+                    .await;
             }
             written => {
                 if let (Ok(_), Some(data)) = (&written, &self.data) {
