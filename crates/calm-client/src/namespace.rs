@@ -84,6 +84,7 @@ impl Client {
             exclusive,
             mode_before_umask: node.mode_before_umask,
             hold,
+            handle: node.granted.map_or(0, |granted| granted.handle),
         };
         let reply = self.mutated(batched_call!(
             mutation placed,

@@ -215,6 +215,7 @@ impl<S: Store> Clusters<S> {
                 "collected objects",
             ),
             Op::AllocSlices { .. }
+            | Op::Grant { .. }
             | Op::ClRegister { .. }
             | Op::ClDeregister { .. }
             | Op::ClClear { .. }

@@ -69,6 +69,35 @@ impl HandleAllocator {
         Ok(handle)
     }
 
+    /// `count` consecutive handles (the first returned), reserving a chunk large enough in
+    /// `txn` when the current one has not that many left: handles granted in advance.
+    pub fn allocate_range(
+        &mut self,
+        txn: &mut impl WriteTxn,
+        count: u64,
+    ) -> calm_store::Result<Handle> {
+        if count == 0 {
+            return Err(calm_store::StoreError::Counter {
+                key: KEY_HWM.to_vec(),
+                reason: "no handles asked for",
+            });
+        }
+        if self.limit.saturating_sub(self.next) < count {
+            // The rest of this chunk is skipped: a new one, from where it ends, holds them all.
+            let chunk = self.chunk;
+            self.chunk = chunk.max(count);
+            self.next = self.limit;
+            let first = self.allocate(txn);
+            self.chunk = chunk;
+            let first = first?;
+            self.next = first + count;
+            return Ok(first);
+        }
+        let first = self.next;
+        self.next += count;
+        Ok(first)
+    }
+
     /// The transaction that used this allocator committed.
     pub fn committed(&mut self) {
         self.reserved_in_txn = false;
@@ -113,6 +142,8 @@ mod tests {
     enum Step {
         /// Allocate this many handles in one transaction, then commit (true) or abort.
         Txn(u8, bool),
+        /// Allocate this many consecutive handles at once (a grant), then commit or abort.
+        Range(u8, bool),
         /// Lose the in-memory allocator (a crash) and start a new one.
         Restart,
     }
@@ -120,6 +151,7 @@ mod tests {
     fn step() -> impl Strategy<Value = Step> {
         prop_oneof![
             4 => (1u8..20, prop::bool::weighted(0.7)).prop_map(|(n, c)| Step::Txn(n, c)),
+            2 => (1u8..20, prop::bool::weighted(0.7)).prop_map(|(n, c)| Step::Range(n, c)),
             1 => Just(Step::Restart),
         ]
     }
@@ -136,14 +168,18 @@ mod tests {
             let mut returned: HashSet<Handle> = HashSet::new();
             for step in steps {
                 match step {
-                    Step::Txn(n, commit) => {
+                    Step::Txn(n, commit) | Step::Range(n, commit) => {
                         let mut txn = store.begin().unwrap();
-                        let mut got = Vec::new();
-                        for _ in 0..n {
-                            let h = alloc.allocate(&mut txn).unwrap();
+                        let got: Vec<Handle> = match step {
+                            Step::Range(..) => {
+                                let first = alloc.allocate_range(&mut txn, u64::from(n)).unwrap();
+                                (first..first + u64::from(n)).collect()
+                            }
+                            _ => (0..n).map(|_| alloc.allocate(&mut txn).unwrap()).collect(),
+                        };
+                        for &h in &got {
                             prop_assert!(h > 1, "0 is never a handle and 1 is the root");
                             prop_assert!(returned.insert(h), "handle {} returned twice", h);
-                            got.push(h);
                         }
                         if commit {
                             txn.commit().unwrap();

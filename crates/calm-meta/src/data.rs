@@ -234,6 +234,15 @@ impl<S: Store> Meta<S> {
         }
     }
 
+    /// Grants `count` handles to `client` for the nodes its mount makes before the server
+    /// answers (`crate::ops::grants`); returns the first.
+    pub async fn grant_handles(&self, caller: Caller, client: u64, count: u64) -> Result<Handle> {
+        match self.apply_as(caller, Op::Grant { client, count }).await? {
+            Done::Ids(first) => Ok(first),
+            other => Err(MetaError::Io(format!("unexpected answer {other:?}"))),
+        }
+    }
+
     /// Up to `max` entries of the deletion queue queued at or before `queued_before_ns`, oldest
     /// first.
     pub fn garbage(&self, queued_before_ns: u64, max: usize) -> Result<Vec<Garbage>> {

@@ -132,11 +132,13 @@ fn crc(bytes: &[u8]) -> u32 {
     crc32fast::hash(bytes)
 }
 
-/// Whether the dump keeps pairs of this key: everything but the clients' request records, the
-/// changelog's readers and its records.
+/// Whether the dump keeps pairs of this key: everything but the clients' request records and
+/// grants of handles, the changelog's readers and its records.
 pub fn kept(key: &[u8]) -> bool {
-    !matches!(key.first(), Some(&TAG_REQUEST) | Some(&TAG_CL_USER))
-        && key.first() != Some(&calm_store::LOG_FAMILY)
+    !matches!(
+        key.first(),
+        Some(&TAG_REQUEST) | Some(&TAG_CL_USER) | Some(&layout::TAG_GRANT)
+    ) && key.first() != Some(&calm_store::LOG_FAMILY)
 }
 
 /// Writes the dump of `snapshot` to `out`, frame by frame. `progress` gets the payload bytes

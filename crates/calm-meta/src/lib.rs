@@ -219,6 +219,18 @@ impl<S: Store> Meta<S> {
         op: Op,
         id: Option<requests::RequestId>,
     ) -> Result<(Done, Option<Attr>)> {
+        self.queue_request(caller, op, id).await?.answer().await
+    }
+
+    /// Queues a mutation to the committer and returns without waiting for its answer: the
+    /// mutations queued one after the other are applied in that order (a mount's changes it
+    /// answered itself, sent as one ordered batch, share the committer's groups).
+    pub async fn queue_request(
+        &self,
+        caller: Caller,
+        op: Op,
+        id: Option<requests::RequestId>,
+    ) -> Result<Queued> {
         let (reply, answer) = oneshot::channel();
         let queued = std::time::Instant::now();
         let queue = self
@@ -235,9 +247,7 @@ impl<S: Store> Meta<S> {
             })
             .await
             .map_err(|_| MetaError::Io("committer stopped".into()))?;
-        answer
-            .await
-            .map_err(|_| MetaError::Io("committer stopped before answering".into()))?
+        Ok(Queued(answer))
     }
 
     /// Applies `first` (with request id `id`) and then `then` on behalf of `caller`, both
@@ -372,5 +382,19 @@ impl<S: Store> Meta<S> {
 impl<S: Store> Drop for Meta<S> {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A mutation queued to the committer ([`Meta::queue_request`]), not answered yet.
+#[derive(Debug)]
+pub struct Queued(oneshot::Receiver<Result<(Done, Option<Attr>)>>);
+
+impl Queued {
+    /// Its answer, with the attributes of the directory whose names it changed (as
+    /// [`Meta::apply_request_in_dir`]).
+    pub async fn answer(self) -> Result<(Done, Option<Attr>)> {
+        self.0
+            .await
+            .map_err(|_| MetaError::Io("committer stopped before answering".into()))?
     }
 }

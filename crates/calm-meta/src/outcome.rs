@@ -15,7 +15,7 @@ pub enum Done {
     Attr(Attr),
     Nothing,
     User(User),
-    /// The first of the slice ids handed out.
+    /// The first of the slice ids or of the handles handed out.
     Ids(u64),
     /// The file lost its last name and is kept as an orphan of the caller's session.
     Orphaned(Handle),

@@ -86,6 +86,22 @@ impl<S: Store> Meta<S> {
         })
     }
 
+    /// Whether a mount that made directory `handle` may hold it, answering makes and
+    /// removals in it before sending them: no ACL (a default ACL decides new nodes' modes), no
+    /// setgid bit (new nodes' group), and no quota limit anywhere (a make answered must not
+    /// be refused when it is sent).
+    pub fn dir_holdable(&self, handle: Handle) -> Result<bool> {
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            let inode = ops::load(&snap, handle)?;
+            let limits = crate::quota::TAG_LIMITS;
+            Ok(inode.acls == 0
+                && inode.kind == Kind::Dir
+                && inode.mode & 0o2000 == 0
+                && !snap.any_in(&[limits], &[limits + 1])?)
+        })
+    }
+
     /// Where the usage kept differs from the namespace counted, on one snapshot (the
     /// superuser only: it reads every inode).
     pub fn quota_check(&self, caller: &Caller) -> Result<Vec<QuotaMismatch>> {

@@ -44,6 +44,9 @@ pub const REQUEST_KEY: &str = "calm-request";
 pub const HOLD_MODE_TIMES: u32 = 1;
 /// `Attr.held`: the caller's session holds the file's owner too.
 pub const HOLD_OWNER: u32 = 2;
+/// `Attr.held`: the caller's session holds the directory's names: it may answer makes and
+/// removals in it itself, with handles granted in advance, and send them after in order.
+pub const HOLD_NAMES: u32 = 4;
 
 /// Marks a request made by a client in the server's own process (an embedded mount): set in
 /// the request's extensions, which never cross the wire, so no remote client can claim it.
@@ -191,6 +194,8 @@ pub fn node_from_request(r: &pb::MakeRequest) -> Result<NewNode, MetaError> {
         rdev: r.rdev,
         target: r.target.clone(),
         mode_before_umask: r.mode_before_umask,
+        // The client a grant belongs to is the server's to say (`calm-server`).
+        granted: None,
     })
 }
 

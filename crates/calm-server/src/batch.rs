@@ -1,12 +1,16 @@
 //! `Meta.Batch`: a client's queued namespace calls in one request. Each call becomes the
 //! request it would have been alone — the batch's connection (who the peer is), the call's own
 //! metadata (session, uid, gid, groups) — and goes through that request's handler, checks
-//! included; the calls run concurrently, as concurrent requests do.
+//! included; the calls run concurrently, as concurrent requests do. An ordered batch (a mount's
+//! makes and removals it answered itself) queues its calls to the committer one after the
+//! other, so that they are applied in their order.
 
+use calm_meta::requests::RequestId;
 use calm_proto::batch::{BATCH_CALLS_MAX, call_reply, failed_reply, metadata_into};
 use calm_proto::pb;
 use calm_proto::pb::call::Op;
 use calm_proto::pb::meta_server::Meta as MetaRpc;
+use calm_proto::status_from_error;
 use calm_store::Store;
 use tonic::{Request, Response, Status};
 
@@ -46,7 +50,7 @@ pub(crate) async fn serve<S: Store>(
         peer: request.extensions().get::<Peer>().cloned(),
         in_process: request.extensions().get::<calm_proto::InProcess>().copied(),
     };
-    let calls = request.into_inner().calls;
+    let pb::BatchRequest { calls, ordered } = request.into_inner();
     if calls.len() > BATCH_CALLS_MAX {
         return Err(Status::invalid_argument(format!(
             "a batch holds at most {BATCH_CALLS_MAX} calls, not {}",
@@ -54,9 +58,104 @@ pub(crate) async fn serve<S: Store>(
         )));
     }
     service.batched(calls.len());
+    if ordered {
+        let replies = in_order(service, &origin, calls).await;
+        return Ok(Response::new(pb::BatchReply { replies }));
+    }
     let replies =
         futures::future::join_all(calls.into_iter().map(|call| one(service, &origin, call))).await;
     Ok(Response::new(pb::BatchReply { replies }))
+}
+
+/// A call of an ordered batch, queued to the committer: how its answer is made.
+enum Queued {
+    Make(calm_meta::Queued, Option<(u64, u32, u64)>),
+    Unlink(calm_meta::Queued),
+    Rmdir(calm_meta::Queued),
+    Failed(Status),
+}
+
+/// An ordered batch: each call checked and queued to the committer after the one before it,
+/// so that they are applied in their order (a crash keeps a prefix of them), sharing its
+/// groups; then each answered.
+async fn in_order<S: Store>(
+    service: &MetaService<S>,
+    origin: &Origin,
+    calls: Vec<pb::Call>,
+) -> Vec<pb::CallReply> {
+    let mut queued = Vec::with_capacity(calls.len());
+    for call in calls {
+        queued.push(queue_one(service, origin, call).await);
+    }
+    let mut replies = Vec::with_capacity(queued.len());
+    for call in queued {
+        let reply = match call {
+            Queued::Make(answer, hold) => call_reply(service.made(answer.answer().await, hold)),
+            Queued::Unlink(answer) => call_reply(service.unlinked(answer.answer().await)),
+            Queued::Rmdir(answer) => {
+                let result = answer.answer().await.map(|(done, _)| done);
+                call_reply(service.removed_dir(result))
+            }
+            Queued::Failed(status) => failed_reply(&status),
+        };
+        replies.push(reply);
+    }
+    replies
+}
+
+async fn queue_one<S: Store>(service: &MetaService<S>, origin: &Origin, call: pb::Call) -> Queued {
+    let failed = |error: calm_meta::MetaError| Queued::Failed(status_from_error(&error));
+    let metadata = call.metadata;
+    let queued = match call.op {
+        Some(Op::Make(m)) => {
+            let prepared = match origin.request(m, metadata) {
+                Ok(request) => service.prepare_make(request).await,
+                Err(status) => Err(status),
+            };
+            match prepared.map(|p| (p.op, p.caller, p.id, p.hold)) {
+                Ok((Ok(op), caller, id, hold)) => {
+                    match service.meta.queue_request(caller, op, id).await {
+                        Ok(answer) => Queued::Make(answer, hold),
+                        Err(error) => failed(error),
+                    }
+                }
+                Ok((Err(error), ..)) => failed(error),
+                Err(status) => Queued::Failed(status),
+            }
+        }
+        Some(Op::Unlink(m)) => {
+            let prepared = match origin.request(m, metadata) {
+                Ok(request) => service.prepare_unlink(request).await,
+                Err(status) => Err(status),
+            };
+            queue_prepared(service, prepared, Queued::Unlink).await
+        }
+        Some(Op::Rmdir(m)) => {
+            let prepared = match origin.request(m, metadata) {
+                Ok(request) => service.prepare_rmdir(request).await,
+                Err(status) => Err(status),
+            };
+            queue_prepared(service, prepared, Queued::Rmdir).await
+        }
+        _ => Queued::Failed(Status::invalid_argument(
+            "an ordered batch holds makes, unlinks and rmdirs only",
+        )),
+    };
+    queued
+}
+
+async fn queue_prepared<S: Store>(
+    service: &MetaService<S>,
+    prepared: Result<(calm_meta::Caller, calm_meta::ops::Op, Option<RequestId>), Status>,
+    queued: fn(calm_meta::Queued) -> Queued,
+) -> Queued {
+    match prepared {
+        Ok((caller, op, id)) => match service.meta.queue_request(caller, op, id).await {
+            Ok(answer) => queued(answer),
+            Err(error) => Queued::Failed(status_from_error(&error)),
+        },
+        Err(status) => Queued::Failed(status),
+    }
 }
 
 async fn one<S: Store>(service: &MetaService<S>, origin: &Origin, call: pb::Call) -> pb::CallReply {

@@ -57,8 +57,8 @@ pub const COPIES_PER_SESSION_MAX: usize = 65_536;
 pub enum Recall {
     /// The file itself.
     File(Handle),
-    /// Every file held in this directory (a name in it is looked up, made, removed or
-    /// listed).
+    /// Every file held in this directory, and the directory if its names are held (a name
+    /// in it is looked up, made, removed or listed).
     Dir(Handle),
     /// Every hold (quotas, clones, dumps: what reads many files at once).
     All,
@@ -130,11 +130,16 @@ impl Table {
         let others = |handle: &Handle| self.files.get(handle).is_some_and(|h| h.session != asker);
         match recall {
             Recall::File(handle) => [handle].into_iter().filter(others).collect(),
+            // The files held in it, and the directory itself when a mount holds its names.
             Recall::Dir(dir) => self
                 .dirs
                 .get(&dir)
-                .map(|files| files.iter().copied().filter(others).collect())
-                .unwrap_or_default(),
+                .into_iter()
+                .flatten()
+                .copied()
+                .chain([dir])
+                .filter(others)
+                .collect(),
             Recall::All => self.files.keys().copied().filter(others).collect(),
         }
     }

@@ -157,6 +157,7 @@ counted_methods!(
     (check_quotas, Empty, QuotaCheckReply, "CheckQuotas"),
     (summary, HandleRequest, SummaryReply, "Summary"),
     (return_holds, ReturnRequest, Empty, "ReturnHolds"),
+    (grant_handles, GrantRequest, GrantReply, "GrantHandles"),
 );
 
 counted_methods!(

@@ -45,6 +45,7 @@ mod lock_table;
 pub mod locks;
 mod meta_answers;
 mod meta_holds;
+mod meta_names;
 mod meta_service;
 mod meta_status;
 mod meta_write;

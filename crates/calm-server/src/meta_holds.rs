@@ -1,7 +1,9 @@
 //! What a request asks of the files mounts hold and the copies they keep (`crate::holds`):
 //! recalls before a request sees a file, copies asked back after a change, grants.
 
+use calm_proto::pb;
 use calm_store::Store;
+use tonic::{Request, Response, Status};
 
 use crate::MetaService;
 use crate::holds::Recall;
@@ -29,6 +31,13 @@ impl<S: Store> MetaService<S> {
         let Some(holds) = &self.holds else {
             return 0;
         };
+        if matches!(self.meta.dir_holdable(handle), Ok(true)) {
+            // A directory: its names, for the mount to answer makes and removals in it.
+            return match session != 0 && holds.grant(session, handle, dir) {
+                true => calm_proto::HOLD_NAMES,
+                false => 0,
+            };
+        }
         match self.meta.holdable(handle) {
             Ok(true) if session != 0 && holds.grant(session, handle, dir) => {
                 let owner = if uid == 0 { calm_proto::HOLD_OWNER } else { 0 };
@@ -36,5 +45,22 @@ impl<S: Store> MetaService<S> {
             }
             _ => 0,
         }
+    }
+
+    /// `Meta.GrantHandles`: handles for the caller's client (a mount's) to make nodes with.
+    pub(crate) async fn grant(
+        &self,
+        r: Request<pb::GrantRequest>,
+    ) -> Result<Response<pb::GrantReply>, Status> {
+        self.auth.trusted(&r, "grant_handles")?;
+        let caller = self.auth.caller(&r)?;
+        let Some(id) = crate::meta_service::request_id(&self.auth, &r)? else {
+            return Err(Status::invalid_argument(
+                "a grant of handles needs a request id",
+            ));
+        };
+        let count = r.get_ref().count;
+        let result = self.meta.grant_handles(caller, id.client, count).await;
+        self.answer(result.map(|first| pb::GrantReply { first, count }))
     }
 }

@@ -39,7 +39,7 @@ fn done_to_attr(done: calm_meta::Result<Done>) -> calm_meta::Result<calm_meta::A
 /// The request id a mutation carries (`calm-request`), if any, bound to the identity that
 /// sent it (`RequestId::bound_to`): applied at most once however often it is sent
 /// (`calm_meta::requests`), and never taken for another identity's.
-fn request_id<T>(
+pub(crate) fn request_id<T>(
     auth: &auth::Auth,
     r: &Request<T>,
 ) -> Result<Option<calm_meta::requests::RequestId>, Status> {
@@ -103,7 +103,7 @@ impl<S: Store> MetaService<S> {
     }
 
     /// Counts the request and turns a namespace answer into a gRPC one.
-    fn answer<T>(&self, result: Result<T, MetaError>) -> Result<Response<T>, Status> {
+    pub(crate) fn answer<T>(&self, result: Result<T, MetaError>) -> Result<Response<T>, Status> {
         self.requests.fetch_add(1, Ordering::Relaxed);
         match result {
             Ok(reply) => Ok(Response::new(reply)),
@@ -169,7 +169,7 @@ impl<S: Store> MetaService<S> {
 
     /// A mutation that may have queued objects for deletion (an unlink, a rename over a file,
     /// a truncate) succeeded: the deleter looks.
-    fn maybe_queued<T>(&self, result: &Result<T, MetaError>) {
+    pub(crate) fn maybe_queued<T>(&self, result: &Result<T, MetaError>) {
         if result.is_ok()
             && let Some(data) = &self.data
         {
@@ -182,7 +182,7 @@ impl<S: Store> MetaService<S> {
     /// record; a watcher waits for its stream to pass it (own-operation completion).
     /// Refuses a removal that may keep an orphan for a user identity's session that keeps
     /// [`crate::auth::ORPHANS_PER_USER_SESSION_MAX`] already (RESOURCE_EXHAUSTED, naming it).
-    fn room_for_orphans<T>(
+    pub(crate) fn room_for_orphans<T>(
         &self,
         r: &Request<T>,
         caller: &calm_meta::Caller,
@@ -208,7 +208,7 @@ impl<S: Store> MetaService<S> {
         Ok(())
     }
 
-    fn mutated<T>(&self, result: Result<T, MetaError>) -> Result<Response<T>, Status> {
+    pub(crate) fn mutated<T>(&self, result: Result<T, MetaError>) -> Result<Response<T>, Status> {
         let mut response = self.answer(result)?;
         let index = self.meta.changelog_last();
         response.metadata_mut().insert(
@@ -299,34 +299,15 @@ impl<S: Store> MetaRpc for MetaService<S> {
     }
 
     async fn make(&self, r: Request<pb::MakeRequest>) -> Result<Response<pb::Attr>, Status> {
-        let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::Dir(r.get_ref().parent))
-            .await;
-        let id = request_id(&self.auth, &r)?;
-        // Held only where the server acts for the very caller the mount named (no root
-        // squash, no identity of a certificate in its place): the mount decides by it.
-        let as_claimed =
-            auth::claimed(&r).is_ok_and(|c| (c.uid, c.gid) == (caller.uid, caller.gid));
-        let (session, uid, parent) = (caller.session, caller.uid, r.get_ref().parent);
-        let hold = as_claimed && r.get_ref().hold && r.get_ref().exclusive;
-        let r = r.into_inner();
-        let result = match calm_proto::node_from_request(&r) {
-            Ok(node) => {
-                let op = Op::Make {
-                    parent: r.parent,
-                    name: r.name,
-                    node,
-                    exclusive: r.exclusive,
-                };
+        let prepared = self.prepare_make(r).await?;
+        let result = match prepared.op {
+            Ok(op) => {
+                let (caller, id) = (prepared.caller, prepared.id);
                 self.meta.apply_request_in_dir(caller, op, id).await
             }
             Err(error) => Err(error),
         };
-        let mut reply = self.mutated(done_entry(result))?;
-        if hold {
-            reply.get_mut().held = self.hold(session, uid, reply.get_ref().handle, parent);
-        }
-        Ok(reply)
+        self.made(result, prepared.hold)
     }
 
     async fn link(&self, r: Request<pb::LinkRequest>) -> Result<Response<pb::Attr>, Status> {
@@ -351,31 +332,13 @@ impl<S: Store> MetaRpc for MetaService<S> {
         &self,
         r: Request<pb::RemoveRequest>,
     ) -> Result<Response<pb::RemovedReply>, Status> {
-        let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::Dir(r.get_ref().parent))
-            .await;
-        let id = request_id(&self.auth, &r)?;
-        self.room_for_orphans(&r, &caller, !r.get_ref().keep.is_empty())?;
-        let r = r.into_inner();
-        let op = Op::Unlink {
-            parent: r.parent,
-            name: r.name,
-            keep: r.keep,
-        };
-        let result = self.meta.apply_request_in_dir(caller, op, id).await;
-        self.maybe_queued(&result);
-        self.mutated(done_removed(result))
+        let (caller, op, id) = self.prepare_unlink(r).await?;
+        self.unlinked(self.meta.apply_request_in_dir(caller, op, id).await)
     }
 
     async fn rmdir(&self, r: Request<pb::RemoveRequest>) -> Result<Response<pb::Empty>, Status> {
-        let caller = self.auth.caller(&r)?;
-        let id = request_id(&self.auth, &r)?;
-        let r = r.into_inner();
-        let op = Op::Rmdir {
-            parent: r.parent,
-            name: r.name,
-        };
-        self.mutated(done_empty(self.meta.apply_request(caller, op, id).await))
+        let (caller, op, id) = self.prepare_rmdir(r).await?;
+        self.removed_dir(self.meta.apply_request(caller, op, id).await)
     }
 
     async fn rename(
@@ -739,6 +702,13 @@ impl<S: Store> MetaRpc for MetaService<S> {
                 .appended(&self.meta, handle, start, attr.size);
         }
         self.mutated(attr(result))
+    }
+
+    async fn grant_handles(
+        &self,
+        r: Request<pb::GrantRequest>,
+    ) -> Result<Response<pb::GrantReply>, Status> {
+        self.grant(r).await
     }
 
     async fn alloc_slices(

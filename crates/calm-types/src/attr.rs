@@ -149,6 +149,17 @@ pub struct NewNode {
     /// `mode` itself has the umask applied, so a server that knows no ACL gives what a
     /// local file system without ACLs would.
     pub mode_before_umask: Option<u32>,
+    /// A handle granted in advance to the client that asks (its mount answered the make
+    /// before sending it): the node gets it, if the grant is that client's.
+    pub granted: Option<Granted>,
+}
+
+/// A handle a client was granted in advance, named by the client it asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Granted {
+    pub handle: Handle,
+    /// The client making the node (its request ids' client), set by the server.
+    pub client: u64,
 }
 
 impl NewNode {
@@ -173,6 +184,7 @@ impl NewNode {
             rdev,
             target: Vec::new(),
             mode_before_umask: None,
+            granted: None,
         }
     }
 

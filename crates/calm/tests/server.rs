@@ -428,7 +428,10 @@ fn concurrent_calls_of_one_client_travel_in_batches_each_answered_as_alone() {
         };
         let too_many = vec![lookup("old1"); calm_proto::batch::BATCH_CALLS_MAX + 1];
         let refused = raw
-            .batch(pb::BatchRequest { calls: too_many })
+            .batch(pb::BatchRequest {
+                calls: too_many,
+                ordered: false,
+            })
             .await
             .unwrap_err();
         assert_eq!(refused.code(), tonic::Code::InvalidArgument);
@@ -439,6 +442,7 @@ fn concurrent_calls_of_one_client_travel_in_batches_each_answered_as_alone() {
         let replies = raw
             .batch(pb::BatchRequest {
                 calls: vec![lookup("old1"), empty, lookup("nope")],
+                ordered: false,
             })
             .await
             .unwrap()

@@ -315,6 +315,19 @@ impl Checker {
                         .problem(format!("changelog reader key {key:?} does not decode")),
                 }
             }
+            TAG_GRANT => {
+                let record = crate::ops::grants::GrantRecord::decode(value);
+                match record.filter(|_| key.len() == 17) {
+                    Some(grant) if grant.end <= self.report.handle_high_water => {}
+                    Some(grant) => self.report.problem(format!(
+                        "handles granted up to {} above the high-water mark {}",
+                        grant.end, self.report.handle_high_water
+                    )),
+                    None => self
+                        .report
+                        .problem(format!("grant of handles {key:?} does not decode")),
+                }
+            }
             // Quotas: checked against the namespace after this pass (`quota`).
             crate::quota::TAG_USAGE | crate::quota::TAG_LIMITS => {}
             other => self

@@ -18,6 +18,7 @@
 //! | `R`    | `R` id:u64be                          | records naming the object, when > 1    |
 //! | `A`    | `A` kind:u8 id:u64be                  | quota usage (crate::quota)             |
 //! | `B`    | `B` kind:u8 id:u64be                  | quota limits (crate::quota)            |
+//! | `W`    | `W` client:u64be first:u64be          | handles granted (crate::ops::grants)   |
 //! | `0xFF` | `0xFF` index:u64be                    | changelog record (calm-changelog)      |
 //!
 //! A name is one key, ordered by a keyed hash of the name ([`NameHash`]): a lookup reads the
@@ -50,8 +51,9 @@ pub use trash::TrashEntry;
 /// owners' quotas until purged, and an open file with no name in the trees above its last
 /// directory until its last close (an orphan record's directory 0 when that directory was
 /// removed since: [`OrphanRecord`]; the usage is counted again, and the records of orphans
-/// whose directory is gone are rewritten, when an older store is opened).
-pub const FORMAT_VERSION: u32 = 14;
+/// whose directory is gone are rewritten, when an older store is opened); version 15 handles granted
+/// to a client in advance (`W`: [`crate::ops::grants`]; nothing to rewrite).
+pub const FORMAT_VERSION: u32 = 15;
 /// The oldest format this build opens.
 pub const FORMAT_VERSION_MIN: u32 = 1;
 /// First bytes of the format field, so a foreign store is refused rather than misread.
@@ -104,6 +106,9 @@ pub const TAG_COLLECTED: u8 = b'C';
 /// while (`crate::ops::trash`): handle (u64 BE) → [`TrashEntry`]. Their inodes stay, with
 /// `nlink` 0 and no name. Before `I`, so that fsck knows them when it checks the inodes.
 pub const TAG_TRASH: u8 = b'E';
+/// Handles granted to a client in advance (`crate::ops::grants`): client and the grant's first
+/// handle (u64 BE each) → the next handle it may give and its end (u64 le each).
+pub const TAG_GRANT: u8 = b'W';
 
 /// Superblock: the handle high-water mark when the store was upgraded to version 4; a
 /// non-directory below it may have no parent recorded (absent: every one has).

@@ -21,6 +21,7 @@ pub mod acls;
 pub mod attrs;
 pub mod clone;
 pub mod data;
+pub mod grants;
 pub mod names;
 pub mod op;
 pub mod orphans;
@@ -76,6 +77,7 @@ pub fn record_type(op: &Op) -> Option<RecordType> {
         | Op::ForgetRequests { .. }
         | Op::Compact { .. }
         | Op::AllocSlices { .. }
+        | Op::Grant { .. }
         | Op::GcDone { .. }
         | Op::Collected { .. }
         | Op::ReleaseOrphan { .. }
@@ -166,6 +168,7 @@ pub fn apply<T: WriteTxn>(ctx: &mut Ctx<'_, T>, op: &Op) -> Outcome<Done> {
             inline.as_deref(),
         ),
         Op::AllocSlices { count } => data::alloc_slices(ctx, *count),
+        Op::Grant { client, count } => grants::grant(ctx, *client, *count),
         Op::GcDone { entries } => data::gc_done(ctx, entries),
         Op::Collected { ids, on } => data::collected(ctx, ids, *on),
         Op::ReleaseOrphan {

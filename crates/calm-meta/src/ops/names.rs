@@ -81,11 +81,22 @@ pub(crate) fn make<T: WriteTxn>(
         Kind::Dir if dir.nlink >= LINK_COUNT_MAX => return Err(MetaError::TooManyLinks.into()),
         _ => {}
     }
+    // A handle granted in advance: the next of its grant, naming no node yet.
+    let granted = match node.granted {
+        Some(granted) => Some((granted.handle, super::grants::check(ctx, granted)?)),
+        None => None,
+    };
     // The last check: the quotas it counts in (it changes nothing when it refuses).
     ctx.charge(uid, gid, parent, crate::quota::usage_of(node.kind, 0))?;
 
     // Checks done; writes from here on.
-    let handle = ctx.alloc.allocate(ctx.txn)?;
+    let handle = match granted {
+        Some((handle, grant)) => {
+            super::grants::take(ctx, grant)?;
+            handle
+        }
+        None => ctx.alloc.allocate(ctx.txn)?,
+    };
     let is_dir = node.kind == Kind::Dir;
     let is_device = matches!(node.kind, Kind::CharDevice | Kind::BlockDevice);
     let mut inode = Inode {

@@ -118,6 +118,11 @@ pub enum Op {
     AllocSlices {
         count: u64,
     },
+    /// Grants `count` handles to `client` for the nodes it makes (`crate::ops::grants`).
+    Grant {
+        client: u64,
+        count: u64,
+    },
     /// Marks the objects `ids` as collected (`on`), so that no mutation names them from now
     /// on, or takes the mark away (an online gc found them named after all).
     Collected {

@@ -1,0 +1,133 @@
+//! Handles granted in advance: a client asks for a range of handles (`Op::Grant`), and its
+//! mount, holding a directory, answers a make in it at once with the next of them and sends
+//! the make after (`NewNode::granted`). The range is kept in the store (`W` keys) so that a
+//! make sent again after the server restarted is still accepted, and only from that client.
+//!
+//! Invariants:
+//! - a grant's handles come from the allocator like any other: below the persisted mark,
+//!   never handed out twice;
+//! - a granted handle names at most one node ever: each grant keeps the next handle it may
+//!   give, which only grows (its client uses them in order), and the grant goes with its last
+//!   handle;
+//! - a client has at most [`GRANTS_PER_CLIENT_MAX`] grants at once, of at most
+//!   [`GRANT_HANDLES_MAX`] handles each.
+
+use calm_store::WriteTxn;
+
+use crate::ctx::Ctx;
+use crate::error::MetaError;
+use crate::layout::TAG_GRANT;
+use crate::outcome::{Done, Outcome};
+use crate::types::*;
+
+/// Handles one grant holds at most.
+pub const GRANT_HANDLES_MAX: u64 = 65_536;
+/// Grants one client holds at once at most.
+pub const GRANTS_PER_CLIENT_MAX: usize = 8;
+
+/// The key of `client`'s grant that starts at `first`.
+pub fn grant_key(client: u64, first: Handle) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    k[0] = TAG_GRANT;
+    k[1..9].copy_from_slice(&client.to_be_bytes());
+    k[9..].copy_from_slice(&first.to_be_bytes());
+    k
+}
+
+/// A grant's value: the next handle it may give and the end of its range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrantRecord {
+    pub next: Handle,
+    pub end: Handle,
+}
+
+impl GrantRecord {
+    pub fn encode(&self) -> [u8; 16] {
+        let mut v = [0u8; 16];
+        v[..8].copy_from_slice(&self.next.to_le_bytes());
+        v[8..].copy_from_slice(&self.end.to_le_bytes());
+        v
+    }
+
+    pub fn decode(value: &[u8]) -> Option<GrantRecord> {
+        let value: &[u8; 16] = value.try_into().ok()?;
+        let next = u64::from_le_bytes(value[..8].try_into().ok()?);
+        let end = u64::from_le_bytes(value[8..].try_into().ok()?);
+        (next < end).then_some(GrantRecord { next, end })
+    }
+}
+
+/// Grants `count` handles to `client`: answers the first.
+pub(crate) fn grant<T: WriteTxn>(ctx: &mut Ctx<'_, T>, client: u64, count: u64) -> Outcome<Done> {
+    if count == 0 || count > GRANT_HANDLES_MAX {
+        return Err(MetaError::Invalid(format!(
+            "{count} handles asked for; 1 to {GRANT_HANDLES_MAX} at once"
+        ))
+        .into());
+    }
+    let held = ctx
+        .txn
+        .scan(
+            &grant_key(client, 0),
+            &grant_key(client, u64::MAX),
+            usize::MAX,
+        )?
+        .len();
+    if held >= GRANTS_PER_CLIENT_MAX {
+        return Err(MetaError::Invalid(format!(
+            "a client holds at most {GRANTS_PER_CLIENT_MAX} grants of handles at once"
+        ))
+        .into());
+    }
+    let first = ctx.alloc.allocate_range(ctx.txn, count)?;
+    let record = GrantRecord {
+        next: first,
+        end: first + count,
+    };
+    ctx.txn.put(&grant_key(client, first), &record.encode())?;
+    Ok(Done::Ids(first))
+}
+
+/// Checks that `granted` names the next handle of one of its client's grants and no node
+/// yet: the key of that grant and what it becomes once the handle is taken (`None`: it goes).
+pub(crate) fn check<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    granted: Granted,
+) -> Outcome<([u8; 17], Option<GrantRecord>)> {
+    let refused = || {
+        MetaError::Invalid(format!(
+            "handle {} was not granted to this client, or was used",
+            granted.handle
+        ))
+    };
+    let from = grant_key(granted.client, 0);
+    let upto = grant_key(granted.client, granted.handle.saturating_add(1));
+    let (key, value) = ctx.txn.last_in(&from, &upto)?.ok_or_else(refused)?;
+    let record = GrantRecord::decode(&value).ok_or_else(refused)?;
+    if granted.handle < record.next || granted.handle >= record.end {
+        return Err(refused().into());
+    }
+    if ctx.load(granted.handle).is_ok() {
+        return Err(refused().into());
+    }
+    let key: [u8; 17] = key.as_slice().try_into().map_err(|_| refused())?;
+    let after = GrantRecord {
+        next: granted.handle + 1,
+        end: record.end,
+    };
+    Ok((key, (after.next < after.end).then_some(after)))
+}
+
+/// Takes the handle [`check`] allowed: its grant moves past it, or goes with its last one.
+pub(crate) fn take<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    (key, after): ([u8; 17], Option<GrantRecord>),
+) -> Outcome<()> {
+    match after {
+        Some(record) => ctx.txn.put(&key, &record.encode())?,
+        None => {
+            ctx.txn.delete(&key)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,149 @@
+//! Handles granted in advance: a client's mount makes nodes with the handles the server
+//! granted it, in order, each once, and no other client may use them; the grants outlive a
+//! restart. Checked against a model (the ranges granted and the next handle of each), with
+//! fsck clean at every step.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use calm_meta::ops::Op;
+use calm_meta::ops::grants::{GRANT_HANDLES_MAX, GRANTS_PER_CLIENT_MAX};
+use calm_meta::*;
+use calm_store::Store;
+use calm_store::mem::MemStore;
+use proptest::prelude::*;
+
+fn fsck_clean(store: &MemStore) {
+    let report = fsck::check(&store.snapshot().unwrap(), &mut |_| {}).unwrap();
+    assert!(report.is_clean(), "fsck: {:?}", report.problems);
+}
+
+fn make(name: String, client: u64, handle: Handle) -> Op {
+    let mut node = NewNode::file(0o644, 0, 0);
+    node.granted = Some(Granted { handle, client });
+    Op::Make {
+        parent: ROOT,
+        name: name.into_bytes(),
+        node,
+        exclusive: true,
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    /// Client 1 or 2 asks for this many handles.
+    Grant(u64, u64),
+    /// A client makes a node with the handle at this offset from its oldest grant's next one
+    /// (0: the next), or with one of the other client's. A handle below the next one (used
+    /// or skipped) never makes a node again: the model's `next` only grows.
+    Make(u64, u64, bool),
+    /// The server restarts.
+    Restart,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        2 => (1u64..3, 1u64..5).prop_map(|(c, n)| Step::Grant(c, n)),
+        6 => (1u64..3, prop_oneof![4 => Just(0u64), 1 => 0u64..4], prop::bool::weighted(0.15))
+            .prop_map(|(c, off, other)| Step::Make(c, off, other)),
+        1 => Just(Step::Restart),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #[test]
+    fn granted_handles_make_nodes_once_in_order_for_their_client_alone(
+        steps in prop::collection::vec(step(), 1..40)
+    ) {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let store = Arc::new(MemStore::new());
+        let mut meta = Meta::open(store.clone(), MetaOptions::default()).unwrap();
+        // The model: per client, its grants by first handle → (next, end).
+        let mut grants: BTreeMap<u64, BTreeMap<Handle, (Handle, Handle)>> = BTreeMap::new();
+        let mut made = 0u64;
+        for step in steps {
+            match step {
+                Step::Grant(client, count) => {
+                    let held = grants.entry(client).or_default();
+                    let got = rt.block_on(meta.grant_handles(Caller::default(), client, count));
+                    if held.len() >= GRANTS_PER_CLIENT_MAX {
+                        prop_assert!(got.is_err(), "a grant past the limit");
+                    } else {
+                        let first = got.unwrap();
+                        prop_assert!(grants.values().flat_map(|g| g.values())
+                            .all(|&(next, end)| first + count <= next || first >= end),
+                            "a grant overlaps another");
+                        grants.entry(client).or_default().insert(first, (first, first + count));
+                    }
+                }
+                Step::Make(client, offset, other) => {
+                    let owner = if other { 3 - client } else { client };
+                    let Some(&(next, _)) = grants.get(&owner).and_then(|g| g.values().next()) else {
+                        continue;
+                    };
+                    let handle = next + offset;
+                    made += 1;
+                    let got = rt.block_on(meta.apply_as(Caller::default(), make(format!("f{made}"), client, handle)));
+                    // Any handle of one of the client's grants from that grant's next one on
+                    // (a mount may skip some), by that client alone.
+                    let mine = grants.entry(client).or_default();
+                    let grant = mine.iter().find(|&(_, &(next, end))| next <= handle && handle < end);
+                    let grant = grant.map(|(&first, &(_, end))| (first, end)).filter(|_| !other);
+                    prop_assert_eq!(got.is_ok(), grant.is_some(), "make with handle {} by {}: {:?}", handle, client, got);
+                    if let Some((first, end)) = grant {
+                        let attr = meta.lookup(ROOT, format!("f{made}").as_bytes()).unwrap();
+                        prop_assert_eq!(attr.handle, handle);
+                        if handle + 1 == end {
+                            mine.remove(&first);
+                        } else {
+                            mine.insert(first, (handle + 1, end));
+                        }
+                    }
+                }
+                Step::Restart => {
+                    drop(meta);
+                    meta = Meta::open(store.clone(), MetaOptions::default()).unwrap();
+                }
+            }
+            fsck_clean(&store);
+        }
+        // Handles the server picks are none of those granted.
+        let attr = rt.block_on(meta.create(ROOT, b"picked", 0o644)).unwrap();
+        prop_assert!(grants.values().flat_map(|g| g.values()).all(|&(next, end)| attr.handle < next || attr.handle >= end));
+    }
+}
+
+#[tokio::test]
+async fn a_grant_is_refused_past_its_size_and_a_node_keeps_its_granted_handle_after_a_restart() {
+    let store = Arc::new(MemStore::new());
+    let meta = Meta::open(store.clone(), MetaOptions::default()).unwrap();
+    for count in [0, GRANT_HANDLES_MAX + 1] {
+        assert_eq!(
+            meta.grant_handles(Caller::default(), 7, count)
+                .await
+                .unwrap_err()
+                .errno(),
+            22
+        );
+    }
+    let first = meta.grant_handles(Caller::default(), 7, 2).await.unwrap();
+    drop(meta);
+    let meta = Meta::open(store.clone(), MetaOptions::default()).unwrap();
+    meta.apply_as(Caller::default(), make("a".into(), 7, first))
+        .await
+        .unwrap();
+    meta.apply_as(Caller::default(), make("b".into(), 7, first + 1))
+        .await
+        .unwrap();
+    // The last handle used, the grant is gone: no key left of it.
+    assert_eq!(
+        meta.apply_as(Caller::default(), make("c".into(), 7, first + 1))
+            .await
+            .unwrap_err()
+            .errno(),
+        22
+    );
+    assert_eq!(meta.lookup(ROOT, b"b").unwrap().handle, first + 1);
+    fsck_clean(&store);
+}

@@ -1,0 +1,140 @@
+//! The makes and removals of names, in two halves: what a request asks of the committer
+//! (checked, with other sessions' holds recalled), and its answer. A request alone runs both;
+//! an ordered batch (`crate::batch`) queues the first halves of its calls one after the other
+//! and then answers them, so that its calls share the committer's groups in their order.
+
+use calm_meta::ops::{Done, Op};
+use calm_meta::requests::RequestId;
+use calm_meta::{Attr, Caller, MetaError};
+use calm_proto::pb;
+use calm_store::Store;
+use tonic::{Request, Response, Status};
+
+use crate::MetaService;
+use crate::auth;
+use crate::holds::Recall;
+use crate::meta_answers::{done_empty, done_entry, done_removed};
+use crate::meta_service::request_id;
+
+/// A make as the committer gets it, and the hold its answer asks for.
+pub(crate) struct PreparedMake {
+    pub(crate) caller: Caller,
+    pub(crate) id: Option<RequestId>,
+    pub(crate) op: Result<Op, MetaError>,
+    /// The session, uid and directory of a make that asked to hold what it made.
+    pub(crate) hold: Option<(u64, u32, u64)>,
+}
+
+impl<S: Store> MetaService<S> {
+    pub(crate) async fn prepare_make(
+        &self,
+        r: Request<pb::MakeRequest>,
+    ) -> Result<PreparedMake, Status> {
+        let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::Dir(r.get_ref().parent))
+            .await;
+        let id = request_id(&self.auth, &r)?;
+        // Held only where the server acts for the very caller the mount named (no root
+        // squash, no identity of a certificate in its place): the mount decides by it.
+        let as_claimed =
+            auth::claimed(&r).is_ok_and(|c| (c.uid, c.gid) == (caller.uid, caller.gid));
+        let hold = (as_claimed && r.get_ref().hold && r.get_ref().exclusive).then_some((
+            caller.session,
+            caller.uid,
+            r.get_ref().parent,
+        ));
+        // A handle granted in advance is its client's alone: the client of the request's id,
+        // which the server binds to the caller's identity.
+        let granted = match (r.get_ref().handle, id) {
+            (0, _) => None,
+            (handle, Some(id)) => Some(calm_types::Granted {
+                handle,
+                client: id.client,
+            }),
+            (_, None) => {
+                return Err(Status::invalid_argument(
+                    "a make with a granted handle needs a request id",
+                ));
+            }
+        };
+        let r = r.into_inner();
+        let op = calm_proto::node_from_request(&r).map(|mut node| {
+            node.granted = granted;
+            Op::Make {
+                parent: r.parent,
+                name: r.name,
+                node,
+                exclusive: r.exclusive,
+            }
+        });
+        Ok(PreparedMake {
+            caller,
+            id,
+            op,
+            hold,
+        })
+    }
+
+    /// A make's answer, with the hold it asked for where it may have it.
+    pub(crate) fn made(
+        &self,
+        result: Result<(Done, Option<Attr>), MetaError>,
+        hold: Option<(u64, u32, u64)>,
+    ) -> Result<Response<pb::Attr>, Status> {
+        let mut reply = self.mutated(done_entry(result))?;
+        if let Some((session, uid, parent)) = hold {
+            reply.get_mut().held = self.hold(session, uid, reply.get_ref().handle, parent);
+        }
+        Ok(reply)
+    }
+
+    pub(crate) async fn prepare_unlink(
+        &self,
+        r: Request<pb::RemoveRequest>,
+    ) -> Result<(Caller, Op, Option<RequestId>), Status> {
+        let caller = self.auth.caller(&r)?;
+        self.recall(caller.session, Recall::Dir(r.get_ref().parent))
+            .await;
+        let id = request_id(&self.auth, &r)?;
+        self.room_for_orphans(&r, &caller, !r.get_ref().keep.is_empty())?;
+        let r = r.into_inner();
+        let op = Op::Unlink {
+            parent: r.parent,
+            name: r.name,
+            keep: r.keep,
+        };
+        Ok((caller, op, id))
+    }
+
+    pub(crate) fn unlinked(
+        &self,
+        result: Result<(Done, Option<Attr>), MetaError>,
+    ) -> Result<Response<pb::RemovedReply>, Status> {
+        self.maybe_queued(&result);
+        self.mutated(done_removed(result))
+    }
+
+    pub(crate) async fn prepare_rmdir(
+        &self,
+        r: Request<pb::RemoveRequest>,
+    ) -> Result<(Caller, Op, Option<RequestId>), Status> {
+        let caller = self.auth.caller(&r)?;
+        // A directory another mount holds the names of may have makes in it not sent yet.
+        self.recall(caller.session, Recall::Dir(r.get_ref().parent))
+            .await;
+        let id = request_id(&self.auth, &r)?;
+        let r = r.into_inner();
+        let op = Op::Rmdir {
+            parent: r.parent,
+            name: r.name,
+        };
+        Ok((caller, op, id))
+    }
+
+    pub(crate) fn removed_dir(
+        &self,
+        result: Result<Done, MetaError>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        self.mutated(done_empty(result))
+    }
+}
