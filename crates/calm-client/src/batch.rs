@@ -102,10 +102,13 @@ async fn send_batches(rpc: MetaClient<Channel>, mut queue: mpsc::UnboundedReceiv
             let (calls, answers): (Vec<_>, Vec<_>) =
                 batch.into_iter().map(|q| (q.call, q.answer)).unzip();
             let sent = calls.len();
-            let replies = match rpc.batch(pb::BatchRequest {
-                calls,
-                ordered: false,
-            }).await {
+            let replies = match rpc
+                .batch(pb::BatchRequest {
+                    calls,
+                    ordered: false,
+                })
+                .await
+            {
                 Ok(reply) => reply.into_inner().replies,
                 Err(status) => {
                     for answer in answers {

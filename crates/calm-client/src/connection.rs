@@ -110,6 +110,7 @@ impl Client {
             caller: None,
             job: None,
             reached: Arc::new(AtomicU64::new(0)),
+            outbox: None,
         }
     }
 

@@ -116,6 +116,8 @@ macro_rules! rpc_call {
     // closing its connection); only a lock wait and the calls that read the whole namespace
     // are not.
     ($client:expr, $local:ident, $make:ident, |$conn:ident, $request:ident| $remote:expr, $method:ident, $message:expr, $id:expr, $placed:expr, $fresh:expr, $bounded:expr) => {{
+        // The changes the mount answered itself go first (`outbox`).
+        $client.after_outbox().await;
         let message = $message;
         let id = $id;
         let _in_flight =
@@ -328,6 +330,8 @@ pub struct Client {
     job: Option<Arc<str>>,
     /// The highest changelog index a mutation of this client (or its clones) answered with.
     reached: Arc<AtomicU64>,
+    /// The changes its mount answered itself, which its requests wait for (shared by clones).
+    outbox: Option<Arc<outbox::Outbox>>,
 }
 
 /// A file's locks and waiting requests as the server lists them.
@@ -388,6 +392,7 @@ mod contents;
 mod holds;
 mod lock_calls;
 mod namespace;
+pub mod outbox;
 mod quota_calls;
 mod tls;
 mod watch;

@@ -207,6 +207,7 @@ impl CalmFs {
         let registry = options.metrics.clone().unwrap_or_default();
         let metrics = crate::metrics::MountMetrics::new(registry, options.count_requests)
             .map_err(std::io::Error::other)?;
+        let client = crate::local::outbox_client(client, options.hold_files, &runtime);
         let shared = Arc::new(Shared {
             client,
             contents: Contents::new(
@@ -232,6 +233,8 @@ impl CalmFs {
             returns: Mutex::default(),
             returns_queued: Arc::default(),
             returns_wanted: Arc::default(),
+            dirs: crate::dirs::Dirs::default(),
+            handles_wanted: Arc::default(),
         });
         let figures = Arc::downgrade(&shared);
         shared
@@ -249,6 +252,7 @@ impl CalmFs {
         if options.hold_files || options.keep_copies {
             runtime.spawn(Shared::follow_recalls(Arc::downgrade(&shared)));
             runtime.spawn(Shared::send_returns(Arc::downgrade(&shared)));
+            runtime.spawn(Shared::keep_handles(Arc::downgrade(&shared)));
         }
         Ok(CalmFs { shared, runtime })
     }
@@ -330,8 +334,9 @@ impl CalmFs {
         node: NewNode,
         reply: ReplyEntry,
     ) {
+        let shared = self.shared.clone();
         self.entry_in_dir(req, parent, name, reply, move |client, name| async move {
-            client.make_in_dir(parent.0, &name, &node, true).await
+            shared.make_node(&client, parent.0, &name, &node).await
         });
     }
 
@@ -764,10 +769,8 @@ impl Filesystem for CalmFs {
         reply: ReplyEmpty,
     ) {
         // Every change the server answered, this directory's names with them, on its disk.
-        let client = self.shared.caller(req);
-        self.empty_task(req, reply, async move {
-            client.sync().await.map_err(|e| errno(&e))
-        });
+        let (shared, client) = (self.shared.clone(), self.shared.caller(req));
+        self.empty_task(req, reply, async move { shared.sync_all(&client).await });
     }
 
     fn interrupt(&self, _req: &Request, unique: RequestId) {

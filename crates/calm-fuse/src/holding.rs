@@ -253,6 +253,11 @@ impl Holding {
         }
     }
 
+    /// Whether the server asked for `handle` before its grant was seen here (forgotten then).
+    pub(crate) fn take_early(&self, handle: Handle) -> bool {
+        self.early.locked().handles.remove(&handle)
+    }
+
     /// Whether this mount holds `handle`.
     pub(crate) fn holds(&self, handle: Handle) -> bool {
         self.files.locked().contains_key(&handle)

@@ -13,7 +13,8 @@
 //!   entry caching, sizes and times kept in the metadata server;
 //! - `holding`: the files this mount holds (made here with O_EXCL): which chmod, chown and
 //!   utimens it answers itself; `recalls`: sending them, giving files back, the server's
-//!   recalls;
+//!   recalls; `dirs`: the directories this mount holds (made here), whose makes and
+//!   removals it answers itself and sends after, in order; `local`: answering them;
 //! - `shared`: what request tasks share of the mount's state; `convert`: between calm's and
 //!   the kernel's shapes; [`groups`]: callers' supplementary groups; [`jobs`]: their jobs.
 //!
@@ -24,12 +25,14 @@ pub mod cache;
 pub mod contents;
 mod convert;
 mod copies;
+mod dirs;
 pub mod fs;
 pub mod groups;
 mod holding;
 pub mod interrupts;
 pub mod jobs;
 pub mod listings;
+mod local;
 pub mod locks;
 pub mod metrics;
 pub mod mount;

@@ -171,7 +171,7 @@ impl Shared {
 
     /// Queues `handle`, held with nothing kept, to be given back with others in one request,
     /// at once (the server may be waiting for it).
-    fn return_soon(&self, handle: Handle) {
+    pub(crate) fn return_soon(&self, handle: Handle) {
         self.returns.locked().holds.push(handle);
         self.returns_wanted.notify_one();
         self.returns_queued.notify_one();
@@ -313,6 +313,7 @@ impl Shared {
             // Ended: the server's side ends with the request, and the holds and copies of the
             // session with it, so the copies end here first.
             strong.copies.stream_ended();
+            strong.dirs.stream_ended();
             drop(stream);
             // The server holds nothing of this mount any more: what was kept goes as it is.
             for (handle, kept) in strong.holding.stream_open(false) {
@@ -324,6 +325,11 @@ impl Shared {
     }
 
     async fn recalled(self: Arc<Self>, handle: Handle) {
+        // A directory held: what was answered in it goes first, then the directory.
+        if self.dirs.holds(handle) {
+            self.give_back_dir(handle).await;
+            return;
+        }
         // A copy (or the grant of one on its way here) ends: another client changed the file.
         // The next read loads its map again and the kernel drops its pages and attributes
         // before the copy goes back (and the change is answered).

@@ -111,6 +111,10 @@ pub(crate) struct Shared {
     /// Something queued in `returns` is waited for (asked back by the server): sent at once,
     /// not gathered with what later closes give back.
     pub(crate) returns_wanted: Arc<tokio::sync::Notify>,
+    /// The directories this mount holds, and its handles granted in advance (`crate::dirs`).
+    pub(crate) dirs: crate::dirs::Dirs,
+    /// Handles granted in advance were used (`crate::local`).
+    pub(crate) handles_wanted: Arc<tokio::sync::Notify>,
 }
 
 impl Shared {
@@ -181,7 +185,29 @@ impl Shared {
                 "Opens the mount answered from its copy of the file, without asking the server.",
                 &[(&[], self.copies.opens_answered() as f64)],
             ),
+            gauge_family(
+                "calm_mount_held_dirs",
+                "Directories whose makes and removals the mount answers itself, sending them after.",
+                &[(&[], self.dirs.count() as f64)],
+            ),
         ];
+        if let Some(outbox) = self.client.outbox() {
+            let (queued, sent, batches, refused) = outbox.figures();
+            families.push(counter_family(
+                "calm_mount_answered_here_total",
+                "Makes and removals the mount answered itself, in directories it holds.",
+                &[(&[], queued as f64)],
+            ));
+            families.push(counter_family(
+                "calm_mount_answered_here_sent_total",
+                "Of those, the ones sent to the server, in ordered batches, and the ones it refused.",
+                &[
+                    (&[("kind", "sent")], sent as f64),
+                    (&[("kind", "batches")], batches as f64),
+                    (&[("kind", "refused")], refused as f64),
+                ],
+            ));
+        }
         families.extend(objects);
         families
     }

@@ -106,7 +106,7 @@ async fn in_order<S: Store>(
 async fn queue_one<S: Store>(service: &MetaService<S>, origin: &Origin, call: pb::Call) -> Queued {
     let failed = |error: calm_meta::MetaError| Queued::Failed(status_from_error(&error));
     let metadata = call.metadata;
-    let queued = match call.op {
+    match call.op {
         Some(Op::Make(m)) => {
             let prepared = match origin.request(m, metadata) {
                 Ok(request) => service.prepare_make(request).await,
@@ -140,8 +140,7 @@ async fn queue_one<S: Store>(service: &MetaService<S>, origin: &Origin, call: pb
         _ => Queued::Failed(Status::invalid_argument(
             "an ordered batch holds makes, unlinks and rmdirs only",
         )),
-    };
-    queued
+    }
 }
 
 async fn queue_prepared<S: Store>(

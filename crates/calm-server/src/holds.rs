@@ -131,15 +131,14 @@ impl Table {
         match recall {
             Recall::File(handle) => [handle].into_iter().filter(others).collect(),
             // The files held in it, and the directory itself when a mount holds its names.
-            Recall::Dir(dir) => self
-                .dirs
-                .get(&dir)
-                .into_iter()
-                .flatten()
-                .copied()
-                .chain([dir])
-                .filter(others)
-                .collect(),
+            Recall::Dir(dir) => {
+                let held = self.dirs.get(&dir).into_iter().flatten().copied();
+                let mut wanted: Vec<Handle> = held.filter(others).collect();
+                if others(&dir) && !wanted.contains(&dir) {
+                    wanted.push(dir);
+                }
+                wanted
+            }
             Recall::All => self.files.keys().copied().filter(others).collect(),
         }
     }
@@ -219,10 +218,14 @@ impl Holds {
     }
 
     /// Grants `session` the hold of `handle`, just made in `dir`, if its stream is open and
-    /// the limits allow.
+    /// the limits allow. In a directory the session holds, the mount answered the make
+    /// itself and holds what it made already: granted past the limits (the mount bounds what
+    /// it holds so).
     pub fn grant(&self, session: u64, handle: Handle, dir: Handle) -> bool {
         let mut table = self.table.locked();
-        if table.files.len() >= HOLDS_MAX || table.files.contains_key(&handle) {
+        let answered_there = table.files.get(&dir).is_some_and(|d| d.session == session);
+        let full = table.files.len() >= HOLDS_MAX && !answered_there;
+        if full || table.files.contains_key(&handle) {
             return false;
         }
         if table.distrusted.contains(&session) {
@@ -231,7 +234,8 @@ impl Holds {
         let Some(holder) = table.holders.get_mut(&session) else {
             return false;
         };
-        if holder.files.len() >= HOLDS_PER_SESSION_MAX || holder.recalls.is_closed() {
+        let full = holder.files.len() >= HOLDS_PER_SESSION_MAX && !answered_there;
+        if full || holder.recalls.is_closed() {
             return false;
         }
         holder.files.insert(handle);
@@ -590,7 +594,8 @@ mod tests {
     fn step() -> impl Strategy<Value = Step> {
         let session = 1..4u64;
         let handle = 10..30u64;
-        let dir = 1..4u64;
+        // Files and directories made in directories 1 to 3, or in 10 and 11 (held themselves).
+        let dir = prop_oneof![1..4u64, 10..12u64];
         prop_oneof![
             session.clone().prop_map(Step::Open),
             session.clone().prop_map(Step::Close),
@@ -634,7 +639,13 @@ mod tests {
                 prop_assert_eq!(holds.count(), model.len());
                 let table = holds.table.locked();
                 for asker in 0..4u64 {
-                    let scopes = [Recall::All, Recall::Dir(1), Recall::Dir(2), Recall::File(12)];
+                    let scopes = [
+                        Recall::All,
+                        Recall::Dir(1),
+                        Recall::Dir(2),
+                        Recall::Dir(10),
+                        Recall::File(12),
+                    ];
                     for scope in scopes {
                         let mut got = table.wanted(asker, scope);
                         got.sort();
@@ -643,7 +654,8 @@ mod tests {
                             .filter(|m| m.1 != asker)
                             .filter(|m| match scope {
                                 Recall::All => true,
-                                Recall::Dir(d) => m.2 == d,
+                                // Held in it, or the directory itself held.
+                                Recall::Dir(d) => m.2 == d || m.0 == d,
                                 Recall::File(f) => m.0 == f,
                             })
                             .map(|m| m.0)

@@ -89,7 +89,9 @@ pub struct MountArgs {
     pub fuse_threads: u16,
     /// Send every chmod, chown and change of times to the server before answering it, also
     /// for files this mount made and has open alone (which it otherwise holds: it answers
-    /// their changes itself and sends them at their close, fsync or when another client asks).
+    /// their changes itself and sends them at their close, fsync or when another client asks);
+    /// and every create, mkdir, unlink and rmdir, also in directories this mount made and
+    /// nobody else looked into (whose changes it otherwise answers itself and sends at once).
     #[arg(long)]
     pub no_hold: bool,
     /// Ask the server at every open of a file, also one this mount read and nobody changed

@@ -76,6 +76,14 @@ struct Storm {
 impl Storm {
     fn start(mount: &Mount, k: usize) -> Storm {
         let (child, lines) = spawn_in(mount, &STORM.replace("mK", &format!("m{k}")));
+        Storm::follow(child, lines)
+    }
+
+    /// The storm `child` runs, saying its numbers on `lines`.
+    fn follow(
+        child: std::process::Child,
+        lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    ) -> Storm {
         let (said, ended) = (Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None)));
         let (s, e) = (said.clone(), ended.clone());
         std::thread::spawn(move || {
@@ -279,6 +287,151 @@ fn kill9_of_a_mount_and_of_the_server_keeps_each_mounts_order() {
         "numbers said: mount 0 {said0}, mount 1 {said1}, mount 2 (killed) {said2}; \
          creates the follower saw, checked: {checked}"
     );
+    drop((m0, m1));
+    let (status, _) = server.terminate();
+    assert!(status.success());
+}
+
+/// Files in directories the mount makes as it goes (`mK/s{i / 50}/f{i}`), each created,
+/// written with its number and closed, then said: directories a mount made and holds, whose
+/// creates and mkdirs it answers itself and sends after.
+const HELD_STORM: &str = r#"
+import os
+d = os.path.join(os.environ['MNT'], 'mK')
+os.makedirs(d, exist_ok=True)
+i = 0
+while True:
+    try:
+        sub = os.path.join(d, f's{i // 50}')
+        if i % 50 == 0:
+            os.mkdir(sub)
+        fd = os.open(os.path.join(sub, f'f{i}'), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        os.write(fd, str(i).encode())
+        os.close(fd)
+    except OSError as e:
+        print('error', e.errno, flush=True)
+        break
+    print(i, flush=True)
+    i += 1
+"#;
+
+/// Every file below directories DIRS as `directory → (number → contents)`.
+const HELD_LIST: &str = r#"
+import json, os
+out = {}
+for k in DIRS:
+    files = {}
+    for root, _, names in os.walk(os.path.join(os.environ['MNT'], k)):
+        for name in names:
+            with open(os.path.join(root, name)) as f:
+                files[int(name[1:])] = f.read()
+    out[k] = files
+print(json.dumps(out))
+"#;
+
+/// Checks that `dir` of a [`HELD_LIST`] listing holds every number up to `said` with its
+/// contents, at most one more (made, perhaps not yet written), and nothing else: a prefix.
+fn a_held_prefix(listing: &serde_json::Value, dir: &str, said: u64) {
+    let files: BTreeMap<u64, String> = listing[dir]
+        .as_object()
+        .unwrap_or_else(|| panic!("no {dir} in {listing}"))
+        .iter()
+        .map(|(i, v)| (i.parse().unwrap(), v.as_str().unwrap().to_string()))
+        .collect();
+    for i in 0..=said {
+        assert_eq!(
+            files.get(&i),
+            Some(&i.to_string()),
+            "{dir}: number {i} of {said} said"
+        );
+    }
+    let beyond: Vec<_> = files.keys().filter(|i| **i > said).collect();
+    assert!(
+        beyond.is_empty() || beyond == [&(said + 1)],
+        "{dir}: files past the number said ({said}): {beyond:?}"
+    );
+}
+
+/// The makes and removals a mount answered itself, from its counters.
+fn answered_here(mount: &Mount) -> u64 {
+    let out =
+        mount.sh_ok("python3 -c \"import os; print(os.getxattr('.', 'calm.metrics').decode())\"");
+    out.lines()
+        .find_map(|l| l.strip_prefix("calm_mount_answered_here_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// kill -9 of a mount, then of the server, under storms of creates and mkdirs that the mounts
+/// answer themselves in directories they made: each mount's files stay a prefix of its order
+/// (a mount killed loses at most what it had not sent, never an earlier change without a
+/// later one), and a server killed loses nothing a mount was answered.
+#[test]
+fn kill9_under_changes_answered_by_the_mounts_keeps_each_mounts_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = data_dir(&tmp);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let args = ["--listen", listen.as_str()];
+    let server = Server::start_with(&data, &args);
+    let mounts: Vec<Mount> = (0..MOUNTS)
+        .map(|_| Mount::remote(&server.addr, &[]))
+        .collect();
+    // The stream of recalls open: what a mount makes from now on it holds.
+    std::thread::sleep(Duration::from_millis(500));
+    let start = |k: usize, m: &Mount| {
+        let (child, lines) = spawn_in(m, &HELD_STORM.replace("mK", &format!("m{k}")));
+        let storm = Storm::follow(child, lines);
+        storm.wait_past(&format!("mount {k}"), None, 300);
+        storm
+    };
+    let storms: Vec<Storm> = mounts
+        .iter()
+        .enumerate()
+        .map(|(k, m)| start(k, m))
+        .collect();
+    for (k, mount) in mounts.iter().enumerate() {
+        let here = answered_here(mount);
+        assert!(here >= 300, "mount {k} answered {here} changes itself");
+    }
+    let mut storms = storms.into_iter();
+    let (s0, s1, s2) = (
+        storms.next().unwrap(),
+        storms.next().unwrap(),
+        storms.next().unwrap(),
+    );
+    let mut mounts = mounts.into_iter();
+    let (m0, m1, m2) = (
+        mounts.next().unwrap(),
+        mounts.next().unwrap(),
+        mounts.next().unwrap(),
+    );
+    drop(m2); // SIGKILL
+    let said2 = s2.stop().expect("mount 2 said numbers");
+    let list = |mount: &Mount, dirs: &[&str]| -> serde_json::Value {
+        let program = HELD_LIST.replace("DIRS", &format!("{dirs:?}").replace('"', "'"));
+        let out = mount.sh_ok(&format!("python3 -c \"{program}\""));
+        serde_json::from_str(out.trim()).expect("the listing's JSON")
+    };
+    a_held_prefix(&list(&m0, &["m2"]), "m2", said2);
+
+    let mut server = server;
+    for round in 0..SERVER_KILLS {
+        let (at0, at1) = (s0.said(), s1.said());
+        s0.wait_past(&format!("mount 0 before kill {round}"), at0, 100);
+        s1.wait_past(&format!("mount 1 before kill {round}"), at1, 100);
+        server.kill9();
+        let (at0, at1) = (s0.said(), s1.said());
+        std::thread::sleep(Duration::from_millis(300));
+        server = Server::start_with(&data, &args);
+        s0.wait_past(&format!("mount 0 after restart {round}"), at0, 100);
+        s1.wait_past(&format!("mount 1 after restart {round}"), at1, 100);
+    }
+    let (said0, said1) = (s0.stop().unwrap(), s1.stop().unwrap());
+    let after = list(&m1, &["m0", "m1", "m2"]);
+    a_held_prefix(&after, "m0", said0);
+    a_held_prefix(&after, "m1", said1);
+    a_held_prefix(&after, "m2", said2);
+    eprintln!("numbers said: mount 0 {said0}, mount 1 {said1}, mount 2 (killed) {said2}");
     drop((m0, m1));
     let (status, _) = server.terminate();
     assert!(status.success());

@@ -113,6 +113,8 @@ impl CalmFs {
             if let Err(e) = shared.send_kept(handle).await {
                 return reply.error(e);
             }
+            // A directory held: its mode and owner decide what is answered in it.
+            shared.give_back_dir(handle).await;
             let changed = client.setattr(handle, &change).await;
             shared.cache.forget_dir_attr(handle);
             match changed {
@@ -207,6 +209,7 @@ impl CalmFs {
             // An extended attribute (an ACL, capabilities) ends a hold: the changes kept go
             // first, and the server decides every later one.
             shared.give_back_whole(ino.0).await?;
+            shared.give_back_dir(ino.0).await;
             let result = client.setxattr(ino.0, &name, &value, flags as u32).await;
             cache.changed_here(ino.0);
             result.map_err(|e| errno(&e))
@@ -283,6 +286,7 @@ impl CalmFs {
         shared.drop_copy(ino.0);
         self.empty_task(req, reply, async move {
             shared.give_back_whole(ino.0).await?;
+            shared.give_back_dir(ino.0).await;
             let result = client.removexattr(ino.0, &name).await;
             cache.changed_here(ino.0);
             result.map_err(|e| errno(&e))

@@ -333,7 +333,7 @@ impl CalmFs {
             // (a server may answer a change before it is on its disk).
             shared.push_as(&client, ino.0, Some(fh.0), true).await?;
             shared.send_kept(ino.0).await?;
-            client.sync().await.map_err(|e| errno(&e))
+            shared.sync_all(&client).await
         });
     }
 

@@ -124,9 +124,19 @@ impl CalmFs {
         shared.cache.changed_here(parent.0);
         let ticket = shared.cache.ticket();
         self.spawn(req, reply.interrupter(), async move {
-            let made = client
-                .make_held(parent.0, &name, &node, exclusive, hold)
-                .await;
+            // In a directory this mount holds, answered here (and held: the mount knows the
+            // name was not there, so the file is new with or without O_EXCL); else by the
+            // server, the directory given back first (its names change elsewhere than here).
+            let here = shared.make_here(&client, parent.0, &name, &node);
+            let made = match here {
+                Some((attr, dir)) => Ok((attr, Some(dir), 0)),
+                None => {
+                    shared.give_back_dir(parent.0).await;
+                    client
+                        .make_held(parent.0, &name, &node, exclusive, hold)
+                        .await
+                }
+            };
             shared
                 .cache
                 .name_added_here(parent.0, &name, Outcome::of_make(&made));
@@ -195,6 +205,7 @@ impl CalmFs {
                 // A held file is known to the server by the directory it was made in: given
                 // back before it has a name elsewhere.
                 let _ = shared.give_back_whole(ino.0).await;
+                shared.give_back_dir(newparent.0).await;
                 client.link_in_dir(ino.0, newparent.0, &name).await
             }
         });
@@ -213,6 +224,14 @@ impl CalmFs {
         shared.cache.changed_here(parent.0);
         let ticket = shared.cache.ticket();
         self.empty_task(req, reply, async move {
+            if let Some(dir) = shared.remove_here(&client, parent.0, &name, false) {
+                shared
+                    .cache
+                    .name_removed_here(parent.0, &name, Outcome::Known);
+                shared.cache.dir_changed(ticket, dir);
+                return Ok(());
+            }
+            shared.give_back_dir(parent.0).await;
             let keep = shared.keep_for(&client, parent.0, &name).await;
             let unlinked = client.unlink_in_dir(parent.0, &name, keep).await;
             shared
@@ -240,7 +259,19 @@ impl CalmFs {
         shared.cache.changed_here(parent.0);
         shared.cache.dirs_changed_here();
         self.empty_task(req, reply, async move {
+            if shared.remove_here(&client, parent.0, &name, true).is_some() {
+                shared
+                    .cache
+                    .name_removed_here(parent.0, &name, Outcome::Known);
+                shared.cache.changed_here(parent.0);
+                shared.cache.dirs_changed_here();
+                return Ok(());
+            }
+            shared.give_back_dir(parent.0).await;
             let removed = client.rmdir(parent.0, &name).await;
+            if removed.is_ok() {
+                shared.dirs.removed(parent.0, &name);
+            }
             shared
                 .cache
                 .name_removed_here(parent.0, &name, Outcome::of_removal(&removed));
@@ -281,6 +312,9 @@ impl CalmFs {
             if flags & libc::RENAME_EXCHANGE != 0 {
                 let _ = shared.give_back_in(newparent.0).await;
             }
+            // So are the directories held whose names change, and those that may move.
+            shared.give_back_dirs_in(parent.0).await;
+            shared.give_back_dirs_in(newparent.0).await;
             let keep = shared.keep_for(&client, newparent.0, &newname).await;
             let renamed = client
                 .rename_in_dir(parent.0, &name, newparent.0, &newname, flags, keep)

@@ -1,0 +1,402 @@
+//! Directories this mount holds: a directory it made, which the server let it hold
+//! (`calm_proto::HOLD_NAMES`). Nobody else sees into it without the server asking for it
+//! back first, so the mount knows every name in it, and answers a create, a mkdir, an unlink
+//! or an rmdir in it itself, at once, with a handle the server granted it in advance; the
+//! change goes to the server after, in the order answered, through the client's outbox
+//! (`calm_client::outbox`), which every other request of the mount waits for.
+//!
+//! What is answered here (anything else goes to the server, after the directory is given
+//! back when it would change the directory's names or attributes otherwise):
+//!
+//! - a create with O_EXCL or a mkdir by the user and group that made the directory, of a
+//!   name it does not hold, with no setuid, setgid or sticky bit; a file so made is held
+//!   ([`crate::holding`]), a directory so made is held too;
+//! - an unlink of a file, symlink or special file by that user, not open here and not held;
+//! - an rmdir of a directory held here with no name in it.
+//!
+//! The directory is given back (the outbox sent first) when the server asks for it, when a
+//! rename, a link, a symlink, a mknod or an attribute change names it here, and when the
+//! stream of recalls ends (the server holds nothing of this mount any more). At most
+//! [`HELD_DIRS_MAX`] directories are held at once. docs/design/mount.md "Directories held".
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use calm_types::sync::Locked;
+use calm_types::{Attr, Handle, Kind};
+
+use crate::holding::Asker;
+
+/// Directories held at once, at most (the server's bound on one session's holds is larger).
+pub const HELD_DIRS_MAX: usize = 16_384;
+/// Handles asked for in one grant.
+pub const GRANT_COUNT: u64 = 4096;
+/// Handles left below which the next grant is asked for.
+pub const GRANT_LOW: u64 = 1024;
+
+/// A directory held, as this mount knows it.
+#[derive(Debug)]
+struct HeldDir {
+    /// The directory it was made in, and its name there (which moves only through the
+    /// server, after the directory is given back).
+    parent: Handle,
+    name: Vec<u8>,
+    /// Who made it (who alone makes and removes names in it here).
+    maker: Asker,
+    /// Its attributes as this mount answers them: its mode (write and search for its owner
+    /// are needed), its generation (that of the nodes made in it here), its times and links,
+    /// changed by each make and removal answered here.
+    attr: Attr,
+    /// Every name in it.
+    names: HashMap<Vec<u8>, (Handle, Kind)>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    dirs: HashMap<Handle, HeldDir>,
+    /// Handles granted and not used: ranges `[next, end)`, in order.
+    handles: VecDeque<(Handle, Handle)>,
+    /// A grant is on its way.
+    asking: bool,
+}
+
+impl State {
+    fn left(&self) -> u64 {
+        self.handles.iter().map(|(next, end)| end - next).sum()
+    }
+
+    fn take_handle(&mut self) -> Option<Handle> {
+        let (next, end) = self.handles.front_mut()?;
+        let handle = *next;
+        *next += 1;
+        if next == end {
+            self.handles.pop_front();
+        }
+        Some(handle)
+    }
+}
+
+/// What a make answered here is.
+#[derive(Debug, Clone)]
+pub(crate) struct LocalMake {
+    pub(crate) kind: Kind,
+    pub(crate) mode: u32,
+    pub(crate) maker: Asker,
+}
+
+/// The directories this mount holds, and the handles granted to it.
+#[derive(Debug, Default)]
+pub(crate) struct Dirs {
+    state: Mutex<State>,
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+impl Dirs {
+    /// The server let this mount hold directory `attr`, made by `maker` as `name` in `parent`.
+    pub(crate) fn granted(&self, attr: &Attr, (parent, name): (Handle, &[u8]), maker: Asker) {
+        let mut state = self.state.locked();
+        if state.dirs.len() >= HELD_DIRS_MAX {
+            return;
+        }
+        state.dirs.insert(
+            attr.handle,
+            HeldDir {
+                parent,
+                name: name.to_vec(),
+                maker,
+                attr: attr.clone(),
+                names: HashMap::new(),
+            },
+        );
+    }
+
+    /// Whether this mount holds directory `dir`.
+    pub(crate) fn holds(&self, dir: Handle) -> bool {
+        self.state.locked().dirs.contains_key(&dir)
+    }
+
+    /// Whether a grant of handles should be asked for now (and marks it asked).
+    pub(crate) fn wants_handles(&self) -> bool {
+        let mut state = self.state.locked();
+        if state.asking || state.left() >= GRANT_LOW {
+            return false;
+        }
+        state.asking = true;
+        true
+    }
+
+    /// Handles `first .. first + count` were granted (`None`: the grant failed).
+    pub(crate) fn handles_granted(&self, granted: Option<(Handle, u64)>) {
+        let mut state = self.state.locked();
+        state.asking = false;
+        if let Some((first, count)) = granted {
+            state.handles.push_back((first, first + count));
+        }
+    }
+
+    /// Answers here a make of `name` in `dir` (a mode with the umask applied): the node's
+    /// attributes and the directory's after it, or `None` where the server must answer. `queue` is called, under the
+    /// directory table's lock, with the handle the node gets, to queue the make to the outbox
+    /// in the order handles are taken.
+    pub(crate) fn make(
+        &self,
+        dir: Handle,
+        name: &[u8],
+        node: &LocalMake,
+        queue: impl FnOnce(Handle),
+    ) -> Option<(Attr, Attr)> {
+        if name.len() > calm_types::NAME_LEN_MAX || node.mode & 0o7000 != 0 {
+            return None;
+        }
+        let mut state = self.state.locked();
+        if node.kind == Kind::Dir && state.dirs.len() >= HELD_DIRS_MAX {
+            return None;
+        }
+        let held = state.dirs.get(&dir)?;
+        if held.maker != node.maker
+            || (node.maker.uid != 0 && held.attr.mode & 0o300 != 0o300)
+            || held.names.contains_key(name)
+        {
+            return None;
+        }
+        let generation = held.attr.generation;
+        let handle = state.take_handle()?;
+        let now = now_ns();
+        let attr = Attr {
+            handle,
+            generation,
+            kind: node.kind,
+            mode: node.mode,
+            uid: node.maker.uid,
+            gid: node.maker.gid,
+            nlink: if node.kind == Kind::Dir { 2 } else { 1 },
+            size: 0,
+            rdev: 0,
+            atime_ns: now,
+            mtime_ns: now,
+            ctime_ns: now,
+        };
+        let held = state.dirs.get_mut(&dir).expect("looked up above");
+        held.names.insert(name.to_vec(), (handle, node.kind));
+        held.attr.mtime_ns = now;
+        held.attr.ctime_ns = now;
+        if node.kind == Kind::Dir {
+            held.attr.nlink += 1;
+        }
+        let dir_attr = held.attr.clone();
+        if node.kind == Kind::Dir {
+            state.dirs.insert(
+                handle,
+                HeldDir {
+                    parent: dir,
+                    name: name.to_vec(),
+                    maker: node.maker,
+                    attr: attr.clone(),
+                    names: HashMap::new(),
+                },
+            );
+        }
+        queue(handle);
+        Some((attr, dir_attr))
+    }
+
+    /// Answers here an unlink (`rmdir` false) or rmdir of `name` in `dir` by `asker`: the
+    /// handle removed and the directory's attributes after it, or `None` where the server
+    /// must answer. `busy` says whether a file
+    /// may not be removed here (open or held here); `queue` as for [`Dirs::make`].
+    pub(crate) fn remove(
+        &self,
+        dir: Handle,
+        name: &[u8],
+        rmdir: bool,
+        asker: Asker,
+        busy: impl FnOnce(Handle) -> bool,
+        queue: impl FnOnce(Handle),
+    ) -> Option<(Handle, Attr)> {
+        let mut state = self.state.locked();
+        let held = state.dirs.get(&dir)?;
+        if held.maker != asker {
+            return None;
+        }
+        let &(handle, kind) = held.names.get(name)?;
+        match (rmdir, kind) {
+            (false, Kind::Dir) => return None,
+            (false, _) if busy(handle) => return None,
+            (false, _) => {}
+            (true, Kind::Dir) => {
+                // Only a directory held here, whose every name is known: an empty one.
+                if !state.dirs.get(&handle).is_some_and(|d| d.names.is_empty()) {
+                    return None;
+                }
+                state.dirs.remove(&handle);
+            }
+            (true, _) => return None,
+        }
+        let held = state.dirs.get_mut(&dir).expect("looked up above");
+        held.names.remove(name);
+        let now = now_ns();
+        held.attr.mtime_ns = now;
+        held.attr.ctime_ns = now;
+        if rmdir {
+            held.attr.nlink -= 1;
+        }
+        let dir_attr = held.attr.clone();
+        queue(handle);
+        Some((handle, dir_attr))
+    }
+
+    /// Stops answering in `dir` here: whether it was held (it is to be given back once the
+    /// outbox sent what was answered in it).
+    pub(crate) fn release(&self, dir: Handle) -> bool {
+        self.state.locked().dirs.remove(&dir).is_some()
+    }
+
+    /// Forgets the directory held as `name` in `parent` (removed through the server).
+    pub(crate) fn removed(&self, parent: Handle, name: &[u8]) {
+        let mut state = self.state.locked();
+        state
+            .dirs
+            .retain(|_, d| d.parent != parent || d.name != name);
+    }
+
+    /// The directories held that were made in `parent`.
+    pub(crate) fn held_in(&self, parent: Handle) -> Vec<Handle> {
+        let state = self.state.locked();
+        let held = state.dirs.iter();
+        held.filter(|(_, d)| d.parent == parent)
+            .map(|(handle, _)| *handle)
+            .collect()
+    }
+
+    /// The stream of recalls ended: the server holds nothing of this mount any more.
+    pub(crate) fn stream_ended(&self) {
+        self.state.locked().dirs.clear();
+    }
+
+    /// Directories held now.
+    pub(crate) fn count(&self) -> usize {
+        self.state.locked().dirs.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(handle: Handle, uid: u32) -> Attr {
+        Attr {
+            handle,
+            generation: 1,
+            kind: Kind::Dir,
+            mode: 0o755,
+            uid,
+            gid: uid,
+            nlink: 2,
+            size: 0,
+            rdev: 0,
+            atime_ns: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+        }
+    }
+
+    fn node(kind: Kind, uid: u32) -> LocalMake {
+        LocalMake {
+            kind,
+            mode: 0o644,
+            maker: Asker { uid, gid: uid },
+        }
+    }
+
+    #[test]
+    fn a_held_directory_answers_its_makers_makes_and_removals_with_granted_handles() {
+        let dirs = Dirs::default();
+        let me = Asker { uid: 7, gid: 7 };
+        dirs.granted(&dir(10, 7), (1, b"d"), me);
+        let mut queued = Vec::new();
+        // No handles yet: the server answers.
+        assert!(
+            dirs.make(10, b"a", &node(Kind::File, 7), |h| queued.push(h))
+                .is_none()
+        );
+        assert!(dirs.wants_handles());
+        assert!(!dirs.wants_handles(), "one grant asked at a time");
+        dirs.handles_granted(Some((100, 2)));
+        let (a, d) = dirs
+            .make(10, b"a", &node(Kind::File, 7), |h| queued.push(h))
+            .unwrap();
+        assert_eq!((a.handle, a.uid, a.nlink), (100, 7, 1));
+        assert_eq!((d.handle, d.nlink, d.mtime_ns), (10, 2, a.mtime_ns));
+        // The name is there: the server says so, not this mount.
+        assert!(
+            dirs.make(10, b"a", &node(Kind::File, 7), |h| queued.push(h))
+                .is_none()
+        );
+        // Another user, or a directory not held: the server.
+        assert!(
+            dirs.make(10, b"b", &node(Kind::File, 8), |h| queued.push(h))
+                .is_none()
+        );
+        assert!(
+            dirs.make(11, b"b", &node(Kind::File, 7), |h| queued.push(h))
+                .is_none()
+        );
+        let (sub, d) = dirs
+            .make(10, b"d", &node(Kind::Dir, 7), |h| queued.push(h))
+            .unwrap();
+        assert_eq!(d.nlink, 3, "a directory made in it links to it");
+        assert!(dirs.holds(sub.handle), "a directory made here is held");
+        assert_eq!(dirs.held_in(10), vec![sub.handle]);
+        // The handles are used up.
+        assert!(
+            dirs.make(10, b"c", &node(Kind::File, 7), |h| queued.push(h))
+                .is_none()
+        );
+        assert_eq!(queued, vec![100, 101]);
+        // An open file is the server's to unlink; a closed one is unlinked here.
+        assert!(
+            dirs.remove(10, b"a", false, me, |_| true, |h| queued.push(h))
+                .is_none()
+        );
+        let removed = dirs.remove(10, b"a", false, me, |_| false, |h| queued.push(h));
+        assert_eq!(removed.map(|(h, d)| (h, d.nlink)), Some((100, 3)));
+        // rmdir of an empty directory held here; not of a name that is not a directory.
+        let removed = dirs.remove(10, b"d", true, me, |_| false, |h| queued.push(h));
+        assert_eq!(removed.map(|(h, d)| (h, d.nlink)), Some((101, 2)));
+        assert!(!dirs.holds(101));
+        assert!(dirs.release(10));
+        assert!(!dirs.release(10));
+        dirs.granted(&dir(10, 7), (1, b"d"), me);
+        dirs.removed(1, b"d");
+        assert!(!dirs.holds(10), "removed through the server: forgotten");
+        assert!(
+            dirs.make(10, b"e", &node(Kind::File, 7), |h| queued.push(h))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_directory_with_a_name_in_it_is_removed_by_the_server() {
+        let dirs = Dirs::default();
+        let me = Asker { uid: 0, gid: 0 };
+        dirs.granted(&dir(10, 0), (1, b"d"), me);
+        dirs.handles_granted(Some((100, 10)));
+        let (sub, _) = dirs.make(10, b"d", &node(Kind::Dir, 0), |_| {}).unwrap();
+        dirs.make(sub.handle, b"f", &node(Kind::File, 0), |_| {})
+            .unwrap();
+        assert!(dirs.remove(10, b"d", true, me, |_| false, |_| {}).is_none());
+        assert!(
+            dirs.remove(10, b"d", false, me, |_| false, |_| {})
+                .is_none()
+        );
+        dirs.remove(sub.handle, b"f", false, me, |_| false, |_| {})
+            .unwrap();
+        assert!(dirs.remove(10, b"d", true, me, |_| false, |_| {}).is_some());
+    }
+}

@@ -1,0 +1,223 @@
+//! The makes and removals this mount answers itself, in the directories it holds
+//! ([`crate::dirs`]), queued to the client's outbox; giving a directory back; and the handles
+//! granted in advance that such makes use.
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use calm_client::Client;
+use calm_client::outbox::Change;
+use calm_proto::pb;
+use calm_types::{Attr, Handle, Kind, MetaError, NewNode};
+use fuser::Errno;
+use tokio::runtime::Handle as Runtime;
+
+use crate::dirs::{GRANT_COUNT, LocalMake};
+use crate::holding::Asker;
+use crate::shared::Shared;
+
+/// Wait before a grant of handles is asked again after one failed.
+const GRANT_RETRY: Duration = Duration::from_secs(1);
+
+/// `client` with an outbox where the mount holds (`hold`): the changes it answers itself in
+/// directories it holds are sent in order, before every other request.
+pub(crate) fn outbox_client(client: Client, hold: bool, runtime: &Runtime) -> Client {
+    if !hold {
+        return client;
+    }
+    let _runtime = runtime.enter();
+    let outbox = calm_client::outbox::Outbox::start(&client);
+    client.with_outbox(outbox)
+}
+
+fn asker(client: &Client) -> Option<Asker> {
+    client.caller().map(|c| Asker {
+        uid: c.uid,
+        gid: c.gid,
+    })
+}
+
+impl Shared {
+    /// Answers here the make of `node` as `name` in `parent` by `client`'s caller, if the
+    /// mount holds `parent` and may: the node's attributes and the directory's after it (the
+    /// make is queued to be sent).
+    /// Only regular files (made with O_EXCL) and directories.
+    pub(crate) fn make_here(
+        &self,
+        client: &Client,
+        parent: Handle,
+        name: &[u8],
+        node: &NewNode,
+    ) -> Option<(Attr, Attr)> {
+        let outbox = client.outbox()?;
+        if !matches!(node.kind, Kind::File | Kind::Dir) || !outbox.has_room() {
+            return None;
+        }
+        let maker = asker(client)?;
+        let local = LocalMake {
+            kind: node.kind,
+            mode: node.mode,
+            maker,
+        };
+        let attr = self.dirs.make(parent, name, &local, |handle| {
+            let request = pb::MakeRequest {
+                parent,
+                name: name.to_vec(),
+                kind: node.kind as u32,
+                mode: node.mode,
+                uid: node.uid,
+                gid: node.gid,
+                rdev: 0,
+                target: Vec::new(),
+                exclusive: true,
+                mode_before_umask: node.mode_before_umask,
+                // A file is held as one made through the server is; a directory's names are.
+                hold: true,
+                handle,
+            };
+            outbox.push_now(client, Change::Make(request));
+        });
+        self.handles_wanted.notify_one();
+        let (attr, dir) = attr?;
+        if attr.kind == Kind::File {
+            let held = match maker.uid {
+                0 => calm_proto::HOLD_MODE_TIMES | calm_proto::HOLD_OWNER,
+                _ => calm_proto::HOLD_MODE_TIMES,
+            };
+            self.holding
+                .granted(attr.handle, parent, maker, client, held);
+        }
+        Some((attr, dir))
+    }
+
+    /// Makes a node that is not a regular file: a directory here where the mount holds
+    /// `parent`, else through the server (`parent` given back first); a directory so made
+    /// asks to be held. The node, and the directory's attributes the server answered with.
+    pub(crate) async fn make_node(
+        &self,
+        client: &Client,
+        parent: Handle,
+        name: &[u8],
+        node: &NewNode,
+    ) -> Result<(Attr, Option<Attr>), MetaError> {
+        if node.kind == Kind::Dir
+            && let Some((attr, dir)) = self.make_here(client, parent, name, node)
+        {
+            return Ok((attr, Some(dir)));
+        }
+        self.give_back_dir(parent).await;
+        let maker = asker(client);
+        let hold = node.kind == Kind::Dir && self.hold_files && self.holding.may_ask();
+        let Some(maker) = maker.filter(|_| hold) else {
+            return client.make_in_dir(parent, name, node, true).await;
+        };
+        let (attr, dir, held) = client.make_held(parent, name, node, true, true).await?;
+        // Not if the server asked for it back before its answer came here.
+        if held & calm_proto::HOLD_NAMES != 0 && !self.holding.take_early(attr.handle) {
+            self.dirs.granted(&attr, (parent, name), maker);
+        }
+        Ok((attr, dir))
+    }
+
+    /// Answers here the unlink (`rmdir` false) or rmdir of `name` in `parent` by `client`'s
+    /// caller, if the mount holds `parent` and may: the directory's attributes after it (the
+    /// removal is queued).
+    pub(crate) fn remove_here(
+        &self,
+        client: &Client,
+        parent: Handle,
+        name: &[u8],
+        rmdir: bool,
+    ) -> Option<Attr> {
+        let outbox = client.outbox()?;
+        let asker = asker(client)?;
+        if !outbox.has_room() {
+            return None;
+        }
+        // A file open here may have to be kept as an orphan, and one held keeps changes: the
+        // server decides those.
+        let busy = |handle| self.is_open(handle) || self.holding.holds(handle);
+        let removed = self.dirs.remove(parent, name, rmdir, asker, busy, |_| {
+            let request = pb::RemoveRequest {
+                parent,
+                name: name.to_vec(),
+                keep: Vec::new(),
+            };
+            let change = match rmdir {
+                true => Change::Rmdir(request),
+                false => Change::Unlink(request),
+            };
+            outbox.push_now(client, change);
+        });
+        removed.map(|(_, dir)| dir)
+    }
+
+    /// Gives directory `dir` back if this mount holds it: what was answered in it is sent
+    /// first. Before anything of this mount changes the directory through the server.
+    pub(crate) async fn give_back_dir(&self, dir: Handle) {
+        if !self.dirs.release(dir) {
+            return;
+        }
+        if let Some(outbox) = self.client.outbox() {
+            outbox.drained().await;
+        }
+        self.return_soon(dir);
+    }
+
+    /// Gives back `dir` and the directories held that were made in it (a name of it moves).
+    pub(crate) async fn give_back_dirs_in(&self, dir: Handle) {
+        self.give_back_dir(dir).await;
+        for held in self.dirs.held_in(dir) {
+            self.give_back_dir(held).await;
+        }
+    }
+
+    /// Makes every change answered before durable: the outbox sent, the server synced; a change
+    /// the server refused since the last sync fails it (EIO).
+    pub(crate) async fn sync_all(&self, client: &Client) -> Result<(), Errno> {
+        client
+            .sync()
+            .await
+            .map_err(|e| Errno::from_i32(e.errno()))?;
+        match client.outbox().and_then(|outbox| outbox.take_failure()) {
+            Some(e) => {
+                tracing::error!(%e, "a change answered earlier was refused by the server");
+                Err(Errno::EIO)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Keeps handles granted in advance while the mount lives: asks for more whenever few are
+    /// left.
+    pub(crate) async fn keep_handles(shared: Weak<Shared>) {
+        loop {
+            let Some(strong) = shared.upgrade() else {
+                return;
+            };
+            let wanted = strong.handles_wanted.clone();
+            let Some(outbox) = strong.client.outbox().cloned() else {
+                return;
+            };
+            if strong.dirs.wants_handles() {
+                let granted = outbox.grant(&strong.client, GRANT_COUNT).await;
+                let failed = granted.is_err();
+                if let Err(e) = &granted {
+                    tracing::debug!(%e, "asking for handles in advance");
+                }
+                strong
+                    .dirs
+                    .handles_granted(granted.ok().map(|first| (first, GRANT_COUNT)));
+                drop(strong);
+                if failed {
+                    tokio::time::sleep(GRANT_RETRY).await;
+                }
+                continue;
+            }
+            drop(strong);
+            // Woken by a make that used handles; looked at again each second, to end with the
+            // mount.
+            let _ = tokio::time::timeout(Duration::from_secs(1), wanted.notified()).await;
+        }
+    }
+}
