@@ -72,20 +72,7 @@ impl Client {
         exclusive: bool,
         hold: bool,
     ) -> Result<(Attr, Option<Attr>, u32)> {
-        let request = pb::MakeRequest {
-            parent,
-            name: name.to_vec(),
-            kind: node.kind as u32,
-            mode: node.mode,
-            uid: node.uid,
-            gid: node.gid,
-            rdev: node.rdev,
-            target: node.target.clone(),
-            exclusive,
-            mode_before_umask: node.mode_before_umask,
-            hold,
-            handle: node.granted.map_or(0, |granted| granted.handle),
-        };
+        let request = make_request(parent, name, node, exclusive, hold);
         let reply = self.mutated(batched_call!(
             mutation placed,
             self,
@@ -164,6 +151,7 @@ impl Client {
             parent,
             name: name.to_vec(),
             keep,
+            time_ns: 0,
         };
         removed(self.mutated(batched_call!(mutation placed, self, unlink, Unlink, request))?)
     }
@@ -191,6 +179,7 @@ impl Client {
             parent,
             name: name.to_vec(),
             keep: Vec::new(),
+            time_ns: 0,
         };
         self.mutated(batched_call!(mutation placed, self, rmdir, Rmdir, request))
             .map(|_| ())
@@ -350,5 +339,31 @@ impl Client {
                 .map(calm_proto::quota::report_from_wire)
                 .transpose()?,
         })
+    }
+}
+
+/// The request that makes `node` as `name` in `parent` (with the handle granted in advance it
+/// names, if any; the server's times).
+pub fn make_request(
+    parent: Handle,
+    name: &[u8],
+    node: &NewNode,
+    exclusive: bool,
+    hold: bool,
+) -> pb::MakeRequest {
+    pb::MakeRequest {
+        parent,
+        name: name.to_vec(),
+        kind: node.kind as u32,
+        mode: node.mode,
+        uid: node.uid,
+        gid: node.gid,
+        rdev: node.rdev,
+        target: node.target.clone(),
+        exclusive,
+        mode_before_umask: node.mode_before_umask,
+        hold,
+        handle: node.granted.map_or(0, |granted| granted.handle),
+        time_ns: 0,
     }
 }

@@ -141,15 +141,16 @@ impl Dirs {
     }
 
     /// Answers here a make of `name` in `dir` (a mode with the umask applied): the node's
-    /// attributes and the directory's after it, or `None` where the server must answer. `queue` is called, under the
-    /// directory table's lock, with the handle the node gets, to queue the make to the outbox
-    /// in the order handles are taken.
+    /// attributes and the directory's after it, or `None` where the server must answer.
+    /// `queue` is called, under the directory table's lock, with the handle the node gets and
+    /// the time it was answered at, to queue the make to the outbox in the order handles are
+    /// taken.
     pub(crate) fn make(
         &self,
         dir: Handle,
         name: &[u8],
         node: &LocalMake,
-        queue: impl FnOnce(Handle),
+        queue: impl FnOnce(Handle, i64),
     ) -> Option<(Attr, Attr)> {
         if name.len() > calm_types::NAME_LEN_MAX || node.mode & 0o7000 != 0 {
             return None;
@@ -202,14 +203,15 @@ impl Dirs {
                 },
             );
         }
-        queue(handle);
+        queue(handle, now);
         Some((attr, dir_attr))
     }
 
     /// Answers here an unlink (`rmdir` false) or rmdir of `name` in `dir` by `asker`: the
     /// handle removed and the directory's attributes after it, or `None` where the server
     /// must answer. `busy` says whether a file
-    /// may not be removed here (open or held here); `queue` as for [`Dirs::make`].
+    /// may not be removed here (open or held here); `queue` as for [`Dirs::make`], with the
+    /// handle removed.
     pub(crate) fn remove(
         &self,
         dir: Handle,
@@ -217,7 +219,7 @@ impl Dirs {
         rmdir: bool,
         asker: Asker,
         busy: impl FnOnce(Handle) -> bool,
-        queue: impl FnOnce(Handle),
+        queue: impl FnOnce(Handle, i64),
     ) -> Option<(Handle, Attr)> {
         let mut state = self.state.locked();
         let held = state.dirs.get(&dir)?;
@@ -247,7 +249,7 @@ impl Dirs {
             held.attr.nlink -= 1;
         }
         let dir_attr = held.attr.clone();
-        queue(handle);
+        queue(handle, now);
         Some((handle, dir_attr))
     }
 
@@ -322,52 +324,52 @@ mod tests {
         let mut queued = Vec::new();
         // No handles yet: the server answers.
         assert!(
-            dirs.make(10, b"a", &node(Kind::File, 7), |h| queued.push(h))
+            dirs.make(10, b"a", &node(Kind::File, 7), |h, _| queued.push(h))
                 .is_none()
         );
         assert!(dirs.wants_handles());
         assert!(!dirs.wants_handles(), "one grant asked at a time");
         dirs.handles_granted(Some((100, 2)));
         let (a, d) = dirs
-            .make(10, b"a", &node(Kind::File, 7), |h| queued.push(h))
+            .make(10, b"a", &node(Kind::File, 7), |h, _| queued.push(h))
             .unwrap();
         assert_eq!((a.handle, a.uid, a.nlink), (100, 7, 1));
         assert_eq!((d.handle, d.nlink, d.mtime_ns), (10, 2, a.mtime_ns));
         // The name is there: the server says so, not this mount.
         assert!(
-            dirs.make(10, b"a", &node(Kind::File, 7), |h| queued.push(h))
+            dirs.make(10, b"a", &node(Kind::File, 7), |h, _| queued.push(h))
                 .is_none()
         );
         // Another user, or a directory not held: the server.
         assert!(
-            dirs.make(10, b"b", &node(Kind::File, 8), |h| queued.push(h))
+            dirs.make(10, b"b", &node(Kind::File, 8), |h, _| queued.push(h))
                 .is_none()
         );
         assert!(
-            dirs.make(11, b"b", &node(Kind::File, 7), |h| queued.push(h))
+            dirs.make(11, b"b", &node(Kind::File, 7), |h, _| queued.push(h))
                 .is_none()
         );
         let (sub, d) = dirs
-            .make(10, b"d", &node(Kind::Dir, 7), |h| queued.push(h))
+            .make(10, b"d", &node(Kind::Dir, 7), |h, _| queued.push(h))
             .unwrap();
         assert_eq!(d.nlink, 3, "a directory made in it links to it");
         assert!(dirs.holds(sub.handle), "a directory made here is held");
         assert_eq!(dirs.held_in(10), vec![sub.handle]);
         // The handles are used up.
         assert!(
-            dirs.make(10, b"c", &node(Kind::File, 7), |h| queued.push(h))
+            dirs.make(10, b"c", &node(Kind::File, 7), |h, _| queued.push(h))
                 .is_none()
         );
         assert_eq!(queued, vec![100, 101]);
         // An open file is the server's to unlink; a closed one is unlinked here.
         assert!(
-            dirs.remove(10, b"a", false, me, |_| true, |h| queued.push(h))
+            dirs.remove(10, b"a", false, me, |_| true, |h, _| queued.push(h))
                 .is_none()
         );
-        let removed = dirs.remove(10, b"a", false, me, |_| false, |h| queued.push(h));
+        let removed = dirs.remove(10, b"a", false, me, |_| false, |h, _| queued.push(h));
         assert_eq!(removed.map(|(h, d)| (h, d.nlink)), Some((100, 3)));
         // rmdir of an empty directory held here; not of a name that is not a directory.
-        let removed = dirs.remove(10, b"d", true, me, |_| false, |h| queued.push(h));
+        let removed = dirs.remove(10, b"d", true, me, |_| false, |h, _| queued.push(h));
         assert_eq!(removed.map(|(h, d)| (h, d.nlink)), Some((101, 2)));
         assert!(!dirs.holds(101));
         assert!(dirs.release(10));
@@ -376,7 +378,7 @@ mod tests {
         dirs.removed(1, b"d");
         assert!(!dirs.holds(10), "removed through the server: forgotten");
         assert!(
-            dirs.make(10, b"e", &node(Kind::File, 7), |h| queued.push(h))
+            dirs.make(10, b"e", &node(Kind::File, 7), |h, _| queued.push(h))
                 .is_none()
         );
     }
@@ -387,16 +389,22 @@ mod tests {
         let me = Asker { uid: 0, gid: 0 };
         dirs.granted(&dir(10, 0), (1, b"d"), me);
         dirs.handles_granted(Some((100, 10)));
-        let (sub, _) = dirs.make(10, b"d", &node(Kind::Dir, 0), |_| {}).unwrap();
-        dirs.make(sub.handle, b"f", &node(Kind::File, 0), |_| {})
+        let (sub, _) = dirs.make(10, b"d", &node(Kind::Dir, 0), |_, _| {}).unwrap();
+        dirs.make(sub.handle, b"f", &node(Kind::File, 0), |_, _| {})
             .unwrap();
-        assert!(dirs.remove(10, b"d", true, me, |_| false, |_| {}).is_none());
         assert!(
-            dirs.remove(10, b"d", false, me, |_| false, |_| {})
+            dirs.remove(10, b"d", true, me, |_| false, |_, _| {})
                 .is_none()
         );
-        dirs.remove(sub.handle, b"f", false, me, |_| false, |_| {})
+        assert!(
+            dirs.remove(10, b"d", false, me, |_| false, |_, _| {})
+                .is_none()
+        );
+        dirs.remove(sub.handle, b"f", false, me, |_| false, |_, _| {})
             .unwrap();
-        assert!(dirs.remove(10, b"d", true, me, |_| false, |_| {}).is_some());
+        assert!(
+            dirs.remove(10, b"d", true, me, |_| false, |_, _| {})
+                .is_some()
+        );
     }
 }

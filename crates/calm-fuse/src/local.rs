@@ -59,22 +59,12 @@ impl Shared {
             mode: node.mode,
             maker,
         };
-        let attr = self.dirs.make(parent, name, &local, |handle| {
-            let request = pb::MakeRequest {
-                parent,
-                name: name.to_vec(),
-                kind: node.kind as u32,
-                mode: node.mode,
-                uid: node.uid,
-                gid: node.gid,
-                rdev: 0,
-                target: Vec::new(),
-                exclusive: true,
-                mode_before_umask: node.mode_before_umask,
-                // A file is held as one made through the server is; a directory's names are.
-                hold: true,
-                handle,
-            };
+        let attr = self.dirs.make(parent, name, &local, |handle, now| {
+            // A file is held as one made through the server is; a directory's names are.
+            let mut request = calm_client::make_request(parent, name, node, true, true);
+            request.handle = handle;
+            // The times this mount answered with are the server's too.
+            request.time_ns = now;
             outbox.push_now(client, Change::Make(request));
         });
         self.handles_wanted.notify_one();
@@ -137,18 +127,21 @@ impl Shared {
         // A file open here may have to be kept as an orphan, and one held keeps changes: the
         // server decides those.
         let busy = |handle| self.is_open(handle) || self.holding.holds(handle);
-        let removed = self.dirs.remove(parent, name, rmdir, asker, busy, |_| {
-            let request = pb::RemoveRequest {
-                parent,
-                name: name.to_vec(),
-                keep: Vec::new(),
-            };
-            let change = match rmdir {
-                true => Change::Rmdir(request),
-                false => Change::Unlink(request),
-            };
-            outbox.push_now(client, change);
-        });
+        let removed = self
+            .dirs
+            .remove(parent, name, rmdir, asker, busy, |_, now| {
+                let request = pb::RemoveRequest {
+                    parent,
+                    name: name.to_vec(),
+                    keep: Vec::new(),
+                    time_ns: now,
+                };
+                let change = match rmdir {
+                    true => Change::Rmdir(request),
+                    false => Change::Unlink(request),
+                };
+                outbox.push_now(client, change);
+            });
         removed.map(|(_, dir)| dir)
     }
 

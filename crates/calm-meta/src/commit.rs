@@ -90,6 +90,9 @@ pub(crate) struct Request {
     /// request of the group (`Store::begin_within`), so that time spent queued behind groups
     /// that waited on the store counts against the request's bound.
     pub queued: std::time::Instant,
+    /// When the change was answered where it was made (a mount's directory held, which sends
+    /// it after): its times, instead of the group's.
+    pub at: Option<i64>,
 }
 
 /// What a mutation answers: what it did, and the attributes of the one directory whose names
@@ -555,8 +558,10 @@ fn commit_batch<S: Store>(
     ctx.quota = crate::quota::Quotas::with_chains(std::mem::take(chains));
     ctx.young = Some(&*young);
     ctx.trash = opened.trash;
+    let group_now = ctx.now;
     for (request, acked) in batch.iter().zip(&acked) {
         ctx.caller = request.caller.clone();
+        ctx.now = request.at.unwrap_or(group_now);
         let dir_after =
             |ctx: &Ctx<'_, _>| ops::changed_dir(&request.op).and_then(|h| ctx.cached_attr(h));
         let outcome = match (request.id, acked) {
@@ -579,6 +584,7 @@ fn commit_batch<S: Store>(
         }
     }
     let kept = ctx.quota.take_chains();
+    ctx.now = group_now;
     let (born, gone, now) = (
         std::mem::take(&mut ctx.born),
         std::mem::take(&mut ctx.gone),

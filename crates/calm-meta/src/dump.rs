@@ -137,7 +137,7 @@ fn crc(bytes: &[u8]) -> u32 {
 pub fn kept(key: &[u8]) -> bool {
     !matches!(
         key.first(),
-        Some(&TAG_REQUEST) | Some(&TAG_CL_USER) | Some(&layout::TAG_GRANT)
+        Some(&TAG_REQUEST) | Some(&TAG_CL_USER) | Some(&crate::ops::grants::TAG_GRANT)
     ) && key.first() != Some(&calm_store::LOG_FAMILY)
 }
 

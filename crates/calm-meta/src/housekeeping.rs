@@ -178,6 +178,7 @@ fn submit(
         id: None,
         reply,
         queued: std::time::Instant::now(),
+        at: None,
     };
     queue.blocking_send(request).ok()?;
     Some(answer)

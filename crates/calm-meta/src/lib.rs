@@ -231,6 +231,18 @@ impl<S: Store> Meta<S> {
         op: Op,
         id: Option<requests::RequestId>,
     ) -> Result<Queued> {
+        self.queue_request_at(caller, op, id, None).await
+    }
+
+    /// [`Meta::queue_request`] for a change answered at `at` (ns since the epoch) where it was
+    /// made: its times are `at`, not the group's.
+    pub async fn queue_request_at(
+        &self,
+        caller: Caller,
+        op: Op,
+        id: Option<requests::RequestId>,
+        at: Option<i64>,
+    ) -> Result<Queued> {
         let (reply, answer) = oneshot::channel();
         let queued = std::time::Instant::now();
         let queue = self
@@ -244,6 +256,7 @@ impl<S: Store> Meta<S> {
                 id,
                 reply,
                 queued,
+                at,
             })
             .await
             .map_err(|_| MetaError::Io("committer stopped".into()))?;
@@ -278,6 +291,7 @@ impl<S: Store> Meta<S> {
                 id,
                 reply,
                 queued: std::time::Instant::now(),
+                at: None,
             };
             let sent = queue.send(request).await.is_ok();
             answers.push((sent, answer));

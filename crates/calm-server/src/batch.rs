@@ -5,7 +5,6 @@
 //! makes and removals it answered itself) queues its calls to the committer one after the
 //! other, so that they are applied in their order.
 
-use calm_meta::requests::RequestId;
 use calm_proto::batch::{BATCH_CALLS_MAX, call_reply, failed_reply, metadata_into};
 use calm_proto::pb;
 use calm_proto::pb::call::Op;
@@ -112,9 +111,9 @@ async fn queue_one<S: Store>(service: &MetaService<S>, origin: &Origin, call: pb
                 Ok(request) => service.prepare_make(request).await,
                 Err(status) => Err(status),
             };
-            match prepared.map(|p| (p.op, p.caller, p.id, p.hold)) {
-                Ok((Ok(op), caller, id, hold)) => {
-                    match service.meta.queue_request(caller, op, id).await {
+            match prepared.map(|p| (p.op, p.caller, p.id, p.hold, p.at)) {
+                Ok((Ok(op), caller, id, hold, at)) => {
+                    match service.meta.queue_request_at(caller, op, id, at).await {
                         Ok(answer) => Queued::Make(answer, hold),
                         Err(error) => failed(error),
                     }
@@ -145,11 +144,11 @@ async fn queue_one<S: Store>(service: &MetaService<S>, origin: &Origin, call: pb
 
 async fn queue_prepared<S: Store>(
     service: &MetaService<S>,
-    prepared: Result<(calm_meta::Caller, calm_meta::ops::Op, Option<RequestId>), Status>,
+    prepared: Result<crate::meta_names::Prepared, Status>,
     queued: fn(calm_meta::Queued) -> Queued,
 ) -> Queued {
     match prepared {
-        Ok((caller, op, id)) => match service.meta.queue_request(caller, op, id).await {
+        Ok((caller, op, id, at)) => match service.meta.queue_request_at(caller, op, id, at).await {
             Ok(answer) => queued(answer),
             Err(error) => Queued::Failed(status_from_error(&error)),
         },

@@ -54,7 +54,7 @@ impl<S: Store> MetaService<S> {
     ) -> Result<Response<pb::GrantReply>, Status> {
         self.auth.trusted(&r, "grant_handles")?;
         let caller = self.auth.caller(&r)?;
-        let Some(id) = crate::meta_service::request_id(&self.auth, &r)? else {
+        let Some(id) = crate::meta_names::request_id(&self.auth, &r)? else {
             return Err(Status::invalid_argument(
                 "a grant of handles needs a request id",
             ));

@@ -14,7 +14,10 @@ use crate::MetaService;
 use crate::auth;
 use crate::holds::Recall;
 use crate::meta_answers::{done_empty, done_entry, done_removed};
-use crate::meta_service::request_id;
+
+/// A removal as the committer gets it: who asks, the operation, its request id, and when a
+/// mount answered it.
+pub(crate) type Prepared = (Caller, Op, Option<RequestId>, Option<i64>);
 
 /// A make as the committer gets it, and the hold its answer asks for.
 pub(crate) struct PreparedMake {
@@ -23,6 +26,15 @@ pub(crate) struct PreparedMake {
     pub(crate) op: Result<Op, MetaError>,
     /// The session, uid and directory of a make that asked to hold what it made.
     pub(crate) hold: Option<(u64, u32, u64)>,
+    /// When a mount answered it (its times), where a mount says so.
+    pub(crate) at: Option<i64>,
+}
+
+/// The time a mount says it answered a change at, taken from a mount (or an administrator)
+/// alone: a user's is the server's own.
+fn answered_at<T, S: Store>(service: &MetaService<S>, r: &Request<T>, time_ns: i64) -> Option<i64> {
+    let trusted = service.auth.identity(r).is_ok_and(|i| i.is_trusted());
+    (time_ns != 0 && trusted).then_some(time_ns)
 }
 
 impl<S: Store> MetaService<S> {
@@ -57,6 +69,7 @@ impl<S: Store> MetaService<S> {
                 ));
             }
         };
+        let at = answered_at(self, &r, r.get_ref().time_ns);
         let r = r.into_inner();
         let op = calm_proto::node_from_request(&r).map(|mut node| {
             node.granted = granted;
@@ -72,6 +85,7 @@ impl<S: Store> MetaService<S> {
             id,
             op,
             hold,
+            at,
         })
     }
 
@@ -91,19 +105,20 @@ impl<S: Store> MetaService<S> {
     pub(crate) async fn prepare_unlink(
         &self,
         r: Request<pb::RemoveRequest>,
-    ) -> Result<(Caller, Op, Option<RequestId>), Status> {
+    ) -> Result<Prepared, Status> {
         let caller = self.auth.caller(&r)?;
         self.recall(caller.session, Recall::Dir(r.get_ref().parent))
             .await;
         let id = request_id(&self.auth, &r)?;
         self.room_for_orphans(&r, &caller, !r.get_ref().keep.is_empty())?;
+        let at = answered_at(self, &r, r.get_ref().time_ns);
         let r = r.into_inner();
         let op = Op::Unlink {
             parent: r.parent,
             name: r.name,
             keep: r.keep,
         };
-        Ok((caller, op, id))
+        Ok((caller, op, id, at))
     }
 
     pub(crate) fn unlinked(
@@ -117,18 +132,19 @@ impl<S: Store> MetaService<S> {
     pub(crate) async fn prepare_rmdir(
         &self,
         r: Request<pb::RemoveRequest>,
-    ) -> Result<(Caller, Op, Option<RequestId>), Status> {
+    ) -> Result<Prepared, Status> {
         let caller = self.auth.caller(&r)?;
         // A directory another mount holds the names of may have makes in it not sent yet.
         self.recall(caller.session, Recall::Dir(r.get_ref().parent))
             .await;
         let id = request_id(&self.auth, &r)?;
+        let at = answered_at(self, &r, r.get_ref().time_ns);
         let r = r.into_inner();
         let op = Op::Rmdir {
             parent: r.parent,
             name: r.name,
         };
-        Ok((caller, op, id))
+        Ok((caller, op, id, at))
     }
 
     pub(crate) fn removed_dir(
@@ -137,4 +153,22 @@ impl<S: Store> MetaService<S> {
     ) -> Result<Response<pb::Empty>, Status> {
         self.mutated(done_empty(result))
     }
+}
+
+/// The request id a mutation carries (`calm-request`), if any, bound to the identity that
+/// sent it (`RequestId::bound_to`): applied at most once however often it is sent
+/// (`calm_meta::requests`), and never taken for another identity's.
+pub(crate) fn request_id<T>(
+    auth: &auth::Auth,
+    r: &Request<T>,
+) -> Result<Option<calm_meta::requests::RequestId>, Status> {
+    let Some(value) = r.metadata().get(calm_proto::REQUEST_KEY) else {
+        return Ok(None);
+    };
+    let id = value
+        .to_str()
+        .ok()
+        .and_then(calm_meta::requests::RequestId::from_text)
+        .ok_or_else(|| Status::invalid_argument("calm-request is not CLIENT:SEQ:ACKED in hex"))?;
+    Ok(Some(id.bound_to(auth.identity(r)?.key())))
 }

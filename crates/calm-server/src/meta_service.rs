@@ -14,6 +14,7 @@ use tonic::{Request, Response, Status};
 
 use crate::holds::Recall;
 use crate::meta_answers::{attr, done_attr, done_empty, done_entry, done_removed};
+use crate::meta_names::request_id;
 use crate::{LockTable, ServerInfo, auth, batch, compactor, data, watch};
 
 /// The attributes a write or an append answered.
@@ -34,24 +35,6 @@ fn done_to_attr(done: calm_meta::Result<Done>) -> calm_meta::Result<calm_meta::A
             "a write answered {other:?} instead of attributes"
         ))),
     }
-}
-
-/// The request id a mutation carries (`calm-request`), if any, bound to the identity that
-/// sent it (`RequestId::bound_to`): applied at most once however often it is sent
-/// (`calm_meta::requests`), and never taken for another identity's.
-pub(crate) fn request_id<T>(
-    auth: &auth::Auth,
-    r: &Request<T>,
-) -> Result<Option<calm_meta::requests::RequestId>, Status> {
-    let Some(value) = r.metadata().get(calm_proto::REQUEST_KEY) else {
-        return Ok(None);
-    };
-    let id = value
-        .to_str()
-        .ok()
-        .and_then(calm_meta::requests::RequestId::from_text)
-        .ok_or_else(|| Status::invalid_argument("calm-request is not CLIENT:SEQ:ACKED in hex"))?;
-    Ok(Some(id.bound_to(auth.identity(r)?.key())))
 }
 
 /// The metadata service.
@@ -332,12 +315,13 @@ impl<S: Store> MetaRpc for MetaService<S> {
         &self,
         r: Request<pb::RemoveRequest>,
     ) -> Result<Response<pb::RemovedReply>, Status> {
-        let (caller, op, id) = self.prepare_unlink(r).await?;
+        // A request alone has the server's times (a mount's own only in an ordered batch).
+        let (caller, op, id, _) = self.prepare_unlink(r).await?;
         self.unlinked(self.meta.apply_request_in_dir(caller, op, id).await)
     }
 
     async fn rmdir(&self, r: Request<pb::RemoveRequest>) -> Result<Response<pb::Empty>, Status> {
-        let (caller, op, id) = self.prepare_rmdir(r).await?;
+        let (caller, op, id, _) = self.prepare_rmdir(r).await?;
         self.removed_dir(self.meta.apply_request(caller, op, id).await)
     }
 

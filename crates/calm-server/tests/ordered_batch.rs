@@ -56,6 +56,7 @@ fn unlink(client: u64, seq: u64, parent: u64, name: &str) -> pb::Call {
             parent,
             name: name.into(),
             keep: Vec::new(),
+            time_ns: 0,
         })),
     }
 }
@@ -131,11 +132,17 @@ async fn an_ordered_batch_applies_its_calls_in_order_with_the_handles_granted_to
     assert_eq!(meta.lookup(first, b"f").unwrap().handle, first + 2);
     let names = meta.readdir(first, 0, 100).unwrap();
     assert_eq!(names.len(), 1, "{names:?}");
-    // The last granted handle, by its client: the grant is used up.
+    // The last granted handle, by its client: the grant is used up. Made at the time the
+    // mount says it answered it: the node's times and its directory's are that.
+    let mut answered = make(a, 9, first, "k", file, first + 3);
+    let at = 1_234_567_890_123_456_789;
+    if let Some(pb::call::Op::Make(m)) = &mut answered.op {
+        m.time_ns = at;
+    }
     let last = service
         .batch(local(
             pb::BatchRequest {
-                calls: vec![make(a, 9, first, "k", file, first + 3)],
+                calls: vec![answered],
                 ordered: true,
             },
             a,
@@ -146,6 +153,12 @@ async fn an_ordered_batch_applies_its_calls_in_order_with_the_handles_granted_to
         .into_inner()
         .replies;
     assert_eq!(last[0].code, 0);
+    let k = meta.lookup(first, b"k").unwrap();
+    let d = meta.getattr(first).unwrap();
+    assert_eq!(
+        (k.mtime_ns, k.ctime_ns, d.mtime_ns, d.ctime_ns),
+        (at, at, at, at)
+    );
     // A make naming a handle without a request id is refused.
     let mut no_id = local(
         pb::MakeRequest {

@@ -352,16 +352,6 @@ fn a_held_prefix(listing: &serde_json::Value, dir: &str, said: u64) {
     );
 }
 
-/// The makes and removals a mount answered itself, from its counters.
-fn answered_here(mount: &Mount) -> u64 {
-    let out =
-        mount.sh_ok("python3 -c \"import os; print(os.getxattr('.', 'calm.metrics').decode())\"");
-    out.lines()
-        .find_map(|l| l.strip_prefix("calm_mount_answered_here_total "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
-}
-
 /// kill -9 of a mount, then of the server, under storms of creates and mkdirs that the mounts
 /// answer themselves in directories they made: each mount's files stay a prefix of its order
 /// (a mount killed loses at most what it had not sent, never an earlier change without a

@@ -7,7 +7,7 @@ mod common;
 
 use std::io::Write;
 
-use common::{Mount, Server, spawn_in};
+use common::{Mount, Server, answered_here, spawn_in};
 
 /// The requests `server` answered while `work` ran (one of them the status call itself).
 fn requests_during(server: &str, work: impl FnOnce()) -> u64 {
@@ -435,16 +435,6 @@ for i in range(300):
         checked += 1;
     }
     assert_eq!(checked, 300);
-}
-
-/// The makes and removals a mount answered itself, in directories it made, from its counters.
-fn answered_here(mount: &Mount) -> u64 {
-    let out =
-        mount.sh_ok("python3 -c \"import os; print(os.getxattr('.', 'calm.metrics').decode())\"");
-    out.lines()
-        .find_map(|l| l.strip_prefix("calm_mount_answered_here_total "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
 }
 
 /// A tree a mount makes in directories it made (mkdirs, creates, writes, unlinks, rmdirs it

@@ -315,7 +315,7 @@ impl Checker {
                         .problem(format!("changelog reader key {key:?} does not decode")),
                 }
             }
-            TAG_GRANT => {
+            crate::ops::grants::TAG_GRANT => {
                 let record = crate::ops::grants::GrantRecord::decode(value);
                 match record.filter(|_| key.len() == 17) {
                     Some(grant) if grant.end <= self.report.handle_high_water => {}

@@ -51,8 +51,7 @@ pub use trash::TrashEntry;
 /// owners' quotas until purged, and an open file with no name in the trees above its last
 /// directory until its last close (an orphan record's directory 0 when that directory was
 /// removed since: [`OrphanRecord`]; the usage is counted again, and the records of orphans
-/// whose directory is gone are rewritten, when an older store is opened); version 15 handles granted
-/// to a client in advance (`W`: [`crate::ops::grants`]; nothing to rewrite).
+/// whose directory is gone are rewritten, when an older store is opened); version 15 grants (`W`).
 pub const FORMAT_VERSION: u32 = 15;
 /// The oldest format this build opens.
 pub const FORMAT_VERSION_MIN: u32 = 1;
@@ -106,9 +105,6 @@ pub const TAG_COLLECTED: u8 = b'C';
 /// while (`crate::ops::trash`): handle (u64 BE) → [`TrashEntry`]. Their inodes stay, with
 /// `nlink` 0 and no name. Before `I`, so that fsck knows them when it checks the inodes.
 pub const TAG_TRASH: u8 = b'E';
-/// Handles granted to a client in advance (`crate::ops::grants`): client and the grant's first
-/// handle (u64 BE each) → the next handle it may give and its end (u64 le each).
-pub const TAG_GRANT: u8 = b'W';
 
 /// Superblock: the handle high-water mark when the store was upgraded to version 4; a
 /// non-directory below it may have no parent recorded (absent: every one has).

@@ -16,9 +16,12 @@ use calm_store::WriteTxn;
 
 use crate::ctx::Ctx;
 use crate::error::MetaError;
-use crate::layout::TAG_GRANT;
 use crate::outcome::{Done, Outcome};
 use crate::types::*;
+
+/// The family of grants' keys: client and the grant's first handle (u64 BE each) → the next
+/// handle it may give and its end (u64 le each). Before `X`, after `U`.
+pub const TAG_GRANT: u8 = b'W';
 
 /// Handles one grant holds at most.
 pub const GRANT_HANDLES_MAX: u64 = 65_536;
