@@ -8,7 +8,8 @@
 //! - Every other request of the client (and of its clones) waits until every change queued
 //!   before it was answered ([`Outbox::drained`]): the server sees this mount's requests in the
 //!   order the mount answered them.
-//! - At most [`OUTBOX_CHANGES_MAX`] changes wait at once; a change past it waits for room.
+//! - At most [`OUTBOX_CHANGES_MAX`] changes wait at once ([`Outbox::has_room`]): past it the
+//!   mount sends a change to the server itself, as before, after them.
 //! - A change the server refuses (none should be: the mount answers only what it knows the
 //!   server accepts) is counted, logged, and reported by the next [`Outbox::take_failure`]
 //!   (a mount's next fsync or syncfs fails with it).
@@ -26,7 +27,7 @@ use tokio::sync::Notify;
 use crate::Client;
 use crate::failover::Failover;
 
-/// Changes queued at most; past it a change waits for room.
+/// Changes queued at most.
 pub const OUTBOX_CHANGES_MAX: usize = 4096;
 
 /// A change answered by the mount, to be sent.
@@ -101,20 +102,8 @@ impl Outbox {
         }
     }
 
-    /// Queues `change`, asked by `caller`'s `client` (its identity and session go with it),
-    /// after waiting for room.
-    pub async fn push(&self, client: &Client, change: Change) {
-        loop {
-            let answered = self.answered.notified();
-            if self.state.locked().queue.len() < OUTBOX_CHANGES_MAX {
-                break;
-            }
-            answered.await;
-        }
-        self.push_now(client, change);
-    }
-
-    /// Queues `change` at once (the caller checked there is room, or accepts going past it).
+    /// Queues `change`, asked by `client`'s caller (its identity and session go with it), at
+    /// once: the caller checked there is room ([`Outbox::has_room`]).
     pub fn push_now(&self, client: &Client, change: Change) {
         let id = self.next_id(client);
         let op = match change {
@@ -181,12 +170,6 @@ impl Outbox {
             }
             answered.await;
         }
-    }
-
-    /// Whether every change queued was answered.
-    pub fn is_empty(&self) -> bool {
-        let state = self.state.locked();
-        state.answered == state.queued
     }
 
     /// The first change refused since the last call, if any.

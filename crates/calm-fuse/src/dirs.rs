@@ -121,6 +121,12 @@ impl Dirs {
         self.state.locked().dirs.contains_key(&dir)
     }
 
+    /// Whether few handles are left and no grant is on its way (the keeper is to be woken).
+    pub(crate) fn handles_low(&self) -> bool {
+        let state = self.state.locked();
+        !state.asking && state.left() < GRANT_LOW
+    }
+
     /// Whether a grant of handles should be asked for now (and marks it asked).
     pub(crate) fn wants_handles(&self) -> bool {
         let mut state = self.state.locked();

@@ -67,7 +67,9 @@ impl Shared {
             request.time_ns = now;
             outbox.push_now(client, Change::Make(request));
         });
-        self.handles_wanted.notify_one();
+        if self.dirs.handles_low() {
+            self.handles_wanted.notify_one();
+        }
         let (attr, dir) = attr?;
         if attr.kind == Kind::File {
             let held = match maker.uid {

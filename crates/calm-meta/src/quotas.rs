@@ -76,29 +76,25 @@ impl<S: Store> Meta<S> {
         })
     }
 
-    /// Whether a mount may hold file `handle`'s mode and times (`calm-server`'s holds): a
-    /// regular file without an access ACL (a chmod changes the ACL).
-    pub fn holdable(&self, handle: Handle) -> Result<bool> {
-        self.blocking(|| {
-            let snap = self.store.snapshot()?;
-            let inode = ops::load(&snap, handle)?;
-            Ok(inode.acls == 0 && inode.kind == Kind::File)
-        })
-    }
-
-    /// Whether a mount that made directory `handle` may hold it, answering makes and
-    /// removals in it before sending them: no ACL (a default ACL decides new nodes' modes), no
-    /// setgid bit (new nodes' group), and no quota limit anywhere (a make answered must not
-    /// be refused when it is sent).
-    pub fn dir_holdable(&self, handle: Handle) -> Result<bool> {
+    /// What a mount that made `handle` may hold of it, read once: a regular file's mode,
+    /// owner and times (`Kind::File`: no ACL), or a directory's names (`Kind::Dir`: no ACL,
+    /// which decides new nodes' modes; no setgid bit, their group; and no quota limit
+    /// anywhere, as a make answered must not be refused when it is sent); `None`: nothing.
+    pub fn holdable(&self, handle: Handle) -> Result<Option<Kind>> {
         self.blocking(|| {
             let snap = self.store.snapshot()?;
             let inode = ops::load(&snap, handle)?;
             let limits = crate::quota::TAG_LIMITS;
-            Ok(inode.acls == 0
-                && inode.kind == Kind::Dir
-                && inode.mode & 0o2000 == 0
-                && !snap.any_in(&[limits], &[limits + 1])?)
+            Ok(match inode.kind {
+                _ if inode.acls != 0 => None,
+                Kind::File => Some(Kind::File),
+                Kind::Dir
+                    if inode.mode & 0o2000 == 0 && !snap.any_in(&[limits], &[limits + 1])? =>
+                {
+                    Some(Kind::Dir)
+                }
+                _ => None,
+            })
         })
     }
 

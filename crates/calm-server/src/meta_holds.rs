@@ -1,6 +1,7 @@
 //! What a request asks of the files mounts hold and the copies they keep (`crate::holds`):
 //! recalls before a request sees a file, copies asked back after a change, grants.
 
+use calm_meta::Kind;
 use calm_proto::pb;
 use calm_store::Store;
 use tonic::{Request, Response, Status};
@@ -31,15 +32,13 @@ impl<S: Store> MetaService<S> {
         let Some(holds) = &self.holds else {
             return 0;
         };
-        if matches!(self.meta.dir_holdable(handle), Ok(true)) {
-            // A directory: its names, for the mount to answer makes and removals in it.
-            return match session != 0 && holds.grant(session, handle, dir) {
-                true => calm_proto::HOLD_NAMES,
-                false => 0,
-            };
+        if session == 0 {
+            return 0;
         }
         match self.meta.holdable(handle) {
-            Ok(true) if session != 0 && holds.grant(session, handle, dir) => {
+            // A directory: its names, for the mount to answer makes and removals in it.
+            Ok(Some(Kind::Dir)) if holds.grant(session, handle, dir) => calm_proto::HOLD_NAMES,
+            Ok(Some(Kind::File)) if holds.grant(session, handle, dir) => {
                 let owner = if uid == 0 { calm_proto::HOLD_OWNER } else { 0 };
                 calm_proto::HOLD_MODE_TIMES | owner
             }

@@ -616,7 +616,10 @@ impl<S: Store> MetaRpc for MetaService<S> {
             .map(|mut reply| {
                 reply.copy = !reply.more
                     && r.from_chunk == 0
-                    && matches!(self.meta.holdable(r.handle), Ok(true))
+                    && matches!(
+                        self.meta.holdable(r.handle),
+                        Ok(Some(calm_meta::Kind::File))
+                    )
                     && matches!((&self.holds, changes), (Some(holds), Some(changes))
                         if holds.grant_copy(session, r.handle, changes));
                 reply
