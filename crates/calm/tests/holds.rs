@@ -478,3 +478,45 @@ fn a_tree_a_mount_made_and_answered_itself_is_what_another_mount_sees_at_once() 
     let here = answered_here(&a) - before;
     assert!(here >= 40 * 20, "A answered {here} changes itself");
 }
+
+/// A directory an unprivileged user made and their mount holds: their creates and removals
+/// there are answered by the mount, another user's on the same mount are the server's to
+/// decide and refused (mode 755), and neither a make nor a removal of theirs gets through;
+/// another mount sees the owner's names and none of the other user's.
+#[test]
+fn another_user_gets_nothing_past_a_directory_a_user_holds() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &["--allow-other"]);
+    let b = Mount::remote(&server.addr, &[]);
+    a.sh_ok("chmod 755 \"$MNT\" && mkdir -m 777 top");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let owner = "setpriv --reuid 40010 --regid 40010 --clear-groups";
+    let other = "setpriv --reuid 40011 --regid 40011 --clear-groups";
+    let before = answered_here(&a);
+    a.sh_ok(&format!(
+        "{owner} sh -c 'mkdir -m 755 top/d && for i in 1 2 3; do echo $i > top/d/f$i; done \
+         && rm top/d/f1 && mkdir top/d/s'"
+    ));
+    assert!(
+        answered_here(&a) - before >= 5,
+        "the owner's changes answered by A"
+    );
+    for refused in [
+        "touch top/d/x",
+        "mkdir top/d/y",
+        "rm -f top/d/f2",
+        "rmdir top/d/s",
+        "mv top/d/f3 top/d/z",
+    ] {
+        assert!(
+            !a.sh(&format!("{other} {refused}")).status.success(),
+            "another user: {refused}"
+        );
+    }
+    assert_eq!(
+        b.sh_ok("ls top/d | tr '\\n' ' '; stat -c '%u %a' top/d/f2"),
+        "f2 f3 s 40010 644\n"
+    );
+    assert_eq!(a.sh_ok("ls top/d | tr '\\n' ' '"), "f2 f3 s ");
+}
