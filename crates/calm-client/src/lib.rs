@@ -392,7 +392,7 @@ mod contents;
 mod holds;
 mod lock_calls;
 mod namespace;
-pub use namespace::make_request;
+pub use namespace::{Held, make_request};
 pub mod outbox;
 mod quota_calls;
 mod tls;

@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// What a make that asked to hold its node holds of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Held {
+    /// `calm_proto::HOLD_*` bits (0: nothing).
+    pub bits: u32,
+    /// A directory held where quotas limit its makes: how many nodes the holder may make in
+    /// it and in the directories it makes there (0: no quota limits them).
+    pub room: u64,
+}
+
 impl Client {
     pub async fn lookup(&self, parent: Handle, name: &[u8]) -> Result<Attr> {
         let request = pb::LookupRequest {
@@ -63,7 +73,7 @@ impl Client {
     }
 
     /// [`Client::make_in_dir`]; with `hold`, asks that the caller's session hold the new file
-    /// (`Meta.Holds`), and answers what it holds too (`calm_proto::HOLD_*` bits).
+    /// (`Meta.Holds`), and answers what it holds too ([`Held`]).
     pub async fn make_held(
         &self,
         parent: Handle,
@@ -71,7 +81,7 @@ impl Client {
         node: &NewNode,
         exclusive: bool,
         hold: bool,
-    ) -> Result<(Attr, Option<Attr>, u32)> {
+    ) -> Result<(Attr, Option<Attr>, Held)> {
         let request = make_request(parent, name, node, exclusive, hold);
         let reply = self.mutated(batched_call!(
             mutation placed,
@@ -80,7 +90,10 @@ impl Client {
             Make,
             request
         ))?;
-        let held = reply.held;
+        let held = Held {
+            bits: reply.held,
+            room: reply.held_room,
+        };
         let (attr, dir) = calm_proto::entry_from_wire(reply)?;
         Ok((attr, dir, held))
     }

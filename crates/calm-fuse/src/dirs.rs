@@ -50,6 +50,8 @@ struct HeldDir {
     attr: Attr,
     /// Every name in it.
     names: HashMap<Vec<u8>, (Handle, Kind)>,
+    /// Where quotas limit the makes in it: the directory whose quota share they draw from.
+    pool: Option<Handle>,
 }
 
 #[derive(Debug, Default)]
@@ -59,6 +61,8 @@ struct State {
     handles: VecDeque<(Handle, Handle)>,
     /// A grant is on its way.
     asking: bool,
+    /// Per quota share: the makes left that the server set aside room for.
+    rooms: HashMap<Handle, u64>,
 }
 
 impl State {
@@ -98,11 +102,25 @@ fn now_ns() -> i64 {
 }
 
 impl Dirs {
-    /// The server let this mount hold directory `attr`, made by `maker` as `name` in `parent`.
-    pub(crate) fn granted(&self, attr: &Attr, (parent, name): (Handle, &[u8]), maker: Asker) {
+    /// The server let this mount hold directory `attr`, made by `maker` as `name` in `parent`;
+    /// `room`: where quotas limit the makes in it, how many the server set aside room for.
+    pub(crate) fn granted(
+        &self,
+        attr: &Attr,
+        (parent, name): (Handle, &[u8]),
+        maker: Asker,
+        room: Option<u64>,
+    ) {
         let mut state = self.state.locked();
         if state.dirs.len() >= HELD_DIRS_MAX {
             return;
+        }
+        if let Some(room) = room {
+            if state.rooms.len() >= HELD_DIRS_MAX {
+                let State { dirs, rooms, .. } = &mut *state;
+                rooms.retain(|pool, _| dirs.values().any(|d| d.pool == Some(*pool)));
+            }
+            state.rooms.insert(attr.handle, room);
         }
         state.dirs.insert(
             attr.handle,
@@ -112,6 +130,7 @@ impl Dirs {
                 maker,
                 attr: attr.clone(),
                 names: HashMap::new(),
+                pool: room.map(|_| attr.handle),
             },
         );
     }
@@ -172,8 +191,16 @@ impl Dirs {
         {
             return None;
         }
+        // Where quotas limit it: within the room set aside (past it, the server judges).
+        let pool = held.pool;
+        if pool.is_some_and(|pool| state.rooms.get(&pool).is_none_or(|left| *left == 0)) {
+            return None;
+        }
         let generation = held.attr.generation;
         let handle = state.take_handle()?;
+        if let Some(left) = pool.and_then(|pool| state.rooms.get_mut(&pool)) {
+            *left -= 1;
+        }
         let now = now_ns();
         let attr = Attr {
             handle,
@@ -206,6 +233,7 @@ impl Dirs {
                     maker: node.maker,
                     attr: attr.clone(),
                     names: HashMap::new(),
+                    pool,
                 },
             );
         }
@@ -284,7 +312,9 @@ impl Dirs {
 
     /// The stream of recalls ended: the server holds nothing of this mount any more.
     pub(crate) fn stream_ended(&self) {
-        self.state.locked().dirs.clear();
+        let mut state = self.state.locked();
+        state.dirs.clear();
+        state.rooms.clear();
     }
 
     /// Directories held now.
@@ -326,7 +356,7 @@ mod tests {
     fn a_held_directory_answers_its_makers_makes_and_removals_with_granted_handles() {
         let dirs = Dirs::default();
         let me = Asker { uid: 7, gid: 7 };
-        dirs.granted(&dir(10, 7), (1, b"d"), me);
+        dirs.granted(&dir(10, 7), (1, b"d"), me, None);
         let mut queued = Vec::new();
         // No handles yet: the server answers.
         assert!(
@@ -380,7 +410,7 @@ mod tests {
         assert!(!dirs.holds(101));
         assert!(dirs.release(10));
         assert!(!dirs.release(10));
-        dirs.granted(&dir(10, 7), (1, b"d"), me);
+        dirs.granted(&dir(10, 7), (1, b"d"), me, None);
         dirs.removed(1, b"d");
         assert!(!dirs.holds(10), "removed through the server: forgotten");
         assert!(
@@ -393,7 +423,7 @@ mod tests {
     fn a_directory_with_a_name_in_it_is_removed_by_the_server() {
         let dirs = Dirs::default();
         let me = Asker { uid: 0, gid: 0 };
-        dirs.granted(&dir(10, 0), (1, b"d"), me);
+        dirs.granted(&dir(10, 0), (1, b"d"), me, None);
         dirs.handles_granted(Some((100, 10)));
         let (sub, _) = dirs.make(10, b"d", &node(Kind::Dir, 0), |_, _| {}).unwrap();
         dirs.make(sub.handle, b"f", &node(Kind::File, 0), |_, _| {})
@@ -412,5 +442,43 @@ mod tests {
             dirs.remove(10, b"d", true, me, |_| false, |_, _| {})
                 .is_some()
         );
+    }
+
+    #[test]
+    fn makes_under_a_quota_stop_at_the_room_set_aside_for_them() {
+        let dirs = Dirs::default();
+        let me = Asker { uid: 7, gid: 7 };
+        dirs.granted(&dir(10, 7), (1, b"d"), me, Some(3));
+        dirs.granted(&dir(20, 7), (1, b"e"), me, None);
+        dirs.handles_granted(Some((100, 100)));
+        let searchable = LocalMake {
+            mode: 0o755,
+            ..node(Kind::Dir, 7)
+        };
+        let (sub, _) = dirs.make(10, b"s", &searchable, |_, _| {}).unwrap();
+        dirs.make(10, b"a", &node(Kind::File, 7), |_, _| {})
+            .unwrap();
+        // A directory made in it draws from the same room.
+        dirs.make(sub.handle, b"b", &node(Kind::File, 7), |_, _| {})
+            .unwrap();
+        for (dir, name) in [(10, &b"c"[..]), (sub.handle, b"c")] {
+            assert!(
+                dirs.make(dir, name, &node(Kind::File, 7), |_, _| {})
+                    .is_none(),
+                "past the room set aside, the server judges"
+            );
+        }
+        // A removal gives no room back here (the server counts it when it comes).
+        dirs.remove(10, b"a", false, me, |_| false, |_, _| {})
+            .unwrap();
+        assert!(
+            dirs.make(10, b"a", &node(Kind::File, 7), |_, _| {})
+                .is_none()
+        );
+        // Where no quota limits the makes, no room is counted.
+        for i in 0..10u8 {
+            dirs.make(20, &[b'f', i], &node(Kind::File, 7), |_, _| {})
+                .unwrap();
+        }
     }
 }

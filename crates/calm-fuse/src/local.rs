@@ -105,8 +105,9 @@ impl Shared {
         };
         let (attr, dir, held) = client.make_held(parent, name, node, true, true).await?;
         // Not if the server asked for it back before its answer came here.
-        if held & calm_proto::HOLD_NAMES != 0 && !self.holding.take_early(attr.handle) {
-            self.dirs.granted(&attr, (parent, name), maker);
+        if held.bits & calm_proto::HOLD_NAMES != 0 && !self.holding.take_early(attr.handle) {
+            let room = (held.room > 0).then_some(held.room);
+            self.dirs.granted(&attr, (parent, name), maker, room);
         }
         Ok((attr, dir))
     }

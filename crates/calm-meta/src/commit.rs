@@ -23,6 +23,7 @@ use crate::alloc::HandleAllocator;
 use crate::changelog::ClState;
 use crate::error::MetaError;
 use crate::ops::{self, Ctx, Done, Failure, Op};
+use crate::quota::Shares;
 use crate::replaced::Replaced;
 
 /// Tunables of the namespace, each with its unit.
@@ -129,7 +130,7 @@ pub(crate) fn run<S: Store>(
     options: MetaOptions,
     opened: Opened,
     mut cl: ClState,
-    (last_index, replaced): (Arc<LastIndex>, Arc<Mutex<Replaced>>),
+    (last_index, replaced, shares): (Arc<LastIndex>, Arc<Mutex<Replaced>>, Arc<Shares>),
     stats: Arc<CommitStats>,
 ) {
     let shared = store.shared();
@@ -175,6 +176,7 @@ pub(crate) fn run<S: Store>(
             chains: &mut chains,
             young: &mut young,
             replaced: &replaced,
+            shares: &shares,
             opened,
             shared,
             last_index: &last_index,
@@ -337,6 +339,8 @@ struct Group<'c, S: Store> {
     young: &'c mut crate::young::YoungFiles,
     /// Small files replaced lately, readable by handle a moment more (`crate::replaced`).
     replaced: &'c Mutex<Replaced>,
+    /// The quota shares set aside for held directories (`crate::quota::shares`).
+    shares: &'c Arc<Shares>,
     opened: Opened,
     /// Other processes write the store too (see [`Store::shared`]).
     shared: bool,
@@ -396,7 +400,12 @@ impl<S: Store> Group<'_, S> {
                     self.alloc,
                     self.cl,
                     (&*self.cleaned, &mut deleted),
-                    (&mut *self.chains, &mut *self.young, self.replaced),
+                    (
+                        &mut *self.chains,
+                        &mut *self.young,
+                        self.replaced,
+                        self.shares,
+                    ),
                     self.opened,
                     self.shared,
                     batch,
@@ -503,10 +512,11 @@ fn commit_batch<S: Store>(
     alloc: &mut HandleAllocator,
     cl: &mut ClState,
     cleaned: (&crate::requests::Cleaned, &mut Vec<(u64, u64)>),
-    (chains, young, replaced): (
+    (chains, young, replaced, shares): (
         &mut crate::quota::Chains,
         &mut crate::young::YoungFiles,
         &Mutex<Replaced>,
+        &Arc<Shares>,
     ),
     opened: Opened,
     shared: bool,
@@ -555,7 +565,7 @@ fn commit_batch<S: Store>(
         opened.generation,
         opened.names,
     );
-    ctx.quota = crate::quota::Quotas::with_chains(std::mem::take(chains));
+    ctx.quota = crate::quota::Quotas::with_chains(std::mem::take(chains), shares.clone());
     ctx.young = Some(&*young);
     ctx.trash = opened.trash;
     let group_now = ctx.now;
@@ -591,12 +601,16 @@ fn commit_batch<S: Store>(
         ctx.now,
     );
     let last_maps = std::mem::take(&mut ctx.replaced);
+    let share_changes = ctx.quota.take_share_changes();
     ctx.flush().map_err(failure)?;
     let purged = cl
         .purge_step(&mut txn, store.writes_max())
         .map_err(failure)?;
     txn.commit()?;
     *chains = kept;
+    if let Some((shares, changes)) = share_changes {
+        shares.apply(changes);
+    }
     for handle in gone {
         young.forget(handle);
     }

@@ -301,6 +301,55 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
             .charge(self.txn, &owners, &chain, delta, exempt, now)
     }
 
+    /// Charges a make by `uid`/`gid` in `parent` as [`Ctx::charge`] does, drawing from the
+    /// quota share `share` names where the make may (`crate::quota::shares`).
+    pub(crate) fn charge_make(
+        &mut self,
+        (uid, gid): (u32, u32),
+        parent: Handle,
+        delta: QuotaUsage,
+        share: calm_types::Share,
+    ) -> Outcome<()> {
+        let draw = match share {
+            calm_types::Share::Draw(pool) => {
+                let limited = self.make_limited(uid, gid, parent)?;
+                self.quota.may_draw(pool, &limited).then_some(pool)
+            }
+            _ => None,
+        };
+        self.quota.drawing(draw);
+        let charged = self.charge(uid, gid, parent, delta);
+        self.quota.drawing(None);
+        charged?;
+        if let Some(pool) = draw {
+            self.quota.drew(pool);
+        }
+        Ok(())
+    }
+
+    /// The quotas with an inode limit that a make by `uid`/`gid` in `dir` is held to.
+    fn make_limited(&mut self, uid: u32, gid: u32, dir: Handle) -> Outcome<Vec<QuotaTarget>> {
+        let chain = self.chain(dir)?;
+        let mut targets = vec![QuotaTarget::user(uid), QuotaTarget::group(gid)];
+        targets.extend(chain.iter().map(|d| QuotaTarget::tree(*d)));
+        let exempt = self.caller.is_root();
+        self.quota.inode_limited(self.txn, &targets, exempt)
+    }
+
+    /// Sets a quota share aside for the makes by `uid`/`gid` in directory `dir`, just made:
+    /// the room set aside, or `None` where no quota limits those makes.
+    pub(crate) fn set_aside_share(
+        &mut self,
+        dir: Handle,
+        (uid, gid): (u32, u32),
+    ) -> Outcome<Option<u64>> {
+        let limited = self.make_limited(uid, gid, dir)?;
+        if limited.is_empty() {
+            return Ok(None);
+        }
+        self.quota.set_aside(self.txn, dir, limited).map(Some)
+    }
+
     /// Adds `delta` to the usage of the trees above directory `dir` only.
     pub(crate) fn charge_trees(&mut self, dir: Handle, delta: QuotaUsage) -> Outcome<()> {
         let chain = self.chain(dir)?;

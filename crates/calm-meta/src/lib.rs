@@ -100,6 +100,8 @@ pub struct Meta<S: Store> {
     trash_kept: std::time::Duration,
     /// Small files replaced moments ago, readable by their handle (`crate::replaced`).
     replaced: Arc<std::sync::Mutex<crate::replaced::Replaced>>,
+    /// Quota shares set aside for directories mounts hold (`crate::quota::shares`).
+    shares: Arc<crate::quota::Shares>,
 }
 
 impl<S: Store> std::fmt::Debug for Meta<S> {
@@ -167,14 +169,21 @@ impl<S: Store> Meta<S> {
         &self.store
     }
 
-    /// This opening's epoch: the generation of inodes created now.
     /// Whether the store is shared with other servers (etcd).
     pub fn shared(&self) -> bool {
         self.store.shared()
     }
 
+    /// This opening's epoch: the generation of inodes created now.
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// The quota shares set aside for directories mounts hold: a make with
+    /// [`calm_types::Share::Ask`] sets one aside, which the server releases when the last
+    /// directory drawing from it is given back (`crate::quota::shares`).
+    pub fn shares(&self) -> &Arc<crate::quota::Shares> {
+        &self.shares
     }
 
     /// Makes every change answered so far durable (the store may answer a commit before it

@@ -33,6 +33,7 @@ impl<S: Store> Meta<S> {
         let plan = housekeeping::Plan::new(&options);
         let trash_kept = options.trash_kept;
         let replaced = Arc::new(std::sync::Mutex::new(crate::replaced::Replaced::default()));
+        let shares = Arc::new(crate::quota::Shares::default());
         // Another server's records: a follower publishes the last index they reach.
         let commits = store.watch_commits()?;
         let shared = store.shared();
@@ -41,11 +42,12 @@ impl<S: Store> Meta<S> {
             let stats = stats.clone();
             let last_sender = last_sender.clone();
             let replaced = replaced.clone();
+            let shares = shares.clone();
             std::thread::Builder::new()
                 .name("calm-commit".into())
                 .spawn(move || {
-                    let (last, recent) = (last_sender, replaced);
-                    commit::run(store, receiver, options, opened, cl, (last, recent), stats)
+                    let kept = (last_sender, replaced, shares);
+                    commit::run(store, receiver, options, opened, cl, kept, stats)
                 })
                 .map_err(|e| MetaError::Io(format!("starting the committer: {e}")))?
         };
@@ -82,6 +84,7 @@ impl<S: Store> Meta<S> {
             shared,
             trash_kept,
             replaced,
+            shares,
         })
     }
 }

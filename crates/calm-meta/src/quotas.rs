@@ -78,21 +78,16 @@ impl<S: Store> Meta<S> {
 
     /// What a mount that made `handle` may hold of it, read once: a regular file's mode,
     /// owner and times (`Kind::File`: no ACL), or a directory's names (`Kind::Dir`: no ACL,
-    /// which decides new nodes' modes; no setgid bit, their group; and no quota limit
-    /// anywhere, as a make answered must not be refused when it is sent); `None`: nothing.
+    /// which decides new nodes' modes; no setgid bit, their group; where quotas limit the
+    /// makes in it, the share set aside with its make, [`Meta::shares`]); `None`: nothing.
     pub fn holdable(&self, handle: Handle) -> Result<Option<Kind>> {
         self.blocking(|| {
             let snap = self.store.snapshot()?;
             let inode = ops::load(&snap, handle)?;
-            let limits = crate::quota::TAG_LIMITS;
             Ok(match inode.kind {
                 _ if inode.acls != 0 => None,
                 Kind::File => Some(Kind::File),
-                Kind::Dir
-                    if inode.mode & 0o2000 == 0 && !snap.any_in(&[limits], &[limits + 1])? =>
-                {
-                    Some(Kind::Dir)
-                }
+                Kind::Dir if inode.mode & 0o2000 == 0 => Some(Kind::Dir),
                 _ => None,
             })
         })

@@ -125,6 +125,7 @@ impl From<&Attr> for pb::Attr {
             ctime_ns: a.ctime_ns,
             dir: None,
             held: 0,
+            held_room: 0,
         }
     }
 }
@@ -194,8 +195,10 @@ pub fn node_from_request(r: &pb::MakeRequest) -> Result<NewNode, MetaError> {
         rdev: r.rdev,
         target: r.target.clone(),
         mode_before_umask: r.mode_before_umask,
-        // The client a grant belongs to is the server's to say (`calm-server`).
+        // The client a grant belongs to, and the quota share, are the server's to say
+        // (`calm-server`).
         granted: None,
+        share: calm_types::Share::None,
     })
 }
 

@@ -68,7 +68,7 @@ pub(crate) async fn serve<S: Store>(
 
 /// A call of an ordered batch, queued to the committer: how its answer is made.
 enum Queued {
-    Make(calm_meta::Queued, Option<(u64, u32, u64)>),
+    Make(calm_meta::Queued, Option<crate::meta_names::HoldAsked>),
     Unlink(calm_meta::Queued),
     Rmdir(calm_meta::Queued),
     Failed(Status),

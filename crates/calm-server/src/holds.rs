@@ -26,7 +26,7 @@
 mod copies;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -70,6 +70,8 @@ struct Hold {
     dir: Handle,
     /// Asked back already (not asked again).
     recalled: bool,
+    /// A directory held: the quota share its makes draw from (`calm_meta::quota::shares`).
+    pool: Option<Handle>,
 }
 
 #[derive(Debug)]
@@ -90,21 +92,39 @@ struct Table {
     /// ignores recalls would have every other client's requests wait).
     distrusted: HashSet<u64>,
     copies: copies::Copies,
+    /// Per quota share: the directories held that draw from it.
+    pools: HashMap<Handle, usize>,
+    /// Shares no directory held draws from any more, to release (outside the table's lock).
+    released: Vec<Handle>,
 }
 
 impl Table {
     fn remove(&mut self, handle: Handle) -> Option<Hold> {
         let hold = self.files.remove(&handle)?;
+        self.forget(handle, &hold);
+        if let Some(holder) = self.holders.get_mut(&hold.session) {
+            holder.files.remove(&handle);
+        }
+        Some(hold)
+    }
+
+    /// Takes `hold` of `handle` out of the directories' index and its share's count.
+    fn forget(&mut self, handle: Handle, hold: &Hold) {
         if let Some(files) = self.dirs.get_mut(&hold.dir) {
             files.remove(&handle);
             if files.is_empty() {
                 self.dirs.remove(&hold.dir);
             }
         }
-        if let Some(holder) = self.holders.get_mut(&hold.session) {
-            holder.files.remove(&handle);
+        if let Some(pool) = hold.pool
+            && let Some(count) = self.pools.get_mut(&pool)
+        {
+            *count -= 1;
+            if *count == 0 {
+                self.pools.remove(&pool);
+                self.released.push(pool);
+            }
         }
-        Some(hold)
     }
 
     fn end_session(&mut self, session: u64) -> usize {
@@ -113,13 +133,8 @@ impl Table {
             return 0;
         };
         for handle in &holder.files {
-            if let Some(hold) = self.files.remove(handle)
-                && let Some(files) = self.dirs.get_mut(&hold.dir)
-            {
-                files.remove(handle);
-                if files.is_empty() {
-                    self.dirs.remove(&hold.dir);
-                }
+            if let Some(hold) = self.files.remove(handle) {
+                self.forget(*handle, &hold);
             }
         }
         holder.files.len()
@@ -161,6 +176,11 @@ pub struct Holds {
     copies_taken: AtomicUsize,
     /// How long a recall waits ([`RECALL_WAIT_MAX`]).
     wait: Duration,
+    /// The quota shares the directories held draw from, released with their last hold.
+    shares: Option<Arc<calm_meta::quota::Shares>>,
+    /// Quota limits set or removed: a hold asked for before is not granted after
+    /// ([`Holds::limits_changed`]).
+    limits: AtomicU64,
 }
 
 impl Default for Holds {
@@ -181,6 +201,52 @@ impl Holds {
             copies_recalled: AtomicUsize::new(0),
             copies_taken: AtomicUsize::new(0),
             wait,
+            shares: None,
+            limits: AtomicU64::new(0),
+        }
+    }
+
+    /// The count of quota limits set or removed.
+    pub fn limits(&self) -> u64 {
+        self.limits.load(Ordering::SeqCst)
+    }
+
+    /// A quota limit was set or removed: a hold asked for before (its make maybe judged
+    /// without the limit, its share set aside without it) is not granted. The caller then
+    /// recalls every hold granted before.
+    pub fn limits_changed(&self) {
+        self.limits.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Holds whose directories' quota shares are kept in `shares` (released with their last
+    /// hold).
+    pub fn with_shares(self, shares: Arc<calm_meta::quota::Shares>) -> Holds {
+        Holds {
+            shares: Some(shares),
+            ..self
+        }
+    }
+
+    /// The quota share the directory `dir` held by `session` draws from.
+    pub fn pool(&self, session: u64, dir: Handle) -> Option<Handle> {
+        let table = self.table.locked();
+        let hold = table.files.get(&dir)?;
+        (hold.session == session).then_some(hold.pool)?
+    }
+
+    /// Releases the shares no directory held draws from any more; wakes who waits for holds
+    /// to end when `ended` are.
+    fn ended(&self, mut table: std::sync::MutexGuard<'_, Table>, ended: usize) {
+        let released = std::mem::take(&mut table.released);
+        self.count.fetch_sub(ended, Ordering::Relaxed);
+        drop(table);
+        if let Some(shares) = &self.shares {
+            for pool in released {
+                shares.release(pool);
+            }
+        }
+        if ended > 0 {
+            self.ended.notify_waiters();
         }
     }
 
@@ -199,9 +265,7 @@ impl Holds {
                 recalls: tx,
             },
         );
-        self.count.fetch_sub(ended, Ordering::Relaxed);
-        drop(table);
-        self.ended.notify_waiters();
+        self.ended(table, ended);
         (stream, rx)
     }
 
@@ -212,16 +276,14 @@ impl Holds {
             return;
         }
         let ended = table.end_session(session);
-        self.count.fetch_sub(ended, Ordering::Relaxed);
-        drop(table);
-        self.ended.notify_waiters();
+        self.ended(table, ended);
     }
 
     /// Grants `session` the hold of `handle`, just made in `dir`, if its stream is open and
     /// the limits allow. In a directory the session holds, the mount answered the make
     /// itself and holds what it made already: granted past the limits (the mount bounds what
-    /// it holds so).
-    pub fn grant(&self, session: u64, handle: Handle, dir: Handle) -> bool {
+    /// it holds so). `pool`: the quota share a directory's makes draw from.
+    pub fn grant(&self, session: u64, handle: Handle, dir: Handle, pool: Option<Handle>) -> bool {
         let mut table = self.table.locked();
         let answered_there = table.files.get(&dir).is_some_and(|d| d.session == session);
         let full = table.files.len() >= HOLDS_MAX && !answered_there;
@@ -245,8 +307,12 @@ impl Holds {
                 session,
                 dir,
                 recalled: false,
+                pool,
             },
         );
+        if let Some(pool) = pool {
+            *table.pools.entry(pool).or_default() += 1;
+        }
         table.dirs.entry(dir).or_default().insert(handle);
         self.count.fetch_add(1, Ordering::Relaxed);
         true
@@ -266,11 +332,7 @@ impl Holds {
                 ended += 1;
             }
         }
-        self.count.fetch_sub(ended, Ordering::Relaxed);
-        drop(table);
-        if ended > 0 {
-            self.ended.notify_waiters();
-        }
+        self.ended(table, ended);
     }
 
     /// The count of changes of `handle`, read before its map is read for a copy
@@ -460,10 +522,8 @@ impl Holds {
                 }
             }
         }
-        self.count.fetch_sub(wanted.len(), Ordering::Relaxed);
         self.taken.fetch_add(wanted.len(), Ordering::Relaxed);
-        drop(table);
-        self.ended.notify_waiters();
+        self.ended(table, wanted.len());
     }
 }
 
@@ -514,22 +574,22 @@ mod tests {
     #[tokio::test]
     async fn a_hold_is_granted_only_to_a_session_with_its_stream_open() {
         let holds = Holds::default();
-        assert!(!holds.grant(7, 100, 1));
+        assert!(!holds.grant(7, 100, 1, None));
         let (stream, _rx) = holds.open_stream(7);
-        assert!(holds.grant(7, 100, 1));
-        assert!(!holds.grant(8, 100, 1), "one holder per file");
+        assert!(holds.grant(7, 100, 1, None));
+        assert!(!holds.grant(8, 100, 1, None), "one holder per file");
         assert_eq!(holds.count(), 1);
         holds.close_stream(7, stream);
         assert_eq!(holds.count(), 0);
-        assert!(!holds.grant(7, 101, 1));
+        assert!(!holds.grant(7, 101, 1, None));
     }
 
     #[tokio::test]
     async fn a_recall_asks_the_holder_and_waits_until_it_gives_the_file_back() {
         let holds = std::sync::Arc::new(Holds::default());
         let (_stream, mut rx) = holds.open_stream(7);
-        assert!(holds.grant(7, 100, 1));
-        assert!(holds.grant(7, 101, 2));
+        assert!(holds.grant(7, 100, 1, None));
+        assert!(holds.grant(7, 101, 2, None));
         // The holder itself is never asked.
         holds.recall(7, Recall::All).await;
         let holder = {
@@ -556,27 +616,27 @@ mod tests {
         let wait = Duration::from_millis(50);
         let holds = Holds::new(wait);
         let (_stream, _rx) = holds.open_stream(7);
-        assert!(holds.grant(7, 100, 1));
+        assert!(holds.grant(7, 100, 1, None));
         let started = tokio::time::Instant::now();
         holds.recall(8, Recall::File(100)).await;
         assert!(started.elapsed() >= wait);
         assert_eq!(holds.count(), 0);
         assert_eq!(holds.taken.load(Ordering::Relaxed), 1);
         // A session that ignored a recall holds nothing more, even on a new stream.
-        assert!(!holds.grant(7, 101, 1));
+        assert!(!holds.grant(7, 101, 1, None));
         let (_again, _rx2) = holds.open_stream(7);
-        assert!(!holds.grant(7, 102, 1));
+        assert!(!holds.grant(7, 102, 1, None));
     }
 
     #[tokio::test]
     async fn a_new_stream_of_a_session_ends_the_holds_of_the_old_one() {
         let holds = Holds::default();
         let (old, _rx) = holds.open_stream(7);
-        assert!(holds.grant(7, 100, 1));
+        assert!(holds.grant(7, 100, 1, None));
         let (_new, _rx2) = holds.open_stream(7);
         assert_eq!(holds.count(), 0);
         // The old stream's end does not end the new one's holds.
-        assert!(holds.grant(7, 101, 1));
+        assert!(holds.grant(7, 101, 1, None));
         holds.close_stream(7, old);
         assert_eq!(holds.count(), 1);
     }
@@ -587,7 +647,7 @@ mod tests {
     enum Step {
         Open(u64),
         Close(u64),
-        Grant(u64, Handle, Handle),
+        Grant(u64, Handle, Handle, Option<Handle>),
         GiveBack(u64, Handle),
     }
 
@@ -599,7 +659,8 @@ mod tests {
         prop_oneof![
             session.clone().prop_map(Step::Open),
             session.clone().prop_map(Step::Close),
-            (session.clone(), handle.clone(), dir).prop_map(|(s, h, d)| Step::Grant(s, h, d)),
+            (session.clone(), handle.clone(), dir, 0..3u64)
+                .prop_map(|(s, h, d, p)| { Step::Grant(s, h, d, (p > 0).then_some(p)) }),
             (session, handle).prop_map(|(s, h)| Step::GiveBack(s, h)),
         ]
     }
@@ -611,7 +672,7 @@ mod tests {
         fn the_table_answers_as_a_plain_list_of_holds(steps in prop::collection::vec(step(), 1..80)) {
             let holds = Holds::default();
             let mut streams: HashMap<u64, (u64, mpsc::Receiver<Vec<Handle>>)> = HashMap::new();
-            let mut model: Vec<(Handle, u64, Handle)> = Vec::new();
+            let mut model: Vec<(Handle, u64, Handle, Option<Handle>)> = Vec::new();
             for step in steps {
                 match step {
                     Step::Open(s) => {
@@ -624,11 +685,11 @@ mod tests {
                             model.retain(|h| h.1 != s);
                         }
                     }
-                    Step::Grant(s, h, d) => {
+                    Step::Grant(s, h, d, p) => {
                         let want = streams.contains_key(&s) && !model.iter().any(|m| m.0 == h);
-                        prop_assert_eq!(holds.grant(s, h, d), want);
+                        prop_assert_eq!(holds.grant(s, h, d, p), want);
                         if want {
-                            model.push((h, s, d));
+                            model.push((h, s, d, p));
                         }
                     }
                     Step::GiveBack(s, h) => {
@@ -637,7 +698,19 @@ mod tests {
                     }
                 }
                 prop_assert_eq!(holds.count(), model.len());
+                // Each hold's share as granted; each share counted by the holds drawing
+                // from it, and none waiting to be released.
+                for m in &model {
+                    prop_assert_eq!(holds.pool(m.1, m.0), m.3);
+                    prop_assert_eq!(holds.pool(m.1 + 1, m.0), None);
+                }
+                let mut pools: HashMap<Handle, usize> = HashMap::new();
+                for pool in model.iter().filter_map(|m| m.3) {
+                    *pools.entry(pool).or_default() += 1;
+                }
                 let table = holds.table.locked();
+                prop_assert_eq!(&table.pools, &pools);
+                prop_assert!(table.released.is_empty());
                 for asker in 0..4u64 {
                     let scopes = [
                         Recall::All,

@@ -239,7 +239,7 @@ impl<S: Store> Server<S> {
         let holds = info
             .cluster
             .is_none()
-            .then(|| Arc::new(holds::Holds::default()));
+            .then(|| Arc::new(holds::Holds::default().with_shares(meta.shares().clone())));
         let mut service = MetaService::new(meta.clone(), auth.clone(), table.clone(), info, data);
         service.watch = Some(hub.clone());
         service.holds = holds.clone();

@@ -8,6 +8,8 @@ use tonic::{Request, Response, Status};
 
 use crate::MetaService;
 use crate::holds::Recall;
+use crate::meta_names::HoldAsked;
+use calm_types::Share;
 
 impl<S: Store> MetaService<S> {
     /// Waits until other sessions gave back the holds `recall` names (`crate::holds`).
@@ -25,21 +27,70 @@ impl<S: Store> MetaService<S> {
         }
     }
 
-    /// Grants `session` the hold of `handle`, which it just made in `dir` as `uid`, where it
-    /// may: what it holds (`calm_proto::HOLD_*`). The owner too for the superuser (who alone
-    /// changes owners, and whom user and group quotas do not hold).
-    pub(crate) fn hold(&self, session: u64, uid: u32, handle: u64, dir: u64) -> u32 {
+    /// What a make asking to hold what it makes in `r.parent` needs: the quota share it draws
+    /// from where the caller's session holds that directory with one, else a share asked
+    /// for (set aside only for a directory, only where quotas limit its makes).
+    pub(crate) fn hold_asked(&self, caller: &calm_meta::Caller, r: &pb::MakeRequest) -> HoldAsked {
+        let holds = self.holds.as_deref();
+        let pool = holds.and_then(|h| h.pool(caller.session, r.parent));
+        HoldAsked {
+            session: caller.session,
+            uid: caller.uid,
+            dir: r.parent,
+            share: match pool {
+                Some(pool) => Share::Draw(pool),
+                None => Share::Ask,
+            },
+            limits: holds.map_or(0, |h| h.limits()),
+        }
+    }
+
+    /// Grants the hold of `handle`, just made as `asked` says, where the session may: what it
+    /// holds (`calm_proto::HOLD_*`) and, for a directory made with a quota share of its own,
+    /// the room set aside. The owner too for the superuser (who alone changes owners, and
+    /// whom user and group quotas do not hold).
+    pub(crate) fn hold(&self, asked: HoldAsked, handle: u64) -> (u32, u64) {
+        let shares = self.meta.shares();
+        let own_share = match asked.share {
+            Share::Ask => shares.left(handle),
+            _ => None,
+        };
+        let held = self.grant_hold(asked, handle, own_share);
+        match (held, own_share) {
+            (calm_proto::HOLD_NAMES, Some(room)) => (held, room),
+            (_, Some(_)) => {
+                shares.release(handle);
+                (held, 0)
+            }
+            (_, None) => (held, 0),
+        }
+    }
+
+    fn grant_hold(&self, asked: HoldAsked, handle: u64, own_share: Option<u64>) -> u32 {
         let Some(holds) = &self.holds else {
             return 0;
         };
-        if session == 0 {
+        // A quota limit set since the make was asked for: it may have been judged without it.
+        if asked.session == 0 || holds.limits() != asked.limits {
             return 0;
         }
+        let pool = match (asked.share, own_share) {
+            (_, Some(0)) => return 0,
+            (Share::Draw(pool), _) => Some(pool),
+            (_, Some(_)) => Some(handle),
+            _ => None,
+        };
+        let (session, dir) = (asked.session, asked.dir);
         match self.meta.holdable(handle) {
             // A directory: its names, for the mount to answer makes and removals in it.
-            Ok(Some(Kind::Dir)) if holds.grant(session, handle, dir) => calm_proto::HOLD_NAMES,
-            Ok(Some(Kind::File)) if holds.grant(session, handle, dir) => {
-                let owner = if uid == 0 { calm_proto::HOLD_OWNER } else { 0 };
+            Ok(Some(Kind::Dir)) if holds.grant(session, handle, dir, pool) => {
+                calm_proto::HOLD_NAMES
+            }
+            Ok(Some(Kind::File)) if holds.grant(session, handle, dir, None) => {
+                let owner = match asked.uid {
+                    0 => calm_proto::HOLD_OWNER,
+                    _ => 0,
+                };
                 calm_proto::HOLD_MODE_TIMES | owner
             }
             _ => 0,

@@ -24,10 +24,23 @@ pub(crate) struct PreparedMake {
     pub(crate) caller: Caller,
     pub(crate) id: Option<RequestId>,
     pub(crate) op: Result<Op, MetaError>,
-    /// The session, uid and directory of a make that asked to hold what it made.
-    pub(crate) hold: Option<(u64, u32, u64)>,
+    /// A make that asked to hold what it made: what the hold needs.
+    pub(crate) hold: Option<HoldAsked>,
     /// When a mount answered it (its times), where a mount says so.
     pub(crate) at: Option<i64>,
+}
+
+/// What a make that asked to hold what it made needs for the hold (`crate::meta_holds`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HoldAsked {
+    pub(crate) session: u64,
+    pub(crate) uid: u32,
+    /// The directory it is made in.
+    pub(crate) dir: u64,
+    /// The quota share it set aside or draws from.
+    pub(crate) share: calm_types::Share,
+    /// The count of quota limit changes when it was asked (`crate::holds::Holds::limits`).
+    pub(crate) limits: u64,
 }
 
 /// The time a mount says it answered a change at, taken from a mount (or an administrator)
@@ -50,11 +63,8 @@ impl<S: Store> MetaService<S> {
         // squash, no identity of a certificate in its place): the mount decides by it.
         let as_claimed =
             auth::claimed(&r).is_ok_and(|c| (c.uid, c.gid) == (caller.uid, caller.gid));
-        let hold = (as_claimed && r.get_ref().hold && r.get_ref().exclusive).then_some((
-            caller.session,
-            caller.uid,
-            r.get_ref().parent,
-        ));
+        let hold = (as_claimed && r.get_ref().hold && r.get_ref().exclusive)
+            .then(|| self.hold_asked(&caller, r.get_ref()));
         // A handle granted in advance is its client's alone: the client of the request's id,
         // which the server binds to the caller's identity.
         let granted = match (r.get_ref().handle, id) {
@@ -71,8 +81,16 @@ impl<S: Store> MetaService<S> {
         };
         let at = answered_at(self, &r, r.get_ref().time_ns);
         let r = r.into_inner();
+        let share = hold.map_or(calm_types::Share::None, |h| h.share);
         let op = calm_proto::node_from_request(&r).map(|mut node| {
             node.granted = granted;
+            // A share is set aside for a directory, and drawn from by any make.
+            node.share = match share {
+                calm_types::Share::Ask if node.kind != calm_types::Kind::Dir => {
+                    calm_types::Share::None
+                }
+                share => share,
+            };
             Op::Make {
                 parent: r.parent,
                 name: r.name,
@@ -93,12 +111,26 @@ impl<S: Store> MetaService<S> {
     pub(crate) fn made(
         &self,
         result: Result<(Done, Option<Attr>), MetaError>,
-        hold: Option<(u64, u32, u64)>,
+        hold: Option<HoldAsked>,
     ) -> Result<Response<pb::Attr>, Status> {
-        let mut reply = self.mutated(done_entry(result))?;
-        if let Some((session, uid, parent)) = hold {
-            reply.get_mut().held = self.hold(session, uid, reply.get_ref().handle, parent);
-        }
+        let made = result.as_ref().ok().and_then(|(done, _)| match done {
+            Done::Attr(attr) => Some(attr.handle),
+            _ => None,
+        });
+        let reply = self.mutated(done_entry(result));
+        let Some(hold) = hold else {
+            return reply;
+        };
+        let Ok(mut reply) = reply else {
+            // A share set aside for a directory made is released when the answer fails.
+            if let (Some(handle), calm_types::Share::Ask) = (made, hold.share) {
+                self.meta.shares().release(handle);
+            }
+            return reply;
+        };
+        let (held, room) = self.hold(hold, reply.get_ref().handle);
+        reply.get_mut().held = held;
+        reply.get_mut().held_room = room;
         Ok(reply)
     }
 

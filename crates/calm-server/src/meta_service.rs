@@ -480,10 +480,16 @@ impl<S: Store> MetaRpc for MetaService<S> {
         let result = match calm_proto::quota::target_from_wire(r.target.as_ref()) {
             Ok(target) => {
                 let limits = calm_proto::quota::limits_from_wire(r.limits.as_ref());
-                self.meta.set_quota(caller, target, limits).await
+                self.meta.set_quota(caller.clone(), target, limits).await
             }
             Err(error) => Err(error),
         };
+        // Holds granted since the recall above may have been judged without the new limit:
+        // asked back, and none asked for before is granted.
+        if let Some(holds) = &self.holds {
+            holds.limits_changed();
+        }
+        self.recall(caller.session, Recall::All).await;
         self.mutated(result.map(|report| calm_proto::quota::report_to_wire(&report)))
     }
 

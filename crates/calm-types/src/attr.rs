@@ -152,6 +152,23 @@ pub struct NewNode {
     /// A handle granted in advance to the client that asks (its mount answered the make
     /// before sending it): the node gets it, if the grant is that client's.
     pub granted: Option<Granted>,
+    /// The room of a quota share this make takes or draws from (set by the server alone).
+    pub share: Share,
+}
+
+/// A make's part in a quota share: the room a mount may fill itself in a directory it holds,
+/// set aside in every quota the directory's makes count in (docs/design/mount.md,
+/// "Directories held").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Share {
+    /// None: judged against the room left as any make.
+    #[default]
+    None,
+    /// A directory made to be held: set aside a share of the room left for the makes in it.
+    Ask,
+    /// A make in a held directory, by its holder: fills the share set aside for directory
+    /// `pool` (where the directory's quotas are the share's).
+    Draw(Handle),
 }
 
 /// A handle a client was granted in advance, named by the client it asks for.
@@ -185,6 +202,7 @@ impl NewNode {
             target: Vec::new(),
             mode_before_umask: None,
             granted: None,
+            share: Share::None,
         }
     }
 

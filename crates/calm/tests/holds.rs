@@ -520,3 +520,95 @@ fn another_user_gets_nothing_past_a_directory_a_user_holds() {
     );
     assert_eq!(a.sh_ok("ls top/d | tr '\\n' ' '"), "f2 f3 s ");
 }
+
+/// A user's quota while two mounts each hold a directory of theirs and answer the makes in it
+/// themselves, at once: each mount fills the room the server set aside for it, then asks the
+/// server, which refuses exactly at the limit. Every make answered reaches the server (no
+/// fsync fails), the usage is the limit exactly, and the room comes back when files go.
+#[test]
+fn a_users_quota_is_exact_while_two_mounts_answer_their_makes_themselves() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &["--allow-other"]);
+    let b = Mount::remote(&server.addr, &["--allow-other"]);
+    // A directory of its own for each mount: a make in a directory asks back what other
+    // mounts hold in it.
+    a.sh_ok("chmod 755 \"$MNT\" && mkdir -m 777 d d/a d/b");
+    let quota = |inodes: &str| {
+        let args = ["--server", &server.addr, "--user", "40030"];
+        let set = common::calm(&[&["quota", "set"][..], &args, &["--inodes", inodes]].concat());
+        assert!(set.status.success(), "{set:?}");
+    };
+    quota("300");
+    // The streams of recalls open: what the mounts make from now on they hold.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let fill = |dir: &str| {
+        format!(
+            "setpriv --reuid 40030 --regid 40030 --clear-groups /usr/bin/python3 -c \"
+import errno, os
+os.mkdir('d/{dir}/x')
+made, refused = 0, 0
+for i in range(400):
+    try:
+        os.close(os.open('d/{dir}/x/f%d' % i, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        made += 1
+    except OSError as e:
+        assert e.errno == errno.EDQUOT, e
+        refused += 1
+fd = os.open('d/{dir}/x', os.O_RDONLY)
+os.fsync(fd)
+print(made, refused)
+\""
+        )
+    };
+    let (before_a, before_b) = (answered_here(&a), answered_here(&b));
+    let (out_a, out_b) = std::thread::scope(|s| {
+        let one = s.spawn(|| a.sh_ok(&fill("a")));
+        let two = s.spawn(|| b.sh_ok(&fill("b")));
+        (one.join().expect("a"), two.join().expect("b"))
+    });
+    let counts = |out: &str| -> (u64, u64) {
+        let mut it = out.split_whitespace().map(|n| n.parse::<u64>().expect(out));
+        (it.next().expect(out), it.next().expect(out))
+    };
+    let ((made_a, refused_a), (made_b, refused_b)) = (counts(&out_a), counts(&out_b));
+    assert_eq!(made_a + refused_a, 400);
+    assert_eq!(made_b + refused_b, 400);
+    // The two directories and every file made: the limit exactly.
+    assert_eq!(made_a + made_b + 2, 300, "A made {made_a}, B {made_b}");
+    let (here_a, here_b) = (answered_here(&a) - before_a, answered_here(&b) - before_b);
+    assert!(
+        here_a >= 50 && here_b >= 50,
+        "answered by the mounts themselves: A {here_a}, B {here_b}"
+    );
+    let usage = common::calm_json(&[
+        "quota",
+        "get",
+        "--server",
+        &server.addr,
+        "--user",
+        "40030",
+        "--json",
+    ]);
+    assert_eq!(usage["inodes"], 300, "{usage}");
+    let listed = |m: &Mount| m.sh_ok("ls d/a/x d/b/x | grep -c '^f'").trim().to_string();
+    assert_eq!(listed(&b), (made_a + made_b).to_string());
+    assert_eq!(listed(&a), (made_a + made_b).to_string());
+    // Ten files gone: ten more fit, and no eleventh.
+    let out = a.sh_ok(
+        "setpriv --reuid 40030 --regid 40030 --clear-groups sh -c \
+         'for i in $(seq 0 9); do rm d/a/x/f$i 2>/dev/null || rm d/b/x/f$i; done; \
+          for i in $(seq 0 10); do touch d/a/x/g$i 2>&1 | grep -c quota; done' | paste -sd ' '",
+    );
+    assert_eq!(out.trim(), "0 0 0 0 0 0 0 0 0 0 1", "{out}");
+    let usage = common::calm_json(&[
+        "quota",
+        "get",
+        "--server",
+        &server.addr,
+        "--user",
+        "40030",
+        "--json",
+    ]);
+    assert_eq!(usage["inodes"], 300, "{usage}");
+}

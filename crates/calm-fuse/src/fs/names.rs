@@ -129,7 +129,7 @@ impl CalmFs {
             // server, the directory given back first (its names change elsewhere than here).
             let here = shared.make_here(&client, parent.0, &name, &node);
             let made = match here {
-                Some((attr, dir)) => Ok((attr, Some(dir), 0)),
+                Some((attr, dir)) => Ok((attr, Some(dir), calm_client::Held::default())),
                 None => {
                     shared.give_back_dir(parent.0).await;
                     client
@@ -145,10 +145,10 @@ impl CalmFs {
                     if let Some(dir) = dir {
                         shared.cache.dir_changed(ticket, dir);
                     }
-                    if held != 0 {
+                    if held.bits != 0 {
                         shared
                             .holding
-                            .granted(attr.handle, parent.0, maker, &client, held);
+                            .granted(attr.handle, parent.0, maker, &client, held.bits);
                     }
                     attr
                 }

@@ -87,7 +87,8 @@ pub(crate) fn make<T: WriteTxn>(
         None => None,
     };
     // The last check: the quotas it counts in (it changes nothing when it refuses).
-    ctx.charge(uid, gid, parent, crate::quota::usage_of(node.kind, 0))?;
+    let usage = crate::quota::usage_of(node.kind, 0);
+    ctx.charge_make((uid, gid), parent, usage, node.share)?;
 
     // Checks done; writes from here on.
     let handle = match granted {
@@ -140,6 +141,10 @@ pub(crate) fn make<T: WriteTxn>(
     ctx.store(inode);
     ctx.inode_delta += 1;
     ctx.born.push(handle);
+    // A directory made to be held: room for its holder's makes in it, where quotas limit them.
+    if is_dir && node.share == calm_types::Share::Ask {
+        ctx.set_aside_share(handle, (uid, gid))?;
+    }
     Ok(Done::Attr(attr))
 }
 

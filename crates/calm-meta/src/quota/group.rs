@@ -12,6 +12,7 @@ use super::record::{
     CHAINS_KEPT_MAX, KEY_QUOTA_GENERATION, KEY_QUOTA_TREES, QuotaKind, QuotaLimits, QuotaReport,
     QuotaTarget, QuotaUsage, Stored, encode_usage, judge, limits_key, read_usage, usage_key,
 };
+use super::shares::{Pool, ShareChanges, Shares};
 use crate::outcome::Outcome;
 use crate::types::*;
 
@@ -84,15 +85,132 @@ pub(crate) struct Quotas {
     generation_changed: bool,
     /// The chains the last group left, used once the generation is read and found the same.
     inherited: Option<Chains>,
+    /// The quota shares (none: this group judges without them) and what it did to them.
+    shares: Option<Arc<Shares>>,
+    share_changes: ShareChanges,
+    /// The share the make being judged draws from.
+    drawing: Option<Handle>,
 }
 
 impl Quotas {
-    /// A group's quotas, starting from the chains the last group left.
-    pub(crate) fn with_chains(chains: Chains) -> Quotas {
+    /// A group's quotas, starting from the chains the last group left, judged with `shares`.
+    pub(crate) fn with_chains(chains: Chains, shares: Arc<Shares>) -> Quotas {
         Quotas {
             inherited: Some(chains),
+            shares: Some(shares),
             ..Quotas::default()
         }
+    }
+
+    /// What this group did to the shares, to apply once it committed.
+    pub(crate) fn take_share_changes(&mut self) -> Option<(Arc<Shares>, ShareChanges)> {
+        let changes = std::mem::take(&mut self.share_changes);
+        let shares = self.shares.clone()?;
+        (!changes.is_empty()).then_some((shares, changes))
+    }
+
+    /// The room the shares set aside in `target`.
+    fn set_aside_for_others(&self, target: QuotaTarget) -> i64 {
+        match &self.shares {
+            Some(shares) => self.share_changes.set_aside(shares, target) as i64,
+            None => 0,
+        }
+    }
+
+    /// The quotas the share the make being judged draws from is set aside in.
+    fn own_share_targets(&self) -> Vec<QuotaTarget> {
+        let (Some(shares), Some(pool)) = (&self.shares, self.drawing) else {
+            return Vec::new();
+        };
+        self.share_changes
+            .pool(shares, pool)
+            .map_or_else(Vec::new, |share| share.targets)
+    }
+
+    /// The quotas among `targets` with an inode limit that holds for this make (`exempt`:
+    /// the caller is not held to user and group limits).
+    pub(crate) fn inode_limited<T: ReadTxn>(
+        &mut self,
+        txn: &T,
+        targets: &[QuotaTarget],
+        exempt: bool,
+    ) -> Outcome<Vec<QuotaTarget>> {
+        let mut limited = Vec::new();
+        for target in targets {
+            if exempt && target.kind != QuotaKind::Tree {
+                continue;
+            }
+            let entry = self.entry(txn, *target)?;
+            if entry
+                .stored
+                .is_some_and(|s| s.limits.inodes > 0 || s.limits.soft_inodes > 0)
+            {
+                limited.push(*target);
+            }
+        }
+        Ok(limited)
+    }
+
+    /// Whether a make counted in exactly `limited` may draw from share `pool`: it has room,
+    /// and the make counts in the quotas it was set aside in.
+    pub(crate) fn may_draw(&self, pool: Handle, limited: &[QuotaTarget]) -> bool {
+        let Some(shares) = &self.shares else {
+            return false;
+        };
+        self.share_changes
+            .pool(shares, pool)
+            .is_some_and(|share| share.left > 0 && share.targets == limited)
+    }
+
+    /// Judges the next charge as a make drawing from `pool` (`None`: from no share).
+    pub(crate) fn drawing(&mut self, pool: Option<Handle>) {
+        self.drawing = pool;
+    }
+
+    /// A make drew one inode from share `pool`.
+    pub(crate) fn drew(&mut self, pool: Handle) {
+        self.share_changes.draw(pool);
+    }
+
+    /// Sets aside, for directory `pool` just made, half the inodes left in each of
+    /// `limited` (at most [`super::shares::SHARE_INODES_MAX`]): room no other make takes. Returns
+    /// the room set aside (0: none left).
+    pub(crate) fn set_aside<T: ReadTxn>(
+        &mut self,
+        txn: &T,
+        pool: Handle,
+        limited: Vec<QuotaTarget>,
+    ) -> Outcome<u64> {
+        let Some(shares) = self.shares.clone() else {
+            return Ok(0);
+        };
+        let mut room = i64::MAX;
+        for target in &limited {
+            let entry = self.entry(txn, *target)?;
+            let (Some(stored), Some(base)) = (entry.stored, entry.base) else {
+                continue;
+            };
+            let used = base.plus(entry.delta).inodes;
+            let limits = stored.limits;
+            // A soft limit is room up to it: the share never needs its grace.
+            let cap = [limits.inodes, limits.soft_inodes]
+                .into_iter()
+                .filter(|l| *l > 0)
+                .min()
+                .unwrap_or(u64::MAX) as i64;
+            let aside = self.share_changes.set_aside(&shares, *target) as i64;
+            room = room.min(cap.saturating_sub(used).saturating_sub(aside));
+        }
+        let room = room.max(0) as u64;
+        let left = room.div_ceil(2).min(super::shares::SHARE_INODES_MAX);
+        self.share_changes.make(
+            pool,
+            Pool {
+                targets: limited,
+                left,
+            },
+        );
+        Ok(left)
     }
 
     /// The chains to keep for the next group (when this one commits).
@@ -189,10 +307,22 @@ impl Quotas {
                 .copied()
                 .chain(trees.iter().map(|d| QuotaTarget::tree(*d)))
         };
+        // A make drawing from its share takes room set aside for it: not judged again in
+        // the quotas the share is set aside in.
+        let own = self.own_share_targets();
         for target in all() {
+            if own.contains(&target) {
+                continue;
+            }
+            // Growth takes no room the shares set aside: judged as if it were used.
+            let aside = match delta.inodes > 0 && held(target) {
+                true => self.set_aside_for_others(target),
+                false => 0,
+            };
             let entry = self.entry(txn, target)?;
             if let (Some(stored), Some(base), true) = (entry.stored, entry.base, held(target)) {
-                let before = base.plus(entry.delta);
+                let mut before = base.plus(entry.delta);
+                before.inodes += aside;
                 judge(target, &stored, before, before.plus(delta), now)?;
             }
         }

@@ -20,10 +20,12 @@
 pub mod count;
 mod group;
 pub mod record;
+pub mod shares;
 
 pub use group::Chains;
 pub(crate) use group::{Chain, Quotas};
 pub use record::*;
+pub use shares::{SHARE_INODES_MAX, SHARES_MAX, Shares};
 
 #[cfg(test)]
 mod tests;
