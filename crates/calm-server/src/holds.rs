@@ -45,6 +45,8 @@ pub const HOLDS_MAX: usize = 1 << 20;
 pub const HOLDS_PER_SESSION_MAX: usize = 65_536;
 /// How long a request waits for a holder to give its files back before taking the holds away.
 pub const RECALL_WAIT_MAX: Duration = Duration::from_secs(5);
+/// How often quota shares no hold claimed are looked for.
+const SHARES_SWEPT_EVERY: Duration = Duration::from_secs(10);
 /// Recall batches queued for one holder's stream before more recalls of it wait for room.
 const RECALLS_QUEUED_MAX: usize = 64;
 /// Copies on one server.
@@ -224,6 +226,30 @@ impl Holds {
         Holds {
             shares: Some(shares),
             ..self
+        }
+    }
+
+    /// Gives back the room of quota shares set aside for directories whose hold was never
+    /// granted (`calm_meta::quota::Shares::sweep`): how many. Under the table's lock, so that
+    /// a share is never swept once a hold draws from it.
+    pub fn sweep_shares(&self) -> usize {
+        let Some(shares) = &self.shares else {
+            return 0;
+        };
+        let table = self.table.locked();
+        let claimed = |pool| table.pools.contains_key(&pool);
+        shares.sweep(claimed, std::time::Instant::now())
+    }
+
+    /// Sweeps the quota shares no hold claimed, every [`SHARES_SWEPT_EVERY`], for ever.
+    pub async fn keep_sweeping_shares(self: Arc<Self>) {
+        let mut every = tokio::time::interval(SHARES_SWEPT_EVERY);
+        loop {
+            every.tick().await;
+            let swept = self.sweep_shares();
+            if swept > 0 {
+                tracing::info!(swept, "quota shares no hold claimed gave their room back");
+            }
         }
     }
 

@@ -181,6 +181,8 @@ pub struct Server<S: Store> {
     sweeper: tokio::task::JoinHandle<()>,
     /// Sweeps idle users and jobs out of the load tables.
     load_sweeper: tokio::task::JoinHandle<()>,
+    /// Gives back the room of quota shares no hold claimed.
+    share_sweeper: Option<tokio::task::JoinHandle<()>>,
     /// The metadata backups, when asked for.
     backups: Option<tokio::task::JoinHandle<()>>,
     /// The membership task, with several servers on one store.
@@ -245,6 +247,9 @@ impl<S: Store> Server<S> {
         service.holds = holds.clone();
         let service = Arc::new(service);
         let load_sweeper = tokio::spawn(service.loads.clone().sweep());
+        let share_sweeper = holds
+            .clone()
+            .map(|holds| tokio::spawn(holds.keep_sweeping_shares()));
         let locks = Arc::new(LockService::new(meta.clone(), table.clone(), auth.clone()));
         if let Err(e) = hub.resume().await {
             tracing::warn!(%e, "resuming the watch feed");
@@ -265,6 +270,7 @@ impl<S: Store> Server<S> {
             leases,
             sweeper,
             load_sweeper,
+            share_sweeper,
             backups,
             cluster,
             requests: None,
@@ -445,6 +451,9 @@ impl<S: Store> Server<S> {
         self.leases.abort();
         self.sweeper.abort();
         self.load_sweeper.abort();
+        if let Some(task) = self.share_sweeper {
+            task.abort();
+        }
         if let Some(task) = self.backups {
             task.abort();
         }

@@ -82,8 +82,13 @@ impl<S: Store> MetaService<S> {
         };
         let (session, dir) = (asked.session, asked.dir);
         match self.meta.holdable(handle) {
-            // A directory: its names, for the mount to answer makes and removals in it.
+            // A directory: its names, for the mount to answer makes and removals in it. Not
+            // where its share was swept before the hold claimed it (an answer very late).
             Ok(Some(Kind::Dir)) if holds.grant(session, handle, dir, pool) => {
+                if own_share.is_some() && self.meta.shares().left(handle) != own_share {
+                    holds.give_back(session, &[handle]);
+                    return 0;
+                }
                 calm_proto::HOLD_NAMES
             }
             Ok(Some(Kind::File)) if holds.grant(session, handle, dir, None) => {

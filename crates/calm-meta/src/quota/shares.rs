@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use calm_types::sync::Locked;
 
@@ -23,9 +24,15 @@ use crate::types::Handle;
 
 /// Inodes one share sets aside at most (half the room left, up to this).
 pub const SHARE_INODES_MAX: u64 = 1024;
-/// Shares kept at once on a server; past it a directory is held without one only where no
-/// quota limits it.
+/// Shares kept at once on a server; past it a new share sets nothing aside (its directory is
+/// not held).
 pub const SHARES_MAX: usize = 1 << 16;
+/// A share no hold draws from this long after it was set aside (its mkdir's answer never came:
+/// the client went away) gives its room back ([`Shares::sweep`]).
+pub const SHARE_UNCLAIMED_MAX: Duration = Duration::from_secs(30);
+/// An unclaimed share is forgotten this long after it was set aside (until then a late answer
+/// finds it empty, and holds nothing).
+pub const SHARE_FORGOTTEN_AFTER: Duration = Duration::from_secs(600);
 
 /// One share: the quotas it is set aside in, and the room left in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +44,8 @@ pub(crate) struct Pool {
 #[derive(Debug, Default)]
 struct Inner {
     pools: HashMap<Handle, Pool>,
+    /// When each share was set aside.
+    made: HashMap<Handle, Instant>,
     /// Per quota: the room every pool sets aside in it.
     set_aside: HashMap<QuotaTarget, u64>,
 }
@@ -99,6 +108,34 @@ impl Shares {
         let left = inner.pools.get(&pool).map_or(0, |p| p.left);
         inner.take(pool, left);
         inner.pools.remove(&pool);
+        inner.made.remove(&pool);
+    }
+
+    /// Gives back the room of the shares set aside more than [`SHARE_UNCLAIMED_MAX`] before
+    /// `now` that no hold draws from (`claimed` says which do), and forgets them after
+    /// [`SHARE_FORGOTTEN_AFTER`]: returns how many gave room back.
+    pub fn sweep(&self, claimed: impl Fn(Handle) -> bool, now: Instant) -> usize {
+        let mut inner = self.inner.locked();
+        let age = |made: &Instant| now.saturating_duration_since(*made);
+        let unclaimed: Vec<(Handle, Duration)> = inner
+            .made
+            .iter()
+            .filter(|(pool, made)| age(made) > SHARE_UNCLAIMED_MAX && !claimed(**pool))
+            .map(|(pool, made)| (*pool, age(made)))
+            .collect();
+        let mut swept = 0;
+        for (pool, age) in unclaimed {
+            let left = inner.pools.get(&pool).map_or(0, |p| p.left);
+            if left > 0 {
+                inner.take(pool, left);
+                swept += 1;
+            }
+            if age > SHARE_FORGOTTEN_AFTER {
+                inner.pools.remove(&pool);
+                inner.made.remove(&pool);
+            }
+        }
+        swept
     }
 
     /// Shares kept.
@@ -114,10 +151,14 @@ impl Shares {
     /// What a group that committed did to the shares.
     pub(crate) fn apply(&self, changes: ShareChanges) {
         let mut inner = self.inner.locked();
-        for (pool, share) in changes.made {
-            if inner.pools.len() < SHARES_MAX {
-                inner.add(pool, share);
+        let now = Instant::now();
+        for (pool, mut share) in changes.made {
+            // Kept empty past the limit: its directory is not held, and nothing is set aside.
+            if inner.pools.len() >= SHARES_MAX {
+                share.left = 0;
             }
+            inner.add(pool, share);
+            inner.made.insert(pool, now);
         }
         for (pool, n) in changes.drawn {
             inner.take(pool, n);
@@ -294,5 +335,32 @@ mod tests {
                 prop_assert_eq!(shares.count(), model.len());
             }
         }
+    }
+
+    #[test]
+    fn a_share_no_hold_claims_gives_its_room_back_then_is_forgotten() {
+        let shares = Shares::default();
+        let mut group = ShareChanges::default();
+        let targets = vec![QuotaTarget::user(1)];
+        for pool in [1, 2] {
+            let share = Pool {
+                targets: targets.clone(),
+                left: 5,
+            };
+            group.make(pool, share);
+        }
+        shares.apply(group);
+        let start = Instant::now();
+        assert_eq!(shares.sweep(|_| false, start), 0, "too young");
+        let later = start + SHARE_UNCLAIMED_MAX + Duration::from_secs(1);
+        // Share 2 is drawn from by a hold: kept.
+        assert_eq!(shares.sweep(|pool| pool == 2, later), 1);
+        assert_eq!(shares.left(1), Some(0), "empty, but still known");
+        assert_eq!(shares.left(2), Some(5));
+        assert_eq!(shares.set_aside(targets[0]), 5);
+        let much_later = start + SHARE_FORGOTTEN_AFTER + Duration::from_secs(1);
+        assert_eq!(shares.sweep(|pool| pool == 2, much_later), 0);
+        assert_eq!(shares.left(1), None);
+        assert_eq!(shares.count(), 1);
     }
 }
