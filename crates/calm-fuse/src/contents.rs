@@ -22,6 +22,7 @@ use calm_types::sync::Locked;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::Bytes;
 use calm_client::Client;
@@ -117,6 +118,8 @@ pub struct Contents {
     changed: Mutex<HashSet<Handle>>,
     /// Sizes of files with pending writes (what stat answers on this mount).
     dirty_sizes: Mutex<HashMap<Handle, u64>>,
+    /// Since when each file has had pending writes (`crate::behind` commits the old ones).
+    dirty_since: Mutex<HashMap<Handle, Instant>>,
     /// Files whose pending writes dropped setuid and setgid, with whether every writer was in
     /// the file's group (see [`Contents::drop_privileges`]).
     dropped_privileges: Mutex<HashMap<Handle, bool>>,
@@ -137,6 +140,7 @@ impl Contents {
             files: Mutex::new(HashMap::new()),
             changed: Mutex::new(HashSet::new()),
             dirty_sizes: Mutex::new(HashMap::new()),
+            dirty_since: Mutex::new(HashMap::new()),
             dropped_privileges: Mutex::new(HashMap::new()),
             ids: tokio::sync::Mutex::new((0, 0)),
             uploads: Arc::new(Semaphore::new(UPLOADS_IN_FLIGHT_MAX)),
@@ -176,6 +180,13 @@ impl Contents {
         }
     }
 
+    /// The files with writes pending since `cutoff` or before.
+    pub fn dirty_before(&self, cutoff: Instant) -> Vec<Handle> {
+        let since = self.dirty_since.locked();
+        let due = since.iter().filter(|(_, at)| **at <= cutoff);
+        due.map(|(handle, _)| *handle).collect()
+    }
+
     /// The size of `handle` with this mount's pending writes, when it has any.
     pub fn dirty_size(&self, handle: Handle) -> Option<u64> {
         self.dirty_sizes.locked().get(&handle).copied()
@@ -204,8 +215,11 @@ impl Contents {
         let mut sizes = self.dirty_sizes.locked();
         if data.is_dirty() {
             sizes.insert(handle, data.size());
+            let mut since = self.dirty_since.locked();
+            since.entry(handle).or_insert_with(Instant::now);
         } else {
             sizes.remove(&handle);
+            self.dirty_since.locked().remove(&handle);
             // Committed: the server's mode has the privileges dropped already.
             self.dropped_privileges.locked().remove(&handle);
         }

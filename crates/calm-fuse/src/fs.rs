@@ -254,6 +254,7 @@ impl CalmFs {
             runtime.spawn(Shared::send_returns(Arc::downgrade(&shared)));
             runtime.spawn(Shared::keep_handles(Arc::downgrade(&shared)));
         }
+        runtime.spawn(Shared::keep_writing_behind(Arc::downgrade(&shared)));
         Ok(CalmFs { shared, runtime })
     }
 

@@ -21,6 +21,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use calm_client::Client;
 use calm_types::sync::Locked;
@@ -131,6 +132,8 @@ struct Held {
     /// The changes answered and not sent yet, folded into one, with a count of the changes
     /// folded (a send clears only what it sent).
     kept: Option<(SetAttr, u64)>,
+    /// Since when changes are kept (`crate::behind` sends the old ones).
+    kept_since: Option<Instant>,
     /// Being given back: nothing more is kept.
     ending: bool,
     /// Taken by whoever sends the file's changes, so that they reach the server in order.
@@ -232,6 +235,7 @@ impl Holding {
                 maker,
                 client: client.clone(),
                 kept: None,
+                kept_since: None,
                 ending: false,
                 turn: Arc::default(),
             },
@@ -308,7 +312,10 @@ impl Holding {
                 fold(kept, sent);
                 *folds += 1;
             }
-            None => held.kept = Some((sent, 1)),
+            None => {
+                held.kept = Some((sent, 1));
+                held.kept_since = Some(Instant::now());
+            }
         }
         true
     }
@@ -351,7 +358,17 @@ impl Holding {
             && held.kept.as_ref().map(|(_, f)| *f) == folds
         {
             held.kept = None;
+            held.kept_since = None;
         }
+    }
+
+    /// The files held with changes kept since `cutoff` or before.
+    pub(crate) fn kept_before(&self, cutoff: Instant) -> Vec<Handle> {
+        let files = self.files.locked();
+        let due = files
+            .iter()
+            .filter(|(_, h)| h.kept_since.is_some_and(|at| at <= cutoff));
+        due.map(|(handle, _)| *handle).collect()
     }
 
     /// The files held that were made in `dir`.

@@ -21,6 +21,7 @@
 //! Every request is answered from a task on the tokio runtime, so a slow server or a lock
 //! wait never holds up the FUSE reader.
 
+mod behind;
 pub mod cache;
 pub mod contents;
 mod convert;

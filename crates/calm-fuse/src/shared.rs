@@ -25,6 +25,9 @@ pub(crate) struct OpenFile {
     pub(crate) writable: bool,
     /// Lock owners that locked through this open file: their locks on the file end with it.
     pub(crate) owners: Mutex<HashSet<u64>>,
+    /// Who opened it for writing: who commits its writes when they waited long
+    /// (`crate::behind`).
+    pub(crate) writer: Option<Client>,
 }
 
 /// What this mount knows of a file beyond the server.
@@ -440,15 +443,17 @@ impl Shared {
         }
     }
 
-    pub(crate) fn open_file(&self, attr: &Attr, flags: i32) -> Result<u64, Errno> {
+    pub(crate) fn open_file(&self, attr: &Attr, flags: i32, opener: &Client) -> Result<u64, Errno> {
         let mut state = self.state();
         state.next_fh += 1;
         let fh = state.next_fh;
+        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let file = Arc::new(OpenFile {
             is_file: attr.kind == Kind::File,
             append: flags & libc::O_APPEND != 0,
-            writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
+            writable,
             owners: Mutex::new(HashSet::new()),
+            writer: writable.then(|| opener.clone()),
         });
         state.files.insert(fh, file.clone());
         if file.is_file {
@@ -458,6 +463,13 @@ impl Shared {
         inode.files.push(file);
         inode.attr = Some(attr.clone());
         Ok(fh)
+    }
+
+    /// Who opened `handle` for writing here, the first of them (`None`: nobody).
+    pub(crate) fn writer_of(&self, handle: Handle) -> Option<Client> {
+        let state = self.state();
+        let files = &state.inodes.get(&handle)?.files;
+        files.iter().find_map(|f| f.writer.clone())
     }
 
     /// Whether this mount has `handle` open for writing.

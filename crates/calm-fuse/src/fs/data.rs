@@ -91,7 +91,7 @@ impl CalmFs {
             if keep {
                 flags |= FopenFlags::FOPEN_KEEP_CACHE;
             }
-            match shared.open_file(&attr, open_flags) {
+            match shared.open_file(&attr, open_flags, &client) {
                 Ok(fh) => reply.opened(FileHandle(fh), flags),
                 Err(e) => reply.error(e),
             }

@@ -178,7 +178,7 @@ impl CalmFs {
                     return reply.error(Errno::EBUSY);
                 }
             }
-            match shared.open_file(&attr, flags) {
+            match shared.open_file(&attr, flags, &client) {
                 Ok(fh) => reply.created(
                     &shared.cache.entered(ticket, attr.handle),
                     &file_attr(&attr),
