@@ -139,7 +139,8 @@ pub fn run(args: &MountArgs, started: Instant) -> anyhow::Result<ExitCode> {
             FuseChannel::IoUring => calm_fuse::fs::Channel::IoUring,
         },
         device_threads: usize::from(args.fuse_threads),
-        hold_files: !args.no_hold,
+        // Every change durable when it returns: none answered by the mount itself.
+        hold_files: !args.no_hold && !args.changelog.sync,
         keep_copies: !args.no_copies,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;

@@ -86,7 +86,8 @@ pub struct ServerArgs {
     /// write-ahead log, and is on the disk within --sync-within-ms, or as soon as a client
     /// asks (a mount's fsync, fdatasync, O_SYNC or O_DSYNC write, fsync of a directory): a
     /// killed server loses nothing; a power cut loses at most the changes of those last
-    /// milliseconds, and keeps every change answered before them.
+    /// milliseconds, and keeps every change answered before them. A mount given --sync also
+    /// answers no change itself (as with --no-hold): each is on the server when it returns.
     #[arg(long)]
     pub sync: bool,
     /// The most a change answered stays only in memory before it is on the disk, in ms

@@ -649,3 +649,29 @@ fn a_mount_killed_loses_nothing_it_answered_longer_ago_than_the_bound() {
     assert_eq!(b.sh_ok(STAT).trim(), "600 1234 1234 1000000000 11");
     assert_eq!(b.sh_ok("cat d/f d/g"), "held bytes\nnew bytes\n");
 }
+
+/// `--sync` keeps every change durable when it returns: the mount answers none itself (no
+/// make in a directory it made, no chmod of a file it made), where the same work on a mount
+/// without it is answered there.
+#[test]
+fn a_mount_with_every_change_durable_answers_no_change_itself() {
+    let work = "mkdir d && for i in $(seq 20); do echo $i > d/f$i; chmod 600 d/f$i; done \
+                && mkdir d/e && rm d/f1";
+    for (extra, answers) in [(&[][..], true), (&["--sync"][..], false)] {
+        let mount = Mount::embedded(extra);
+        // The stream of recalls open: what the mount makes from now on it may hold.
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let before = answered_here(&mount);
+        mount.sh_ok(work);
+        let here = answered_here(&mount) - before;
+        assert_eq!(
+            here > 0,
+            answers,
+            "{extra:?}: {here} changes answered by the mount"
+        );
+        assert_eq!(
+            mount.sh_ok("ls d | wc -l; stat -c %a d/f20").trim(),
+            "20\n600"
+        );
+    }
+}
