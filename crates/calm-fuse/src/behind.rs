@@ -39,6 +39,12 @@ impl Shared {
         due.sort_unstable();
         due.dedup();
         for handle in due {
+            // Writes made under a lock this mount lost are never committed: their writers
+            // are told (`Shared::follow_lost`), and the file waits for them.
+            self.locks.confirm(handle).await;
+            if self.any_lock_lost(handle) {
+                continue;
+            }
             let writer = self.holding.maker_client(handle);
             if let Some(client) = writer.or_else(|| self.writer_of(handle))
                 && self.contents.dirty_size(handle).is_some()

@@ -314,6 +314,11 @@ impl LockForwarder {
         self.router.lost_changed().await
     }
 
+    /// Whether a lock on `handle` was lost and [`LockForwarder::take_lost`] did not say so yet.
+    pub fn lost_untaken(&self, handle: Handle) -> bool {
+        self.router.lost_untaken(handle)
+    }
+
     /// The locks lost since the last call: `(file, lock owner)`.
     pub fn take_lost(&self) -> Vec<(Handle, u64)> {
         self.router

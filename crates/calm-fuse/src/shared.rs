@@ -298,6 +298,17 @@ impl Shared {
             .is_some_and(|file| file.owners.locked().iter().any(|o| lost.contains(o)))
     }
 
+    /// Whether a lock of any process on `handle` was lost here (and not settled since, or not
+    /// even noted yet).
+    pub(crate) fn any_lock_lost(&self, handle: Handle) -> bool {
+        self.locks.lost_untaken(handle)
+            || self
+                .state()
+                .lost
+                .get(&handle)
+                .is_some_and(|l| !l.is_empty())
+    }
+
     /// Follows the locks the mount loses: their files are marked, and their writes not
     /// committed yet dropped (made under a lock another process may hold now), their writers
     /// told.
@@ -307,14 +318,17 @@ impl Shared {
             let Some(shared) = shared.upgrade() else {
                 return;
             };
-            let lost = locks.take_lost();
-            let files: HashSet<Handle> = lost.iter().map(|(handle, _)| *handle).collect();
-            {
+            // Taken under the state's lock: a lost lock is never in neither place
+            // (`Shared::any_lock_lost`).
+            let files: HashSet<Handle> = {
                 let mut state = shared.state();
+                let lost = locks.take_lost();
+                let files = lost.iter().map(|(handle, _)| *handle).collect();
                 for (handle, owner) in lost {
                     state.lost.entry(handle).or_default().insert(owner);
                 }
-            }
+                files
+            };
             for handle in files {
                 tracing::warn!(handle, "a lock on the file was lost: its holders are told");
                 shared.contents.lose(handle).await;

@@ -12,6 +12,11 @@ impl LockRouter {
         std::mem::take(&mut *self.lost.locked())
     }
 
+    /// Whether a lock on `resource` was lost and not taken yet ([`LockRouter::take_lost`]).
+    pub fn lost_untaken(&self, resource: u64) -> bool {
+        self.lost.locked().iter().any(|(r, _)| *r == resource)
+    }
+
     /// Completes when locks were lost since the last call of it.
     pub async fn lost_changed(&self) {
         self.lost_changed.notified().await

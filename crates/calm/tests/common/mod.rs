@@ -24,6 +24,22 @@ pub struct Server {
     pub stdout: BufReader<ChildStdout>,
 }
 
+/// The mode the suite runs its servers and mounts in: `CALM_TEST_MODE=sync` gives each
+/// `--sync` (every change durable when it returns, none answered by a mount itself), which
+/// `scripts/test` runs the mount tests in a second time; by default, nothing.
+fn mode_args(args: &[&str]) -> Vec<&'static str> {
+    match sync_mode() && !args.contains(&"--sync") {
+        true => vec!["--sync"],
+        false => Vec::new(),
+    }
+}
+
+/// Whether the suite runs in the mode where every change is durable when it returns
+/// (`CALM_TEST_MODE=sync`).
+pub fn sync_mode() -> bool {
+    std::env::var("CALM_TEST_MODE").is_ok_and(|m| m == "sync")
+}
+
 impl Server {
     /// Starts `calm serve` on `data` and waits for its ready line.
     pub fn start(data: &Path) -> Server {
@@ -49,6 +65,7 @@ impl Server {
                 &["--listen", "127.0.0.1:0"][..]
             })
             .args(args)
+            .args(mode_args(args))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -290,6 +307,7 @@ impl Mount {
             .arg(&mnt)
             .args(args)
             .args(extra)
+            .args(mode_args(&[args, extra].concat()))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
