@@ -160,6 +160,18 @@ impl Outbox {
         self.state.locked().queue.len() < OUTBOX_CHANGES_MAX
     }
 
+    /// Waits until a change can be queued without waiting (the changes answered and not yet
+    /// applied are under [`OUTBOX_CHANGES_MAX`]).
+    pub async fn room(&self) {
+        loop {
+            let answered = self.answered.notified();
+            if self.has_room() {
+                return;
+            }
+            answered.await;
+        }
+    }
+
     /// Waits until every change queued before this call was answered.
     pub async fn drained(&self) {
         let target = self.state.locked().queued;

@@ -38,6 +38,18 @@ fn asker(client: &Client) -> Option<Asker> {
 }
 
 impl Shared {
+    /// Waits, where the mount holds `parent`, until its outbox has room for one more change:
+    /// a mount that answers faster than its server applies waits here rather than giving the
+    /// directory back.
+    pub(crate) async fn room_to_answer(&self, client: &Client, parent: Handle) {
+        if let Some(outbox) = client.outbox()
+            && !outbox.has_room()
+            && self.dirs.holds(parent)
+        {
+            outbox.room().await;
+        }
+    }
+
     /// Answers here the make of `node` as `name` in `parent` by `client`'s caller, if the
     /// mount holds `parent` and may: the node's attributes and the directory's after it (the
     /// make is queued to be sent).
@@ -92,6 +104,9 @@ impl Shared {
         name: &[u8],
         node: &NewNode,
     ) -> Result<(Attr, Option<Attr>), MetaError> {
+        if node.kind == Kind::Dir {
+            self.room_to_answer(client, parent).await;
+        }
         if node.kind == Kind::Dir
             && let Some((attr, dir)) = self.make_here(client, parent, name, node)
         {

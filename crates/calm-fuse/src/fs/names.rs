@@ -127,6 +127,7 @@ impl CalmFs {
             // In a directory this mount holds, answered here (and held: the mount knows the
             // name was not there, so the file is new with or without O_EXCL); else by the
             // server, the directory given back first (its names change elsewhere than here).
+            shared.room_to_answer(&client, parent.0).await;
             let here = shared.make_here(&client, parent.0, &name, &node);
             let made = match here {
                 Some((attr, dir)) => Ok((attr, Some(dir), calm_client::Held::default())),
@@ -224,6 +225,7 @@ impl CalmFs {
         shared.cache.changed_here(parent.0);
         let ticket = shared.cache.ticket();
         self.empty_task(req, reply, async move {
+            shared.room_to_answer(&client, parent.0).await;
             if let Some(dir) = shared.remove_here(&client, parent.0, &name, false) {
                 shared
                     .cache
@@ -259,6 +261,7 @@ impl CalmFs {
         shared.cache.changed_here(parent.0);
         shared.cache.dirs_changed_here();
         self.empty_task(req, reply, async move {
+            shared.room_to_answer(&client, parent.0).await;
             if shared.remove_here(&client, parent.0, &name, true).is_some() {
                 shared
                     .cache
