@@ -272,11 +272,13 @@ mod tests {
             let mut model: HashMap<Handle, Pool> = HashMap::new();
             let mut pending: HashMap<Handle, Pool> = HashMap::new();
             let mut group = ShareChanges::default();
+            // Pools released: a pool is a directory's handle, never given to another.
+            let mut released = std::collections::HashSet::new();
             for step in steps {
                 match step {
                     Step::Make(p, mask, n) => {
                         let pool = Handle::from(p);
-                        if group.pool(&shares, pool).is_none() {
+                        if group.pool(&shares, pool).is_none() && !released.contains(&pool) {
                             let share = Pool { targets: targets(mask), left: n };
                             group.make(pool, share.clone());
                             pending.insert(pool, share);
@@ -300,6 +302,7 @@ mod tests {
                             continue;
                         }
                         shares.release(pool);
+                        released.insert(pool);
                         model.remove(&pool);
                         pending.remove(&pool);
                     }
