@@ -120,6 +120,8 @@ pub struct Contents {
     dirty_sizes: Mutex<HashMap<Handle, u64>>,
     /// Since when each file has had pending writes (`crate::behind` commits the old ones).
     dirty_since: Mutex<HashMap<Handle, Instant>>,
+    /// Files held and cut short here, not yet on the server: the size reads stop at.
+    cut_here: Mutex<HashMap<Handle, u64>>,
     /// Files whose pending writes dropped setuid and setgid, with whether every writer was in
     /// the file's group (see [`Contents::drop_privileges`]).
     dropped_privileges: Mutex<HashMap<Handle, bool>>,
@@ -141,6 +143,7 @@ impl Contents {
             changed: Mutex::new(HashSet::new()),
             dirty_sizes: Mutex::new(HashMap::new()),
             dirty_since: Mutex::new(HashMap::new()),
+            cut_here: Mutex::new(HashMap::new()),
             dropped_privileges: Mutex::new(HashMap::new()),
             ids: tokio::sync::Mutex::new((0, 0)),
             uploads: Arc::new(Semaphore::new(UPLOADS_IN_FLIGHT_MAX)),
@@ -436,9 +439,37 @@ impl Contents {
     pub async fn changed(&self, attr: &Attr) {
         let file = self.file(attr.handle);
         let mut state = file.lock().await;
+        self.cut_here.locked().remove(&attr.handle);
         state.data.resized(attr.size);
         state.loaded = false;
         state.cached = Some(version(attr));
+    }
+
+    /// `handle`, held here with no write pending, was cut to `size` (no larger than it was)
+    /// and the server not told yet: reads stop there until [`Contents::changed`] says the
+    /// server's size.
+    pub fn cut_here(&self, handle: Handle, size: u64) {
+        self.cut_here.locked().insert(handle, size);
+    }
+
+    /// The size of `handle` as its last commit or map here left it (`None` while its state is
+    /// in use, or was never made here).
+    pub fn size_known(&self, handle: Handle) -> Option<u64> {
+        let file = self.files.locked().get(&handle)?.clone();
+        let state = file.try_lock().ok()?;
+        Some(state.data.size())
+    }
+
+    /// The size `handle` was cut to here was refused by the server (or the file is gone):
+    /// reads follow the server's map again.
+    pub fn uncut(&self, handle: Handle) {
+        self.cut_here.locked().remove(&handle);
+        self.changed_elsewhere(Some(handle));
+    }
+
+    /// The size `handle` was cut to here, if it was.
+    fn size_cut_here(&self, handle: Handle) -> Option<u64> {
+        self.cut_here.locked().get(&handle).copied()
     }
 
     /// Buffers a write at `offset` through the open file `fh`.

@@ -1,11 +1,13 @@
 //! Files this mount holds: a regular file it made with O_EXCL, which the server let it hold
-//! (`Meta.Holds`). Until the mount gives the file back, a chmod, a chown or a change of its
-//! times by the process that made it is answered here, at once, and kept; the changes go to
-//! the server as one, after the file's pending writes, when:
+//! (`Meta.Holds`). Until the mount gives the file back, a chmod, a chown, a change of its
+//! times or a truncate that cuts it short by the process that made it is answered here, at
+//! once, and kept (see [`holdable`]); the changes go to the server as one, after the file's
+//! pending writes, when:
 //!
 //! - the file is closed (and given back with that change), fsync'd, or locked;
 //! - anything else than such a change reaches the file here: a write after the change, an
-//!   open, an access check, an extended attribute, a truncate, a change by another process;
+//!   open, an access check, an extended attribute, a truncate that is not held, a change by
+//!   another process;
 //! - a name in its directory is linked, removed or renamed here (given back first, so the
 //!   server always knows its directory);
 //! - the server asks for it back: another mount, or a dump, a clone or a quota, wants to see
@@ -19,7 +21,7 @@
 //! changes it kept, which no fsync asked for. docs/design/mount.md "Held files".
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -41,13 +43,23 @@ pub(crate) struct Asker {
     pub gid: u32,
 }
 
-/// Whether the change `change` that `asker` asks of a file with attributes `attr` may be
-/// answered here: only mode, owner (where `owner_too`) and times; by the file's owner or the
-/// superuser; no size; no setuid, setgid or sticky bit before or after; an owner changed by
-/// the superuser only.
-pub(crate) fn holdable(attr: &Attr, change: &SetAttr, asker: Asker, owner_too: bool) -> bool {
+/// Whether the change `change` that `asker` asks of a file with attributes `attr` (as
+/// answered, over the server's with the changes `kept` so far) may be answered here: only
+/// mode, owner (where `owner_too`), times and a size; by the file's owner or the superuser;
+/// no setuid, setgid or sticky bit before or after; an owner changed by the superuser only.
+/// A size only alone (with times), no larger than the file (a quota may refuse growth), by
+/// someone who may write the file, and with no mode, owner or size kept before it nor any
+/// after it: the server judges it by the mode it knows and applies it once, so what it
+/// judges is what was judged here (the mount's `keep` adds: with no write pending).
+pub(crate) fn holdable(
+    attr: &Attr,
+    change: &SetAttr,
+    asker: Asker,
+    owner_too: bool,
+    kept: Option<&SetAttr>,
+) -> bool {
     let root = asker.uid == 0;
-    if change.size.is_some() || change.ctime.is_some() {
+    if change.ctime.is_some() {
         return false;
     }
     if !root && asker.uid != attr.uid {
@@ -57,6 +69,19 @@ pub(crate) fn holdable(attr: &Attr, change: &SetAttr, asker: Asker, owner_too: b
         return false;
     }
     let owner = change.uid.is_some() || change.gid.is_some();
+    if kept.is_some_and(|k| k.size.is_some()) && (owner || change.mode.is_some()) {
+        return false;
+    }
+    if let Some(size) = change.size {
+        let writable = root || attr.mode & 0o200 != 0;
+        let alone = !owner && change.mode.is_none();
+        let before = kept.is_some_and(|k| {
+            k.size.is_some() || k.mode.is_some() || k.uid.is_some() || k.gid.is_some()
+        });
+        if size > attr.size || !writable || !alone || before {
+            return false;
+        }
+    }
     !owner || (owner_too && root)
 }
 
@@ -88,6 +113,16 @@ pub(crate) fn apply(attr: &mut Attr, change: &SetAttr, now_ns: i64) -> SetAttr {
         attr.mtime_ns = exact(mtime);
         sent.mtime = Some(SetTime::At(attr.mtime_ns));
     }
+    if let Some(size) = change.size {
+        // A size that changes sets the modification time where none is given, as the
+        // server does.
+        if size != attr.size && change.mtime.is_none() {
+            attr.mtime_ns = now_ns;
+            sent.mtime = Some(SetTime::At(now_ns));
+        }
+        attr.size = size;
+        sent.size = Some(size);
+    }
     attr.ctime_ns = attr.ctime_ns.max(now_ns);
     sent
 }
@@ -99,6 +134,7 @@ pub(crate) fn fold(kept: &mut SetAttr, later: SetAttr) {
     kept.gid = later.gid.or(kept.gid);
     kept.atime = later.atime.or(kept.atime);
     kept.mtime = later.mtime.or(kept.mtime);
+    kept.size = later.size.or(kept.size);
 }
 
 /// `attr` as the holder answered it: the kept change over what the server said.
@@ -118,6 +154,9 @@ pub(crate) fn overlay(attr: &mut Attr, kept: &SetAttr) {
     }
     if let Some(SetTime::At(ns)) = kept.mtime {
         attr.mtime_ns = ns;
+    }
+    if let Some(size) = kept.size {
+        attr.size = size;
     }
 }
 
@@ -176,9 +215,18 @@ pub(crate) struct Holding {
     early: Mutex<Early>,
     /// The server's stream of recalls is open: a make may ask for a hold.
     open: AtomicBool,
+    /// Changes answered here, since the mount began: all, and those with a size.
+    kept: AtomicU64,
+    kept_sizes: AtomicU64,
 }
 
 impl Holding {
+    /// Changes of files held answered here since the mount began: all, and truncates.
+    pub(crate) fn kept_count(&self) -> (u64, u64) {
+        let kept = self.kept.load(Ordering::Relaxed);
+        (kept, self.kept_sizes.load(Ordering::Relaxed))
+    }
+
     /// Whether a make may ask to hold the file it makes.
     pub(crate) fn may_ask(&self) -> bool {
         self.open.load(Ordering::Acquire)
@@ -275,6 +323,14 @@ impl Holding {
             .is_some_and(|h| h.kept.is_some())
     }
 
+    /// Whether `handle` has a size kept.
+    pub(crate) fn has_kept_size(&self, handle: Handle) -> bool {
+        self.files
+            .locked()
+            .get(&handle)
+            .is_some_and(|h| h.kept.as_ref().is_some_and(|(k, _)| k.size.is_some()))
+    }
+
     /// The lock that orders the sends of `handle`'s changes, if it is held.
     pub(crate) fn turn(&self, handle: Handle) -> Option<Arc<tokio::sync::Mutex<()>>> {
         self.files.locked().get(&handle).map(|h| h.turn.clone())
@@ -299,14 +355,22 @@ impl Holding {
         let Some(held) = files.get_mut(&handle) else {
             return false;
         };
-        if held.ending || held.maker != asker || !holdable(attr, change, asker, held.owner_too) {
-            return false;
-        }
         if let Some((kept, _)) = &held.kept {
             // What was answered last, over what the caller knew.
             overlay(attr, kept);
         }
+        let kept = held.kept.as_ref().map(|(kept, _)| kept);
+        if held.ending
+            || held.maker != asker
+            || !holdable(attr, change, asker, held.owner_too, kept)
+        {
+            return false;
+        }
         let sent = apply(attr, change, now_ns);
+        self.kept.fetch_add(1, Ordering::Relaxed);
+        if change.size.is_some() {
+            self.kept_sizes.fetch_add(1, Ordering::Relaxed);
+        }
         match &mut held.kept {
             Some((kept, folds)) => {
                 fold(kept, sent);
@@ -435,16 +499,49 @@ mod tests {
             ..SetAttr::default()
         };
         let alices = file(1000, 0o644);
-        assert!(holdable(&alices, &chmod, ALICE, true));
-        assert!(holdable(&alices, &touch, ALICE, true));
-        assert!(holdable(&alices, &chmod, ROOT, true));
-        assert!(!holdable(&alices, &chmod, Asker { uid: 7, gid: 7 }, true));
-        assert!(!holdable(&alices, &chown, ALICE, true), "a user's chown");
-        assert!(holdable(&alices, &chown, ROOT, true));
-        assert!(!holdable(&alices, &chown, ROOT, false), "owners not held");
-        assert!(!holdable(&alices, &truncate, ALICE, true));
-        assert!(!holdable(&alices, &setuid, ALICE, true));
-        assert!(!holdable(&file(1000, 0o2755), &chmod, ALICE, true));
+        assert!(holdable(&alices, &chmod, ALICE, true, None));
+        assert!(holdable(&alices, &touch, ALICE, true, None));
+        assert!(holdable(&alices, &chmod, ROOT, true, None));
+        assert!(!holdable(
+            &alices,
+            &chmod,
+            Asker { uid: 7, gid: 7 },
+            true,
+            None
+        ));
+        assert!(
+            !holdable(&alices, &chown, ALICE, true, None),
+            "a user's chown"
+        );
+        assert!(holdable(&alices, &chown, ROOT, true, None));
+        assert!(
+            !holdable(&alices, &chown, ROOT, false, None),
+            "owners not held"
+        );
+        // A size: no larger, by who may write, alone, and nothing kept of mode or owner.
+        let mut written = file(1000, 0o644);
+        written.size = 10;
+        assert!(holdable(&written, &truncate, ALICE, true, None));
+        let grow = SetAttr {
+            size: Some(11),
+            ..SetAttr::default()
+        };
+        assert!(!holdable(&written, &grow, ALICE, true, None), "growth");
+        assert!(!holdable(&file(1000, 0o444), &truncate, ALICE, true, None));
+        assert!(holdable(&file(1000, 0o444), &truncate, ROOT, true, None));
+        let both = SetAttr {
+            mode: Some(0o600),
+            size: Some(0),
+            ..SetAttr::default()
+        };
+        assert!(!holdable(&written, &both, ALICE, true, None));
+        assert!(!holdable(&written, &truncate, ALICE, true, Some(&chmod)));
+        assert!(holdable(&written, &truncate, ALICE, true, Some(&touch)));
+        assert!(!holdable(&written, &truncate, ALICE, true, Some(&truncate)));
+        assert!(!holdable(&written, &chmod, ALICE, true, Some(&truncate)));
+        assert!(holdable(&written, &touch, ALICE, true, Some(&truncate)));
+        assert!(!holdable(&alices, &setuid, ALICE, true, None));
+        assert!(!holdable(&file(1000, 0o2755), &chmod, ALICE, true, None));
     }
 
     #[test]

@@ -32,12 +32,24 @@ impl Shared {
         if !self.holding.holds(handle) {
             return None;
         }
+        // A size is kept only over what the server has: with no write pending before it.
+        if change.size.is_some() && self.contents.dirty_size(handle).is_some() {
+            return None;
+        }
         let mut attr = self.state().inodes.get(&handle)?.attr.clone()?;
+        if change.size.is_some() {
+            // The size the file has here: its commits since the attributes were answered
+            // may have made it longer.
+            attr.size = attr.size.max(self.contents.size_known(handle)?);
+        }
         let now_ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as i64);
         if !self.holding.keep(handle, &mut attr, change, asker, now_ns) {
             return None;
+        }
+        if let Some(size) = change.size {
+            self.contents.cut_here(handle, size);
         }
         Some(self.local_view(attr))
     }
@@ -118,6 +130,10 @@ impl Shared {
         if !self.holding.has_kept(handle) || self.contents.dirty_size(handle).is_none() {
             return Ok(false);
         }
+        // A size kept goes by itself (writes after it send it first: none are pending).
+        if self.holding.has_kept_size(handle) {
+            return Ok(false);
+        }
         // The changes go as their maker asked them: together only when the maker closes.
         let maker = self.holding.maker_client(handle);
         if maker.is_none_or(|maker| maker.caller() != client.caller()) {
@@ -154,11 +170,18 @@ impl Shared {
     }
 
     async fn send(&self, handle: Handle, kept: Kept, release: bool) -> Result<(), Errno> {
-        match kept
+        let sent = kept
             .client
             .setattr_releasing(handle, &kept.change, release)
-            .await
-        {
+            .await;
+        if kept.change.size.is_some() {
+            // A size kept: reads follow the server's map again.
+            match &sent {
+                Ok(attr) => self.contents.changed(attr).await,
+                Err(_) => self.contents.uncut(handle),
+            }
+        }
+        match sent {
             Ok(_) => Ok(()),
             // Gone (removed through another mount while open here): its changes with it.
             Err(MetaError::NotFound | MetaError::Stale) => Ok(()),

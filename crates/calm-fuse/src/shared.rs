@@ -184,6 +184,14 @@ impl Shared {
                 &[(&[], self.copies.count() as f64)],
             ),
             counter_family(
+                "calm_mount_kept_changes_total",
+                "Changes of files the mount holds (mode, owner, times, size) answered by the mount, sent at their close, fsync or recall.",
+                &[
+                    (&[("kind", "all")], self.holding.kept_count().0 as f64),
+                    (&[("kind", "size")], self.holding.kept_count().1 as f64),
+                ],
+            ),
+            counter_family(
                 "calm_mount_opens_from_copies_total",
                 "Opens the mount answered from its copy of the file, without asking the server.",
                 &[(&[], self.copies.opens_answered() as f64)],

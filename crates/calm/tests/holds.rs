@@ -752,6 +752,109 @@ input()
 /// name there, then none; another mount agrees), and the mount's memory stays flat (its
 /// resident size after the last round within 32 MiB of the tenth's). The long tier: run with
 /// `cargo test --release -p calm --test holds -- --ignored`.
+/// A process in `mount` that makes `d/t` (O_EXCL, read and write) and then does what it is
+/// told, a line at a time, saying `ok` (or what it read) after each: `write OFF TEXT`,
+/// `trunc N`, `size`, `read` (the whole file, past the kernel's pages), `tail` (how many bytes
+/// of the first page past the end are not zero, as a mapping of it shows them), `fsync`,
+/// `close`.
+const CUTTER: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+fd = os.open(os.path.join(os.environ["MNT"], "d/t"), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644)
+print("made", flush=True)
+for line in sys.stdin:
+    word = line.split()
+    if word[0] == "write":
+        os.pwrite(fd, word[2].encode(), int(word[1]))
+    elif word[0] == "trunc":
+        os.ftruncate(fd, int(word[1]))
+    elif word[0] == "size":
+        print(os.fstat(fd).st_size, flush=True)
+        continue
+    elif word[0] == "read":
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        print(os.pread(fd, 1 << 20, 0).decode().replace("\0", "."), flush=True)
+        continue
+    elif word[0] == "tail":
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        size = os.fstat(fd).st_size
+        at = libc.mmap(None, 4096, 1, 1, fd, 0)
+        page = ctypes.string_at(at, 4096)
+        print(sum(1 for b in page[size:] if b), flush=True)
+        continue
+    elif word[0] == "fsync":
+        os.fsync(fd)
+    else:
+        os.close(fd)
+    print("ok", flush=True)
+"#;
+
+#[test]
+fn a_file_a_mount_holds_is_cut_short_by_that_mount_and_seen_so_by_another() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let a = Mount::remote(&server.addr, &[]);
+    let b = Mount::remote(&server.addr, &[]);
+    a.sh_ok("mkdir d");
+    let (mut cutter, mut lines) = spawn_in(&a, CUTTER);
+    said(&mut lines, "made");
+    let mut ask = |line: &str| {
+        tell(&mut cutter, line);
+        lines.next().expect("a line").expect("utf-8")
+    };
+    assert_eq!(ask(&format!("write 0 {}", "x".repeat(4000))), "ok");
+    assert_eq!(ask("fsync"), "ok");
+    // The truncate and the size: answered by A, the server asked nothing but the status
+    // call (a mount that sends the truncate asks twice); a read of what is left asks at most
+    // for the file's map.
+    let asked = requests_during(&server.addr, || {
+        assert_eq!(ask("trunc 10"), "ok");
+        assert_eq!(ask("size"), "10");
+    });
+    let read = requests_during(&server.addr, || {
+        assert_eq!(ask("read"), "x".repeat(10));
+    });
+    assert_eq!(ask("tail"), "0", "bytes cut off seen in a mapping");
+    assert_eq!(asked, 1, "a truncate of a file held asked the server");
+    assert_eq!(common::cuts_answered_here(&a), 1);
+    assert!(
+        read <= 2,
+        "a read of a file held and cut asked the server {read} times"
+    );
+    // B sees the file as A answered it (its stat has the server ask A first).
+    assert_eq!(b.sh_ok("stat -c %s d/t").trim(), "10");
+    assert_eq!(b.sh_ok("cat d/t"), "x".repeat(10));
+
+    // In a file made next, a write after a truncate goes after it: the bytes between read
+    // as zeros.
+    tell(&mut cutter, "close");
+    said(&mut lines, "ok");
+    let _ = cutter.wait();
+    a.sh_ok("rm d/t");
+    let (mut cutter, mut lines) = spawn_in(&a, CUTTER);
+    said(&mut lines, "made");
+    let mut ask = |line: &str| {
+        tell(&mut cutter, line);
+        lines.next().expect("a line").expect("utf-8")
+    };
+    assert_eq!(ask("write 0 abcdefghij"), "ok");
+    assert_eq!(ask("fsync"), "ok");
+    assert_eq!(ask("trunc 4"), "ok");
+    assert_eq!(ask("write 8 yz"), "ok");
+    assert_eq!(ask("read"), "abcd....yz");
+    // A second cut goes to the server after the first (never folded into one).
+    assert_eq!(ask("fsync"), "ok");
+    assert_eq!(ask("trunc 2"), "ok");
+    assert_eq!(ask("trunc 1"), "ok");
+    assert_eq!(ask("size"), "1");
+    assert_eq!(ask("close"), "ok");
+    let _ = cutter.wait();
+    assert_eq!(b.sh_ok("cat d/t"), "a");
+    assert_eq!(a.sh_ok("cat d/t"), "a");
+}
+
 #[test]
 #[ignore = "long: 100 000 makes and removals (about a minute in release)"]
 fn a_hundred_thousand_makes_and_removals_answered_by_a_mount_keep_working() {

@@ -58,7 +58,11 @@ impl Contents {
                     state.cached = None;
                 }
             }
-            state.data.plan(offset, u64::from(len))
+            let end = self.size_cut_here(handle).map_or(u64::MAX, |size| {
+                offset.saturating_add(u64::from(len)).min(size)
+            });
+            let len = end.saturating_sub(offset).min(u64::from(len));
+            state.data.plan(offset, len)
         };
         let total: u64 = plan.iter().map(Part::len).sum();
         let mut out = Vec::with_capacity(total as usize);

@@ -677,10 +677,20 @@ impl Backend {
 
 /// The makes and removals a mount answered itself, in directories it made, from its counters.
 pub fn answered_here(mount: &Mount) -> u64 {
+    mount_counter(mount, "calm_mount_answered_here_total ")
+}
+
+/// The truncates of files it holds a mount answered itself, from its counters.
+pub fn cuts_answered_here(mount: &Mount) -> u64 {
+    mount_counter(mount, "calm_mount_kept_changes_total{kind=\"size\"} ")
+}
+
+/// The value of the sample `series` (its name, labels and a space) of a mount's counters.
+fn mount_counter(mount: &Mount, series: &str) -> u64 {
     let out =
         mount.sh_ok("python3 -c \"import os; print(os.getxattr('.', 'calm.metrics').decode())\"");
     out.lines()
-        .find_map(|l| l.strip_prefix("calm_mount_answered_here_total "))
+        .find_map(|l| l.strip_prefix(series))
         .and_then(|v| v.trim().parse::<f64>().ok())
         .map_or(0, |v| v as u64)
 }

@@ -1,12 +1,16 @@
 """Random file operations on a calm file and on a reference file, compared as they go (as fsx
 does): the test of file contents through the mount against a local file system.
 
-    random_io.py FILE REFERENCE OPS SEED
+    random_io.py FILE REFERENCE OPS SEED [held]
 
 Writes at random places (across 4 MiB blocks, past the end, into holes), O_APPEND writes,
 reads, truncates down and up, fallocate (mode 0, KEEP_SIZE, PUNCH_HOLE), fsync, and closes
 and reopens, the same on both; every read and every size must agree. Prints "ok OPS" at the
 end, after comparing the whole files; exits non-zero at the first difference.
+
+With `held`, FILE is made with O_EXCL (in a directory the mount made, the mount holds it) and
+kept open to the end: no reopen, appends are writes at the end through the same file, and
+half the truncates follow an fsync.
 """
 import ctypes
 import os
@@ -14,6 +18,7 @@ import random
 import sys
 
 path, reference, ops, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+held = sys.argv[5:] == ["held"]
 rng = random.Random(seed)
 libc = ctypes.CDLL(None, use_errno=True)
 libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
@@ -45,7 +50,11 @@ def open_both(append=False):
     return os.open(path, flags, 0o644), os.open(reference, flags, 0o644)
 
 
-fds = open_both()
+if held:
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL
+    fds = os.open(path, flags, 0o644), os.open(reference, flags, 0o644)
+else:
+    fds = open_both()
 for step in range(ops):
     op = rng.random()
     a, b = fds
@@ -61,6 +70,10 @@ for step in range(ops):
             fail(f"step {step}: read {n} at {off}: {len(got)} bytes, expected {len(want)}")
     elif op < 0.68:
         size = rng.randrange(0, SIZE_MAX)
+        if held and rng.random() < 0.5:
+            # Half the truncates of a file held come with no write pending (as a mount
+            # answers them itself).
+            os.fsync(a)
         os.ftruncate(a, size)
         os.ftruncate(b, size)
     elif op < 0.74:
@@ -70,10 +83,14 @@ for step in range(ops):
         fallocate(b, mode, off, n)
     elif op < 0.78:
         os.fsync(a)
-    elif op < 0.86:
+    elif op < 0.86 and not held:
         os.close(a)
         os.close(b)
         fds = open_both()
+    elif op < 0.90 and held:
+        data = rng.randbytes(rng.choice([1, 5000, 200000]))
+        os.pwrite(a, data, os.fstat(a).st_size)
+        os.pwrite(b, data, os.fstat(b).st_size)
     elif op < 0.90:
         # An O_APPEND write through descriptors of their own.
         data = rng.randbytes(rng.choice([1, 5000, 200000]))
