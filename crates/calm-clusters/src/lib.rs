@@ -222,7 +222,8 @@ impl<S: Store> Clusters<S> {
             | Op::ClMask { .. }
             | Op::ClGc
             | Op::SetQuota { .. }
-            | Op::ForgetRequests { .. } => match several {
+            | Op::ForgetRequests { .. }
+            | Op::ForgetGrants { .. } => match several {
                 false => Ok(0),
                 true => Err(MetaError::Invalid(
                     "this operation names no file: send it to one cluster's namespace".into(),

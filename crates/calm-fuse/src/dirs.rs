@@ -21,7 +21,9 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use calm_types::GRANT_USED_FOR;
 
 use calm_types::sync::Locked;
 use calm_types::{Attr, Handle, Kind};
@@ -57,8 +59,10 @@ struct HeldDir {
 #[derive(Debug, Default)]
 struct State {
     dirs: HashMap<Handle, HeldDir>,
-    /// Handles granted and not used: ranges `[next, end)`, in order.
-    handles: VecDeque<(Handle, Handle)>,
+    /// Handles granted and not used: ranges `[next, end)`, in order, with when they were
+    /// granted (a range is used for [`GRANT_USED_FOR`] at most: the server forgets a grant
+    /// unused for longer than any make answered with it takes to reach it).
+    handles: VecDeque<(Handle, Handle, Instant)>,
     /// A grant is on its way.
     asking: bool,
     /// Per quota share: the makes left that the server set aside room for.
@@ -66,12 +70,20 @@ struct State {
 }
 
 impl State {
-    fn left(&self) -> u64 {
-        self.handles.iter().map(|(next, end)| end - next).sum()
+    /// Drops the ranges granted longer ago than [`GRANT_USED_FOR`] before `now`.
+    fn drop_old(&mut self, now: Instant) {
+        let old = |at: &Instant| now.saturating_duration_since(*at) > GRANT_USED_FOR;
+        self.handles.retain(|(_, _, at)| !old(at));
     }
 
-    fn take_handle(&mut self) -> Option<Handle> {
-        let (next, end) = self.handles.front_mut()?;
+    fn left(&mut self, now: Instant) -> u64 {
+        self.drop_old(now);
+        self.handles.iter().map(|(next, end, _)| end - next).sum()
+    }
+
+    fn take_handle(&mut self, now: Instant) -> Option<Handle> {
+        self.drop_old(now);
+        let (next, end, _) = self.handles.front_mut()?;
         let handle = *next;
         *next += 1;
         if next == end {
@@ -142,14 +154,14 @@ impl Dirs {
 
     /// Whether few handles are left and no grant is on its way (the keeper is to be woken).
     pub(crate) fn handles_low(&self) -> bool {
-        let state = self.state.locked();
-        !state.asking && state.left() < GRANT_LOW
+        let mut state = self.state.locked();
+        !state.asking && state.left(Instant::now()) < GRANT_LOW
     }
 
     /// Whether a grant of handles should be asked for now (and marks it asked).
     pub(crate) fn wants_handles(&self) -> bool {
         let mut state = self.state.locked();
-        if state.asking || state.left() >= GRANT_LOW {
+        if state.asking || state.left(Instant::now()) >= GRANT_LOW {
             return false;
         }
         state.asking = true;
@@ -161,7 +173,9 @@ impl Dirs {
         let mut state = self.state.locked();
         state.asking = false;
         if let Some((first, count)) = granted {
-            state.handles.push_back((first, first + count));
+            state
+                .handles
+                .push_back((first, first + count, Instant::now()));
         }
     }
 
@@ -197,7 +211,7 @@ impl Dirs {
             return None;
         }
         let generation = held.attr.generation;
-        let handle = state.take_handle()?;
+        let handle = state.take_handle(Instant::now())?;
         if let Some(left) = pool.and_then(|pool| state.rooms.get_mut(&pool)) {
             *left -= 1;
         }
@@ -326,6 +340,7 @@ impl Dirs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn dir(handle: Handle, uid: u32) -> Attr {
         Attr {
@@ -350,6 +365,27 @@ mod tests {
             mode: 0o644,
             maker: Asker { uid, gid: uid },
         }
+    }
+
+    #[test]
+    fn handles_granted_longer_ago_than_they_are_used_for_are_not_taken() {
+        let start = Instant::now();
+        let mut state = State::default();
+        state.handles.push_back((100, 102, start));
+        let later = start + GRANT_USED_FOR / 2;
+        state.handles.push_back((200, 203, later));
+        assert_eq!(state.left(start), 5);
+        assert_eq!(state.take_handle(start), Some(100));
+        let past_first = start + GRANT_USED_FOR + Duration::from_secs(1);
+        assert_eq!(
+            state.left(past_first),
+            3,
+            "the first grant's last handle dropped"
+        );
+        assert_eq!(state.take_handle(past_first), Some(200));
+        let past_both = later + GRANT_USED_FOR + Duration::from_secs(1);
+        assert_eq!(state.take_handle(past_both), None);
+        assert_eq!(state.left(past_both), 0);
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub struct MetaOptions {
     /// Nodes that lose their last name younger than this skip the trash (`crate::young`);
     /// zero: none do.
     pub trash_min_age: std::time::Duration,
+    /// How long a grant of handles nobody used is kept (`ops::grants`).
+    pub grants_unused_kept: std::time::Duration,
 }
 
 impl Default for MetaOptions {
@@ -69,6 +71,7 @@ impl Default for MetaOptions {
             place: None,
             trash_kept: std::time::Duration::ZERO,
             trash_min_age: crate::young::TRASH_MIN_AGE_DEFAULT,
+            grants_unused_kept: crate::ops::grants::GRANT_UNUSED_KEPT,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The housekeeping thread: on a timer, it asks the committer for a changelog GC pass (when
 //! idle readers are to be collected), sweeps the request records older than they are kept
-//! (`requests.rs`), and purges the entries of the trash older than it keeps them
+//! (`requests.rs`) and the grants of handles unused for as long as they are kept
+//! (`ops::grants`), and purges the entries of the trash older than it keeps them
 //! (`ops::trash`). Ends when the namespace stops it or is gone.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -13,10 +14,13 @@ use tokio::sync::{mpsc, oneshot};
 use crate::Caller;
 use crate::commit::{self, now_ns};
 use crate::ops::Op;
+use crate::ops::grants::{self, grant_key};
 use crate::requests;
 
 /// Longest pause between two sweeps of the request records.
 const SWEEP_PERIOD_MAX: Duration = Duration::from_secs(60);
+/// Longest pause between two sweeps of the grants of handles.
+const GRANT_SWEEP_PERIOD_MAX: Duration = Duration::from_secs(300);
 /// Pause between two passes of the trash's expiry (each visits at most
 /// [`crate::ops::trash::EXPIRY_ENTRIES_PER_PASS`] entries) when the last found nothing
 /// expired; a pass that purged entries is followed at once.
@@ -30,6 +34,8 @@ pub(crate) struct Plan {
     pub records_kept: Option<Duration>,
     /// Entries of the trash older than this are purged (`None`: no trash).
     pub trash_kept: Option<Duration>,
+    /// Grants of handles unused for this long are deleted (`None`: kept).
+    pub grants_kept: Option<Duration>,
 }
 
 impl Plan {
@@ -41,11 +47,23 @@ impl Plan {
             records_kept: (!options.request_records_kept.is_zero())
                 .then_some(options.request_records_kept),
             trash_kept: (!options.trash_kept.is_zero()).then_some(options.trash_kept),
+            grants_kept: (!options.grants_unused_kept.is_zero())
+                .then_some(options.grants_unused_kept),
         }
     }
 
     pub fn idle(&self) -> bool {
-        self.changelog_every.is_none() && self.records_kept.is_none() && self.trash_kept.is_none()
+        self.changelog_every.is_none()
+            && self.records_kept.is_none()
+            && self.trash_kept.is_none()
+            && self.grants_kept.is_none()
+    }
+
+    /// A sweep of the grants every quarter of the time they are kept, at most five minutes
+    /// apart.
+    fn grants_every(&self) -> Option<Duration> {
+        self.grants_kept
+            .map(|kept| (kept / 4).min(GRANT_SWEEP_PERIOD_MAX))
     }
 
     fn trash_every(&self) -> Option<Duration> {
@@ -70,10 +88,14 @@ pub(crate) fn run<S: Store>(
     let mut next_gc = plan.changelog_every.map(|every| start + every);
     let mut next_sweep = plan.sweep_every().map(|every| start + every);
     let mut next_trash = plan.trash_every().map(|every| start + every);
+    let mut next_grants = plan.grants_every().map(|every| start + every);
     let mut cursor: Vec<u8> = requests::key(0, 0).to_vec();
+    let mut grants_from: Vec<u8> = grant_key(0, 0).to_vec();
+    // Grants written before they kept a time count as used when this thread began.
+    let started_ns = now_ns();
     let mut trash_from = 0;
     loop {
-        let Some(wake) = [next_gc, next_sweep, next_trash]
+        let Some(wake) = [next_gc, next_sweep, next_trash, next_grants]
             .into_iter()
             .flatten()
             .min()
@@ -105,6 +127,17 @@ pub(crate) fn run<S: Store>(
                     cursor = next.unwrap_or_else(|| requests::key(0, 0).to_vec());
                 }
                 Err(error) => tracing::warn!(%error, "sweeping expired request records"),
+            }
+        }
+        if let Some(at) = next_grants
+            && at <= now
+        {
+            next_grants = plan.grants_every().map(|every| now + every);
+            let Some(store) = store.upgrade() else { return };
+            let kept = plan.grants_kept.unwrap_or_default();
+            match sweep_grants(&store, &queue, &grants_from, kept, started_ns) {
+                Ok(next) => grants_from = next.unwrap_or_else(|| grant_key(0, 0).to_vec()),
+                Err(error) => tracing::warn!(%error, "sweeping unused grants of handles"),
             }
         }
         if let Some(at) = next_trash
@@ -182,6 +215,36 @@ fn submit(
     };
     queue.blocking_send(request).ok()?;
     Some(answer)
+}
+
+/// One pass over the grants of handles: reads up to `GRANT_SWEEP_KEYS_MAX` from `from` and
+/// deletes those unused for `kept`; returns where the next pass starts.
+fn sweep_grants<S: Store>(
+    store: &Arc<S>,
+    queue: &mpsc::WeakSender<commit::Request>,
+    from: &[u8],
+    kept: Duration,
+    unknown_ns: i64,
+) -> crate::Result<Option<Vec<u8>>> {
+    let before_ns = now_ns().saturating_sub(i64::try_from(kept.as_nanos()).unwrap_or(i64::MAX));
+    let (old, next) = {
+        let view = store.snapshot()?;
+        grants::expired(&view, from, before_ns, unknown_ns)?
+    };
+    let stopped = || crate::MetaError::Io("the committer stopped".into());
+    for keys in old.chunks(grants::GRANT_FORGETS_PER_OP_MAX) {
+        let op = Op::ForgetGrants {
+            keys: keys.to_vec(),
+            before_ns,
+            unknown_ns,
+        };
+        let answer = submit(queue, op).ok_or_else(stopped)?;
+        answer.blocking_recv().map_err(|_| stopped())??;
+    }
+    if !old.is_empty() {
+        tracing::info!(grants = old.len(), "forgot grants of handles unused");
+    }
+    Ok(next)
 }
 
 /// One pass: reads up to `SWEEP_KEYS_MAX` records from `cursor` and deletes the expired

@@ -7,10 +7,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use calm_meta::ops::Op;
-use calm_meta::ops::grants::{GRANT_HANDLES_MAX, GRANTS_PER_CLIENT_MAX};
+use calm_meta::ops::grants::{
+    GRANT_HANDLES_MAX, GRANTS_PER_CLIENT_MAX, GrantRecord, TAG_GRANT, expired, grant_key,
+};
 use calm_meta::*;
-use calm_store::Store;
 use calm_store::mem::MemStore;
+use calm_store::{ReadTxn, Store, WriteTxn};
 use proptest::prelude::*;
 
 fn fsck_clean(store: &MemStore) {
@@ -147,5 +149,139 @@ async fn a_grant_is_refused_past_its_size_and_a_node_keeps_its_granted_handle_af
         22
     );
     assert_eq!(meta.lookup(ROOT, b"b").unwrap().handle, first + 1);
+    fsck_clean(&store);
+}
+
+fn grant_keys(store: &MemStore) -> Vec<Vec<u8>> {
+    let view = store.snapshot().unwrap();
+    let mut keys = Vec::new();
+    view.visit(&grant_key(0, 0), &[TAG_GRANT + 1], &mut |k, _| {
+        keys.push(k.to_vec());
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap();
+    keys
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
+}
+
+/// A grant found unused by a sweep and used before its deletion is applied stays (its use
+/// wrote a later time); one still unused goes; one written before grants kept a time counts
+/// as used when the sweep began.
+#[tokio::test]
+async fn a_sweep_forgets_the_grants_still_unused_when_it_deletes_them() {
+    let store = Arc::new(MemStore::new());
+    let options = MetaOptions {
+        grants_unused_kept: std::time::Duration::ZERO,
+        ..MetaOptions::default()
+    };
+    let meta = Meta::open(store.clone(), options).unwrap();
+    let idle = meta.grant_handles(Caller::default(), 1, 4).await.unwrap();
+    let busy = meta.grant_handles(Caller::default(), 2, 4).await.unwrap();
+    // A grant as a store written before the time was kept holds it: 16 bytes.
+    let mut txn = store.begin().unwrap();
+    let legacy = GrantRecord {
+        next: busy + 100,
+        end: busy + 104,
+        used_ns: None,
+    }
+    .encode();
+    txn.put(&grant_key(3, busy + 100), &legacy[..16]).unwrap();
+    txn.commit().unwrap();
+
+    let before_ns = now_ns() + 1;
+    let started_ns = before_ns + 1_000_000_000;
+    let (old, next) = expired(
+        &store.snapshot().unwrap(),
+        &grant_key(0, 0),
+        before_ns,
+        started_ns,
+    )
+    .unwrap();
+    assert_eq!(next, None);
+    assert_eq!(
+        old,
+        vec![grant_key(1, idle), grant_key(2, busy)],
+        "the legacy one is young"
+    );
+    let (old, _) = expired(&store.snapshot().unwrap(), &grant_key(0, 0), before_ns, 0).unwrap();
+    assert_eq!(old.len(), 3, "the legacy one counted as used at 0");
+
+    // Client 2 uses its grant after the sweep found it.
+    meta.apply_as(Caller::default(), make("b".into(), 2, busy))
+        .await
+        .unwrap();
+    let keys = vec![grant_key(1, idle), grant_key(2, busy)];
+    let forget = Op::ForgetGrants {
+        keys,
+        before_ns,
+        unknown_ns: started_ns,
+    };
+    meta.apply_as(Caller::default(), forget).await.unwrap();
+    assert_eq!(
+        grant_keys(&store),
+        vec![
+            grant_key(2, busy).to_vec(),
+            grant_key(3, busy + 100).to_vec()
+        ]
+    );
+    meta.apply_as(Caller::default(), make("c".into(), 2, busy + 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        meta.apply_as(Caller::default(), make("a".into(), 1, idle))
+            .await
+            .unwrap_err()
+            .errno(),
+        22,
+        "a make with a grant forgotten"
+    );
+    fsck_clean(&store);
+}
+
+/// The housekeeping thread forgets a grant nobody uses, and keeps one in use.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_server_forgets_grants_unused_for_as_long_as_it_keeps_them() {
+    let store = Arc::new(MemStore::new());
+    let kept = std::time::Duration::from_secs(2);
+    let options = MetaOptions {
+        grants_unused_kept: kept,
+        ..MetaOptions::default()
+    };
+    let meta = Meta::open(store.clone(), options).unwrap();
+    let idle = meta.grant_handles(Caller::default(), 1, 4).await.unwrap();
+    let busy = meta
+        .grant_handles(Caller::default(), 2, 1000)
+        .await
+        .unwrap();
+    let start = std::time::Instant::now();
+    let mut used = 0;
+    while grant_keys(&store).contains(&grant_key(1, idle).to_vec()) {
+        assert!(
+            start.elapsed() < 10 * kept,
+            "a grant unused for 20 s still kept"
+        );
+        meta.apply_as(Caller::default(), make(format!("f{used}"), 2, busy + used))
+            .await
+            .unwrap();
+        used += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        start.elapsed() >= kept,
+        "forgotten before it was unused for {kept:?}"
+    );
+    assert!(
+        grant_keys(&store).contains(&grant_key(2, busy).to_vec()),
+        "a grant in use forgotten"
+    );
+    meta.apply_as(Caller::default(), make("last".into(), 2, busy + used))
+        .await
+        .unwrap();
     fsck_clean(&store);
 }

@@ -17,5 +17,5 @@ pub use crate::attr::*;
 pub use crate::caller::{Caller, GROUPS_MAX, Groups};
 pub use crate::error::{CODES, MetaError, Result};
 pub use crate::quota::{QuotaKind, QuotaLimits, QuotaReport, QuotaTarget, QuotaUsage};
-pub use crate::request::RequestId;
+pub use crate::request::{GRANT_USED_FOR, RequestId};
 pub use crate::slices::FileMap;

@@ -2,6 +2,12 @@
 //! client lost the answer when its server died) is answered as the first attempt was, without
 //! applying anything twice.
 
+/// How long after a grant of handles in advance a mount takes handles from it
+/// (`Meta.GrantHandles`): a make answered with one reaches the server well within the hour a
+/// server keeps a grant nobody used (the mount's outbox sends at once, and waits at most as
+/// long as a commit in doubt is sent again, half an hour).
+pub const GRANT_USED_FOR: std::time::Duration = std::time::Duration::from_secs(20 * 60);
+
 /// Who sent a mutation, and which of its mutations it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RequestId {

@@ -10,9 +10,18 @@
 //!   give, which only grows (its client uses them in order), and the grant goes with its last
 //!   handle;
 //! - a client has at most [`GRANTS_PER_CLIENT_MAX`] grants at once, of at most
-//!   [`GRANT_HANDLES_MAX`] handles each.
+//!   [`GRANT_HANDLES_MAX`] handles each;
+//! - a grant not used for [`GRANT_UNUSED_KEPT`] is forgotten (a mount killed, or one that
+//!   moved to a newer grant, leaves its grants behind): each grant keeps the time it was last
+//!   granted or used, the housekeeping thread finds the old ones ([`expired`]) and deletes
+//!   those still old when their deletion is applied ([`forget`]). A mount uses a grant for
+//!   [`GRANT_USED_FOR`] at most after it was granted, so a grant in use is never forgotten
+//!   while a make it answered is on its way.
 
-use calm_store::WriteTxn;
+use std::ops::ControlFlow;
+use std::time::Duration;
+
+use calm_store::{ReadTxn, WriteTxn};
 
 use crate::ctx::Ctx;
 use crate::error::MetaError;
@@ -27,9 +36,19 @@ pub const TAG_GRANT: u8 = b'W';
 pub const GRANT_HANDLES_MAX: u64 = 65_536;
 /// Grants one client holds at once at most.
 pub const GRANTS_PER_CLIENT_MAX: usize = 8;
+/// How long a grant nobody used is kept.
+pub const GRANT_UNUSED_KEPT: Duration = Duration::from_secs(3600);
+pub use calm_types::GRANT_USED_FOR;
+/// Most grants one sweep pass reads (it resumes after the last on its next pass).
+pub const GRANT_SWEEP_KEYS_MAX: usize = 4096;
+/// Most grants one [`Op::ForgetGrants`](crate::ops::Op) deletes.
+pub const GRANT_FORGETS_PER_OP_MAX: usize = 64;
+
+/// A grant's key.
+pub type GrantKey = [u8; 17];
 
 /// The key of `client`'s grant that starts at `first`.
-pub fn grant_key(client: u64, first: Handle) -> [u8; 17] {
+pub fn grant_key(client: u64, first: Handle) -> GrantKey {
     let mut k = [0u8; 17];
     k[0] = TAG_GRANT;
     k[1..9].copy_from_slice(&client.to_be_bytes());
@@ -37,26 +56,34 @@ pub fn grant_key(client: u64, first: Handle) -> [u8; 17] {
     k
 }
 
-/// A grant's value: the next handle it may give and the end of its range.
+/// A grant's value: the next handle it may give, the end of its range, and when it was last
+/// granted or used (ns since the epoch; `None` in a grant written before grants kept it,
+/// taken as written when the sweep began).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrantRecord {
     pub next: Handle,
     pub end: Handle,
+    pub used_ns: Option<i64>,
 }
 
 impl GrantRecord {
-    pub fn encode(&self) -> [u8; 16] {
-        let mut v = [0u8; 16];
+    pub fn encode(&self) -> [u8; 24] {
+        let mut v = [0u8; 24];
         v[..8].copy_from_slice(&self.next.to_le_bytes());
-        v[8..].copy_from_slice(&self.end.to_le_bytes());
+        v[8..16].copy_from_slice(&self.end.to_le_bytes());
+        v[16..].copy_from_slice(&self.used_ns.unwrap_or(0).to_le_bytes());
         v
     }
 
     pub fn decode(value: &[u8]) -> Option<GrantRecord> {
-        let value: &[u8; 16] = value.try_into().ok()?;
+        let used_ns = match value.len() {
+            16 => None,
+            24 => Some(i64::from_le_bytes(value[16..].try_into().ok()?)),
+            _ => return None,
+        };
         let next = u64::from_le_bytes(value[..8].try_into().ok()?);
-        let end = u64::from_le_bytes(value[8..].try_into().ok()?);
-        (next < end).then_some(GrantRecord { next, end })
+        let end = u64::from_le_bytes(value[8..16].try_into().ok()?);
+        (next < end).then_some(GrantRecord { next, end, used_ns })
     }
 }
 
@@ -86,6 +113,7 @@ pub(crate) fn grant<T: WriteTxn>(ctx: &mut Ctx<'_, T>, client: u64, count: u64) 
     let record = GrantRecord {
         next: first,
         end: first + count,
+        used_ns: Some(ctx.now),
     };
     ctx.txn.put(&grant_key(client, first), &record.encode())?;
     Ok(Done::Ids(first))
@@ -117,6 +145,7 @@ pub(crate) fn check<T: WriteTxn>(
     let after = GrantRecord {
         next: granted.handle + 1,
         end: record.end,
+        used_ns: Some(ctx.now),
     };
     Ok((key, (after.next < after.end).then_some(after)))
 }
@@ -133,4 +162,59 @@ pub(crate) fn take<T: WriteTxn>(
         }
     }
     Ok(())
+}
+
+/// The grants at or after `from` (at most [`GRANT_SWEEP_KEYS_MAX`] read) last used before
+/// `before_ns` (one written before grants kept the time counts as used at `unknown_ns`), and
+/// where the next pass resumes (`None`: the end was reached).
+pub fn expired<R: ReadTxn>(
+    view: &R,
+    from: &[u8],
+    before_ns: i64,
+    unknown_ns: i64,
+) -> calm_store::Result<(Vec<GrantKey>, Option<Vec<u8>>)> {
+    let mut old = Vec::new();
+    let mut seen = 0;
+    let mut next = None;
+    view.visit(from, &[TAG_GRANT + 1], &mut |k, v| {
+        if seen == GRANT_SWEEP_KEYS_MAX {
+            next = Some(k.to_vec());
+            return ControlFlow::Break(());
+        }
+        seen += 1;
+        let used_ns = GrantRecord::decode(v).map(|r| r.used_ns.unwrap_or(unknown_ns));
+        if used_ns.is_none_or(|at| at < before_ns)
+            && let Ok(k) = <[u8; 17]>::try_from(k)
+        {
+            old.push(k);
+        }
+        ControlFlow::Continue(())
+    })?;
+    Ok((old, next))
+}
+
+/// Deletes the grants `keys` that are still last used before `before_ns` ([`expired`] found
+/// them so; one used since is kept), as [`expired`] judged them.
+pub(crate) fn forget<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    keys: &[[u8; 17]],
+    before_ns: i64,
+    unknown_ns: i64,
+) -> Outcome<Done> {
+    if keys.len() > GRANT_FORGETS_PER_OP_MAX || keys.iter().any(|k| k[0] != TAG_GRANT) {
+        return Err(MetaError::Invalid(format!(
+            "forgetting grants of handles: at most {GRANT_FORGETS_PER_OP_MAX} keys, all grants"
+        ))
+        .into());
+    }
+    for k in keys {
+        let Some(value) = ctx.txn.get(k)? else {
+            continue;
+        };
+        let used_ns = GrantRecord::decode(&value).map(|r| r.used_ns.unwrap_or(unknown_ns));
+        if used_ns.is_none_or(|at| at < before_ns) {
+            ctx.txn.delete(k)?;
+        }
+    }
+    Ok(Done::Nothing)
 }

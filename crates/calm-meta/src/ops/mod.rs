@@ -75,6 +75,7 @@ pub fn record_type(op: &Op) -> Option<RecordType> {
         | Op::ClMask { .. }
         | Op::ClGc
         | Op::ForgetRequests { .. }
+        | Op::ForgetGrants { .. }
         | Op::Compact { .. }
         | Op::AllocSlices { .. }
         | Op::Grant { .. }
@@ -190,5 +191,10 @@ pub fn apply<T: WriteTxn>(ctx: &mut Ctx<'_, T>, op: &Op) -> Outcome<Done> {
             ctx.cl.gc_idle(ctx.txn, now).map(|_| Done::Nothing)
         }
         Op::ForgetRequests { keys } => crate::requests::forget(ctx, keys),
+        Op::ForgetGrants {
+            keys,
+            before_ns,
+            unknown_ns,
+        } => grants::forget(ctx, keys, *before_ns, *unknown_ns),
     }
 }

@@ -83,6 +83,13 @@ pub enum Op {
     ForgetRequests {
         keys: Vec<[u8; 17]>,
     },
+    /// Deletes the grants of handles `keys` still unused since `before_ns`
+    /// (`grants::expired` found them; one without a time counts as used at `unknown_ns`).
+    ForgetGrants {
+        keys: Vec<[u8; 17]>,
+        before_ns: i64,
+        unknown_ns: i64,
+    },
     /// File contents: place slice records (written objects, or holes) in a file's chunks and
     /// make the size at least `end` (and at least the end of every record); sets mtime.
     Write {
