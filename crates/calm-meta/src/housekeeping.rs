@@ -226,21 +226,17 @@ fn sweep_grants<S: Store>(
     kept: Duration,
     unknown_ns: i64,
 ) -> crate::Result<Option<Vec<u8>>> {
-    let before_ns = now_ns().saturating_sub(i64::try_from(kept.as_nanos()).unwrap_or(i64::MAX));
-    let (old, next) = {
-        let view = store.snapshot()?;
-        grants::expired(&view, from, before_ns, unknown_ns)?
+    let before_ns = ago_ns(kept);
+    let (old, next) = grants::expired(&store.snapshot()?, from, before_ns, unknown_ns)?;
+    let forget = |keys: &[[u8; 17]]| Op::ForgetGrants {
+        keys: keys.to_vec(),
+        before_ns,
+        unknown_ns,
     };
-    let stopped = || crate::MetaError::Io("the committer stopped".into());
-    for keys in old.chunks(grants::GRANT_FORGETS_PER_OP_MAX) {
-        let op = Op::ForgetGrants {
-            keys: keys.to_vec(),
-            before_ns,
-            unknown_ns,
-        };
-        let answer = submit(queue, op).ok_or_else(stopped)?;
-        answer.blocking_recv().map_err(|_| stopped())??;
-    }
+    apply_all(
+        queue,
+        old.chunks(grants::GRANT_FORGETS_PER_OP_MAX).map(forget),
+    )?;
     if !old.is_empty() {
         tracing::info!(grants = old.len(), "forgot grants of handles unused");
     }
@@ -255,25 +251,31 @@ fn sweep<S: Store>(
     cursor: &[u8],
     kept: Duration,
 ) -> crate::Result<Option<Vec<u8>>> {
-    let before_ns = now_ns().saturating_sub(i64::try_from(kept.as_nanos()).unwrap_or(i64::MAX));
-    let (old, next) = {
-        let view = store.snapshot()?;
-        requests::expired(&view, cursor, before_ns)?
+    let (old, next) = requests::expired(&store.snapshot()?, cursor, ago_ns(kept))?;
+    let forget = |keys: &[[u8; 17]]| Op::ForgetRequests {
+        keys: keys.to_vec(),
     };
-    for keys in old.chunks(requests::FORGETS_PER_OP_MAX) {
-        let answer = submit(
-            queue,
-            Op::ForgetRequests {
-                keys: keys.to_vec(),
-            },
-        )
-        .ok_or_else(|| crate::MetaError::Io("the committer stopped".into()))?;
-        answer
-            .blocking_recv()
-            .map_err(|_| crate::MetaError::Io("the committer stopped".into()))??;
-    }
+    apply_all(queue, old.chunks(requests::FORGETS_PER_OP_MAX).map(forget))?;
     if !old.is_empty() {
         tracing::info!(records = old.len(), "forgot expired request records");
     }
     Ok(next)
+}
+
+/// The time `ago` before now, in ns since the epoch.
+fn ago_ns(ago: Duration) -> i64 {
+    now_ns().saturating_sub(i64::try_from(ago.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// Applies `ops` one after the other, each once the one before was answered.
+fn apply_all(
+    queue: &mpsc::WeakSender<commit::Request>,
+    ops: impl Iterator<Item = Op>,
+) -> crate::Result<()> {
+    let stopped = || crate::MetaError::Io("the committer stopped".into());
+    for op in ops {
+        let answer = submit(queue, op).ok_or_else(stopped)?;
+        answer.blocking_recv().map_err(|_| stopped())??;
+    }
+    Ok(())
 }

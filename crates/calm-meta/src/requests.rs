@@ -215,30 +215,41 @@ impl Cleaned {
     }
 }
 
+/// One pass of a sweep: the keys it found old, and where the next pass resumes (`None`: the
+/// end was reached).
+pub type SweptPage = (Vec<RecordKey>, Option<Vec<u8>>);
+
 /// The records at or after `from` (at most [`SWEEP_KEYS_MAX`] read) written before
-/// `before_ns`, and where the next pass resumes (`None`: the end was reached).
-pub fn expired<R: ReadTxn>(
+/// `before_ns`.
+pub fn expired<R: ReadTxn>(view: &R, from: &[u8], before_ns: i64) -> calm_store::Result<SweptPage> {
+    let old = |v: &[u8]| written_ns(v).is_none_or(|at| at < before_ns);
+    old_keys(view, (from, &[TAG_REQUEST + 1]), SWEEP_KEYS_MAX, old)
+}
+
+/// The 17-byte keys in `[from, to)` (at most `max` read) whose value `old` says is old.
+pub(crate) fn old_keys<R: ReadTxn>(
     view: &R,
-    from: &[u8],
-    before_ns: i64,
-) -> calm_store::Result<(Vec<RecordKey>, Option<Vec<u8>>)> {
-    let mut old = Vec::new();
+    (from, to): (&[u8], &[u8]),
+    max: usize,
+    old: impl Fn(&[u8]) -> bool,
+) -> calm_store::Result<SweptPage> {
+    let mut found = Vec::new();
     let mut seen = 0;
     let mut next = None;
-    view.visit(from, &[TAG_REQUEST + 1], &mut |k, v| {
-        if seen == SWEEP_KEYS_MAX {
+    view.visit(from, to, &mut |k, v| {
+        if seen == max {
             next = Some(k.to_vec());
             return ControlFlow::Break(());
         }
         seen += 1;
-        if written_ns(v).is_none_or(|at| at < before_ns)
-            && let Ok(k) = <[u8; 17]>::try_from(k)
+        if old(v)
+            && let Ok(k) = <RecordKey>::try_from(k)
         {
-            old.push(k);
+            found.push(k);
         }
         ControlFlow::Continue(())
     })?;
-    Ok((old, next))
+    Ok((found, next))
 }
 
 /// Deletes the records `keys` (found expired by [`expired`]: a record is written once, so it

@@ -18,7 +18,6 @@
 //!   [`GRANT_USED_FOR`] at most after it was granted, so a grant in use is never forgotten
 //!   while a make it answered is on its way.
 
-use std::ops::ControlFlow;
 use std::time::Duration;
 
 use calm_store::{ReadTxn, WriteTxn};
@@ -165,32 +164,21 @@ pub(crate) fn take<T: WriteTxn>(
 }
 
 /// The grants at or after `from` (at most [`GRANT_SWEEP_KEYS_MAX`] read) last used before
-/// `before_ns` (one written before grants kept the time counts as used at `unknown_ns`), and
-/// where the next pass resumes (`None`: the end was reached).
+/// `before_ns` (one written before grants kept the time counts as used at `unknown_ns`).
 pub fn expired<R: ReadTxn>(
     view: &R,
     from: &[u8],
     before_ns: i64,
     unknown_ns: i64,
-) -> calm_store::Result<(Vec<GrantKey>, Option<Vec<u8>>)> {
-    let mut old = Vec::new();
-    let mut seen = 0;
-    let mut next = None;
-    view.visit(from, &[TAG_GRANT + 1], &mut |k, v| {
-        if seen == GRANT_SWEEP_KEYS_MAX {
-            next = Some(k.to_vec());
-            return ControlFlow::Break(());
-        }
-        seen += 1;
-        let used_ns = GrantRecord::decode(v).map(|r| r.used_ns.unwrap_or(unknown_ns));
-        if used_ns.is_none_or(|at| at < before_ns)
-            && let Ok(k) = <[u8; 17]>::try_from(k)
-        {
-            old.push(k);
-        }
-        ControlFlow::Continue(())
-    })?;
-    Ok((old, next))
+) -> calm_store::Result<crate::requests::SweptPage> {
+    let old = |v: &[u8]| unused_since(v, before_ns, unknown_ns);
+    crate::requests::old_keys(view, (from, &[TAG_GRANT + 1]), GRANT_SWEEP_KEYS_MAX, old)
+}
+
+/// Whether the grant `value` was last used before `before_ns` (or does not decode).
+fn unused_since(value: &[u8], before_ns: i64, unknown_ns: i64) -> bool {
+    let used_ns = GrantRecord::decode(value).map(|r| r.used_ns.unwrap_or(unknown_ns));
+    used_ns.is_none_or(|at| at < before_ns)
 }
 
 /// Deletes the grants `keys` that are still last used before `before_ns` ([`expired`] found
@@ -211,8 +199,7 @@ pub(crate) fn forget<T: WriteTxn>(
         let Some(value) = ctx.txn.get(k)? else {
             continue;
         };
-        let used_ns = GrantRecord::decode(&value).map(|r| r.used_ns.unwrap_or(unknown_ns));
-        if used_ns.is_none_or(|at| at < before_ns) {
+        if unused_since(&value, before_ns, unknown_ns) {
             ctx.txn.delete(k)?;
         }
     }
