@@ -13,6 +13,18 @@ pub struct Held {
     pub room: u64,
 }
 
+/// A directory the server let this client's session hold (`Client::hold_dir`).
+#[derive(Debug, Clone)]
+pub struct HeldDir {
+    pub attr: Attr,
+    /// The directory it is in.
+    pub parent: Handle,
+    /// Every name in it.
+    pub names: Vec<DirEntry>,
+    /// The generation of the nodes made now.
+    pub generation: u64,
+}
+
 impl Client {
     pub async fn lookup(&self, parent: Handle, name: &[u8]) -> Result<Attr> {
         let request = pb::LookupRequest {
@@ -179,6 +191,27 @@ impl Client {
     pub async fn return_holds(&self, handles: Vec<Handle>, copies: Vec<Handle>) -> Result<()> {
         let request = pb::ReturnRequest { handles, copies };
         check(meta_call!(self, return_holds, request)).map(|_| ())
+    }
+
+    /// Asks to hold directory `dir`, which has names already, for the caller's session
+    /// (`Meta.HoldDir`); `watch_id` names this mount's watch of every change. `None`: not
+    /// held.
+    pub async fn hold_dir(&self, dir: Handle, watch_id: u64) -> Result<Option<HeldDir>> {
+        let request = pb::HoldDirRequest { dir, watch_id };
+        let reply = check(meta_call!(self, hold_dir, request))?;
+        if reply.held & calm_proto::HOLD_NAMES == 0 {
+            return Ok(None);
+        }
+        let attr = reply
+            .attr
+            .ok_or_else(|| MetaError::Io("a directory held without its attributes".into()))?;
+        let names = reply.names.into_iter().map(DirEntry::try_from);
+        Ok(Some(HeldDir {
+            attr: Attr::try_from(attr)?,
+            names: names.collect::<Result<_>>()?,
+            parent: reply.parent,
+            generation: reply.generation,
+        }))
     }
 
     /// This client's session takes over these orphans of its mount's lost session.

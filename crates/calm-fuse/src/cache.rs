@@ -182,6 +182,8 @@ pub struct Coherence {
     ttl: Duration,
     /// The watch is live: replies may carry `ttl`.
     follows: AtomicBool,
+    /// The watch this mount follows the changes through (0: none now).
+    watch_id: AtomicU64,
     /// Inodes the kernel holds, with their lookup counts (entry replies minus forgets).
     held: Mutex<HashMap<Handle, u64>>,
     /// Changes seen so far, and per slot (handle hashed) the count when one of its handles
@@ -226,6 +228,7 @@ impl Coherence {
         Arc::new(Coherence {
             ttl,
             follows: AtomicBool::new(false),
+            watch_id: AtomicU64::new(0),
             held: Mutex::new(HashMap::new()),
             changes: AtomicU64::new(0),
             changed: (0..CHANGED_SLOTS).map(|_| AtomicU64::new(0)).collect(),
@@ -293,6 +296,12 @@ impl Coherence {
     }
 
     /// Taken when a request begins; see [`Coherence::reply_ttl`].
+    /// The watch this mount follows the changes through, while it does (else 0): the server
+    /// lets a mount hold a directory that has names only where this is the only one.
+    pub fn watch_id(&self) -> u64 {
+        self.watch_id.load(Ordering::SeqCst)
+    }
+
     pub fn ticket(&self) -> Ticket {
         Ticket {
             follows: self.follows(),
@@ -665,6 +674,7 @@ pub async fn follow(
             return None;
         }
     };
+    cache.watch_id.store(watch.id(), Ordering::SeqCst);
     cache.follows.store(true, Ordering::SeqCst);
     Some(tokio::spawn(async move {
         let mut wait = REWATCH_FIRST;
@@ -685,6 +695,7 @@ pub async fn follow(
             // until the watch is back (from where it broke: what changed in between comes
             // first, or a resync).
             cache.follows.store(false, Ordering::SeqCst);
+            cache.watch_id.store(0, Ordering::SeqCst);
             cache.mark_all();
             contents_changed(None);
             cache.send(Work::DropAll(0));
@@ -697,6 +708,7 @@ pub async fn follow(
                 }
                 match client.watch(WatchWhat::All, from).await {
                     Ok(again) => {
+                        cache.watch_id.store(again.id(), Ordering::SeqCst);
                         watch = again;
                         break;
                     }

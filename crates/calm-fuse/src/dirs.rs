@@ -19,7 +19,7 @@
 //! stream of recalls ends (the server holds nothing of this mount any more). At most
 //! [`HELD_DIRS_MAX`] directories are held at once. docs/design/mount.md "Directories held".
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -36,6 +36,10 @@ pub const HELD_DIRS_MAX: usize = 16_384;
 pub const GRANT_COUNT: u64 = 4096;
 /// Handles left below which the next grant is asked for.
 pub const GRANT_LOW: u64 = 1024;
+/// Wait before a directory the server would not let this mount hold is asked for again.
+pub const ASK_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+/// Directories remembered as refused, at most (the oldest go first).
+const REFUSED_KEPT_MAX: usize = 4096;
 
 /// A directory held, as this mount knows it.
 #[derive(Debug)]
@@ -54,6 +58,8 @@ struct HeldDir {
     names: HashMap<Vec<u8>, (Handle, Kind)>,
     /// Where quotas limit the makes in it: the directory whose quota share they draw from.
     pool: Option<Handle>,
+    /// The generation of the nodes made in it here (the server's now).
+    generation: u64,
 }
 
 #[derive(Debug, Default)]
@@ -67,6 +73,15 @@ struct State {
     asking: bool,
     /// Per quota share: the makes left that the server set aside room for.
     rooms: HashMap<Handle, u64>,
+    /// Directories this mount asked to hold, which had names already: no make or removal
+    /// goes to the server in them until the answer came ([`Dirs::settled`]).
+    asked_for: HashSet<Handle>,
+    /// Per directory: the makes, removals and renames in it on their way to the server (a
+    /// directory is asked for only when none is: the names the server reads are the last).
+    busy: HashMap<Handle, u32>,
+    /// Directories the server would not let this mount hold, and when (asked again after
+    /// [`ASK_AGAIN_AFTER`]).
+    refused: HashMap<Handle, Instant>,
 }
 
 impl State {
@@ -105,6 +120,8 @@ pub(crate) struct LocalMake {
 #[derive(Debug, Default)]
 pub(crate) struct Dirs {
     state: Mutex<State>,
+    /// An answer to a directory asked for came ([`Dirs::settled`]).
+    answered: tokio::sync::Notify,
 }
 
 fn now_ns() -> i64 {
@@ -143,8 +160,113 @@ impl Dirs {
                 attr: attr.clone(),
                 names: HashMap::new(),
                 pool: room.map(|_| attr.handle),
+                generation: attr.generation,
             },
         );
+    }
+
+    /// The server let this mount hold directory `attr`, which had `names` already, in
+    /// `parent`, for `maker`; nodes made in it now get `generation`.
+    pub(crate) fn granted_named(
+        &self,
+        attr: &Attr,
+        parent: Handle,
+        names: &[calm_types::DirEntry],
+        maker: Asker,
+        generation: u64,
+    ) {
+        let mut state = self.state.locked();
+        if state.dirs.len() >= HELD_DIRS_MAX {
+            return;
+        }
+        let names = names
+            .iter()
+            .map(|e| (e.name.clone(), (e.handle, e.kind)))
+            .collect();
+        let held = HeldDir {
+            parent,
+            // Its name is not asked for: a name of its parent moved or removed through the
+            // server gives back every directory held in the parent (`held_in`).
+            name: Vec::new(),
+            maker,
+            attr: attr.clone(),
+            names,
+            pool: None,
+            generation,
+        };
+        state.dirs.insert(attr.handle, held);
+    }
+
+    /// Whether directory `dir`, which had names before this mount held it, is to be asked
+    /// for now (and marks it asked): not held, not asked already, nothing of this mount on
+    /// its way to the server in it, not refused within [`ASK_AGAIN_AFTER`].
+    pub(crate) fn ask(&self, dir: Handle) -> bool {
+        let mut state = self.state.locked();
+        let now = Instant::now();
+        let refused = state
+            .refused
+            .get(&dir)
+            .is_some_and(|at| now.saturating_duration_since(*at) < ASK_AGAIN_AFTER);
+        if refused
+            || state.dirs.contains_key(&dir)
+            || state.dirs.len() >= HELD_DIRS_MAX
+            || state.busy.contains_key(&dir)
+            || state.asked_for.contains(&dir)
+        {
+            return false;
+        }
+        state.asked_for.insert(dir);
+        true
+    }
+
+    /// The answer to the ask of `dir` came (`held`: it is held now, [`Dirs::granted_named`]).
+    pub(crate) fn asked(&self, dir: Handle, held: bool) {
+        let mut state = self.state.locked();
+        state.asked_for.remove(&dir);
+        if !held {
+            if state.refused.len() >= REFUSED_KEPT_MAX {
+                let now = Instant::now();
+                let fresh = |at: &Instant| now.saturating_duration_since(*at) < ASK_AGAIN_AFTER;
+                state.refused.retain(|_, at| fresh(at));
+                if state.refused.len() >= REFUSED_KEPT_MAX {
+                    state.refused.clear();
+                }
+            }
+            state.refused.insert(dir, Instant::now());
+        }
+        drop(state);
+        self.answered.notify_waiters();
+    }
+
+    /// Waits while `dir` is being asked for.
+    pub(crate) async fn settled(&self, dir: Handle) {
+        loop {
+            let answered = self.answered.notified();
+            tokio::pin!(answered);
+            answered.as_mut().enable();
+            if !self.state.locked().asked_for.contains(&dir) {
+                return;
+            }
+            answered.await;
+        }
+    }
+
+    /// A make, removal or rename in `dir` goes to the server: counted until the guard is
+    /// dropped (after its answer), once no ask of `dir` is on its way.
+    pub(crate) async fn through_server(&self, dir: Handle) -> Busy<'_> {
+        loop {
+            let answered = self.answered.notified();
+            tokio::pin!(answered);
+            answered.as_mut().enable();
+            {
+                let mut state = self.state.locked();
+                if !state.asked_for.contains(&dir) {
+                    *state.busy.entry(dir).or_default() += 1;
+                    return Busy { dirs: self, dir };
+                }
+            }
+            answered.await;
+        }
     }
 
     /// Whether this mount holds directory `dir`.
@@ -210,7 +332,7 @@ impl Dirs {
         if pool.is_some_and(|pool| state.rooms.get(&pool).is_none_or(|left| *left == 0)) {
             return None;
         }
-        let generation = held.attr.generation;
+        let generation = held.generation;
         let handle = state.take_handle(Instant::now())?;
         if let Some(left) = pool.and_then(|pool| state.rooms.get_mut(&pool)) {
             *left -= 1;
@@ -248,6 +370,7 @@ impl Dirs {
                     attr: attr.clone(),
                     names: HashMap::new(),
                     pool,
+                    generation,
                 },
             );
         }
@@ -334,6 +457,26 @@ impl Dirs {
     /// Directories held now.
     pub(crate) fn count(&self) -> usize {
         self.state.locked().dirs.len()
+    }
+}
+
+/// A make, removal or rename of this mount on its way to the server in a directory
+/// ([`Dirs::through_server`]).
+#[derive(Debug)]
+pub(crate) struct Busy<'a> {
+    dirs: &'a Dirs,
+    dir: Handle,
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        let mut state = self.dirs.state.locked();
+        if let Some(count) = state.busy.get_mut(&self.dir) {
+            *count -= 1;
+            if *count == 0 {
+                state.busy.remove(&self.dir);
+            }
+        }
     }
 }
 
@@ -516,5 +659,66 @@ mod tests {
             dirs.make(20, &[b'f', i], &node(Kind::File, 7), |_, _| {})
                 .unwrap();
         }
+    }
+
+    #[tokio::test]
+    async fn a_directory_with_names_is_asked_for_only_when_nothing_of_the_mount_is_on_its_way() {
+        let dirs = Dirs::default();
+        let me = Asker { uid: 7, gid: 7 };
+        // A make on its way to the server in 10: not asked for.
+        let busy = dirs.through_server(10).await;
+        assert!(!dirs.ask(10));
+        drop(busy);
+        assert!(dirs.ask(10), "asked once nothing is on its way");
+        assert!(!dirs.ask(10), "not twice at once");
+        // While asked for, a change through the server waits for the answer.
+        let dirs = std::sync::Arc::new(dirs);
+        let waiting = {
+            let dirs = dirs.clone();
+            tokio::spawn(async move {
+                let _busy = dirs.through_server(10).await;
+                dirs.holds(10)
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished());
+        let old = |name: &[u8], handle, kind| calm_types::DirEntry {
+            name: name.to_vec(),
+            handle,
+            kind,
+            cookie: 0,
+        };
+        let names = [old(b"f", 50, Kind::File), old(b"s", 51, Kind::Dir)];
+        dirs.granted_named(&dir(10, 7), 1, &names, me, 9);
+        dirs.asked(10, true);
+        assert!(waiting.await.unwrap(), "it waited until the answer");
+        // Held with the names it had: an old name is not made again, an old file is removed
+        // here, an old directory (not held here) is not, and new nodes get the generation
+        // the server gave.
+        dirs.handles_granted(Some((100, 10)));
+        assert!(
+            dirs.make(10, b"f", &node(Kind::File, 7), |_, _| {})
+                .is_none()
+        );
+        let (made, _) = dirs
+            .make(10, b"g", &node(Kind::File, 7), |_, _| {})
+            .unwrap();
+        assert_eq!((made.handle, made.generation), (100, 9));
+        let removed = dirs.remove(10, b"f", false, me, |_| false, |_, _| {});
+        assert_eq!(removed.map(|(h, _)| h), Some(50));
+        assert!(
+            dirs.remove(10, b"s", true, me, |_| false, |_, _| {})
+                .is_none()
+        );
+        assert!(!dirs.ask(10), "held: not asked for");
+        // Refused: not asked again until a while later.
+        assert!(dirs.ask(11));
+        dirs.asked(11, false);
+        assert!(!dirs.ask(11));
+        dirs.state
+            .locked()
+            .refused
+            .insert(11, Instant::now() - ASK_AGAIN_AFTER);
+        assert!(dirs.ask(11));
     }
 }

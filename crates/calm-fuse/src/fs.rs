@@ -337,7 +337,11 @@ impl CalmFs {
     ) {
         let shared = self.shared.clone();
         self.entry_in_dir(req, parent, name, reply, move |client, name| async move {
-            shared.make_node(&client, parent.0, &name, &node).await
+            let made = shared.make_node(&client, parent.0, &name, &node).await;
+            if made.is_ok() {
+                shared.ask_to_hold(&client, parent.0);
+            }
+            made
         });
     }
 

@@ -87,6 +87,17 @@ impl Listings {
         }
     }
 
+    /// Every name of `dir` is `names` (the server said so): kept where the bounds allow.
+    pub fn listed<'a>(&mut self, dir: Handle, names: impl Iterator<Item = &'a [u8]>) {
+        self.forget(dir);
+        let names: HashSet<Box<[u8]>> = names.map(Box::from).collect();
+        if self.dirs.len() >= LISTED_DIRS_MAX || self.names + names.len() > LISTED_NAMES_MAX {
+            return;
+        }
+        self.names += names.len();
+        self.dirs.insert(dir, names);
+    }
+
     /// This mount made or linked `name` in `dir` (or was told it is there).
     pub fn added(&mut self, dir: Handle, name: &[u8], outcome: Outcome) {
         if outcome == Outcome::Unknown {
@@ -176,6 +187,27 @@ mod tests {
         l.forget(5);
         assert!(!l.absent(5, b"a"));
         assert_eq!(l.len(), (0, 0));
+    }
+
+    #[test]
+    fn a_directory_the_server_listed_is_known_by_its_names_within_the_bounds() {
+        let mut l = Listings::default();
+        l.listed(5, [&b"a"[..], b"b"].into_iter());
+        assert!(!l.absent(5, b"a") && l.absent(5, b"c"));
+        assert_eq!(l.len(), (1, 2));
+        l.listed(5, [&b"c"[..]].into_iter());
+        assert!(l.absent(5, b"a") && !l.absent(5, b"c"));
+        assert_eq!(
+            l.len(),
+            (1, 1),
+            "listed again: the names before are forgotten"
+        );
+        let many: Vec<Vec<u8>> = (0..LISTED_NAMES_MAX)
+            .map(|i| i.to_le_bytes().to_vec())
+            .collect();
+        l.listed(6, many.iter().map(Vec::as_slice));
+        assert!(!l.knows(6), "past the names limit, not known");
+        assert_eq!(l.len(), (1, 1));
     }
 
     #[test]

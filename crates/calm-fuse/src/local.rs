@@ -2,7 +2,7 @@
 //! ([`crate::dirs`]), queued to the client's outbox; giving a directory back; and the handles
 //! granted in advance that such makes use.
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use calm_client::Client;
@@ -41,7 +41,9 @@ impl Shared {
     /// Waits, where the mount holds `parent`, until its outbox has room for one more change:
     /// a mount that answers faster than its server applies waits here rather than giving the
     /// directory back.
+    /// Waits first while the mount asks to hold `parent` (its answer may let it answer here).
     pub(crate) async fn room_to_answer(&self, client: &Client, parent: Handle) {
+        self.dirs.settled(parent).await;
         if let Some(outbox) = client.outbox()
             && !outbox.has_room()
             && self.dirs.holds(parent)
@@ -112,13 +114,14 @@ impl Shared {
         {
             return Ok((attr, Some(dir)));
         }
-        self.give_back_dir(parent).await;
+        let busy = self.through_server(parent).await;
         let maker = asker(client);
         let hold = node.kind == Kind::Dir && self.hold_files && self.holding.may_ask();
         let Some(maker) = maker.filter(|_| hold) else {
             return client.make_in_dir(parent, name, node, true).await;
         };
         let (attr, dir, held) = client.make_held(parent, name, node, true, true).await?;
+        drop(busy);
         // Not if the server asked for it back before its answer came here.
         if held.bits & calm_proto::HOLD_NAMES != 0 && !self.holding.take_early(attr.handle) {
             let room = (held.room > 0).then_some(held.room);
@@ -173,6 +176,59 @@ impl Shared {
             outbox.drained().await;
         }
         self.return_soon(dir);
+    }
+
+    /// Before a change in directory `dir` goes to the server (a make, removal or rename in
+    /// it, a change of its attributes): waits while the mount asks to hold it, gives it back
+    /// if held, and counts the change as on its way until the guard is dropped (after its
+    /// answer), so that the mount asks to hold `dir` only when nothing of its own is.
+    pub(crate) async fn through_server(&self, dir: Handle) -> crate::dirs::Busy<'_> {
+        let busy = self.dirs.through_server(dir).await;
+        self.give_back_dir(dir).await;
+        busy
+    }
+
+    /// After a make or removal in `dir` the server answered: asks to hold `dir`, which has
+    /// names already, where the mount may answer its makes and removals itself (in the
+    /// background; the makes and removals in `dir` meanwhile wait for the answer). The server
+    /// lets it only where no other mount follows its changes.
+    pub(crate) fn ask_to_hold(self: &Arc<Self>, client: &Client, dir: Handle) {
+        if !self.hold_files || !self.holding.may_ask() || client.outbox().is_none() {
+            return;
+        }
+        let watch_id = self.cache.watch_id();
+        let Some(maker) = asker(client).filter(|_| watch_id != 0) else {
+            return;
+        };
+        if !self.dirs.ask(dir) {
+            return;
+        }
+        let ticket = self.cache.ticket();
+        let (shared, client) = (self.clone(), client.clone());
+        tokio::spawn(async move {
+            let held = match client.hold_dir(dir, watch_id).await {
+                Ok(held) => held,
+                Err(e) => {
+                    tracing::debug!(%e, dir, "asking to hold a directory");
+                    None
+                }
+            };
+            let Some(held) = held else {
+                return shared.dirs.asked(dir, false);
+            };
+            let (attr, parent, generation) = (&held.attr, held.parent, held.generation);
+            shared
+                .dirs
+                .granted_named(attr, parent, &held.names, maker, generation);
+            // Asked back before the answer came here: given back already.
+            if shared.holding.take_early(dir) {
+                shared.dirs.release(dir);
+                return shared.dirs.asked(dir, false);
+            }
+            let names = held.names.iter().map(|e| e.name.as_slice());
+            shared.cache.listed_here(ticket, dir, names);
+            shared.dirs.asked(dir, true);
+        });
     }
 
     /// Gives back `dir` and the directories held that were made in it (a name of it moves).

@@ -12,6 +12,17 @@ pub struct Summary {
     pub kept: bool,
 }
 
+/// Whether any quota has a limit.
+fn any_quota_limit<R: ReadTxn>(snap: &R) -> Result<bool> {
+    let tag = crate::quota::TAG_LIMITS;
+    let mut any = false;
+    snap.visit(&[tag], &[tag + 1], &mut |_, _| {
+        any = true;
+        ControlFlow::Break(())
+    })?;
+    Ok(any)
+}
+
 /// Quota reports one listing returns at most.
 pub const QUOTA_LIST_MAX: usize = 100_000;
 
@@ -90,6 +101,32 @@ impl<S: Store> Meta<S> {
                 Kind::Dir if inode.mode & 0o2000 == 0 => Some(Kind::Dir),
                 _ => None,
             })
+        })
+    }
+
+    /// What a mount needs to hold directory `handle`, which has names already, read on one
+    /// snapshot: its attributes, the directory it is in, and every name in it. `None` where it
+    /// may not be held so: not a directory, an ACL, a setuid, setgid or sticky bit (the
+    /// server decides what those do), more than `names_max` names, or any quota limit (a
+    /// share of the room left is set aside only with a directory's make).
+    pub fn dir_to_hold(
+        &self,
+        handle: Handle,
+        names_max: usize,
+    ) -> Result<Option<(Attr, Handle, Vec<DirEntry>)>> {
+        self.blocking(|| {
+            let snap = self.store.snapshot()?;
+            let inode = ops::load(&snap, handle)?;
+            let plain = inode.kind == Kind::Dir && inode.acls == 0 && inode.mode & 0o7000 == 0;
+            let names_max = names_max.min(READDIR_ENTRIES_MAX);
+            if !plain || inode.entries > names_max as u64 || any_quota_limit(&snap)? {
+                return Ok(None);
+            }
+            let names = crate::reads::readdir_entries(&snap, handle, 0, names_max + 1)?;
+            if names.len() > names_max {
+                return Ok(None);
+            }
+            Ok(Some((inode.attr(), inode.parent, names)))
         })
     }
 

@@ -187,7 +187,7 @@ impl<S: Store> Meta<S> {
 
 /// Up to `limit` (at most [`READDIR_ENTRIES_MAX`]) entries of directory `dir` after cookie
 /// `after_cookie`, on `snap`: in hash order, each with its cookie (see [`layout::NameHash`]).
-fn readdir_entries<R: ReadTxn>(
+pub(crate) fn readdir_entries<R: ReadTxn>(
     snap: &R,
     dir: Handle,
     after_cookie: u64,

@@ -82,6 +82,8 @@ async fn in_order<S: Store>(
     origin: &Origin,
     calls: Vec<pb::Call>,
 ) -> Vec<pb::CallReply> {
+    // Held until every call is applied (`crate::holds::gate`).
+    let _pass = service.enter();
     let mut queued = Vec::with_capacity(calls.len());
     for call in calls {
         queued.push(queue_one(service, origin, call).await);

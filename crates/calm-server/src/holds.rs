@@ -24,6 +24,7 @@
 //! file is answered only once every copy of it was given back (or taken away).
 
 mod copies;
+pub(crate) mod gate;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -183,6 +184,8 @@ pub struct Holds {
     /// Quota limits set or removed: a hold asked for before is not granted after
     /// ([`Holds::limits_changed`]).
     limits: AtomicU64,
+    /// What a hold of a directory with names waits at ([`gate`]).
+    gate: gate::Gate,
 }
 
 impl Default for Holds {
@@ -205,7 +208,28 @@ impl Holds {
             wait,
             shares: None,
             limits: AtomicU64::new(0),
+            gate: gate::Gate::default(),
         }
+    }
+
+    /// A pass through the gate, taken before a request looks at the holds and held until its
+    /// change is applied ([`gate`]).
+    pub fn enter(&self) -> gate::Pass<'_> {
+        self.gate.enter()
+    }
+
+    /// Waits until every request that took a pass before now has been applied ([`gate`]).
+    pub async fn settled(&self) {
+        self.gate.turn().await
+    }
+
+    /// Whether `session` holds `handle`.
+    pub fn held_by(&self, session: u64, handle: Handle) -> bool {
+        let table = self.table.locked();
+        table
+            .files
+            .get(&handle)
+            .is_some_and(|h| h.session == session)
     }
 
     /// The count of quota limits set or removed.

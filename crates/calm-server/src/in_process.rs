@@ -158,6 +158,7 @@ counted_methods!(
     (summary, HandleRequest, SummaryReply, "Summary"),
     (return_holds, ReturnRequest, Empty, "ReturnHolds"),
     (grant_handles, GrantRequest, GrantReply, "GrantHandles"),
+    (hold_dir, HoldDirRequest, HoldDirReply, "HoldDir"),
 );
 
 counted_methods!(

@@ -7,13 +7,33 @@ use calm_store::Store;
 use tonic::{Request, Response, Status};
 
 use crate::MetaService;
-use crate::holds::Recall;
+use crate::holds::gate::Pass;
+use crate::holds::{Holds, Recall};
 use crate::meta_names::HoldAsked;
 use calm_types::Share;
 
+/// Names a directory that has names already may have to be held (a mount is given them all).
+pub const HELD_DIR_NAMES_MAX: usize = calm_types::READDIR_ENTRIES_MAX;
+
 impl<S: Store> MetaService<S> {
-    /// Waits until other sessions gave back the holds `recall` names (`crate::holds`).
-    pub(crate) async fn recall(&self, session: u64, recall: Recall) {
+    /// A pass through the holds' gate (`crate::holds::gate`): taken before a request looks at
+    /// the holds, and held until its change is applied.
+    #[must_use = "a pass counts only while it is held"]
+    pub(crate) fn enter(&self) -> Option<Pass<'_>> {
+        self.holds.as_deref().map(Holds::enter)
+    }
+
+    /// Waits until other sessions gave back the holds `recall` names (`crate::holds`); the
+    /// pass returned is held by the request until its change is applied.
+    #[must_use = "a pass counts only while it is held"]
+    pub(crate) async fn recall(&self, session: u64, recall: Recall) -> Option<Pass<'_>> {
+        let pass = self.enter();
+        self.recall_within(session, recall).await;
+        pass
+    }
+
+    /// [`MetaService::recall`] for a request that holds a pass already.
+    pub(crate) async fn recall_within(&self, session: u64, recall: Recall) {
         if let Some(holds) = &self.holds {
             holds.recall(session, recall).await;
         }
@@ -117,5 +137,62 @@ impl<S: Store> MetaService<S> {
         let count = r.get_ref().count;
         let result = self.meta.grant_handles(caller, id.client, count).await;
         self.answer(result.map(|first| pb::GrantReply { first, count }))
+    }
+
+    /// `Meta.HoldDir`: holds directory `r.dir`, which has names already, for the caller's
+    /// session, where no other mount keeps a cache of this server's names (the caller's watch
+    /// of every change is the only one) and the caller may make names in it: marked first,
+    /// then every request that looked at the holds before is waited for (`crate::holds::gate`),
+    /// then the names are read (any later request of another session asks for the directory
+    /// back before it changes or reads it).
+    pub(crate) async fn hold_named_dir(
+        &self,
+        r: Request<pb::HoldDirRequest>,
+    ) -> Result<Response<pb::HoldDirReply>, Status> {
+        self.auth.trusted(&r, "holding a directory")?;
+        let caller = self.auth.caller(&r)?;
+        let key = self.auth.identity(&r)?.key().to_string();
+        // As for a make that asks to hold: the mount answers for the very caller it named.
+        let as_claimed =
+            crate::auth::claimed(&r).is_ok_and(|c| (c.uid, c.gid) == (caller.uid, caller.gid));
+        let r = r.into_inner();
+        let not_held = || Ok(Response::new(pb::HoldDirReply::default()));
+        let (Some(holds), Some(hub)) = (self.holds.as_deref(), self.watch.as_deref()) else {
+            return not_held();
+        };
+        if caller.session == 0 || !as_claimed || !hub.followed_only_by(r.watch_id, &key) {
+            return not_held();
+        }
+        let may_make = |attr: &calm_meta::Attr| {
+            caller.uid == 0 || (caller.uid == attr.uid && attr.mode & 0o300 == 0o300)
+        };
+        let limits = holds.limits();
+        let Ok(Some((_, parent, _))) = self.meta.dir_to_hold(r.dir, HELD_DIR_NAMES_MAX) else {
+            return not_held();
+        };
+        if !holds.grant(caller.session, r.dir, parent, None) {
+            return not_held();
+        }
+        holds.settled().await;
+        let read = self.meta.dir_to_hold(r.dir, HELD_DIR_NAMES_MAX);
+        // Still held (not asked back meanwhile), in the same place, under the same limits.
+        let held = match read {
+            Ok(Some((attr, now_in, names))) if now_in == parent && may_make(&attr) => {
+                let kept = holds.limits() == limits && holds.held_by(caller.session, r.dir);
+                kept.then_some((attr, names))
+            }
+            _ => None,
+        };
+        let Some((attr, names)) = held else {
+            holds.give_back(caller.session, &[r.dir]);
+            return not_held();
+        };
+        Ok(Response::new(pb::HoldDirReply {
+            held: calm_proto::HOLD_NAMES,
+            attr: Some((&attr).into()),
+            names: names.iter().map(pb::DirEntry::from).collect(),
+            parent,
+            generation: self.meta.epoch(),
+        }))
     }
 }

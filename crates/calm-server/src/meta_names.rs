@@ -50,13 +50,15 @@ fn answered_at<T, S: Store>(service: &MetaService<S>, r: &Request<T>, time_ns: i
     (time_ns != 0 && trusted).then_some(time_ns)
 }
 
+/// The caller of each `prepare_` holds a pass (`MetaService::enter`) until the prepared
+/// change is applied.
 impl<S: Store> MetaService<S> {
     pub(crate) async fn prepare_make(
         &self,
         r: Request<pb::MakeRequest>,
     ) -> Result<PreparedMake, Status> {
         let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::Dir(r.get_ref().parent))
+        self.recall_within(caller.session, Recall::Dir(r.get_ref().parent))
             .await;
         let id = request_id(&self.auth, &r)?;
         // Held only where the server acts for the very caller the mount named (no root
@@ -139,7 +141,7 @@ impl<S: Store> MetaService<S> {
         r: Request<pb::RemoveRequest>,
     ) -> Result<Prepared, Status> {
         let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::Dir(r.get_ref().parent))
+        self.recall_within(caller.session, Recall::Dir(r.get_ref().parent))
             .await;
         let id = request_id(&self.auth, &r)?;
         self.room_for_orphans(&r, &caller, !r.get_ref().keep.is_empty())?;
@@ -167,7 +169,7 @@ impl<S: Store> MetaService<S> {
     ) -> Result<Prepared, Status> {
         let caller = self.auth.caller(&r)?;
         // A directory another mount holds the names of may have makes in it not sent yet.
-        self.recall(caller.session, Recall::Dir(r.get_ref().parent))
+        self.recall_within(caller.session, Recall::Dir(r.get_ref().parent))
             .await;
         let id = request_id(&self.auth, &r)?;
         let at = answered_at(self, &r, r.get_ref().time_ns);

@@ -238,7 +238,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
 
     async fn lookup(&self, r: Request<pb::LookupRequest>) -> Result<Response<pb::Attr>, Status> {
         let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::Dir(r.get_ref().parent))
+        let _pass = self
+            .recall(caller.session, Recall::Dir(r.get_ref().parent))
             .await;
         let r = r.into_inner();
         self.answer(attr(self.meta.lookup_as(&caller, r.parent, &r.name)))
@@ -246,14 +247,16 @@ impl<S: Store> MetaRpc for MetaService<S> {
 
     async fn get_attr(&self, r: Request<pb::HandleRequest>) -> Result<Response<pb::Attr>, Status> {
         let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::File(r.get_ref().handle))
+        let _pass = self
+            .recall(caller.session, Recall::File(r.get_ref().handle))
             .await;
         self.answer(attr(self.meta.getattr(r.into_inner().handle)))
     }
 
     async fn set_attr(&self, r: Request<pb::SetAttrRequest>) -> Result<Response<pb::Attr>, Status> {
         let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::File(r.get_ref().handle))
+        let _pass = self
+            .recall(caller.session, Recall::File(r.get_ref().handle))
             .await;
         let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
@@ -282,6 +285,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
     }
 
     async fn make(&self, r: Request<pb::MakeRequest>) -> Result<Response<pb::Attr>, Status> {
+        let _pass = self.enter();
         let prepared = self.prepare_make(r).await?;
         let result = match prepared.op {
             Ok(op) => {
@@ -295,9 +299,11 @@ impl<S: Store> MetaRpc for MetaService<S> {
 
     async fn link(&self, r: Request<pb::LinkRequest>) -> Result<Response<pb::Attr>, Status> {
         let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::File(r.get_ref().handle))
+        let _pass = self
+            .recall(caller.session, Recall::File(r.get_ref().handle))
             .await;
-        self.recall(caller.session, Recall::Dir(r.get_ref().parent))
+        let _pass = self
+            .recall(caller.session, Recall::Dir(r.get_ref().parent))
             .await;
         let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
@@ -316,11 +322,13 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::RemoveRequest>,
     ) -> Result<Response<pb::RemovedReply>, Status> {
         // A request alone has the server's times (a mount's own only in an ordered batch).
+        let _pass = self.enter();
         let (caller, op, id, _) = self.prepare_unlink(r).await?;
         self.unlinked(self.meta.apply_request_in_dir(caller, op, id).await)
     }
 
     async fn rmdir(&self, r: Request<pb::RemoveRequest>) -> Result<Response<pb::Empty>, Status> {
+        let _pass = self.enter();
         let (caller, op, id, _) = self.prepare_rmdir(r).await?;
         self.removed_dir(self.meta.apply_request(caller, op, id).await)
     }
@@ -330,9 +338,11 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::RenameRequest>,
     ) -> Result<Response<pb::RemovedReply>, Status> {
         let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::Dir(r.get_ref().parent))
+        let _pass = self
+            .recall(caller.session, Recall::Dir(r.get_ref().parent))
             .await;
-        self.recall(caller.session, Recall::Dir(r.get_ref().new_parent))
+        let _pass = self
+            .recall(caller.session, Recall::Dir(r.get_ref().new_parent))
             .await;
         let id = request_id(&self.auth, &r)?;
         self.room_for_orphans(&r, &caller, !r.get_ref().keep.is_empty())?;
@@ -364,7 +374,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::ReadDirRequest>,
     ) -> Result<Response<pb::ReadDirReply>, Status> {
         let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::Dir(r.get_ref().handle))
+        let _pass = self
+            .recall(caller.session, Recall::Dir(r.get_ref().handle))
             .await;
         let r = r.into_inner();
         if r.plus {
@@ -396,7 +407,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::SetXattrRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
         let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::File(r.get_ref().handle))
+        let _pass = self
+            .recall(caller.session, Recall::File(r.get_ref().handle))
             .await;
         let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
@@ -417,7 +429,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::XattrRequest>,
     ) -> Result<Response<pb::XattrValue>, Status> {
         let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::File(r.get_ref().handle))
+        let _pass = self
+            .recall(caller.session, Recall::File(r.get_ref().handle))
             .await;
         let r = r.into_inner();
         let result = self.meta.getxattr_as(&caller, r.handle, &r.name);
@@ -429,7 +442,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::HandleRequest>,
     ) -> Result<Response<pb::XattrNames>, Status> {
         let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::File(r.get_ref().handle))
+        let _pass = self
+            .recall(caller.session, Recall::File(r.get_ref().handle))
             .await;
         let result = self.meta.listxattr_as(&caller, r.into_inner().handle);
         self.answer(result.map(|names| pb::XattrNames { names }))
@@ -440,7 +454,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::XattrRequest>,
     ) -> Result<Response<pb::Empty>, Status> {
         let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::File(r.get_ref().handle))
+        let _pass = self
+            .recall(caller.session, Recall::File(r.get_ref().handle))
             .await;
         let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
@@ -475,7 +490,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::SetQuotaRequest>,
     ) -> Result<Response<pb::QuotaReport>, Status> {
         let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::All).await;
+        let _pass = self.recall(caller.session, Recall::All).await;
         let r = r.into_inner();
         let result = match calm_proto::quota::target_from_wire(r.target.as_ref()) {
             Ok(target) => {
@@ -489,7 +504,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         if let Some(holds) = &self.holds {
             holds.limits_changed();
         }
-        self.recall(caller.session, Recall::All).await;
+        let _pass = self.recall(caller.session, Recall::All).await;
         self.mutated(result.map(|report| calm_proto::quota::report_to_wire(&report)))
     }
 
@@ -498,7 +513,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::QuotaTarget>,
     ) -> Result<Response<pb::QuotaReport>, Status> {
         let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::All).await;
+        let _pass = self.recall(caller.session, Recall::All).await;
         let result = calm_proto::quota::target_from_wire(Some(r.get_ref()))
             .and_then(|target| self.meta.quota(&caller, target));
         self.answer(result.map(|report| calm_proto::quota::report_to_wire(&report)))
@@ -509,7 +524,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::QuotaListRequest>,
     ) -> Result<Response<pb::QuotaReports>, Status> {
         let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::All).await;
+        let _pass = self.recall(caller.session, Recall::All).await;
         let result = self.meta.quotas(&caller, r.get_ref().all);
         self.answer(result.map(|reports| {
             pb::QuotaReports {
@@ -526,7 +541,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::Empty>,
     ) -> Result<Response<pb::QuotaCheckReply>, Status> {
         let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::All).await;
+        let _pass = self.recall(caller.session, Recall::All).await;
         // Reads every inode: off the runtime's threads.
         let result = off_runtime(self.meta.clone(), move |meta| meta.quota_check(&caller)).await;
         self.answer(result.map(|mismatches| {
@@ -544,7 +559,7 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::HandleRequest>,
     ) -> Result<Response<pb::SummaryReply>, Status> {
         let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::All).await;
+        let _pass = self.recall(caller.session, Recall::All).await;
         let dir = r.get_ref().handle;
         let result = off_runtime(self.meta.clone(), move |meta| meta.summary(&caller, dir)).await;
         self.answer(result.map(|s| pb::SummaryReply {
@@ -586,7 +601,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
     ) -> Result<Response<pb::ReadMapReply>, Status> {
         self.auth.trusted(&r, "read_map")?;
         let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::File(r.get_ref().handle))
+        let _pass = self
+            .recall(caller.session, Recall::File(r.get_ref().handle))
             .await;
         // A copy only for a client whose callers the server checks as it names them (opens
         // answered from the copy are checked by its kernel alone), of a file without an access
@@ -636,7 +652,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
     async fn write(&self, r: Request<pb::WriteRequest>) -> Result<Response<pb::Attr>, Status> {
         self.auth.trusted(&r, "write")?;
         let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::File(r.get_ref().handle))
+        let _pass = self
+            .recall(caller.session, Recall::File(r.get_ref().handle))
             .await;
         let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
@@ -664,7 +681,8 @@ impl<S: Store> MetaRpc for MetaService<S> {
     async fn append(&self, r: Request<pb::AppendRequest>) -> Result<Response<pb::Attr>, Status> {
         self.auth.trusted(&r, "append")?;
         let caller = self.auth.caller(&r)?;
-        self.recall(caller.session, Recall::File(r.get_ref().handle))
+        let _pass = self
+            .recall(caller.session, Recall::File(r.get_ref().handle))
             .await;
         let id = request_id(&self.auth, &r)?;
         let r = r.into_inner();
@@ -702,6 +720,13 @@ impl<S: Store> MetaRpc for MetaService<S> {
         r: Request<pb::GrantRequest>,
     ) -> Result<Response<pb::GrantReply>, Status> {
         self.grant(r).await
+    }
+
+    async fn hold_dir(
+        &self,
+        r: Request<pb::HoldDirRequest>,
+    ) -> Result<Response<pb::HoldDirReply>, Status> {
+        self.hold_named_dir(r).await
     }
 
     async fn alloc_slices(

@@ -430,11 +430,14 @@ impl<S: Store> ProtectService<S> {
     }
 
     /// Has every file a mount holds given back (what a dump or a clone reads must be what the
-    /// holders answered).
-    async fn recall_all(&self, session: u64) {
-        if let Some(holds) = &self.holds {
-            holds.recall(session, crate::holds::Recall::All).await;
-        }
+    /// holders answered, and what a clone or a restore makes must be in the directories they
+    /// know); the pass returned is held until the change is applied (`crate::holds::gate`).
+    #[must_use = "a pass counts only while it is held"]
+    async fn recall_all(&self, session: u64) -> Option<crate::holds::gate::Pass<'_>> {
+        let holds = self.holds.as_deref()?;
+        let pass = holds.enter();
+        holds.recall(session, crate::holds::Recall::All).await;
+        Some(pass)
     }
 }
 
@@ -631,7 +634,7 @@ impl<S: Store> pb::protect_server::Protect for ProtectService<S> {
 
     async fn dump(&self, r: Request<pb::Empty>) -> Result<Response<Self::DumpStream>, Status> {
         self.auth.admin(&r, "a dump of the whole namespace")?;
-        self.recall_all(0).await;
+        let _pass = self.recall_all(0).await;
         let (tx, rx) = mpsc::channel(DUMP_CHUNKS_QUEUED);
         let meta = self.meta.clone();
         tokio::task::spawn_blocking(move || {
@@ -717,6 +720,8 @@ impl<S: Store> pb::protect_server::Protect for ProtectService<S> {
         r: Request<pb::HandleRequest>,
     ) -> Result<Response<pb::TrashRestoreReply>, Status> {
         let caller = self.auth.caller(&r)?;
+        // The name comes back in a directory a mount may hold.
+        let _pass = self.recall_all(caller.session).await;
         let restored = self
             .meta
             .trash_restore(caller, r.into_inner().handle)
@@ -731,7 +736,7 @@ impl<S: Store> pb::protect_server::Protect for ProtectService<S> {
 
     async fn clone_node(&self, r: Request<pb::CloneRequest>) -> Result<Response<pb::Attr>, Status> {
         let caller = self.auth.caller(&r)?;
-        self.recall_all(caller.session).await;
+        let _pass = self.recall_all(caller.session).await;
         let request = r.into_inner();
         let attr = self
             .meta
@@ -746,7 +751,7 @@ impl<S: Store> pb::protect_server::Protect for ProtectService<S> {
         r: Request<pb::CloneEntriesRequest>,
     ) -> Result<Response<pb::CloneEntriesReply>, Status> {
         let caller = self.auth.caller(&r)?;
-        self.recall_all(caller.session).await;
+        let _pass = self.recall_all(caller.session).await;
         let request = r.into_inner();
         let max = request.max as usize;
         let done = self

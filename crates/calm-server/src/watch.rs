@@ -49,6 +49,9 @@ const PARENTS_MAX: usize = 1 << 20;
 struct Inner {
     fanout: Fanout,
     wakers: HashMap<WatcherId, Arc<Notify>>,
+    /// The watches of every change (a mount's cache follows one), with the identity that
+    /// opened each.
+    followers: HashMap<WatcherId, String>,
 }
 
 /// What every watch shares.
@@ -78,6 +81,7 @@ impl<S: Store> WatchHub<S> {
             inner: Mutex::new(Inner {
                 fanout: Fanout::new(limits, last),
                 wakers: HashMap::new(),
+                followers: HashMap::new(),
             }),
             parents: Mutex::new(HashMap::new()),
             feed: tokio::sync::OnceCell::new(),
@@ -278,7 +282,7 @@ impl<S: Store> WatchHub<S> {
             next = records.last().expect("not empty").index + 1;
             {
                 let mut inner = self.inner.locked();
-                let Inner { fanout, wakers } = &mut *inner;
+                let Inner { fanout, wakers, .. } = &mut *inner;
                 for (change, ancestors) in changes {
                     for id in fanout.publish(change, &ancestors) {
                         if let Some(waker) = wakers.get(id) {
@@ -458,6 +462,15 @@ impl<S: Store> WatchHub<S> {
         let mut inner = self.inner.locked();
         let _ = inner.fanout.unwatch(id);
         inner.wakers.remove(&id);
+        inner.followers.remove(&id);
+    }
+
+    /// Whether the only watch of every change open here is `id`, opened by identity `key`:
+    /// no other mount keeps a cache of this server's names (a mount drops its whole cache when
+    /// its watch breaks, and starts with none).
+    pub fn followed_only_by(&self, id: WatcherId, key: &str) -> bool {
+        let inner = self.inner.locked();
+        inner.followers.len() == 1 && inner.followers.get(&id).is_some_and(|k| k == key)
     }
 
     /// Watchers, published changes, deliveries, coalesced changes and resyncs so far.
@@ -504,8 +517,10 @@ impl<S: Store> WatchRpc for WatchService<S> {
         r: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         self.auth.trusted(&r, "watching changes")?;
+        let key = self.auth.identity(&r)?.key().to_string();
         let r = r.into_inner();
         let target = self.hub.validate(&r).map_err(|e| meta_status(&e))?;
+        let follows = matches!(target, Target::All);
         let batch_max = match r.batch_max as usize {
             0 => BATCH_DEFAULT,
             n => n.min(BATCH_MAX),
@@ -516,6 +531,9 @@ impl<S: Store> WatchRpc for WatchService<S> {
             .subscribe(target, from)
             .await
             .map_err(|e| meta_status(&e))?;
+        if follows {
+            self.hub.inner.locked().followers.insert(id, key);
+        }
         let (tx, rx) = mpsc::channel(4);
         // The first batch names the watch at once, so that WatchPast can be used before any
         // change arrives.

@@ -479,6 +479,78 @@ fn a_tree_a_mount_made_and_answered_itself_is_what_another_mount_sees_at_once() 
     assert!(here >= 40 * 20, "A answered {here} changes itself");
 }
 
+/// A directory that had names before the mount came: the only mount of its server holds it
+/// after its first make or removal there, and answers the later ones itself (with the names
+/// the server gave it: an O_EXCL make of an old name is refused here). A second mount sees
+/// every name the first answered, at once; while it follows the server's changes the first
+/// holds no such directory again (its changes go to the server), and once it is gone the
+/// first holds it again.
+#[test]
+fn a_directory_with_names_is_held_by_the_only_mount_and_seen_whole_by_the_next() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let before_mount = Mount::remote(&server.addr, &[]);
+    before_mount.sh_ok("mkdir -p d/sub && for i in $(seq 100); do echo $i > d/old$i; done");
+    drop(before_mount);
+    let a = Mount::remote(&server.addr, &[]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let start = answered_here(&a);
+    a.sh_ok(
+        "touch d/new0 && for i in $(seq 200); do echo $i > d/new$i; done \
+         && for i in $(seq 50); do rm d/old$i; done && mkdir d/m && echo x > d/m/x",
+    );
+    let here = answered_here(&a) - start;
+    assert!(here >= 250, "A answered {here} of 254 changes itself");
+    // An old name is known here: refused without the server.
+    let refused = answered_here(&a);
+    assert!(!a.sh("set -C; echo again > d/old60").status.success());
+    assert_eq!(a.sh_ok("cat d/old60"), "60\n");
+    let listing = "ls d | sort | tr '\\n' ' '";
+    let seen_by_a = a.sh_ok(listing);
+    assert_eq!(
+        seen_by_a.split(' ').filter(|n| !n.is_empty()).count(),
+        50 + 201 + 2
+    );
+    assert_eq!(
+        answered_here(&a),
+        refused,
+        "nothing more answered by the refusal"
+    );
+    let b = Mount::remote(&server.addr, &[]);
+    assert_eq!(b.sh_ok(listing), seen_by_a, "B sees every name A answered");
+    assert_eq!(b.sh_ok("cat d/new200 d/m/x"), "200\nx\n");
+    b.sh_ok("echo b > d/from_b && rm d/old51");
+    assert_eq!(
+        a.sh_ok("cat d/from_b; [ ! -e d/old51 ] && echo gone"),
+        "b\ngone\n"
+    );
+    // B follows the changes: A's makes there go to the server, and B sees each.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let with_b = answered_here(&a);
+    a.sh_ok("for i in $(seq 20); do echo $i > d/later$i; done && rm d/old52");
+    assert_eq!(
+        answered_here(&a),
+        with_b,
+        "nothing answered by A while B follows"
+    );
+    assert_eq!(
+        b.sh_ok("cat d/later20; [ ! -e d/old52 ] && echo gone"),
+        "20\ngone\n"
+    );
+    drop(b);
+    // Alone again (B's watch gone, A's last refusal old): A holds the directory again.
+    std::thread::sleep(std::time::Duration::from_millis(3000));
+    let alone = answered_here(&a);
+    a.sh_ok("for i in $(seq 20); do echo $i > d/alone$i; done");
+    assert!(
+        answered_here(&a) - alone >= 18,
+        "A answers again once alone"
+    );
+    a.sh_ok("sync");
+    let c = Mount::remote(&server.addr, &[]);
+    assert_eq!(c.sh_ok("cat d/alone20 && ls d | wc -l"), "20\n292\n");
+}
+
 /// A directory an unprivileged user made and their mount holds: their creates and removals
 /// there are answered by the mount, another user's on the same mount are the server's to
 /// decide and refused (mode 755), and neither a make nor a removal of theirs gets through;

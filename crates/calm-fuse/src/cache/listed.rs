@@ -46,6 +46,27 @@ impl Coherence {
         }
     }
 
+    /// The server told this mount every name of directory `dir` (which it holds now), by a
+    /// request that began at `ticket`: known from now on, on the same terms as
+    /// [`Coherence::made_dir_here`].
+    pub fn listed_here<'a>(
+        &self,
+        ticket: Ticket,
+        dir: Handle,
+        names: impl Iterator<Item = &'a [u8]>,
+    ) {
+        let fresh = |cache: &Self| {
+            ticket.follows && cache.follows() && !cache.reply_ttl(ticket, dir).is_zero()
+        };
+        if !fresh(self) {
+            return;
+        }
+        self.listings.locked().listed(dir, names);
+        if !fresh(self) {
+            self.listings.locked().forget(dir);
+        }
+    }
+
     /// This mount made or linked `name` in `dir` (`Outcome::Known` also for EEXIST).
     pub fn name_added_here(&self, dir: Handle, name: &[u8], outcome: Outcome) {
         self.listings.locked().added(dir, name, outcome);

@@ -114,8 +114,9 @@ impl CalmFs {
                 return reply.error(e);
             }
             // A directory held: its mode and owner decide what is answered in it.
-            shared.give_back_dir(handle).await;
+            let busy = shared.through_server(handle).await;
             let changed = client.setattr(handle, &change).await;
+            drop(busy);
             shared.cache.forget_dir_attr(handle);
             match changed {
                 Ok(attr) => {
@@ -209,7 +210,7 @@ impl CalmFs {
             // An extended attribute (an ACL, capabilities) ends a hold: the changes kept go
             // first, and the server decides every later one.
             shared.give_back_whole(ino.0).await?;
-            shared.give_back_dir(ino.0).await;
+            let _busy = shared.through_server(ino.0).await;
             let result = client.setxattr(ino.0, &name, &value, flags as u32).await;
             cache.changed_here(ino.0);
             result.map_err(|e| errno(&e))
@@ -286,7 +287,7 @@ impl CalmFs {
         shared.drop_copy(ino.0);
         self.empty_task(req, reply, async move {
             shared.give_back_whole(ino.0).await?;
-            shared.give_back_dir(ino.0).await;
+            let _busy = shared.through_server(ino.0).await;
             let result = client.removexattr(ino.0, &name).await;
             cache.changed_here(ino.0);
             result.map_err(|e| errno(&e))

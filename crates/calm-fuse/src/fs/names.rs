@@ -132,10 +132,15 @@ impl CalmFs {
             let made = match here {
                 Some((attr, dir)) => Ok((attr, Some(dir), calm_client::Held::default())),
                 None => {
-                    shared.give_back_dir(parent.0).await;
-                    client
+                    let busy = shared.through_server(parent.0).await;
+                    let made = client
                         .make_held(parent.0, &name, &node, exclusive, hold)
-                        .await
+                        .await;
+                    drop(busy);
+                    if made.is_ok() {
+                        shared.ask_to_hold(&client, parent.0);
+                    }
+                    made
                 }
             };
             shared
@@ -206,7 +211,7 @@ impl CalmFs {
                 // A held file is known to the server by the directory it was made in: given
                 // back before it has a name elsewhere.
                 let _ = shared.give_back_whole(ino.0).await;
-                shared.give_back_dir(newparent.0).await;
+                let _busy = shared.through_server(newparent.0).await;
                 client.link_in_dir(ino.0, newparent.0, &name).await
             }
         });
@@ -233,9 +238,13 @@ impl CalmFs {
                 shared.cache.dir_changed(ticket, dir);
                 return Ok(());
             }
-            shared.give_back_dir(parent.0).await;
+            let busy = shared.through_server(parent.0).await;
             let keep = shared.keep_for(&client, parent.0, &name).await;
             let unlinked = client.unlink_in_dir(parent.0, &name, keep).await;
+            drop(busy);
+            if unlinked.is_ok() {
+                shared.ask_to_hold(&client, parent.0);
+            }
             shared
                 .cache
                 .name_removed_here(parent.0, &name, Outcome::of_removal(&unlinked));
@@ -270,7 +279,10 @@ impl CalmFs {
                 shared.cache.dirs_changed_here();
                 return Ok(());
             }
-            shared.give_back_dir(parent.0).await;
+            // A directory held here that had names before has no name kept here: every one
+            // held in `parent` goes back (the one removed may be among them).
+            let _busy = shared.through_server(parent.0).await;
+            shared.give_back_dirs_in(parent.0).await;
             let removed = client.rmdir(parent.0, &name).await;
             if removed.is_ok() {
                 shared.dirs.removed(parent.0, &name);
@@ -316,6 +328,8 @@ impl CalmFs {
                 let _ = shared.give_back_in(newparent.0).await;
             }
             // So are the directories held whose names change, and those that may move.
+            let _busy = shared.through_server(parent.0).await;
+            let _busy_there = shared.through_server(newparent.0).await;
             shared.give_back_dirs_in(parent.0).await;
             shared.give_back_dirs_in(newparent.0).await;
             let keep = shared.keep_for(&client, newparent.0, &newname).await;
