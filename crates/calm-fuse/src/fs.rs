@@ -337,11 +337,7 @@ impl CalmFs {
     ) {
         let shared = self.shared.clone();
         self.entry_in_dir(req, parent, name, reply, move |client, name| async move {
-            let made = shared.make_node(&client, parent.0, &name, &node).await;
-            if made.is_ok() {
-                shared.ask_to_hold(&client, parent.0);
-            }
-            made
+            shared.make_node(&client, parent.0, &name, &node).await
         });
     }
 

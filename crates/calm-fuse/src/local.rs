@@ -100,7 +100,7 @@ impl Shared {
     /// `parent`, else through the server (`parent` given back first); a directory so made
     /// asks to be held. The node, and the directory's attributes the server answered with.
     pub(crate) async fn make_node(
-        &self,
+        self: &Arc<Self>,
         client: &Client,
         parent: Handle,
         name: &[u8],
@@ -115,13 +115,28 @@ impl Shared {
             return Ok((attr, Some(dir)));
         }
         let busy = self.through_server(parent).await;
+        let made = self.make_node_there(client, parent, name, node).await;
+        drop(busy);
+        if made.is_ok() {
+            self.ask_to_hold(client, parent);
+        }
+        made
+    }
+
+    /// [`Shared::make_node`] through the server: a directory asks to be held.
+    async fn make_node_there(
+        &self,
+        client: &Client,
+        parent: Handle,
+        name: &[u8],
+        node: &NewNode,
+    ) -> Result<(Attr, Option<Attr>), MetaError> {
         let maker = asker(client);
         let hold = node.kind == Kind::Dir && self.hold_files && self.holding.may_ask();
         let Some(maker) = maker.filter(|_| hold) else {
             return client.make_in_dir(parent, name, node, true).await;
         };
         let (attr, dir, held) = client.make_held(parent, name, node, true, true).await?;
-        drop(busy);
         // Not if the server asked for it back before its answer came here.
         if held.bits & calm_proto::HOLD_NAMES != 0 && !self.holding.take_early(attr.handle) {
             let room = (held.room > 0).then_some(held.room);

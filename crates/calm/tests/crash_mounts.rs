@@ -430,3 +430,70 @@ fn kill9_under_changes_answered_by_the_mounts_keeps_each_mounts_order() {
     let (status, _) = server.terminate();
     assert!(status.success());
 }
+
+/// In directory `e`, which has `old{i}` for i < 2 000: removes `old{i}` and makes `n{i}` (its
+/// number in it), one after the other, saying each `i` once its calls returned.
+const NAMED_STORM: &str = r#"
+import os
+d = os.path.join(os.environ['MNT'], 'e')
+for i in range(2000):
+    try:
+        os.unlink(os.path.join(d, f'old{i}'))
+        fd = os.open(os.path.join(d, f'n{i}'), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        os.write(fd, str(i).encode())
+        os.close(fd)
+    except OSError as e:
+        print('error', e.errno, flush=True)
+        break
+    print(i, flush=True)
+print('done', flush=True)
+"#;
+
+/// kill -9 of the only mount of a server while it answers the removals and makes in a
+/// directory that had names before it came (`Meta.HoldDir`): what stays is a prefix of its
+/// order — every removal and make up to the last number it said, at most the next one
+/// partly, and nothing later.
+#[test]
+fn kill9_of_the_only_mount_in_a_directory_with_names_keeps_its_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&data_dir(&tmp));
+    let before = Mount::remote(&server.addr, &[]);
+    before.sh_ok("mkdir e && cd e && for i in $(seq 0 1999); do : > old$i; done && sync .");
+    drop(before);
+    let mount = Mount::remote(&server.addr, &[]);
+    std::thread::sleep(Duration::from_millis(500));
+    let start = answered_here(&mount);
+    let (child, lines) = spawn_in(&mount, NAMED_STORM);
+    let storm = Storm::follow(child, lines);
+    storm.wait_past("the storm", None, 300);
+    let here = answered_here(&mount) - start;
+    match common::sync_mode() {
+        false => assert!(here >= 300, "the mount answered {here} changes itself"),
+        true => assert_eq!(here, 0, "the mount answered changes itself"),
+    }
+    drop(mount); // SIGKILL
+    let said = storm.stop().expect("the storm said numbers");
+    let after = Mount::remote(&server.addr, &[]);
+    let names = after.sh_ok("ls e");
+    let names: std::collections::BTreeSet<&str> = names.lines().collect();
+    let next = said + 1;
+    for i in 0..2000u64 {
+        let (old, new) = (format!("old{i}"), format!("n{i}"));
+        let (has_old, has_new) = (names.contains(old.as_str()), names.contains(new.as_str()));
+        match i {
+            i if i <= said => {
+                assert!(
+                    !has_old && has_new,
+                    "{i} of {said} said: old {has_old}, new {has_new}"
+                );
+                assert_eq!(after.sh_ok(&format!("cat e/{new}")), i.to_string());
+            }
+            i if i == next => assert!(!(has_old && has_new), "the one in flight: not both"),
+            _ => assert!(
+                has_old && !has_new,
+                "{i} past {said} said: old {has_old}, new {has_new}"
+            ),
+        }
+    }
+    eprintln!("numbers said: {said}");
+}
