@@ -229,6 +229,8 @@ impl Shared {
                 }
             };
             let Some(held) = held else {
+                // A recall that came before this answer is of no hold of this mount.
+                shared.holding.take_early(dir);
                 return shared.dirs.asked(dir, false);
             };
             let (attr, parent, generation) = (&held.attr, held.parent, held.generation);
