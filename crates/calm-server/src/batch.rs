@@ -3,7 +3,8 @@
 //! metadata (session, uid, gid, groups) — and goes through that request's handler, checks
 //! included; the calls run concurrently, as concurrent requests do. An ordered batch (a mount's
 //! makes and removals it answered itself) queues its calls to the committer one after the
-//! other, so that they are applied in their order.
+//! other, so that they are applied in their order. Every call is counted as its own request
+//! would have been (by method, failure, uid and job).
 
 use calm_proto::batch::{BATCH_CALLS_MAX, call_reply, failed_reply, metadata_into};
 use calm_proto::pb;
@@ -86,10 +87,18 @@ async fn in_order<S: Store>(
     let _pass = service.enter();
     let mut queued = Vec::with_capacity(calls.len());
     for call in calls {
-        queued.push(queue_one(service, origin, call).await);
+        let who = who(&call.metadata);
+        let method = match &call.op {
+            Some(Op::Unlink(_)) => "calm.v1.Meta/Unlink",
+            Some(Op::Rmdir(_)) => "calm.v1.Meta/Rmdir",
+            _ => "calm.v1.Meta/Make",
+        };
+        let started = std::time::Instant::now();
+        let call = queue_one(service, origin, call).await;
+        queued.push((call, who, method, started));
     }
     let mut replies = Vec::with_capacity(queued.len());
-    for call in queued {
+    for (call, who, method, started) in queued {
         let reply = match call {
             Queued::Make(answer, hold) => call_reply(service.made(answer.answer().await, hold)),
             Queued::Unlink(answer) => call_reply(service.unlinked(answer.answer().await)),
@@ -99,9 +108,38 @@ async fn in_order<S: Store>(
             }
             Queued::Failed(status) => failed_reply(&status),
         };
+        count(service, &who, method, started, &reply);
         replies.push(reply);
     }
     replies
+}
+
+/// Who a call says asked it: its uid and its job, as the load counts them.
+type Who = (Option<String>, Option<String>);
+
+fn who(metadata: &std::collections::HashMap<String, String>) -> Who {
+    (
+        metadata.get(calm_proto::changelog::UID_KEY).cloned(),
+        metadata.get(calm_proto::changelog::JOB_KEY).cloned(),
+    )
+}
+
+/// Counts a batched call as its own request would have been: in the load (by uid and job) and
+/// in the request metrics (by method and failure).
+fn count<S: Store>(
+    service: &MetaService<S>,
+    who: &Who,
+    method: &'static str,
+    started: std::time::Instant,
+    reply: &pb::CallReply,
+) {
+    service
+        .loads
+        .count(who.0.as_deref(), who.1.as_deref(), started.elapsed(), true);
+    if let Some(requests) = service.metrics.get() {
+        let failed = (reply.code != 0).then_some(reply.calm_code);
+        crate::metrics::count_call(requests, method, failed, started.elapsed());
+    }
 }
 
 async fn queue_one<S: Store>(service: &MetaService<S>, origin: &Origin, call: pb::Call) -> Queued {
@@ -165,10 +203,7 @@ async fn one<S: Store>(service: &MetaService<S>, origin: &Origin, call: pb::Call
         ));
     };
     let metadata = call.metadata;
-    let who = (
-        metadata.get(calm_proto::changelog::UID_KEY).cloned(),
-        metadata.get(calm_proto::changelog::JOB_KEY).cloned(),
-    );
+    let who = who(&metadata);
     let started = std::time::Instant::now();
     // Each arm: the call's request, then the very handler its own request would have reached;
     // and the method the call stands for, which the metrics count it as.
@@ -195,12 +230,6 @@ async fn one<S: Store>(service: &MetaService<S>, origin: &Origin, call: pb::Call
         Op::ReadMap(m) => handled!(m, read_map, "ReadMap"),
         Op::Write(m) => handled!(m, write, "Write"),
     };
-    service
-        .loads
-        .count(who.0.as_deref(), who.1.as_deref(), started.elapsed(), true);
-    if let Some(requests) = service.metrics.get() {
-        let failed = (reply.code != 0).then_some(reply.calm_code);
-        crate::metrics::count_call(requests, method, failed, started.elapsed());
-    }
+    count(service, &who, method, started, &reply);
     reply
 }
