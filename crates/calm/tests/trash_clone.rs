@@ -51,6 +51,55 @@ const TREE: &str = "for d in 0 1 2 3; do mkdir -p proj/d$d/sub; \
     python3 -c \"import os; os.setxattr('proj/d0/f1', 'user.tag', b'kept')\"; \
     chmod 640 proj/d1/f2";
 
+/// A file removed in a directory a mount holds (the mount answered the removal) goes to the
+/// trash; its restore puts the name back in that directory, and has the mount give the
+/// directory back first: the mount's next O_EXCL make of that name is refused, an rmdir of the
+/// directory too, nothing the mount answered is refused later, and the file reads as it was.
+#[test]
+fn a_restore_into_a_directory_a_mount_holds_reaches_that_mount() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = common::data_dir(&tmp);
+    let server = Server::start_with(&data, &EVERY_REMOVAL);
+    let mount = Mount::remote(&server.addr, &[]);
+    // The stream of recalls open: what the mount makes from now on it holds.
+    std::thread::sleep(Duration::from_millis(500));
+    let start = common::answered_here(&mount);
+    mount.sh_ok("mkdir d && echo kept > d/f && sync -f d/f && rm d/f && echo x > d/g");
+    if !common::sync_mode() {
+        let here = common::answered_here(&mount) - start;
+        assert!(here >= 2, "the mount answered {here} changes in d itself");
+    }
+    let entry = trash_entries(&data)
+        .into_iter()
+        .find(|e| e["path"] == "/d/f")
+        .expect("/d/f in the trash");
+    let out = common::calm(&[
+        "trash",
+        "restore",
+        &entry["id"].to_string(),
+        "--server",
+        &socket(&data),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !mount.sh("set -C; echo again > d/f").status.success(),
+        "the restored name is there for the mount"
+    );
+    assert_eq!(mount.sh_ok("cat d/f; ls d | tr '\\n' ' '"), "kept\nf g ");
+    // The directory is not empty for the mount either.
+    assert!(
+        !mount.sh("rm d/g && rmdir d").status.success(),
+        "an rmdir of a directory the restore filled"
+    );
+    assert_eq!(mount.sh_ok("ls d"), "f\n");
+    // Every change the mount answered reached the server: none refused (a refusal fails this).
+    mount.sh_ok("sync -f d");
+}
+
 /// `rm -rf` of a tree goes to the trash; the server is killed (-9) while the tree is being
 /// restored; after it comes back fsck is clean (each entry is back whole or still in the
 /// trash), and restoring what is left brings back every file byte for byte.
