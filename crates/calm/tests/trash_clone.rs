@@ -27,6 +27,17 @@ fn described(mount: &Mount, dir: &str) -> String {
     ))
 }
 
+/// `calm trash VERB` of the trash entry `entry`, which must succeed.
+fn trash(data: &Path, verb: &str, entry: &serde_json::Value) {
+    let id = entry["id"].to_string();
+    let out = common::calm(&["trash", verb, &id, "--server", &socket(data)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn trash_entries(data: &Path) -> Vec<serde_json::Value> {
     let out = common::calm(&["trash", "list", "--json", "--server", &socket(data)]);
     assert!(
@@ -73,18 +84,7 @@ fn a_restore_into_a_directory_a_mount_holds_reaches_that_mount() {
         .into_iter()
         .find(|e| e["path"] == "/d/f")
         .expect("/d/f in the trash");
-    let out = common::calm(&[
-        "trash",
-        "restore",
-        &entry["id"].to_string(),
-        "--server",
-        &socket(&data),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    trash(&data, "restore", &entry);
     assert!(
         !mount.sh("set -C; echo again > d/f").status.success(),
         "the restored name is there for the mount"
@@ -147,18 +147,7 @@ fn an_rm_rf_comes_back_from_the_trash_even_through_a_kill() {
             .filter(|e| e["path"].as_str().unwrap().starts_with("/proj"))
             .collect();
         let Some(first) = left.first() else { break };
-        let out = common::calm(&[
-            "trash",
-            "restore",
-            &first["id"].to_string(),
-            "--server",
-            &socket(&data),
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        trash(&data, "restore", &first);
     }
     assert_eq!(described(&mount, "proj"), before);
     let status = common::calm_json(&["status", "--json", "--server", &socket(&data)]);
@@ -177,18 +166,7 @@ fn an_rm_rf_comes_back_from_the_trash_even_through_a_kill() {
         .into_iter()
         .find(|e| e["path"] == "/proj/d3")
         .expect("/proj/d3 in the trash");
-    let out = common::calm(&[
-        "trash",
-        "purge",
-        &d3["id"].to_string(),
-        "--server",
-        &socket(&data),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    trash(&data, "purge", &d3);
     assert!(trash_entries(&data).is_empty());
     drop(mount);
     let (status, _) = server.terminate();
@@ -358,18 +336,7 @@ fn the_trash_and_clones_on_etcd() {
     loop {
         let left = trash_entries(&data);
         let Some(first) = left.first() else { break };
-        let out = common::calm(&[
-            "trash",
-            "restore",
-            &first["id"].to_string(),
-            "--server",
-            &socket(&data),
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        trash(&data, "restore", &first);
     }
     assert_eq!(described(&mount, "proj"), before);
     let calm = common::CALM;
