@@ -147,7 +147,7 @@ fn an_rm_rf_comes_back_from_the_trash_even_through_a_kill() {
             .filter(|e| e["path"].as_str().unwrap().starts_with("/proj"))
             .collect();
         let Some(first) = left.first() else { break };
-        trash(&data, "restore", &first);
+        trash(&data, "restore", first);
     }
     assert_eq!(described(&mount, "proj"), before);
     let status = common::calm_json(&["status", "--json", "--server", &socket(&data)]);
@@ -336,7 +336,7 @@ fn the_trash_and_clones_on_etcd() {
     loop {
         let left = trash_entries(&data);
         let Some(first) = left.first() else { break };
-        trash(&data, "restore", &first);
+        trash(&data, "restore", first);
     }
     assert_eq!(described(&mount, "proj"), before);
     let calm = common::CALM;
