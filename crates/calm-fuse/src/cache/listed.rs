@@ -33,17 +33,7 @@ impl Coherence {
     /// and its names are known from now on, unless another client changed it since the
     /// request began or the changes are not followed.
     pub fn made_dir_here(&self, ticket: Ticket, dir: Handle) {
-        let fresh = |cache: &Self| {
-            ticket.follows && cache.follows() && !cache.reply_ttl(ticket, dir).is_zero()
-        };
-        if !fresh(self) {
-            return;
-        }
-        self.listings.locked().made_dir(dir);
-        // A change marked while inserting: undo (its forgetting may have run before).
-        if !fresh(self) {
-            self.listings.locked().forget(dir);
-        }
+        self.listed_here(ticket, dir, std::iter::empty());
     }
 
     /// The server told this mount every name of directory `dir` (which it holds now), by a
@@ -62,6 +52,7 @@ impl Coherence {
             return;
         }
         self.listings.locked().listed(dir, names);
+        // A change marked while inserting: undo (its forgetting may have run before).
         if !fresh(self) {
             self.listings.locked().forget(dir);
         }
