@@ -551,6 +551,45 @@ fn a_directory_with_names_is_held_by_the_only_mount_and_seen_whole_by_the_next()
     assert_eq!(c.sh_ok("cat d/alone20 && ls d | wc -l"), "20\n292\n");
 }
 
+/// A directory that had names, owned by an unprivileged user, held by the only mount: the
+/// owner's makes and removals there are answered by the mount; another user's are the
+/// server's to decide and refused (mode 755), and none gets through; the next mount sees the
+/// owner's names alone.
+#[test]
+fn another_user_gets_nothing_past_a_directory_with_names_its_owner_holds() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&common::data_dir(&tmp));
+    let before_mount = Mount::remote(&server.addr, &[]);
+    before_mount.sh_ok(
+        "chmod 755 \"$MNT\" && mkdir -m 755 d && echo 1 > d/f1 && echo 2 > d/f2 \
+         && chown -R 40010:40010 d",
+    );
+    drop(before_mount);
+    let a = Mount::remote(&server.addr, &["--allow-other"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let owner = "setpriv --reuid 40010 --regid 40010 --clear-groups";
+    let other = "setpriv --reuid 40011 --regid 40011 --clear-groups";
+    let before = answered_here(&a);
+    a.sh_ok(&format!(
+        "{owner} sh -c 'echo 3 > d/f3 && for i in 4 5 6 7; do echo $i > d/f$i; done && rm d/f1'"
+    ));
+    assert!(
+        answered_here(&a) - before >= 4,
+        "the owner's changes answered by A"
+    );
+    for refused in ["touch d/x", "mkdir d/y", "rm -f d/f2", "mv d/f3 d/z"] {
+        assert!(
+            !a.sh(&format!("{other} {refused}")).status.success(),
+            "another user: {refused}"
+        );
+    }
+    let listing = "ls d | tr '\\n' ' '";
+    assert_eq!(a.sh_ok(listing), "f2 f3 f4 f5 f6 f7 ");
+    let b = Mount::remote(&server.addr, &[]);
+    assert_eq!(b.sh_ok(listing), "f2 f3 f4 f5 f6 f7 ");
+    assert_eq!(b.sh_ok("stat -c '%u' d/f7"), "40010\n");
+}
+
 /// A directory an unprivileged user made and their mount holds: their creates and removals
 /// there are answered by the mount, another user's on the same mount are the server's to
 /// decide and refused (mode 755), and neither a make nor a removal of theirs gets through;
