@@ -1,4 +1,4 @@
-//! `calm bench activation` (seed 000, LVM event activation): N devices arrive in random order,
+//! `calm-bench activation` (seed 000, LVM event activation): N devices arrive in random order,
 //! in pools of 4; each arrival reads that device's label (from memory: simulated devices) and
 //! activation is registration only. calm's assembly (O(1) per event) against the shape of LVM
 //! before its fix, in the same run: every event rescans every known device and recounts every

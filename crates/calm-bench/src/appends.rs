@@ -1,4 +1,4 @@
-//! `calm bench appends`: what atomic appends cost. A file opened with O_APPEND bypasses the
+//! `calm-bench appends`: what atomic appends cost. A file opened with O_APPEND bypasses the
 //! kernel's page cache on a calm mount (direct I/O), so that one write(2) reaches the mount
 //! whole and lands whole at the file's end whatever other mounts append. The baseline, in the
 //! same run: mounts started with `--append-through-cache`, whose appends go through the page

@@ -1,4 +1,4 @@
-//! `calm bench churn`: creates and unlinks on 1, 2 and 3 `calm serve --store etcd://`
+//! `calm-bench churn`: creates and unlinks on 1, 2 and 3 `calm serve --store etcd://`
 //! processes for N minutes each, reporting per minute the pair rate, its p99 latency, the
 //! servers' CPU per pair and memory, and etcd's database size: what a namespace that has seen
 //! millions of mutations costs, against what it cost in its first minute.
@@ -34,7 +34,7 @@ pub fn load(path: &Path) -> Result<ChurnReport, String> {
         .map_err(|e| format!("reading the churn report {}: {e}", path.display()))?;
     serde_json::from_str(&text).map_err(|e| {
         format!(
-            "{} is not a churn report (`calm bench churn --json`): {e}",
+            "{} is not a churn report (`calm-bench churn --json`): {e}",
             path.display()
         )
     })
@@ -411,7 +411,7 @@ pub fn plot(report: &ChurnReport, path: &Path) -> Result<(), String> {
     }
     let title = match &report.site {
         Some(site) => format!(
-            "calm bench churn --site: {} threads, a mount per server, files held open, a \
+            "calm-bench churn --site: {} threads, a mount per server, files held open, a \
              changelog reader, {:.0} s pauses every {} periods of {:.0} s",
             report.threads,
             site.pause.as_secs_f64(),
@@ -419,7 +419,7 @@ pub fn plot(report: &ChurnReport, path: &Path) -> Result<(), String> {
             report.period_s
         ),
         None => format!(
-            "calm bench churn on etcd: {} clients creating and unlinking, per period of {:.0} s",
+            "calm-bench churn on etcd: {} clients creating and unlinking, per period of {:.0} s",
             report.threads, report.period_s
         ),
     };

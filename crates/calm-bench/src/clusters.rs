@@ -1,8 +1,8 @@
-//! `calm bench clusters`: creates in one namespace over 1, 2 and 3 metadata clusters.
+//! `calm-bench clusters`: creates in one namespace over 1, 2 and 3 metadata clusters.
 //!
 //! Each round starts as many fresh local etcd clusters (of `--members` members each) as the
 //! largest count asks for, so that every round starts on empty databases and shares the
-//! machine with the same processes, and opens a namespace on its first N clusters, in this process (as `calm bench mdtest` does), and its
+//! machine with the same processes, and opens a namespace on its first N clusters, in this process (as `calm-bench mdtest` does), and its
 //! clients create empty files for `--seconds`, each in a directory of the root of its own. The
 //! directories are named so that they fall evenly on the clusters (a name's cluster is its
 //! hash's: names are tried until each cluster has its share), as a site's project directories

@@ -1,4 +1,4 @@
-//! `calm bench data`: file contents through real calm mounts against the same work on the
+//! `calm-bench data`: file contents through real calm mounts against the same work on the
 //! local file system under the data directory (ext4 here) and on tmpfs, in one run:
 //! sequential write (each run ends with fsync) and read (cold cache) in 1 MiB requests at 1
 //! and 4 streams, random 4 KiB reads of one file cold and warm, small files (create, write
@@ -541,7 +541,7 @@ pub fn run(options: &DataBenchOptions) -> Result<DataReport, String> {
     })
 }
 
-/// The table `calm bench data` prints: each calm figure beside the same case on ext4.
+/// The table `calm-bench data` prints: each calm figure beside the same case on ext4.
 pub fn table(report: &DataReport) -> Vec<String> {
     let mut lines = vec![format!(
         "{:>10} {:>17} {:>7} {:>12} {:>10} {:>9}  {}",

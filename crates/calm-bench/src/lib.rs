@@ -1,4 +1,4 @@
-//! `calm-bench`: the drivers behind `calm bench …`. Each benchmark measures calm and its
+//! `calm-bench`: the drivers behind `calm-bench …`. Each benchmark measures calm and its
 //! baseline in the same run, on the same machine and data, and reports both with their ratio;
 //! none of them asserts a timing.
 //!

@@ -551,7 +551,7 @@ pub fn plot(report: &LocksReport, path: &std::path::Path) -> Result<(), String> 
     });
     crate::multiples::small_multiples_svg(
         path,
-        "calm bench locks: byte-range locks on one file against a naive list and the kernel",
+        "calm-bench locks: byte-range locks on one file against a naive list and the kernel",
         &crate::multiples::facets_of(cells),
     )
 }

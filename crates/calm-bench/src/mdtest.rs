@@ -628,6 +628,27 @@ fn open_etcd(url: &str) -> Result<Arc<Meta<calm_store_etcd::EtcdStore>>, String>
     Ok(Arc::new(meta))
 }
 
+/// Turns the permission checks of this process on or off, for the arm without them of
+/// `--check-cost`: only a build with the `check-cost` feature can (the `calm` binary cannot).
+#[cfg(feature = "check-cost")]
+fn set_checks(on: bool) -> Result<(), String> {
+    calm_meta::perm::set_checks_for_benchmark(on);
+    Ok(())
+}
+
+/// Without the `check-cost` feature the checks stay on: the arm without them cannot run.
+#[cfg(not(feature = "check-cost"))]
+fn set_checks(on: bool) -> Result<(), String> {
+    match on {
+        true => Ok(()),
+        false => Err(
+            "--check-cost needs a calm-bench built to turn permission checks off: \
+                      cargo build --release -p calm-bench --features check-cost"
+                .into(),
+        ),
+    }
+}
+
 /// Runs every mode for every client count.
 pub fn run(options: &MdtestOptions) -> Result<Vec<MdtestResult>, String> {
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
@@ -676,12 +697,12 @@ pub fn run(options: &MdtestOptions) -> Result<Vec<MdtestResult>, String> {
                     (false, false) => (false, "off"),
                     (false, true) => (true, "aa"),
                 };
-                calm_meta::perm::set_checks_for_benchmark(checks);
+                set_checks(checks)?;
                 let open = || open_meta_with(&options.dir, true);
                 let rows = runtime.block_on(both_modes(
                     options, clients, per_client, "lmdb", open, &user,
                 ));
-                calm_meta::perm::set_checks_for_benchmark(true);
+                set_checks(true)?;
                 for mut row in rows? {
                     row.checks = label;
                     results.push(row);

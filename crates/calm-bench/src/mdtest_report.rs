@@ -1,4 +1,4 @@
-//! What `calm bench mdtest` reports: its table, the cost of what `--check-cost` or
+//! What `calm-bench mdtest` reports: its table, the cost of what `--check-cost` or
 //! `--metrics-cost` turns on and off (medians of the rounds and of each pair's ratio), and its
 //! plot's panels.
 

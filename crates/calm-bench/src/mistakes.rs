@@ -1,4 +1,4 @@
-//! `calm bench protect`, through a mount (a server in this process, a FUSE mount of it, as
+//! `calm-bench protect`, through a mount (a server in this process, a FUSE mount of it, as
 //! `calm mount --embedded` runs): a clone of a tree of N files (`calm clone`'s requests)
 //! against `cp -r` of the same tree on the same mount, each checked to be a copy; and the rate
 //! of unlinks through the mount with the trash kept against without one, in alternating

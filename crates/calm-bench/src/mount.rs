@@ -1,4 +1,4 @@
-//! `calm bench mount`: system calls through real calm mounts against the same system calls on
+//! `calm-bench mount`: system calls through real calm mounts against the same system calls on
 //! the kernel's tmpfs, a disk file system (ext4) and any other file system given, in the same
 //! run, at several thread counts (the shapes: `crate::syscalls`): creates, stats (cached, and
 //! cold after the kernel's caches are dropped), readdir and `ls -l` of the directories (cold),

@@ -1,4 +1,4 @@
-//! `calm bench mount --metrics-cost`: what counting costs through a mount. Each arm opens a
+//! `calm-bench mount --metrics-cost`: what counting costs through a mount. Each arm opens a
 //! fresh namespace, serves it over gRPC on loopback and mounts it (as `calm mount --server`
 //! does), then `threads` threads create, stat and unlink `files` files through the mount. With
 //! metrics on, the mount counts every request the kernel sends (`calm mount --metrics`) and
@@ -164,7 +164,7 @@ pub fn run_side_by_side(options: &CostOptions) -> Result<SideBySideReport, Strin
         race_phases(&roots, options, threads)
     })?;
     Ok(SideBySideReport::new(
-        "calm bench mount --metrics-cost --side-by-side",
+        "calm-bench mount --metrics-cost --side-by-side",
         "threads on each of two mounts",
         options,
         windows,
@@ -376,7 +376,7 @@ pub fn table(report: &MountCostReport) -> Vec<String> {
     };
     let mut lines = vec![
         format!(
-            "calm bench mount --metrics-cost: {} files, {} threads, {} rounds of each arm{}",
+            "calm-bench mount --metrics-cost: {} files, {} threads, {} rounds of each arm{}",
             report.files,
             report.threads,
             report.rates.len() / (2 * OPS.len()).max(1),

@@ -1,4 +1,4 @@
-//! Real programs on a file system, for `calm bench mount --programs`: several sqlite writers
+//! Real programs on a file system, for `calm-bench mount --programs`: several sqlite writers
 //! inserting into one database file (rollback journal, and write-ahead log), each insert its
 //! own transaction, so every one takes and gives back sqlite's fcntl locks and syncs; and tar
 //! extracting a tarball of small files. Each run is checked: every row is in the database and

@@ -1,4 +1,4 @@
-//! `calm bench protect`: what the metadata's protection costs at N files. For each N a store
+//! `calm-bench protect`: what the metadata's protection costs at N files. For each N a store
 //! is populated through the real create path (empty files, `files_per_dir` per directory),
 //! then, each as its own process of the `calm` binary as a user runs it: `calm dump --data`
 //! into a file and `calm load` of that file into a new directory, timed, with each process's
@@ -275,7 +275,7 @@ pub fn plot(
     });
     crate::multiples::small_multiples_svg(
         path,
-        "calm bench protect: dump and load of the metadata, clones",
+        "calm-bench protect: dump and load of the metadata, clones",
         &crate::multiples::facets_of(cells.chain(copies)),
     )
 }

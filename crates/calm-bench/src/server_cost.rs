@@ -1,4 +1,4 @@
-//! `calm bench mdtest --metrics-cost --side-by-side`: what a server's counting costs its
+//! `calm-bench mdtest --metrics-cost --side-by-side`: what a server's counting costs its
 //! clients, with both arms at once (`crate::side_by_side`). Each round opens two fresh
 //! namespaces, each served over gRPC on loopback by a server of its own on a runtime of its
 //! own: one counting its requests for Prometheus (`calm serve --metrics`), the other not (or
@@ -78,7 +78,7 @@ pub fn run(options: &CostOptions) -> Result<SideBySideReport, String> {
         race_phases(arms, runtimes, options, threads)
     })?;
     Ok(SideBySideReport::new(
-        "calm bench mdtest --metrics-cost --side-by-side",
+        "calm-bench mdtest --metrics-cost --side-by-side",
         "gRPC clients on each of two servers",
         options,
         windows,

@@ -1,4 +1,4 @@
-//! `calm bench servers`: 1, 2 and 3 `calm serve --store etcd://` processes over one local
+//! `calm-bench servers`: 1, 2 and 3 `calm serve --store etcd://` processes over one local
 //! 3-member etcd cluster (or the one `--store` names), each round on a fresh key prefix.
 //!
 //! - **lock-hot**: lock clients each set and unset a lock on a range of their own of one

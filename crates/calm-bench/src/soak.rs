@@ -1,4 +1,4 @@
-//! `calm bench soak`: a file system used for long, as a site uses it. A `calm serve` and
+//! `calm-bench soak`: a file system used for long, as a site uses it. A `calm serve` and
 //! several `calm mount`s of it (processes of their own) take, for N minutes and at once, from
 //! every mount: appends of lines to one shared log (O_APPEND), small writes into one shared
 //! 4 MiB database file each followed by fsync (each mount in pages of its own), sqlite

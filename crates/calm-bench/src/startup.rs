@@ -452,7 +452,7 @@ pub fn plot(results: &[StartupResult], path: &std::path::Path) -> Result<(), Str
     });
     crate::multiples::small_multiples_svg(
         path,
-        "calm bench startup: restart to ready, cold cache",
+        "calm-bench startup: restart to ready, cold cache",
         &crate::multiples::facets_of(cells),
     )
 }

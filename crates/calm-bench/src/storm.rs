@@ -1,4 +1,4 @@
-//! `calm bench storm` (seed 002): watching through storms.
+//! `calm-bench storm` (seed 002): watching through storms.
 //!
 //! (a) Mounts: N bind mounts (the seed's producer: one `mount --bind` process each) in a
 //! private mount namespace with no watcher, a naive watcher that

@@ -1,4 +1,4 @@
-//! The system calls `calm bench mount` times, on any directory of any file system: the
+//! The system calls `calm-bench mount` times, on any directory of any file system: the
 //! metadata shapes (create, stat cached and cold, readdir and `ls -l` cold, rename, unlink), small
 //! files (create + write 4 KiB + close, then open + read + close), fcntl locks (N
 //! non-overlapping on one file; uncontended lock + unlock pairs from 1 or more threads), and

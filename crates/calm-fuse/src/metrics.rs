@@ -107,7 +107,7 @@ pub struct MountMetrics {
     /// Each opcode's counters, by opcode (unnamed ones: "other").
     by_opcode: Vec<Timed>,
     other: Timed,
-    /// When false, nothing is counted (`calm bench mount` measures what counting costs).
+    /// When false, nothing is counted (`calm-bench mount` measures what counting costs).
     counting: bool,
 }
 

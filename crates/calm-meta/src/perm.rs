@@ -24,8 +24,10 @@ pub const MAY_EXEC: u32 = 1;
 
 pub use calm_types::GROUPS_MAX;
 
-/// Whether the checks run. Only `calm bench mdtest --check-cost` turns them off, to measure
-/// what they cost beside the same operations with them; nothing a server runs touches it.
+/// Whether the checks run. Only the benchmark that measures what they cost turns them off,
+/// and only in a build with the `checks-off-for-benchmark` feature (off by default: the
+/// `calm` binary never has it, so nothing a site runs can turn a check off).
+#[cfg(feature = "checks-off-for-benchmark")]
 static CHECKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 /// Turns the permission checks off (or on again) in this process: for the benchmark that
@@ -33,13 +35,21 @@ static CHECKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::ne
 /// everything (what the namespace did before it checked: the inodes a check reads were read
 /// anyway, a lookup's directory for ENOTDIR); ownership rules (`new_owner`, `setattr`)
 /// still apply.
+#[cfg(feature = "checks-off-for-benchmark")]
 pub fn set_checks_for_benchmark(on: bool) {
     CHECKS.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Whether the checks run (see [`set_checks_for_benchmark`]).
+/// Whether the checks run: always, unless a benchmark build turned them off.
+#[cfg(feature = "checks-off-for-benchmark")]
 pub fn checks() -> bool {
     CHECKS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Whether the checks run: always (this build cannot turn them off).
+#[cfg(not(feature = "checks-off-for-benchmark"))]
+pub const fn checks() -> bool {
+    true
 }
 
 /// What a permission decision looks at of an inode.

@@ -62,6 +62,37 @@ pub fn keep_releasing() -> std::io::Result<()> {
         .map(|_| ())
 }
 
+/// Keeps glibc's malloc from holding memory a long-running server or mount no longer uses
+/// (docs/benchmarks/2026-11-27, "The server's heap"), unless `MALLOC_ARENA_MAX` or
+/// `MALLOC_MMAP_THRESHOLD_` in the environment say otherwise:
+/// - two arenas: by default threads that contend for malloc get arenas of their own (up to
+///   eight per core), and what is freed in one stays with it (a server's heap 29 → 57 MiB in
+///   15 minutes, in steps; with two, 16–23 MiB at the same rate of operations);
+/// - allocations of 256 KiB and more always on fresh pages, given back when freed: by default
+///   the threshold rises to the size of each large block freed (4 MiB blocks of file contents),
+///   and from then on such blocks come from the heap and fragment it (with two arenas, the
+///   server's heap still grew 7.5 → 38 MiB in 30 minutes).
+///
+/// Small allocations are served from each thread's own cache without a lock either way.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn tune_malloc() {
+    const ARENAS_MAX: libc::c_int = 2;
+    const MMAP_THRESHOLD_BYTES: libc::c_int = 256 * 1024;
+    // SAFETY: mallopt(3) changes a malloc parameter; called first thing in a program's main,
+    // before any other thread exists.
+    unsafe {
+        if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+            libc::mallopt(libc::M_ARENA_MAX, ARENAS_MAX);
+        }
+        if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
+        }
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn tune_malloc() {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

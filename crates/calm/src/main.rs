@@ -260,9 +260,6 @@ enum Command {
     /// Make a CA and certificates for TLS listeners (--tls-cert) and their clients.
     #[command(subcommand)]
     Certs(certs::Certs),
-    /// Measure calm against its baselines and peers, each in the same run.
-    #[command(subcommand)]
-    Bench(calm_bench::cli::Bench),
 }
 
 impl Command {
@@ -288,39 +285,8 @@ impl Command {
     }
 }
 
-/// Keeps glibc's malloc from holding memory a long-running server or mount no longer uses
-/// (docs/benchmarks/2026-11-27, "The server's heap"), unless `MALLOC_ARENA_MAX` or
-/// `MALLOC_MMAP_THRESHOLD_` in the environment say otherwise:
-/// - two arenas: by default threads that contend for malloc get arenas of their own (up to
-///   eight per core), and what is freed in one stays with it (a server's heap 29 → 57 MiB in
-///   15 minutes, in steps; with two, 16–23 MiB at the same rate of operations);
-/// - allocations of 256 KiB and more always on fresh pages, given back when freed: by default
-///   the threshold rises to the size of each large block freed (4 MiB blocks of file contents),
-///   and from then on such blocks come from the heap and fragment it (with two arenas, the
-///   server's heap still grew 7.5 → 38 MiB in 30 minutes).
-///
-/// Small allocations are served from each thread's own cache without a lock either way.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn tune_malloc() {
-    const ARENAS_MAX: libc::c_int = 2;
-    const MMAP_THRESHOLD_BYTES: libc::c_int = 256 * 1024;
-    // SAFETY: mallopt(3) changes a malloc parameter; called first thing in main, before any
-    // other thread exists.
-    unsafe {
-        if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
-            libc::mallopt(libc::M_ARENA_MAX, ARENAS_MAX);
-        }
-        if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
-        }
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn tune_malloc() {}
-
 fn main() -> ExitCode {
-    tune_malloc();
+    calm_server::heap::tune_malloc();
     let started = std::time::Instant::now();
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -430,7 +396,6 @@ fn main() -> ExitCode {
         Command::Trash { server, command } => trash::run(&server, command),
         Command::Clone { src, dst, server } => clone::run(&server, &src, &dst),
         Command::Certs(command) => certs::run(command),
-        Command::Bench(which) => run_bench(which),
     };
     match outcome {
         Ok(code) => code,
@@ -439,20 +404,4 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
-}
-
-/// Runs a benchmark and prints what it reports: the table on stdout, or on stderr when the
-/// report goes to stdout as JSON.
-fn run_bench(bench: calm_bench::cli::Bench) -> anyhow::Result<ExitCode> {
-    let output = calm_bench::cli::run(bench).map_err(anyhow::Error::msg)?;
-    for line in &output.table {
-        match output.json {
-            Some(_) => eprintln!("{line}"),
-            None => println!("{line}"),
-        }
-    }
-    if let Some(json) = &output.json {
-        println!("{json}");
-    }
-    Ok(ExitCode::SUCCESS)
 }

@@ -66,10 +66,10 @@ pub struct MountArgs {
           value_parser = clap::value_parser!(u64).range(0..=calm_meta::slices::INLINE_WRITE_BYTES_MAX))]
     pub inline_bytes_max: u64,
     /// Appends go through the kernel's page cache, which may cut one write into several
-    /// appends (for measuring what atomic appends cost; `calm bench appends`).
+    /// appends (for measuring what atomic appends cost; `calm-bench appends`).
     #[arg(long, hide = true)]
     pub append_through_cache: bool,
-    /// Count nothing of the kernel's requests (for measuring what counting costs; `calm bench
+    /// Count nothing of the kernel's requests (for measuring what counting costs; `calm-bench
     /// mount --metrics-cost`).
     #[arg(long, hide = true)]
     pub count_nothing: bool,

@@ -118,6 +118,42 @@ fn pure_crates_keep_their_dependencies_out() {
     assert_absent("calm-meta", &["object_store", "calm-data", "reqwest"]);
 }
 
+/// What a site runs links no benchmark and cannot turn a check off: the `calm` binary depends
+/// neither on the benchmarks nor on the build of the namespace whose permission checks a
+/// benchmark can turn off (with the features cargo resolves for the binary alone).
+#[test]
+fn the_product_links_no_benchmark_and_no_switch_that_turns_checks_off() {
+    assert_absent("calm", &["calm-bench", "plotters"]);
+    // The features of the namespace crate as each build resolves them: the benchmark's build
+    // with the switch has the feature (so the check below can see it), the binary has not.
+    let features_of_meta = |args: &[&str]| {
+        let output = Command::new(env!("CARGO"))
+            .args([
+                "tree",
+                "--offline",
+                "--locked",
+                "-e",
+                "features",
+                "-i",
+                "calm-meta",
+            ])
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("run cargo tree");
+        assert!(output.status.success());
+        String::from_utf8(output.stdout).unwrap()
+    };
+    const SWITCH: &str = "calm-meta feature \"checks-off-for-benchmark\"";
+    let bench = features_of_meta(&["-p", "calm-bench", "--features", "check-cost"]);
+    assert!(bench.contains(SWITCH), "{bench}");
+    let calm = features_of_meta(&["-p", "calm"]);
+    assert!(
+        !calm.contains(SWITCH),
+        "the calm binary must not be built with the switch that turns checks off:\n{calm}"
+    );
+}
+
 /// The source files of every crate of the workspace: (crate directory name, path under its
 /// `src/`, text).
 fn workspace_sources() -> Vec<(String, PathBuf, String)> {
@@ -426,4 +462,212 @@ fn code_of_lines(text: &str) -> usize {
                     .is_some_and(|l| l.trim_start().starts_with("mod "))
         })
         .unwrap_or(lines.len())
+}
+
+/// Most lines of a function outside tests, from `fn` to its closing brace: a longer one does
+/// several things, and is split into functions that each do one.
+const FUNCTION_LINES_MAX: usize = 80;
+
+/// The functions longer than [`FUNCTION_LINES_MAX`] when the rule came, with their length
+/// then: each may only shrink, and leaves the list once it is within the rule.
+const LONG_FUNCTIONS: &str = include_str!("long_functions.txt");
+
+/// A function of the workspace's sources: where it is, its name (`Type::name` in an impl or
+/// a trait), its length in lines.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Function {
+    place: String,
+    name: String,
+    lines: usize,
+}
+
+/// Collects the functions of one file that are not tests, with their lengths.
+struct Functions<'a> {
+    place: &'a str,
+    owner: Vec<String>,
+    found: Vec<Function>,
+}
+
+fn is_test(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        let path = a.path();
+        path.is_ident("test")
+            || (path.is_ident("cfg")
+                && a.parse_args::<syn::Meta>()
+                    .is_ok_and(|m| m.path().is_ident("test")))
+    })
+}
+
+impl Functions<'_> {
+    fn add(&mut self, name: &syn::Ident, from: proc_macro2::Span, to: proc_macro2::Span) {
+        let lines = to.end().line + 1 - from.start().line;
+        let name = match self.owner.last() {
+            Some(owner) => format!("{owner}::{name}"),
+            None => name.to_string(),
+        };
+        self.found.push(Function {
+            place: self.place.to_string(),
+            name,
+            lines,
+        });
+    }
+}
+
+impl<'ast> syn::visit::Visit<'ast> for Functions<'_> {
+    fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+        if !is_test(&item.attrs) {
+            syn::visit::visit_item_mod(self, item);
+        }
+    }
+    fn visit_item_fn(&mut self, item: &'ast syn::ItemFn) {
+        if !is_test(&item.attrs) {
+            use syn::spanned::Spanned;
+            self.add(&item.sig.ident, item.sig.span(), item.block.span());
+            syn::visit::visit_item_fn(self, item);
+        }
+    }
+    fn visit_item_impl(&mut self, item: &'ast syn::ItemImpl) {
+        if is_test(&item.attrs) {
+            return;
+        }
+        let owner = match &*item.self_ty {
+            syn::Type::Path(path) => path.path.segments.last().map(|s| s.ident.to_string()),
+            _ => None,
+        };
+        self.owner.push(owner.unwrap_or_else(|| "impl".to_string()));
+        syn::visit::visit_item_impl(self, item);
+        self.owner.pop();
+    }
+    fn visit_impl_item_fn(&mut self, item: &'ast syn::ImplItemFn) {
+        if !is_test(&item.attrs) {
+            use syn::spanned::Spanned;
+            self.add(&item.sig.ident, item.sig.span(), item.block.span());
+            syn::visit::visit_impl_item_fn(self, item);
+        }
+    }
+    fn visit_item_trait(&mut self, item: &'ast syn::ItemTrait) {
+        self.owner.push(item.ident.to_string());
+        syn::visit::visit_item_trait(self, item);
+        self.owner.pop();
+    }
+    fn visit_trait_item_fn(&mut self, item: &'ast syn::TraitItemFn) {
+        if let Some(block) = &item.default {
+            use syn::spanned::Spanned;
+            self.add(&item.sig.ident, item.sig.span(), block.span());
+        }
+        syn::visit::visit_trait_item_fn(self, item);
+    }
+}
+
+/// Every function of the workspace's sources outside tests.
+fn workspace_functions() -> Vec<Function> {
+    let mut all = Vec::new();
+    for (krate, path, text) in workspace_sources() {
+        let place = format!("{krate}/src/{}", path.display());
+        let file = syn::parse_file(&text).unwrap_or_else(|e| panic!("{place}: {e}"));
+        let mut functions = Functions {
+            place: &place,
+            owner: Vec::new(),
+            found: Vec::new(),
+        };
+        syn::visit::Visit::visit_file(&mut functions, &file);
+        all.extend(functions.found);
+    }
+    all
+}
+
+/// The allow-list: (place, name) → lines.
+fn long_functions_allowed() -> BTreeMap<(String, String), usize> {
+    LONG_FUNCTIONS
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let mut words = l.split_whitespace();
+            let lines = words.next().and_then(|w| w.parse().ok());
+            let place = words.next();
+            let name = words.next();
+            match (lines, place, name) {
+                (Some(lines), Some(place), Some(name)) => {
+                    ((place.to_string(), name.to_string()), lines)
+                }
+                _ => panic!("long_functions.txt: `{l}` is not `LINES PLACE NAME`"),
+            }
+        })
+        .collect()
+}
+
+/// What breaks the rule: a function over the limit that is not on the list, or longer than
+/// the list says; a listed one that is gone or within the limit (take it off the list).
+fn function_rule_breaks(
+    functions: &[Function],
+    allowed: &BTreeMap<(String, String), usize>,
+) -> Vec<String> {
+    let mut breaks = Vec::new();
+    let mut seen = BTreeSet::new();
+    for f in functions.iter().filter(|f| f.lines > FUNCTION_LINES_MAX) {
+        let key = (f.place.clone(), f.name.clone());
+        match allowed.get(&key) {
+            None => breaks.push(format!(
+                "{} {}: {} lines, more than {FUNCTION_LINES_MAX}: split it",
+                f.place, f.name, f.lines
+            )),
+            Some(&was) if f.lines > was => breaks.push(format!(
+                "{} {}: {} lines, listed at {was}: a long function may only shrink",
+                f.place, f.name, f.lines
+            )),
+            Some(_) => {}
+        }
+        seen.insert(key);
+    }
+    for (place, name) in allowed.keys() {
+        if !seen.contains(&(place.clone(), name.clone())) {
+            breaks.push(format!(
+                "{place} {name}: listed in long_functions.txt but gone or within \
+                 {FUNCTION_LINES_MAX} lines: take it off the list"
+            ));
+        }
+    }
+    breaks
+}
+
+#[test]
+fn the_length_rule_finds_a_long_function_and_passes_short_ones() {
+    let mut body = String::from("fn short() {}\nimpl Thing {\n    fn long(&self) {\n");
+    for i in 0..FUNCTION_LINES_MAX {
+        body.push_str(&format!("        let _x{i} = {i};\n"));
+    }
+    body.push_str("    }\n}\n#[cfg(test)]\nmod tests {\n    fn also_long() {\n");
+    body.push_str(&"        let _ = 1;\n".repeat(FUNCTION_LINES_MAX));
+    body.push_str("    }\n}\n");
+    let file = syn::parse_file(&body).unwrap();
+    let mut functions = Functions {
+        place: "x/src/lib.rs",
+        owner: Vec::new(),
+        found: Vec::new(),
+    };
+    syn::visit::Visit::visit_file(&mut functions, &file);
+    let found = functions.found;
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert_eq!(found[1].name, "Thing::long");
+    assert_eq!(found[1].lines, FUNCTION_LINES_MAX + 2);
+    let none = BTreeMap::new();
+    assert_eq!(function_rule_breaks(&found, &none).len(), 1);
+    let listed = BTreeMap::from([(
+        ("x/src/lib.rs".to_string(), "Thing::long".to_string()),
+        FUNCTION_LINES_MAX + 2,
+    )]);
+    assert!(function_rule_breaks(&found, &listed).is_empty());
+    let shrunk = BTreeMap::from([(
+        ("x/src/lib.rs".to_string(), "Thing::long".to_string()),
+        FUNCTION_LINES_MAX + 1,
+    )]);
+    assert_eq!(function_rule_breaks(&found, &shrunk).len(), 1);
+    let stale = BTreeMap::from([(("x/src/lib.rs".to_string(), "short".to_string()), 90)]);
+    assert_eq!(function_rule_breaks(&found, &stale).len(), 2);
+}
+
+#[test]
+fn no_function_grows_past_80_lines() {
+    let breaks = function_rule_breaks(&workspace_functions(), &long_functions_allowed());
+    assert!(breaks.is_empty(), "{}", breaks.join("\n"));
 }

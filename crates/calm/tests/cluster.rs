@@ -779,62 +779,6 @@ fn a_lock_wait_through_the_deciders_own_mount_outlives_the_decider() {
     assert_eq!(answer.as_deref(), Ok("granted"), "the waiter's answer");
 }
 
-/// `calm bench servers` runs end to end on a small scale and reports every figure it names
-/// (the figures themselves are for docs/benchmarks, not for a test).
-#[test]
-fn the_servers_benchmark_reports_every_figure() {
-    let mut private = None;
-    let url = cluster("bench", &mut private);
-    let out = common::calm(&[
-        "bench",
-        "servers",
-        "--servers",
-        "1,3",
-        "--files",
-        "64",
-        "--clients",
-        "4",
-        "--lock-clients",
-        "2",
-        "--lock-ops",
-        "200",
-        "--store",
-        &url,
-        "--json",
-    ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
-    assert_eq!(report["bench"], "servers");
-    let results = report["results"].as_array().expect("results");
-    let figures: Vec<(u64, String)> = results
-        .iter()
-        .map(|r| {
-            assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0, "{r}");
-            assert!(r["cpu_us_per_op"].as_f64().unwrap() >= 0.0, "{r}");
-            (
-                r["servers"].as_u64().unwrap(),
-                r["op"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
-    for servers in [1, 3] {
-        for op in ["lock-hot", "lock-many", "create", "stat"] {
-            assert!(
-                figures.contains(&(servers, op.to_string())),
-                "{servers} {op} missing: {figures:?}"
-            );
-        }
-    }
-    assert!(report["failover_s"]["lock"].as_f64().unwrap() > 0.0);
-    assert!(report["failover_s"]["create"].as_f64().unwrap() > 0.0);
-    assert_eq!(report["lease_s"], 2.0);
-}
-
 /// The storage nodes' target registry is one for all servers: a node registered through one
 /// server is listed by the others; a complete registration replaces the node's targets, a
 /// partial one adds to them; when the server a node registered with dies, the node is listed

@@ -259,10 +259,8 @@ fn rate_answered(web: &str, query: &str, mount: &Mount) {
             })
             .collect();
         let path = format!("/api/v1/query?query={encoded}");
-        let answer = std::net::TcpStream::connect(web)
-            .ok()
-            .map(|_| get(web, &path))
-            .unwrap_or_default();
+        // Nothing or a 503 until Prometheus is ready.
+        let answer = common::http_get_when_ready(web, &path).unwrap_or_default();
         if let Ok(json) = serde_json::from_str::<serde_json::Value>(&answer)
             && let Some(value) = json["data"]["result"][0]["value"][1].as_str()
             && value.parse::<f64>().unwrap_or(0.0) > 0.0

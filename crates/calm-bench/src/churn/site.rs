@@ -1,4 +1,4 @@
-//! `calm bench churn --site`: the churn as a site runs it. One `calm mount` per server, the
+//! `calm-bench churn --site`: the churn as a site runs it. One `calm mount` per server, the
 //! creating threads spread over the mounts (each in a directory of its own, through the kernel
 //! like any program), a file held open on every mount for the whole round, a changelog reader
 //! registered that reads and clears as a tool following the change feed does, and every few

@@ -1,4 +1,4 @@
-//! The arguments of `calm bench …` and what each runs: a driver of this crate, its table (and
+//! The arguments of `calm-bench …` and what each runs: a driver of this crate, its table (and
 //! with `--json` its report, the table then going to stderr), and an SVG plot with `--plot
 //! FILE`. The binary parses the arguments and prints the [`Output`].
 
@@ -352,7 +352,8 @@ pub enum Bench {
         #[arg(long)]
         no_wal: bool,
         /// Measure what the server's permission checks cost: an unprivileged caller, with the
-        /// checks and without (this benchmark's process only), alternately.
+        /// checks and without (this benchmark's process only), alternately. Needs a calm-bench
+        /// built with `--features check-cost`.
         #[arg(long, conflicts_with = "no_wal")]
         check_cost: bool,
         /// Rounds with the checks and without, in turn, for --check-cost.
@@ -428,7 +429,7 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 activation::table(&report),
                 &report,
                 panels(
-                    "calm bench activation: disks arriving at a storage node",
+                    "calm-bench activation: disks arriving at a storage node",
                     || activation::facets(&report),
                 ),
             )
@@ -454,7 +455,7 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 storm::table(&report),
                 &report,
                 panels(
-                    "calm bench storm: watchers through mount and create storms",
+                    "calm-bench storm: watchers through mount and create storms",
                     || storm::facets(&report),
                 ),
             )
@@ -492,7 +493,7 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 crate::data::table(&report),
                 &report,
                 panels(
-                    "calm bench data: file contents through calm beside ext4 and tmpfs",
+                    "calm-bench data: file contents through calm beside ext4 and tmpfs",
                     || crate::data::facets(&report),
                 ),
             )
@@ -566,7 +567,7 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 report.lines(),
                 &report,
                 panels(
-                    "calm bench mount: system calls through calm mounts beside other file systems",
+                    "calm-bench mount: system calls through calm mounts beside other file systems",
                     || report.facets(),
                 ),
             )
@@ -594,7 +595,7 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 changelog::table(&report),
                 &report,
                 panels(
-                    "calm bench changelog: metadata rates with and without the change feed",
+                    "calm-bench changelog: metadata rates with and without the change feed",
                     || changelog::facets(&report),
                 ),
             )
@@ -693,7 +694,7 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 crate::transport::table(&results),
                 &serde_json::json!({"bench": "transport", "results": results}),
                 panels(
-                    "calm bench transport: one stat over each kind of connection",
+                    "calm-bench transport: one stat over each kind of connection",
                     || crate::transport::facets(&results),
                 ),
             )
@@ -732,7 +733,7 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 }),
                 panels(
                     &format!(
-                        "calm bench quota: {}, or none",
+                        "calm-bench quota: {}, or none",
                         crate::quota::arm_words(acls)
                     ),
                     || crate::quota::facets(&rows, acls),
@@ -790,7 +791,7 @@ pub fn run(bench: Bench) -> Result<Output, String> {
                 crate::mdtest_report::table(&results, measured),
                 &serde_json::json!({"bench": "mdtest", "results": results}),
                 panels(
-                    "calm bench mdtest: the namespace in-process, over gRPC, and tmpfs",
+                    "calm-bench mdtest: the namespace in-process, over gRPC, and tmpfs",
                     || crate::mdtest_report::facets(&results),
                 ),
             )

@@ -56,10 +56,19 @@ pub(super) fn panels<'a>(
     move |path| crate::multiples::small_multiples_svg(path, title, &facets())
 }
 
-/// The calm executable that runs servers and mounts: `calm` when given, else this one.
+/// The calm executable that runs servers and mounts: `calm` when given, else the `calm` beside
+/// this program (cargo builds both into one directory).
 pub(super) fn calm_exe(calm: Option<PathBuf>) -> Result<PathBuf, String> {
-    match calm {
-        Some(calm) => Ok(calm),
-        None => std::env::current_exe().map_err(|e| format!("finding the calm binary: {e}")),
+    if let Some(calm) = calm {
+        return Ok(calm);
+    }
+    let this = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
+    let beside = this.with_file_name("calm");
+    match beside.is_file() {
+        true => Ok(beside),
+        false => Err(format!(
+            "no calm binary beside {} (cargo build --release -p calm builds it there)",
+            this.display()
+        )),
     }
 }

@@ -1,4 +1,4 @@
-//! `calm bench servers`: the flags, wired to `crate::servers`.
+//! `calm-bench servers`: the flags, wired to `crate::servers`.
 
 use super::output::{Output, OutputArgs, calm_exe, panels};
 
@@ -30,7 +30,7 @@ pub struct ServersArgs {
     /// An etcd cluster (etcd://HOST:PORT,...) instead of a local 3-member one.
     #[arg(long)]
     store: Option<String>,
-    /// The calm executable that runs the servers and the mount (default: this one), e.g. an
+    /// The calm executable that runs the servers and the mount (default: the calm beside this program), e.g. an
     /// earlier build to compare with.
     #[arg(long)]
     calm: Option<std::path::PathBuf>,
@@ -56,7 +56,7 @@ pub fn run(args: ServersArgs) -> Result<Output> {
         crate::servers::table(&report),
         &report,
         panels(
-            "calm bench servers: several servers of one namespace on etcd",
+            "calm-bench servers: several servers of one namespace on etcd",
             || crate::servers::facets(&report),
         ),
     )
@@ -173,7 +173,7 @@ pub fn run_clusters(args: ClustersArgs) -> Result<Output> {
         crate::clusters::table(&results),
         &results,
         panels(
-            "calm bench clusters: creates in one namespace over several metadata clusters",
+            "calm-bench clusters: creates in one namespace over several metadata clusters",
             || crate::clusters::facets(&results),
         ),
     )

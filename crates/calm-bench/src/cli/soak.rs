@@ -1,4 +1,4 @@
-//! `calm bench soak` and `calm bench appends`: the flags, wired to `crate::soak` and
+//! `calm-bench soak` and `calm-bench appends`: the flags, wired to `crate::soak` and
 //! `crate::appends`.
 
 use std::path::PathBuf;
@@ -97,7 +97,7 @@ pub fn run_appends(args: AppendsArgs) -> Result<Output> {
         report.lines(),
         &report,
         panels(
-            "calm bench appends: O_APPEND on one mount, and whole records across two",
+            "calm-bench appends: O_APPEND on one mount, and whole records across two",
             || crate::appends::facets(&report),
         ),
     )

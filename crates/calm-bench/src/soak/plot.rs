@@ -92,7 +92,7 @@ pub fn plot(report: &SoakReport, path: &Path) -> Result<(), String> {
     crate::multiples::small_multiples_svg(
         path,
         &format!(
-            "calm bench soak: {} mounts of one server, {} minutes",
+            "calm-bench soak: {} mounts of one server, {} minutes",
             report.mounts,
             report.periods.len() as f64 * report.period_s / 60.0
         ),

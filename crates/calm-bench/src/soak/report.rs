@@ -12,7 +12,7 @@ pub fn load(path: &Path) -> Result<SoakReport, String> {
         .map_err(|e| format!("reading the soak report {}: {e}", path.display()))?;
     serde_json::from_str(&text).map_err(|e| {
         format!(
-            "{} is not a soak report (`calm bench soak --json`): {e}",
+            "{} is not a soak report (`calm-bench soak --json`): {e}",
             path.display()
         )
     })

@@ -5,17 +5,30 @@ use std::process::{Command, Output, Stdio};
 
 /// `GET path` on `addr` (HOST:PORT); the body of a 200 answer.
 pub fn http_get(addr: &str, path: &str) -> String {
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    let (head, body) = http_answer(addr, path).expect("an answer");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body
+}
+
+/// `GET path` on `addr`: the body when the answer is a 200, `None` when there is no answer
+/// (nothing listens yet) or another status (a server still starting answers 503).
+pub fn http_get_when_ready(addr: &str, path: &str) -> Option<String> {
+    let (head, body) = http_answer(addr, path)?;
+    head.starts_with("HTTP/1.1 200").then_some(body)
+}
+
+/// `GET path` on `addr`: the answer's head and body.
+fn http_answer(addr: &str, path: &str) -> Option<(String, String)> {
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
     write!(
         stream,
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
     )
-    .unwrap();
+    .ok()?;
     let mut answer = String::new();
-    stream.read_to_string(&mut answer).expect("read");
-    let (head, body) = answer.split_once("\r\n\r\n").expect("a head and a body");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    body.to_string()
+    stream.read_to_string(&mut answer).ok()?;
+    let (head, body) = answer.split_once("\r\n\r\n")?;
+    Some((head.to_string(), body.to_string()))
 }
 
 /// `promtool check metrics` of `text` (Debian's prometheus package, which `scripts/setup`

@@ -6,7 +6,7 @@
 
 mod metrics;
 #[allow(unused_imports)]
-pub use metrics::{free_port, http_get, promtool_check_metrics, sample};
+pub use metrics::{free_port, http_get, http_get_when_ready, promtool_check_metrics, sample};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
