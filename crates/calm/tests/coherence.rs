@@ -498,11 +498,15 @@ fn a_rename_whose_caller_was_killed_while_it_waited_is_seen_where_it_was_made() 
         "a\n2\n"
     );
     server.signal(libc::SIGSTOP);
-    let (mut renamer, _) = common::spawn_in(
+    let (mut renamer, mut said) = common::spawn_in(
         &mount,
-        "import os; d = os.environ['MNT'] + '/d'; os.rename(d + '/a', d + '/b')",
+        "import os; d = os.environ['MNT'] + '/d'; print('renaming', flush=True); \
+         os.rename(d + '/a', d + '/b')",
     );
     // The rename waits for the stopped server; its caller is killed meanwhile, and answered.
+    // (Once it said it is about to call rename: a python slow to start on a busy machine is
+    // not killed before it asked.)
+    assert_eq!(said.next().expect("a line").expect("read"), "renaming");
     std::thread::sleep(std::time::Duration::from_millis(300));
     renamer.kill().expect("kill");
     renamer.wait().expect("wait");

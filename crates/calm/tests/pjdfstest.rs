@@ -20,10 +20,16 @@ use common::Mount;
 const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../third_party/pjdfstest");
 
 /// The suite built (its `tests` directory beside the `pjdfstest` program it runs), once per
-/// run of this test binary; built again when the sources are newer than the build.
+/// run of this test binary; built again when the sources are newer than the build. Built under
+/// a lock on a file beside it, so that the tests of both modes, each a process of its own, do
+/// not build it into one directory at once.
 fn built() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
+        let lock =
+            std::fs::File::create(Path::new(env!("CARGO_TARGET_TMPDIR")).join("pjdfstest.lock"))
+                .expect("the build's lock file");
+        lock.lock().expect("locking the build");
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pjdfstest");
         let stamp = dir.join("built-from");
         let sources = std::fs::canonicalize(SOURCES).expect("third_party/pjdfstest");
