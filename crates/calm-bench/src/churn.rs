@@ -59,7 +59,7 @@ pub fn run(options: &ChurnOptions) -> Result<ChurnReport, String> {
         };
         let url = crate::servers::with_prefix(
             &url,
-            &calm_store_etcd::cluster::unique_prefix(&format!("bench-churn-{count}")),
+            &calm_testkit::etcd::unique_prefix(&format!("bench-churn-{count}")),
         );
         let round_dir = dir.path().join(format!("round-{count}"));
         std::fs::create_dir_all(&round_dir).map_err(|e| e.to_string())?;
@@ -85,8 +85,8 @@ const ETCD_DEFAULT_LIMITS: [&str; 4] = ["--max-txn-ops", "128", "--max-request-b
 
 /// A `--site` round's cluster: 3 local members with etcd's default limits (the test
 /// clusters raise them), and its URL without limits (calm's defaults).
-fn site_cluster() -> Result<(Option<calm_store_etcd::cluster::LocalCluster>, String), String> {
-    let cluster = calm_store_etcd::cluster::LocalCluster::start_with(3, &ETCD_DEFAULT_LIMITS)?;
+fn site_cluster() -> Result<(Option<calm_testkit::etcd::LocalCluster>, String), String> {
+    let cluster = calm_testkit::etcd::LocalCluster::start_with(3, &ETCD_DEFAULT_LIMITS)?;
     let url = cluster.url("");
     let url = url
         .split_once('?')
@@ -193,7 +193,7 @@ async fn round(
         let elapsed = started.elapsed().as_secs_f64();
         started = Instant::now();
         let now_cpu = cpu_of(&servers);
-        let (db, in_use) = calm_store_etcd::cluster::db_size(url)?;
+        let (db, in_use) = calm_testkit::etcd::db_size(url)?;
         let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
         let pairs = done.len() as u64;
         let figures = ChurnPeriod {

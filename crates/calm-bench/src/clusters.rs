@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use calm_clusters::Clusters;
 use calm_meta::ops::{Done, Op};
 use calm_meta::{Caller, Handle, MetaOptions, NewNode, ROOT};
-use calm_store_etcd::cluster::LocalCluster;
 use calm_store_etcd::{EtcdOptions, EtcdStore};
+use calm_testkit::etcd::LocalCluster;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -109,7 +109,7 @@ async fn round(
     let count = clusters.len();
     let mut stores = Vec::with_capacity(count);
     for cluster in clusters {
-        let prefix = calm_store_etcd::cluster::unique_prefix(&format!("bench-clusters-{count}"));
+        let prefix = calm_testkit::etcd::unique_prefix(&format!("bench-clusters-{count}"));
         let options = EtcdOptions::from_url(&cluster.url(&prefix))?;
         stores.push(EtcdStore::connect(options).map_err(|e| e.to_string())?);
     }

@@ -263,7 +263,7 @@ async fn round(
 ) -> Result<Option<FailoverTimes>, String> {
     let url = with_prefix(
         base_url,
-        &calm_store_etcd::cluster::unique_prefix(&format!("bench-servers-{count}")),
+        &calm_testkit::etcd::unique_prefix(&format!("bench-servers-{count}")),
     );
     let mut servers = Vec::new();
     for _ in 0..count {
@@ -633,11 +633,11 @@ async fn failover(
 /// the returned guard goes); its URL.
 pub(crate) fn cluster_or(
     etcd: &Option<String>,
-) -> Result<(Option<calm_store_etcd::cluster::LocalCluster>, String), String> {
+) -> Result<(Option<calm_testkit::etcd::LocalCluster>, String), String> {
     Ok(match etcd {
         Some(url) => (None, url.clone()),
         None => {
-            let cluster = calm_store_etcd::cluster::LocalCluster::start(3)?;
+            let cluster = calm_testkit::etcd::LocalCluster::start(3)?;
             let url = cluster.url("");
             (Some(cluster), url)
         }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use calm_store_etcd::cluster::{LocalCluster, shared_url, unique_prefix};
+use calm_testkit::etcd::{LocalCluster, shared_url, unique_prefix};
 
 /// Runs `calm-bench ARGS…` with `--calm` naming the `calm` binary cargo built beside it.
 fn calm_bench(args: &[&str]) -> Output {

@@ -15,14 +15,9 @@
 pub mod batch;
 pub mod clone;
 pub mod failover;
-pub mod json;
-pub mod mount_stats;
 mod placement;
-pub mod quota_tables;
 pub mod routing;
 mod shadow;
-pub mod stats;
-pub mod tables;
 pub mod trash;
 
 use calm_changelog::{Record, User, UserId};

@@ -388,9 +388,28 @@ impl<S: Store> Group<'_, S> {
     /// operation over them is refused alone); a group that lost a conflict runs again.
     fn commit_or_split(&mut self, batch: &mut Vec<Request>, results: &mut Vec<Answer>) {
         let started = std::time::Instant::now();
+        match self.commit_group(batch, results) {
+            Ok(()) => self.answer(batch, results, started),
+            Err(GroupError::TooLarge(_) | GroupError::Panicked(_)) if batch.len() > 1 => {
+                let mut second = batch.split_off(batch.len() / 2);
+                self.commit_or_split(batch, results);
+                self.commit_or_split(&mut second, results);
+            }
+            Err(error) => self.refuse(batch, results, error),
+        }
+    }
+
+    /// Applies and commits `batch` in one transaction, again on the new state after each
+    /// conflict with another server's commit (up to [`CONFLICT_RETRIES_MAX`] times); on a
+    /// failure nothing of it is written and the committer's state is as before.
+    fn commit_group(
+        &mut self,
+        batch: &mut [Request],
+        results: &mut Vec<Answer>,
+    ) -> Result<(), GroupError> {
         let mut conflicts = 0;
         let mut deleted = Vec::new();
-        let outcome = loop {
+        loop {
             let before = self.cl.clone();
             results.clear();
             deleted.clear();
@@ -417,82 +436,79 @@ impl<S: Store> Group<'_, S> {
                 )
             }))
             .unwrap_or_else(|panic| Err(GroupError::Panicked(panic_message(&*panic))));
-            match outcome {
-                Ok(()) => {
-                    self.alloc.committed();
-                    for &(client, acked) in &deleted {
-                        self.cleaned.committed(client, acked);
-                    }
-                    break Ok(());
+            let Err(error) = outcome else {
+                self.alloc.committed();
+                for &(client, acked) in &deleted {
+                    self.cleaned.committed(client, acked);
                 }
-                Err(error) => {
-                    self.alloc.aborted();
-                    *self.cl = before;
-                    if matches!(error, GroupError::Conflict) && conflicts < CONFLICT_RETRIES_MAX {
-                        conflicts += 1;
-                        // Another server's commit landed first: back off a little (it is
-                        // likely to commit again) and run the group on the new state.
-                        std::thread::sleep(std::time::Duration::from_micros(
-                            50 * u64::from(conflicts.min(40)),
-                        ));
-                        continue;
-                    }
-                    break Err(error);
-                }
+                return Ok(());
+            };
+            self.alloc.aborted();
+            *self.cl = before;
+            if !matches!(error, GroupError::Conflict) || conflicts >= CONFLICT_RETRIES_MAX {
+                return Err(error);
+            }
+            conflicts += 1;
+            // Another server's commit landed first: back off a little (it is likely to commit
+            // again) and run the group on the new state.
+            std::thread::sleep(std::time::Duration::from_micros(
+                50 * u64::from(conflicts.min(40)),
+            ));
+        }
+    }
+
+    /// A group committed: its figures counted, every request answered.
+    fn answer(
+        &mut self,
+        batch: &mut Vec<Request>,
+        results: &mut Vec<Answer>,
+        started: std::time::Instant,
+    ) {
+        let reached = self.cl.last;
+        // The index is published before the answers (a caller that reads the last index after
+        // its answer sees its own record), followers are woken after them (waking a reader must
+        // not delay anyone's answer).
+        self.last_index.publish(reached);
+        let stats = self.stats;
+        stats.commits.fetch_add(1, Ordering::Relaxed);
+        stats.ops.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        stats
+            .largest_batch
+            .fetch_max(batch.len() as u64, Ordering::Relaxed);
+        let ns = started.elapsed().as_nanos() as u64;
+        stats.commit_ns_total.fetch_add(ns, Ordering::Relaxed);
+        stats.group_sizes[bucket(&GROUP_SIZE_BOUNDS, batch.len() as u64)]
+            .fetch_add(1, Ordering::Relaxed);
+        stats.commit_ns.observe(ns);
+        for (request, result) in batch.drain(..).zip(results.drain(..)) {
+            // A caller that went away no longer needs its answer; the work is durable.
+            let _ = request.reply.send(result);
+        }
+        self.last_index.wake_followers();
+    }
+
+    /// A group refused whole (nothing of it written): every request is answered with why.
+    fn refuse(&mut self, batch: &mut Vec<Request>, results: &mut Vec<Answer>, error: GroupError) {
+        let error = match error {
+            GroupError::Conflict => MetaError::Busy(format!(
+                "the store kept conflicting with other writers ({CONFLICT_RETRIES_MAX} tries)"
+            )),
+            GroupError::TooLarge(error) | GroupError::Failed(error) => error,
+            GroupError::Panicked(message) => {
+                tracing::error!(
+                    "the server failed while applying a request ({message}); it is refused, \
+                     nothing of it was written, and the server goes on"
+                );
+                MetaError::Io(format!(
+                    "the server failed while applying this request ({message}); nothing of it \
+                     was written"
+                ))
             }
         };
-        match outcome {
-            Ok(()) => {
-                let reached = self.cl.last;
-                // The index is published before the answers (a caller that reads the last
-                // index after its answer sees its own record), followers are woken after them
-                // (waking a reader must not delay anyone's answer).
-                self.last_index.publish(reached);
-                let stats = self.stats;
-                stats.commits.fetch_add(1, Ordering::Relaxed);
-                stats.ops.fetch_add(batch.len() as u64, Ordering::Relaxed);
-                stats
-                    .largest_batch
-                    .fetch_max(batch.len() as u64, Ordering::Relaxed);
-                let ns = started.elapsed().as_nanos() as u64;
-                stats.commit_ns_total.fetch_add(ns, Ordering::Relaxed);
-                stats.group_sizes[bucket(&GROUP_SIZE_BOUNDS, batch.len() as u64)]
-                    .fetch_add(1, Ordering::Relaxed);
-                stats.commit_ns.observe(ns);
-                for (request, result) in batch.drain(..).zip(results.drain(..)) {
-                    // A caller that went away no longer needs its answer; the work is durable.
-                    let _ = request.reply.send(result);
-                }
-                self.last_index.wake_followers();
-            }
-            Err(GroupError::TooLarge(_) | GroupError::Panicked(_)) if batch.len() > 1 => {
-                let mut second = batch.split_off(batch.len() / 2);
-                self.commit_or_split(batch, results);
-                self.commit_or_split(&mut second, results);
-            }
-            Err(error) => {
-                let error = match error {
-                    GroupError::Conflict => MetaError::Busy(format!(
-                        "the store kept conflicting with other writers ({CONFLICT_RETRIES_MAX} tries)"
-                    )),
-                    GroupError::TooLarge(error) | GroupError::Failed(error) => error,
-                    GroupError::Panicked(message) => {
-                        tracing::error!(
-                            "the server failed while applying a request ({message}); it is \
-                             refused, nothing of it was written, and the server goes on"
-                        );
-                        MetaError::Io(format!(
-                            "the server failed while applying this request ({message}); \
-                             nothing of it was written"
-                        ))
-                    }
-                };
-                self.stats.failed_commits.fetch_add(1, Ordering::Relaxed);
-                results.clear();
-                for request in batch.drain(..) {
-                    let _ = request.reply.send(Err(error.clone()));
-                }
-            }
+        self.stats.failed_commits.fetch_add(1, Ordering::Relaxed);
+        results.clear();
+        for request in batch.drain(..) {
+            let _ = request.reply.send(Err(error.clone()));
         }
     }
 }
@@ -538,27 +554,7 @@ fn commit_batch<S: Store>(
         cl.reload(&txn)?;
     }
     if shared {
-        // One round trip for what every operation reads first, not one per operation: with
-        // the records its request deletes.
-        let (mut keys, mut ranges) = (Vec::new(), Vec::new());
-        for (request, acked) in batch.iter().zip(&acked) {
-            if let (Some(id), Some((start, end))) = (request.id, acked) {
-                keys.push(crate::requests::key(id.client, id.seq).to_vec());
-                ranges.push((start.to_vec(), end.to_vec()));
-            }
-            ops::keys_read_first(&request.op, &opened.names, &mut keys);
-        }
-        // The log's tail (empty), which the first record appended checks.
-        ranges.push((calm_store::log_key(cl.last + 1).to_vec(), Vec::new()));
-        txn.prefetch(&keys, &ranges)?;
-        // Then what the entries just read name: a second round trip, not one per operation.
-        let (mut keys, mut ranges) = (Vec::new(), Vec::new());
-        for request in batch {
-            ops::reads_after_entries(&txn, &opened.names, &request.op, &mut keys, &mut ranges);
-        }
-        if !keys.is_empty() || !ranges.is_empty() {
-            txn.prefetch(&keys, &ranges)?;
-        }
+        read_ahead(&txn, cl.last, &opened, batch, &acked)?;
     }
     let mut ctx = Ctx::new(
         &mut txn,
@@ -575,22 +571,7 @@ fn commit_batch<S: Store>(
     for (request, acked) in batch.iter().zip(&acked) {
         ctx.caller = request.caller.clone();
         ctx.now = request.at.unwrap_or(group_now);
-        let dir_after =
-            |ctx: &Ctx<'_, _>| ops::changed_dir(&request.op).and_then(|h| ctx.cached_attr(h));
-        let outcome = match (request.id, acked) {
-            (Some(id), Some(acked)) => match crate::requests::replay(&mut ctx, id) {
-                Ok(Some(done)) => Ok((done, None)),
-                Ok(None) => ops::apply(&mut ctx, &request.op).and_then(|done| {
-                    if let Some(upto) = crate::requests::record(&mut ctx, id, &done, acked)? {
-                        deleted.push((id.client, upto));
-                    }
-                    Ok((done, dir_after(&ctx)))
-                }),
-                Err(failure) => Err(failure),
-            },
-            _ => ops::apply(&mut ctx, &request.op).map(|done| (done, dir_after(&ctx))),
-        };
-        match outcome {
+        match apply_one(&mut ctx, request, acked.as_ref(), deleted) {
             Ok(answer) => results.push(Ok(answer)),
             Err(Failure::Meta(error)) => results.push(Err(error)),
             Err(Failure::Store(error)) => return Err(error.into()),
@@ -628,6 +609,61 @@ fn commit_batch<S: Store>(
     }
     stats.cl_purged.fetch_add(purged, Ordering::Relaxed);
     Ok(())
+}
+
+/// Reads ahead, on a shared store, what the group's operations read first (with the records
+/// their requests delete) in one round trip, then what the entries just read name in a second,
+/// instead of one round trip per operation.
+fn read_ahead<T: WriteTxn>(
+    txn: &T,
+    cl_last: u64,
+    opened: &Opened,
+    batch: &[Request],
+    acked: &[Option<(crate::requests::RecordKey, crate::requests::RecordKey)>],
+) -> Result<(), GroupError> {
+    let (mut keys, mut ranges) = (Vec::new(), Vec::new());
+    for (request, acked) in batch.iter().zip(acked) {
+        if let (Some(id), Some((start, end))) = (request.id, acked) {
+            keys.push(crate::requests::key(id.client, id.seq).to_vec());
+            ranges.push((start.to_vec(), end.to_vec()));
+        }
+        ops::keys_read_first(&request.op, &opened.names, &mut keys);
+    }
+    // The log's tail (empty), which the first record appended checks.
+    ranges.push((calm_store::log_key(cl_last + 1).to_vec(), Vec::new()));
+    txn.prefetch(&keys, &ranges)?;
+    let (mut keys, mut ranges) = (Vec::new(), Vec::new());
+    for request in batch {
+        ops::reads_after_entries(txn, &opened.names, &request.op, &mut keys, &mut ranges);
+    }
+    if !keys.is_empty() || !ranges.is_empty() {
+        txn.prefetch(&keys, &ranges)?;
+    }
+    Ok(())
+}
+
+/// Applies one request of a group: a request sent before and applied is answered as it was
+/// then; one applied now is recorded with its answer (and the records its client acknowledged
+/// deleted, noted in `deleted`). The answer, with the attributes of the directory it changed.
+fn apply_one<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    request: &Request,
+    acked: Option<&(crate::requests::RecordKey, crate::requests::RecordKey)>,
+    deleted: &mut Vec<(u64, u64)>,
+) -> crate::outcome::Outcome<(Done, Option<crate::Attr>)> {
+    let dir_after =
+        |ctx: &Ctx<'_, T>| ops::changed_dir(&request.op).and_then(|h| ctx.cached_attr(h));
+    let (Some(id), Some(acked)) = (request.id, acked) else {
+        return ops::apply(ctx, &request.op).map(|done| (done, dir_after(ctx)));
+    };
+    if let Some(done) = crate::requests::replay(ctx, id)? {
+        return Ok((done, None));
+    }
+    let done = ops::apply(ctx, &request.op)?;
+    if let Some(upto) = crate::requests::record(ctx, id, &done, acked)? {
+        deleted.push((id.client, upto));
+    }
+    Ok((done, dir_after(ctx)))
 }
 
 /// The text a panic carried, if it was text.

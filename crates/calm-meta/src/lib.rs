@@ -24,7 +24,6 @@
 //! Opening a store reads the superblock and bumps the epoch: a constant amount of work,
 //! whatever the number of files. Nothing is ever scanned at start.
 
-pub mod acl;
 pub mod alloc;
 pub mod changelog;
 pub mod commit;
@@ -43,7 +42,6 @@ mod mutations;
 mod open;
 pub mod ops;
 pub mod outcome;
-pub mod perm;
 pub mod place;
 mod protect;
 pub mod quota;
@@ -72,6 +70,7 @@ use crate::ops::{Done, Op};
 pub use crate::protect::{ClonedEntries, Restored, TRASH_PAGE_BYTES_MAX, TrashListing, TrashPage};
 pub use crate::quotas::{QUOTA_LIST_MAX, Summary};
 pub use crate::types::*;
+pub use calm_perm::{acl, perm};
 pub use calm_types::FileMap;
 pub use calm_types::{Caller, Groups, attr as types, error, slices};
 pub use feed::{

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use calm_meta::acl::{ACCESS_XATTR, DEFAULT_XATTR};
 use calm_meta::ops::Op;
 use calm_meta::*;
-use calm_store::Store;
 use calm_store::mem::MemStore;
+use calm_testkit::fsck_clean;
 use proptest::prelude::*;
 
 const OWNER: u32 = 1000;
@@ -118,11 +118,6 @@ async fn world() -> (Meta<Arc<MemStore>>, Arc<MemStore>) {
     .await
     .unwrap();
     (meta, store)
-}
-
-fn fsck_clean(store: &MemStore) {
-    let fsck = calm_meta::fsck::check(&store.snapshot().unwrap(), &mut |_| {}).unwrap();
-    assert!(fsck.is_clean(), "{:?}", fsck.problems);
 }
 
 async fn set(

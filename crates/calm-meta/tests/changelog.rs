@@ -557,7 +557,7 @@ fn the_changelog_survives_a_reopen() {
 #[test]
 fn a_store_failure_drops_the_record_with_its_operation_and_leaves_no_gap() {
     let rt = rt();
-    let store = calm_store::fault::FaultStore::new(MemStore::new());
+    let store = calm_testkit::fault::FaultStore::new(MemStore::new());
     let meta = Meta::open(store, MetaOptions::default()).unwrap();
     rt.block_on(meta.changelog_register("r", Mask::all()))
         .unwrap();

@@ -11,6 +11,7 @@ use calm_meta::slices::{INLINE, Slice};
 use calm_meta::*;
 use calm_store::Store;
 use calm_store::mem::MemStore;
+use calm_testkit::fsck_clean;
 
 const EACCES: i32 = 13;
 const EDQUOT: i32 = 122;
@@ -22,11 +23,6 @@ fn user(uid: u32) -> Caller {
         gid: uid,
         ..Caller::default()
     }
-}
-
-fn fsck_clean(store: &MemStore) {
-    let report = fsck::check(&store.snapshot().unwrap(), &mut |_| {}).unwrap();
-    assert!(report.is_clean(), "fsck: {:?}", report.problems);
 }
 
 fn queued(meta: &Meta<Arc<MemStore>>) -> Vec<u64> {

@@ -11,9 +11,10 @@ use calm_meta::dump::{self, DumpError, LOAD_ID_GAP};
 use calm_meta::layout::{KEY_CL_LAST, KEY_FORMAT, KEY_HWM, KEY_OBJECTS_OWNER, KEY_SLICE_NEXT};
 use calm_meta::slices::{INLINE, Slice};
 use calm_meta::*;
-use calm_store::fault::FaultStore;
 use calm_store::mem::MemStore;
 use calm_store::{ReadTxn, Store};
+use calm_testkit::fault::FaultStore;
+use calm_testkit::fsck_clean;
 use proptest::prelude::*;
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -106,11 +107,6 @@ fn dumped(store: &MemStore) -> (Vec<u8>, dump::DumpSummary) {
 /// Loads in transactions of 64 pairs (many of them from a small dump).
 fn load_bytes<S: Store>(store: &S, bytes: &[u8]) -> Result<dump::DumpSummary, DumpError> {
     dump::load(store, &mut || Ok(bytes), (64, 1 << 20), &mut |_| {})
-}
-
-fn fsck_clean(store: &MemStore) {
-    let report = calm_meta::fsck::check(&store.snapshot().unwrap(), &mut |_| {}).unwrap();
-    assert!(report.is_clean(), "{:?}", report.problems);
 }
 
 #[test]

@@ -13,12 +13,8 @@ use calm_meta::ops::grants::{
 use calm_meta::*;
 use calm_store::mem::MemStore;
 use calm_store::{ReadTxn, Store, WriteTxn};
+use calm_testkit::fsck_clean;
 use proptest::prelude::*;
-
-fn fsck_clean(store: &MemStore) {
-    let report = fsck::check(&store.snapshot().unwrap(), &mut |_| {}).unwrap();
-    assert!(report.is_clean(), "fsck: {:?}", report.problems);
-}
 
 fn make(name: String, client: u64, handle: Handle) -> Op {
     let mut node = NewNode::file(0o644, 0, 0);

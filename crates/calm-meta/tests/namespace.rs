@@ -7,10 +7,10 @@ use calm_meta::error::CODES;
 use calm_meta::fsck;
 use calm_meta::layout::{Dentry, KEY_INODES, KEY_NAME_HASH, NameHash, entries_from, inode_key};
 use calm_meta::*;
-use calm_store::fault::FaultStore;
 use calm_store::lmdb::{LmdbOptions, LmdbStore};
 use calm_store::mem::MemStore;
 use calm_store::{ReadTxn, Store, WriteTxn};
+use calm_testkit::fault::FaultStore;
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

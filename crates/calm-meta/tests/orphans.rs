@@ -7,8 +7,8 @@ use std::sync::Arc;
 use calm_meta::ops::{Done, Op};
 use calm_meta::slices::Slice;
 use calm_meta::*;
-use calm_store::Store;
 use calm_store::mem::MemStore;
+use calm_testkit::fsck_clean;
 
 fn caller(session: u64) -> Caller {
     Caller {
@@ -17,12 +17,6 @@ fn caller(session: u64) -> Caller {
         gid: 0,
         ..Caller::default()
     }
-}
-
-fn fsck_clean(store: &MemStore) -> fsck::FsckReport {
-    let report = fsck::check(&store.snapshot().unwrap(), &mut |_| {}).unwrap();
-    assert!(report.is_clean(), "fsck: {:?}", report.problems);
-    report
 }
 
 fn queued(meta: &Meta<Arc<MemStore>>) -> Vec<u64> {

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use calm_meta::replaced::{REPLACED_FILE_BYTES_MAX, REPLACED_READABLE_FOR};
 use calm_meta::slices::{INLINE, Slice};
 use calm_meta::*;
-use calm_store::Store;
 use calm_store::mem::MemStore;
+use calm_testkit::fsck_clean;
 
 fn slice(id: u64, size: u32) -> Slice {
     Slice {
@@ -40,11 +40,6 @@ async fn small_file(meta: &Meta<Arc<MemStore>>, name: &[u8], bytes: &[u8]) -> Ha
 
 fn inline_text(map: &FileMap) -> Vec<u8> {
     map.inline.iter().flat_map(|(_, b)| b.clone()).collect()
-}
-
-fn fsck_clean(store: &MemStore) {
-    let report = fsck::check(&store.snapshot().unwrap(), &mut |_| {}).unwrap();
-    assert!(report.is_clean(), "fsck: {:?}", report.problems);
 }
 
 #[tokio::test]

@@ -13,6 +13,7 @@ use calm_meta::slices::Slice;
 use calm_meta::*;
 use calm_store::Store;
 use calm_store::mem::MemStore;
+use calm_testkit::fsck_clean;
 
 const EPERM: i32 = 1;
 const ENOENT: i32 = 2;
@@ -35,12 +36,6 @@ fn user(uid: u32) -> Caller {
         gid: uid,
         ..Caller::default()
     }
-}
-
-fn fsck_clean(store: &MemStore) -> fsck::FsckReport {
-    let report = fsck::check(&store.snapshot().unwrap(), &mut |_| {}).unwrap();
-    assert!(report.is_clean(), "fsck: {:?}", report.problems);
-    report
 }
 
 fn queued(meta: &Meta<Arc<MemStore>>) -> Vec<u64> {

@@ -384,21 +384,17 @@ async fn accept_loop(
     counts: Arc<Mutex<Counts>>,
     figures: Arc<Connections>,
 ) {
-    let identifying = Arc::new(tokio::sync::Semaphore::new(IDENTIFYING_MAX));
-    let listener_index = match &listener {
-        Listener::Unix(_) => 0,
-        Listener::Tcp(_) => 1,
-        Listener::Tls(..) => 2,
-    };
-    // A place among the connections being identified, or None (the connection is dropped).
-    let place = |addr: SocketAddr| {
-        let place = identifying.clone().try_acquire_owned().ok();
-        if place.is_none() {
-            figures.refused(listener_index, Refusal::Identifying);
-            tracing::warn!(%addr, "too many connections being identified: closed");
-        }
-        place
-    };
+    let acceptor = Arc::new(Acceptor {
+        listener_index: match &listener {
+            Listener::Unix(_) => 0,
+            Listener::Tcp(_) => 1,
+            Listener::Tls(..) => 2,
+        },
+        identifying: Arc::new(tokio::sync::Semaphore::new(IDENTIFYING_MAX)),
+        tx,
+        counts,
+        figures,
+    });
     loop {
         let accepted: Accepted = match &listener {
             Listener::Unix(l) => match l.accept().await {
@@ -410,101 +406,152 @@ async fn accept_loop(
             },
             Listener::Tcp(l) => match l.accept().await {
                 Ok((stream, addr)) => {
-                    let accepted = tokio::time::Instant::now();
-                    let _ = stream.set_nodelay(true);
-                    // Who owns the peer socket is read from the kernel's socket tables, a
-                    // read of every TCP socket of the machine: on a thread of the blocking
-                    // pool, for each connection on a task of its own, so that neither the
-                    // runtime nor the next accept waits for it.
-                    let Some(place) = place(addr) else {
-                        continue;
-                    };
-                    let (tx, counts, figures) = (tx.clone(), counts.clone(), figures.clone());
-                    tokio::spawn(async move {
-                        let _place = place;
-                        let local = stream.local_addr();
-                        let peer = match local {
-                            Ok(local) => {
-                                tokio::task::spawn_blocking(move || loopback_peer(addr, local))
-                                    .await
-                                    .ok()
-                                    .flatten()
-                            }
-                            Err(_) => None,
-                        };
-                        let Some(peer) = peer else {
-                            figures.refused(1, Refusal::Unidentified);
-                            return;
-                        };
-                        match count(&counts, &figures, &peer) {
-                            Some(counted) => {
-                                let conn = Conn::new(Box::pin(stream), peer, counted, accepted);
-                                let _ = tx.send(Ok(conn)).await;
-                            }
-                            None => tracing::warn!(?peer, "connection over the limits closed"),
-                        }
-                    });
+                    acceptor.identify_tcp(stream, addr);
                     continue;
                 }
                 Err(e) => Err(e),
             },
             Listener::Tls(l, tls) => match l.accept().await {
                 Ok((stream, addr)) => {
-                    let accepted = tokio::time::Instant::now();
-                    let _ = stream.set_nodelay(true);
-                    // The handshake runs on a task of its own: a slow client holds up no one.
-                    let Some(place) = place(addr) else {
-                        continue;
-                    };
-                    let (tls, tx, counts, figures) =
-                        (tls.clone(), tx.clone(), counts.clone(), figures.clone());
-                    tokio::spawn(async move {
-                        let _place = place;
-                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
-                            Ok(Ok((io, name))) => {
-                                let peer = Peer::Certificate { name };
-                                if let Some(counted) = count(&counts, &figures, &peer) {
-                                    let conn = Conn::new(Box::pin(io), peer, counted, accepted);
-                                    let _ = tx.send(Ok(conn)).await;
-                                } else {
-                                    tracing::warn!(%addr, "TLS connection over the limits");
-                                }
-                            }
-                            Ok(Err(e)) => {
-                                figures.refused(2, Refusal::Handshake);
-                                tracing::info!(%addr, %e, "TLS client refused")
-                            }
-                            Err(_) => {
-                                figures.refused(2, Refusal::Handshake);
-                                tracing::info!(%addr, "TLS handshake timed out")
-                            }
-                        }
-                    });
+                    acceptor.handshake(tls.clone(), stream, addr);
                     continue;
                 }
                 Err(e) => Err(e),
             },
         };
         match accepted {
-            Ok(Some((io, peer))) => match count(&counts, &figures, &peer) {
-                Some(counted) => {
-                    let conn = Conn::new(io, peer, counted, tokio::time::Instant::now());
-                    if tx.send(Ok(conn)).await.is_err() {
-                        return;
-                    }
+            Ok(Some((io, peer))) => {
+                if !acceptor
+                    .deliver(io, peer, tokio::time::Instant::now())
+                    .await
+                {
+                    return;
                 }
-                None => tracing::warn!(?peer, "connection over the limits closed"),
-            },
-            Ok(None) => figures.refused(listener_index, Refusal::Unidentified),
+            }
+            Ok(None) => acceptor
+                .figures
+                .refused(acceptor.listener_index, Refusal::Unidentified),
             Err(e) => {
                 // EMFILE and the like: wait a little rather than spin.
                 tracing::warn!(%e, "accepting a connection");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
-        if tx.is_closed() {
+        if acceptor.tx.is_closed() {
             return;
         }
+    }
+}
+
+/// What one listener's accepts share: where identified connections go, the counts they enter,
+/// the figures, and the places among the connections being identified.
+struct Acceptor {
+    listener_index: usize,
+    identifying: Arc<tokio::sync::Semaphore>,
+    tx: tokio::sync::mpsc::Sender<std::io::Result<Conn>>,
+    counts: Arc<Mutex<Counts>>,
+    figures: Arc<Connections>,
+}
+
+impl Acceptor {
+    /// A place among the connections being identified, or None (the connection is dropped).
+    fn place(&self, addr: SocketAddr) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let place = self.identifying.clone().try_acquire_owned().ok();
+        if place.is_none() {
+            self.figures
+                .refused(self.listener_index, Refusal::Identifying);
+            tracing::warn!(%addr, "too many connections being identified: closed");
+        }
+        place
+    }
+
+    /// A TCP connection just accepted: when, set to send without delay, and its place among
+    /// those being identified (None: it is dropped).
+    fn admit(
+        &self,
+        stream: &tokio::net::TcpStream,
+        addr: SocketAddr,
+    ) -> Option<(tokio::time::Instant, tokio::sync::OwnedSemaphorePermit)> {
+        let accepted = tokio::time::Instant::now();
+        let _ = stream.set_nodelay(true);
+        Some((accepted, self.place(addr)?))
+    }
+
+    /// Counts an identified connection in and hands it to the server; false once the server
+    /// takes no more.
+    async fn deliver(
+        &self,
+        io: Pin<Box<dyn Io>>,
+        peer: Peer,
+        accepted: tokio::time::Instant,
+    ) -> bool {
+        match count(&self.counts, &self.figures, &peer) {
+            Some(counted) => {
+                let conn = Conn::new(io, peer, counted, accepted);
+                self.tx.send(Ok(conn)).await.is_ok()
+            }
+            None => {
+                tracing::warn!(?peer, "connection over the limits closed");
+                true
+            }
+        }
+    }
+
+    /// A plain TCP connection: who owns the peer socket is read from the kernel's socket
+    /// tables, a read of every TCP socket of the machine, on a thread of the blocking pool, for
+    /// each connection on a task of its own, so that neither the runtime nor the next accept
+    /// waits for it.
+    fn identify_tcp(self: &Arc<Self>, stream: tokio::net::TcpStream, addr: SocketAddr) {
+        let Some((accepted, place)) = self.admit(&stream, addr) else {
+            return;
+        };
+        let acceptor = self.clone();
+        tokio::spawn(async move {
+            let _place = place;
+            let peer = match stream.local_addr() {
+                Ok(local) => tokio::task::spawn_blocking(move || loopback_peer(addr, local))
+                    .await
+                    .ok()
+                    .flatten(),
+                Err(_) => None,
+            };
+            let Some(peer) = peer else {
+                acceptor.figures.refused(1, Refusal::Unidentified);
+                return;
+            };
+            acceptor.deliver(Box::pin(stream), peer, accepted).await;
+        });
+    }
+
+    /// A TLS connection: the handshake runs on a task of its own, bounded in time, so that a
+    /// slow client holds up no one; the peer is the name its certificate gives.
+    fn handshake(
+        self: &Arc<Self>,
+        tls: Arc<crate::tls::TlsServer>,
+        stream: tokio::net::TcpStream,
+        addr: SocketAddr,
+    ) {
+        let Some((accepted, place)) = self.admit(&stream, addr) else {
+            return;
+        };
+        let acceptor = self.clone();
+        tokio::spawn(async move {
+            let _place = place;
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
+                Ok(Ok((io, name))) => {
+                    let peer = Peer::Certificate { name };
+                    acceptor.deliver(Box::pin(io), peer, accepted).await;
+                }
+                Ok(Err(e)) => {
+                    acceptor.figures.refused(2, Refusal::Handshake);
+                    tracing::info!(%addr, %e, "TLS client refused")
+                }
+                Err(_) => {
+                    acceptor.figures.refused(2, Refusal::Handshake);
+                    tracing::info!(%addr, "TLS handshake timed out")
+                }
+            }
+        });
     }
 }
 

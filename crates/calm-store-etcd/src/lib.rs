@@ -41,7 +41,6 @@ use calm_store::{Result, Store, StoreError};
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions};
 
 mod cache;
-pub mod cluster;
 mod commit;
 mod endpoints;
 mod follow;

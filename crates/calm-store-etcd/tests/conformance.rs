@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use calm_store::{ReadTxn, Store, StoreError, WriteTxn};
-use calm_store_etcd::cluster::{LocalCluster, shared_url, unique_prefix};
 use calm_store_etcd::{EtcdOptions, EtcdStore};
+use calm_testkit::etcd::{LocalCluster, shared_url, unique_prefix};
 
 /// The URL of a cluster for this test: the shared one, or `private` started here.
 fn cluster_url(private: &mut Option<LocalCluster>, prefix: &str) -> String {
@@ -21,7 +21,7 @@ fn cluster_url(private: &mut Option<LocalCluster>, prefix: &str) -> String {
 fn etcd_store_passes_the_conformance_suite() {
     let mut private = None;
     let base = cluster_url(&mut private, "x");
-    calm_store::conformance::run_all(|| {
+    calm_testkit::conformance::run_all(|| {
         let url = base.replace("/x?", &format!("/{}?", unique_prefix("conformance")));
         EtcdStore::connect(EtcdOptions::from_url(&url).unwrap()).expect("connecting")
     });

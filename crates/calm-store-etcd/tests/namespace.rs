@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use calm_changelog::{Mask, RecordType};
 use calm_meta::{Handle, Meta, MetaError, MetaOptions, ROOT};
-use calm_store_etcd::cluster::{LocalCluster, shared_url, unique_prefix};
 use calm_store_etcd::{EtcdOptions, EtcdStore};
+use calm_testkit::etcd::{LocalCluster, shared_url, unique_prefix};
 
 /// Taken by the tests that run a cluster of their own (they stop members): one such cluster
 /// at a time, so that two do not start, elect and time out against each other on a small

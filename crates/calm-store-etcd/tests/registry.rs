@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use calm_store::Store;
-use calm_store_etcd::cluster::{LocalCluster, shared_url, unique_prefix};
 use calm_store_etcd::{EtcdOptions, EtcdStore};
+use calm_testkit::etcd::{LocalCluster, shared_url, unique_prefix};
 
 fn store(url: &str) -> EtcdStore {
     EtcdStore::connect(EtcdOptions::from_url(url).unwrap()).expect("connecting")

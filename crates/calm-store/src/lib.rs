@@ -17,15 +17,13 @@
 //! - [`mem::MemStore`]: an in-memory `BTreeMap`, the obviously-correct reference model the
 //!   other backends are checked against. It is not durable and never used by the server.
 //!
-//! [`conformance`] holds the suite of behaviours every backend must pass.
+//! The suite of behaviours every backend must pass is `calm-testkit`'s `conformance`.
 
 use std::borrow::Cow;
 use std::ops::ControlFlow;
 
-pub mod conformance;
 #[cfg(feature = "lmdb")]
 mod durable;
-pub mod fault;
 pub mod latency;
 #[cfg(feature = "lmdb")]
 pub mod lmdb;

@@ -1,9 +1,10 @@
 //! Every backend of this crate passes the shared conformance suite.
 
-use calm_store::fault::FaultStore;
 use calm_store::lmdb::{LmdbOptions, LmdbStore};
 use calm_store::mem::MemStore;
-use calm_store::{ReadTxn, Store, StoreError, WriteTxn, conformance};
+use calm_store::{ReadTxn, Store, StoreError, WriteTxn};
+use calm_testkit::conformance;
+use calm_testkit::fault::FaultStore;
 
 #[test]
 fn mem_store_conforms() {

@@ -10,7 +10,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use calm_store::lmdb::{LmdbOptions, LmdbStore};
-use calm_store::{CommitSync, ReadTxn, Store, WriteTxn, conformance};
+use calm_store::{CommitSync, ReadTxn, Store, WriteTxn};
+use calm_testkit::conformance;
 
 fn options(within_ms: u64) -> LmdbOptions {
     LmdbOptions {

@@ -9,7 +9,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use calm_store::lmdb::{LmdbOptions, LmdbStore};
-use calm_store::{LOG_FAMILY, ReadTxn, Store, WriteTxn, conformance};
+use calm_store::{LOG_FAMILY, ReadTxn, Store, WriteTxn};
+use calm_testkit::conformance;
 
 /// Records per segment of the record log in these tests: small, so that runs cross and purge
 /// whole segments.

@@ -74,7 +74,7 @@ pub fn run(server: &str, command: ChangelogCommand) -> anyhow::Result<ExitCode> 
             ChangelogCommand::Register { name, mask, json } => {
                 let user = client.changelog_register(&name, &mask).await?;
                 if json {
-                    println!("{}", calm_client::json::reader(&user, 0));
+                    println!("{}", calm_cli::json::reader(&user, 0));
                 } else {
                     println!("{}", user.label());
                 }
@@ -94,9 +94,9 @@ pub fn run(server: &str, command: ChangelogCommand) -> anyhow::Result<ExitCode> 
                     .map(calm_proto::changelog::user_from_wire)
                     .collect::<Result<_, _>>()?;
                 if json {
-                    println!("{}", calm_client::json::readers(&reply, &users, now));
+                    println!("{}", calm_cli::json::readers(&reply, &users, now));
                 } else {
-                    for line in calm_client::tables::readers_lines(&reply, &users, now) {
+                    for line in calm_cli::tables::readers_lines(&reply, &users, now) {
                         println!("{line}");
                     }
                 }
@@ -124,7 +124,7 @@ pub fn run(server: &str, command: ChangelogCommand) -> anyhow::Result<ExitCode> 
                     .changelog_each(from, user, wait, max, |records| {
                         for record in records {
                             if json {
-                                writeln!(out, "{}", calm_client::json::record(record))?;
+                                writeln!(out, "{}", calm_cli::json::record(record))?;
                             } else {
                                 writeln!(out, "{}", calm_changelog::text::line(record))?;
                             }

@@ -4,8 +4,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use calm_cli::quota_tables::resolve_path;
 use calm_client::Client;
-use calm_client::quota_tables::resolve_path;
 
 pub fn run(server: &str, src: &str, dst: &str) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()

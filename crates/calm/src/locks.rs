@@ -47,7 +47,7 @@ pub fn run(server: &str, path: &str, json: bool) -> anyhow::Result<ExitCode> {
         println!("{value}");
         return Ok(ExitCode::SUCCESS);
     }
-    for line in calm_client::tables::locks_lines(path, handle, &listing) {
+    for line in calm_cli::tables::locks_lines(path, handle, &listing) {
         println!("{line}");
     }
     Ok(ExitCode::SUCCESS)
@@ -72,7 +72,7 @@ fn holder_json(holder: &Holder) -> serde_json::Value {
         Scope::WholeFile => (0, OFFSET_MAX),
     };
     let mut value = serde_json::json!({
-        "type": calm_client::tables::lock_type(holder),
+        "type": calm_cli::tables::lock_type(holder),
         "mode": match holder.kind { LockKind::Read => "read", LockKind::Write => "write" },
         "start": start,
         "end": end,

@@ -158,7 +158,7 @@ pub fn pools_from_server(server: &str, json: bool) -> anyhow::Result<ExitCode> {
         client.list_targets().await
     })?;
     if json {
-        println!("{}", calm_client::json::targets(&targets));
+        println!("{}", calm_cli::json::targets(&targets));
         return Ok(ExitCode::SUCCESS);
     }
     for line in calm_proto::targets::table(&targets) {

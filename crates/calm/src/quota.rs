@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, anyhow, bail};
-use calm_client::quota_tables::{parse_size, quota_json, quota_lines, resolve_path, summary_json};
+use calm_cli::quota_tables::{parse_size, quota_json, quota_lines, resolve_path, summary_json};
 use calm_client::{Client, QuotaLimits, QuotaTarget};
 use clap::{Args, Subcommand};
 
@@ -148,7 +148,7 @@ pub fn run(server: &str, command: QuotaCommand) -> anyhow::Result<ExitCode> {
                 let reports = client.quotas(all).await.context("listing the quotas")?;
                 let named: Vec<_> = reports
                     .into_iter()
-                    .map(|r| (calm_client::quota_tables::target_name(&r, &|_| None), r))
+                    .map(|r| (calm_cli::quota_tables::target_name(&r, &|_| None), r))
                     .collect();
                 if json {
                     for (name, r) in &named {

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use calm_client::mount_stats::{mount_header, mount_interval, mount_json, mount_line};
-use calm_client::stats::{
+use calm_cli::mount_stats::{mount_header, mount_interval, mount_json, mount_line};
+use calm_cli::stats::{
     HEADER_EVERY, header, interval, json, line, load_interval, load_json, load_lines,
 };
 
@@ -112,7 +112,7 @@ const METRICS_XATTR: &std::ffi::CStr = c"calm.metrics";
 const XATTR_BYTES_MAX: usize = 65536;
 
 /// The samples the mount at `mountpoint` hands out.
-fn mount_samples(mountpoint: &Path) -> anyhow::Result<calm_client::mount_stats::Samples> {
+fn mount_samples(mountpoint: &Path) -> anyhow::Result<calm_cli::mount_stats::Samples> {
     let path = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
         .context("a mount point without NUL bytes")?;
     let mut buf = vec![0u8; XATTR_BYTES_MAX];

@@ -92,7 +92,7 @@ pub fn run(server: &str, json: bool) -> anyhow::Result<ExitCode> {
             .into();
         println!("{value}");
     } else {
-        for line in calm_client::tables::status_lines(server, &status) {
+        for line in calm_cli::tables::status_lines(server, &status) {
             println!("{line}");
         }
     }

@@ -42,7 +42,7 @@ pub fn run(
                 break;
             };
             let line = match (&event, json) {
-                (WatchEvent::Change(record), true) => calm_client::json::record(record).to_string(),
+                (WatchEvent::Change(record), true) => calm_cli::json::record(record).to_string(),
                 (WatchEvent::Change(record), false) => calm_changelog::text::line(record),
                 (WatchEvent::Resync { from }, true) => {
                     serde_json::json!({ "resync_from": from }).to_string()

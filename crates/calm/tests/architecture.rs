@@ -42,6 +42,16 @@ fn assert_absent(krate: &str, forbidden: &[&str]) {
     }
 }
 
+/// The calm crates a `cargo tree` names (the root's own included), in order.
+fn calm_crates_in(tree: &str) -> Vec<&str> {
+    let names: BTreeSet<&str> = tree
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| name.starts_with("calm-"))
+        .collect();
+    names.into_iter().collect()
+}
+
 /// A pure core: no dependency at all.
 fn assert_dependency_free(krate: &str) {
     let tree = dependencies_of(krate);
@@ -64,17 +74,22 @@ fn the_watch_fan_out_depends_on_nothing() {
     assert_dependency_free("calm-watch");
 }
 
+/// The permission rules and ACLs need the vocabulary and nothing else.
+#[test]
+fn the_permission_rules_need_only_the_vocabulary() {
+    let tree = dependencies_of("calm-perm");
+    assert_eq!(calm_crates_in(&tree), ["calm-perm", "calm-types"], "{tree}");
+    assert_absent("calm-perm", &["tokio", "libc", "heed", "prost", "tonic"]);
+}
+
 /// The vocabulary every crate speaks links no other calm crate: only its error derive.
 #[test]
 fn the_vocabulary_depends_on_no_calm_crate() {
     let tree = dependencies_of("calm-types");
-    let calm: Vec<&str> = tree
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|name| name.starts_with("calm-") && *name != "calm-types")
-        .collect();
-    assert!(
-        calm.is_empty(),
+    let calm = calm_crates_in(&tree);
+    assert_eq!(
+        calm,
+        ["calm-types"],
         "calm-types must not depend on {calm:?}:\n{tree}"
     );
     assert_absent("calm-types", &["tokio", "libc", "heed", "prost", "tonic"]);
@@ -118,15 +133,30 @@ fn pure_crates_keep_their_dependencies_out() {
     assert_absent("calm-meta", &["object_store", "calm-data", "reqwest"]);
 }
 
-/// What a site runs links no benchmark and cannot turn a check off: the `calm` binary depends
-/// neither on the benchmarks nor on the build of the namespace whose permission checks a
-/// benchmark can turn off (with the features cargo resolves for the binary alone).
+/// What a site runs links no benchmark and no test harness, and cannot turn a check off: the
+/// `calm` binary depends neither on the benchmarks nor on the test kit, nor on the build of the
+/// permission rules that a benchmark can turn off (with the features cargo resolves for the
+/// binary alone).
 #[test]
 fn the_product_links_no_benchmark_and_no_switch_that_turns_checks_off() {
-    assert_absent("calm", &["calm-bench", "plotters"]);
-    // The features of the namespace crate as each build resolves them: the benchmark's build
+    assert_absent("calm", &["calm-bench", "plotters", "calm-testkit"]);
+    // No library a site runs carries the test kit (its harnesses are for tests).
+    for krate in [
+        "calm-store",
+        "calm-store-etcd",
+        "calm-meta",
+        "calm-server",
+        "calm-client",
+        "calm-fuse",
+        "calm-data",
+        "calm-node",
+        "calm-proto",
+    ] {
+        assert_absent(krate, &["calm-testkit"]);
+    }
+    // The features of the permission rules as each build resolves them: the benchmark's build
     // with the switch has the feature (so the check below can see it), the binary has not.
-    let features_of_meta = |args: &[&str]| {
+    let features_of_rules = |args: &[&str]| {
         let output = Command::new(env!("CARGO"))
             .args([
                 "tree",
@@ -135,7 +165,7 @@ fn the_product_links_no_benchmark_and_no_switch_that_turns_checks_off() {
                 "-e",
                 "features",
                 "-i",
-                "calm-meta",
+                "calm-perm",
             ])
             .args(args)
             .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -144,10 +174,10 @@ fn the_product_links_no_benchmark_and_no_switch_that_turns_checks_off() {
         assert!(output.status.success());
         String::from_utf8(output.stdout).unwrap()
     };
-    const SWITCH: &str = "calm-meta feature \"checks-off-for-benchmark\"";
-    let bench = features_of_meta(&["-p", "calm-bench", "--features", "check-cost"]);
+    const SWITCH: &str = "calm-perm feature \"checks-off-for-benchmark\"";
+    let bench = features_of_rules(&["-p", "calm-bench", "--features", "check-cost"]);
     assert!(bench.contains(SWITCH), "{bench}");
-    let calm = features_of_meta(&["-p", "calm"]);
+    let calm = features_of_rules(&["-p", "calm"]);
     assert!(
         !calm.contains(SWITCH),
         "the calm binary must not be built with the switch that turns checks off:\n{calm}"

@@ -21,7 +21,7 @@ use calm_meta::ROOT;
 use calm_meta::slices::{INLINE, Slice};
 use calm_meta::{Caller, MetaError, SetAttr};
 use calm_proto::locks::{LockCall, LockCode};
-use calm_store_etcd::cluster::{LocalCluster, unique_prefix};
+use calm_testkit::etcd::{LocalCluster, unique_prefix};
 use common::{Mount, Server, all_at_once, python_in, runtime};
 
 use common::etcd_url as cluster;
@@ -527,7 +527,7 @@ fn decided_by_the_first(servers: &[Server]) -> String {
 /// second, a directory `d` of 16 files made through the first, and the path of one whose
 /// locks the first server decides.
 struct Moving {
-    _private: Option<calm_store_etcd::cluster::LocalCluster>,
+    _private: Option<calm_testkit::etcd::LocalCluster>,
     _tmp: tempfile::TempDir,
     servers: Vec<Server>,
     /// Each server's metrics endpoint.

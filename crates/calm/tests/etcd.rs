@@ -184,7 +184,7 @@ fn fsck_checks_a_namespace_on_etcd_while_its_servers_run() {
 fn fsck_checks_a_namespace_over_two_clusters_as_one() {
     use calm_meta::ops::{Done, Op};
     use calm_meta::{Caller, MetaOptions, NewNode, SetAttr};
-    use calm_store_etcd::cluster::{shared_url, unique_prefix};
+    use calm_testkit::etcd::{shared_url, unique_prefix};
     let mut private = None;
     let first = cluster("fsck-clusters", &mut private);
     let second = match &private {

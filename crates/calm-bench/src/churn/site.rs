@@ -125,7 +125,7 @@ pub(super) async fn round(
         let working = (elapsed - paused_s).max(f64::MIN_POSITIVE);
         started = Instant::now();
         let now_cpu = cpu_of(servers);
-        let (db, in_use) = calm_store_etcd::cluster::db_size(url)?;
+        let (db, in_use) = calm_testkit::etcd::db_size(url)?;
         let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
         let pairs = done.len() as u64;
         let (stored, purged) = changelog_counts(&status).await?;

@@ -162,11 +162,49 @@ pub(crate) fn entries<T: WriteTxn>(
     crate::perm::permission(&ctx.caller, &source.owner(), MAY_READ | MAY_EXEC)?;
     let mut dir = ctx.load_dir(dst)?;
     crate::perm::may_change_dir(&ctx.caller, &dir.owner())?;
+    let (found, more) = page_of_entries(ctx, src, after, max)?;
+    // Every check first: the names are free, each node may be copied, the quotas hold them.
+    let nodes = checked_nodes(ctx, &dir, dst, &found)?;
+
+    // Checks done; writes from here on.
+    let mut dirs = Vec::new();
+    for ((_, name, _), node) in found.iter().zip(&nodes) {
+        if ctx.caller.is_root() {
+            let usage = usage_of(ctx, node)?;
+            ctx.charge_owners(node.uid, node.gid, usage)?;
+        }
+        let copy = copy(ctx, node, &mut dir, name)?;
+        if node.kind == Kind::Dir {
+            dirs.push((node.handle, copy.handle));
+        }
+    }
+    ctx.store(dir);
+    let next = more
+        .then(|| found.last().map(|(key, _, _)| key.clone()))
+        .flatten();
+    Ok(Done::Cloned {
+        dirs,
+        next,
+        entries: found.len() as u64,
+    })
+}
+
+/// An entry of a directory: its name key, its name, what it names.
+type Entry = (Vec<u8>, Vec<u8>, Dentry);
+
+/// Up to `max` entries of directory `src` after its name key `after` (empty: from the
+/// first), and whether more follow.
+fn page_of_entries<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    src: Handle,
+    after: &[u8],
+    max: usize,
+) -> Outcome<(Vec<Entry>, bool)> {
     let (start, end) = entries_range(src);
     if !after.is_empty() && (after < &start[..] || after >= &end[..]) {
         return Err(MetaError::Invalid("where to go on is not a name of the source".into()).into());
     }
-    let mut found: Vec<(Vec<u8>, Vec<u8>, Dentry)> = Vec::new();
+    let mut found: Vec<Entry> = Vec::new();
     let mut bad = None;
     let mut more = false;
     let from: Vec<u8> = if after.is_empty() {
@@ -196,14 +234,24 @@ pub(crate) fn entries<T: WriteTxn>(
             }
         }
     })?;
-    if let Some(e) = bad {
-        return Err(e.into());
+    match bad {
+        Some(e) => Err(e.into()),
+        None => Ok((found, more)),
     }
-    // Every check first: the names are free, each node may be copied, the quotas hold them.
+}
+
+/// The nodes the entries name, once each may be copied into `dir` (`dst`): its names free,
+/// its links within the limit, room in the changelog, the quotas charged.
+fn checked_nodes<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    dir: &Inode,
+    dst: Handle,
+    found: &[Entry],
+) -> Outcome<Vec<Inode>> {
     let mut nodes = Vec::with_capacity(found.len());
     let mut total = QuotaUsage::default();
     let mut subdirs = 0u32;
-    for (_, name, dentry) in &found {
+    for (_, name, dentry) in found {
         if get_dentry(ctx.txn, &ctx.names, dst, name)?.is_some() {
             return Err(MetaError::Exists.into());
         }
@@ -236,28 +284,7 @@ pub(crate) fn entries<T: WriteTxn>(
         let (uid, gid) = (ctx.caller.uid, ctx.caller.gid);
         ctx.charge(uid, gid, dst, total)?;
     }
-
-    // Checks done; writes from here on.
-    let mut dirs = Vec::new();
-    for ((_, name, _), node) in found.iter().zip(&nodes) {
-        if ctx.caller.is_root() {
-            let usage = usage_of(ctx, node)?;
-            ctx.charge_owners(node.uid, node.gid, usage)?;
-        }
-        let copy = copy(ctx, node, &mut dir, name)?;
-        if node.kind == Kind::Dir {
-            dirs.push((node.handle, copy.handle));
-        }
-    }
-    ctx.store(dir);
-    let next = more
-        .then(|| found.last().map(|(key, _, _)| key.clone()))
-        .flatten();
-    Ok(Done::Cloned {
-        dirs,
-        next,
-        entries: found.len() as u64,
-    })
+    Ok(nodes)
 }
 
 /// Writes the copy of `node` as `name` in `dir` (checked, charged): a new inode, its xattrs,

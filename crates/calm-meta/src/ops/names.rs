@@ -35,52 +35,13 @@ pub(crate) fn make<T: WriteTxn>(
     let mut dir = ctx.load_dir(parent)?;
     crate::perm::may_lookup(&ctx.caller, &dir.owner())?;
     if let Some(existing) = get_dentry(ctx.txn, &ctx.names, parent, name)? {
-        if exclusive || node.kind != Kind::File {
-            return Err(MetaError::Exists.into());
-        }
-        // open(O_CREAT) without O_EXCL of an existing name opens what is there.
-        let inode = ctx.load(existing.child)?;
-        if inode.kind == Kind::Dir {
-            return Err(MetaError::IsDir.into());
-        }
-        return Ok(Done::Attr(inode.attr()));
+        return open_existing(ctx, existing.child, node, exclusive);
     }
     crate::perm::may_change_dir(&ctx.caller, &dir.owner())?;
     crate::perm::may_make(&ctx.caller, node.kind)?;
-    let (uid, gid, mode) = crate::perm::new_owner(
-        &ctx.caller,
-        &dir.owner(),
-        node.kind,
-        node.uid,
-        node.gid,
-        node.mode & MODE_PERMISSION_MASK,
-    );
-    // Under a default ACL, the mode as asked for (it stands in for the umask), with the same
-    // owner rules.
-    let before_umask = node.mode_before_umask.map(|asked| {
-        let owner = &dir.owner();
-        let asked = asked & MODE_PERMISSION_MASK;
-        crate::perm::new_owner(&ctx.caller, owner, node.kind, node.uid, node.gid, asked).2
-    });
+    let (uid, gid, mode, before_umask) = new_owner(ctx, &dir, node);
     let acls = super::acls::for_new_node(ctx, &dir, node.kind, mode, before_umask)?;
-    let mode = acls.mode;
-    match node.kind {
-        Kind::Symlink => {
-            if node.target.is_empty() {
-                return Err(MetaError::NotFound.into());
-            }
-            if node.target.len() > SYMLINK_LEN_MAX {
-                return Err(MetaError::NameTooLong.into());
-            }
-            if node.target.contains(&0) {
-                return Err(
-                    MetaError::Invalid("a symlink target may not contain NUL".into()).into(),
-                );
-            }
-        }
-        Kind::Dir if dir.nlink >= LINK_COUNT_MAX => return Err(MetaError::TooManyLinks.into()),
-        _ => {}
-    }
+    check_node(node, &dir)?;
     // A handle granted in advance: the next of its grant, naming no node yet.
     let granted = match node.granted {
         Some(granted) => Some((granted.handle, super::grants::check(ctx, granted)?)),
@@ -98,37 +59,9 @@ pub(crate) fn make<T: WriteTxn>(
         }
         None => ctx.alloc.allocate(ctx.txn)?,
     };
-    let is_dir = node.kind == Kind::Dir;
-    let is_device = matches!(node.kind, Kind::CharDevice | Kind::BlockDevice);
-    let mut inode = Inode {
-        handle,
-        kind: node.kind,
-        mode,
-        uid,
-        gid,
-        nlink: if is_dir { 2 } else { 1 },
-        generation: ctx.generation,
-        size: if node.kind == Kind::Symlink {
-            node.target.len() as u64
-        } else {
-            0
-        },
-        rdev: if is_device { node.rdev } else { 0 },
-        atime_ns: ctx.now,
-        mtime_ns: ctx.now,
-        ctime_ns: ctx.now,
-        // Every node records the directory of its (first) name: `crate::links`.
-        parent,
-        entries: 0,
-        target: if node.kind == Kind::Symlink {
-            node.target.clone()
-        } else {
-            Vec::new()
-        },
-        acls: 0,
-        access_acl: None,
-    };
+    let mut inode = new_inode(ctx, node, handle, parent, (uid, gid, acls.mode));
     acls.write(ctx, &mut inode)?;
+    let is_dir = node.kind == Kind::Dir;
     add_entry(ctx.txn, &ctx.names, &mut dir, name, handle, node.kind)?;
     if is_dir {
         dir.nlink += 1;
@@ -146,6 +79,110 @@ pub(crate) fn make<T: WriteTxn>(
         ctx.set_aside_share(handle, (uid, gid))?;
     }
     Ok(Done::Attr(attr))
+}
+
+/// A make of a name already there: refused, but for open(O_CREAT) without O_EXCL of a name
+/// that is not a directory, which opens what is there.
+fn open_existing<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    existing: Handle,
+    node: &NewNode,
+    exclusive: bool,
+) -> Outcome<Done> {
+    if exclusive || node.kind != Kind::File {
+        return Err(MetaError::Exists.into());
+    }
+    let inode = ctx.load(existing)?;
+    if inode.kind == Kind::Dir {
+        return Err(MetaError::IsDir.into());
+    }
+    Ok(Done::Attr(inode.attr()))
+}
+
+/// The new node's owner and mode as the directory and the caller decide them, and under a
+/// default ACL the mode as asked for (it stands in for the umask), with the same owner rules.
+fn new_owner<T: WriteTxn>(
+    ctx: &Ctx<'_, T>,
+    dir: &Inode,
+    node: &NewNode,
+) -> (u32, u32, u32, Option<u32>) {
+    let owner = dir.owner();
+    let (uid, gid, mode) = crate::perm::new_owner(
+        &ctx.caller,
+        &owner,
+        node.kind,
+        node.uid,
+        node.gid,
+        node.mode & MODE_PERMISSION_MASK,
+    );
+    let before_umask = node.mode_before_umask.map(|asked| {
+        let asked = asked & MODE_PERMISSION_MASK;
+        crate::perm::new_owner(&ctx.caller, &owner, node.kind, node.uid, node.gid, asked).2
+    });
+    (uid, gid, mode, before_umask)
+}
+
+/// What a node of its kind may be: a symlink's target within its limits, a directory where
+/// its parent has room for one more link.
+fn check_node(node: &NewNode, dir: &Inode) -> Result<(), MetaError> {
+    match node.kind {
+        Kind::Symlink => {
+            if node.target.is_empty() {
+                return Err(MetaError::NotFound);
+            }
+            if node.target.len() > SYMLINK_LEN_MAX {
+                return Err(MetaError::NameTooLong);
+            }
+            if node.target.contains(&0) {
+                return Err(MetaError::Invalid(
+                    "a symlink target may not contain NUL".into(),
+                ));
+            }
+        }
+        Kind::Dir if dir.nlink >= LINK_COUNT_MAX => return Err(MetaError::TooManyLinks),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The inode of a node made now in `parent`, owned and moded as decided.
+fn new_inode<T: WriteTxn>(
+    ctx: &Ctx<'_, T>,
+    node: &NewNode,
+    handle: Handle,
+    parent: Handle,
+    (uid, gid, mode): (u32, u32, u32),
+) -> Inode {
+    let is_symlink = node.kind == Kind::Symlink;
+    let is_device = matches!(node.kind, Kind::CharDevice | Kind::BlockDevice);
+    Inode {
+        handle,
+        kind: node.kind,
+        mode,
+        uid,
+        gid,
+        nlink: if node.kind == Kind::Dir { 2 } else { 1 },
+        generation: ctx.generation,
+        size: if is_symlink {
+            node.target.len() as u64
+        } else {
+            0
+        },
+        rdev: if is_device { node.rdev } else { 0 },
+        atime_ns: ctx.now,
+        mtime_ns: ctx.now,
+        ctime_ns: ctx.now,
+        // Every node records the directory of its (first) name: `crate::links`.
+        parent,
+        entries: 0,
+        target: if is_symlink {
+            node.target.clone()
+        } else {
+            Vec::new()
+        },
+        acls: 0,
+        access_acl: None,
+    }
 }
 
 pub(crate) fn link<T: WriteTxn>(

@@ -12,7 +12,7 @@ use calm_changelog::{RecordType, flags as cl_flags};
 use super::remove::{drop_link, removed};
 use crate::ctx::*;
 use crate::error::MetaError;
-use crate::layout::Inode;
+use crate::layout::{Dentry, Inode};
 use crate::outcome::{Done, Outcome};
 use crate::types::*;
 
@@ -81,6 +81,28 @@ pub(crate) fn nlink_after(nlink: u32, delta: i64) -> Result<u32, MetaError> {
     Ok(after as u32)
 }
 
+/// One rename once its names are read: from `sname` in `sp` (the entry `src`) to `dname` in
+/// `dp` (the entry `dst`, if a name is there), swapping the two with `exchange`.
+struct Move<'a> {
+    sp: Handle,
+    sname: &'a [u8],
+    dp: Handle,
+    dname: &'a [u8],
+    src: Dentry,
+    dst: Option<Dentry>,
+    exchange: bool,
+}
+
+impl Move<'_> {
+    fn src_is_dir(&self) -> bool {
+        self.src.kind == Kind::Dir
+    }
+
+    fn dst_is_dir(&self) -> bool {
+        self.dst.is_some_and(|d| d.kind == Kind::Dir)
+    }
+}
+
 pub(crate) fn rename<T: WriteTxn>(
     ctx: &mut Ctx<'_, T>,
     sp: Handle,
@@ -90,22 +112,101 @@ pub(crate) fn rename<T: WriteTxn>(
     flags: u32,
     keep: &[Handle],
 ) -> Outcome<Done> {
+    let exchange = checked_flags(flags, sname, dname)?;
+    let mut staged = Staged::new();
+    load_parents(ctx, &mut staged, sp, dp)?;
+    let src = get_dentry(ctx.txn, &ctx.names, sp, sname)?.ok_or(MetaError::NotFound)?;
+    let dst = get_dentry(ctx.txn, &ctx.names, dp, dname)?;
+    if exchange && dst.is_none() {
+        return Err(MetaError::NotFound.into());
+    }
+    let m = Move {
+        sp,
+        sname,
+        dp,
+        dname,
+        src,
+        dst,
+        exchange,
+    };
+    may_rename(ctx, &mut staged, &m)?;
+    if sp == dp && sname == dname {
+        return Ok(Done::Nothing);
+    }
+    if let Some(dst) = &m.dst {
+        if dst.child == src.child {
+            // Two links to the same inode: POSIX says do nothing and succeed.
+            return Ok(Done::Nothing);
+        }
+        if flags & RENAME_NOREPLACE != 0 {
+            return Err(MetaError::Exists.into());
+        }
+    }
+    fits(ctx, &mut staged, &m)?;
+    let (sp_nlink, dp_nlink) = parent_links(&mut staged, &m)?;
+    staged.load(ctx, src.child)?;
+    if let Some(dst) = &m.dst {
+        staged.load(ctx, dst.child)?;
+    }
+    // The last check: the quotas of the trees a name leaves and enters.
+    charge_quotas(ctx, &mut staged, &m)?;
+
+    // Checks done; writes from here on.
+    move_source(ctx, &mut staged, &m)?;
+    let source_generation = staged.get(src.child).generation;
+    let (record_flags, rename_from) = what_was_replaced(&mut staged, &m);
+    let orphan = settle_destination(ctx, &mut staged, &m, keep)?;
+    if sp == dp {
+        staged.get(sp).nlink = dp_nlink;
+    } else {
+        staged.get(sp).nlink = sp_nlink;
+        staged.get(dp).nlink = dp_nlink;
+    }
+    let now = ctx.now;
+    touch(staged.get(sp), now);
+    touch(staged.get(dp), now);
+    staged.flush(ctx);
+    ctx.record(
+        RecordType::Rename,
+        record_flags,
+        src.child,
+        source_generation,
+        dp,
+        dname,
+        Some(rename_from),
+    )?;
+    Ok(orphan.map_or(Done::Nothing, Done::Orphaned))
+}
+
+/// The flags a rename may take and the names it may move: whether it is an exchange.
+fn checked_flags(flags: u32, sname: &[u8], dname: &[u8]) -> Result<bool, MetaError> {
     if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 {
-        return Err(MetaError::Invalid(format!("unsupported rename flags {flags:#x}")).into());
+        return Err(MetaError::Invalid(format!(
+            "unsupported rename flags {flags:#x}"
+        )));
     }
     let exchange = flags & RENAME_EXCHANGE != 0;
     if exchange && flags & RENAME_NOREPLACE != 0 {
-        return Err(
-            MetaError::Invalid("RENAME_NOREPLACE and RENAME_EXCHANGE together".into()).into(),
-        );
+        return Err(MetaError::Invalid(
+            "RENAME_NOREPLACE and RENAME_EXCHANGE together".into(),
+        ));
     }
     for name in [sname, dname] {
         if is_dot(name) {
-            return Err(MetaError::Busy("rename of '.' or '..'".into()).into());
+            return Err(MetaError::Busy("rename of '.' or '..'".into()));
         }
         check_name(name)?;
     }
-    let mut staged = Staged::new();
+    Ok(exchange)
+}
+
+/// Both parents: directories, out of the trash, searchable by the caller.
+fn load_parents<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    staged: &mut Staged,
+    sp: Handle,
+    dp: Handle,
+) -> Outcome<()> {
     for dir in [sp, dp] {
         let inode = staged.load(ctx, dir)?;
         let (dir, in_trash) = (inode.owner(), inode.nlink == 0);
@@ -118,45 +219,37 @@ pub(crate) fn rename<T: WriteTxn>(
         }
         crate::perm::may_lookup(&ctx.caller, &dir)?;
     }
-    let src = get_dentry(ctx.txn, &ctx.names, sp, sname)?.ok_or(MetaError::NotFound)?;
-    let dst = get_dentry(ctx.txn, &ctx.names, dp, dname)?;
-    if exchange && dst.is_none() {
-        return Err(MetaError::NotFound.into());
-    }
-    // Who may: the source's name goes (sticky rules), the destination's name is made or
-    // replaced (sticky rules again), and a directory that changes parent rewrites its "..".
-    let sp_owner = staged.get(sp).owner();
-    let dp_owner = staged.get(dp).owner();
-    let src_owner = staged.load(ctx, src.child)?.owner();
+    Ok(())
+}
+
+/// Who may: the source's name goes (sticky rules), the destination's name is made or
+/// replaced (sticky rules again), and a directory that changes parent rewrites its "..".
+fn may_rename<T: WriteTxn>(ctx: &mut Ctx<'_, T>, staged: &mut Staged, m: &Move) -> Outcome<()> {
+    let sp_owner = staged.get(m.sp).owner();
+    let dp_owner = staged.get(m.dp).owner();
+    let src_owner = staged.load(ctx, m.src.child)?.owner();
     crate::perm::may_delete(&ctx.caller, &sp_owner, &src_owner)?;
-    match &dst {
+    match &m.dst {
         Some(dst) => {
             let dst_owner = staged.load(ctx, dst.child)?.owner();
             crate::perm::may_delete(&ctx.caller, &dp_owner, &dst_owner)?;
-            if exchange && dst.kind == Kind::Dir && sp != dp {
+            if m.exchange && dst.kind == Kind::Dir && m.sp != m.dp {
                 crate::perm::permission(&ctx.caller, &dst_owner, crate::perm::MAY_WRITE)?;
             }
         }
         None => crate::perm::may_change_dir(&ctx.caller, &dp_owner)?,
     }
-    if src.kind == Kind::Dir && sp != dp {
+    if m.src_is_dir() && m.sp != m.dp {
         crate::perm::permission(&ctx.caller, &src_owner, crate::perm::MAY_WRITE)?;
     }
-    if sp == dp && sname == dname {
-        return Ok(Done::Nothing);
-    }
-    if let Some(dst) = &dst {
-        if dst.child == src.child {
-            // Two links to the same inode: POSIX says do nothing and succeed.
-            return Ok(Done::Nothing);
-        }
-        if flags & RENAME_NOREPLACE != 0 {
-            return Err(MetaError::Exists.into());
-        }
-    }
-    let src_is_dir = src.kind == Kind::Dir;
-    let dst_is_dir = dst.is_some_and(|d| d.kind == Kind::Dir);
-    if let (Some(dst), false) = (&dst, exchange) {
+    Ok(())
+}
+
+/// What replaces what fits: a directory only an empty directory, a file only a file, and no
+/// directory moves under itself.
+fn fits<T: WriteTxn>(ctx: &mut Ctx<'_, T>, staged: &mut Staged, m: &Move) -> Outcome<()> {
+    let (src_is_dir, dst_is_dir) = (m.src_is_dir(), m.dst_is_dir());
+    if let (Some(dst), false) = (&m.dst, m.exchange) {
         if src_is_dir && !dst_is_dir {
             return Err(MetaError::NotDir.into());
         }
@@ -167,21 +260,30 @@ pub(crate) fn rename<T: WriteTxn>(
             return Err(MetaError::NotEmpty.into());
         }
     }
-    if src_is_dir && sp != dp && is_ancestor(ctx, src.child, dp)? {
-        return Err(MetaError::Invalid("a directory cannot move under itself".into()).into());
+    let under_itself = || MetaError::Invalid("a directory cannot move under itself".into());
+    if src_is_dir && m.sp != m.dp && is_ancestor(ctx, m.src.child, m.dp)? {
+        return Err(under_itself().into());
     }
-    if exchange && dst_is_dir && sp != dp && is_ancestor(ctx, dst.expect("exchange").child, sp)? {
-        return Err(MetaError::Invalid("a directory cannot move under itself".into()).into());
+    if m.exchange
+        && dst_is_dir
+        && m.sp != m.dp
+        && is_ancestor(ctx, m.dst.expect("exchange").child, m.sp)?
+    {
+        return Err(under_itself().into());
     }
-    // Subdirectory counts (nlink) of both parents after the move.
+    Ok(())
+}
+
+/// The subdirectory counts (nlink) of both parents after the move, within the limit.
+fn parent_links(staged: &mut Staged, m: &Move) -> Result<(u32, u32), MetaError> {
     let (mut sp_delta, mut dp_delta) = (0i64, 0i64);
-    if src_is_dir && sp != dp {
+    if m.src_is_dir() && m.sp != m.dp {
         sp_delta -= 1;
         dp_delta += 1;
     }
-    if dst_is_dir {
-        if exchange {
-            if sp != dp {
+    if m.dst_is_dir() {
+        if m.exchange {
+            if m.sp != m.dp {
                 dp_delta -= 1;
                 sp_delta += 1;
             }
@@ -189,118 +291,120 @@ pub(crate) fn rename<T: WriteTxn>(
             dp_delta -= 1; // the replaced directory goes away
         }
     }
-    let sp_nlink = nlink_after(staged.get(sp).nlink, sp_delta)?;
-    let dp_nlink = if sp == dp {
-        nlink_after(staged.get(dp).nlink, sp_delta + dp_delta)?
+    let sp_nlink = nlink_after(staged.get(m.sp).nlink, sp_delta)?;
+    let dp_nlink = if m.sp == m.dp {
+        nlink_after(staged.get(m.dp).nlink, sp_delta + dp_delta)?
     } else {
-        nlink_after(staged.get(dp).nlink, dp_delta)?
+        nlink_after(staged.get(m.dp).nlink, dp_delta)?
     };
-    staged.load(ctx, src.child)?;
-    if let Some(dst) = &dst {
-        staged.load(ctx, dst.child)?;
-    }
-    // The last check: the quotas of the trees a name leaves and enters.
-    if sp != dp && ctx.chain(sp)? != ctx.chain(dp)? {
-        let src_inode = staged.get(src.child).clone();
-        if src_is_dir || exchange || src_inode.nlink > 1 {
-            return Err(MetaError::CrossDevice(
-                "a directory, a file with several names or an exchange moves only between \
-                 directories under the same quotas (copy it, as mv does across file systems)"
-                    .into(),
-            )
-            .into());
-        }
-        let usage = crate::ctx::node_usage(ctx.txn, &src_inode)?;
-        ctx.charge_move(sp, dp, usage)?;
-    }
+    Ok((sp_nlink, dp_nlink))
+}
 
-    // Checks done; writes from here on.
-    let now = ctx.now;
-    remove_entry(ctx.txn, &ctx.names, staged.get(sp), sname)?;
-    if dst.is_some() {
-        remove_entry(ctx.txn, &ctx.names, staged.get(dp), dname)?;
+/// A name that leaves the trees its quotas count for others: only a file of one name moves
+/// so, its usage charged to the trees it enters and given back by those it leaves.
+fn charge_quotas<T: WriteTxn>(ctx: &mut Ctx<'_, T>, staged: &mut Staged, m: &Move) -> Outcome<()> {
+    if m.sp == m.dp || ctx.chain(m.sp)? == ctx.chain(m.dp)? {
+        return Ok(());
+    }
+    let src_inode = staged.get(m.src.child).clone();
+    if m.src_is_dir() || m.exchange || src_inode.nlink > 1 {
+        return Err(MetaError::CrossDevice(
+            "a directory, a file with several names or an exchange moves only between \
+             directories under the same quotas (copy it, as mv does across file systems)"
+                .into(),
+        )
+        .into());
+    }
+    let usage = crate::ctx::node_usage(ctx.txn, &src_inode)?;
+    ctx.charge_move(m.sp, m.dp, usage)?;
+    Ok(())
+}
+
+/// The names change: the source's goes, the destination's is dropped and made again for the
+/// source, which learns its new parent.
+fn move_source<T: WriteTxn>(ctx: &mut Ctx<'_, T>, staged: &mut Staged, m: &Move) -> Outcome<()> {
+    remove_entry(ctx.txn, &ctx.names, staged.get(m.sp), m.sname)?;
+    if m.dst.is_some() {
+        remove_entry(ctx.txn, &ctx.names, staged.get(m.dp), m.dname)?;
     }
     add_entry(
         ctx.txn,
         &ctx.names,
-        staged.get(dp),
-        dname,
-        src.child,
-        src.kind,
+        staged.get(m.dp),
+        m.dname,
+        m.src.child,
+        m.src.kind,
     )?;
-    if src_is_dir {
-        staged.get(src.child).parent = dp;
+    if m.src_is_dir() {
+        staged.get(m.src.child).parent = m.dp;
     } else {
-        crate::links::moved(ctx.txn, staged.get(src.child), sp, dp)?;
+        crate::links::moved(ctx.txn, staged.get(m.src.child), m.sp, m.dp)?;
     }
-    staged.get(src.child).ctime_ns = now;
-    let source_generation = staged.get(src.child).generation;
+    staged.get(m.src.child).ctime_ns = ctx.now;
+    Ok(())
+}
+
+/// The changelog's flags and reference of the rename, read before the destination is settled
+/// (a replaced file's last link is told by its count before it drops).
+fn what_was_replaced<'a>(staged: &mut Staged, m: &Move<'a>) -> (u16, RenameRef<'a>) {
     let mut flags = 0;
     let mut rename_from = RenameRef {
-        source_parent: sp,
-        source_name: sname,
+        source_parent: m.sp,
+        source_name: m.sname,
         overwritten: 0,
         overwritten_generation: 0,
     };
-    if let Some(dst) = &dst {
+    if let Some(dst) = &m.dst {
         let replaced = staged.get(dst.child);
         rename_from.overwritten = dst.child;
         rename_from.overwritten_generation = replaced.generation;
-        if exchange {
+        if m.exchange {
             flags |= cl_flags::EXCHANGE;
         } else {
             flags |= cl_flags::OVERWRITE;
-            if dst_is_dir || replaced.nlink == 1 {
+            if m.dst_is_dir() || replaced.nlink == 1 {
                 flags |= cl_flags::LAST_LINK;
             }
         }
     }
-    let mut orphan = None;
-    if let Some(dst) = dst {
-        if exchange {
-            add_entry(
-                ctx.txn,
-                &ctx.names,
-                staged.get(sp),
-                sname,
-                dst.child,
-                dst.kind,
-            )?;
-            if dst_is_dir {
-                staged.get(dst.child).parent = sp;
-            } else {
-                crate::links::moved(ctx.txn, staged.get(dst.child), dp, sp)?;
-            }
-            staged.get(dst.child).ctime_ns = now;
+    (flags, rename_from)
+}
+
+/// The destination's inode: moved to the source's name in an exchange, else replaced (a
+/// directory removed, a file's link dropped); the file kept as an orphan, if it is.
+fn settle_destination<T: WriteTxn>(
+    ctx: &mut Ctx<'_, T>,
+    staged: &mut Staged,
+    m: &Move,
+    keep: &[Handle],
+) -> Outcome<Option<Handle>> {
+    let Some(dst) = m.dst else {
+        return Ok(None);
+    };
+    if m.exchange {
+        add_entry(
+            ctx.txn,
+            &ctx.names,
+            staged.get(m.sp),
+            m.sname,
+            dst.child,
+            dst.kind,
+        )?;
+        if m.dst_is_dir() {
+            staged.get(dst.child).parent = m.sp;
         } else {
-            let replaced = staged.inodes.remove(&dst.child).expect("staged");
-            if dst_is_dir {
-                removed(ctx, replaced, dp, dname)?;
-            } else {
-                keep_last_contents(ctx, &replaced, keep)?;
-                orphan = drop_link(ctx, replaced, dp, dname, keep)?;
-            }
+            crate::links::moved(ctx.txn, staged.get(dst.child), m.dp, m.sp)?;
         }
+        staged.get(dst.child).ctime_ns = ctx.now;
+        return Ok(None);
     }
-    if sp == dp {
-        staged.get(sp).nlink = dp_nlink;
-    } else {
-        staged.get(sp).nlink = sp_nlink;
-        staged.get(dp).nlink = dp_nlink;
+    let replaced = staged.inodes.remove(&dst.child).expect("staged");
+    if m.dst_is_dir() {
+        removed(ctx, replaced, m.dp, m.dname)?;
+        return Ok(None);
     }
-    touch(staged.get(sp), now);
-    touch(staged.get(dp), now);
-    staged.flush(ctx);
-    ctx.record(
-        RecordType::Rename,
-        flags,
-        src.child,
-        source_generation,
-        dp,
-        dname,
-        Some(rename_from),
-    )?;
-    Ok(orphan.map_or(Done::Nothing, Done::Orphaned))
+    keep_last_contents(ctx, &replaced, keep)?;
+    drop_link(ctx, replaced, m.dp, m.dname, keep)
 }
 
 /// Keeps what `replaced` holds, a file about to lose its last name to this rename unless it

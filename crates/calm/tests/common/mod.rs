@@ -257,6 +257,8 @@ pub struct Mount {
     pub addr: Option<String>,
     /// Its Unix socket, with --embedded.
     pub socket: Option<String>,
+    /// Its FUSE connection (the name of its directory in /sys/fs/fuse/connections).
+    connection: Option<u64>,
     _dir: tempfile::TempDir,
 }
 
@@ -331,12 +333,14 @@ impl Mount {
             .split_whitespace()
             .find(|word| word.starts_with("unix:"))
             .map(str::to_string);
+        let connection = fuse_connection(child.id(), &mnt);
         Mount {
             child,
             stdout,
             mnt,
             addr,
             socket,
+            connection,
             _dir: dir,
         }
     }
@@ -410,8 +414,52 @@ impl Mount {
 impl Drop for Mount {
     fn drop(&mut self) {
         let _ = self.child.kill();
+        // A mount killed while one of its threads waits in the kernel for a page that a
+        // request to the mount holds locked (an invalidation racing a read the killed mount
+        // will never answer) cannot exit: its FUSE connection is aborted then, as an
+        // administrator would (`echo 1 > /sys/fs/fuse/connections/N/abort`), so that a failed
+        // or killed test leaves nothing hung behind.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while matches!(self.child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        if matches!(self.child.try_wait(), Ok(None))
+            && let Some(connection) = self.connection
+        {
+            eprintln!(
+                "mount {} did not exit when killed: aborting its FUSE connection",
+                self.child.id()
+            );
+            abort_fuse_connection(connection);
+        }
         let _ = self.child.wait();
     }
+}
+
+/// The FUSE connection of the file system mounted at `mnt` in the mount namespace of `pid`:
+/// the minor number of its device (`stat`'s st_dev, major 0).
+fn fuse_connection(pid: u32, mnt: &Path) -> Option<u64> {
+    let out = Command::new("nsenter")
+        .args(["-t", &pid.to_string(), "-m", "--", "stat", "-c", "%d"])
+        .arg(mnt)
+        .output()
+        .ok()?;
+    let dev: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().ok()?;
+    // Linux's encoding of a device number: minor's low 8 bits, major, minor's high bits.
+    Some((dev & 0xff) | ((dev >> 12) & !0xff))
+}
+
+/// Aborts FUSE connection `connection` (mounting the fuse control file system first when the
+/// machine has not).
+fn abort_fuse_connection(connection: u64) {
+    let dir = Path::new("/sys/fs/fuse/connections");
+    if !dir.join(connection.to_string()).exists() {
+        let _ = Command::new("mount")
+            .args(["-t", "fusectl", "none"])
+            .arg(dir)
+            .status();
+    }
+    let _ = std::fs::write(dir.join(connection.to_string()).join("abort"), b"1");
 }
 
 /// The S3 store of a test: scripts/test's Garage (`CALM_TEST_S3` and the AWS variables in the
@@ -601,14 +649,11 @@ pub fn python_unprivileged_in(
 
 /// The URL of a fresh prefix on scripts/test's etcd cluster, or on a private one (kept in
 /// `private` until the test ends) when the test runs alone.
-pub fn etcd_url(
-    name: &str,
-    private: &mut Option<calm_store_etcd::cluster::LocalCluster>,
-) -> String {
-    let prefix = calm_store_etcd::cluster::unique_prefix(name);
-    calm_store_etcd::cluster::shared_url(&prefix).unwrap_or_else(|| {
+pub fn etcd_url(name: &str, private: &mut Option<calm_testkit::etcd::LocalCluster>) -> String {
+    let prefix = calm_testkit::etcd::unique_prefix(name);
+    calm_testkit::etcd::shared_url(&prefix).unwrap_or_else(|| {
         private
-            .insert(calm_store_etcd::cluster::LocalCluster::start(3).expect("starting etcd"))
+            .insert(calm_testkit::etcd::LocalCluster::start(3).expect("starting etcd"))
             .url(&prefix)
     })
 }

@@ -1,12 +1,13 @@
 //! The behaviours every [`Store`] backend must have. A backend's test calls [`run_all`] with a
 //! factory of fresh, empty stores; each case panics with a message naming the rule broken.
 //!
-//! The suite is ordinary code (not `#[cfg(test)]`) so that backends in other crates (etcd)
-//! run exactly the same cases.
+//! The suite lives in the test kit so that every backend's tests (LMDB and the reference map
+//! in `calm-store`, etcd in `calm-store-etcd`) run exactly the same cases, and no library a
+//! site runs carries it.
 
 use std::ops::ControlFlow;
 
-use crate::{KEY_LEN_MAX, ReadTxn, Store, StoreError, VALUE_LEN_MAX, WriteTxn, prefix_end};
+use calm_store::{KEY_LEN_MAX, ReadTxn, Store, StoreError, VALUE_LEN_MAX, WriteTxn, prefix_end};
 
 /// One named case of the suite.
 pub type Case<S> = (&'static str, fn(&S));

@@ -4,7 +4,7 @@
 use calm_locks::{Holder, LockKind, OFFSET_MAX, Owner, Scope};
 use calm_proto::pb::StatusReply;
 
-use crate::LockListing;
+use calm_client::LockListing;
 
 const MIB: f64 = (1u64 << 20) as f64;
 

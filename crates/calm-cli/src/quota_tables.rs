@@ -7,7 +7,8 @@ use std::path::Path;
 use calm_types::{Handle, QuotaKind, QuotaReport, QuotaUsage, ROOT};
 use serde_json::{Value, json};
 
-use crate::{Client, MetaError, Result};
+use calm_client::{Client, Result};
+use calm_types::MetaError;
 
 /// Reads a count of bytes or inodes: digits with an optional binary suffix (K, M, G, T, P;
 /// `10G` is 10 × 2^30).

@@ -39,6 +39,8 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use crate::{LogVisitor, Result, StoreError, VALUE_LEN_MAX};
 
+mod flush;
+
 /// The directory of the record log inside the store's directory.
 pub(crate) const LOG_DIR: &str = "log";
 /// Records per segment for a new store: with records of about 100 bytes, segments of 6–7 MB
@@ -630,145 +632,6 @@ impl RecordLog {
             }
         }
         Ok(())
-    }
-
-    /// For a checkpoint: writes the records appended since the last one to the segment files
-    /// and makes them durable; returns the bounds to record in the checkpoint slot. Called by
-    /// the writer with no commit in progress.
-    pub fn sync(&self) -> Result<Bounds> {
-        let mut writer = self.writer.locked();
-        let (bounds, recent) = {
-            let state = self.state.read_locked();
-            (state.bounds, state.recent.clone())
-        };
-        // (A read-only log never has recent records: nothing below writes then.)
-        let mut created: Vec<(u64, Arc<Segment>)> = Vec::new();
-        let mut touched: Vec<(u64, Arc<Segment>)> = Vec::new();
-        let mut run: Option<Run> = None;
-        for chunk in &recent {
-            // Records of segments a purge removed wholly are not written (the files are gone
-            // or going); the others are, purged or not, so that the last index's record is
-            // always in its segment's file (where an open finds the end of the file).
-            let first_kept = bounds.first / self.segment_records * self.segment_records;
-            for index in chunk.first.max(first_kept)..=chunk.last() {
-                let number = index / self.segment_records;
-                let slot = index % self.segment_records;
-                let start = match writer.tail {
-                    Some((n, end)) if n == number => end,
-                    _ => 0,
-                };
-                let contiguous = run.as_ref().is_some_and(|run| {
-                    run.number == number
-                        && run.rec_at + run.rec.len() as u64 == start
-                        && run.idx_at + run.idx.len() as u64 == slot * 8
-                });
-                if !contiguous {
-                    if let Some(done) = run.take() {
-                        done.write(&self.dir)?;
-                    }
-                    let segment = match touched.iter().find(|(n, _)| *n == number) {
-                        Some((_, segment)) => segment.clone(),
-                        None => {
-                            let known = self.state.read_locked().segments.get(&number).cloned();
-                            let segment = match known {
-                                Some(segment) => segment,
-                                None => {
-                                    let segment = match writer.reuse(&self.dir, number)? {
-                                        Some(spare) => spare,
-                                        None => Arc::new(open_segment(&self.dir, number, true)?),
-                                    };
-                                    created.push((number, segment.clone()));
-                                    segment
-                                }
-                            };
-                            touched.push((number, segment.clone()));
-                            segment
-                        }
-                    };
-                    run = Some(Run {
-                        number,
-                        segment,
-                        rec_at: start,
-                        rec: Vec::new(),
-                        idx_at: slot * 8,
-                        idx: Vec::new(),
-                    });
-                }
-                let record = chunk.record(index);
-                let run = run.as_mut().expect("a run");
-                run.rec.extend_from_slice(record);
-                run.idx
-                    .extend_from_slice(&entry(start, record.len() as u64).to_le_bytes());
-                writer.tail = Some((number, start + record.len() as u64));
-            }
-        }
-        if let Some(done) = run.take() {
-            done.write(&self.dir)?;
-        }
-        // Every touched file is synced at once (a thread each but the last): the syncs wait
-        // on the device side by side instead of one after the other.
-        let files: Vec<(&File, u64, &str)> = touched
-            .iter()
-            .flat_map(|(number, segment)| {
-                [
-                    (&segment.rec, *number, "rec"),
-                    (&segment.idx, *number, "idx"),
-                ]
-            })
-            .collect();
-        let sync = |(file, number, ext): (&File, u64, &str)| {
-            let path = self.dir.join(segment_name(number, ext));
-            file.sync_data().map_err(|e| io("syncing", &path, e))
-        };
-        std::thread::scope(|scope| {
-            let mut files = files.into_iter();
-            let last = files.next_back();
-            let others: Vec<_> = files.map(|f| scope.spawn(move || sync(f))).collect();
-            let mut outcome = last.map_or(Ok(()), sync);
-            for other in others {
-                let synced = other.join().expect("a record file's sync panicked");
-                outcome = outcome.and(synced);
-            }
-            outcome
-        })?;
-        if !created.is_empty() || writer.dir_dirty {
-            if let Some(dir) = &self.dir_file {
-                dir.sync_all().map_err(|e| io("syncing", &self.dir, e))?;
-            }
-            writer.dir_dirty = false;
-        }
-        let mut state = self.state.write_locked();
-        for (number, segment) in created {
-            state.segments.insert(number, segment);
-        }
-        state.flushed = bounds.last;
-        state.recent.retain(|chunk| chunk.last() > bounds.last);
-        Ok(bounds)
-    }
-}
-
-/// Records appended to one segment back to back, written with one write per file.
-struct Run {
-    number: u64,
-    segment: Arc<Segment>,
-    rec_at: u64,
-    rec: Vec<u8>,
-    idx_at: u64,
-    idx: Vec<u8>,
-}
-
-impl Run {
-    fn write(self, dir: &Path) -> Result<()> {
-        let path = dir.join(segment_name(self.number, "rec"));
-        self.segment
-            .rec
-            .write_all_at(&self.rec, self.rec_at)
-            .map_err(|e| io("writing", &path, e))?;
-        let path = dir.join(segment_name(self.number, "idx"));
-        self.segment
-            .idx
-            .write_all_at(&self.idx, self.idx_at)
-            .map_err(|e| io("writing", &path, e))
     }
 }
 

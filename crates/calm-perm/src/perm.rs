@@ -1,6 +1,6 @@
 //! Linux's permission rules, applied by the server to every operation for the caller it
 //! authenticated (as ext4 and tmpfs apply them in the kernel): owner, group and other bits
-//! with supplementary groups, or the file's access ACL when it has one (`crate::acl`); the superuser (uid 0) passes every check but executing a file
+//! with supplementary groups, or the file's access ACL when it has one ([`crate::acl`]); the superuser (uid 0) passes every check but executing a file
 //! nobody may execute; sticky directories; a setgid directory's group inherited by what is
 //! made in it; setuid and setgid cleared by writes, truncates and owner changes; who may chmod,
 //! chown and set times; the xattr namespaces. Pure: attributes and a caller in, a decision out.
@@ -8,9 +8,9 @@
 //! Root squash and trusted mounts are decided before a [`Caller`] exists: here uid 0 is the
 //! superuser, whoever it is.
 
-use crate::Caller;
-use crate::error::MetaError;
-use crate::types::{Kind, SetAttr, SetTime};
+use calm_types::Caller;
+use calm_types::attr::{Kind, SetAttr, SetTime};
+use calm_types::error::MetaError;
 
 pub const S_ISUID: u32 = 0o4000;
 pub const S_ISGID: u32 = 0o2000;
@@ -396,7 +396,7 @@ pub fn lists_xattr(caller: &Caller, name: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Groups;
+    use calm_types::Groups;
 
     fn who(uid: u32, gid: u32, groups: &[u32]) -> Caller {
         Caller {

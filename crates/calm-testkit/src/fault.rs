@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::{LogVisitor, ReadTxn, Result, Store, StoreError, Visitor, WriteTxn};
+use calm_store::{LogVisitor, ReadTxn, Result, Store, StoreError, Visitor, WriteTxn};
 
 /// Countdown value meaning "never fail".
 const NEVER: u64 = u64::MAX;

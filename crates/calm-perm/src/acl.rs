@@ -3,18 +3,18 @@
 //! and what a new file or directory takes from its directory's default ACL. Pure: an ACL, a
 //! caller and an owner in, a decision out.
 //!
-//! The namespace keeps them and decides by them (`crate::ops::acls`, `crate::perm`); this
-//! module is the rule book.
+//! The namespace keeps them and decides by them (calm-meta's `ops::acls`, [`crate::perm`]);
+//! this module is the rule book.
 
-use crate::Caller;
-use crate::error::MetaError;
+use calm_types::Caller;
+use calm_types::error::MetaError;
 
 /// The xattr holding a file's access ACL.
 pub const ACCESS_XATTR: &[u8] = b"system.posix_acl_access";
 /// The xattr holding a directory's default ACL.
 pub const DEFAULT_XATTR: &[u8] = b"system.posix_acl_default";
 
-/// Which ACLs an inode has (`crate::layout::Inode::acls`): an access ACL
+/// Which ACLs an inode has (calm-meta's `Inode::acls`): an access ACL
 /// ([`ACCESS_XATTR`])...
 pub const ACL_ACCESS: u8 = 1;
 /// ... and a default ACL ([`DEFAULT_XATTR`], directories only).
@@ -296,7 +296,7 @@ impl Acl {
 mod tests {
     use super::*;
     use crate::perm::{Owner, permission};
-    use crate::types::Kind;
+    use calm_types::attr::Kind;
     use proptest::prelude::*;
 
     fn caller(uid: u32, gid: u32, groups: Vec<u32>) -> Caller {
