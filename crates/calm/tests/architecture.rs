@@ -8,19 +8,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn dependencies_of(krate: &str) -> String {
+/// `cargo tree ARGS…` of the workspace, offline: its output.
+fn cargo_tree(args: &[&str]) -> String {
     let output = Command::new(env!("CARGO"))
-        .args([
-            "tree",
-            "--offline",
-            "--locked",
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-            "-p",
-            krate,
-        ])
+        .args(["tree", "--offline", "--locked"])
+        .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("run cargo tree");
@@ -30,6 +22,10 @@ fn dependencies_of(krate: &str) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8(output.stdout).unwrap()
+}
+
+fn dependencies_of(krate: &str) -> String {
+    cargo_tree(&["-e", "normal", "--prefix", "none", "-p", krate])
 }
 
 fn assert_absent(krate: &str, forbidden: &[&str]) {
@@ -156,24 +152,8 @@ fn the_product_links_no_benchmark_and_no_switch_that_turns_checks_off() {
     }
     // The features of the permission rules as each build resolves them: the benchmark's build
     // with the switch has the feature (so the check below can see it), the binary has not.
-    let features_of_rules = |args: &[&str]| {
-        let output = Command::new(env!("CARGO"))
-            .args([
-                "tree",
-                "--offline",
-                "--locked",
-                "-e",
-                "features",
-                "-i",
-                "calm-perm",
-            ])
-            .args(args)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .expect("run cargo tree");
-        assert!(output.status.success());
-        String::from_utf8(output.stdout).unwrap()
-    };
+    let features_of_rules =
+        |args: &[&str]| cargo_tree(&[&["-e", "features", "-i", "calm-perm"], args].concat());
     const SWITCH: &str = "calm-perm feature \"checks-off-for-benchmark\"";
     let bench = features_of_rules(&["-p", "calm-bench", "--features", "check-cost"]);
     assert!(bench.contains(SWITCH), "{bench}");
