@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use crate::listings::Listings;
 use calm_changelog::{Record, RecordType};
 use calm_client::{Client, WatchEvent, WatchWhat};
+use calm_lockfree::changes::Changes;
 use calm_types::{Attr, Handle, ROOT};
 use fuser::INodeNo;
 
@@ -186,12 +187,8 @@ pub struct Coherence {
     watch_id: AtomicU64,
     /// Inodes the kernel holds, with their lookup counts (entry replies minus forgets).
     held: Mutex<HashMap<Handle, u64>>,
-    /// Changes seen so far, and per slot (handle hashed) the count when one of its handles
-    /// last changed.
-    changes: AtomicU64,
-    changed: Box<[AtomicU64]>,
-    /// The count when anything may have changed (the stream fell behind or broke).
-    all_changed: AtomicU64,
+    /// The changes seen so far, which a reply is checked against ([`Ticket`]).
+    changes: Changes,
     notifier: OnceLock<fuser::Notifier>,
     work: Mutex<Option<std::sync::mpsc::Sender<Work>>>,
     invalidations: AtomicU64,
@@ -206,20 +203,11 @@ pub struct Coherence {
     /// Directories' attributes as the server's answer to this mount's last change of their
     /// names gave them, with no change of them seen since ([`Coherence::dir_attr`]).
     dir_attrs: Mutex<HashMap<Handle, Attr>>,
-    /// The count of changes when this mount last renamed or removed a name it could not tell
-    /// was not a directory's: which directories' attributes that changed is not known here,
-    /// so none is kept from answers to requests begun before.
-    dirs_changed: AtomicU64,
     /// Directories whose every name this mount knows (it made them, and nothing but this
     /// mount changed their names since): a lookup of a name not there is answered here.
     listings: Mutex<Listings>,
     /// Lookups answered that way.
     absences_known: AtomicU64,
-}
-
-fn slot(handle: Handle) -> usize {
-    // Fibonacci hashing: consecutive handles spread over the slots.
-    (handle.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 48) as usize % CHANGED_SLOTS
 }
 
 impl Coherence {
@@ -230,9 +218,7 @@ impl Coherence {
             follows: AtomicBool::new(false),
             watch_id: AtomicU64::new(0),
             held: Mutex::new(HashMap::new()),
-            changes: AtomicU64::new(0),
-            changed: (0..CHANGED_SLOTS).map(|_| AtomicU64::new(0)).collect(),
-            all_changed: AtomicU64::new(0),
+            changes: Changes::new(CHANGED_SLOTS),
             notifier: OnceLock::new(),
             work: Mutex::new(None),
             invalidations: AtomicU64::new(0),
@@ -241,7 +227,6 @@ impl Coherence {
             applied_moved: tokio::sync::Notify::new(),
             absent_xattrs: Mutex::new(HashSet::new()),
             dir_attrs: Mutex::new(HashMap::new()),
-            dirs_changed: AtomicU64::new(0),
             listings: Mutex::new(Listings::default()),
             absences_known: AtomicU64::new(0),
         })
@@ -305,7 +290,7 @@ impl Coherence {
     pub fn ticket(&self) -> Ticket {
         Ticket {
             follows: self.follows(),
-            changes: self.changes.load(Ordering::SeqCst),
+            changes: self.changes.now(),
         }
     }
 
@@ -313,9 +298,7 @@ impl Coherence {
     /// while the changes are followed, none if the handle changed since the request began
     /// (the reply may predate the change), [`TTL_UNFOLLOWED`] otherwise.
     pub fn reply_ttl(&self, ticket: Ticket, handle: Handle) -> Duration {
-        if self.changed[slot(handle)].load(Ordering::SeqCst) > ticket.changes
-            || self.all_changed.load(Ordering::SeqCst) > ticket.changes
-        {
+        if self.changes.since(ticket.changes, handle) {
             return Duration::ZERO;
         }
         if ticket.follows && self.follows() {
@@ -371,10 +354,7 @@ impl Coherence {
 
     /// Notes the changes of `stale` (before the kernel is told: see the module's races).
     fn mark(&self, stale: &[Stale]) {
-        let now = self.changes.fetch_add(1, Ordering::SeqCst) + 1;
-        for s in stale {
-            self.changed[slot(s.handle())].store(now, Ordering::SeqCst);
-        }
+        self.changes.mark(stale.iter().map(Stale::handle));
         let handles: Vec<Handle> = stale.iter().map(Stale::handle).collect();
         self.forget_absent_xattrs(&handles);
         let mut dir_attrs = self.dir_attrs.locked();
@@ -385,8 +365,7 @@ impl Coherence {
 
     /// Notes that anything may have changed (replies in flight are not cached).
     fn mark_all(&self) {
-        let now = self.changes.fetch_add(1, Ordering::SeqCst) + 1;
-        self.all_changed.store(now, Ordering::SeqCst);
+        self.changes.mark_all();
         self.absent_xattrs.locked().clear();
         self.dir_attrs.locked().clear();
         self.listings.locked().clear();
@@ -478,7 +457,7 @@ impl Coherence {
             ticket.follows
                 && cache.follows()
                 && !cache.reply_ttl(ticket, dir).is_zero()
-                && cache.dirs_changed.load(Ordering::SeqCst) <= ticket.changes
+                && !cache.changes.dirs_since(ticket.changes)
         };
         if attr.kind != calm_types::Kind::Dir || !fresh(self) {
             return;
@@ -507,8 +486,7 @@ impl Coherence {
     /// to requests begun before. Called before the change is sent and again once it is
     /// answered.
     pub fn dirs_changed_here(&self) {
-        let now = self.changes.fetch_add(1, Ordering::SeqCst) + 1;
-        self.dirs_changed.store(now, Ordering::SeqCst);
+        self.changes.mark_dirs();
         self.dir_attrs.locked().clear();
     }
 

@@ -306,7 +306,10 @@ impl<S: Store> Meta<S> {
         index: u64,
         timeout: std::time::Duration,
     ) -> Result<u64> {
-        self.last_index.wait_until(index, timeout).await
+        self.last_index
+            .wait_until(index, timeout)
+            .await
+            .map_err(|busy| MetaError::Busy(busy.to_string()))
     }
 }
 

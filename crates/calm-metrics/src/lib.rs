@@ -13,13 +13,12 @@
 
 mod endpoint;
 mod latency;
-mod load;
 mod scrape;
 mod timed;
 
+pub use calm_lockfree::load::{LOAD_KEY_BYTES_MAX, LOAD_SLOTS, Load, Loaded};
 pub use endpoint::{Endpoint, bind, serve};
 pub use latency::{LATENCY_BUCKETS, Latency, histogram_family, histogram_of};
-pub use load::{LOAD_KEY_BYTES_MAX, LOAD_SLOTS, Load, Loaded};
 pub use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
     Registry, TextEncoder, core::Collector, proto::MetricFamily,

@@ -70,6 +70,17 @@ fn the_watch_fan_out_depends_on_nothing() {
     assert_dependency_free("calm-watch");
 }
 
+/// The lock-free parts need no calm crate (of the rest, only tokio's one-shot channel).
+#[test]
+fn the_lock_free_parts_need_no_calm_crate() {
+    let tree = dependencies_of("calm-lockfree");
+    assert_eq!(calm_crates_in(&tree), ["calm-lockfree"], "{tree}");
+    assert_absent(
+        "calm-lockfree",
+        &["libc", "heed", "prost", "tonic", "hyper"],
+    );
+}
+
 /// The permission rules and ACLs need the vocabulary and nothing else.
 #[test]
 fn the_permission_rules_need_only_the_vocabulary() {

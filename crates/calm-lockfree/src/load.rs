@@ -7,8 +7,8 @@
 //! so the table follows who is loading the server now.
 
 use std::hash::{BuildHasher, RandomState};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::sync::{AtomicU64, Mutex, Ordering, spin};
 
 /// Slots of a table: keys counted by name at once.
 pub const LOAD_SLOTS: usize = 256;
@@ -18,7 +18,8 @@ const PROBES: usize = 8;
 
 /// A slot's hash when it is free (a key hashing to 0 or 1 is moved off them).
 const FREE: u64 = 0;
-/// A slot's hash while a sweep frees it.
+/// A slot's hash while a count claims it or a sweep frees it: a count that finds it waits
+/// (a few stores), so that two counts of a new key never claim two slots for it.
 const FREEING: u64 = 1;
 
 /// Most bytes of a key kept (longer ones are cut).
@@ -42,27 +43,34 @@ pub struct Loaded {
     pub nanos: u64,
 }
 
-/// A table of requests and time per key.
+/// A table of requests and time per key. Keys are placed by a hasher with random keys
+/// (`RandomState`), so that a client cannot choose ids that collide.
 #[derive(Debug)]
-pub struct Load {
+pub struct Load<H = RandomState> {
     slots: Box<[Slot]>,
-    hasher: RandomState,
+    hasher: H,
     other_requests: AtomicU64,
     other_nanos: AtomicU64,
 }
 
 impl Default for Load {
     fn default() -> Self {
+        Load::with_slots(LOAD_SLOTS, RandomState::new())
+    }
+}
+
+impl<H: BuildHasher> Load<H> {
+    /// A table of `slots` slots (at least one) placing keys with `hasher` (a model of the
+    /// table's races takes few slots and a hasher that places the same way in every run).
+    pub fn with_slots(slots: usize, hasher: H) -> Load<H> {
         Load {
-            slots: (0..LOAD_SLOTS).map(|_| Slot::default()).collect(),
-            hasher: RandomState::new(),
+            slots: (0..slots.max(1)).map(|_| Slot::default()).collect(),
+            hasher,
             other_requests: AtomicU64::new(0),
             other_nanos: AtomicU64::new(0),
         }
     }
-}
 
-impl Load {
     /// One request of `key` that took `nanos`.
     pub fn count(&self, key: &str, nanos: u64) {
         let key = cut(key);
@@ -73,35 +81,51 @@ impl Load {
         let start = hash as usize % self.slots.len();
         for probe in 0..PROBES {
             let slot = &self.slots[(start + probe) % self.slots.len()];
-            let mut seen = slot.hash.load(Ordering::Acquire);
-            if seen == FREE {
-                // Claim it: the winner names it; a loser finds the winner's key or moves on.
-                if slot
-                    .hash
-                    .compare_exchange(FREE, FREEING, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    *slot.name.lock().unwrap_or_else(|e| e.into_inner()) = key.to_string();
-                    slot.swept.store(0, Ordering::Relaxed);
-                    // What a count racing the slot's last sweep left in it was its old key's.
-                    let stray = slot.requests.swap(0, Ordering::Relaxed);
-                    let stray_nanos = slot.nanos.swap(0, Ordering::Relaxed);
-                    self.other_requests.fetch_add(stray, Ordering::Relaxed);
-                    self.other_nanos.fetch_add(stray_nanos, Ordering::Relaxed);
-                    slot.hash.store(hash, Ordering::Release);
-                    seen = hash;
-                } else {
-                    seen = slot.hash.load(Ordering::Acquire);
-                }
-            }
-            if seen == hash {
-                slot.requests.fetch_add(1, Ordering::Relaxed);
-                slot.nanos.fetch_add(nanos, Ordering::Relaxed);
+            if self.count_in(slot, key, hash, nanos) {
                 return;
             }
         }
         self.other_requests.fetch_add(1, Ordering::Relaxed);
         self.other_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// Counts the request in `slot` if the slot is `key`'s or free (then claimed for it);
+    /// false if it is another key's.
+    fn count_in(&self, slot: &Slot, key: &str, hash: u64, nanos: u64) -> bool {
+        loop {
+            match slot.hash.load(Ordering::Acquire) {
+                // Being claimed (perhaps for this key) or freed: settled in a few stores.
+                FREEING => spin(),
+                FREE => {
+                    // Claim it: the winner names it; a loser looks again.
+                    if slot
+                        .hash
+                        .compare_exchange(FREE, FREEING, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        self.claim(slot, key, hash);
+                    }
+                }
+                seen if seen == hash => {
+                    slot.requests.fetch_add(1, Ordering::Relaxed);
+                    slot.nanos.fetch_add(nanos, Ordering::Relaxed);
+                    return true;
+                }
+                _ => return false,
+            }
+        }
+    }
+
+    /// Names a slot this count took from free, and opens it to `hash`'s counts.
+    fn claim(&self, slot: &Slot, key: &str, hash: u64) {
+        *slot.name.lock().unwrap_or_else(|e| e.into_inner()) = key.to_string();
+        slot.swept.store(0, Ordering::Relaxed);
+        // What a count racing the slot's last sweep left in it was its old key's.
+        let stray = slot.requests.swap(0, Ordering::Relaxed);
+        let stray_nanos = slot.nanos.swap(0, Ordering::Relaxed);
+        self.other_requests.fetch_add(stray, Ordering::Relaxed);
+        self.other_nanos.fetch_add(stray_nanos, Ordering::Relaxed);
+        slot.hash.store(hash, Ordering::Release);
     }
 
     /// Frees the slots of keys with no request since the last sweep; their figures go to
@@ -178,7 +202,7 @@ fn cut(key: &str) -> &str {
     &key[..end]
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
     use proptest::prelude::*;
@@ -273,5 +297,84 @@ mod tests {
         let top = load.top(1);
         assert!(top[0].key.len() <= LOAD_KEY_BYTES_MAX);
         assert!(long.starts_with(&top[0].key));
+    }
+}
+
+/// The table's races under every interleaving loom finds: counts of one new key from two
+/// threads, and counts racing a sweep.
+#[cfg(all(test, feature = "loom"))]
+mod models {
+    use super::*;
+    use loom::sync::Arc;
+    use std::collections::hash_map::DefaultHasher;
+    use std::hash::BuildHasherDefault;
+
+    /// Places a key in the same slot in every run (loom runs the model many times).
+    type Fixed = BuildHasherDefault<DefaultHasher>;
+
+    /// Every request the table holds: its keys', "other"'s, and what a count racing a sweep
+    /// left in a free slot (moved to "other" when the slot is claimed again).
+    fn held<H>(load: &Load<H>) -> u64 {
+        load.other_requests.load(Ordering::Relaxed)
+            + load
+                .slots
+                .iter()
+                .map(|slot| slot.requests.load(Ordering::Relaxed))
+                .sum::<u64>()
+    }
+
+    fn run(load: &Arc<Load<Fixed>>, work: fn(&Load<Fixed>)) -> loom::thread::JoinHandle<()> {
+        let load = load.clone();
+        loom::thread::spawn(move || work(&load))
+    }
+
+    #[test]
+    fn two_counts_of_a_new_key_take_one_slot_and_count_twice() {
+        loom::model(|| {
+            let load = Arc::new(Load::with_slots(2, Fixed::default()));
+            let one = run(&load, |load| load.count("job-a", 3));
+            let two = run(&load, |load| load.count("job-a", 4));
+            one.join().unwrap();
+            two.join().unwrap();
+            let top = load.top(2);
+            assert_eq!(
+                top,
+                [
+                    Loaded {
+                        key: "job-a".into(),
+                        requests: 2,
+                        nanos: 7
+                    },
+                    Loaded {
+                        key: "other".into(),
+                        requests: 0,
+                        nanos: 0
+                    },
+                ],
+            );
+        });
+    }
+
+    #[test]
+    fn counts_racing_a_sweep_lose_no_request() {
+        loom::model(|| {
+            let load = Arc::new(Load::with_slots(1, Fixed::default()));
+            // "job-a" is idle since the last sweep: the next one frees its slot.
+            load.count("job-a", 1);
+            load.sweep();
+            let counts = run(&load, |load| {
+                load.count("job-a", 1);
+                load.count("job-b", 1);
+            });
+            let sweep = run(&load, |load| load.sweep());
+            counts.join().unwrap();
+            sweep.join().unwrap();
+            assert_eq!(held(&load), 3);
+            // A key shown once at most (the slot may be freed meanwhile: its figures are then
+            // "other"'s).
+            let shown = load.top(1);
+            assert!(shown.len() <= 2, "{shown:?}");
+            assert_eq!(shown.last().map(|l| l.key.as_str()), Some("other"));
+        });
     }
 }
