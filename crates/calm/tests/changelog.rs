@@ -4,7 +4,7 @@
 //! exactly one record, every record its file, indices without gaps — with the records in the
 //! record log's segment files (the default, write-ahead log) and as B-tree keys (`--no-wal`).
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};

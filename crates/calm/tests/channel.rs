@@ -3,7 +3,7 @@
 //! seeing what this one wrote. The kernel's `enable_uring` is set first (it only lets a mount
 //! ask for the rings; mounts that do not ask keep the device).
 
-mod common;
+use crate::common;
 
 use common::{Mount, Server};
 

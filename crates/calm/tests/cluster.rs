@@ -4,7 +4,7 @@
 //! some files during a lock storm grants no lock twice (checked against a model of who holds
 //! what), the locks held through it are reclaimed, and the waiters proceed.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};

@@ -3,7 +3,7 @@
 //! other long before that, because the mount follows the server's changes and invalidates the
 //! kernel's entries. A mount whose change stream fell behind drops its whole cache.
 
-mod common;
+use crate::common;
 
 use common::{Mount, Server, calm};
 

@@ -3,7 +3,7 @@
 //! client's change of the file. So an open on one mount right after a close on another always
 //! reads the new bytes (close-to-open), and reading a file again costs the server nothing.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::time::{Duration, Instant};

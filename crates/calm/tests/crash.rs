@@ -5,7 +5,7 @@
 //! written under the kill too): every acknowledged one is there, and fsck checks the records. With the write-ahead log (the default), whose
 //! recovery replays the log, and with LMDB's own commit (`--no-wal`).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -8,7 +8,7 @@
 //! once it is back on the same address; nothing they were answered is lost, no gap opens, and
 //! every file the follower saw made before the kill is there.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::BufRead;

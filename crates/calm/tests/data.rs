@@ -3,7 +3,7 @@
 //! closes, another reads at its next open, and fcntl locks protect read-modify-write across
 //! mounts exactly. Each mount lives in a private mount namespace (see `common::Mount`).
 
-mod common;
+use crate::common;
 
 use common::{Backend, Mount, Server, all_at_once, calm_json, python_in, spawn_in, walk};
 

@@ -4,7 +4,7 @@
 //! only whole objects, and what a kill leaves behind is objects no file names, which `calm gc`
 //! finds and removes.
 
-mod common;
+use crate::common;
 
 use common::{Mount, Server, calm_json, spawn_in, walk};
 

@@ -4,7 +4,7 @@
 //! then stops everything and checks the store: no object leaked (`calm gc` finds none), and no
 //! chunk left with more records than the compactor's bound.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 

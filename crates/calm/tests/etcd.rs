@@ -2,7 +2,7 @@
 //! `scripts/test`, or a private one): one namespace through either server, and kill -9 of one
 //! server leaves the other serving everything acknowledged.
 
-mod common;
+use crate::common;
 
 use calm_meta::ROOT;
 use common::{Server, runtime};

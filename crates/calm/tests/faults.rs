@@ -3,7 +3,7 @@
 //! server of any length; no call waits past its bound, and a caller killed while it waits is
 //! let go at once.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! `calm fsck` on a real store: clean after use, and a damaged store is reported with a
 //! non-zero exit and a readable list of what is wrong.
 
-mod common;
+use crate::common;
 
 use calm_meta::ROOT;
 use calm_meta::layout::{KEY_NAME_HASH, NameHash, inode_key};

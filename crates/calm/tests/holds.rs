@@ -3,7 +3,7 @@
 //! holder answered: its request has the server ask the holder first. A mount killed while it
 //! holds a file loses only what it kept and never fsync'd, and the file goes on working.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 

@@ -3,7 +3,7 @@
 //! out releasing read and write locks and waking waiters, fencing of the expired session and of
 //! sessions from before a restart, `calm locks PATH`, and lock counts in `calm status`.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

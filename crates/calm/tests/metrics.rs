@@ -3,7 +3,7 @@
 //! counted by method with their failures, the kernel's requests to a mount by kind with
 //! theirs, and a real Prometheus scraping both answers rates the test caused.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};

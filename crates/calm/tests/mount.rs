@@ -3,7 +3,7 @@
 //! killed, the namespace and its mounts vanish with it, and the temporary directories are
 //! removed. Commands run inside the namespace with `nsenter`.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

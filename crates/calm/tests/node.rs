@@ -2,7 +2,7 @@
 //! namespace (`unshare --mount`: its mounts vanish with it however the test ends), loop devices
 //! detached by a guard even when the test fails.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -8,7 +8,7 @@
 //! once into cargo's temporary directory (autoconf, automake, a C compiler and make, which
 //! `scripts/setup` installs) and runs them with `prove`.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! and the automatic backups in the object store bringing back every file after the metadata
 //! directory is gone, on a local object store and on S3; a cut dump and a stopped load refused.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! holder whose lock could not be taken back in time is told, by every later call on the
 //! file, that it lost it (docs/design/locks.md, "A server's restart").
 
-mod common;
+use crate::common;
 
 use std::io::BufRead;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! bounded and malformed requests answered with an error while the server keeps serving,
 //! one server per data directory, status, and a clean stop on SIGTERM.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 

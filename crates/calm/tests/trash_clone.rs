@@ -3,7 +3,7 @@
 //! on a mount equal to its source and independent of it, by the superuser and by a user, and a
 //! clone cut by a kill -9 leaving only whole copies. fsck is clean after every kill.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! thousands of changes commit gets one resync and ends with the true state; replay from an old
 //! index; `calm watch`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

@@ -2,14 +2,14 @@
 //! ext4 does), case by case for root and two users; and an ACL changed on one mount holding on
 //! another, granted (as soon as the change reaches it) and revoked (at once) again and again.
 
+use super::lines;
 use crate::common::Mount;
-use crate::lines;
 
 #[test]
 fn acl_cases_give_the_same_results_as_tmpfs_for_root_and_two_users() {
     let mount = Mount::embedded(&["--allow-other"]);
     mount.sh_ok("chmod 755 \"$MNT\"");
-    let tmpfs = crate::same_as_tmpfs(
+    let tmpfs = super::same_as_tmpfs(
         &mount,
         "acls.py",
         3 * 40,

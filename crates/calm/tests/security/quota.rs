@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
+use super::users::LocalUser;
 use crate::common::{self, Mount, calm};
-use crate::users::LocalUser;
 
 fn quota(socket: &str, args: &[&str]) -> String {
     let mut all = vec!["quota", "--server", socket];

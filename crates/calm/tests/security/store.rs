@@ -3,8 +3,8 @@
 use std::path::Path;
 use std::process::Command;
 
+use super::lines;
 use crate::common::{self, CALM, Mount, PROGRAMS, calm};
-use crate::lines;
 
 #[test]
 fn the_store_and_its_objects_are_closed_to_other_users() {

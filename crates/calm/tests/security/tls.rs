@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::process::Command;
 
+use super::lines;
 use crate::common::{self, CALM, Mount, calm};
-use crate::lines;
 
 /// Certificates made with `calm certs` (and an expired one, and one of another CA).
 fn certificates(dir: &Path) {

@@ -3,8 +3,8 @@
 use std::path::Path;
 use std::process::Command;
 
+use super::lines;
 use crate::common::{self, Mount, calm};
-use crate::lines;
 
 /// A local user made for one test (`useradd`), removed when dropped. Users left by a test
 /// that was killed (their name carries the test's pid) are removed by the next one.
@@ -335,7 +335,7 @@ fn attempts_as(user: &LocalUser, server: &str, session: u64, holder: &str, reade
     ];
     run_as(
         user,
-        "users::attempts_of_an_unprivileged_client",
+        "security::users::attempts_of_an_unprivileged_client",
         &env,
         "attempt ",
     )
@@ -510,7 +510,7 @@ time.sleep(600)' > /dev/null 2>&1 &
 fn permission_cases_give_the_same_results_as_tmpfs_for_root_and_two_users() {
     let mount = Mount::embedded(&["--allow-other"]);
     mount.sh_ok("chmod 755 \"$MNT\"");
-    crate::same_as_tmpfs(&mount, "permissions.py", 3 * 45, &["EACCES", "EPERM"]);
+    super::same_as_tmpfs(&mount, "permissions.py", 3 * 45, &["EACCES", "EPERM"]);
 }
 
 /// A client of `server`, and the sticky directory the tests below work in.
@@ -650,7 +650,7 @@ fn an_unprivileged_user_cannot_take_the_lock_managers_memory() {
     };
     let kept = run_as(
         &user,
-        "users::orphan_limit_of_an_unprivileged_client",
+        "security::users::orphan_limit_of_an_unprivileged_client",
         &[("CALM_ATTEMPT_SERVER", socket.clone())],
         "limit ",
     );
@@ -663,7 +663,7 @@ fn an_unprivileged_user_cannot_take_the_lock_managers_memory() {
     let before = rss_mib();
     let said = run_as(
         &user,
-        "users::lock_limits_of_an_unprivileged_client",
+        "security::users::lock_limits_of_an_unprivileged_client",
         &[("CALM_ATTEMPT_SERVER", socket.clone())],
         "limit ",
     );

@@ -6,8 +6,7 @@
 //! a user's locks through every mount under one limit (`locks`);
 //! POSIX ACLs beside tmpfs and across two mounts (`acl`).
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 
 mod acl;
 mod locks;
