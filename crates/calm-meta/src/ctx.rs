@@ -146,7 +146,7 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
 
     /// Adds `delta` to the usage of the owner `uid`/`gid` only (not of any tree).
     pub(crate) fn charge_owners(&mut self, uid: u32, gid: u32, delta: QuotaUsage) -> Outcome<()> {
-        let owners = [QuotaTarget::user(uid), QuotaTarget::group(gid)];
+        let owners = QuotaTarget::owners(uid, gid);
         let (exempt, now) = (self.caller.is_root(), self.now);
         self.quota
             .charge(self.txn, &owners, &[], delta, exempt, now)
@@ -295,7 +295,7 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
         delta: QuotaUsage,
     ) -> Outcome<()> {
         let chain = self.chain(dir)?;
-        let owners = [QuotaTarget::user(uid), QuotaTarget::group(gid)];
+        let owners = QuotaTarget::owners(uid, gid);
         let (exempt, now) = (self.caller.is_root(), self.now);
         self.quota
             .charge(self.txn, &owners, &chain, delta, exempt, now)
@@ -330,7 +330,7 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
     /// The quotas with an inode limit that a make by `uid`/`gid` in `dir` is held to.
     fn make_limited(&mut self, uid: u32, gid: u32, dir: Handle) -> Outcome<Vec<QuotaTarget>> {
         let chain = self.chain(dir)?;
-        let mut targets = vec![QuotaTarget::user(uid), QuotaTarget::group(gid)];
+        let mut targets = QuotaTarget::owners(uid, gid).to_vec();
         targets.extend(chain.iter().map(|d| QuotaTarget::tree(*d)));
         let exempt = self.caller.is_root();
         self.quota.inode_limited(self.txn, &targets, exempt)
@@ -366,20 +366,7 @@ impl<'a, T: WriteTxn> Ctx<'a, T> {
         usage: QuotaUsage,
     ) -> Outcome<()> {
         let (exempt, now) = (self.caller.is_root(), self.now);
-        let gained: Vec<QuotaTarget> = [
-            (from.0 != to.0).then_some(QuotaTarget::user(to.0)),
-            (from.1 != to.1).then_some(QuotaTarget::group(to.1)),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        let lost: Vec<QuotaTarget> = [
-            (from.0 != to.0).then_some(QuotaTarget::user(from.0)),
-            (from.1 != to.1).then_some(QuotaTarget::group(from.1)),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
+        let (gained, lost) = QuotaTarget::owners_changed(from, to);
         self.quota
             .charge(self.txn, &gained, &[], usage, exempt, now)?;
         self.quota

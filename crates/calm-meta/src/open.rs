@@ -263,7 +263,7 @@ fn format_store<T: WriteTxn>(txn: &mut T, place: Option<&place::Place>) -> Resul
     };
     txn.put(&inode_key(ROOT), &root.encode())?;
     let usage = crate::quota::usage_of(Kind::Dir, 0);
-    for owner in [quota::QuotaTarget::user(0), quota::QuotaTarget::group(0)] {
+    for owner in quota::QuotaTarget::owners(0, 0) {
         txn.put(&quota::usage_key(owner), &quota::encode_usage(&usage))?;
     }
     txn.add(KEY_INODES, 1)?;

@@ -75,6 +75,23 @@ impl QuotaTarget {
             id: dir,
         }
     }
+
+    /// The quotas that count an inode by who owns it: its user's and its group's. The one
+    /// place that says so (a new kind of owner is added here).
+    pub fn owners(uid: u32, gid: u32) -> [Self; 2] {
+        [Self::user(uid), Self::group(gid)]
+    }
+
+    /// The owners' quotas a change of owner from `from` to `to` (uid, gid) moves an inode
+    /// between: those it comes into, and those it leaves.
+    pub fn owners_changed(from: (u32, u32), to: (u32, u32)) -> (Vec<Self>, Vec<Self>) {
+        let (was, will) = (Self::owners(from.0, from.1), Self::owners(to.0, to.1));
+        let moved = || was.iter().zip(&will).filter(|(was, will)| was != will);
+        (
+            moved().map(|(_, will)| *will).collect(),
+            moved().map(|(was, _)| *was).collect(),
+        )
+    }
 }
 
 impl fmt::Display for QuotaTarget {
@@ -174,3 +191,30 @@ impl fmt::Display for QuotaMismatch {
 /// Tree quotas a namespace holds at most (each is looked up on the path of every change below
 /// it).
 pub const TREE_QUOTAS_MAX: u64 = 100_000;
+
+#[cfg(test)]
+mod owner_tests {
+    use super::QuotaTarget;
+
+    #[test]
+    fn a_change_of_owner_moves_only_the_owners_that_changed() {
+        let (user, group) = (QuotaTarget::user, QuotaTarget::group);
+        assert_eq!(QuotaTarget::owners(5, 6), [user(5), group(6)]);
+        assert_eq!(
+            QuotaTarget::owners_changed((1, 2), (1, 2)),
+            (vec![], vec![])
+        );
+        assert_eq!(
+            QuotaTarget::owners_changed((1, 2), (3, 2)),
+            (vec![user(3)], vec![user(1)])
+        );
+        assert_eq!(
+            QuotaTarget::owners_changed((1, 2), (1, 4)),
+            (vec![group(4)], vec![group(2)])
+        );
+        assert_eq!(
+            QuotaTarget::owners_changed((1, 2), (3, 4)),
+            (vec![user(3), group(4)], vec![user(1), group(2)])
+        );
+    }
+}

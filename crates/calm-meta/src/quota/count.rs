@@ -153,7 +153,7 @@ pub fn everything<R: ReadTxn + ?Sized>(view: &R) -> Outcome<BTreeMap<QuotaTarget
             key_handle(key).ok_or_else(|| MetaError::Corrupt(format!("inode key {key:?}")))?;
         let inode = Inode::decode(handle, value)?;
         let usage = crate::ctx::node_usage(view, &inode)?;
-        for target in [QuotaTarget::user(inode.uid), QuotaTarget::group(inode.gid)] {
+        for target in QuotaTarget::owners(inode.uid, inode.gid) {
             let sum = counted.entry(target).or_default();
             *sum = sum.plus(usage);
         }
