@@ -43,12 +43,12 @@ mod open;
 pub mod ops;
 pub mod outcome;
 pub mod place;
-mod protect;
 pub mod quota;
 mod quotas;
 mod reads;
 pub mod replaced;
 pub mod requests;
+mod trash_clone;
 pub mod upgrade;
 pub mod young;
 
@@ -67,8 +67,10 @@ pub use crate::error::{MetaError, Result};
 use crate::layout::*;
 pub use crate::open::random_id;
 use crate::ops::{Done, Op};
-pub use crate::protect::{ClonedEntries, Restored, TRASH_PAGE_BYTES_MAX, TrashListing, TrashPage};
 pub use crate::quotas::{QUOTA_LIST_MAX, Summary};
+pub use crate::trash_clone::{
+    ClonedEntries, Restored, TRASH_PAGE_BYTES_MAX, TrashListing, TrashPage,
+};
 pub use crate::types::*;
 pub use calm_perm::{acl, perm};
 pub use calm_types::FileMap;

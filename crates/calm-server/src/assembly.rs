@@ -257,7 +257,7 @@ impl<S: Store> Assembled<S> {
             cluster,
             backups: config
                 .backups
-                .map(|(every, keep)| crate::protect::BackupPolicy {
+                .map(|(every, keep)| crate::backup::BackupPolicy {
                     every,
                     keep,
                     staging: data_dir.to_path_buf(),

@@ -44,7 +44,7 @@ pub struct DataTasks {
     pub stats: Arc<DataStats>,
     pub compactor: Arc<Compactor>,
     /// What the metadata backups did (`crate::protect`).
-    pub backups: Arc<crate::protect::BackupStats>,
+    pub backups: Arc<crate::backup::BackupStats>,
     wake_deleter: Arc<Notify>,
 }
 

@@ -27,6 +27,7 @@ use calm_store::Store;
 
 pub mod assembly;
 pub mod auth;
+pub mod backup;
 mod batch;
 pub mod changelog;
 pub mod cluster;
@@ -123,7 +124,7 @@ pub struct ServerInfo {
     /// (`None`: its locks are its own, as on an embedded store).
     pub cluster: Option<cluster::ClusterOptions>,
     /// Metadata backups into the object store (`None`: none).
-    pub backups: Option<protect::BackupPolicy>,
+    pub backups: Option<backup::BackupPolicy>,
     /// Alone on an embedded store: the file where its lock sessions are written down, so that
     /// after a restart their clients take their locks again before anyone else may
     /// (`ledger`). `None`: locks are not recovered after a restart.
@@ -226,7 +227,7 @@ impl<S: Store> Server<S> {
             .map(|options| data::DataTasks::start(meta.clone(), options));
         let sweeper = tokio::spawn(orphans::sweep(meta.clone(), table.clone(), data.clone()));
         let backups = match (&info.backups, &data) {
-            (Some(policy), Some(data)) => Some(tokio::spawn(protect::run_backups(
+            (Some(policy), Some(data)) => Some(tokio::spawn(backup::run_backups(
                 meta.clone(),
                 data.options.objects.clone(),
                 policy.clone(),

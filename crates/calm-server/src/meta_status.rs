@@ -115,7 +115,7 @@ impl<S: Store> MetaService<S> {
         })
     }
     /// A figure of the metadata backups (0 without an object store).
-    pub(crate) fn backup(&self, figure: fn(&crate::protect::BackupStats) -> &AtomicU64) -> u64 {
+    pub(crate) fn backup(&self, figure: fn(&crate::backup::BackupStats) -> &AtomicU64) -> u64 {
         self.data
             .as_ref()
             .map_or(0, |d| figure(&d.backups).load(Ordering::Relaxed))

@@ -8,18 +8,28 @@
 
 use std::path::Path;
 
-use anyhow::{Context, anyhow};
+use anyhow::Context;
 use std::process::ExitCode;
 
+use crate::stores::{OnStore, StoreAt};
 use calm_store::Store;
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub fn run(data: &Path, objects: bool, json: bool) -> anyhow::Result<ExitCode> {
-    let (store, replayed) = crate::gc::open_offline(data)?;
-    if replayed > 0 && !json {
-        eprintln!("recovered {replayed} commits from the write-ahead log");
+    crate::stores::read(StoreAt::Dir(data), json, Check { objects, json })
+}
+
+/// The check of one store, whichever kind it is.
+struct Check {
+    objects: bool,
+    json: bool,
+}
+
+impl OnStore for Check {
+    type Out = ExitCode;
+    fn run<S: Store>(self, store: &S) -> anyhow::Result<ExitCode> {
+        check(store, self.objects, self.json)
     }
-    check(&store, objects, json)
 }
 
 /// `calm fsck --store URL …`: the namespace on an etcd cluster, or over several (one URL per
@@ -28,9 +38,7 @@ pub fn run_etcd(urls: &[String], objects: bool, json: bool) -> anyhow::Result<Ex
     let mut stores = Vec::with_capacity(urls.len());
     let mut holds = Vec::with_capacity(urls.len());
     for url in urls {
-        let options = calm_store_etcd::EtcdOptions::from_url(url).map_err(|e| anyhow!(e))?;
-        let store = calm_store_etcd::EtcdStore::connect(options)
-            .with_context(|| format!("connecting to {url}"))?;
+        let store = crate::stores::connect_etcd(url)?;
         // The servers compact history older than a minute; the check reads one revision of
         // each cluster for as long as it takes.
         holds.push(

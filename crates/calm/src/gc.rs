@@ -7,23 +7,9 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use calm_store::lmdb::{LmdbOptions, LmdbStore};
-
-/// Opens the store in `data` read-only, after replaying what its log holds.
-pub fn open_offline(data: &Path) -> anyhow::Result<(LmdbStore, usize)> {
-    let replayed = LmdbStore::recover_log(data)
-        .with_context(|| format!("recovering the store in {}", data.display()))?;
-    let options = LmdbOptions {
-        read_only: true,
-        ..LmdbOptions::default()
-    };
-    let store = LmdbStore::open(data, &options)
-        .with_context(|| format!("opening the store in {}", data.display()))?;
-    Ok((store, replayed))
-}
 
 pub fn run(data: &Path, grace_s: u64, delete: bool, json: bool) -> anyhow::Result<ExitCode> {
-    let (store, _) = open_offline(data)?;
+    let (store, _) = crate::stores::open_offline(data)?;
     let report = calm_server::offline::collect_garbage(&store, grace_s, delete)?;
     if json {
         let audit = &report.audit;

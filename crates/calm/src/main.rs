@@ -10,17 +10,18 @@ mod certs;
 mod changelog;
 mod clone;
 
+mod dump;
 mod fsck;
 mod gc;
 mod locks;
 mod mount;
 mod node;
 mod numbers;
-mod protect;
 mod quota;
 mod serve;
 mod stats;
 mod status;
+mod stores;
 mod trash;
 mod watch;
 
@@ -225,10 +226,10 @@ enum Command {
     /// xattrs and ACLs, which objects hold each file's bytes, quotas (not locks, sessions or
     /// the changelog's records). From a running server, a stopped one's data directory, or
     /// etcd.
-    Dump(protect::DumpArgs),
+    Dump(dump::DumpArgs),
     /// Make a new store from a dump (or from the newest backup in the object store), after
     /// checking the whole file; the store must be new.
-    Load(protect::LoadArgs),
+    Load(dump::LoadArgs),
     /// Copy a file or a whole tree as a clone: the copy shares the source's bytes (nothing is
     /// copied but metadata, a request per directory), and a later write to either never
     /// changes the other. You need to read SRC and write DST's directory, as for cp -r; the
@@ -390,9 +391,9 @@ fn main() -> ExitCode {
             (Some(data), None) => gc::run(&data, grace_s, delete, json),
             (None, None) => Err(anyhow::anyhow!("name a data directory or --server")),
         },
-        Command::Dump(args) => protect::dump(&args, DEFAULT_SERVER),
-        Command::Load(args) => protect::load(&args),
-        Command::Backups { objects, json } => protect::backups(&objects, json),
+        Command::Dump(args) => dump::dump(&args, DEFAULT_SERVER),
+        Command::Load(args) => dump::load(&args),
+        Command::Backups { objects, json } => dump::backups(&objects, json),
         Command::Trash { server, command } => trash::run(&server, command),
         Command::Clone { src, dst, server } => clone::run(&server, &src, &dst),
         Command::Certs(command) => certs::run(command),

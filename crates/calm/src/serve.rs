@@ -11,7 +11,7 @@ use calm_changelog::{BacklogPolicy, ChangelogConfig};
 use calm_server::assembly::{SharedConfig, TlsFiles};
 use calm_server::assembly::{open_embedded, take_store};
 use calm_server::{Assembled, ServerConfig};
-use calm_store::lmdb::{LmdbOptions, LmdbStore};
+use calm_store::lmdb::LmdbStore;
 
 /// The server's flags shared by `calm serve` and `calm mount --embedded`: the commit path,
 /// changelog limits and GC, watch limits.
@@ -138,15 +138,11 @@ pub struct ServerArgs {
 impl ServerArgs {
     /// The embedded store in `dir`, with the write-ahead log unless `--no-wal`.
     pub fn open_lmdb(&self, dir: &Path) -> Result<LmdbStore, calm_store::StoreError> {
-        let options = LmdbOptions {
-            wal: !self.no_wal,
-            sync: match self.sync {
-                true => calm_store::CommitSync::EveryCommit,
-                false => calm_store::CommitSync::Within(Duration::from_millis(self.sync_within_ms)),
-            },
-            ..LmdbOptions::default()
+        let sync = match self.sync {
+            true => calm_store::CommitSync::EveryCommit,
+            false => calm_store::CommitSync::Within(Duration::from_millis(self.sync_within_ms)),
         };
-        LmdbStore::open(dir, &options)
+        crate::stores::open_serving(dir, !self.no_wal, sync)
     }
 
     /// The server's configuration from these flags; `shared` when several servers serve the
@@ -246,9 +242,7 @@ pub fn run_etcd(
 ) -> anyhow::Result<ExitCode> {
     let config = args.config(true);
     config.check()?;
-    let options = calm_store_etcd::EtcdOptions::from_url(url).map_err(|e| anyhow!(e))?;
-    let store = calm_store_etcd::EtcdStore::connect(options)
-        .with_context(|| format!("connecting to {url}"))?;
+    let store = crate::stores::connect_etcd(url)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     calm_server::private_files();
     for fixed in calm_server::secure_data_dir(socket_dir).map_err(|e| anyhow!(e))? {

@@ -5,10 +5,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::stores::{OnStore, StoreAt};
 use anyhow::{Context, anyhow, bail};
 use calm_meta::dump::DumpSummary;
-use calm_server::protect;
-use calm_store::lmdb::{LmdbOptions, LmdbStore};
+use calm_server::backup;
+use calm_store::Store;
 
 #[derive(Debug, clap::Args)]
 pub struct DumpArgs {
@@ -101,26 +102,20 @@ fn into_file(
 pub fn dump(args: &DumpArgs, default_server: &str) -> anyhow::Result<ExitCode> {
     let started = std::time::Instant::now();
     let mut summary = None;
-    let bytes = match (&args.data, &args.store) {
-        (Some(data), _) => {
-            let (store, _) = crate::gc::open_offline(data).map_err(|e| {
-                e.context("dumping a stopped server's store (a running one's: --server ADDR)")
-            })?;
-            into_file(&args.file, |out| {
-                summary = Some(protect::dump_store(&store, out)?);
-                Ok(())
-            })?
+    let named = StoreAt::named(args.data.as_deref(), args.store.as_deref());
+    let bytes = match named {
+        Some(at) => {
+            let (bytes, dumped) = crate::stores::read(at, true, DumpInto { file: &args.file })
+                .map_err(|e| match at {
+                    StoreAt::Dir(_) => e.context(
+                        "dumping a stopped server's store (a running one's: --server ADDR)",
+                    ),
+                    StoreAt::Etcd(_) => e,
+                })?;
+            summary = Some(dumped);
+            bytes
         }
-        (None, Some(url)) => {
-            let options = calm_store_etcd::EtcdOptions::from_url(url).map_err(|e| anyhow!(e))?;
-            let store = calm_store_etcd::EtcdStore::connect(options)
-                .with_context(|| format!("connecting to {url}"))?;
-            into_file(&args.file, |out| {
-                summary = Some(protect::dump_store(&store, out)?);
-                Ok(())
-            })?
-        }
-        (None, None) => {
+        None => {
             let server = args.server.as_deref().unwrap_or(default_server);
             let runtime = runtime()?;
             into_file(&args.file, |out| {
@@ -160,8 +155,8 @@ pub fn dump(args: &DumpArgs, default_server: &str) -> anyhow::Result<ExitCode> {
 pub fn load(args: &LoadArgs) -> anyhow::Result<ExitCode> {
     let started = std::time::Instant::now();
     let objects = match (&args.objects, args.take_over_objects) {
-        (Some(url), _) => protect::LoadObjects::Own(url.clone()),
-        (None, true) => protect::LoadObjects::TakeOver,
+        (Some(url), _) => backup::LoadObjects::Own(url.clone()),
+        (None, true) => backup::LoadObjects::TakeOver,
         (None, false) => bail!(
             "say where the loaded namespace keeps its files' contents: --objects URL for an \
              object store of its own (the dump's objects are copied there; the dumped \
@@ -194,7 +189,7 @@ pub fn load(args: &LoadArgs) -> anyhow::Result<ExitCode> {
                 staged.file().try_clone().context("opening the download")?,
             );
             let name = runtime()?
-                .block_on(protect::fetch_backup(
+                .block_on(backup::fetch_backup(
                     &objects,
                     args.backup.as_deref(),
                     &mut file,
@@ -217,11 +212,8 @@ pub fn load(args: &LoadArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", summary_json(&summary, bytes, seconds));
     } else {
-        let into = match (&args.data, &args.store) {
-            (Some(data), _) => data.display().to_string(),
-            (None, Some(url)) => url.clone(),
-            (None, None) => String::new(),
-        };
+        let into = StoreAt::named(args.data.as_deref(), args.store.as_deref())
+            .map_or_else(String::new, |at| at.describe());
         println!(
             "loaded {} inodes ({} entries) into {into} in {seconds:.1} s; mounts of the old \
              store must mount again",
@@ -234,32 +226,47 @@ pub fn load(args: &LoadArgs) -> anyhow::Result<ExitCode> {
 fn load_file(
     args: &LoadArgs,
     file: &Path,
-    objects: &protect::LoadObjects,
+    objects: &backup::LoadObjects,
 ) -> anyhow::Result<DumpSummary> {
     let what = || format!("loading {}", file.display());
     // Checked whole before anything is made: a missing, cut or damaged dump, or an object
     // store the copy may not use, leaves no store.
-    let prepared = protect::prepare_load(file, objects).with_context(what)?;
-    match (&args.data, &args.store) {
-        (Some(data), _) => {
-            let options = LmdbOptions {
-                wal: true,
-                ..LmdbOptions::default()
-            };
-            let (_lock, store) =
-                calm_server::assembly::open_embedded(data, |dir| LmdbStore::open(dir, &options))?;
-            let summary =
-                protect::load_dump_file(&store, prepared, &mut |_| {}).with_context(what)?;
-            store.close();
-            Ok(summary)
-        }
-        (None, Some(url)) => {
-            let options = calm_store_etcd::EtcdOptions::from_url(url).map_err(|e| anyhow!(e))?;
-            let store = calm_store_etcd::EtcdStore::connect(options)
-                .with_context(|| format!("connecting to {url}"))?;
-            Ok(protect::load_dump_file(&store, prepared, &mut |_| {}).with_context(what)?)
-        }
-        (None, None) => bail!("give --data DIR or --store URL for the new store"),
+    let prepared = backup::prepare_load(file, objects).with_context(what)?;
+    let Some(at) = StoreAt::named(args.data.as_deref(), args.store.as_deref()) else {
+        bail!("give --data DIR or --store URL for the new store");
+    };
+    crate::stores::write(at, LoadInto { prepared }).with_context(what)
+}
+
+/// A dump of one store, whichever kind it is, into a new file: its bytes and what it holds.
+struct DumpInto<'a> {
+    file: &'a Path,
+}
+
+impl OnStore for DumpInto<'_> {
+    type Out = (u64, DumpSummary);
+    fn run<S: Store>(self, store: &S) -> anyhow::Result<(u64, DumpSummary)> {
+        let mut summary = None;
+        let bytes = into_file(self.file, |out| {
+            summary = Some(backup::dump_store(store, out)?);
+            Ok(())
+        })?;
+        Ok((
+            bytes,
+            summary.expect("a dump written whole has its summary"),
+        ))
+    }
+}
+
+/// A checked dump loaded into a new store, whichever kind it is.
+struct LoadInto {
+    prepared: backup::PreparedLoad,
+}
+
+impl OnStore for LoadInto {
+    type Out = DumpSummary;
+    fn run<S: Store>(self, store: &S) -> anyhow::Result<DumpSummary> {
+        Ok(backup::load_dump_file(store, self.prepared, &mut |_| {})?)
     }
 }
 
@@ -267,7 +274,7 @@ pub fn backups(objects_url: &str, json: bool) -> anyhow::Result<ExitCode> {
     let objects = calm_data::Objects::open_existing(objects_url)
         .map_err(|e| anyhow!("object store {objects_url}: {e}"))?;
     let listed = runtime()?
-        .block_on(protect::list_backups(&objects))
+        .block_on(backup::list_backups(&objects))
         .map_err(|e| anyhow!(e))?;
     if json {
         let list: Vec<_> = listed
