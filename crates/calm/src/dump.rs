@@ -101,9 +101,8 @@ fn into_file(
 
 pub fn dump(args: &DumpArgs, default_server: &str) -> anyhow::Result<ExitCode> {
     let started = std::time::Instant::now();
-    let mut summary = None;
     let named = StoreAt::named(args.data.as_deref(), args.store.as_deref());
-    let bytes = match named {
+    let (bytes, summary) = match named {
         Some(at) => {
             let (bytes, dumped) = crate::stores::read(at, true, DumpInto { file: &args.file })
                 .map_err(|e| match at {
@@ -112,13 +111,12 @@ pub fn dump(args: &DumpArgs, default_server: &str) -> anyhow::Result<ExitCode> {
                     ),
                     StoreAt::Etcd(_) => e,
                 })?;
-            summary = Some(dumped);
-            bytes
+            (bytes, Some(dumped))
         }
         None => {
             let server = args.server.as_deref().unwrap_or(default_server);
             let runtime = runtime()?;
-            into_file(&args.file, |out| {
+            let bytes = into_file(&args.file, |out| {
                 runtime
                     .block_on(async {
                         let client = calm_client::Client::connect(server).await?;
@@ -126,7 +124,8 @@ pub fn dump(args: &DumpArgs, default_server: &str) -> anyhow::Result<ExitCode> {
                     })
                     .with_context(|| format!("asking {server} for a dump"))?;
                 Ok(())
-            })?
+            })?;
+            (bytes, None)
         }
     };
     // What the file holds, read back: a dump received whole says so itself.
