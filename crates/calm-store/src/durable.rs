@@ -13,13 +13,13 @@
 //! A commit that removes files (the record log's purge) is synced before it is applied, as
 //! every commit is without this module.
 
-use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use calm_types::sync::Locked;
 
+use crate::disk::DiskFile;
 use crate::{Result, StoreError};
 
 /// Longest bound a store may be opened with (`CommitSync::Within`), in ms.
@@ -53,7 +53,7 @@ pub(crate) struct Durable {
 #[derive(Debug)]
 struct Written {
     /// The active segment (a descriptor of its own).
-    segment: Arc<File>,
+    segment: Arc<DiskFile>,
     /// The last record written to it.
     seq: u64,
     /// The store closes: the syncing thread ends.
@@ -64,7 +64,7 @@ impl Durable {
     /// Records after `seq` are written to `segment` from now on; everything up to `seq` is
     /// durable.
     pub(crate) fn new(
-        segment: &File,
+        segment: &DiskFile,
         seq: u64,
         within: Duration,
         counts: Arc<crate::latency::LogCounts>,
@@ -100,7 +100,7 @@ impl Durable {
     }
 
     /// A checkpoint made everything up to `seq` durable; records now go to `segment`.
-    pub(crate) fn switched(&self, segment: &File, seq: u64) -> Result<()> {
+    pub(crate) fn switched(&self, segment: &DiskFile, seq: u64) -> Result<()> {
         let segment = Arc::new(clone(segment)?);
         let mut written = self.written.locked();
         written.segment = segment;
@@ -171,7 +171,7 @@ impl Durable {
     }
 }
 
-fn clone(segment: &File) -> Result<File> {
+fn clone(segment: &DiskFile) -> Result<DiskFile> {
     segment
         .try_clone()
         .map_err(|e| StoreError::Io(format!("duplicating a log segment's descriptor: {e}")))

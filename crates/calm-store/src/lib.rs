@@ -23,6 +23,8 @@ use std::borrow::Cow;
 use std::ops::ControlFlow;
 
 #[cfg(feature = "lmdb")]
+mod disk;
+#[cfg(feature = "lmdb")]
 mod durable;
 pub mod latency;
 #[cfg(feature = "lmdb")]

@@ -35,11 +35,11 @@
 //! bytes, log first u64, log last u64, log records per segment u64, then the meta pages.
 
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use heed::{Env, RoTxn, WithoutTls};
 
+use crate::disk::DiskFile;
 use crate::latency::LogCounts;
 use crate::reclog::{Bounds, LogOp, RecordLog, SEGMENT_RECORDS_DEFAULT};
 use crate::{Result, StoreError};
@@ -263,7 +263,7 @@ impl Slot {
     }
 }
 
-fn read_slots(ckpt: &File, path: &Path) -> Result<Option<Slot>> {
+fn read_slots(ckpt: &DiskFile, path: &Path) -> Result<Option<Slot>> {
     let mut best: Option<Slot> = None;
     for i in 0..2 {
         let mut bytes = vec![0u8; SLOT_BYTES as usize];
@@ -279,7 +279,7 @@ fn read_slots(ckpt: &File, path: &Path) -> Result<Option<Slot>> {
 }
 
 /// Reads up to `buf.len()` bytes at `offset` (fewer at the end of the file).
-fn read_at_most(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+fn read_at_most(file: &DiskFile, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
     let mut done = 0;
     while done < buf.len() {
         match file.read_at(&mut buf[done..], offset + done as u64)? {
@@ -301,7 +301,7 @@ pub(crate) struct Scanned {
 /// Reads the records after `seq` in `segment`, in order, up to the first record that is torn,
 /// stale (an older sequence number) or absent. Reads as far as the records go (a segment
 /// after a clean close, whose first record is stale, costs one read of its first bytes).
-fn scan(segment: &File, path: &Path, seq: u64) -> Result<Scanned> {
+fn scan(segment: &DiskFile, path: &Path, seq: u64) -> Result<Scanned> {
     /// Bytes read at once.
     const READ_BYTES: usize = 1 << 20;
     let mut bytes: Vec<u8> = Vec::new();
@@ -347,21 +347,23 @@ fn scan(segment: &File, path: &Path, seq: u64) -> Result<Scanned> {
 }
 
 /// Opens `path` for reading and writing, creating it empty when absent.
-fn open_or_create(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(|e| io("opening", path, e))
+fn open_or_create(path: &Path) -> Result<DiskFile> {
+    DiskFile::open(
+        path,
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false),
+    )
+    .map_err(|e| io("opening", path, e))
 }
 
 /// Opens (creating) a segment file; returns it and its length.
-fn open_segment(dir: &Path, i: usize) -> Result<(File, u64)> {
+fn open_segment(dir: &Path, i: usize) -> Result<(DiskFile, u64)> {
     let path = dir.join(SEGMENT_FILES[i]);
     let file = open_or_create(&path)?;
-    let len = file.metadata().map_err(|e| io("reading", &path, e))?.len();
+    let len = file.len().map_err(|e| io("reading", &path, e))?;
     Ok((file, len))
 }
 
@@ -373,7 +375,7 @@ fn page_bytes() -> usize {
 
 /// What a writable open found before LMDB is opened.
 pub(crate) struct Recovered {
-    ckpt: File,
+    ckpt: DiskFile,
     slot: Option<Slot>,
     /// The records after the checkpoint, to replay.
     pub scanned: Scanned,
@@ -394,7 +396,7 @@ impl Recovered {
 /// checkpoint; `None` when the store has no write-ahead log.
 pub(crate) fn log_at_checkpoint(dir: &Path) -> Result<Option<(Bounds, u64)>> {
     let path = dir.join(CKPT_FILE);
-    let Ok(ckpt) = File::open(&path) else {
+    let Ok(ckpt) = DiskFile::open(&path, OpenOptions::new().read(true)) else {
         return Ok(None);
     };
     Ok(read_slots(&ckpt, &path)?.map(|slot| (slot.log, slot.log_segment_records)))
@@ -421,9 +423,7 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
         // and was cancelled) is ever taken for the state.
         {
             let data_path = dir.join("data.mdb");
-            let data = OpenOptions::new()
-                .write(true)
-                .open(&data_path)
+            let data = DiskFile::open(&data_path, OpenOptions::new().write(true))
                 .map_err(|e| io("opening", &data_path, e))?;
             data.write_all_at(&slot.meta, 0)
                 .and_then(|()| data.sync_data())
@@ -441,14 +441,14 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
 /// store has no log or was closed cleanly).
 pub(crate) fn pending(dir: &Path) -> Result<usize> {
     let path = dir.join(CKPT_FILE);
-    let Ok(ckpt) = File::open(&path) else {
+    let Ok(ckpt) = DiskFile::open(&path, OpenOptions::new().read(true)) else {
         return Ok(0);
     };
     let Some(slot) = read_slots(&ckpt, &path)? else {
         return Ok(0);
     };
     let segment_path = dir.join(SEGMENT_FILES[slot.segment]);
-    let Ok(segment) = File::open(&segment_path) else {
+    let Ok(segment) = DiskFile::open(&segment_path, OpenOptions::new().read(true)) else {
         return Ok(0);
     };
     Ok(scan(&segment, &segment_path, slot.seq)?.records.len())
@@ -457,7 +457,7 @@ pub(crate) fn pending(dir: &Path) -> Result<usize> {
 /// A cleanly closed store with a log that a writable open without the log is leaving: the
 /// log is locked until [`Leaving::finish`].
 pub(crate) struct Leaving {
-    ckpt: File,
+    ckpt: DiskFile,
     /// The record log's bounds and records per segment at the last checkpoint: records
     /// the opener moves into keys before finishing.
     pub log: (Bounds, u64),
@@ -468,7 +468,7 @@ pub(crate) struct Leaving {
 /// for the current state. `None` when the store has no log.
 pub(crate) fn leave(dir: &Path) -> Result<Option<Leaving>> {
     let path = dir.join(CKPT_FILE);
-    let Ok(ckpt) = OpenOptions::new().read(true).write(true).open(&path) else {
+    let Ok(ckpt) = DiskFile::open(&path, OpenOptions::new().read(true).write(true)) else {
         return Ok(None);
     };
     ckpt.try_lock().map_err(|_| in_use(dir))?;
@@ -508,9 +508,9 @@ impl Leaving {
 pub(crate) struct Wal {
     dir: std::path::PathBuf,
     env: Env<WithoutTls>,
-    data: File,
-    ckpt: File,
-    segments: [File; 2],
+    data: DiskFile,
+    ckpt: DiskFile,
+    segments: [DiskFile; 2],
     /// Zero-filled length of each segment.
     lengths: [u64; 2],
     active: usize,
@@ -548,10 +548,7 @@ impl Wal {
         counts: Arc<LogCounts>,
     ) -> Result<Wal> {
         let data_path = dir.join("data.mdb");
-        let data = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&data_path)
+        let data = DiskFile::open(&data_path, OpenOptions::new().read(true).write(true))
             .map_err(|e| io("opening", &data_path, e))?;
         let (s0, l0) = open_segment(dir, 0)?;
         let (s1, l1) = open_segment(dir, 1)?;

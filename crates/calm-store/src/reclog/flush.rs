@@ -1,8 +1,6 @@
 //! Writing the record log's recent records to their segment files at a checkpoint, each run
 //! of contiguous records with one write per file, and syncing every file touched at once.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -10,6 +8,7 @@ use calm_types::sync::{Locked, RwLocked};
 
 use super::{Bounds, Chunk, RecordLog, Segment, Writer, entry, io, open_segment, segment_name};
 use crate::Result;
+use crate::disk::DiskFile;
 
 impl RecordLog {
     /// For a checkpoint: writes the records appended since the last one to the segment files
@@ -127,7 +126,7 @@ impl RecordLog {
     /// Syncs every file of the `touched` segments at once (a thread each but the last): the
     /// syncs wait on the device side by side instead of one after the other.
     fn sync_files(&self, touched: &[(u64, Arc<Segment>)]) -> Result<()> {
-        let files: Vec<(&File, u64, &str)> = touched
+        let files: Vec<(&DiskFile, u64, &str)> = touched
             .iter()
             .flat_map(|(number, segment)| {
                 [
@@ -136,7 +135,7 @@ impl RecordLog {
                 ]
             })
             .collect();
-        let sync = |(file, number, ext): (&File, u64, &str)| {
+        let sync = |(file, number, ext): (&DiskFile, u64, &str)| {
             let path = self.dir.join(segment_name(number, ext));
             file.sync_data().map_err(|e| io("syncing", &path, e))
         };

@@ -33,10 +33,10 @@
 use calm_types::sync::{Locked, RwLocked};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
+use crate::disk::DiskFile;
 use crate::{LogVisitor, Result, StoreError, VALUE_LEN_MAX};
 
 mod flush;
@@ -137,8 +137,8 @@ pub(crate) enum LogOp {
 }
 
 struct Segment {
-    rec: File,
-    idx: File,
+    rec: DiskFile,
+    idx: DiskFile,
 }
 
 /// Records with consecutive indices from `first`, back to back (one commit's appends).
@@ -336,7 +336,7 @@ fn entry(start: u64, len: u64) -> u64 {
     (start << LEN_BITS) | len
 }
 
-fn read_exact(file: &File, buf: &mut [u8], at: u64, path: &Path) -> Result<()> {
+fn read_exact(file: &DiskFile, buf: &mut [u8], at: u64, path: &Path) -> Result<()> {
     file.read_exact_at(buf, at)
         .map_err(|e| io("reading", path, e))
 }
@@ -462,10 +462,7 @@ impl RecordLog {
         let mut total = 0;
         for segment in state.segments.values() {
             for file in [&segment.rec, &segment.idx] {
-                total += file
-                    .metadata()
-                    .map_err(|e| io("reading", &self.dir, e))?
-                    .len();
+                total += file.len().map_err(|e| io("reading", &self.dir, e))?;
             }
         }
         Ok(total)
@@ -638,13 +635,15 @@ impl RecordLog {
 fn open_segment(dir: &Path, number: u64, writable: bool) -> Result<Segment> {
     let open = |ext: &str| {
         let path = dir.join(segment_name(number, ext));
-        OpenOptions::new()
-            .read(true)
-            .write(writable)
-            .create(writable)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| io("opening", &path, e))
+        DiskFile::open(
+            &path,
+            OpenOptions::new()
+                .read(true)
+                .write(writable)
+                .create(writable)
+                .truncate(false),
+        )
+        .map_err(|e| io("opening", &path, e))
     };
     Ok(Segment {
         rec: open("rec")?,
