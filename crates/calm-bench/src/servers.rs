@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use calm_client::Client;
 use calm_client::routing::LockRouter;
-use calm_locks::cluster::owner_of;
+use calm_locks::peers::owner_of;
 use calm_locks::{LockKind, Owner, Range, Request, Scope};
 use calm_meta::ROOT;
 use calm_proto::locks::{LockCall, LockCode};

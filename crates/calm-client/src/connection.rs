@@ -96,7 +96,7 @@ impl Client {
         }
         let channel = endpoint.connect().await.map_err(|e| connecting(&e))?;
         let mut client = Self::from_channel(channel);
-        client.placement = Arc::new(placement::Placement::new(true, tls.cloned()));
+        client.committer = Arc::new(committer::Committer::new(true, tls.cloned()));
         Ok(client)
     }
 
@@ -106,7 +106,7 @@ impl Client {
             local: None,
             conn: Arc::new(std::sync::RwLock::new(Arc::new(Conn::new(channel)))),
             failover: None,
-            placement: Arc::new(placement::Placement::new(false, None)),
+            committer: Arc::new(committer::Committer::new(false, None)),
             caller: None,
             job: None,
             reached: Arc::new(AtomicU64::new(0)),

@@ -10,12 +10,12 @@
 //! Its calls by family: `connection` (connecting, moving on, request ids), `namespace`,
 //! `contents` (maps, writes, appends), `lock_calls`, `changelog_calls`, `watch`, `admin`
 //! (status, targets); `batch` queues namespace calls into batches, `routing` sends lock calls
-//! to the server deciding each file, `placement` sends mutations to one server.
+//! to the server deciding each file, `committer` sends mutations to the one server that commits them.
 
 pub mod batch;
 pub mod clone;
+mod committer;
 pub mod failover;
-mod placement;
 pub mod routing;
 mod shadow;
 pub mod trash;
@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tonic::transport::Channel;
 
 pub use calm_proto::pb::StatusReply;
-pub use placement::COMMITTER_OF;
+pub use committer::COMMITTER_OF;
 
 /// Where a namespace keeps its file contents.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,7 +87,7 @@ impl std::fmt::Debug for InProcess {
 /// list when the connection is lost (`failover`).
 ///
 /// `$placed`: a mutation sent to the member that commits the namespace's mutations when
-/// several servers share it (`placement.rs`); if that connection is lost, a mutation with a
+/// several servers share it (`committer.rs`); if that connection is lost, a mutation with a
 /// request id is sent again to the client's own server (one without is answered the error:
 /// it may have been applied).
 macro_rules! rpc_call {
@@ -135,7 +135,7 @@ macro_rules! rpc_call {
             };
             if let Err(status) = &reply {
                 if placed.is_some() && crate::failover::connection_lost(status) {
-                    $client.placement.failed(&$conn);
+                    $client.committer.failed(&$conn);
                     if id.is_some() {
                         placing = false;
                         continue;
@@ -185,7 +185,7 @@ macro_rules! meta_call {
     (mutation placed, $client:expr, $method:ident, $message:expr) => {
         meta_call!(mutation placed if true, $client, $method, $message)
     };
-    // `$placed`: whether the mutation is sent to the member that commits (`placement.rs`).
+    // `$placed`: whether the mutation is sent to the member that commits (`committer.rs`).
     (mutation placed if $placed:expr, $client:expr, $method:ident, $message:expr) => {
         rpc_call!(
             $client,
@@ -224,7 +224,7 @@ macro_rules! batched_call {
     (mutation placed, $client:expr, $method:ident, $op:ident, $message:expr) => {
         batched_call!(mutation placed if true, $client, $method, $op, $message)
     };
-    // `$placed`: whether the mutation is sent to the member that commits (`placement.rs`).
+    // `$placed`: whether the mutation is sent to the member that commits (`committer.rs`).
     (mutation placed if $placed:expr, $client:expr, $method:ident, $op:ident, $message:expr) => {
         rpc_call!(
             $client,
@@ -317,7 +317,7 @@ pub struct Client {
     /// The servers it may move to, and its request ids (`connect_servers`).
     failover: Option<Arc<failover::Failover>>,
     /// Where its mutations go when several servers share the namespace (shared by clones).
-    placement: Arc<placement::Placement>,
+    committer: Arc<committer::Committer>,
     /// Sent with every mutation, for its changelog record.
     caller: Option<Caller>,
     /// The job of the calling process, sent with every request (the server counts its load

@@ -146,8 +146,8 @@ impl Client {
     /// [`Client::decider`] by the view `members`.
     async fn decider_in(&self, handle: Handle, members: &pb::MembersReply) -> Result<Client> {
         let view: Vec<u64> = members.servers.iter().map(|m| m.id).collect();
-        match calm_locks::cluster::owner_of(handle, &view) {
-            Some(owner) if members.clustered && owner != members.me => {
+        match calm_locks::peers::owner_of(handle, &view) {
+            Some(owner) if members.has_peers && owner != members.me => {
                 let member = members.servers.iter().find(|m| m.id == owner);
                 let address = member
                     .map(|m| m.address.clone())
@@ -178,7 +178,7 @@ impl Client {
             };
             match outcome {
                 Err(failure)
-                    if members.clustered
+                    if members.has_peers
                         && crate::routing::retryable(failure.code)
                         && retry.pause().await => {}
                 outcome => return outcome,

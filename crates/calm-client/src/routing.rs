@@ -1,4 +1,4 @@
-//! A client's locks across the servers of a namespace (`docs/design/cluster.md`).
+//! A client's locks across the servers of a namespace (`docs/design/peers.md`).
 //!
 //! With several servers on one store, each file's locks are decided by one member of the
 //! servers' view, which the client computes itself ([`owner_of`]) from the view a server
@@ -15,7 +15,7 @@
 //! server is unreachable, or its membership lapsed) is sent again after a refresh of the view,
 //! for up to [`ROUTE_RETRY_MS_MAX`]: an application sees a pause, not an error.
 //!
-//! A server alone on its store says it is not clustered: everything goes to it. When it
+//! A server alone on its store says it has no peers: everything goes to it. When it
 //! restarts (the client finds its session unknown or fenced), the router opens a new session
 //! and reclaims there every lock it held, then reports it done: the server grants no new lock
 //! until its clients from before did so, or their leases passed. A lock the server refuses to
@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use calm_locks::cluster::owner_of;
+use calm_locks::peers::owner_of;
 use calm_locks::{Request, SessionId};
 use calm_proto::locks::{LockAnswer, LockCall, LockCode, LockFailure};
 
@@ -67,7 +67,7 @@ struct State {
     home_id: u64,
     /// The address `home` was connected to when `home_id` was learnt.
     home_address: Option<String>,
-    clustered: bool,
+    has_peers: bool,
     /// Sorted member ids.
     view: Vec<u64>,
     addresses: BTreeMap<u64, String>,
@@ -119,8 +119,8 @@ pub(crate) fn retryable(code: LockCode) -> bool {
 
 /// Whether an answer asks for the request to be sent again shortly: with several servers,
 /// while the file's decider moves; alone, while the server's clients reclaim after a restart.
-fn again_later(clustered: bool, code: LockCode) -> bool {
-    match clustered {
+fn again_later(has_peers: bool, code: LockCode) -> bool {
+    match has_peers {
         true => retryable(code),
         false => code == LockCode::Grace,
     }
@@ -163,7 +163,7 @@ impl LockRouter {
         let mut state = State {
             home_id: members.me,
             home_address: home.server(),
-            clustered: members.clustered,
+            has_peers: members.has_peers,
             ..State::default()
         };
         state.links.insert(
@@ -173,7 +173,7 @@ impl LockRouter {
                 session,
             },
         );
-        if members.clustered {
+        if members.has_peers {
             state.view = members.servers.iter().map(|m| m.id).collect();
             state.view.sort_unstable();
             state.addresses = members
@@ -230,7 +230,7 @@ impl LockRouter {
     /// The server that decides `resource`'s locks, as this client sees it.
     fn route(&self, resource: u64) -> u64 {
         let state = self.state();
-        match state.clustered {
+        match state.has_peers {
             true => owner_of(resource, &state.view).unwrap_or(state.home_id),
             false => state.home_id,
         }
@@ -265,9 +265,9 @@ impl LockRouter {
                 ),
                 Err(failure) => (Err(failure), None),
             };
-            let clustered = self.state().clustered;
+            let has_peers = self.state().has_peers;
             let moved = match (&outcome, used) {
-                (Err(failure), Some(session)) if clustered => {
+                (Err(failure), Some(session)) if has_peers => {
                     self.session_moved(server, session, failure.code).await
                 }
                 (Err(failure), Some(session)) if session_lost(failure.code) => {
@@ -280,13 +280,13 @@ impl LockRouter {
             };
             let mut again = None;
             match outcome {
-                Err(failure) if moved || (clustered && retryable(failure.code)) => {
+                Err(failure) if moved || (has_peers && retryable(failure.code)) => {
                     again = Some(failure)
                 }
                 Err(failure) => return Err(failure),
                 Ok(got) => {
                     for (i, answer) in pending.into_iter().zip(got) {
-                        if again_later(clustered, answer.code) {
+                        if again_later(has_peers, answer.code) {
                             again = Some(LockFailure::new(answer.code, answer.message.clone()));
                             continue;
                         }
@@ -389,13 +389,13 @@ impl LockRouter {
                 }
                 Err(failure) => Err(failure),
             };
-            let clustered = self.state().clustered;
+            let has_peers = self.state().has_peers;
             let code = match &outcome {
                 Ok(answer) => answer.code,
                 Err(failure) => failure.code,
             };
             let moved = match used {
-                Some(session) if clustered => self.session_moved(server, session, code).await,
+                Some(session) if has_peers => self.session_moved(server, session, code).await,
                 Some(session) if session_lost(code) => {
                     self.replace_home(session).await;
                     self.home_session() != session
@@ -404,9 +404,9 @@ impl LockRouter {
             };
             // Alone, a wait whose server went away waits on once it is back (it held nothing
             // yet), however long that takes: a signal ends it.
-            let waits_on = !clustered && matches!(code, LockCode::Unavailable | LockCode::Grace);
+            let waits_on = !has_peers && matches!(code, LockCode::Unavailable | LockCode::Grace);
             let failure = match outcome {
-                Ok(answer) if moved || waits_on || again_later(clustered, answer.code) => {
+                Ok(answer) if moved || waits_on || again_later(has_peers, answer.code) => {
                     LockFailure::new(answer.code, answer.message)
                 }
                 Ok(answer) => {
@@ -415,7 +415,7 @@ impl LockRouter {
                     }
                     return Ok(answer);
                 }
-                Err(failure) if moved || waits_on || (clustered && retryable(failure.code)) => {
+                Err(failure) if moved || waits_on || (has_peers && retryable(failure.code)) => {
                     failure
                 }
                 Err(failure) => return Err(failure),
@@ -463,7 +463,7 @@ impl LockRouter {
     /// reports it to every member. Members that did not accept the report are asked again
     /// at the next refresh.
     pub async fn refresh(&self, hint: Option<u64>) {
-        if !self.state().clustered {
+        if !self.state().has_peers {
             return;
         }
         let _refreshing = self.refreshing.lock().await;
@@ -538,7 +538,7 @@ impl LockRouter {
                 None => continue,
             };
             match client.members().await {
-                Ok(members) if members.clustered => return Some(members),
+                Ok(members) if members.has_peers => return Some(members),
                 _ => continue,
             }
         }
@@ -661,7 +661,7 @@ impl LockRouter {
         let renew_every = Duration::from_millis((self.lease_ms / 3).max(10));
         let mut renewed = Instant::now();
         loop {
-            let poll = match self.state().clustered {
+            let poll = match self.state().has_peers {
                 true => Duration::from_millis(MEMBERS_POLL_MS).min(renew_every),
                 false => renew_every,
             };

@@ -6,14 +6,14 @@
 //!
 //! - [`range`]: byte ranges as `struct flock` names them, and lock types;
 //! - [`ranges`]: the POSIX/OFD record locks of one resource, O(log n + k) per operation;
-//! - [`cluster`]: which server of several decides a file's locks, fencing and takeovers;
+//! - [`peers`]: which server of several decides a file's locks, fencing and takeovers;
 //! - [`flock`]: the BSD flock locks of one resource;
 //! - [`manager`]: every resource, owners and sessions with leases, waiting in arrival order,
 //!   deadlock detection over the whole wait-for graph.
 
-pub mod cluster;
 pub mod flock;
 pub mod manager;
+pub mod peers;
 pub mod range;
 pub mod ranges;
 pub mod recovery;

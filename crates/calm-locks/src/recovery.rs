@@ -15,8 +15,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cluster::Owner;
 use crate::manager::SessionId;
+use crate::peers::Owner;
 
 /// A session that was open when the server stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]

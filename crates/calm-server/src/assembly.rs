@@ -14,9 +14,9 @@ use calm_changelog::ChangelogConfig;
 use calm_meta::{Meta, MetaError, MetaOptions};
 use calm_store::Store;
 
-use crate::cluster::ClusterOptions;
 use crate::data::DataOptions;
 use crate::listen::Listener;
+use crate::peers::PeersOptions;
 use crate::{SOCKET_FILE, Server, ServerInfo};
 
 /// What a server is made of, as its operator configured it.
@@ -234,7 +234,7 @@ impl<S: Store> Assembled<S> {
         let meta = Meta::open(store, config.meta_options(data_dir)?)?;
         let data = config.data_options(&meta).await?;
         let (listeners, addrs) = config.listeners(data_dir).await?;
-        let cluster = config.shared.as_ref().map(|shared| ClusterOptions {
+        let peers = config.shared.as_ref().map(|shared| PeersOptions {
             address: shared.advertise.clone().unwrap_or_else(|| {
                 addrs
                     .iter()
@@ -254,7 +254,7 @@ impl<S: Store> Assembled<S> {
             lock_limits: config.lock_limits,
             data,
             auth: config.auth(),
-            cluster,
+            peers,
             backups: config
                 .backups
                 .map(|(every, keep)| crate::backup::BackupPolicy {

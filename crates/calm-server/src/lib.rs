@@ -30,11 +30,11 @@ pub mod auth;
 pub mod backup;
 mod batch;
 pub mod changelog;
-pub mod cluster;
 pub mod compactor;
 pub mod connections;
 pub mod data;
 pub mod data_dir;
+pub mod decider_counts;
 pub mod heap;
 pub mod holds;
 pub mod in_process;
@@ -54,7 +54,7 @@ pub mod metrics;
 pub mod nearest;
 pub mod offline;
 pub mod orphans;
-pub mod placement;
+pub mod peers;
 pub mod private_file;
 pub mod protect;
 mod socket_owner;
@@ -122,7 +122,7 @@ pub struct ServerInfo {
     pub auth: auth::Auth,
     /// With a shared store (etcd): this server's part among the servers of the namespace
     /// (`None`: its locks are its own, as on an embedded store).
-    pub cluster: Option<cluster::ClusterOptions>,
+    pub peers: Option<peers::PeersOptions>,
     /// Metadata backups into the object store (`None`: none).
     pub backups: Option<backup::BackupPolicy>,
     /// Alone on an embedded store: the file where its lock sessions are written down, so that
@@ -143,7 +143,7 @@ impl ServerInfo {
             lock_limits: calm_locks::Limits::default(),
             data: None,
             auth: auth::Auth::default(),
-            cluster: None,
+            peers: None,
             backups: None,
             lock_ledger: None,
         }
@@ -187,7 +187,7 @@ pub struct Server<S: Store> {
     /// The metadata backups, when asked for.
     backups: Option<tokio::task::JoinHandle<()>>,
     /// The membership task, with several servers on one store.
-    cluster: Option<tokio::task::JoinHandle<()>>,
+    peers: Option<tokio::task::JoinHandle<()>>,
     /// Counts and times the requests, when metrics are served.
     requests: Option<metrics::RequestsLayer>,
     /// Connections and their requests by listener and identity kind, refusals by limit.
@@ -199,7 +199,7 @@ pub struct Server<S: Store> {
 impl<S: Store> Server<S> {
     /// Starts the services of `meta` and their tasks (on the current runtime).
     pub async fn start(meta: Arc<Meta<S>>, info: ServerInfo) -> Server<S> {
-        let registry = info.cluster.as_ref().and(meta.store().registry());
+        let registry = info.peers.as_ref().and(meta.store().registry());
         let mut table = LockTable::with_registry(info.lock_limits, meta.epoch(), registry);
         if let Some(path) = &info.lock_ledger
             && let Err(e) = table.keep_ledger(path)
@@ -209,10 +209,10 @@ impl<S: Store> Server<S> {
         }
         let table = Arc::new(table);
         let leases = tokio::spawn(table.clone().run_leases());
-        let cluster = match (&info.cluster, table.clustered()) {
+        let peers = match (&info.peers, table.has_peers()) {
             (Some(options), true) => {
                 let owners = info.auth.sessions.clone();
-                Some(tokio::spawn(cluster::run(
+                Some(tokio::spawn(peers::run(
                     table.clone(),
                     options.clone(),
                     owners,
@@ -240,7 +240,7 @@ impl<S: Store> Server<S> {
         hub.clear_only_when_committing(table.clone());
         let objects = data.as_ref().map(|d| d.options.objects.clone());
         let holds = info
-            .cluster
+            .peers
             .is_none()
             .then(|| Arc::new(holds::Holds::default().with_shares(meta.shares().clone())));
         let mut service = MetaService::new(meta.clone(), auth.clone(), table.clone(), info, data);
@@ -273,7 +273,7 @@ impl<S: Store> Server<S> {
             load_sweeper,
             share_sweeper,
             backups,
-            cluster,
+            peers,
             requests: None,
             connections: Arc::default(),
             endpoint: None,
@@ -315,8 +315,8 @@ impl<S: Store> Server<S> {
         let table = self.table.clone();
         scrape.add(move || {
             let mut families = metrics::lock_families(&table.counts());
-            if let Some(figures) = table.cluster_figures() {
-                families.extend(metrics::cluster_families(&figures));
+            if let Some(figures) = table.peers_figures() {
+                families.extend(metrics::peers_families(&figures));
             }
             families
         });
@@ -458,7 +458,7 @@ impl<S: Store> Server<S> {
         if let Some(task) = self.backups {
             task.abort();
         }
-        if let Some(task) = self.cluster {
+        if let Some(task) = self.peers {
             // Stop deciding first, then leave: the others take the files over at once rather
             // than after the lease.
             task.abort();

@@ -6,9 +6,9 @@
 //! - Leases: one task ticks (every [`crate::lease_clock::TICK_MS`], or sooner when a deadline is
 //!   due) and expires what is due; a new session wakes it. Leases are counted on the time the
 //!   server ran (`crate::lease_clock`), so a server that was stopped expires nobody for it.
-//! - Several servers on one store (`crate::cluster`): under the same mutex, every set, test,
-//!   unlock and release of a file first asks the cluster state whether this server decides the
-//!   file's locks now (`calm_locks::cluster::Route`), counted on the time that passed (a
+//! - Several servers on one store (`crate::peers`): under the same mutex, every set, test,
+//!   unlock and release of a file first asks the state among peers whether this server decides the
+//!   file's locks now (`calm_locks::peers::Route`), counted on the time that passed (a
 //!   registration in the registry runs out on the registry's clock, stopped or not).
 
 use calm_types::sync::Locked;
@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use calm_locks::cluster::{Cluster, Route};
+use calm_locks::peers::{Peers, Route};
 use calm_locks::{Event, Limits, LockError, LockManager, SessionId, Stats, WaitId};
 use calm_proto::locks::{LockCode, LockFailure};
 use tokio::sync::{Notify, oneshot};
@@ -38,8 +38,8 @@ pub(crate) type Reply = Result<(), LockError>;
 pub(crate) struct Inner {
     pub(crate) manager: LockManager,
     /// Which files this server decides, with several servers on one store; `None` alone, or
-    /// before it joined the registry (then it decides nothing: see [`LockTable::clustered`]).
-    pub(crate) cluster: Option<Cluster>,
+    /// before it joined the registry (then it decides nothing: see [`LockTable::has_peers`]).
+    pub(crate) peers: Option<Peers>,
     /// The RPC each waiting request completes.
     pub(crate) pending: HashMap<WaitId, oneshot::Sender<Reply>>,
     /// `(session, tag)` of every waiting request, and back.
@@ -86,7 +86,7 @@ pub struct LockTable {
     /// Wakes the lease task when a session with a sooner deadline may exist.
     pub(crate) lease_changed: Notify,
     /// Several servers share the store: the registry where sessions are recorded, and where
-    /// this server is a member (`crate::cluster`).
+    /// this server is a member (`crate::peers`).
     pub(crate) registry: Option<Arc<dyn calm_store::registry::Registry>>,
     /// `(id, address)` of the members of the applied view.
     pub(crate) members: Mutex<Vec<(u64, String)>>,
@@ -97,7 +97,7 @@ pub struct LockTable {
     /// whose commits this one may not have seen yet.
     pub(crate) client_index: AtomicU64,
     /// Requests refused for where their file is decided, locks dropped as files moved.
-    pub(crate) placement: crate::placement::Placement,
+    pub(crate) decider_counts: crate::decider_counts::DeciderCounts,
     /// Alone on a store in a data directory: where the open sessions are written down.
     pub(crate) ledger: Option<Arc<Ledger>>,
     /// Set when the server stops: lock waits end at once.
@@ -110,7 +110,7 @@ impl LockTable {
     }
 
     /// A table of one server among several sharing `registry`: it decides nothing until the
-    /// cluster task joined the registry.
+    /// peers task joined the registry.
     pub fn with_registry(
         limits: Limits,
         epoch: u64,
@@ -121,9 +121,9 @@ impl LockTable {
             members: Mutex::new(Vec::new()),
             me: epoch,
             client_index: AtomicU64::new(0),
-            placement: Default::default(),
+            decider_counts: Default::default(),
             inner: Mutex::new(Inner {
-                cluster: None,
+                peers: None,
                 manager: LockManager::new(limits, (epoch << 32) | 1),
                 pending: HashMap::new(),
                 by_tag: HashMap::new(),
@@ -166,20 +166,20 @@ impl LockTable {
     }
 
     /// Whether several servers share the store.
-    pub fn clustered(&self) -> bool {
+    pub fn has_peers(&self) -> bool {
         self.registry.is_some()
     }
 
     /// Whether this server is the one its clients send the namespace's mutations to (the
     /// decider of the root's locks: `calm_client::COMMITTER_OF`); a server alone always is.
     pub fn commits_here(&self) -> bool {
-        if !self.clustered() {
+        if !self.has_peers() {
             return true;
         }
         let inner = self.lock();
-        inner.cluster.as_ref().is_some_and(|cluster| {
+        inner.peers.as_ref().is_some_and(|peers| {
             matches!(
-                cluster.route(calm_types::ROOT, self.now_ms(), None),
+                peers.route(calm_types::ROOT, self.now_ms(), None),
                 Route::Mine | Route::Grace
             )
         })
@@ -195,7 +195,7 @@ impl LockTable {
         reclaim: Option<&str>,
         release: bool,
     ) -> Result<(), LockFailure> {
-        if !self.clustered() {
+        if !self.has_peers() {
             return match inner.recovery.admit(self.lease_now_ms(), reclaim, release) {
                 Admission::Yes => Ok(()),
                 Admission::Grace => Err(failure(
@@ -209,11 +209,11 @@ impl LockTable {
                 )),
             };
         }
-        let route = match &inner.cluster {
-            Some(cluster) => cluster.route(resource, self.now_ms(), reclaim),
+        let route = match &inner.peers {
+            Some(peers) => peers.route(resource, self.now_ms(), reclaim),
             None => Route::Lapsed,
         };
-        self.placement.routed(route, release);
+        self.decider_counts.routed(route, release);
         match route {
             Route::Mine => Ok(()),
             Route::Grace if release => Ok(()),

@@ -536,7 +536,7 @@ impl<S: Store> LocksRpc for LockService<S> {
         // opened each).
         let identity = self.auth.identity(&r)?;
         let r = r.into_inner();
-        let accepted = match self.table.clustered() {
+        let accepted = match self.table.has_peers() {
             true => self
                 .table
                 .reclaim_done(&r.sessions, &r.view, identity.key()),

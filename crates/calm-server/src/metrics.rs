@@ -451,11 +451,11 @@ pub fn lock_families(c: &calm_locks::Counts) -> Vec<calm_metrics::MetricFamily> 
     ]
 }
 
-/// Lock placement among several servers: the view, takeovers and their grace, refusals for
+/// Which server decides each file's locks, among several: the view, takeovers and their grace, refusals for
 /// where a file is decided, locks moved.
-pub fn cluster_families(f: &crate::cluster::ClusterFigures) -> Vec<calm_metrics::MetricFamily> {
+pub fn peers_families(f: &crate::peers::PeersFigures) -> Vec<calm_metrics::MetricFamily> {
     let c = &f.counts;
-    let refused: Vec<[(&str, &str); 1]> = crate::placement::REFUSALS
+    let refused: Vec<[(&str, &str); 1]> = crate::decider_counts::REFUSALS
         .iter()
         .map(|r| [("reason", *r)])
         .collect();
@@ -468,37 +468,37 @@ pub fn cluster_families(f: &crate::cluster::ClusterFigures) -> Vec<calm_metrics:
         |name: &str, help: &str, value: usize| gauge_family(name, help, &[(&[][..], value as f64)]);
     vec![
         gauge(
-            "calm_cluster_servers",
+            "calm_peers_servers",
             "Servers in the view this server decides locks by (a file's locks are decided by one of them).",
             f.servers,
         ),
         gauge(
-            "calm_cluster_deciding",
+            "calm_peers_deciding",
             "1 when this server's membership is confirmed and it decides its files' locks, 0 when it decides none (its lease lapsed, or it is not in the view).",
             f.deciding as usize,
         ),
         counter_family(
-            "calm_cluster_view_changes_total",
+            "calm_peers_view_changes_total",
             "Times the view of servers changed (one came or went) and files' locks moved between servers.",
             &[(&[], c.views_changed as f64)],
         ),
         counter_family(
-            "calm_cluster_locks_moved_total",
+            "calm_peers_locks_moved_total",
             "Locks and waiting requests this server dropped because their file moved to another server (their clients take them again there).",
             &[(&[], f.locks_moved as f64)],
         ),
         counter_family(
-            "calm_cluster_takeovers_total",
+            "calm_peers_takeovers_total",
             "Takeovers begun: files came to this server from others, and their clients may reclaim their locks here first (a grace period).",
             &[(&[], c.takeovers as f64)],
         ),
         gauge(
-            "calm_cluster_takeovers_in_grace",
+            "calm_peers_takeovers_in_grace",
             "Takeovers whose grace period is not over: new locks on their files wait.",
             f.takeovers_active,
         ),
         counter_family(
-            "calm_cluster_takeovers_ended_total",
+            "calm_peers_takeovers_ended_total",
             "Takeovers ended, by how: every client reported its reclaims (reclaimed), the longest grace ran out (deadline), this server left the view (left).",
             &[
                 (&[("how", "reclaimed")], c.ended_reclaimed as f64),
@@ -507,12 +507,12 @@ pub fn cluster_families(f: &crate::cluster::ClusterFigures) -> Vec<calm_metrics:
             ],
         ),
         counter_family(
-            "calm_cluster_grace_seconds_total",
+            "calm_peers_grace_seconds_total",
             "Seconds of grace of the takeovers ended, from each one's start to its end (divided by the takeovers ended: the average grace).",
             &[(&[], c.grace_ms as f64 / 1000.0)],
         ),
         counter_family(
-            "calm_cluster_lock_refusals_total",
+            "calm_peers_lock_refusals_total",
             "Lock requests refused for where their file is decided: another server decides it (moved; the client asks that one), it is in a takeover's grace (grace; only reclaims pass), this server decides nothing now (lapsed).",
             &refused,
         ),

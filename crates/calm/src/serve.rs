@@ -97,11 +97,11 @@ pub struct ServerArgs {
     /// With --store: the lease of this server's membership among the namespace's servers, in
     /// milliseconds (etcd rounds it up to whole seconds): when the server dies, its files'
     /// locks move to the others this long after its last renewal.
-    #[arg(long, default_value_t = calm_server::cluster::SERVER_LEASE_MS_DEFAULT)]
+    #[arg(long, default_value_t = calm_server::peers::SERVER_LEASE_MS_DEFAULT)]
     pub server_lease_ms: u64,
     /// With --store: the longest a server that took files over waits for their clients to
     /// reclaim their locks before it grants new ones, in milliseconds.
-    #[arg(long, default_value_t = calm_server::cluster::GRACE_MS_MAX_DEFAULT)]
+    #[arg(long, default_value_t = calm_server::peers::GRACE_MS_MAX_DEFAULT)]
     pub grace_ms_max: u64,
     /// With --store: the address the other servers' clients reach this server at (default:
     /// the first --listen address, else the Unix socket).

@@ -560,8 +560,8 @@ fn the_alert_rules_check_and_name_metrics_calm_serves() {
     named.dedup();
     assert!(named.len() >= 10, "{named:?}");
     for name in named {
-        // Served by servers sharing etcd only: tests/cluster.rs reads them from two of three.
-        if name.starts_with("calm_cluster_") {
+        // Served by servers sharing etcd only: tests/peers.rs reads them from two of three.
+        if name.starts_with("calm_peers_") {
             continue;
         }
         assert!(

@@ -68,7 +68,7 @@ impl LockRouter {
             }
         }
         *self.confirmed.locked() = Instant::now();
-        if !self.state().clustered {
+        if !self.state().has_peers {
             self.reclaim_in(old, new).await;
         }
         self.replaced.notify_one();

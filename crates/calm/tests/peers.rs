@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use calm_client::routing::LockRouter;
 use calm_client::{COMMITTER_OF, Client};
-use calm_locks::cluster::owner_of;
+use calm_locks::peers::owner_of;
 use calm_locks::{LockKind, OFFSET_MAX, Owner, Range, Request, Scope};
 use calm_meta::ROOT;
 use calm_meta::slices::{INLINE, Slice};
@@ -63,7 +63,7 @@ fn three_servers_with(
             let started = Instant::now();
             loop {
                 let members = client.members().await.unwrap();
-                assert!(members.clustered);
+                assert!(members.has_peers);
                 if members.servers.len() == 3 {
                     break;
                 }
@@ -627,12 +627,12 @@ fn a_mount_of_three_servers_moves_on_when_its_server_dies_and_keeps_its_locks() 
                 .iter()
                 .map(|how| {
                     at(&format!(
-                        "calm_cluster_takeovers_ended_total{{how=\"{how}\"}}"
+                        "calm_peers_takeovers_ended_total{{how=\"{how}\"}}"
                     ))
                 })
                 .sum();
-            if at("calm_cluster_takeovers_in_grace") == 0.0
-                && ended == at("calm_cluster_takeovers_total")
+            if at("calm_peers_takeovers_in_grace") == 0.0
+                && ended == at("calm_peers_takeovers_total")
             {
                 break text;
             }
@@ -642,11 +642,11 @@ fn a_mount_of_three_servers_moves_on_when_its_server_dies_and_keeps_its_locks() 
         let out = common::promtool_check_metrics(&text);
         assert!(out.status.success(), "{out:?}");
         let at = |series: &str| common::sample(&text, series).unwrap_or(-1.0);
-        assert_eq!(at("calm_cluster_servers"), 2.0, "{text}");
-        assert_eq!(at("calm_cluster_deciding"), 1.0, "{text}");
-        assert!(at("calm_cluster_view_changes_total") >= 1.0, "{text}");
-        assert!(at("calm_cluster_takeovers_total") >= 2.0, "{text}");
-        assert!(at("calm_cluster_grace_seconds_total") > 0.0, "{text}");
+        assert_eq!(at("calm_peers_servers"), 2.0, "{text}");
+        assert_eq!(at("calm_peers_deciding"), 1.0, "{text}");
+        assert!(at("calm_peers_view_changes_total") >= 1.0, "{text}");
+        assert!(at("calm_peers_takeovers_total") >= 2.0, "{text}");
+        assert!(at("calm_peers_grace_seconds_total") > 0.0, "{text}");
         // What the alert rules in docs/operations/ read of several servers.
         let rules = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -654,7 +654,7 @@ fn a_mount_of_three_servers_moves_on_when_its_server_dies_and_keeps_its_locks() 
         ))
         .unwrap();
         for word in rules.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
-            if word.starts_with("calm_cluster_") {
+            if word.starts_with("calm_peers_") {
                 assert!(text.contains(&format!("# TYPE {word} ")), "{word}:\n{text}");
             }
         }

@@ -1,11 +1,11 @@
 //! Several servers on one store: this server's membership in the store's registry, the view
 //! of the members it decides by, and the takeovers of files that come to it
-//! (`calm_locks::cluster` holds the rules; `docs/design/cluster.md` the argument).
+//! (`calm_locks::peers` holds the rules; `docs/design/peers.md` the argument).
 //!
 //! One task per server ([`run`]): it joins the registry under a lease, then every third of
 //! the lease (and at once when the registry's watch reports a change, or a takeover has a
 //! deadline) renews the lease and reads the members and their acknowledgements. What it read
-//! goes into the cluster state under the lock table's mutex, so a change of the view and the
+//! goes into the state among peers under the lock table's mutex, so a change of the view and the
 //! requests it moves never interleave; the effects that need the registry (acknowledge the
 //! view, read the sessions of the servers that lost files) run after, outside the mutex.
 
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use calm_locks::LockError;
-use calm_locks::cluster::{Cluster, ClusterConfig, Effect, Route, ServerId};
+use calm_locks::peers::{Effect, Peers, PeersConfig, Route, ServerId};
 use calm_proto::pb;
 use calm_store::registry::{Members, Registry};
 
@@ -42,65 +42,65 @@ pub fn holders_kept_ms(lease_ms: u64, grace_ms_max: u64) -> u64 {
     2 * lease_ms + grace_ms_max + HOLDERS_READ_MS_MAX
 }
 
-/// How this server takes part in a cluster.
+/// How this server takes part among its peers.
 #[derive(Debug, Clone)]
-pub struct ClusterOptions {
+pub struct PeersOptions {
     /// Where clients reach this server (its first TCP listener, or its Unix socket).
     pub address: String,
     pub lease_ms: u64,
     pub grace_ms_max: u64,
 }
 
-/// What a server among several shows of its lock placement (metrics).
+/// What a server among several shows of its deciders (metrics).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ClusterFigures {
+pub struct PeersFigures {
     /// Servers in the view this server decides by.
     pub servers: usize,
     /// Whether this server's membership is confirmed (it decides its files' locks).
     pub deciding: bool,
     /// Takeovers whose grace is not over.
     pub takeovers_active: usize,
-    pub counts: calm_locks::cluster::ClusterCounts,
-    /// Lock requests refused by [`crate::placement::REFUSALS`].
+    pub counts: calm_locks::peers::PeersCounts,
+    /// Lock requests refused by [`crate::decider_counts::REFUSALS`].
     pub refused: [u64; 3],
     /// Locks and waiting requests dropped because their file moved to another server.
     pub locks_moved: u64,
 }
 
 impl LockTable {
-    /// What the lock placement counted, with several servers (`None` alone).
-    pub fn cluster_figures(&self) -> Option<ClusterFigures> {
-        if !self.clustered() {
+    /// What the deciders counted, with several servers (`None` alone).
+    pub fn peers_figures(&self) -> Option<PeersFigures> {
+        if !self.has_peers() {
             return None;
         }
         let now_ms = self.now_ms();
-        let (refused, locks_moved) = self.placement.read();
-        let mut figures = ClusterFigures {
+        let (refused, locks_moved) = self.decider_counts.read();
+        let mut figures = PeersFigures {
             refused,
             locks_moved,
-            ..ClusterFigures::default()
+            ..PeersFigures::default()
         };
-        if let Some(cluster) = &self.lock().cluster {
-            figures.servers = cluster.view().len();
-            figures.deciding = cluster.valid(now_ms);
-            figures.takeovers_active = cluster.takeovers_active(now_ms);
-            figures.counts = cluster.counts();
+        if let Some(peers) = &self.lock().peers {
+            figures.servers = peers.view().len();
+            figures.deciding = peers.valid(now_ms);
+            figures.takeovers_active = peers.takeovers_active(now_ms);
+            figures.counts = peers.counts();
         }
         Some(figures)
     }
 
     /// The view this server decides by, for clients.
     pub(crate) fn members_reply(&self) -> pb::MembersReply {
-        if !self.clustered() {
+        if !self.has_peers() {
             return pb::MembersReply {
-                clustered: false,
+                has_peers: false,
                 me: self.me,
                 servers: Vec::new(),
             };
         }
         let members = self.members.locked();
         pb::MembersReply {
-            clustered: true,
+            has_peers: true,
             me: self.me,
             servers: members
                 .iter()
@@ -114,13 +114,13 @@ impl LockTable {
 
     pub(crate) fn reclaim_done(&self, sessions: &[u64], view: &[u64], owner: &str) -> bool {
         let now_ms = self.now_ms();
-        match &mut self.lock().cluster {
-            Some(cluster) => cluster.reclaim_done(sessions, view, owner, now_ms),
+        match &mut self.lock().peers {
+            Some(peers) => peers.reclaim_done(sessions, view, owner, now_ms),
             None => false,
         }
     }
 
-    /// Applies what the cluster state asked for that needs only the table (dropping the files
+    /// Applies what the state among peers asked for that needs only the table (dropping the files
     /// that moved away); returns the rest.
     fn carry_out(&self, effects: Vec<Effect>) -> Vec<Effect> {
         let mut later = Vec::new();
@@ -131,20 +131,20 @@ impl LockTable {
                 later.push(effect);
                 continue;
             }
-            let Some(cluster) = inner.cluster.clone() else {
+            let Some(peers) = inner.peers.clone() else {
                 continue;
             };
             let mut dropped = 0;
             for resource in inner.manager.resources() {
                 if matches!(
-                    cluster.route(resource, now_ms, None),
+                    peers.route(resource, now_ms, None),
                     Route::Elsewhere(_) | Route::Lapsed
                 ) {
                     dropped += inner.manager.drop_resource(resource, LockError::Moved);
                 }
             }
             inner.deliver();
-            self.placement.moved(dropped);
+            self.decider_counts.moved(dropped);
             if dropped > 0 {
                 tracing::info!(
                     dropped,
@@ -159,8 +159,8 @@ impl LockTable {
     /// until the others took the files over.
     pub(crate) fn lapse(&self) {
         let mut inner = self.lock();
-        if let Some(cluster) = &mut inner.cluster {
-            cluster.set_view(Vec::new(), 0);
+        if let Some(peers) = &mut inner.peers {
+            peers.set_view(Vec::new(), 0);
         }
         drop(inner);
         self.carry_out(vec![Effect::DropMoved]);
@@ -177,7 +177,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// Joins the registry (trying until it works) and returns the lease granted.
-async fn join(registry: &Arc<dyn Registry>, me: ServerId, options: &ClusterOptions) -> u64 {
+async fn join(registry: &Arc<dyn Registry>, me: ServerId, options: &PeersOptions) -> u64 {
     loop {
         let (registry, address, lease_ms) =
             (registry.clone(), options.address.clone(), options.lease_ms);
@@ -192,11 +192,11 @@ async fn join(registry: &Arc<dyn Registry>, me: ServerId, options: &ClusterOptio
     }
 }
 
-/// This server's part in the cluster, until aborted. `me` is the store epoch.
+/// This server's part among its peers, until aborted. `me` is the store epoch.
 /// `owners`: who opened each session (recorded again with it after a lapse).
 pub async fn run(
     table: Arc<LockTable>,
-    options: ClusterOptions,
+    options: PeersOptions,
     owners: Arc<crate::auth::SessionOwners>,
 ) {
     let Some(registry) = table.registry.clone() else {
@@ -204,9 +204,9 @@ pub async fn run(
     };
     let me = table.me;
     let lease_ms = join(&registry, me, &options).await;
-    table.lock().cluster = Some(Cluster::new(
+    table.lock().peers = Some(Peers::new(
         me,
-        ClusterConfig {
+        PeersConfig {
             lease_ms,
             grace_ms_max: options.grace_ms_max,
         },
@@ -245,7 +245,7 @@ pub async fn run(
         let now_ms = table.now_ms();
         let deadline = table
             .lock()
-            .cluster
+            .peers
             .as_ref()
             .and_then(|c| c.next_deadline())
             .map(|d| Duration::from_millis(d.saturating_sub(now_ms)));
@@ -262,7 +262,7 @@ async fn round(
     table: &Arc<LockTable>,
     registry: &Arc<dyn Registry>,
     me: ServerId,
-    options: &ClusterOptions,
+    options: &PeersOptions,
     owners: &crate::auth::SessionOwners,
 ) {
     let sent_ms = table.now_ms();
@@ -330,18 +330,18 @@ fn apply(table: &LockTable, members: &Members, sent_ms: u64, renewed: bool) -> V
     let now_ms = table.now_ms();
     let effects = {
         let mut inner = table.lock();
-        let Some(cluster) = inner.cluster.as_mut() else {
+        let Some(peers) = inner.peers.as_mut() else {
             return Vec::new();
         };
-        let mut effects = cluster.set_view(view.clone(), now_ms);
+        let mut effects = peers.set_view(view.clone(), now_ms);
         if renewed {
-            cluster.confirmed(&view, sent_ms);
+            peers.confirmed(&view, sent_ms);
         }
         for (server, acked) in &members.acks {
-            effects.extend(cluster.ack(*server, acked.clone(), now_ms));
+            effects.extend(peers.ack(*server, acked.clone(), now_ms));
         }
-        effects.extend(cluster.tick(now_ms));
-        let applied = cluster.view().to_vec();
+        effects.extend(peers.tick(now_ms));
+        let applied = peers.view().to_vec();
         *table.members.locked() = members
             .servers
             .iter()
@@ -374,8 +374,8 @@ async fn run_effects(table: &Arc<LockTable>, registry: &Arc<dyn Registry>, effec
                     }
                 };
                 let now_ms = table.now_ms();
-                if let Some(cluster) = table.lock().cluster.as_mut() {
-                    cluster.holders(&servers, &sessions, now_ms);
+                if let Some(peers) = table.lock().peers.as_mut() {
+                    peers.holders(&servers, &sessions, now_ms);
                 }
             }
         }

@@ -1,9 +1,9 @@
-//! Placement, takeovers, and a simulated cluster checked for double deciders.
+//! Deciders, takeovers, and a simulated group of servers checked for double deciders.
 
 use super::*;
 use proptest::prelude::*;
 
-const CONFIG: ClusterConfig = ClusterConfig {
+const CONFIG: PeersConfig = PeersConfig {
     lease_ms: 1_000,
     grace_ms_max: 5_000,
 };
@@ -35,17 +35,17 @@ fn every_file_has_one_owner_and_a_leaving_server_moves_only_its_own_files() {
 }
 
 /// A member of `view` whose own joining takeover is over.
-fn confirmed(me: ServerId, view: &[ServerId], now: u64) -> Cluster {
-    let mut cluster = Cluster::new(me, CONFIG);
-    cluster.set_view(view.to_vec(), now);
-    cluster.confirmed(view, now);
+fn confirmed(me: ServerId, view: &[ServerId], now: u64) -> Peers {
+    let mut peers = Peers::new(me, CONFIG);
+    peers.set_view(view.to_vec(), now);
+    peers.confirmed(view, now);
     let others: Vec<ServerId> = view.iter().copied().filter(|s| *s != me).collect();
     for other in &others {
-        cluster.ack(*other, view.to_vec(), now);
+        peers.ack(*other, view.to_vec(), now);
     }
-    cluster.holders(&others, &[], now);
-    assert_eq!(cluster.takeovers_active(now), 0);
-    cluster
+    peers.holders(&others, &[], now);
+    assert_eq!(peers.takeovers_active(now), 0);
+    peers
 }
 
 fn file_moving(from: ServerId, to: ServerId, before: &[ServerId], after: &[ServerId]) -> u64 {
@@ -111,12 +111,12 @@ fn a_dead_servers_files_are_in_grace_until_its_sessions_reclaimed() {
     assert_eq!(
         c.counts(),
         // Its joining takeover (over at once) and 2's files (400 ms of grace).
-        ClusterCounts {
+        PeersCounts {
             views_changed: 1,
             takeovers: 2,
             ended_reclaimed: 2,
             grace_ms: 400,
-            ..ClusterCounts::default()
+            ..PeersCounts::default()
         }
     );
 }
@@ -125,7 +125,7 @@ fn a_dead_servers_files_are_in_grace_until_its_sessions_reclaimed() {
 fn a_grace_ends_at_its_limits_without_acknowledgements_or_reports() {
     // 4 joins 1 and 2, which never acknowledge: a lease later they cannot be deciding any
     // more; then the sessions that never report are waited for grace_ms_max.
-    let mut c = Cluster::new(4, CONFIG);
+    let mut c = Peers::new(4, CONFIG);
     c.set_view(vec![1, 2, 4], 100);
     c.confirmed(&[1, 2, 4], 900);
     let moving = file_moving(1, 4, &[1, 2], &[1, 2, 4]);
@@ -140,18 +140,18 @@ fn a_grace_ends_at_its_limits_without_acknowledgements_or_reports() {
     assert!(c.tick(6_100).is_empty());
     assert_eq!(
         c.counts(),
-        ClusterCounts {
+        PeersCounts {
             takeovers: 1,
             ended_deadline: 1,
             grace_ms: 6_000,
-            ..ClusterCounts::default()
+            ..PeersCounts::default()
         }
     );
 }
 
 #[test]
 fn a_server_decides_only_within_a_confirmed_lease() {
-    let mut c = Cluster::new(1, CONFIG);
+    let mut c = Peers::new(1, CONFIG);
     assert_eq!(c.route(1, 0, None), Route::Lapsed, "nothing before a view");
     c.set_view(vec![1], 0);
     assert_eq!(c.route(1, 0, None), Route::Lapsed, "nothing before a round");
@@ -170,7 +170,7 @@ fn a_server_decides_only_within_a_confirmed_lease() {
 #[test]
 fn a_joining_server_waits_for_the_others_to_stop_deciding() {
     // 4 joins 1 and 2: the files that come to it are in grace until both acknowledge.
-    let mut c = Cluster::new(4, CONFIG);
+    let mut c = Peers::new(4, CONFIG);
     let effects = c.set_view(vec![1, 2, 4], 0);
     assert_eq!(effects, vec![Effect::DropMoved, Effect::Ack(vec![1, 2, 4])]);
     c.confirmed(&[1, 2, 4], 0);
@@ -185,14 +185,14 @@ fn a_joining_server_waits_for_the_others_to_stop_deciding() {
     );
     c.holders(&[1, 2], &[], 30);
     assert_eq!(c.route(moving, 40, None), Route::Mine);
-    // The first server of a cluster takes over nobody's files.
-    let mut first = Cluster::new(9, CONFIG);
+    // The first server of a group of peers takes over nobody's files.
+    let mut first = Peers::new(9, CONFIG);
     first.set_view(vec![9], 0);
     first.confirmed(&[9], 0);
     assert_eq!(first.route(3, 1, None), Route::Mine);
 }
 
-/// One step of the simulated cluster.
+/// One step of the simulated servers.
 #[derive(Debug, Clone)]
 enum Step {
     /// Time passes.
@@ -218,7 +218,7 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 struct Node {
-    cluster: Cluster,
+    peers: Peers,
     cut: bool,
 }
 
@@ -246,11 +246,11 @@ fn carry_out(node: &mut Node, registry: &mut Registry, effects: Vec<Effect>, now
         match effect {
             Effect::DropMoved => {}
             Effect::Ack(view) => {
-                if !node.cut && registry.expiry.contains_key(&node.cluster.me()) {
-                    registry.acks.insert(node.cluster.me(), view);
+                if !node.cut && registry.expiry.contains_key(&node.peers.me()) {
+                    registry.acks.insert(node.peers.me(), view);
                 }
             }
-            Effect::ReadHolders(servers) => node.cluster.holders(&servers, &[], now),
+            Effect::ReadHolders(servers) => node.peers.holders(&servers, &[], now),
         }
     }
 }
@@ -267,55 +267,55 @@ proptest! {
         let mut next_id = 4;
         let mut registry = Registry::default();
         let mut nodes: Vec<Node> = (1..=3)
-            .map(|id| Node { cluster: Cluster::new(id, CONFIG), cut: false })
+            .map(|id| Node { peers: Peers::new(id, CONFIG), cut: false })
             .collect();
         for node in &nodes {
-            registry.expiry.insert(node.cluster.me(), lease);
+            registry.expiry.insert(node.peers.me(), lease);
         }
         for step in steps {
             match step {
                 Step::Advance(ms) => now += ms,
                 Step::Cut(i, cut) => nodes[i].cut = cut,
                 Step::Restart(i) => {
-                    nodes[i] = Node { cluster: Cluster::new(next_id, CONFIG), cut: false };
+                    nodes[i] = Node { peers: Peers::new(next_id, CONFIG), cut: false };
                     registry.expiry.insert(next_id, now + lease);
                     next_id += 1;
                 }
                 Step::Round(i) => {
                     registry.expire(now);
                     let node = &mut nodes[i];
-                    let me = node.cluster.me();
+                    let me = node.peers.me();
                     if !node.cut && registry.expiry.contains_key(&me) {
                         // etcd receives the renewal after it was sent: the lease runs from then.
                         registry.expiry.insert(me, now + lease);
                         let view = registry.view();
-                        let effects = node.cluster.set_view(view.clone(), now);
+                        let effects = node.peers.set_view(view.clone(), now);
                         carry_out(node, &mut registry, effects, now);
-                        node.cluster.confirmed(&view, now);
+                        node.peers.confirmed(&view, now);
                     }
                 }
                 Step::Deliver(i) => {
                     registry.expire(now);
                     let node = &mut nodes[i];
                     if !node.cut {
-                        let effects = node.cluster.set_view(registry.view(), now);
+                        let effects = node.peers.set_view(registry.view(), now);
                         carry_out(node, &mut registry, effects, now);
                         for (server, view) in registry.acks.clone() {
-                            let effects = node.cluster.ack(server, view, now);
+                            let effects = node.peers.ack(server, view, now);
                             carry_out(node, &mut registry, effects, now);
                         }
                     }
                 }
             }
             for node in &mut nodes {
-                let effects = node.cluster.tick(now);
+                let effects = node.peers.tick(now);
                 carry_out(node, &mut registry, effects, now);
             }
             for resource in 0..48u64 {
                 let deciders: Vec<ServerId> = nodes
                     .iter()
-                    .filter(|n| n.cluster.route(resource, now, None) == Route::Mine)
-                    .map(|n| n.cluster.me())
+                    .filter(|n| n.peers.route(resource, now, None) == Route::Mine)
+                    .map(|n| n.peers.me())
                     .collect();
                 prop_assert!(deciders.len() <= 1, "file {} at {}: {:?}", resource, now, deciders);
             }

@@ -3,15 +3,15 @@
 //!
 //! Pure and deterministic, like the manager: the server feeds in what it read from the
 //! registry of servers (etcd), the time, and what clients report; it gets back effects to
-//! carry out. Rules (`docs/design/cluster.md`):
+//! carry out. Rules (`docs/design/peers.md`):
 //!
-//! - **Placement.** A file's locks are decided by the member of the current view that scores
+//! - **Deciders.** A file's locks are decided by the member of the current view that scores
 //!   highest for its handle (rendezvous hashing, [`owner_of`]): every server and every client
 //!   computes the same owner from the same view, so a client sends a request straight to the
 //!   owner, and a change of the view moves only the files of the servers that came or went.
 //! - **Fencing.** A server decides nothing unless its own registration was confirmed within
 //!   its lease: a round that renewed the lease and read a view equal to the one it applied,
-//!   sent at `t`, lets it decide until `t + lease_ms` ([`Cluster::confirmed`]). The registry
+//!   sent at `t`, lets it decide until `t + lease_ms` ([`Peers::confirmed`]). The registry
 //!   forgets a member only after its lease ran out, counted from a renewal it received after
 //!   `t`: a server cut off from etcd stops deciding before anyone else may start.
 //! - **Takeover.** When the view changes, the files that came to this server from others are
@@ -69,9 +69,9 @@ fn score(resource: ResourceId, server: ServerId) -> u64 {
 /// for the current view): a session per client per server, and a server has at most 65 536.
 pub const HOLDERS_MAX: usize = 1 << 20;
 
-/// Times of a server in a cluster.
+/// Times of a server among its peers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClusterConfig {
+pub struct PeersConfig {
     /// The lease of the server's registration: how long after a confirmed round it may still
     /// decide, and how long a member that never acknowledges a view is waited for.
     pub lease_ms: u64,
@@ -99,20 +99,20 @@ pub enum Route {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
     /// Drop the locks and waiting requests of every file this server no longer decides
-    /// ([`Cluster::route`] says `Elsewhere` or `Lapsed`): their clients take them again from
+    /// ([`Peers::route`] says `Elsewhere` or `Lapsed`): their clients take them again from
     /// the new owner.
     DropMoved,
     /// Write this acknowledgement of the view to the registry.
     Ack(Vec<ServerId>),
     /// Read the client sessions registered with these servers and give them to
-    /// [`Cluster::holders`].
+    /// [`Peers::holders`].
     ReadHolders(Vec<ServerId>),
 }
 
-/// What a server's cluster state counted since it started: its placement's changes and
+/// What a server's state among peers counted since it started: its view's changes and
 /// its takeovers' grace periods, by how each ended.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ClusterCounts {
+pub struct PeersCounts {
     /// Views of the servers applied after the first (a server came or went: files moved).
     pub views_changed: u64,
     /// Takeovers begun: files came to this server from others.
@@ -156,11 +156,11 @@ impl Takeover {
     }
 }
 
-/// One server's view of the cluster and its takeovers.
+/// One server's view of its peers and its takeovers.
 #[derive(Debug, Clone)]
-pub struct Cluster {
+pub struct Peers {
     me: ServerId,
-    config: ClusterConfig,
+    config: PeersConfig,
     /// Sorted, no duplicates.
     view: Vec<ServerId>,
     /// Whether a view was ever applied.
@@ -172,7 +172,7 @@ pub struct Cluster {
     acks: BTreeMap<ServerId, Vec<ServerId>>,
     /// Sessions that reported their reclaim done under the current view.
     done: BTreeSet<SessionId>,
-    counts: ClusterCounts,
+    counts: PeersCounts,
 }
 
 fn normalized(mut servers: Vec<ServerId>) -> Vec<ServerId> {
@@ -181,9 +181,9 @@ fn normalized(mut servers: Vec<ServerId>) -> Vec<ServerId> {
     servers
 }
 
-impl Cluster {
-    pub fn new(me: ServerId, config: ClusterConfig) -> Cluster {
-        Cluster {
+impl Peers {
+    pub fn new(me: ServerId, config: PeersConfig) -> Peers {
+        Peers {
             me,
             config,
             view: Vec::new(),
@@ -192,12 +192,12 @@ impl Cluster {
             takeovers: Vec::new(),
             acks: BTreeMap::new(),
             done: BTreeSet::new(),
-            counts: ClusterCounts::default(),
+            counts: PeersCounts::default(),
         }
     }
 
     /// What was counted since the start.
-    pub fn counts(&self) -> ClusterCounts {
+    pub fn counts(&self) -> PeersCounts {
         self.counts
     }
 
@@ -221,7 +221,7 @@ impl Cluster {
         self.me
     }
 
-    pub fn config(&self) -> ClusterConfig {
+    pub fn config(&self) -> PeersConfig {
         self.config
     }
 
@@ -275,7 +275,7 @@ impl Cluster {
             return effects;
         }
         effects.push(Effect::Ack(self.view.clone()));
-        // With rendezvous placement a file moves to this server only from a server that left
+        // With rendezvous hashing a file moves to this server only from a server that left
         // (when this server was a member before) or from any member before (when it joins).
         let was_member = previous.binary_search(&self.me).is_ok();
         let losers: Vec<ServerId> = previous
@@ -446,7 +446,7 @@ impl Cluster {
         Route::Mine
     }
 
-    /// When [`Cluster::tick`] next has something to do.
+    /// When [`Peers::tick`] next has something to do.
     pub fn next_deadline(&self) -> Option<u64> {
         self.takeovers
             .iter()

@@ -1,10 +1,10 @@
 //! Where a client sends a mutation (of names, contents or attributes) when several servers
 //! share the namespace: to the one member that commits them all, the server that decides the
-//! root directory's locks (`calm_locks::cluster::owner_of` over the servers' view). Every commit on the store
+//! root directory's locks (`calm_locks::peers::owner_of` over the servers' view). Every commit on the store
 //! rewrites its commit key (`docs/design/etcd.md`), so commits are serialized whichever
 //! server makes them: two servers committing at once conflict, and the loser runs its whole
 //! group again. Sent to one member, the mutations of every client are grouped by one
-//! committer instead. This is placement only, never correctness: the store serializes every
+//! committer instead. This is a choice of route only, never correctness: the store serializes every
 //! commit wherever it is sent, so a stale view costs a conflict at worst. Reads stay on the
 //! client's own server. A removal that keeps a file the client has open (an orphan of the
 //! client's lock session) is placed too: the orphan names the session, and the session's own
@@ -33,7 +33,7 @@ pub const VIEW_REFRESH_MS: u64 = 1_000;
 /// Longest a connection to another member may take before the mutation goes to the client's
 /// own server instead, in milliseconds.
 const CONNECT_MS_MAX: u64 = 1_000;
-/// How long a member the client could not connect to is left out of placement (unless the
+/// How long a member the client could not connect to is left out of the choice (unless the
 /// view changes first), in milliseconds: a dead member stays in the view for up to its lease,
 /// and without this every mutation for its directories would wait for a connection first.
 const UNREACHABLE_MS: u64 = 5_000;
@@ -41,7 +41,7 @@ const UNREACHABLE_MS: u64 = 5_000;
 #[derive(Debug, Default)]
 struct View {
     asked: Option<Instant>,
-    clustered: bool,
+    has_peers: bool,
     /// The member the client's own connection reaches.
     me: u64,
     /// Sorted member ids.
@@ -53,9 +53,9 @@ struct View {
     unreachable: HashMap<u64, Instant>,
 }
 
-/// A client's placement of mutations (shared by its clones).
+/// Where a client sends its mutations (shared by its clones).
 #[derive(Debug)]
-pub(crate) struct Placement {
+pub(crate) struct Committer {
     /// TCP (with this TLS, if any): a Unix-socket client never places elsewhere.
     enabled: bool,
     tls: Option<ClientTls>,
@@ -63,9 +63,9 @@ pub(crate) struct Placement {
     refreshing: AtomicBool,
 }
 
-impl Placement {
-    pub fn new(enabled: bool, tls: Option<ClientTls>) -> Placement {
-        Placement {
+impl Committer {
+    pub fn new(enabled: bool, tls: Option<ClientTls>) -> Committer {
+        Committer {
             enabled,
             tls,
             view: Mutex::new(View::default()),
@@ -90,32 +90,32 @@ impl Client {
     /// The connection to the member that commits the namespace's mutations, when it is not this
     /// client's own server; `None`: send to the client's own server.
     pub(crate) async fn placed(&self) -> Option<Arc<Conn>> {
-        if self.local.is_some() || !self.placement.enabled {
+        if self.local.is_some() || !self.committer.enabled {
             return None;
         }
-        let asked = self.placement.view().asked;
+        let asked = self.committer.view().asked;
         match asked {
             None => self.ask_view().await,
             Some(at) if at.elapsed() > Duration::from_millis(VIEW_REFRESH_MS) => {
-                if !self.placement.refreshing.swap(true, Ordering::AcqRel) {
+                if !self.committer.refreshing.swap(true, Ordering::AcqRel) {
                     let client = self.clone();
                     tokio::spawn(async move {
                         client.ask_view().await;
-                        client.placement.refreshing.store(false, Ordering::Release);
+                        client.committer.refreshing.store(false, Ordering::Release);
                     });
                 }
             }
             Some(_) => {}
         }
         let owner = {
-            let view = self.placement.view();
-            let owner = calm_locks::cluster::owner_of(COMMITTER_OF, &view.members);
-            owner.filter(|o| view.clustered && *o != view.me)
+            let view = self.committer.view();
+            let owner = calm_locks::peers::owner_of(COMMITTER_OF, &view.members);
+            owner.filter(|o| view.has_peers && *o != view.me)
         };
         self.conn_to(owner?).await
     }
 
-    /// Asks the client's own server for the view (on failure: no placement until the next
+    /// Asks the client's own server for the view (on failure: every mutation to its own server until the next
     /// refresh).
     async fn ask_view(&self) {
         // Straight over the connection (not through the call macros, which place).
@@ -127,16 +127,16 @@ impl Client {
             .members(request)
             .await
             .map(tonic::Response::into_inner);
-        let mut view = self.placement.view();
+        let mut view = self.committer.view();
         view.asked = Some(Instant::now());
         match reply {
-            Ok(members) if members.clustered => {
+            Ok(members) if members.has_peers => {
                 let mut ids: Vec<u64> = members.servers.iter().map(|m| m.id).collect();
                 ids.sort_unstable();
                 if ids != view.members {
                     view.unreachable.clear();
                 }
-                view.clustered = true;
+                view.has_peers = true;
                 view.me = members.me;
                 view.members = ids;
                 view.addresses = members
@@ -150,7 +150,7 @@ impl Client {
                 conns.retain(|id, _| addresses.contains_key(id));
             }
             _ => {
-                view.clustered = false;
+                view.has_peers = false;
                 view.conns.clear();
             }
         }
@@ -159,7 +159,7 @@ impl Client {
     /// The connection to member `id`, made if needed.
     async fn conn_to(&self, id: u64) -> Option<Arc<Conn>> {
         let address = {
-            let view = self.placement.view();
+            let view = self.committer.view();
             if let Some(conn) = view.conns.get(&id) {
                 return Some(conn.clone());
             }
@@ -172,10 +172,10 @@ impl Client {
             }
             view.addresses.get(&id)?.clone()
         };
-        let connecting = Client::connect_with(&address, self.placement.tls.as_ref());
+        let connecting = Client::connect_with(&address, self.committer.tls.as_ref());
         let connected =
             tokio::time::timeout(Duration::from_millis(CONNECT_MS_MAX), connecting).await;
-        let mut view = self.placement.view();
+        let mut view = self.committer.view();
         match connected {
             Ok(Ok(client)) => {
                 view.unreachable.remove(&id);

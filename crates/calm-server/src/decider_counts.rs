@@ -1,10 +1,10 @@
-//! What several servers' lock placement counts beside the cluster state's own counts: lock
+//! What a server among peers counts of its files' deciders beside the state among peers' own counts: lock
 //! requests refused because this server did not decide their file, and locks dropped because
 //! their file moved to another server. Atomics: counted under no lock of their own.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use calm_locks::cluster::Route;
+use calm_locks::peers::Route;
 
 /// The refusals' reasons, as labels: the file is decided by another server (the client asks
 /// it), it is in a takeover's grace (only reclaims pass), or this server's membership is not
@@ -12,12 +12,12 @@ use calm_locks::cluster::Route;
 pub const REFUSALS: [&str; 3] = ["moved", "grace", "lapsed"];
 
 #[derive(Debug, Default)]
-pub struct Placement {
+pub struct DeciderCounts {
     refused: [AtomicU64; 3],
     locks_moved: AtomicU64,
 }
 
-impl Placement {
+impl DeciderCounts {
     /// A request was routed `route`; `release`: an unlock or release, which a grace lets pass.
     pub fn routed(&self, route: Route, release: bool) {
         let why = match route {
@@ -50,7 +50,7 @@ mod tests {
 
     #[test]
     fn refusals_are_counted_by_route() {
-        let p = Placement::default();
+        let p = DeciderCounts::default();
         p.routed(Route::Mine, false);
         p.routed(Route::Grace, true);
         p.routed(Route::Grace, false);
