@@ -53,9 +53,8 @@ fn limit(n: u64, bytes: bool) -> String {
 pub fn target_name(report: &QuotaReport, paths: &dyn Fn(Handle) -> Option<String>) -> String {
     let t = report.target;
     match t.kind {
-        QuotaKind::User => format!("user {}", t.id),
-        QuotaKind::Group => format!("group {}", t.id),
         QuotaKind::Tree => paths(t.id).unwrap_or_else(|| format!("directory {}", t.id)),
+        owner => format!("{} {}", owner.word(), t.id),
     }
 }
 

@@ -552,15 +552,11 @@ pub const QUOTA_NEAR: f64 = 0.9;
 /// How many quotas are near their hard limit (bytes or inodes at [`QUOTA_NEAR`] of it or
 /// more) and past their soft limit, by kind of quota.
 pub fn quota_families(quotas: &[calm_types::QuotaReport]) -> Vec<calm_metrics::MetricFamily> {
-    let kinds = ["user", "group", "tree"];
-    let mut near = [0u64; 3];
-    let mut over_soft = [0u64; 3];
+    let kinds = calm_types::QuotaKind::ALL.map(calm_types::QuotaKind::word);
+    let mut near = [0u64; calm_types::QuotaKind::ALL.len()];
+    let mut over_soft = [0u64; calm_types::QuotaKind::ALL.len()];
     for q in quotas {
-        let kind = match q.target.kind {
-            calm_types::QuotaKind::User => 0,
-            calm_types::QuotaKind::Group => 1,
-            calm_types::QuotaKind::Tree => 2,
-        };
+        let kind = q.target.kind.index();
         let (l, u) = (&q.limits, &q.usage);
         let near_of = |limit: u64, used: i64| limit > 0 && used as f64 >= QUOTA_NEAR * limit as f64;
         if near_of(l.bytes, u.bytes) || near_of(l.inodes, u.inodes) {

@@ -20,6 +20,19 @@ pub enum QuotaKind {
 }
 
 impl QuotaKind {
+    /// Every kind, in the order of [`QuotaKind::index`]: what a table of counts by kind (a
+    /// metric's label values) walks. A new kind is added here and in the matches below.
+    pub const ALL: [QuotaKind; 3] = [QuotaKind::User, QuotaKind::Group, QuotaKind::Tree];
+
+    /// Its place in [`QuotaKind::ALL`].
+    pub fn index(self) -> usize {
+        match self {
+            QuotaKind::User => 0,
+            QuotaKind::Group => 1,
+            QuotaKind::Tree => 2,
+        }
+    }
+
     /// The byte the store and the wire name it by.
     pub fn tag(self) -> u8 {
         match self {
@@ -38,6 +51,8 @@ impl QuotaKind {
         })
     }
 
+    /// The word users read and type for it: a metric's label value, a table's, the name of a
+    /// command's flag (`--user`, `--group`; a tree is named by its path).
     pub fn word(self) -> &'static str {
         match self {
             QuotaKind::User => "user",
@@ -97,9 +112,8 @@ impl QuotaTarget {
 impl fmt::Display for QuotaTarget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.kind {
-            QuotaKind::User => write!(f, "user {}", self.id),
-            QuotaKind::Group => write!(f, "group {}", self.id),
             QuotaKind::Tree => write!(f, "the tree of directory {}", self.id),
+            owner => write!(f, "{} {}", owner.word(), self.id),
         }
     }
 }

@@ -74,8 +74,8 @@ pub struct Whose {
 impl Whose {
     async fn target(&self, client: &Client) -> anyhow::Result<(QuotaTarget, String)> {
         Ok(match (&self.path, self.user, self.group) {
-            (_, Some(uid), _) => (QuotaTarget::user(uid), format!("user {uid}")),
-            (_, _, Some(gid)) => (QuotaTarget::group(gid), format!("group {gid}")),
+            (_, Some(uid), _) => (QuotaTarget::user(uid), QuotaTarget::user(uid).to_string()),
+            (_, _, Some(gid)) => (QuotaTarget::group(gid), QuotaTarget::group(gid).to_string()),
             (Some(path), None, None) => {
                 let dir = resolve_path(client, path)
                     .await
