@@ -1,13 +1,13 @@
 //! Where a client sends a mutation (of names, contents or attributes) when several servers
 //! share the namespace: to the one member that commits them all, the server that decides the
-//! root directory's locks (`calm_locks::peers::owner_of` over the servers' view). Every commit on the store
-//! rewrites its commit key (`docs/design/etcd.md`), so commits are serialized whichever
-//! server makes them: two servers committing at once conflict, and the loser runs its whole
-//! group again. Sent to one member, the mutations of every client are grouped by one
-//! committer instead. This is a choice of route only, never correctness: the store serializes every
-//! commit wherever it is sent, so a stale view costs a conflict at worst. Reads stay on the
-//! client's own server. A removal that keeps a file the client has open (an orphan of the
-//! client's lock session) is placed too: the orphan names the session, and the session's own
+//! root directory's locks (`calm_locks::peers::owner_of` over the servers' view). Every commit
+//! on the store rewrites its commit key (`docs/design/etcd.md`), so commits are serialized
+//! whichever server makes them: two servers committing at once conflict, and the loser runs
+//! its whole group again. Sent to one member, the mutations of every client are grouped by one
+//! committer instead. This is a choice of route only, never correctness: the store serializes
+//! every commit wherever it is sent, so a stale view costs a conflict at worst. Reads stay on
+//! the client's own server. A removal that keeps a file the client has open (an orphan of the
+//! client's lock session) is routed too: the orphan names the session, and the session's own
 //! server sweeps it when the session ends, whichever server committed it.
 //!
 //! The view is asked of the client's server at the first mutation and again, in the
@@ -115,8 +115,8 @@ impl Client {
         self.conn_to(owner?).await
     }
 
-    /// Asks the client's own server for the view (on failure: every mutation to its own server until the next
-    /// refresh).
+    /// Asks the client's own server for the view (on failure: every mutation goes to its own
+    /// server until the next refresh).
     async fn ask_view(&self) {
         // Straight over the connection (not through the call macros, which place).
         let request = self.untagged(calm_proto::pb::Empty {}, None);

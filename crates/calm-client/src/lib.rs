@@ -10,7 +10,8 @@
 //! Its calls by family: `connection` (connecting, moving on, request ids), `namespace`,
 //! `contents` (maps, writes, appends), `lock_calls`, `changelog_calls`, `watch`, `admin`
 //! (status, targets); `batch` queues namespace calls into batches, `routing` sends lock calls
-//! to the server deciding each file, `committer` sends mutations to the one server that commits them.
+//! to the server deciding each file, `committer` sends mutations to the one server that
+//! commits them.
 
 pub mod batch;
 pub mod clone;

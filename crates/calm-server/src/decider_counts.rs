@@ -1,6 +1,6 @@
-//! What a server among peers counts of its files' deciders beside the state among peers' own counts: lock
-//! requests refused because this server did not decide their file, and locks dropped because
-//! their file moved to another server. Atomics: counted under no lock of their own.
+//! What a server among peers counts beside the peers state's own counts: lock requests refused
+//! because this server did not decide their file, and locks dropped because their file moved
+//! to another server. Atomics: counted under no lock of their own.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

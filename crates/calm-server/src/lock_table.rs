@@ -7,8 +7,8 @@
 //!   due) and expires what is due; a new session wakes it. Leases are counted on the time the
 //!   server ran (`crate::lease_clock`), so a server that was stopped expires nobody for it.
 //! - Several servers on one store (`crate::peers`): under the same mutex, every set, test,
-//!   unlock and release of a file first asks the state among peers whether this server decides the
-//!   file's locks now (`calm_locks::peers::Route`), counted on the time that passed (a
+//!   unlock and release of a file first asks the peers state whether this server decides
+//!   the file's locks now (`calm_locks::peers::Route`), counted on the time that passed (a
 //!   registration in the registry runs out on the registry's clock, stopped or not).
 
 use calm_types::sync::Locked;

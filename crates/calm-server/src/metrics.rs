@@ -451,8 +451,8 @@ pub fn lock_families(c: &calm_locks::Counts) -> Vec<calm_metrics::MetricFamily> 
     ]
 }
 
-/// Which server decides each file's locks, among several: the view, takeovers and their grace, refusals for
-/// where a file is decided, locks moved.
+/// Which server decides each file's locks, among several: the view, takeovers and their grace,
+/// refusals for where a file is decided, locks moved.
 pub fn peers_families(f: &crate::peers::PeersFigures) -> Vec<calm_metrics::MetricFamily> {
     let c = &f.counts;
     let refused: Vec<[(&str, &str); 1]> = crate::decider_counts::REFUSALS

@@ -71,11 +71,16 @@ pub struct Whose {
     group: Option<u32>,
 }
 
+/// A quota target with the name its answers give it (`user 1000`, `group 100`).
+fn named(target: QuotaTarget) -> (QuotaTarget, String) {
+    (target, target.to_string())
+}
+
 impl Whose {
     async fn target(&self, client: &Client) -> anyhow::Result<(QuotaTarget, String)> {
         Ok(match (&self.path, self.user, self.group) {
-            (_, Some(uid), _) => (QuotaTarget::user(uid), QuotaTarget::user(uid).to_string()),
-            (_, _, Some(gid)) => (QuotaTarget::group(gid), QuotaTarget::group(gid).to_string()),
+            (_, Some(uid), _) => named(QuotaTarget::user(uid)),
+            (_, _, Some(gid)) => named(QuotaTarget::group(gid)),
             (Some(path), None, None) => {
                 let dir = resolve_path(client, path)
                     .await
