@@ -61,6 +61,30 @@ pub(crate) struct State {
 }
 
 impl State {
+    /// Of `owners`, those that locked through `file` (of `handle`, being released), the ones
+    /// whose locks end with it: not one that has locked since through another open file of
+    /// the same inode. That owner is a process (POSIX locks are the process's, and the flush of
+    /// its close gave back what it held then) or an open file at the address of the closed one;
+    /// its later lock must outlive this release, which over FUSE over io_uring can reach the
+    /// mount after that lock request (the kernel sends a release without waiting for it).
+    pub(crate) fn owners_ending_with(
+        &self,
+        handle: Handle,
+        file: &Arc<OpenFile>,
+        mut owners: Vec<u64>,
+    ) -> Vec<u64> {
+        let Some(inode) = self.inodes.get(&handle) else {
+            return owners;
+        };
+        let others: Vec<&Arc<OpenFile>> = inode
+            .files
+            .iter()
+            .filter(|other| !Arc::ptr_eq(other, file))
+            .collect();
+        owners.retain(|owner| !others.iter().any(|o| o.owners.locked().contains(owner)));
+        owners
+    }
+
     /// Whether this mount has `handle` open.
     pub(crate) fn is_open(&self, handle: Handle) -> bool {
         self.inodes
@@ -504,5 +528,35 @@ impl Shared {
 
     pub(crate) fn file(&self, fh: FileHandle) -> Result<Arc<OpenFile>, Errno> {
         self.state().files.get(&fh.0).cloned().ok_or(Errno::EBADF)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open_file(owners: &[u64]) -> Arc<OpenFile> {
+        Arc::new(OpenFile {
+            is_file: true,
+            append: false,
+            writable: true,
+            owners: Mutex::new(owners.iter().copied().collect()),
+            writer: None,
+        })
+    }
+
+    #[test]
+    fn a_release_keeps_the_locks_of_an_owner_that_locked_since_through_another_open_file() {
+        let (old, new) = (open_file(&[7, 9]), open_file(&[7]));
+        let mut state = State::default();
+        state.inodes.entry(5).or_default().files = vec![old.clone(), new];
+        // Owner 7 (a process) locked again through the new open file before the old one's
+        // release came: only owner 9's locks end with the old file.
+        assert_eq!(state.owners_ending_with(5, &old, vec![7, 9]), vec![9]);
+        // Another file's open files do not count.
+        assert_eq!(state.owners_ending_with(6, &old, vec![7, 9]), vec![7, 9]);
+        // Alone, the old file's owners all end with it.
+        state.inodes.get_mut(&5).expect("inode").files = vec![old.clone()];
+        assert_eq!(state.owners_ending_with(5, &old, vec![7, 9]), vec![7, 9]);
     }
 }

@@ -10,8 +10,10 @@
 //! Order: every completion of every queue is taken under one lock and dispatched in the
 //! order the kernel numbered the requests (`unique`); releases and lock requests are
 //! dispatched under that lock, and the device's reader takes it (and takes every queue's
-//! completions first) before it dispatches an interrupt. So, as on the device, a lock request
-//! never overtakes the release sent before it, and an interrupt finds the request it names.
+//! completions first) before it dispatches an interrupt. So an interrupt finds the request it
+//! names, and a lock request does not overtake a release posted before it. A ring posts a
+//! request only when its thread runs, though: a release the kernel sent first can still come
+//! after a lock request taken from another ring, and the file system must allow for it.
 //!
 //! Limits: [`QUEUE_DEPTH`] requests in progress per CPU (a request waiting for a lock holds
 //! its entry until it is answered); each entry's payload is as large as the largest request

@@ -255,16 +255,17 @@ impl CalmFs {
             let Some(file) = state.files.remove(&fh.0) else {
                 return reply.error(Errno::EBADF);
             };
-            let owners: Vec<u64> = file.owners.locked().drain().collect();
-            if !owners.is_empty() {
-                *state.releasing.entry(ino.0).or_default() += 1;
-            }
+            let locked_through: Vec<u64> = file.owners.locked().drain().collect();
             // A lost lock is told until the file it was taken through is closed.
             if let Some(lost) = state.lost.get_mut(&ino.0) {
-                lost.retain(|owner| !owners.contains(owner));
+                lost.retain(|owner| !locked_through.contains(owner));
                 if lost.is_empty() {
                     state.lost.remove(&ino.0);
                 }
+            }
+            let owners = state.owners_ending_with(ino.0, &file, locked_through);
+            if !owners.is_empty() {
+                *state.releasing.entry(ino.0).or_default() += 1;
             }
             (file, owners)
         };
