@@ -105,16 +105,35 @@ fn two_mounts_over_io_uring_see_each_others_writes_under_locks() {
     let a = Mount::remote(&server.addr, &["--fuse-channel", "io-uring"]);
     let b = Mount::remote(&server.addr, &["--fuse-channel", "io-uring"]);
     assert!(ring_threads(&a) >= 1 && ring_threads(&b) >= 1);
+    increments_under_locks(&a, &b);
+}
+
+/// Both mounts increment a counter file 200 times each, under `lockf`, at once. A program that
+/// reads less than it wrote last says what it read, what the file's size was then, and what it
+/// read 50 ms later through the same and a new open file (shown when the count is short).
+fn increments_under_locks(a: &Mount, b: &Mount) {
     a.sh_ok("echo 0 > counter");
     // Locked read-modify-write from both mounts at once: every increment lands.
     let increments = 200;
     let script = format!(
         "python3 -c \"
 import fcntl, os
+last = 0
 for _ in range({increments}):
     fd = os.open('counter', os.O_RDWR)
     fcntl.lockf(fd, fcntl.LOCK_EX)
-    n = int(os.pread(fd, 64, 0) or b'0')
+    raw = os.pread(fd, 64, 0)
+    n = int(raw or b'0')
+    if n < last:
+        import time, sys
+        sz = os.fstat(fd).st_size
+        time.sleep(0.05)
+        again = os.pread(fd, 64, 0)
+        fd2 = os.open('counter', os.O_RDONLY)
+        fresh = os.pread(fd2, 64, 0)
+        os.close(fd2)
+        sys.stdout.write('pid %d read %r last %d size %d again %r fresh %r\\n' % (os.getpid(), raw, last, sz, again, fresh))
+    last = n + 1
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(n + 1).encode(), 0)
     fcntl.lockf(fd, fcntl.LOCK_UN)
@@ -122,16 +141,17 @@ for _ in range({increments}):
 \""
     );
     let (sa, sb) = (script.clone(), script);
-    std::thread::scope(|s| {
+    let (seen_a, seen_b) = std::thread::scope(|s| {
         let ta = s.spawn(|| a.sh_ok(&sa));
         let tb = s.spawn(|| b.sh_ok(&sb));
-        ta.join().expect("mount A's writer");
-        tb.join().expect("mount B's writer");
+        let seen_a = ta.join().expect("mount A's writer");
+        (seen_a, tb.join().expect("mount B's writer"))
     });
     let total = a.sh_ok("cat counter");
     assert_eq!(
         total.trim(),
         (2 * increments).to_string(),
-        "every increment landed"
+        "every increment landed (reads below a program's own last write: on A {seen_a:?}, \
+         on B {seen_b:?})"
     );
 }
