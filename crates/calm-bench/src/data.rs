@@ -396,7 +396,7 @@ impl Calm {
                 .objects_url()
                 .map_err(|e| e.to_string())?
                 .ok_or("the namespace has no object store")?;
-            let data = calm_server::data::DataOptions {
+            let data = calm_upkeep::data::DataOptions {
                 objects: calm_data::Objects::open(&url).map_err(|e| e.to_string())?,
                 delete_delay: std::time::Duration::from_secs(60),
                 orphan_claim_grace: calm_server::orphans::CLAIM_GRACE_DEFAULT,

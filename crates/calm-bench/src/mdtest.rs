@@ -215,14 +215,14 @@ impl InProcessServer {
     /// A server that also runs the data tasks (deleter, compactor) as `calm serve` does.
     pub async fn start_with_data<S: Store>(
         meta: Arc<Meta<S>>,
-        data: Option<calm_server::data::DataOptions>,
+        data: Option<calm_upkeep::data::DataOptions>,
     ) -> Result<InProcessServer, String> {
         InProcessServer::start_full(meta, data, false).await
     }
 
     async fn start_full<S: Store>(
         meta: Arc<Meta<S>>,
-        data: Option<calm_server::data::DataOptions>,
+        data: Option<calm_upkeep::data::DataOptions>,
         metrics: bool,
     ) -> Result<InProcessServer, String> {
         // Loopback TCP: the benchmark runs as root, whose connections a plain TCP listener

@@ -26,13 +26,11 @@ use calm_proto::pb::watch_server::WatchServer;
 use calm_store::Store;
 
 pub mod assembly;
+use calm_upkeep::{backup, compactor, data};
 pub mod auth;
-pub mod backup;
 mod batch;
 pub mod changelog;
-pub mod compactor;
 pub mod connections;
-pub mod data;
 pub mod data_dir;
 pub mod decider_counts;
 pub mod heap;

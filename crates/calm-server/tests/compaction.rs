@@ -31,7 +31,7 @@ async fn fixture() -> Fixture {
     .unwrap();
     let meta = Arc::new(Meta::open(Arc::new(MemStore::new()), MetaOptions::default()).unwrap());
     let info = calm_server::ServerInfo {
-        data: Some(calm_server::data::DataOptions {
+        data: Some(calm_upkeep::data::DataOptions {
             objects: objects.clone(),
             delete_delay: Duration::from_secs(3600),
             orphan_claim_grace: Duration::from_secs(60),

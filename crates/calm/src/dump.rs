@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use crate::stores::{OnStore, StoreAt};
 use anyhow::{Context, anyhow, bail};
 use calm_meta::dump::DumpSummary;
-use calm_server::backup;
 use calm_store::Store;
+use calm_upkeep::backup;
 
 #[derive(Debug, clap::Args)]
 pub struct DumpArgs {

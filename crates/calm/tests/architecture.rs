@@ -124,6 +124,18 @@ fn pure_crates_keep_their_dependencies_out() {
     assert_absent("calm-proto", &["heed", "calm-server", "calm-client"]);
     assert_absent("calm-client", &["heed", "calm-server"]);
     assert_absent("calm-server", &["heed", "clap", "indicatif"]);
+    // The upkeep knows no wire and no identity: the server decides who may ask for it.
+    assert_absent(
+        "calm-upkeep",
+        &[
+            "heed",
+            "tonic",
+            "prost",
+            "calm-proto",
+            "calm-server",
+            "clap",
+        ],
+    );
     // The data plane knows no FUSE, no wire and no metadata store; the namespace knows no
     // object store.
     assert_absent(
@@ -153,6 +165,7 @@ fn the_product_links_no_benchmark_and_no_switch_that_turns_checks_off() {
         "calm-store-etcd",
         "calm-meta",
         "calm-server",
+        "calm-upkeep",
         "calm-client",
         "calm-fuse",
         "calm-data",

@@ -95,7 +95,7 @@ fn a_lost_metadata_directory_comes_back_from_the_newest_backup(backend: Backend)
         let names = backups(&url, &env);
         assert!(names.len() <= 3, "at most three kept: {names:?}");
         if let Some(name) = names.last()
-            && calm_server::backup::backup_name(
+            && calm_upkeep::backup::backup_name(
                 made.duration_since(std::time::UNIX_EPOCH)
                     .unwrap()
                     .as_nanos() as i64

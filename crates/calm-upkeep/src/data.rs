@@ -1,6 +1,6 @@
 //! The server's part of the data plane, in the background: the deleter (removes the objects
 //! of the deletion queue once they have waited their delay, then the queue entries) and the
-//! compactor (`crate::compactor`). Neither is on a client's path: a client's write commits,
+//! compactor ([`crate::compactor`]). Neither is on a client's path: a client's write commits,
 //! and compaction follows (unless the write's chunk is full: then it waits for one).
 
 use std::sync::Arc;
@@ -27,7 +27,7 @@ pub struct DataOptions {
     /// read a file's map just before it changed may still read the object meanwhile.
     pub delete_delay: Duration,
     /// After a start, how long mounts of the previous run have to claim the files they keep
-    /// open without a name (crate::orphans).
+    /// open without a name (the server's sweep of orphans).
     pub orphan_claim_grace: Duration,
 }
 
@@ -43,7 +43,7 @@ pub struct DataTasks {
     pub options: DataOptions,
     pub stats: Arc<DataStats>,
     pub compactor: Arc<Compactor>,
-    /// What the metadata backups did (`crate::protect`).
+    /// What the metadata backups did (the server's protection service reports them).
     pub backups: Arc<crate::backup::BackupStats>,
     wake_deleter: Arc<Notify>,
 }

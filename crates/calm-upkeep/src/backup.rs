@@ -2,7 +2,7 @@
 //! object store every few hours by a serving server (`--backup-every-hours`), beside the
 //! objects under `backups/`, the oldest removed past `--backup-keep`; and a new store loaded
 //! from a dump (`calm load`). The file format is `calm_meta::dump`'s; a dump streamed to an
-//! administrator is the protection service's ([`crate::protect`]).
+//! administrator is the server's protection service's.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -43,7 +43,8 @@ pub struct BackupStats {
     pub last_bytes: AtomicU64,
 }
 
-pub(crate) fn now_ns() -> i64 {
+/// Now, in nanoseconds since the epoch (a backup's name and a dump's stamp).
+pub fn now_ns() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos().min(i64::MAX as u128) as i64)
