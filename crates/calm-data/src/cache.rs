@@ -41,6 +41,11 @@ struct Index {
     by_use: BTreeMap<u64, Key>,
     clock: u64,
     bytes: u64,
+    /// Objects being written, with their lengths: room is made for them first, so that the
+    /// files on disk never add up to more than the size, however many are written at once.
+    writing: HashMap<Key, u64>,
+    /// The lengths of `writing`, added up.
+    reserved: u64,
 }
 
 impl Index {
@@ -72,9 +77,33 @@ impl Index {
         }
     }
 
-    /// The least recently used object, while the total is over `max`.
+    /// Sets room aside for `key` of `len` bytes, which is about to be written; false when it
+    /// is cached or being written already, or the room set aside for others leaves too little.
+    fn reserve(&mut self, key: Key, len: u64, max: u64) -> bool {
+        if self.entries.contains_key(&key)
+            || self.writing.contains_key(&key)
+            || self.reserved + len > max
+        {
+            return false;
+        }
+        self.writing.insert(key, len);
+        self.reserved += len;
+        true
+    }
+
+    /// `key`'s write ended: its room is no longer set aside; `written`: it is cached.
+    fn written(&mut self, key: Key, written: bool) {
+        if let Some(len) = self.writing.remove(&key) {
+            self.reserved -= len;
+            if written {
+                self.insert(key, len);
+            }
+        }
+    }
+
+    /// The least recently used object, while the total with the room set aside is over `max`.
     fn evict(&mut self, max: u64) -> Option<Key> {
-        if self.bytes <= max {
+        if self.bytes + self.reserved <= max {
             return None;
         }
         let (_, key) = self.by_use.pop_first()?;
@@ -185,15 +214,16 @@ impl DiskCache {
         }
     }
 
-    /// Keeps the object of block `block` of slice `id` (its header, then its data), then drops
-    /// the least recently used objects beyond the size. A failure to write only means the
-    /// object is not cached.
+    /// Keeps the object of block `block` of slice `id` (its header, then its data), after
+    /// dropping the least recently used objects that leave it no room. A failure to write only
+    /// means the object is not cached; so does a write while others fill the room.
     pub fn put(&self, id: u64, block: u32, header: &[u8], data: &[u8]) {
         let key = (id, block);
         let len = (header.len() + data.len()) as u64;
-        if len > self.bytes_max || self.index().entries.contains_key(&key) {
+        if !self.index().reserve(key, len, self.bytes_max) {
             return;
         }
+        self.evict();
         let path = self.path(key);
         let tmp = path.with_extension("tmp");
         let written = (|| -> std::io::Result<()> {
@@ -204,23 +234,18 @@ impl DiskCache {
             // Whole or absent: a crash leaves a .tmp file, which the next open removes.
             std::fs::rename(&tmp, &path)
         })();
-        match written {
-            Ok(()) => {
-                self.index().insert(key, len);
-                self.evict();
-            }
-            Err(e) => {
-                tracing::debug!(path = %path.display(), "not cached: {e}");
-                let _ = std::fs::remove_file(&tmp);
-            }
+        if let Err(e) = &written {
+            tracing::debug!(path = %path.display(), "not cached: {e}");
+            let _ = std::fs::remove_file(&tmp);
         }
+        self.index().written(key, written.is_ok());
     }
 
+    /// Drops the least recently used objects while the cache and the room set aside exceed
+    /// the size; their files go before the index lets another write in.
     fn evict(&self) {
-        loop {
-            let Some(key) = self.index().evict(self.bytes_max) else {
-                return;
-            };
+        let mut index = self.index();
+        while let Some(key) = index.evict(self.bytes_max) {
             let _ = std::fs::remove_file(self.path(key));
         }
     }
@@ -325,6 +350,56 @@ mod tests {
         let elsewhere = DiskCache::open(root.path(), "01", one).unwrap().unwrap();
         assert!(elsewhere.get(4, 0, 10_000).is_none());
         assert!(DiskCache::open(root.path(), "../x", one).is_err());
+    }
+
+    /// The cached objects' files in `dir` added up (not those still being written: a file
+    /// renamed while the directory is listed may be listed under both names).
+    fn on_disk(dir: &Path) -> u64 {
+        let files = std::fs::read_dir(dir).into_iter().flatten().flatten();
+        let done = files.filter(|f| f.path().extension().is_none());
+        done.filter_map(|f| f.metadata().ok())
+            .map(|m| m.len())
+            .sum()
+    }
+
+    #[test]
+    fn objects_written_at_once_never_add_up_to_more_than_the_size() {
+        let root = tempfile::tempdir().unwrap();
+        let (header, body) = object(&[7u8; 300_000]);
+        let one = (header.len() + body.len()) as u64;
+        let max = 3 * one + one / 2;
+        let cache = DiskCache::open(root.path(), "ab", max).unwrap().unwrap();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        // Every object in one directory (ids alike in their last byte), listed at once.
+        let objects = cache.dir().join("07");
+        let most = std::thread::scope(|s| {
+            let sampler = s.spawn(|| {
+                let mut most = 0;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    most = most.max(on_disk(&objects));
+                }
+                most
+            });
+            let writers: Vec<_> = (0..6u64)
+                .map(|t| {
+                    let (cache, header, body) = (&cache, &header, &body);
+                    s.spawn(move || {
+                        for i in 0..40 {
+                            cache.put(((t * 1000 + i) << 8) | 7, 0, header, body);
+                        }
+                    })
+                })
+                .collect();
+            for writer in writers {
+                writer.join().unwrap();
+            }
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            sampler.join().unwrap()
+        });
+        assert!(most > 0, "the sampler saw the cache");
+        assert!(most <= max, "{most} bytes on disk for a cache of {max}");
+        assert_eq!(on_disk(&objects), cache.bytes());
+        assert!(cache.bytes() <= max && cache.bytes() >= one);
     }
 
     proptest! {
