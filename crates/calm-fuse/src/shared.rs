@@ -202,6 +202,16 @@ impl Shared {
                 "Files and directories the mount has open.",
                 &[(&[], self.open_files() as f64)],
             ),
+        ];
+        families.extend(self.holding_figures());
+        families.extend(objects);
+        families
+    }
+
+    /// What the mount holds and answers itself: copies, held files' kept changes, held
+    /// directories and the makes and removals answered in them.
+    fn holding_figures(&self) -> Vec<calm_metrics::MetricFamily> {
+        let mut families = vec![
             gauge_family(
                 "calm_mount_copies",
                 "Files whose opens the mount answers itself (the server asks for the copy back before another client's change of the file is answered).",
@@ -219,6 +229,14 @@ impl Shared {
                 "calm_mount_opens_from_copies_total",
                 "Opens the mount answered from its copy of the file, without asking the server.",
                 &[(&[], self.copies.opens_answered() as f64)],
+            ),
+            gauge_family(
+                "calm_mount_may_hold",
+                "1 while the mount may hold files and directories (it follows the server's changes and its stream of recalls is open), else 0.",
+                &[(
+                    &[],
+                    f64::from(u8::from(self.holding.may_ask() && self.cache.follows())),
+                )],
             ),
             gauge_family(
                 "calm_mount_held_dirs",
@@ -243,7 +261,6 @@ impl Shared {
                 ],
             ));
         }
-        families.extend(objects);
         families
     }
 

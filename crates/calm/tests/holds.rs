@@ -7,7 +7,7 @@ use crate::common;
 
 use std::io::Write;
 
-use common::{Mount, Server, answered_here, spawn_in};
+use common::{Mount, Server, answered_here, spawn_in, until_it_may_hold};
 
 /// The requests `server` answered while `work` ran (one of them the status call itself).
 fn requests_during(server: &str, work: impl FnOnce()) -> u64 {
@@ -448,7 +448,8 @@ fn a_tree_a_mount_made_and_answered_itself_is_what_another_mount_sees_at_once() 
     let a = Mount::remote(&server.addr, &[]);
     let b = Mount::remote(&server.addr, &[]);
     // The stream of recalls open: what A makes from now on it holds.
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    until_it_may_hold(&a);
+    until_it_may_hold(&b);
     let make = |r: usize| {
         format!(
             "mkdir -p r{r}/a/b && for i in $(seq 20); do echo r{r}.$i > r{r}/a/b/f$i; done \
@@ -493,7 +494,7 @@ fn a_directory_with_names_is_held_by_the_only_mount_and_seen_whole_by_the_next()
     before_mount.sh_ok("mkdir -p d/sub && for i in $(seq 100); do echo $i > d/old$i; done");
     drop(before_mount);
     let a = Mount::remote(&server.addr, &[]);
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    until_it_may_hold(&a);
     let start = answered_here(&a);
     a.sh_ok(
         "touch d/new0 && for i in $(seq 200); do echo $i > d/new$i; done \
@@ -566,7 +567,7 @@ fn another_user_gets_nothing_past_a_directory_with_names_its_owner_holds() {
     );
     drop(before_mount);
     let a = Mount::remote(&server.addr, &["--allow-other"]);
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    until_it_may_hold(&a);
     let owner = "setpriv --reuid 40010 --regid 40010 --clear-groups";
     let other = "setpriv --reuid 40011 --regid 40011 --clear-groups";
     let before = answered_here(&a);
@@ -601,7 +602,8 @@ fn another_user_gets_nothing_past_a_directory_a_user_holds() {
     let a = Mount::remote(&server.addr, &["--allow-other"]);
     let b = Mount::remote(&server.addr, &[]);
     a.sh_ok("chmod 755 \"$MNT\" && mkdir -m 777 top");
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    until_it_may_hold(&a);
+    until_it_may_hold(&b);
     let owner = "setpriv --reuid 40010 --regid 40010 --clear-groups";
     let other = "setpriv --reuid 40011 --regid 40011 --clear-groups";
     let before = answered_here(&a);
@@ -652,7 +654,8 @@ fn a_users_quota_is_exact_while_two_mounts_answer_their_makes_themselves() {
     };
     quota("300");
     // The streams of recalls open: what the mounts make from now on they hold.
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    until_it_may_hold(&a);
+    until_it_may_hold(&b);
     let fill = |dir: &str| {
         format!(
             "setpriv --reuid 40030 --regid 40030 --clear-groups /usr/bin/python3 -c \"
@@ -745,7 +748,8 @@ fn a_mount_killed_loses_nothing_it_answered_longer_ago_than_the_bound() {
     let b = Mount::remote(&server.addr, &[]);
     b.sh_ok("mkdir d && echo old bytes > d/g");
     // The stream of recalls open: the file A makes, it holds.
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    until_it_may_hold(&a);
+    until_it_may_hold(&b);
     let (mut holder, mut lines) = spawn_in(&a, HOLDER);
     said(&mut lines, "made");
     let (mut writer, mut written) = spawn_in(&a, WRITER);
@@ -771,7 +775,12 @@ fn a_mount_with_every_change_durable_answers_no_change_itself() {
     for (extra, answers) in [(&[][..], true), (&["--sync"][..], false)] {
         let mount = Mount::embedded(extra);
         // The stream of recalls open: what the mount makes from now on it may hold.
-        std::thread::sleep(std::time::Duration::from_millis(500));
+        if answers {
+            until_it_may_hold(&mount);
+        } else {
+            // A mount with every change durable holds nothing: given the same time to.
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
         let before = answered_here(&mount);
         mount.sh_ok(work);
         let here = answered_here(&mount) - before;
@@ -801,7 +810,8 @@ fn a_quota_is_exact_after_a_mount_holding_a_users_files_is_killed() {
     let set = common::calm(&[&["quota", "set"][..], &user, &["--inodes", "60"]].concat());
     assert!(set.status.success(), "{set:?}");
     // The stream of recalls open: what A makes from now on it holds.
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    until_it_may_hold(&a);
+    until_it_may_hold(&b);
     let before = answered_here(&a);
     let (mut child, mut lines) = spawn_in(
         &a,
@@ -972,7 +982,7 @@ fn a_hundred_thousand_makes_and_removals_answered_by_a_mount_keep_working() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let server = Server::start(&common::data_dir(&tmp));
     let a = Mount::remote(&server.addr, &[]);
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    until_it_may_hold(&a);
     let rss = |mount: &Mount| -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", mount.pid()))
             .expect("the mount's status");

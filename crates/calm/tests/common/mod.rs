@@ -725,6 +725,19 @@ pub fn answered_here(mount: &Mount) -> u64 {
     mount_counter(mount, "calm_mount_answered_here_total ")
 }
 
+/// Waits (at most 30 s) until `mount` may hold files and directories: it follows the server's
+/// changes and its stream of recalls is open (what it makes from then on it may hold).
+pub fn until_it_may_hold(mount: &Mount) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while mount_counter(mount, "calm_mount_may_hold ") != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the mount may not hold files 30 s after it started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The truncates of files it holds a mount answered itself, from its counters.
 pub fn cuts_answered_here(mount: &Mount) -> u64 {
     mount_counter(mount, "calm_mount_kept_changes_total{kind=\"size\"} ")
