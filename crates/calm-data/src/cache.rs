@@ -43,9 +43,8 @@ struct Index {
     bytes: u64,
     /// Objects being written, with their lengths: room is made for them first, so that the
     /// files on disk never add up to more than the size, however many are written at once.
+    /// (As many as the mount's reads fetching blocks at once: a few.)
     writing: HashMap<Key, u64>,
-    /// The lengths of `writing`, added up.
-    reserved: u64,
 }
 
 impl Index {
@@ -82,28 +81,31 @@ impl Index {
     fn reserve(&mut self, key: Key, len: u64, max: u64) -> bool {
         if self.entries.contains_key(&key)
             || self.writing.contains_key(&key)
-            || self.reserved + len > max
+            || self.reserved() + len > max
         {
             return false;
         }
         self.writing.insert(key, len);
-        self.reserved += len;
         true
+    }
+
+    /// The room set aside for the objects being written.
+    fn reserved(&self) -> u64 {
+        self.writing.values().sum()
     }
 
     /// `key`'s write ended: its room is no longer set aside; `written`: it is cached.
     fn written(&mut self, key: Key, written: bool) {
-        if let Some(len) = self.writing.remove(&key) {
-            self.reserved -= len;
-            if written {
-                self.insert(key, len);
-            }
+        if let Some(len) = self.writing.remove(&key)
+            && written
+        {
+            self.insert(key, len);
         }
     }
 
     /// The least recently used object, while the total with the room set aside is over `max`.
     fn evict(&mut self, max: u64) -> Option<Key> {
-        if self.bytes + self.reserved <= max {
+        if self.bytes + self.reserved() <= max {
             return None;
         }
         let (_, key) = self.by_use.pop_first()?;
